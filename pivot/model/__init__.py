@@ -1,0 +1,15 @@
+"""Dense decoder models in Hugging Face layout (Qwen2, Qwen3, Llama)."""
+from pivot.model.args import ModelArgs
+from pivot.model.checkpoint import from_pretrained, load_state_dict, save_pretrained
+from pivot.model.tokenizer import TextTokenizer
+from pivot.model.transformer import AttentionBackend, CausalLM
+
+__all__ = [
+    "AttentionBackend",
+    "CausalLM",
+    "ModelArgs",
+    "TextTokenizer",
+    "from_pretrained",
+    "load_state_dict",
+    "save_pretrained",
+]

@@ -1,0 +1,114 @@
+"""Hugging Face checkpoint layout: config.json, safetensors (single or sharded + index), tokenizer.json."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from pivot.model.args import ModelArgs
+from pivot.model.transformer import CausalLM
+
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+
+
+def _weight_files(path: Path) -> dict[str, list[str]]:
+    """file name -> tensor names it should hold, from the index or the single file."""
+    index = path / INDEX
+    if index.is_file():
+        weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
+        files: dict[str, list[str]] = {}
+        for name, file in weight_map.items():
+            files.setdefault(file, []).append(name)
+        return files
+    if (path / SINGLE).is_file():
+        return {SINGLE: []}
+    raise FileNotFoundError(f"{path}: no {SINGLE} and no {INDEX}")
+
+
+def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a HF checkpoint folder; a missing or truncated file names itself."""
+    path = Path(path)
+    tensors: dict[str, torch.Tensor] = {}
+    for file, expected in _weight_files(path).items():
+        full = path / file
+        if not full.is_file():
+            raise FileNotFoundError(f"{full}: listed in {INDEX} but missing")
+        try:
+            with safe_open(str(full), framework="pt") as f:
+                for name in f.keys():
+                    tensors[name] = f.get_tensor(name)
+        except Exception as e:  # safetensors raises its own error types for truncated headers/data
+            raise ValueError(f"{full}: unreadable safetensors file (truncated or corrupt): {e}") from e
+        missing = [n for n in expected if n not in tensors]
+        if missing:
+            raise ValueError(f"{full}: tensor {missing[0]!r} listed in {INDEX} is not in the file")
+    return tensors
+
+
+def from_pretrained(
+    path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", linear: str = "torch"
+) -> CausalLM:
+    """Build the model described by `path/config.json` and load its safetensors weights."""
+    path = Path(path)
+    args = ModelArgs.load(path)
+    state = load_state_dict(path)
+    with torch.device(device):
+        model = CausalLM(args, linear=linear)
+    expected = model.state_dict()
+    for name, param in expected.items():
+        if name == "lm_head.weight" and args.tie_word_embeddings:
+            continue
+        if name not in state:
+            raise ValueError(f"{path}: tensor {name!r} missing from the checkpoint")
+        if tuple(state[name].shape) != tuple(param.shape):
+            raise ValueError(
+                f"{path}: tensor {name!r} has shape {tuple(state[name].shape)}, expected {tuple(param.shape)}"
+            )
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        raise ValueError(f"{path}: unexpected tensor {unexpected[0]!r} (and {len(unexpected) - 1} more)")
+    model.load_state_dict(state, strict=False)
+    return model.to(dtype=dtype)
+
+
+def save_pretrained(
+    model: CausalLM,
+    path: str | Path,
+    tokenizer_file: str | Path | None = None,
+    max_shard_bytes: int = 2 << 30,
+) -> None:
+    """Write `model` in HF layout; shards plus an index when it exceeds `max_shard_bytes`."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    if model.args.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    dtype = str(next(iter(state.values())).dtype).removeprefix("torch.")
+    (path / "config.json").write_text(json.dumps(model.args.to_hf(dtype), indent=2))
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, t in state.items():
+        nbytes = t.numel() * t.element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += nbytes
+    for stale in list(path.glob("model*.safetensors")) + [path / INDEX]:
+        stale.unlink(missing_ok=True)
+    if len(shards) == 1:
+        save_file(shards[0], str(path / SINGLE), metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for k, shard in enumerate(shards, start=1):
+            file = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, str(path / file), metadata={"format": "pt"})
+            weight_map.update({name: file for name in shard})
+        total = sum(t.numel() * t.element_size() for t in state.values())
+        (path / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    if tokenizer_file is not None:
+        (path / "tokenizer.json").write_bytes(Path(tokenizer_file).read_bytes())

@@ -1,0 +1,55 @@
+"""How each Hugging Face parameter of a dense decoder splits under tensor parallelism.
+
+Pure Python (no torch): the engine shards weights with it and GPS plans transfers with it,
+so both agree on which dimension of which tensor a TP rank owns.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Split(str, enum.Enum):
+    """Partitioning of one tensor across the ranks of a TP group."""
+
+    COLUMN = "column"  # output features split: dim 0 of a Linear weight (and its bias)
+    ROW = "row"  # input features split: dim 1 of a Linear weight; output all-reduced
+    VOCAB = "vocab"  # vocabulary rows split: dim 0 of embeddings and lm_head
+    REPLICATE = "replicate"  # every rank holds the whole tensor (norms)
+
+    @property
+    def dim(self) -> int | None:
+        return {Split.COLUMN: 0, Split.ROW: 1, Split.VOCAB: 0, Split.REPLICATE: None}[self]
+
+
+_COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+_ROW = ("o_proj", "down_proj")
+_VOCAB = ("embed_tokens", "lm_head")
+
+
+def tp_split(name: str) -> Split:
+    """The TP split of HF parameter `name` (e.g. 'model.layers.3.self_attn.q_proj.weight')."""
+    parts = name.split(".")
+    module = parts[-2] if len(parts) >= 2 else name
+    if module in _COLUMN:
+        return Split.COLUMN
+    if module in _ROW:
+        # a row-parallel bias is added once after the all-reduce, so it stays whole
+        return Split.ROW if parts[-1] == "weight" else Split.REPLICATE
+    if module in _VOCAB:
+        return Split.VOCAB
+    return Split.REPLICATE
+
+
+def shard_range(size: int, rank: int, world: int) -> tuple[int, int]:
+    """[start, stop) of an even TP split; the size must divide (heads, vocab are padded upstream)."""
+    if size % world:
+        raise ValueError(f"dimension {size} does not divide evenly over {world} TP ranks")
+    step = size // world
+    return rank * step, (rank + 1) * step
+
+
+def fsdp_range(size: int, rank: int, world: int) -> tuple[int, int]:
+    """[start, stop) of FSDP2's dim-0 shard: torch.chunk semantics, ceil-sized, last ones short or empty."""
+    step = -(-size // world)
+    start = min(rank * step, size)
+    return start, min(start + step, size)

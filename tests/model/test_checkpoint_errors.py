@@ -1,0 +1,62 @@
+"""Bad checkpoints fail with errors that name the file and the tensor."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import pivot.model as pm
+
+ARGS = pm.ModelArgs(
+    family="qwen2", vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+    num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+)
+
+
+@pytest.fixture
+def ckpt(tmp_path: Path) -> Path:
+    pm.save_pretrained(pm.CausalLM(ARGS), tmp_path)
+    return tmp_path
+
+
+def test_roundtrip(ckpt: Path) -> None:
+    assert pm.from_pretrained(ckpt).args == ARGS
+
+
+def test_truncated_file(ckpt: Path) -> None:
+    data = (ckpt / "model.safetensors").read_bytes()
+    (ckpt / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="model.safetensors.*truncated"):
+        pm.from_pretrained(ckpt)
+
+
+def test_missing_file(ckpt: Path) -> None:
+    (ckpt / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        pm.from_pretrained(ckpt)
+
+
+def test_wrong_shape_and_missing_tensor(ckpt: Path) -> None:
+    state = load_file(str(ckpt / "model.safetensors"))
+    state["model.layers.0.mlp.up_proj.weight"] = torch.zeros(3, 3)
+    save_file(state, str(ckpt / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"model.layers.0.mlp.up_proj.weight.*shape \(3, 3\)"):
+        pm.from_pretrained(ckpt)
+    del state["model.layers.0.mlp.up_proj.weight"]
+    save_file(state, str(ckpt / "model.safetensors"))
+    with pytest.raises(ValueError, match="up_proj.weight.*missing"):
+        pm.from_pretrained(ckpt)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "match"), [("gpt2", "unsupported architecture"), ("qwen3_moe", "mixture-of-experts")]
+)
+def test_unsupported_architecture(ckpt: Path, model_type: str, match: str) -> None:
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["model_type"] = model_type
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=f"config.json.*{match}"):
+        pm.from_pretrained(ckpt)
