@@ -38,6 +38,10 @@ class ModelArgs:
                 f"num_attention_heads={self.num_attention_heads} is not a multiple of "
                 f"num_key_value_heads={self.num_key_value_heads}"
             )
+        # the family fixes these; keep them consistent so a saved config reloads identically
+        if self.family == "qwen2":
+            self.attention_bias = True
+        self.qk_norm = self.family == "qwen3"
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
