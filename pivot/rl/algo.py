@@ -1,0 +1,127 @@
+"""RL math as pure tensor functions: GRPO group advantages and the PPO-clip policy loss.
+
+Conventions: token tensors are [B, T] with a 0/1 (or bool) `mask` marking response tokens;
+per-sequence advantages are [B] and broadcast over tokens. Log-probs are natural-log.
+
+Loss per token (ratio r = exp(logp - logp_behaviour), advantage A):
+    pg   = max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high))        PPO clip (DAPO clip-higher)
+    pg   = min(pg, -A * c)   where A < 0, when dual_clip_c = c > 1       dual clip
+    loss = pg + kl_coef * k3(ref, logp)                                  optional KL to a reference
+with k3 = exp(ref - logp) - (ref - logp) - 1 (non-negative, unbiased estimator of KL(pi || ref)).
+
+Aggregation: "token" (DAPO default) = sum over all masked tokens / number of masked tokens;
+"sequence" = mean over sequences of each sequence's token mean. Both accept an explicit
+`normalizer` so a batch split into micro-batches (or across ranks) sums exactly to the loss of
+the whole batch: pass the whole batch's token count ("token") or sequence count ("sequence").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+AGGREGATIONS = ("token", "sequence")
+
+
+def grpo_advantages(rewards: torch.Tensor, normalize_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """[B, G] rewards -> [B, G] advantages: reward minus its group mean, divided by the group's
+    (unbiased) std + eps when `normalize_std`. A group of one sample, or one whose rewards are
+    all equal, gets zero advantage (no learning signal)."""
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [B, G], got shape {tuple(rewards.shape)}")
+    rewards = rewards.float()
+    if rewards.shape[1] < 2:
+        return torch.zeros_like(rewards)
+    centered = rewards - rewards.mean(dim=1, keepdim=True)
+    if not normalize_std:
+        return centered
+    std = rewards.std(dim=1, keepdim=True)
+    return torch.where(std > 0, centered / (std + eps), torch.zeros_like(centered))
+
+
+@dataclass
+class LossStats:
+    """Diagnostics of one loss evaluation (detached floats, averaged over masked tokens)."""
+
+    clip_frac: float
+    dual_clip_frac: float
+    approx_kl_behaviour: float
+    kl_ref: float
+    tokens: int
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: str = "token", normalizer: float | None = None) -> torch.Tensor:
+    """Reduce [B, T] per-token values to a scalar (see the module docstring)."""
+    if agg not in AGGREGATIONS:
+        raise ValueError(f"loss aggregation {agg!r} is not one of {AGGREGATIONS}")
+    mask = mask.to(values.dtype)
+    if agg == "token":
+        denom = mask.sum() if normalizer is None else normalizer
+        return (values * mask).sum() / max(float(denom), 1.0)
+    per_seq = (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    denom = values.shape[0] if normalizer is None else normalizer
+    return per_seq.sum() / max(float(denom), 1.0)
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(pi || ref); clamped log-ratio keeps exp finite."""
+    log_ratio = (ref_logprobs - logprobs).clamp(-20.0, 20.0)
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+def ppo_clip_loss(
+    logprobs: torch.Tensor,
+    behaviour_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.28,
+    dual_clip_c: float | None = None,
+    agg: str = "token",
+    normalizer: float | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> tuple[torch.Tensor, LossStats]:
+    """PPO-clip loss against the rollout's (behaviour) log-probs; see the module docstring.
+
+    logprobs / behaviour_logprobs / ref_logprobs / mask: [B, T]; advantages: [B] or [B, T].
+    Returns the scalar loss (differentiable w.r.t. `logprobs`) and detached statistics."""
+    if logprobs.shape != behaviour_logprobs.shape or logprobs.shape != mask.shape:
+        raise ValueError(
+            f"shape mismatch: logprobs {tuple(logprobs.shape)}, behaviour_logprobs "
+            f"{tuple(behaviour_logprobs.shape)}, mask {tuple(mask.shape)}"
+        )
+    if dual_clip_c is not None and dual_clip_c <= 1.0:
+        raise ValueError(f"dual_clip_c must be > 1, got {dual_clip_c}")
+    if kl_coef and ref_logprobs is None:
+        raise ValueError("kl_coef > 0 needs ref_logprobs")
+    adv = advantages[:, None] if advantages.dim() == 1 else advantages
+    adv = adv.to(logprobs.dtype).expand_as(logprobs)
+    log_ratio = (logprobs - behaviour_logprobs.to(logprobs.dtype)).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    pg_unclipped = -adv * ratio
+    pg_clipped = -adv * ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    pg = torch.maximum(pg_unclipped, pg_clipped)
+    dual = torch.zeros_like(pg, dtype=torch.bool)
+    if dual_clip_c is not None:
+        bound = -adv * dual_clip_c
+        dual = (adv < 0) & (pg > bound)
+        pg = torch.where(adv < 0, torch.minimum(pg, bound), pg)
+    loss_tok = pg
+    kl_ref = torch.zeros_like(pg)
+    if ref_logprobs is not None:
+        kl_ref = kl_k3(logprobs, ref_logprobs.to(logprobs.dtype))
+        loss_tok = pg + kl_coef * kl_ref
+    loss = aggregate(loss_tok, mask, agg, normalizer)
+    with torch.no_grad():
+        m = mask.bool()
+        n = int(m.sum())
+        denom = max(n, 1)
+        stats = LossStats(
+            clip_frac=float(((pg_clipped > pg_unclipped) & m).sum()) / denom,
+            dual_clip_frac=float((dual & m).sum()) / denom,
+            approx_kl_behaviour=float((0.5 * log_ratio.pow(2) * m).sum()) / denom,
+            kl_ref=float((kl_ref * m).sum()) / denom,
+            tokens=n,
+        )
+    return loss, stats

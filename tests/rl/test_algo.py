@@ -1,0 +1,97 @@
+"""RL math against hand-computed values."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pivot.rl.algo import aggregate, grpo_advantages, kl_k3, ppo_clip_loss
+
+
+def test_grpo_advantages_hand_values() -> None:
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0], [2.0, 2.0, 2.0, 2.0]])
+    # group 0: mean 0.5, unbiased std sqrt(1/3)
+    std = math.sqrt(((0.5**2) * 4) / 3)
+    adv = grpo_advantages(r, eps=0.0)
+    expect0 = torch.tensor([0.5, -0.5, -0.5, 0.5]) / std
+    assert torch.allclose(adv[0], expect0)
+    assert torch.equal(adv[1], torch.zeros(4))
+    assert torch.allclose(grpo_advantages(r, normalize_std=False)[0], torch.tensor([0.5, -0.5, -0.5, 0.5]))
+
+
+def test_grpo_single_sample_group_is_zero() -> None:
+    assert torch.equal(grpo_advantages(torch.tensor([[3.0], [1.0]])), torch.zeros(2, 1))
+    with pytest.raises(ValueError, match="rewards must be"):
+        grpo_advantages(torch.zeros(4))
+
+
+def test_ppo_clip_hand_values() -> None:
+    # token ratios: exp(log 1.5)=1.5 (clipped at 1.28 for A>0), exp(log 0.5)=0.5 (A<0 clipped at 0.8), 1.0
+    logp = torch.log(torch.tensor([[1.5, 0.5, 1.0]]))
+    old = torch.zeros(1, 3)
+    mask = torch.ones(1, 3)
+    # per-token advantages
+    adv = torch.tensor([[1.0, -1.0, 2.0]])
+    loss, st = ppo_clip_loss(logp, old, adv, mask, clip_eps_low=0.2, clip_eps_high=0.28)
+    # token 0: max(-1.5, -1.28) = -1.28; token 1: max(0.5, 0.8) = 0.8; token 2: -2
+    assert loss.item() == pytest.approx((-1.28 + 0.8 - 2.0) / 3, abs=1e-6)
+    assert st.clip_frac == pytest.approx(2 / 3)
+    assert st.tokens == 3
+
+
+def test_dual_clip_bounds_negative_advantage() -> None:
+    logp = torch.log(torch.tensor([[5.0, 5.0]]))
+    old = torch.zeros(1, 2)
+    adv = torch.tensor([[-1.0, 1.0]])
+    loss, st = ppo_clip_loss(logp, old, adv, torch.ones(1, 2), dual_clip_c=3.0)
+    # token 0: pg = max(5, 1.28) = 5 -> min(5, 3) = 3; token 1: max(-5, -1.28) = -1.28 (no dual clip for A>0)
+    assert loss.item() == pytest.approx((3.0 - 1.28) / 2, abs=1e-6)
+    assert st.dual_clip_frac == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="dual_clip_c"):
+        ppo_clip_loss(logp, old, adv, torch.ones(1, 2), dual_clip_c=0.5)
+
+
+def test_aggregation_token_vs_sequence() -> None:
+    v = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    m = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    assert aggregate(v, m, "token").item() == pytest.approx((1 + 2 + 3 + 4) / 4)
+    assert aggregate(v, m, "sequence").item() == pytest.approx((2.0 + 4.0) / 2)
+    # an explicit normalizer lets micro-batches sum to the whole batch's loss
+    parts = aggregate(v[:1], m[:1], "token", normalizer=4) + aggregate(v[1:], m[1:], "token", normalizer=4)
+    assert parts.item() == pytest.approx(aggregate(v, m, "token").item())
+    parts = aggregate(v[:1], m[:1], "sequence", normalizer=2) + aggregate(v[1:], m[1:], "sequence", normalizer=2)
+    assert parts.item() == pytest.approx(aggregate(v, m, "sequence").item())
+    with pytest.raises(ValueError, match="aggregation"):
+        aggregate(v, m, "mean")
+
+
+def test_sequence_advantages_broadcast_and_mask() -> None:
+    logp = torch.zeros(2, 2)
+    loss, _ = ppo_clip_loss(logp, logp, torch.tensor([1.0, -3.0]), torch.tensor([[1, 1], [1, 0]]))
+    # ratio 1 everywhere: token losses -1, -1, 3 (masked token ignored)
+    assert loss.item() == pytest.approx((-1 - 1 + 3) / 3)
+
+
+def test_kl_term_and_gradient() -> None:
+    logp = torch.tensor([[math.log(0.5)]], requires_grad=True)
+    ref = torch.tensor([[math.log(0.25)]])
+    k3 = kl_k3(logp.detach(), ref)
+    # exp(ref - logp) - (ref - logp) - 1 = 0.5 - log(0.5) - 1
+    assert k3.item() == pytest.approx(0.5 - math.log(0.5) - 1)
+    loss, st = ppo_clip_loss(logp, logp.detach(), torch.tensor([0.0]), torch.ones(1, 1), ref_logprobs=ref, kl_coef=0.1)
+    assert loss.item() == pytest.approx(0.1 * k3.item())
+    assert st.kl_ref == pytest.approx(k3.item())
+    loss.backward()
+    # d/dlogp of 0.1 * (exp(ref - logp) - (ref - logp) - 1) = 0.1 * (1 - exp(ref - logp)) = 0.05
+    assert logp.grad.item() == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        ppo_clip_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 1), kl_coef=0.1)
+
+
+def test_policy_gradient_sign() -> None:
+    logp = torch.zeros(1, 1, requires_grad=True)
+    loss, _ = ppo_clip_loss(logp, torch.zeros(1, 1), torch.tensor([2.0]), torch.ones(1, 1))
+    loss.backward()
+    # ratio = 1 inside the clip range: d(-A * exp(logp - old))/dlogp = -A
+    assert logp.grad.item() == pytest.approx(-2.0)
