@@ -1,0 +1,87 @@
+"""Named presets: the tiny CPU default and the paper's four model groups (Tables 1 and 4).
+
+A preset is a function returning a full `PivotConfig`; flags given after `--preset` override it.
+Paper presets name checkpoints by their Hugging Face id under `/models/`; point `--model.policy`
+and `--model.genrm` at local folders on your cluster (nothing is downloaded at run time).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pivot.config import (
+    ClusterConfig,
+    ConfigError,
+    EngineConfig,
+    ModelConfig,
+    PivotConfig,
+    RewardConfig,
+    RolloutConfig,
+    TrainConfig,
+)
+
+
+def tiny_cpu() -> PivotConfig:
+    """Embedded tiny policy + tiny GenRM, 4 CPU ranks: 1 rollout, 1 reward, 1 training, 1 spare to shift."""
+    return PivotConfig(
+        preset="tiny-cpu",
+        rollout=RolloutConfig(tp=1, replicas=1, engine=EngineConfig(kv_capacity_tokens=8192, max_running_seqs=32)),
+        reward=RewardConfig(tp=1, replicas=1, engine=EngineConfig(kv_capacity_tokens=8192, max_running_seqs=32)),
+        train=TrainConfig(devices=1),
+    )
+
+
+def _paper_group(
+    name: str,
+    policy: tuple[str, float, int],
+    genrm: tuple[str, float, float, int],
+    world: int,
+    train_devices: int,
+) -> PivotConfig:
+    """One of the paper's groups on 8-GPU H20 nodes (96 GB, NVLink, 50 GB/s InfiniBand)."""
+    p_name, p_b, p_tp = policy
+    g_name, g_b, g_active_b, g_tp = genrm
+    gpu_engine = EngineConfig(kv_capacity_tokens=262144, max_running_seqs=256, max_prefill_tokens=16384)
+    return PivotConfig(
+        preset=name,
+        model=ModelConfig(
+            policy=f"/models/{p_name}",
+            genrm=f"/models/{g_name}",
+            policy_params_b=p_b,
+            genrm_params_b=g_b,
+            genrm_active_params_b=g_active_b,
+            dtype="bfloat16",
+            attention="flash",
+        ),
+        # the paper caps prompt/policy/GenRM at 2K/15K/20K tokens
+        rollout=RolloutConfig(tp=p_tp, replicas=1, max_new_tokens=15360, max_prompt_tokens=2048, engine=gpu_engine),
+        reward=RewardConfig(tp=g_tp, replicas=1, max_new_tokens=20480, engine=_with_backend(gpu_engine, "sglang")),
+        train=TrainConfig(devices=train_devices, batch_prompts=512 // 16, group_size=16, lr=1e-6, micro_batch_tokens=32768),
+        cluster=ClusterConfig(nnodes=world // 8, devices_per_node=8, device="cuda", gpu_memory_gb=96, host_memory_gb=1800),
+    )
+
+
+def _with_backend(engine: EngineConfig, backend: str) -> EngineConfig:
+    return EngineConfig(**{**engine.__dict__, "backend": backend})
+
+
+PRESETS: dict[str, Callable[[], PivotConfig]] = {
+    "tiny-cpu": tiny_cpu,
+    "qwen2.5-1.5b+glm-z1-9b": lambda: _paper_group(
+        "qwen2.5-1.5b+glm-z1-9b", ("Qwen2.5-1.5B", 1.5, 1), ("GLM-Z1-9B-0414", 9.0, 9.0, 1), 32, 16
+    ),
+    "qwen2.5-7b+qwen3-30b-a3b": lambda: _paper_group(
+        "qwen2.5-7b+qwen3-30b-a3b", ("Qwen2.5-7B", 7.6, 1), ("Qwen3-30B-A3B", 30.5, 3.3, 4), 32, 8
+    ),
+    "qwen2.5-32b+qwen3-30b-a3b": lambda: _paper_group(
+        "qwen2.5-32b+qwen3-30b-a3b", ("Qwen2.5-32B", 32.8, 4), ("Qwen3-30B-A3B", 30.5, 3.3, 4), 64, 32
+    ),
+    "qwen2.5-72b+qwen3.5-122b-a10b": lambda: _paper_group(
+        "qwen2.5-72b+qwen3.5-122b-a10b", ("Qwen2.5-72B", 72.7, 8), ("Qwen3.5-122B-A10B", 122.0, 10.0, 8), 128, 64
+    ),
+}
+
+
+def get_preset(name: str) -> PivotConfig:
+    if name not in PRESETS:
+        raise ConfigError(f"preset={name!r}: unknown preset (known: {', '.join(PRESETS)})")
+    return PRESETS[name]()

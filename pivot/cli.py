@@ -1,0 +1,61 @@
+"""Command line: `--preset NAME` picks the starting config, every other flag overrides it (tyro)."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import tyro
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # configs/ lives beside pivot/ and is not installed
+    sys.path.insert(0, str(ROOT))
+
+from configs.presets import PRESETS, get_preset  # noqa: E402
+from pivot.config import ConfigError, PivotConfig, deferred_checks  # noqa: E402
+
+DESCRIPTION = (
+    "Pivot: resource-shiftable RL post-training with a generative reward model. "
+    f"Start from a preset with --preset NAME (one of: {', '.join(PRESETS)}; default tiny-cpu), "
+    "then override any field."
+)
+
+
+def _split_preset(argv: list[str]) -> tuple[str, list[str]]:
+    name, rest, i = "tiny-cpu", [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--preset":
+            if i + 1 >= len(argv):
+                raise ConfigError("preset: --preset needs a name")
+            name, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith("--preset="):
+            name = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    return name, rest
+
+
+def parse(argv: list[str], world_size: int | None = None, local_world_size: int | None = None) -> PivotConfig:
+    """Parse and validate; raises ConfigError (naming field and value) on bad input."""
+    name, rest = _split_preset(argv)
+    default = get_preset(name)
+    with deferred_checks():
+        cfg = tyro.cli(PivotConfig, default=default, args=rest, description=DESCRIPTION)
+    cfg.preset = name
+    world = world_size if world_size is not None else int(os.environ.get("WORLD_SIZE", "1"))
+    local = local_world_size if local_world_size is not None else int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    cfg.validate(world, local)
+    return cfg
+
+
+def parse_or_exit(argv: list[str]) -> PivotConfig:
+    try:
+        return parse(argv)
+    except ConfigError as e:
+        rank = os.environ.get("RANK", "0")
+        if rank == "0":
+            print(f"pivot: config error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,330 @@
+"""Pivot's configuration: a tree of typed dataclasses exposed on the command line through tyro.
+
+Each field's docstring is its `--help` text. `__post_init__` checks one section on its own;
+`PivotConfig.validate(world_size)` checks what needs the whole tree and the world size. Both
+raise `ConfigError` naming the field and its value, before any process group exists. Each
+component receives only its own section. Named presets live in `configs/presets.py`.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+Mode = Literal["pivot", "colocated", "disaggregated", "rr_colocated"]
+Strategy = Literal["pivot", "static", "rule_based"]
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the field (dotted path) and the value."""
+
+
+_deferred = contextvars.ContextVar("pivot_config_deferred", default=False)
+
+
+@contextlib.contextmanager
+def deferred_checks() -> Iterator[None]:
+    """Skip `__post_init__` checks while tyro builds the tree (it would wrap our one-line
+    errors in a box); `PivotConfig.validate` runs them all afterwards."""
+    token = _deferred.set(True)
+    try:
+        yield
+    finally:
+        _deferred.reset(token)
+
+
+def _check(ok: bool, name: str, value: object, why: str) -> None:
+    if not ok and not _deferred.get():
+        raise ConfigError(f"{name}={value!r}: {why}")
+
+
+@dataclass
+class ModelConfig:
+    policy: str = ""
+    """Policy checkpoint folder (Hugging Face layout). Empty: the embedded tiny policy, built on first use."""
+    genrm: str = ""
+    """GenRM checkpoint folder (Hugging Face layout). Empty: the embedded tiny GenRM."""
+    policy_params_b: float = 0.0
+    """Policy size in billions of parameters (presets, simulator); 0 = read from the checkpoint."""
+    genrm_params_b: float = 0.0
+    """GenRM size in billions of parameters (total, for MoE); 0 = read from the checkpoint."""
+    genrm_active_params_b: float = 0.0
+    """GenRM parameters active per token (MoE); 0 = same as genrm_params_b."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype of inference and training weights (bfloat16 on GPU clusters)."""
+    attention: Literal["sdpa", "flash"] = "sdpa"
+    """Attention kernel: torch SDPA (CPU and GPU) or flash-attn (GPU only)."""
+    linear: Literal["torch", "te"] = "torch"
+    """Linear layers: torch or transformer-engine (GPU only)."""
+    tiny_cache: str = ""
+    """Where the embedded tiny models are cached; empty = <repo>/.cache/tiny."""
+
+    def __post_init__(self) -> None:
+        for name in ("policy_params_b", "genrm_params_b", "genrm_active_params_b"):
+            _check(getattr(self, name) >= 0, f"model.{name}", getattr(self, name), "must be >= 0")
+
+
+@dataclass
+class EngineConfig:
+    backend: Literal["embedded", "sglang"] = "embedded"
+    """Inference backend: Pivot's embedded engine (CPU and GPU) or sglang (GPU only)."""
+    kv_capacity_tokens: int = 16384
+    """KV-cache capacity of one replica, in tokens."""
+    block_size: int = 16
+    """Tokens per KV-cache block."""
+    max_running_seqs: int = 32
+    """Most sequences decoding at once on one replica."""
+    max_prefill_tokens: int = 2048
+    """Prefill chunk size in tokens (chunked prefill)."""
+
+    def __post_init__(self) -> None:
+        for name in ("kv_capacity_tokens", "block_size", "max_running_seqs", "max_prefill_tokens"):
+            _check(getattr(self, name) > 0, f"engine.{name}", getattr(self, name), "must be > 0")
+
+
+@dataclass
+class RolloutConfig:
+    tp: int = 1
+    """Tensor-parallel size of one rollout replica (devices per replica)."""
+    replicas: int = 1
+    """Rollout replicas at start (disaggregated/pivot modes)."""
+    min_replicas: int = 1
+    """Never shift rollout below this many replicas."""
+    temperature: float = 1.0
+    """Sampling temperature of the policy (0 = greedy)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    max_new_tokens: int = 96
+    """Longest response, in tokens (the paper caps policy responses at 15K)."""
+    max_prompt_tokens: int = 64
+    """Longest prompt, in tokens; longer prompts are skipped and counted (the paper: 2K)."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self) -> None:
+        _check_role("rollout", self.tp, self.replicas, self.min_replicas)
+        _check(self.temperature >= 0, "rollout.temperature", self.temperature, "must be >= 0")
+        _check(0 < self.top_p <= 1, "rollout.top_p", self.top_p, "must be in (0, 1]")
+        _check(self.max_new_tokens > 0, "rollout.max_new_tokens", self.max_new_tokens, "must be > 0")
+
+
+@dataclass
+class RewardConfig:
+    tp: int = 1
+    """Tensor-parallel (or TP/EP) size of one GenRM replica."""
+    replicas: int = 1
+    """GenRM replicas at start (disaggregated/pivot modes)."""
+    min_replicas: int = 1
+    """Never shift reward below this many replicas."""
+    temperature: float = 0.0
+    """GenRM sampling temperature (0 = greedy judge)."""
+    max_new_tokens: int = 64
+    """Longest judge reasoning, in tokens (the paper caps GenRM responses at 20K)."""
+    judge_template: str = ""
+    """Judge prompt with {question} and {response}; empty = the tiny task's template."""
+    fallback_score: float = 0.0
+    """Score given when the judge's verdict cannot be parsed (counted in metrics)."""
+    w_verifiable: float = 1.0
+    """Weight of the verifiable (answer-checking) reward."""
+    w_genrm: float = 1.0
+    """Weight of the GenRM reward."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self) -> None:
+        _check_role("reward", self.tp, self.replicas, self.min_replicas)
+        _check(0 <= self.fallback_score <= 1, "reward.fallback_score", self.fallback_score, "must be in [0, 1]")
+        _check(self.max_new_tokens > 0, "reward.max_new_tokens", self.max_new_tokens, "must be > 0")
+
+
+def _check_role(role: str, tp: int, replicas: int, min_replicas: int) -> None:
+    _check(tp >= 1, f"{role}.tp", tp, "must be >= 1")
+    _check(replicas >= 0, f"{role}.replicas", replicas, "must be >= 0")
+    _check(min_replicas >= 0, f"{role}.min_replicas", min_replicas, "must be >= 0")
+
+
+@dataclass
+class TrainConfig:
+    devices: int = 1
+    """Training pool size in devices (training shifts as a whole: 0 or all of them)."""
+    steps: int = 12
+    """RL steps (policy updates) to run."""
+    batch_prompts: int = 8
+    """Prompts per RL step (B)."""
+    group_size: int = 4
+    """Responses per prompt (G), for GRPO group advantages."""
+    staleness: int = 2
+    """Largest policy-version lag between generating a sample and training on it."""
+    lr: float = 2e-5
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip."""
+    micro_batch_tokens: int = 4096
+    """Token budget of one micro-batch (gradient accumulation splits by it)."""
+    clip_eps_low: float = 0.2
+    """PPO ratio clip, lower side."""
+    clip_eps_high: float = 0.28
+    """PPO ratio clip, upper side (DAPO's clip-higher)."""
+    dual_clip_c: float = 0.0
+    """Dual-clip constant (> 1 enables it; 0 = off)."""
+    kl_coef: float = 0.0
+    """KL penalty against the initial policy (0 = off)."""
+    loss_agg: Literal["token", "sequence"] = "token"
+    """Loss aggregation: token-level (DAPO) or sequence-level mean."""
+    max_bad_steps: int = 3
+    """Abort after this many consecutive steps with NaN/inf loss or gradients."""
+
+    def __post_init__(self) -> None:
+        _check(self.devices >= 0, "train.devices", self.devices, "must be >= 0")
+        _check(self.staleness >= 0, "train.staleness", self.staleness, "must be >= 0")
+        for name in ("steps", "batch_prompts", "group_size", "micro_batch_tokens", "max_bad_steps"):
+            _check(getattr(self, name) > 0, f"train.{name}", getattr(self, name), "must be > 0")
+        _check(self.lr > 0, "train.lr", self.lr, "must be > 0")
+        _check(self.dual_clip_c == 0 or self.dual_clip_c > 1, "train.dual_clip_c", self.dual_clip_c, "must be 0 or > 1")
+
+
+@dataclass
+class PlannerConfig:
+    strategy: Strategy = "pivot"
+    """Shift strategy in pivot mode: the five-step planner, static split, or rule-based."""
+    horizon_s: float = 60.0
+    """H in the benefit B = H * (T_cand - T_cur) - phi, in seconds."""
+    tau_shift_s: float = 3.0
+    """tau_shift: assumed duration of one shift in seconds; a pair's penalty is sum tau_shift * T_i."""
+    interval_s: float = 0.5
+    """Least time between two planner runs."""
+    no_throughput_model: bool = False
+    """Ablation: a replica's throughput is 1 if it has work, else 0."""
+    no_migration: bool = False
+    """Ablation: shifts do not migrate running sequences (shift down waits for them)."""
+    rule_high: float = 0.8
+    """Rule-based: shift up a role whose KV utilisation is above this."""
+    rule_low: float = 0.1
+    """Rule-based: shift down a role whose KV utilisation is below this."""
+    throughput_profile: str = ""
+    """JSON of fitted throughput constants A, B, C, D; empty = configs/throughput_tiny_cpu.json."""
+
+    def __post_init__(self) -> None:
+        _check(self.horizon_s > 0, "planner.horizon_s", self.horizon_s, "must be > 0")
+        _check(self.interval_s >= 0, "planner.interval_s", self.interval_s, "must be >= 0")
+        _check(self.tau_shift_s >= 0, "planner.tau_shift_s", self.tau_shift_s, "must be >= 0")
+        _check(0 <= self.rule_low < self.rule_high <= 1, "planner.rule_low", self.rule_low, "need 0 <= rule_low < rule_high <= 1")
+
+
+@dataclass
+class DataConfig:
+    path: str = ""
+    """DAPO-format dataset (parquet or jsonl). Empty: the built-in synthetic arithmetic set."""
+    prompt_key: str = "prompt"
+    """Column holding the prompt (plain text or chat messages)."""
+    answer_key: str = "reward_model.ground_truth"
+    """Column holding the ground-truth answer (dots reach into nested fields)."""
+    shuffle_seed: int = 0
+    """Shuffle seed of the data cursor."""
+    synthetic_size: int = 4096
+    """Problems in the synthetic set."""
+    min_digits: int = 1
+    """Synthetic problems: fewest digits per operand."""
+    max_digits: int = 4
+    """Synthetic problems: most digits per operand (longer answers make the long tail)."""
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.min_digits <= self.max_digits, "data.min_digits", self.min_digits, "need 1 <= min_digits <= max_digits")
+        _check(self.synthetic_size > 0, "data.synthetic_size", self.synthetic_size, "must be > 0")
+
+
+@dataclass
+class ClusterConfig:
+    mode: Mode = "pivot"
+    """Deployment: pivot (shiftable), colocated, disaggregated, or rr_colocated (rollout+reward share)."""
+    nnodes: int = 0
+    """Hosts in the job; 0 = from torchrun's environment."""
+    devices_per_node: int = 0
+    """Devices (ranks) per host; 0 = from torchrun's environment."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where roles run; auto = cuda when available (NCCL), else cpu (gloo)."""
+    gpu_memory_gb: float = 0.0
+    """Memory per device in GB (simulator and fit checks); 0 = unknown."""
+    host_memory_gb: float = 0.0
+    """GPS budget per host in GB; 0 = unlimited (replicate every model on every host)."""
+
+    def __post_init__(self) -> None:
+        _check(self.nnodes >= 0, "cluster.nnodes", self.nnodes, "must be >= 0")
+        _check(self.devices_per_node >= 0, "cluster.devices_per_node", self.devices_per_node, "must be >= 0")
+
+
+@dataclass
+class LogConfig:
+    dir: str = "runs/latest"
+    """Run folder: metrics.jsonl, timeline.jsonl, TensorBoard events, plots."""
+    tensorboard: bool = True
+    """Also write TensorBoard scalars."""
+    progress: bool = True
+    """Show a progress bar on rank 0."""
+
+
+@dataclass
+class CheckpointConfig:
+    dir: str = ""
+    """Checkpoint folder; empty = <log.dir>/checkpoints."""
+    every: int = 4
+    """Save every K steps (0 = only at the end)."""
+    resume: bool = False
+    """Continue from the last checkpoint in the folder."""
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 0, "checkpoint.every", self.every, "must be >= 0")
+
+
+@dataclass
+class PivotConfig:
+    preset: str = "tiny-cpu"
+    """The preset these values started from (set with --preset before other flags)."""
+    seed: int = 0
+    """Seed of data order, sampling and initialisation."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def validate(self, world_size: int, local_world_size: int) -> None:
+        """Every section's checks, then whole-tree checks against the job's size (torchrun's
+        WORLD_SIZE and LOCAL_WORLD_SIZE)."""
+        for section in (self.model, self.rollout, self.rollout.engine, self.reward, self.reward.engine, self.train,
+                        self.planner, self.data, self.cluster, self.checkpoint):
+            section.__post_init__()
+        c = self.cluster
+        _check(world_size % local_world_size == 0, "cluster.devices_per_node", local_world_size, f"does not divide world size {world_size}")
+        if c.devices_per_node:
+            _check(c.devices_per_node == local_world_size, "cluster.devices_per_node", c.devices_per_node, f"but torchrun started {local_world_size} per node")
+        if c.nnodes:
+            _check(c.nnodes * local_world_size == world_size, "cluster.nnodes", c.nnodes, f"but torchrun started {world_size // local_world_size} nodes")
+        self.check_shape(world_size, local_world_size)
+
+    def check_shape(self, world_size: int, devices_per_node: int) -> None:
+        """Role sizes against a cluster of `world_size` devices, `devices_per_node` per host."""
+        for role, tp in (("rollout", self.rollout.tp), ("reward", self.reward.tp)):
+            # a replica either fits inside a host or spans whole hosts
+            fits = devices_per_node % tp == 0 if tp <= devices_per_node else tp % devices_per_node == 0
+            _check(fits, f"{role}.tp", tp, f"does not divide {devices_per_node} devices per node")
+            _check(tp <= world_size, f"{role}.tp", tp, f"larger than the world ({world_size} devices)")
+        _check(self.train.devices <= world_size, "train.devices", self.train.devices, f"training pool larger than the world ({world_size} devices)")
+        if self.cluster.mode == "disaggregated":
+            used = self.train.devices + self.rollout.replicas * self.rollout.tp + self.reward.replicas * self.reward.tp
+            _check(used <= world_size, "rollout.replicas", self.rollout.replicas, f"pools need {used} devices, world has {world_size}")
+        if self.cluster.mode in ("disaggregated", "pivot"):
+            _check(self.rollout.replicas >= 1, "rollout.replicas", self.rollout.replicas, f"mode {self.cluster.mode} needs at least one")
+            _check(self.reward.replicas >= 1, "reward.replicas", self.reward.replicas, f"mode {self.cluster.mode} needs at least one")
+
+    def replace(self, **sections: object) -> PivotConfig:
+        return dataclasses.replace(self, **sections)

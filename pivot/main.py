@@ -1,0 +1,28 @@
+"""Pivot's entry point. Every rank runs this file under torchrun (one SPMD program):
+
+    torchrun --standalone --nproc-per-node 4 pivot/main.py [--preset NAME] [flags]
+
+It parses and validates the config before any process group exists, initialises
+torch.distributed (NCCL with CUDA, else gloo), creates every role slot's process group, and
+runs the worker loop; rank 0 also runs the controller in a background thread.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script by torchrun: make `pivot` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pivot.cli import parse_or_exit  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_or_exit(sys.argv[1:] if argv is None else argv)
+    from pivot.runtime.launch import run
+
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""Config tree, presets and validation: bad values fail before any process group, naming the field."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from configs.presets import PRESETS, get_preset
+from pivot.cli import parse
+from pivot.config import ConfigError
+
+from tests.conftest import ROOT
+
+
+def test_default_is_tiny_cpu() -> None:
+    cfg = parse([], 4, 4)
+    assert cfg.preset == "tiny-cpu" and cfg.cluster.mode == "pivot"
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_presets_are_self_consistent(name: str) -> None:
+    cfg = get_preset(name)
+    world = cfg.cluster.nnodes * cfg.cluster.devices_per_node or 4
+    cfg.validate(world, cfg.cluster.devices_per_node or 4)
+
+
+def test_paper_groups_match_tables_1_and_4() -> None:
+    g = get_preset("qwen2.5-72b+qwen3.5-122b-a10b")
+    assert (g.rollout.tp, g.reward.tp, g.train.devices, g.cluster.nnodes * 8) == (8, 8, 64, 128)
+    g = get_preset("qwen2.5-7b+qwen3-30b-a3b")
+    assert (g.rollout.tp, g.reward.tp, g.train.devices, g.cluster.nnodes * 8) == (1, 4, 8, 32)
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--rollout.tp", "3"], "rollout.tp=3"),
+        (["--train.devices", "9"], "train.devices=9"),
+        (["--train.staleness", "-1"], "train.staleness=-1"),
+        (["--preset", "nope"], "preset='nope'"),
+        (["--rollout.top-p", "0"], "rollout.top_p=0.0"),
+        (["--planner.rule-low", "0.9"], "planner.rule_low=0.9"),
+    ],
+)
+def test_bad_values_name_the_field(argv: list[str], field: str) -> None:
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        parse(argv, 4, 4)
+
+
+def test_overrides_apply_on_top_of_preset() -> None:
+    cfg = parse(["--preset", "qwen2.5-1.5b+glm-z1-9b", "--train.lr", "3e-6"], 32, 8)
+    assert cfg.train.lr == 3e-6 and cfg.train.devices == 16
+
+
+def test_main_exits_2_with_one_line_before_process_groups() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "pivot" / "main.py"), "--train.staleness", "-1"],
+        capture_output=True, text=True, env={"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "RANK": "0", "PATH": ""},
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == ["pivot: config error: train.staleness=-1: must be >= 0"]
+
+
+def test_help_lists_flags_with_docstrings() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "pivot" / "main.py"), "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    assert "--train.staleness" in out.stdout and "Largest policy-version lag" in out.stdout
