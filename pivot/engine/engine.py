@@ -1,0 +1,233 @@
+"""The embedded inference engine: continuous batching over a paged KV cache.
+
+Protocol (shared with the sglang adapter): `add`, `step`, `abort`, `stats`, `can_admit`,
+`load_weights`, `release` / `resume`, `weights_version`, `named_parameters_hf`.
+
+Under tensor parallelism every rank of the replica's group builds the engine and calls
+`step()` (and `load_weights`, `release`, `resume`, `named_parameters_hf`) in lockstep; only
+the leader (group rank 0) takes requests, schedules, samples and returns outputs, and the
+followers run the step the leader broadcasts.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Iterable
+
+import torch
+import torch.distributed as dist
+
+from pivot.engine.block_manager import BlockManager
+from pivot.engine.config import EngineConfig
+from pivot.engine.model_runner import ModelRunner
+from pivot.engine.sampler import sample
+from pivot.engine.scheduler import Scheduler
+from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, Sequence, SeqStatus
+from pivot.model import CausalLM, TextTokenizer
+from pivot.model import from_pretrained as load_model
+
+log = logging.getLogger(__name__)
+
+
+class Engine:
+    def __init__(
+        self,
+        model: CausalLM,
+        config: EngineConfig | None = None,
+        tp_group: dist.ProcessGroup | None = None,
+        tokenizer: TextTokenizer | None = None,
+        weights_version: int = 0,
+    ) -> None:
+        self.config = config = config or EngineConfig()
+        self.args = model.args
+        self.tokenizer = tokenizer
+        num_blocks = config.kv_capacity_tokens // config.block_size
+        self.runner = ModelRunner(model, num_blocks, config.block_size, config.attention, tp_group)
+        self.blocks = BlockManager(num_blocks, config.block_size)
+        self.scheduler = Scheduler(self.blocks, config.max_running_seqs, config.max_prefill_tokens)
+        self.max_len = min(self.args.max_position_embeddings, self.blocks.total_tokens)
+        eos = set(self.args.eos_ids)
+        if tokenizer is not None:
+            eos.add(tokenizer.eos_id)
+        self.eos_ids = frozenset(eos)
+        self.generator = torch.Generator(device=self.runner.device).manual_seed(config.seed)
+        self._seqs: dict[int, Sequence] = {}
+        self._arrivals = 0
+        self._version = weights_version
+        self._weights_ready = True
+        self._tokens_generated = 0
+        self._last_latency = 0.0
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        config: EngineConfig | None = None,
+        tp_group: dist.ProcessGroup | None = None,
+        tokenizer: TextTokenizer | None = None,
+    ):
+        """Load a HF-layout model folder; `config.backend == 'sglang'` returns the adapter."""
+        config = config or EngineConfig()
+        if config.backend == "sglang":
+            from pivot.engine.sglang_adapter import SglangEngine
+
+            return SglangEngine.from_pretrained(path, config, tp_group=tp_group, tokenizer=tokenizer)
+        dtype = getattr(torch, config.dtype)
+        model = load_model(path, dtype=dtype, device=config.device)
+        if tokenizer is None and (Path(path) / "tokenizer.json").is_file():
+            tokenizer = TextTokenizer.from_pretrained(path)
+        return cls(model, config, tp_group=tp_group, tokenizer=tokenizer)
+
+    # ---- requests --------------------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        """Queue a request (or a partial from `abort`, resumed by re-prefill)."""
+        rid, params = request.id, request.params
+        if rid in self._seqs:
+            raise ValueError(f"request {rid}: id is already in this engine")
+        if not request.prompt_ids:
+            raise ValueError(f"request {rid}: prompt_ids is empty")
+        tokens = list(request.prompt_ids) + list(request.output_ids)
+        bad = [t for t in tokens if not 0 <= t < self.args.vocab_size]
+        if bad:
+            raise ValueError(f"request {rid}: token id {bad[0]} is outside the vocabulary [0, {self.args.vocab_size})")
+        if len(request.output_logprobs) != len(request.output_ids):
+            raise ValueError(
+                f"request {rid}: {len(request.output_ids)} output_ids but {len(request.output_logprobs)} output_logprobs"
+            )
+        if len(tokens) >= self.max_len:
+            raise ValueError(
+                f"request {rid}: {len(tokens)} tokens leave no room to generate within the engine's max length "
+                f"{self.max_len} (min of max_position_embeddings={self.args.max_position_embeddings} and "
+                f"KV capacity={self.blocks.total_tokens} tokens)"
+            )
+        if len(request.output_ids) >= params.max_new_tokens:
+            raise ValueError(f"request {rid}: already has {len(request.output_ids)} >= max_new_tokens tokens")
+        if params.stop and self.tokenizer is None:
+            raise ValueError(f"request {rid}: stop strings need an engine built with a tokenizer")
+        seq = Sequence(
+            id=rid, token_ids=tokens, prompt_len=len(request.prompt_ids), params=params,
+            logprobs=list(request.output_logprobs), arrival=self._arrivals,
+        )
+        self._arrivals += 1
+        self._seqs[rid] = seq
+        self.scheduler.add(seq)
+
+    def abort(self, ids: Iterable[int]) -> AbortResult:
+        """Stop sequences; each partial re-added anywhere continues where it stopped."""
+        partials, unknown = [], []
+        for rid in ids:
+            seq = self._seqs.pop(rid, None)
+            if seq is None:
+                unknown.append(rid)
+                continue
+            self.scheduler.remove(seq)
+            seq.status = SeqStatus.FINISHED
+            partials.append(seq.to_request())
+        if unknown:
+            log.warning("abort: unknown request ids %s ignored", unknown)
+        return AbortResult(partials, unknown)
+
+    def has_work(self) -> bool:
+        return bool(self._seqs)
+
+    def can_admit(self, num_tokens: int) -> bool:
+        """Whether a sequence of `num_tokens` tokens fits the free KV cache now."""
+        if num_tokens >= self.max_len:
+            return False
+        return self.blocks.blocks_for(num_tokens) * self.blocks.block_size <= self.scheduler.free_tokens_for_admission()
+
+    # ---- stepping --------------------------------------------------------------------------
+    def step(self) -> list[Output]:
+        """Run one engine step; returns the sequences that finished in it."""
+        t0 = time.perf_counter()
+        if not self._weights_ready:
+            raise RuntimeError("step: weights were released; call resume() then load_weights() first")
+        runner = self.runner
+        if not runner.is_leader:
+            step = runner.share(None)
+            if step is not None:
+                runner.run(step)
+            return []
+        plan = self.scheduler.schedule()
+        step = runner.share(runner.build_input(plan, self.blocks) if plan else None)
+        if step is None:
+            return []
+        logits = runner.run(step)
+        for p in plan:
+            p.seq.num_computed = p.start + p.num_tokens
+        sampled = [plan[i].seq for i in step.sample_seqs]
+        tokens, logprobs = sample(
+            logits, [s.params for s in sampled], [s.num_generated for s in sampled], self.generator
+        )
+        outputs = []
+        for seq, tok, lp in zip(sampled, tokens, logprobs):
+            seq.token_ids.append(tok)
+            seq.logprobs.append(lp)
+            self._tokens_generated += 1
+            reason = self._finish_reason(seq, tok)
+            if reason is not None:
+                outputs.append(self._finish(seq, reason))
+        self._last_latency = time.perf_counter() - t0
+        return outputs
+
+    def _finish_reason(self, seq: Sequence, tok: int) -> str | None:
+        p = seq.params
+        if not p.ignore_eos and tok in self.eos_ids:
+            return "stop"
+        if p.stop:
+            tail = self.tokenizer.decode(seq.token_ids[seq.prompt_len :][-(max(map(len, p.stop)) + 4) :])
+            if any(s in tail for s in p.stop):
+                return "stop"
+        if seq.num_generated >= p.max_new_tokens or len(seq.token_ids) >= self.max_len:
+            return "length"
+        return None
+
+    def _finish(self, seq: Sequence, reason: str) -> Output:
+        self.scheduler.remove(seq)
+        seq.status = SeqStatus.FINISHED
+        del self._seqs[seq.id]
+        return Output(
+            id=seq.id, prompt_ids=seq.token_ids[: seq.prompt_len], output_ids=seq.token_ids[seq.prompt_len :],
+            output_logprobs=list(seq.logprobs), finish_reason=reason, weights_version=self._version,
+        )
+
+    def stats(self) -> EngineStats:
+        seqs = self._seqs.values()
+        return EngineStats(
+            n_seq=len(self._seqs),
+            n_tok=sum(len(s.token_ids) for s in seqs),
+            kv_free_tokens=self.blocks.free_tokens,
+            kv_total_tokens=self.blocks.total_tokens,
+            tokens_generated=self._tokens_generated,
+            last_step_latency_s=self._last_latency,
+            weights_version=self._version,
+        )
+
+    # ---- weights and memory ----------------------------------------------------------------
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    def load_weights(self, named_tensors: dict[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Copy full (unsharded) HF-named tensors in place; validated before anything is copied."""
+        tensors = self.runner.validate(named_tensors)
+        self.runner.load(tensors)
+        self._version = version
+        self._weights_ready = True
+
+    def named_parameters_hf(self) -> dict[str, torch.Tensor]:
+        """The current full weights by HF name, on CPU (collective under TP)."""
+        return self.runner.named_full()
+
+    def release(self) -> AbortResult:
+        """Shift down: abort everything, free parameters and the KV cache."""
+        partials = self.abort(list(self._seqs))
+        self.runner.release()
+        self._weights_ready = False
+        return partials
+
+    def resume(self) -> None:
+        """Shift up: re-create parameter storage and the KV cache; then call `load_weights`."""
+        if self.runner.cache is None:
+            self.runner.resume()

@@ -1,0 +1,129 @@
+"""Runs one step of the model over a paged KV cache; owns parameters and the cache.
+
+Builds the packed step input from the scheduler's plan (on the TP leader), shares it with
+the followers, runs the forward pass with `PagedAttention`, and returns full-vocabulary
+logits for the sequences that sample. Also holds weight IO: in-place loading of full HF
+tensors (sharded here under TP), gathering them back, and release / re-creation.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+import torch.distributed as dist
+
+from pivot.engine.attention import KVCache, PagedAttention, StepInput
+from pivot.engine.block_manager import BlockManager
+from pivot.engine.scheduler import ScheduledSeq
+from pivot.engine.tp import gather_tensor, shard_model, shard_tensor
+from pivot.model import CausalLM
+
+
+class ModelRunner:
+    def __init__(
+        self, model: CausalLM, num_blocks: int, block_size: int, kernel: str, tp_group: dist.ProcessGroup | None
+    ) -> None:
+        self.model = model.eval().requires_grad_(False)
+        self.args = model.args
+        self.group = tp_group if tp_group is not None and dist.get_world_size(tp_group) > 1 else None
+        self.rank = dist.get_rank(self.group) if self.group is not None else 0
+        self.world = dist.get_world_size(self.group) if self.group is not None else 1
+        self.full_shapes = {n: tuple(p.shape) for n, p in self.model.named_parameters()}
+        if self.group is not None:
+            shard_model(self.model, self.group)
+        self.params = dict(self.model.named_parameters())
+        self.local_shapes = {n: tuple(p.shape) for n, p in self.params.items()}
+        p0 = next(iter(self.params.values()))
+        self.dtype, self.device = p0.dtype, p0.device
+        self.kernel, self.num_blocks, self.block_size = kernel, num_blocks, block_size
+        self.cache: KVCache | None = None
+        self._alloc_cache()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.rank == 0
+
+    def _alloc_cache(self) -> None:
+        self.cache = KVCache(
+            self.args.num_hidden_layers, self.num_blocks, self.block_size,
+            self.args.num_key_value_heads // self.world, self.args.head_dim, self.dtype, self.device,
+        )
+
+    @staticmethod
+    def build_input(plan: list[ScheduledSeq], blocks: BlockManager) -> StepInput:
+        tokens: list[int] = []
+        positions: list[int] = []
+        for p in plan:
+            tokens += p.seq.token_ids[p.start : p.start + p.num_tokens]
+            positions += range(p.start, p.start + p.num_tokens)
+        return StepInput(
+            token_ids=tokens,
+            positions=positions,
+            q_lens=[p.num_tokens for p in plan],
+            ctx_lens=[p.start + p.num_tokens for p in plan],
+            block_tables=[list(blocks.tables[p.seq.id]) for p in plan],
+            sample_seqs=[i for i, p in enumerate(plan) if p.samples],
+        )
+
+    def share(self, step: StepInput | None) -> StepInput | None:
+        """The leader's step input on every rank of the TP group (None: nothing to run)."""
+        if self.group is None:
+            return step
+        box = [step]
+        dist.broadcast_object_list(box, group_src=0, group=self.group, device=self._comm_device())
+        return box[0]
+
+    def _comm_device(self) -> torch.device | None:
+        return self.device if self.device.type == "cuda" else None
+
+    @torch.inference_mode()
+    def run(self, step: StepInput) -> torch.Tensor:
+        """Logits [len(step.sample_seqs), vocab] in fp32."""
+        if self.cache is None:
+            raise RuntimeError("engine is released: call resume() and load_weights() first")
+        attn = PagedAttention(self.cache, step, self.kernel, self.device)
+        ids = torch.tensor(step.token_ids, dtype=torch.long, device=self.device)[None]
+        pos = torch.tensor(step.positions, dtype=torch.long, device=self.device)[None]
+        hidden = self.model.model(ids, pos, attn)[0]
+        last = torch.tensor(step.q_lens).cumsum(0) - 1
+        rows = last[step.sample_seqs].to(self.device)
+        return self.model.lm_head(hidden[rows]).float()
+
+    # ---- weights -------------------------------------------------------------------------
+    def validate(self, named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        tensors = dict(named.items() if isinstance(named, dict) else named)
+        if self.args.tie_word_embeddings:
+            tensors.pop("lm_head.weight", None)  # tied: the embedding is the head
+        for name, shape in self.full_shapes.items():
+            if name not in tensors:
+                raise ValueError(f"load_weights: tensor {name!r} is missing")
+            got = tuple(tensors[name].shape)
+            if got != shape:
+                raise ValueError(f"load_weights: tensor {name!r} has shape {got}, expected {shape}")
+        extra = sorted(set(tensors) - set(self.full_shapes))
+        if extra:
+            raise ValueError(f"load_weights: unexpected tensor {extra[0]!r} ({len(extra)} unexpected in all)")
+        return tensors
+
+    @torch.no_grad()
+    def load(self, tensors: dict[str, torch.Tensor]) -> None:
+        for name, param in self.params.items():
+            param.data.copy_(shard_tensor(name, tensors[name], self.rank, self.world))
+
+    @torch.no_grad()
+    def named_full(self) -> dict[str, torch.Tensor]:
+        if self.cache is None:
+            raise RuntimeError("engine is released: no weights to read")
+        return {n: gather_tensor(n, p.data, self.group).cpu() for n, p in self.params.items()}
+
+    def release(self) -> None:
+        self.cache = None
+        for p in self.params.values():
+            p.data = torch.empty(0, dtype=self.dtype, device=self.device)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def resume(self) -> None:
+        for name, p in self.params.items():
+            p.data = torch.empty(self.local_shapes[name], dtype=self.dtype, device=self.device)
+        self._alloc_cache()

@@ -1,0 +1,99 @@
+"""Continuous-batching scheduler: which sequences run this step, and how many tokens each.
+
+Pure Python. Every step it (1) keeps every running sequence going (one decode token, or the
+next prefill chunk), preempting the newest running sequence by recompute when the KV cache
+is full, then (2) admits waiting sequences in arrival order while the running-sequence cap,
+the prefill-token budget and the free blocks allow.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from pivot.engine.block_manager import BlockManager
+from pivot.engine.sequence import Sequence, SeqStatus
+
+
+@dataclass
+class ScheduledSeq:
+    seq: Sequence
+    start: int
+    """First token position computed this step (== seq.num_computed)."""
+    num_tokens: int
+
+    @property
+    def samples(self) -> bool:
+        """Whether this chunk reaches the sequence's end, so a new token is sampled."""
+        return self.start + self.num_tokens == len(self.seq.token_ids)
+
+
+class Scheduler:
+    def __init__(self, blocks: BlockManager, max_running_seqs: int, max_prefill_tokens: int) -> None:
+        self.blocks = blocks
+        self.max_running_seqs = max_running_seqs
+        self.max_prefill_tokens = max_prefill_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = SeqStatus.WAITING
+        self.waiting.append(seq)
+
+    def sequences(self) -> list[Sequence]:
+        return self.running + list(self.waiting)
+
+    def remove(self, seq: Sequence) -> None:
+        """Drop `seq` (finished or aborted) and free its blocks."""
+        if seq.status is SeqStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SeqStatus.WAITING:
+            self.waiting.remove(seq)
+        self.blocks.free(seq.id)
+        seq.num_computed = 0
+
+    def schedule(self) -> list[ScheduledSeq]:
+        budget = self.max_prefill_tokens
+        plan: list[ScheduledSeq] = []
+        self.running.sort(key=lambda s: s.arrival)
+        i = 0
+        while i < len(self.running):
+            seq = self.running[i]
+            n = seq.num_uncomputed
+            if n > 1:  # unfinished prefill: next chunk
+                n = min(n, budget)
+                if n == 0:
+                    i += 1
+                    continue
+            if not self.blocks.ensure(seq.id, seq.num_computed + n):
+                self._preempt(self.running[-1])  # newest goes back to waiting, recomputed later
+                if seq.status is not SeqStatus.RUNNING:  # preempted itself
+                    break
+                continue
+            if n > 1 or seq.num_computed == 0:
+                budget -= n
+            plan.append(ScheduledSeq(seq, seq.num_computed, n))
+            i += 1
+        plan = [p for p in plan if p.seq.status is SeqStatus.RUNNING]
+        while self.waiting and len(self.running) < self.max_running_seqs and budget > 0:
+            seq = self.waiting[0]
+            n = min(seq.num_uncomputed, budget)
+            if not self.blocks.ensure(seq.id, seq.num_computed + n):
+                break
+            self.waiting.popleft()
+            seq.status = SeqStatus.RUNNING
+            self.running.append(seq)
+            plan.append(ScheduledSeq(seq, seq.num_computed, n))
+            budget -= n
+        return plan
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.blocks.free(seq.id)
+        seq.num_computed = 0
+        seq.status = SeqStatus.WAITING
+        self.waiting.appendleft(seq)
+
+    def free_tokens_for_admission(self) -> int:
+        """Free KV tokens left after the waiting sequences' prompts are placed."""
+        pending = sum(self.blocks.extra_blocks(s.id, len(s.token_ids)) for s in self.waiting)
+        return (self.blocks.num_free_blocks - pending) * self.blocks.block_size

@@ -1,0 +1,125 @@
+"""Records of the engine protocol (requests, outputs, stats) and the per-sequence state.
+
+Pure Python: the scheduler and the block manager work on these without torch.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    """0 means greedy."""
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 disables top-k."""
+    max_new_tokens: int = 256
+    """Cap on generated tokens, counting tokens generated before an abort."""
+    seed: int | None = None
+    """Per-request seed: sampling depends only on (seed, tokens generated so far)."""
+    stop: tuple[str, ...] = ()
+    """Stop strings (need the engine's tokenizer); the token completing one is kept."""
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature={self.temperature} must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p={self.top_p} must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError(f"SamplingParams.top_k={self.top_k} must be >= 0")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens={self.max_new_tokens} must be >= 1")
+        object.__setattr__(self, "stop", tuple(self.stop))
+
+
+@dataclass
+class Request:
+    """A sequence to generate; non-empty `output_ids` resumes an aborted one (re-prefill)."""
+
+    id: int
+    prompt_ids: list[int]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Output:
+    id: int
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_logprobs: list[float]
+    finish_reason: str
+    """`stop` (EOS or stop string) or `length` (max_new_tokens or the engine's max length)."""
+    weights_version: int
+
+
+class AbortResult(list):
+    """What `abort(ids)` returns: a list of partial Requests (re-add them anywhere to resume),
+    plus `unknown_ids`, the ids that were not in the engine (ignored)."""
+
+    def __init__(self, partials: list[Request], unknown_ids: list[int]) -> None:
+        super().__init__(partials)
+        self.unknown_ids = list(unknown_ids)
+
+    @property
+    def partials(self) -> list[Request]:
+        return list(self)
+
+
+@dataclass
+class EngineStats:
+    n_seq: int
+    """Unfinished sequences held by the engine (running and locally waiting)."""
+    n_tok: int
+    """Sum of their lengths (prompt + generated)."""
+    kv_free_tokens: int
+    kv_total_tokens: int
+    tokens_generated: int
+    """Tokens sampled by this engine since it was built."""
+    last_step_latency_s: float
+    weights_version: int
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Sequence:
+    """Mutable engine-side state of one request."""
+
+    id: int
+    token_ids: list[int]
+    """Prompt followed by generated tokens."""
+    prompt_len: int
+    params: SamplingParams
+    logprobs: list[float]
+    arrival: int
+    """Admission order; the scheduler preempts the newest first."""
+    num_computed: int = 0
+    """Tokens whose K/V are in the cache."""
+    status: SeqStatus = SeqStatus.WAITING
+    finish_reason: str | None = None
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.token_ids) - self.prompt_len
+
+    @property
+    def num_uncomputed(self) -> int:
+        return len(self.token_ids) - self.num_computed
+
+    def to_request(self) -> Request:
+        return Request(
+            id=self.id,
+            prompt_ids=self.token_ids[: self.prompt_len],
+            params=self.params,
+            output_ids=self.token_ids[self.prompt_len :],
+            output_logprobs=list(self.logprobs),
+        )
