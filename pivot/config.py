@@ -178,9 +178,16 @@ class TrainConfig:
     """Loss aggregation: token-level (DAPO) or sequence-level mean."""
     max_bad_steps: int = 3
     """Abort after this many consecutive steps with NaN/inf loss or gradients."""
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.999
+    """AdamW beta2."""
+    normalize_std: bool = True
+    """GRPO: divide each group's centred rewards by the group's std."""
 
     def __post_init__(self) -> None:
         _check(self.devices >= 0, "train.devices", self.devices, "must be >= 0")
+        _check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "train.beta1", (self.beta1, self.beta2), "betas must be in [0, 1)")
         _check(self.staleness >= 0, "train.staleness", self.staleness, "must be >= 0")
         for name in ("steps", "batch_prompts", "group_size", "micro_batch_tokens", "max_bad_steps"):
             _check(getattr(self, name) > 0, f"train.{name}", getattr(self, name), "must be > 0")

@@ -13,13 +13,16 @@ judge's text and returns a score in [0, 1] or None. Accepted (case-insensitive, 
 `Verdict:` or `Score:`): a number in [0, 1] ("1", "0.75"), a fraction or "x/10" form ("7/10" ->
 0.7), a percentage ("75%"), or a word (correct/yes/true/pass -> 1, incorrect/wrong/no/false/
 fail -> 0). Out-of-range numbers are unparsable. `GenRMScorer` maps unparsable verdicts to a
-fallback score and counts them. Total reward: R = w_v * R_verifiable + w_g * R_GenRM.
+fallback score and counts them. Total reward: R = w_v * R_verifiable + w_g * R_GenRM. Weights,
+fallback and template come from `pivot.config.RewardConfig`.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+
+from pivot.config import RewardConfig
 
 _ANSWER_LINE = re.compile(r"answer\s*:\s*([^\n]*)", re.IGNORECASE)
 _VERDICT = re.compile(
@@ -108,8 +111,9 @@ def _default_template() -> str:
 
 
 def judge_prompt(question: str, response: str, template: str | None = None) -> str:
-    """The GenRM's input: `template` with `{question}` and `{response}` filled in."""
-    template = _default_template() if template is None else template
+    """The GenRM's input: `template` with `{question}` and `{response}` filled in (None or ""
+    = the synthetic task's template)."""
+    template = template or _default_template()
     for field in ("{question}", "{response}"):
         if field not in template:
             raise ValueError(f"judge template must contain {field}: {template!r}")
@@ -142,35 +146,17 @@ def parse_verdict(text: str) -> float | None:
 
 
 @dataclass
-class RewardConfig:
-    """How rewards are combined (kept here until pivot/config.py grows an rl section)."""
-
-    w_verifiable: float = 1.0
-    """Weight of the verifiable (answer-check) reward."""
-    w_genrm: float = 1.0
-    """Weight of the GenRM (judge) reward."""
-    fallback_score: float = 0.0
-    """GenRM score given to a judge output with no parsable verdict."""
-    judge_template: str | None = None
-    """Judge prompt with {question} and {response}; None = pivot.rl.synthetic.JUDGE_TEMPLATE."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.fallback_score <= 1.0:
-            raise ValueError(f"RewardConfig.fallback_score={self.fallback_score} must be in [0, 1]")
-        if self.judge_template is not None:
-            judge_prompt("q", "r", self.judge_template)  # names the missing placeholder
-
-
-@dataclass
 class RewardStats:
     verdicts: int = 0
     unparsable_verdicts: int = 0
 
 
 class GenRMScorer:
-    """Turns judge outputs into scores, applying the fallback and counting unparsable ones."""
+    """Turns judge outputs into scores, applying the fallback and counting unparsable ones.
+    `config` is `pivot.config.RewardConfig` (judge_template, fallback_score, w_verifiable, w_genrm)."""
 
     def __init__(self, config: RewardConfig) -> None:
+        judge_prompt("q", "r", config.judge_template)  # a bad template fails here, naming the placeholder
         self.config = config
         self.stats = RewardStats()
 

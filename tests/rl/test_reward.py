@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
+from pivot.config import RewardConfig
 from pivot.rl import synthetic
 from pivot.rl.reward import (
     GenRMScorer,
-    RewardConfig,
     extract_answer,
     judge_prompt,
     normalize_answer,
@@ -81,7 +81,7 @@ def test_judge_prompt_uses_template() -> None:
     with pytest.raises(ValueError, match="response"):
         judge_prompt("Q", "R", "{question} only")
     with pytest.raises(ValueError, match="question"):
-        RewardConfig(judge_template="{response}")
+        GenRMScorer(RewardConfig(judge_template="{response}"))
 
 
 def test_scorer_fallback_counter_and_total() -> None:
