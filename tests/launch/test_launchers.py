@@ -1,0 +1,133 @@
+"""Launchers: syntax, the exact torchrun line each one renders, and the sbatch script's real
+(non-dry) path with `srun`/`scontrol` replaced by recording stand-ins."""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = ROOT / "launch" / "local.sh"
+SBATCH = ROOT / "launch" / "slurm" / "pivot.sbatch"
+BASH = shutil.which("bash") or "/bin/bash"
+FLAGS = ["--preset", "qwen2.5-7b+qwen3-30b-a3b", "--train.steps", "100"]
+
+
+def _run(script: Path, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PIVOT_", "NPROC", "GPUS_PER_NODE", "TORCHRUN"))}
+    return subprocess.run([BASH, str(script), *args], env={**base, **env}, capture_output=True, text=True, timeout=60)
+
+
+def _rendered(out: str) -> list[str]:
+    lines = [line for line in out.splitlines() if line.startswith("+ ")]
+    assert len(lines) == 1, out
+    return shlex.split(lines[0][2:])
+
+
+def _opt(cmd: list[str], name: str) -> str:
+    assert cmd.count(name) == 1, f"{name} in {cmd}"
+    return cmd[cmd.index(name) + 1]
+
+
+def _slurm_env(**extra: str) -> dict[str, str]:
+    env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu-a01,gpu-a02", "SLURM_NNODES": "2",
+           "SLURM_GPUS_ON_NODE": "8", "SLURM_SUBMIT_DIR": str(ROOT)}
+    return {**env, **extra}
+
+
+@pytest.mark.parametrize("script", [LOCAL, SBATCH], ids=["local.sh", "pivot.sbatch"])
+def test_bash_syntax(script: Path) -> None:
+    subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+def test_sbatch_renders_two_nodes_by_eight() -> None:
+    res = _run(SBATCH, FLAGS, _slurm_env(PIVOT_DRY_RUN="1"))
+    assert res.returncode == 0, res.stderr
+    cmd = _rendered(res.stdout)
+    assert cmd[0] == "srun" and "--ntasks-per-node=1" in cmd
+    tr = cmd.index("torchrun")
+    torchrun = cmd[tr:]
+    assert _opt(torchrun, "--nnodes") == "2"
+    assert _opt(torchrun, "--nproc-per-node") == "8"
+    assert _opt(torchrun, "--rdzv-backend") == "c10d"
+    assert _opt(torchrun, "--rdzv-endpoint") == "gpu-a01:29500"
+    assert _opt(torchrun, "--rdzv-id") == "4242"
+    assert "--max-restarts" not in torchrun
+    main = torchrun.index(str(ROOT / "pivot" / "main.py"))
+    assert torchrun[main + 1:] == FLAGS
+
+
+def test_sbatch_knobs() -> None:
+    env = _slurm_env(PIVOT_DRY_RUN="1", PIVOT_MAX_RESTARTS="3", PIVOT_RDZV_PORT="31000",
+                     SLURM_GPUS_PER_NODE="h200:4", SLURM_NNODES="3", SLURM_JOB_NODELIST="n7,n8,n9")
+    del env["SLURM_GPUS_ON_NODE"]
+    cmd = _rendered(_run(SBATCH, ["--train.steps", "1 0"], env).stdout)
+    assert _opt(cmd, "--max-restarts") == "3"
+    assert _opt(cmd, "--rdzv-endpoint") == "n7:31000"
+    assert _opt(cmd, "--nproc-per-node") == "4"
+    assert _opt(cmd, "--nnodes") == "3"
+    assert cmd[-2:] == ["--train.steps", "1 0"]
+
+
+def test_sbatch_needs_scontrol_for_compressed_nodelist(tmp_path: Path) -> None:
+    # An empty PATH hides any real scontrol; the dry path needs only bash builtins.
+    res = _run(SBATCH, [], _slurm_env(PIVOT_DRY_RUN="1", SLURM_JOB_NODELIST="gpu[01-02]", PATH=str(tmp_path)))
+    assert res.returncode != 0 and "scontrol" in res.stderr
+
+
+def test_sbatch_outside_slurm_fails_clearly() -> None:
+    res = _run(SBATCH, [], {})
+    assert res.returncode != 0 and "SLURM_JOB_ID" in res.stderr
+
+
+def _stub(path: Path, body: str) -> None:
+    path.write_text("#!/usr/bin/env bash\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def test_sbatch_real_path_calls_srun_once(tmp_path: Path) -> None:
+    """Not a dry run: scontrol expands a compressed list, srun receives the printed line."""
+    _stub(tmp_path / "scontrol", 'echo node-x17; echo node-x18\n')
+    record = tmp_path / "srun.args"
+    _stub(tmp_path / "srun", f'printf "%s\\n" srun "$@" > {shlex.quote(str(record))}\n')
+    env = _slurm_env(SLURM_JOB_NODELIST="node-x[17-18]", PATH=f"{tmp_path}:{os.environ['PATH']}")
+    (tmp_path / "pivot").mkdir()
+    (tmp_path / "pivot" / "main.py").write_text("")
+    env["PIVOT_ROOT"] = str(tmp_path)
+    res = _run(SBATCH, FLAGS, env)
+    assert res.returncode == 0, res.stderr
+    called = record.read_text().splitlines()
+    assert called == _rendered(res.stdout)
+    assert _opt(called, "--rdzv-endpoint") == "node-x17:29500"
+
+
+def test_local_renders(tmp_path: Path) -> None:
+    res = _run(LOCAL, FLAGS, {"NPROC": "2", "PIVOT_DRY_RUN": "1"})
+    assert res.returncode == 0, res.stderr
+    cmd = _rendered(res.stdout)
+    assert "--standalone" in cmd and _opt(cmd, "--nproc-per-node") == "2"
+    assert cmd[cmd.index(str(ROOT / "pivot" / "main.py")) + 1:] == FLAGS
+
+
+def test_local_default_nproc_follows_nvidia_smi(tmp_path: Path) -> None:
+    _stub(tmp_path / "nvidia-smi", 'for i in 0 1 2; do echo "GPU $i: NVIDIA H200 (UUID: GPU-$i)"; done\n')
+    path = f"{tmp_path}:{os.environ['PATH']}"
+    cmd = _rendered(_run(LOCAL, [], {"PIVOT_DRY_RUN": "1", "PATH": path}).stdout)
+    assert _opt(cmd, "--nproc-per-node") == "3"
+    _stub(tmp_path / "nvidia-smi", "exit 9\n")
+    cmd = _rendered(_run(LOCAL, [], {"PIVOT_DRY_RUN": "1", "PATH": path}).stdout)
+    assert _opt(cmd, "--nproc-per-node") == "4"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT / "pivot" / "main.py").exists(), reason="pivot/main.py not written yet")
+def test_local_runs_main_help() -> None:
+    """The launcher really starts torchrun and main.py (`--help` exits before any process group)."""
+    res = _run(LOCAL, ["--help"], {"NPROC": "1"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "--train.steps" in res.stdout
