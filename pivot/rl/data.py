@@ -1,0 +1,218 @@
+"""Prompt datasets in DAPO-Math format (parquet or jsonl) and a resumable, shuffling cursor.
+
+A row holds a prompt (plain text, or chat messages `[{"role", "content"}, ...]`) and a
+ground-truth answer. Field names come from `pivot.config.DataConfig`; dots reach into nested
+fields, so DAPO's `reward_model.ground_truth` and a flat `ground_truth` both work: the
+configured `answer_key` is tried first, then `reward_model.ground_truth`, then `ground_truth`.
+
+Chat prompts are kept as messages (for a tokenizer with a chat template) and also rendered to
+text: a lone user message is its content verbatim (what the tiny tokenizer expects), several
+messages are joined as "role: content" lines.
+
+Rows with a missing field, a wrong type or broken JSON are skipped and counted in
+`DataStats`; a dataset with no valid row is an error. With `path` empty, the built-in
+synthetic arithmetic set (`pivot.rl.synthetic`, the one the tiny models learn) is used.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pivot.config import DataConfig
+
+_ANSWER_FALLBACKS = ("reward_model.ground_truth", "ground_truth")
+
+
+@dataclass
+class Prompt:
+    id: int
+    """Row index in the dataset: stable across epochs and resumes."""
+    text: str
+    """The prompt as text (chat messages rendered, see the module docstring)."""
+    ground_truth: str
+    messages: list[dict[str, str]] | None = None
+    """The original chat messages, None for a plain-text prompt."""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Prompt:
+        return cls(**d)
+
+
+@dataclass
+class DataStats:
+    rows: int = 0
+    valid: int = 0
+    bad_json: int = 0
+    missing_prompt: int = 0
+    missing_answer: int = 0
+    bad_type: int = 0
+    first_error: str = ""
+    """The first skipped row's reason, for the log."""
+
+    @property
+    def skipped(self) -> int:
+        return self.rows - self.valid
+
+
+@dataclass
+class PromptDataset:
+    prompts: list[Prompt]
+    stats: DataStats = field(default_factory=DataStats)
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+def _get(row: dict[str, Any], dotted: str) -> Any:
+    value: Any = row
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def render_messages(messages: list[dict[str, str]]) -> str:
+    if len(messages) == 1 and messages[0]["role"] == "user":
+        return messages[0]["content"]
+    return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+
+def parse_row(row: Any, index: int, config: DataConfig) -> Prompt | tuple[str, str]:
+    """A `Prompt`, or (counter name, reason) when the row must be skipped."""
+    where = f"row {index}"
+    if not isinstance(row, dict):
+        return "bad_type", f"{where}: not an object"
+    prompt = _get(row, config.prompt_key)
+    if prompt is None:
+        return "missing_prompt", f"{where}: no field {config.prompt_key!r}"
+    keys = [config.answer_key] + [k for k in _ANSWER_FALLBACKS if k != config.answer_key]
+    answer = next((a for a in (_get(row, k) for k in keys) if a is not None), None)
+    if answer is None:
+        return "missing_answer", f"{where}: no field {config.answer_key!r}"
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+        return "bad_type", f"{where}: answer has type {type(answer).__name__}"
+    messages = None
+    if isinstance(prompt, str):
+        text = prompt
+    elif isinstance(prompt, list) and prompt and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
+    ):
+        messages = [{"role": m["role"], "content": m["content"]} for m in prompt]
+        text = render_messages(messages)
+    else:
+        return "bad_type", f"{where}: prompt is neither text nor a list of {{role, content}} messages"
+    if not text.strip():
+        return "missing_prompt", f"{where}: empty prompt"
+    return Prompt(id=index, text=text, ground_truth=str(answer).strip(), messages=messages)
+
+
+def rows_to_dataset(rows: list[Any], config: DataConfig, source: str) -> PromptDataset:
+    stats = DataStats(rows=len(rows))
+    prompts: list[Prompt] = []
+    for i, row in enumerate(rows):
+        if row is _BAD_JSON:
+            stats.bad_json += 1
+            stats.first_error = stats.first_error or f"row {i}: not valid JSON"
+            continue
+        parsed = parse_row(row, i, config)
+        if isinstance(parsed, Prompt):
+            prompts.append(parsed)
+            continue
+        counter, reason = parsed
+        setattr(stats, counter, getattr(stats, counter) + 1)
+        stats.first_error = stats.first_error or reason
+    stats.valid = len(prompts)
+    if not prompts:
+        raise ValueError(
+            f"{source}: no valid row among {stats.rows} (prompt_key={config.prompt_key!r}, "
+            f"answer_key={config.answer_key!r}); first problem: {stats.first_error or 'the file is empty'}"
+        )
+    return PromptDataset(prompts, stats, source)
+
+
+_BAD_JSON = object()
+
+
+def _read_rows(path: Path) -> list[Any]:
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset {path}: no such file")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    if path.suffix in (".jsonl", ".json"):
+        rows: list[Any] = []
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                rows.append(_BAD_JSON)
+        return rows
+    raise ValueError(f"dataset {path}: unknown format {path.suffix!r} (use .parquet or .jsonl)")
+
+
+def synthetic_dataset(config: DataConfig, seed: int = 0) -> PromptDataset:
+    from pivot.rl import synthetic  # lazy: only the embedded default needs it
+
+    problems = synthetic.generate_problems(config.synthetic_size, seed, config.min_digits, config.max_digits)
+    return rows_to_dataset(synthetic.to_rows(problems), DataConfig(), f"synthetic(seed={seed})")
+
+
+def load_dataset(config: DataConfig, seed: int = 0) -> PromptDataset:
+    """The dataset at `config.path`, or the synthetic set (seeded by `seed`) when it is empty."""
+    if not config.path:
+        return synthetic_dataset(config, seed)
+    path = Path(config.path)
+    return rows_to_dataset(_read_rows(path), config, str(path))
+
+
+class PromptCursor:
+    """Walks a dataset in a fresh seeded permutation each epoch; resumable from `state_dict`."""
+
+    def __init__(self, dataset: PromptDataset, seed: int = 0, shuffle: bool = True) -> None:
+        self.dataset = dataset
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+        self.index = 0
+        self._order = self._permutation(0)
+
+    def _permutation(self, epoch: int) -> list[int]:
+        order = list(range(len(self.dataset)))
+        if self.shuffle:
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def next_batch(self, n: int) -> list[Prompt]:
+        """The next `n` prompts, rolling into the next epoch (reshuffled) when one runs out."""
+        out: list[Prompt] = []
+        while len(out) < n:
+            if self.index >= len(self._order):
+                self.epoch += 1
+                self.index = 0
+                self._order = self._permutation(self.epoch)
+            out.append(self.dataset.prompts[self._order[self.index]])
+            self.index += 1
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "index": self.index, "seed": self.seed, "shuffle": self.shuffle, "size": len(self.dataset)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["size"] != len(self.dataset):
+            raise ValueError(f"cursor state is for a dataset of {state['size']} prompts, this one has {len(self.dataset)}")
+        self.seed, self.shuffle = int(state["seed"]), bool(state["shuffle"])
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+        self._order = self._permutation(self.epoch)
+
+
+def stats_dict(stats: DataStats) -> dict[str, Any]:
+    """Metrics form of `DataStats` (with the derived `skipped`)."""
+    return {**asdict(stats), "skipped": stats.skipped}
