@@ -1,0 +1,113 @@
+"""Per-replica throughput model (paper §6.1, Appendix A).
+
+    latency(N_seq, N_tok) = A * N_tok + max(B, C * N_seq) + D       (seconds per decode step)
+    T                     = N_seq / latency                           (tokens per second)
+    dT(l)                 = (N_seq + 1) / latency(N_seq + 1, N_tok + l) - T
+
+`A` prices the KV-cache reads of attention, `max(B, C * N_seq)` the FFN (weight loading vs
+compute bound) and `D` the rest. `ThroughputModel.fit` recovers A, B, C, D from profiled
+(n_seq, n_tok, latency) samples; it is pure Python (least squares over the knee n* = B / C).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputModel:
+    """Constants of the decode-latency model; all must be finite and >= 0."""
+
+    A: float
+    B: float
+    C: float
+    D: float
+
+    def __post_init__(self) -> None:
+        for name in ("A", "B", "C", "D"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"ThroughputModel.{name} must be finite and >= 0, got {value!r}")
+        if self.B + self.D <= 0 and self.C <= 0:
+            raise ValueError("ThroughputModel needs B + D > 0 or C > 0 (latency would be 0)")
+
+    def latency(self, n_seq: int, n_tok: int) -> float:
+        """Seconds per decode step with `n_seq` running sequences holding `n_tok` tokens."""
+        return self.A * n_tok + max(self.B, self.C * n_seq) + self.D
+
+    def throughput(self, n_seq: int, n_tok: int) -> float:
+        """Generated tokens per second; 0 when no sequence runs."""
+        if n_seq <= 0:
+            return 0.0
+        return n_seq / self.latency(n_seq, n_tok)
+
+    def gain(self, n_seq: int, n_tok: int, seq_len: int) -> float:
+        """The paper's dT: throughput change from adding one sequence of length `seq_len`."""
+        return (n_seq + 1) / self.latency(n_seq + 1, n_tok + seq_len) - self.throughput(n_seq, n_tok)
+
+    @classmethod
+    def fit(cls, samples: Iterable[Sequence[float]]) -> "ThroughputModel":
+        """Least-squares fit of A, B, C, D to (n_seq, n_tok, latency) triples.
+
+        For a fixed knee k the model is linear: latency = A*n_tok + C*max(k, n_seq) + D with
+        B = C*k. We try every observed n_seq as the knee (plus 0, a purely linear FFN term),
+        refine around the best one by golden-section search, and keep the least squared error.
+        """
+        rows = [tuple(float(v) for v in s) for s in samples]
+        for i, row in enumerate(rows):
+            if len(row) != 3:
+                raise ValueError(f"fit: sample {i} must be (n_seq, n_tok, latency), got {row!r}")
+            if row[0] < 1 or row[1] < 0 or row[2] <= 0 or not all(map(math.isfinite, row)):
+                raise ValueError(f"fit: sample {i} has invalid values {row!r}")
+        if len(rows) < 3:
+            raise ValueError(f"fit: need at least 3 samples, got {len(rows)}")
+        knees = sorted({0.0, *(r[0] for r in rows)})
+        best = min((_fit_at_knee(rows, k) for k in knees), key=lambda f: f[0])
+        i = knees.index(best[4])
+        lo, hi = knees[max(i - 1, 0)], knees[min(i + 1, len(knees) - 1)]
+        best = min(best, _golden(rows, lo, hi), key=lambda f: f[0])
+        _, a, c, d, k = best
+        return cls(A=max(a, 0.0), B=max(c * k, 0.0), C=max(c, 0.0), D=max(d, 0.0))
+
+
+def _fit_at_knee(rows: list[tuple[float, ...]], knee: float) -> tuple[float, float, float, float, float]:
+    """(sse, A, C, D, knee) of the linear least squares with feature max(knee, n_seq)."""
+    xs = [(r[1], max(knee, r[0]), 1.0) for r in rows]
+    ys = [r[2] for r in rows]
+    coef = _lstsq3(xs, ys)
+    sse = sum((sum(c * x for c, x in zip(coef, xr)) - y) ** 2 for xr, y in zip(xs, ys))
+    return sse, coef[0], coef[1], coef[2], knee
+
+
+def _golden(rows: list[tuple[float, ...]], lo: float, hi: float) -> tuple[float, float, float, float, float]:
+    """Golden-section search of the knee in [lo, hi] (SSE is smooth between observed n_seq)."""
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    for _ in range(40):
+        c, d = b - g * (b - a), a + g * (b - a)
+        if _fit_at_knee(rows, c)[0] <= _fit_at_knee(rows, d)[0]:
+            b = d
+        else:
+            a = c
+    return _fit_at_knee(rows, (a + b) / 2)
+
+
+def _lstsq3(xs: list[tuple[float, float, float]], ys: list[float]) -> list[float]:
+    """Solve the 3x3 normal equations (with a tiny ridge so degenerate columns stay finite)."""
+    m = [[sum(x[i] * x[j] for x in xs) for j in range(3)] for i in range(3)]
+    v = [sum(x[i] * y for x, y in zip(xs, ys)) for i in range(3)]
+    for i in range(3):
+        m[i][i] += 1e-12 * (m[i][i] + 1.0)
+    for col in range(3):  # Gaussian elimination with partial pivoting
+        piv = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        m[col], m[piv], v[col], v[piv] = m[piv], m[col], v[piv], v[col]
+        for r in range(col + 1, 3):
+            f = m[r][col] / m[col][col]
+            for j in range(col, 3):
+                m[r][j] -= f * m[col][j]
+            v[r] -= f * v[col]
+    out = [0.0, 0.0, 0.0]
+    for i in (2, 1, 0):
+        out[i] = (v[i] - sum(m[i][j] * out[j] for j in range(i + 1, 3))) / m[i][i]
+    return out
