@@ -1,0 +1,113 @@
+"""NIXL (UCX) point-to-point transfers between hosts, metadata exchanged through a c10d Store.
+
+Each process owns one agent. A host's buffer is served by the agent of the process that created
+it (local rank 0): it registers the shm mapping and publishes its agent metadata and descriptors
+under a store key. Readers and writers on other hosts look the key up once, add the remote
+agent, and post one-sided READ / WRITE transfers of (address, length) runs.
+"""
+from __future__ import annotations
+
+import pickle
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class RemoteBuffer:
+    """What a peer needs to reach a served buffer."""
+
+    agent: str
+    metadata: bytes
+    addr: int
+    size: int
+    descs: bytes  # serialized NIXL descriptor list of the whole buffer
+
+
+def _mem_type(t: torch.Tensor) -> str:
+    return "DRAM" if t.device.type == "cpu" else "VRAM"
+
+
+def _dev_id(t: torch.Tensor) -> int:
+    return 0 if t.device.type == "cpu" else t.device.index or 0
+
+
+class NixlLink:
+    """One process's NIXL agent."""
+
+    def __init__(self, name: str, kv: dist.Store, timeout_s: float = 60.0) -> None:
+        from nixl_cu12._api import nixl_agent, nixl_agent_config  # heavy; only when remote is used
+
+        self.name = name
+        self.kv = kv
+        self.timeout_s = timeout_s
+        self.agent = nixl_agent(name, nixl_agent_config(backends=["UCX"]))
+        self._peers: dict[str, str] = {}
+        self._remote: dict[str, RemoteBuffer] = {}
+        self._regs: dict[tuple[int, int], object] = {}
+
+    # registration ------------------------------------------------------------------------
+    def register(self, t: torch.Tensor) -> None:
+        """Register `t`'s memory once (cached by address and size)."""
+        key = (t.data_ptr(), t.numel() * t.element_size())
+        if key not in self._regs:
+            self._regs[key] = self.agent.register_memory(t.reshape(-1).view(torch.uint8))
+
+    def serve(self, key: str, buf: torch.Tensor) -> None:
+        """Register `buf` and publish how to reach it under store key `key`."""
+        self.register(buf)
+        descs = self.agent.get_serialized_descs(self.agent.get_xfer_descs(buf))
+        info = RemoteBuffer(self.name, self.agent.get_agent_metadata(), buf.data_ptr(),
+                            buf.numel() * buf.element_size(), descs)
+        self.kv.set(key, pickle.dumps(info))
+
+    def remote(self, key: str) -> RemoteBuffer:
+        info = self._remote.get(key)
+        if info is None:
+            info = self._remote[key] = pickle.loads(self.kv.get(key))
+            if self.agent.deserialize_descs(info.descs).descCount() != 1:
+                raise RuntimeError(f"NIXL: buffer {key!r} must be served as one region")
+            if info.agent not in self._peers:
+                self._peers[info.agent] = self.agent.add_remote_agent(info.metadata)
+        return info
+
+    # transfers ---------------------------------------------------------------------------
+    def unregister(self, t: torch.Tensor) -> None:
+        reg = self._regs.pop((t.data_ptr(), t.numel() * t.element_size()), None)
+        if reg is not None:
+            self.agent.deregister_memory(reg)
+
+    def transfer(self, op: str, like: torch.Tensor, key: str,
+                 pieces: list[tuple[int, int, int]]) -> None:
+        """`op` "READ" (remote -> local) or "WRITE" (local -> remote) of byte runs
+        (local address, remote offset, length); local memory (on `like`'s device) must be
+        registered."""
+        if not pieces:
+            return
+        info = self.remote(key)
+        base, mem, dev = 0, _mem_type(like), _dev_id(like)
+        for lo, ro, n in pieces:
+            if ro + n > info.size:
+                raise ValueError(f"NIXL {op}: remote range [{ro}, {ro + n}) outside buffer {key!r}")
+        local_d = self.agent.get_xfer_descs([(base + lo, n, dev) for lo, _, n in pieces], mem)
+        remote_d = self.agent.get_xfer_descs([(info.addr + ro, n, 0) for _, ro, n in pieces], "DRAM")
+        handle = self.agent.initialize_xfer(op, local_d, remote_d, self._peers[info.agent])
+        try:
+            state = self.agent.transfer(handle)
+            deadline = time.monotonic() + self.timeout_s
+            while state != "DONE":
+                if state == "ERR" or time.monotonic() > deadline:
+                    raise RuntimeError(f"NIXL {op} with {info.agent} for {key!r} failed ({state})")
+                state = self.agent.check_xfer_state(handle)
+        finally:
+            self.agent.release_xfer_handle(handle)
+
+    def close(self) -> None:
+        for reg in self._regs.values():
+            self.agent.deregister_memory(reg)
+        self._regs.clear()
+        for peer in self._peers.values():
+            self.agent.remove_remote_agent(peer)
+        self._peers.clear()
