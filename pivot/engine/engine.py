@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from pivot.engine.block_manager import BlockManager
-from pivot.engine.config import EngineConfig
+from pivot.engine.config import ATTENTIONS, EngineConfig
 from pivot.engine.model_runner import ModelRunner
 from pivot.engine.sampler import sample
 from pivot.engine.scheduler import Scheduler
@@ -38,12 +38,20 @@ class Engine:
         tp_group: dist.ProcessGroup | None = None,
         tokenizer: TextTokenizer | None = None,
         weights_version: int = 0,
+        attention: str = "sdpa",
+        seed: int = 0,
     ) -> None:
         self.config = config = config or EngineConfig()
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention={attention!r} is not one of {ATTENTIONS}")
+        if config.kv_capacity_tokens < config.block_size:
+            raise ValueError(
+                f"engine.kv_capacity_tokens={config.kv_capacity_tokens} is less than one block ({config.block_size})"
+            )
         self.args = model.args
         self.tokenizer = tokenizer
         num_blocks = config.kv_capacity_tokens // config.block_size
-        self.runner = ModelRunner(model, num_blocks, config.block_size, config.attention, tp_group)
+        self.runner = ModelRunner(model, num_blocks, config.block_size, attention, tp_group)
         self.blocks = BlockManager(num_blocks, config.block_size)
         self.scheduler = Scheduler(self.blocks, config.max_running_seqs, config.max_prefill_tokens)
         self.max_len = min(self.args.max_position_embeddings, self.blocks.total_tokens)
@@ -51,7 +59,7 @@ class Engine:
         if tokenizer is not None:
             eos.add(tokenizer.eos_id)
         self.eos_ids = frozenset(eos)
-        self.generator = torch.Generator(device=self.runner.device).manual_seed(config.seed)
+        self.generator = torch.Generator(device=self.runner.device).manual_seed(seed)
         self._seqs: dict[int, Sequence] = {}
         self._arrivals = 0
         self._version = weights_version
@@ -66,18 +74,28 @@ class Engine:
         config: EngineConfig | None = None,
         tp_group: dist.ProcessGroup | None = None,
         tokenizer: TextTokenizer | None = None,
+        *,
+        dtype: str = "float32",
+        attention: str = "sdpa",
+        device: str = "cpu",
+        seed: int = 0,
     ):
-        """Load a HF-layout model folder; `config.backend == 'sglang'` returns the adapter."""
+        """Load a HF-layout model folder; `config.backend == 'sglang'` returns the adapter.
+
+        `dtype` and `attention` are `ModelConfig`'s; `device` is this rank's device;
+        `seed` seeds sampling for requests without a seed of their own.
+        """
         config = config or EngineConfig()
         if config.backend == "sglang":
             from pivot.engine.sglang_adapter import SglangEngine
 
-            return SglangEngine.from_pretrained(path, config, tp_group=tp_group, tokenizer=tokenizer)
-        dtype = getattr(torch, config.dtype)
-        model = load_model(path, dtype=dtype, device=config.device)
+            return SglangEngine.from_pretrained(
+                path, config, tp_group=tp_group, tokenizer=tokenizer, dtype=dtype, attention=attention, seed=seed
+            )
+        model = load_model(path, dtype=getattr(torch, dtype), device=device)
         if tokenizer is None and (Path(path) / "tokenizer.json").is_file():
             tokenizer = TextTokenizer.from_pretrained(path)
-        return cls(model, config, tp_group=tp_group, tokenizer=tokenizer)
+        return cls(model, config, tp_group=tp_group, tokenizer=tokenizer, attention=attention, seed=seed)
 
     # ---- requests --------------------------------------------------------------------------
     def add(self, request: Request) -> None:
