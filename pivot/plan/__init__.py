@@ -1,0 +1,30 @@
+"""The planner (pure Python): snapshot in, `ShiftPlan` out. See planner.py for the steps."""
+from pivot.plan.candidates import Candidate, build_candidates
+from pivot.plan.evaluate import CandidateEvaluator, benefit, overall_throughput
+from pivot.plan.pairs import ShiftPair, build_pairs, choose_up_role, training_pair
+from pivot.plan.planner import Planner, PivotPlanner, PlanTimings, ShiftPlan, make_planner
+from pivot.plan.snapshot import ClusterSnapshot
+from pivot.plan.strategies import RuleBasedPlanner, StaticPlanner
+from pivot.sched.records import INFERENCE_ROLES, Role
+
+__all__ = [
+    "INFERENCE_ROLES",
+    "Candidate",
+    "CandidateEvaluator",
+    "ClusterSnapshot",
+    "PivotPlanner",
+    "PlanTimings",
+    "Planner",
+    "Role",
+    "RuleBasedPlanner",
+    "ShiftPair",
+    "ShiftPlan",
+    "StaticPlanner",
+    "benefit",
+    "build_candidates",
+    "build_pairs",
+    "choose_up_role",
+    "make_planner",
+    "overall_throughput",
+    "training_pair",
+]

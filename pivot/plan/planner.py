@@ -1,0 +1,108 @@
+"""The planner (paper §7): `Planner.plan(snapshot) -> ShiftPlan | None`, run on rank 0 and in sim/.
+
+`PivotPlanner` runs the five steps: (1) shift-up role, (2) shift pairs with penalties,
+(3) candidates by Algorithm 1, (4) benefit by migration simulation, (5) the largest positive
+benefit, or no shift. Training shifts up as a whole and only when its batch is ready: that
+shift is mandatory (the step cannot run otherwise), so it is returned whatever its benefit.
+The ablations are flags of the same planner: `no_throughput_model` (T_i is 1 for a busy
+replica, else 0) and `no_migration` (shift-up simulation stops after draining the queue).
+`make_planner(cfg)` picks pivot / static / rule_based (strategies.py). Every planner keeps
+the phase timings of its last call in `last_timings`, also when it returns None.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pivot.config import PlannerConfig
+from pivot.plan.candidates import Candidate, build_candidates
+from pivot.plan.evaluate import CandidateEvaluator, benefit
+from pivot.plan.pairs import build_pairs, choose_up_role, replica_rates, training_pair
+from pivot.plan.snapshot import ClusterSnapshot
+from pivot.sched.records import INFERENCE_ROLES, Role, SeqState
+
+
+@dataclass(frozen=True)
+class PlanTimings:
+    """Seconds spent in each planner phase (the paper's Table 2 split)."""
+
+    preprocess_s: float = 0.0
+    construct_s: float = 0.0
+    simulate_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.preprocess_s + self.construct_s + self.simulate_s
+
+
+@dataclass(frozen=True)
+class ShiftPlan:
+    up_role: Role | None
+    """Role gaining devices; None when several roles gain (the static split)."""
+    up: tuple[int, ...]
+    """Slot ids to shift up."""
+    down: tuple[int, ...]
+    """Replica ids to shift down first (any role, the training slot included)."""
+    benefit: float
+    penalty: float
+    timings: PlanTimings
+    num_candidates: int = 1
+
+
+class Planner:
+    """Interface: `plan(snapshot)` returns a `ShiftPlan`, or None to keep the allocation."""
+
+    last_timings: PlanTimings = PlanTimings()
+
+    def plan(self, snap: ClusterSnapshot) -> ShiftPlan | None:
+        raise NotImplementedError
+
+
+class PivotPlanner(Planner):
+    def __init__(self, cfg: PlannerConfig, priority: Callable[[SeqState], Any] | None = None) -> None:
+        self.cfg, self.priority = cfg, priority
+        self.last_candidates: list[tuple[Candidate, float]] = []  # (candidate, benefit), for inspection
+
+    def plan(self, snap: ClusterSnapshot) -> ShiftPlan | None:
+        cfg, binary = self.cfg, self.cfg.no_throughput_model
+        t0 = time.perf_counter()
+        scheds = {r: snap.scheduler(r, self.priority, migrate=not cfg.no_migration) for r in INFERENCE_ROLES}
+        rates = replica_rates(snap, scheds, binary)
+        up_role = choose_up_role(snap, scheds, binary)
+        pairs = []
+        if up_role == Role.TRAIN:
+            pairs = [training_pair(snap, rates, cfg.tau_shift_s)]
+        elif up_role is not None:
+            pairs = build_pairs(snap, up_role, rates, cfg.tau_shift_s)
+        t1 = time.perf_counter()
+        cands = build_candidates(pairs, sum(len(p.up) for p in pairs))
+        t2 = time.perf_counter()
+        scored: list[tuple[Candidate, float]] = []
+        if cands:
+            ev = CandidateEvaluator(snap, scheds, binary)
+            scored = [(c, benefit(cfg.horizon_s, ev.throughput_after(c), ev.current, c.penalty)) for c in cands]
+        t3 = time.perf_counter()
+        self.last_timings = PlanTimings(t1 - t0, t2 - t1, t3 - t2)
+        self.last_candidates = scored
+        best: tuple[Candidate, float] | None = None
+        for c, b in scored:  # ascending k: on equal benefit the smaller shift wins
+            if (up_role == Role.TRAIN or b > 0) and (best is None or b > best[1]):
+                best = (c, b)
+        if best is None:
+            return None
+        c, b = best
+        return ShiftPlan(up_role, c.up, c.down, b, c.penalty, self.last_timings, len(cands))
+
+
+def make_planner(cfg: PlannerConfig, priority: Callable[[SeqState], Any] | None = None) -> Planner:
+    """The planner named by `cfg.strategy` ("pivot", "static", "rule_based")."""
+    from pivot.plan.strategies import RuleBasedPlanner, StaticPlanner
+
+    if cfg.strategy == "pivot":
+        return PivotPlanner(cfg, priority)
+    if cfg.strategy == "static":
+        return StaticPlanner(cfg)
+    if cfg.strategy == "rule_based":
+        return RuleBasedPlanner(cfg)
+    raise ValueError(f"planner.strategy={cfg.strategy!r}: expected pivot, static or rule_based")

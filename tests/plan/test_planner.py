@@ -1,0 +1,127 @@
+"""The five-step planner: Figure 8, the no-positive-benefit rule, training, ablations."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pivot.config import PlannerConfig
+from pivot.plan import (
+    ClusterSnapshot,
+    PivotPlanner,
+    Role,
+    build_pairs,
+    choose_up_role,
+    make_planner,
+    overall_throughput,
+)
+from pivot.plan.pairs import replica_rates
+from pivot.sched import Replica, SeqState, ThroughputModel
+
+from tests.plan.fig8 import TRAIN_ID, figure8
+
+
+def scheds_of(snap: ClusterSnapshot) -> dict:
+    return {r: snap.scheduler(r) for r in ("rollout", "reward")}
+
+
+def test_figure8_pairs_and_candidates_in_paper_order() -> None:
+    snap = figure8()
+    scheds = scheds_of(snap)
+    assert choose_up_role(snap, scheds) == Role.REWARD
+    rates = replica_rates(snap, scheds, binary=False)
+    pairs = build_pairs(snap, Role.REWARD, rates, tau_shift=3.0)
+    # one 8-GPU training->reward pair, then two 4-GPU rollout->reward pairs, by penalty
+    assert [(p.up, p.down) for p in pairs] == [
+        ((106, 107), (TRAIN_ID,)),
+        ((104,), (16, 17, 18, 19)),
+        ((105,), (20, 21, 22, 23)),
+    ]
+    assert pairs[0].penalty == 0.0 < pairs[1].penalty < pairs[2].penalty
+    planner = PivotPlanner(PlannerConfig())
+    plan = planner.plan(snap)
+    cands = [c for c, _ in planner.last_candidates]
+    # the paper's three candidates (k = 2, 3, 4), preceded by k = 1 which Algorithm 1 also yields
+    assert [(c.up, c.down) for c in cands[1:]] == [
+        ((106, 107), (TRAIN_ID,)),
+        ((106, 107, 104), (16, 17, 18, 19, TRAIN_ID)),
+        ((106, 107, 104, 105), tuple(range(16, 24)) + (TRAIN_ID,)),
+    ]
+    penalties = [c.penalty for c in cands]
+    assert penalties == sorted(penalties) and penalties[1] == 0.0
+    assert penalties[2] == pytest.approx(pairs[1].penalty)
+    assert penalties[3] == pytest.approx(pairs[1].penalty + pairs[2].penalty)
+    assert plan is not None and plan.up_role == Role.REWARD and plan.benefit > 0
+    assert plan.benefit == max(b for _, b in planner.last_candidates)
+    assert planner.last_timings.total_s > 0
+
+
+def test_training_goes_up_when_batch_ready() -> None:
+    snap = figure8()
+    down = ClusterSnapshot(
+        snap.replicas, snap.active - {TRAIN_ID}, snap.running, snap.queues, train_batch_ready=True
+    )
+    plan = make_planner(PlannerConfig()).plan(down)
+    assert plan is not None and plan.up_role == Role.TRAIN and plan.up == (TRAIN_ID,)
+    assert plan.down == ()  # its pool is idle in this snapshot
+
+
+def test_harmonic_mean() -> None:
+    assert overall_throughput(100, 50.0, 300, 100.0) == pytest.approx(400 / (2 + 3))
+    assert overall_throughput(0, 0.0, 10, 5.0) == pytest.approx(5.0)
+    assert overall_throughput(5, 0.0, 10, 5.0) == 0.0
+    assert overall_throughput(0, 0.0, 0, 0.0) == 0.0
+
+
+def test_ablations_run() -> None:
+    for cfg in (PlannerConfig(no_throughput_model=True), PlannerConfig(no_migration=True)):
+        planner = make_planner(cfg)
+        planner.plan(figure8())
+        assert planner.last_timings.total_s > 0
+
+
+MODEL = ThroughputModel(A=1e-6, B=0.01, C=2e-4, D=0.005)
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> ClusterSnapshot:
+    """8 GPUs: rollout slots of 1 GPU, reward slots of 2, a 4-GPU training pool."""
+    slots = [Replica(i, "rollout", (i,), 3000, MODEL) for i in range(8)]
+    slots += [Replica(10 + i, "reward", (2 * i, 2 * i + 1), 6000, MODEL) for i in range(4)]
+    slots.append(Replica(20, "train", (4, 5, 6, 7)))
+    owner = draw(st.lists(st.sampled_from(["rollout", "reward", "idle"]), min_size=4, max_size=4))
+    train_on = draw(st.booleans())
+    active: set[int] = {20} if train_on else set()
+    for g, who in enumerate(owner):  # GPU pairs (2g, 2g+1)
+        if train_on and g >= 2:
+            continue
+        if who == "rollout":
+            active |= {2 * g, 2 * g + 1}
+        elif who == "reward":
+            active.add(10 + g)
+    running, sid = {}, 0
+    for rid in sorted(active - {20}):
+        n = draw(st.integers(0, 6))
+        running[rid] = tuple(SeqState(sid + j, draw(st.integers(10, 400))) for j in range(n))
+        sid += n
+    queues = {}
+    for role in ("rollout", "reward"):
+        n = draw(st.integers(0, 12))
+        queues[role] = tuple(SeqState(sid + j, draw(st.integers(10, 900))) for j in range(n))
+        sid += n
+    return ClusterSnapshot(tuple(slots), frozenset(active), running, queues, train_batch_ready=draw(st.booleans()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshots(), st.floats(0.01, 100), st.floats(0, 50))
+def test_no_shift_when_no_benefit_is_positive(snap: ClusterSnapshot, horizon: float, tau: float) -> None:
+    planner = PivotPlanner(PlannerConfig(horizon_s=horizon, tau_shift_s=tau))
+    plan = planner.plan(snap)
+    benefits = [b for _, b in planner.last_candidates]
+    if plan is None:
+        assert all(b <= 0 for b in benefits)
+    elif plan.up_role != Role.TRAIN:
+        assert plan.benefit > 0 and plan.benefit == max(benefits)
+        held = snap.holders()
+        for u in plan.up:  # every device of a shift-up slot is idle or freed by the plan
+            assert all(held.get(d) in (None, *plan.down) for d in snap.by_id[u].devices)
