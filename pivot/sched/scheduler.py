@@ -31,7 +31,7 @@ _REL_EPS = 1e-12  # a migration must raise Σ T_i by more than float noise
 class _Rep:
     """Mutable load of one replica slot (internal)."""
 
-    __slots__ = ("rid", "A", "B", "C", "D", "cap", "n", "tok", "thr", "ver", "active", "seqs")
+    __slots__ = ("rid", "A", "B", "C", "D", "cap", "n", "tok", "thr", "ver", "active", "seqs", "n1", "base", "free")
 
     def __init__(self, spec: Replica, active: bool) -> None:
         m = spec.model
@@ -40,10 +40,15 @@ class _Rep:
         self.n = self.tok = self.ver = 0
         self.thr = 0.0
         self.seqs: dict[int, int] = {}  # seq id -> length held on this replica
+        self.refresh()
 
     def refresh(self) -> None:
-        n = self.n
-        self.thr = n / (self.A * self.tok + max(self.B, self.C * n) + self.D) if n else 0.0
+        """Recompute T_i and the dispatch terms: dT(l) = n1 / (base + A*l) - thr if free >= l."""
+        n, a_tok = self.n, self.A * self.tok
+        self.thr = n / (a_tok + max(self.B, self.C * n) + self.D) if n else 0.0
+        self.n1 = n + 1
+        self.base = a_tok + max(self.B, self.C * self.n1) + self.D
+        self.free = self.cap - self.tok
         self.ver += 1
 
 
@@ -133,7 +138,7 @@ class ShiftAwareScheduler:
                 setattr(c, k, getattr(r, k))
             c.seqs = dict(r.seqs)
             new._reps[rid] = c
-        new._seqs = {k: SeqState(s.seq_id, s.prompt_len, s.generated) for k, s in self._seqs.items()}
+        new._seqs = dict(self._seqs)  # SeqState objects are shared: on_progress replaces, never mutates
         new._where, new._qver, new._queue = dict(self._where), dict(self._qver), list(self._queue)
         new._orig, new._journal, new._active = {}, None, []
         new._sync_active()
@@ -171,7 +176,7 @@ class ShiftAwareScheduler:
             r.tok += generated - seq.generated
             r.seqs[seq_id] = seq.prompt_len + generated
             r.refresh()
-        seq.generated = generated
+        self._seqs[seq_id] = SeqState(seq_id, seq.prompt_len, generated)
 
     def on_finish(self, seq_id: int) -> None:
         """`seq_id` completed (or was cancelled): forget it, freeing its KV."""
@@ -274,11 +279,9 @@ class ShiftAwareScheduler:
             ln = seq.prompt_len + seq.generated
             best, best_gain = None, float("-inf")
             for r in targets:
-                if r.cap - r.tok < ln:
+                if r.free < ln:
                     continue
-                n1 = r.n + 1
-                c = r.C * n1
-                g = n1 / (r.A * (r.tok + ln) + (c if c > r.B else r.B) + r.D) - r.thr
+                g = r.n1 / (r.base + r.A * ln) - r.thr
                 if g > best_gain:
                     best, best_gain = r, g
             if best is None:
