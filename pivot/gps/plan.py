@@ -90,9 +90,10 @@ def _plan(src: Layout, dst: Layout, profile: LinkProfile, balanced: bool) -> Pla
     if not balanced:
         sources = [s.holders[0] for s in slices for _ in s.receivers]
         return Plan(src, dst, slices, sources, _loads(slices, sources, profile))
-    classes = _holder_classes(slices)
-    if classes is not None and profile.local_bw >= profile.remote_bw:
-        sources = _greedy_classes(slices, classes, profile)
+    indexed = _holder_classes(slices)
+    if indexed is not None and profile.local_bw >= profile.remote_bw:
+        classes, by_id = indexed
+        sources = _greedy_classes(slices, by_id, profile)
         load = {h: a for members, (acc, _, _) in classes.items() for h, a in zip(members, acc) if a}
         return Plan(src, dst, slices, sources, load)
     sources = _greedy_generic(slices, profile)
@@ -110,24 +111,28 @@ def _loads(slices: list[AtomicSlice], sources: list[Place], profile: LinkProfile
     return load
 
 
-def _holder_classes(slices: list[AtomicSlice]) -> dict[tuple[Place, ...], tuple] | None:
+def _holder_classes(slices: list[AtomicSlice]) -> tuple[dict, dict] | None:
     """If distinct holder sets are pairwise disjoint and each has distinct hosts (true for GPS
     layouts and FSDP shards), index them for the fast path; otherwise None."""
     classes: dict[tuple[Place, ...], tuple] = {}
     seen: set[Place] = set()
+    by_id: dict[int, tuple] = {}  # equal holder tuples may be distinct objects
     for s in slices:
         h = s.holders
+        if id(h) in by_id:
+            continue
         if h in classes:
+            by_id[id(h)] = classes[h]
             continue
         hosts = {p.host for p in h}
         if len(hosts) != len(h) or seen.intersection(h):
             return None
         seen.update(h)
-        classes[h] = ([0.0] * len(h), {p.host: i for i, p in enumerate(h)}, [0.0])
-    return classes
+        classes[h] = by_id[id(h)] = ([0.0] * len(h), {p.host: i for i, p in enumerate(h)}, [0.0])
+    return classes, by_id
 
 
-def _greedy_classes(slices: list[AtomicSlice], classes: dict, profile: LinkProfile) -> list[Place]:
+def _greedy_classes(slices: list[AtomicSlice], by_id: dict[int, tuple], profile: LinkProfile) -> list[Place]:
     """Fast greedy: within one class every remote holder costs the same, so the best choice is
     either the least-loaded holder or the receiver's own host (local is never slower).
 
@@ -139,7 +144,6 @@ def _greedy_classes(slices: list[AtomicSlice], classes: dict, profile: LinkProfi
     il, ir, ov = 1.0 / profile.local_bw, 1.0 / profile.remote_bw, profile.overhead_s
     out: list[Place] = []
     append = out.append
-    by_id = {id(h): v for h, v in classes.items()}
     batch: dict[tuple[int, int], tuple | None] = {}
     hosts_of: dict[tuple[int, int], tuple[int, ...]] = {}  # receivers -> local holder index, -1 if none
     for s in slices:

@@ -169,6 +169,16 @@ class GPSStore:
         for h in remote:
             for t in outputs.values():
                 self.link.register(t)
+        try:
+            return self._read_stable(model, layout, version, plan, transfers, outputs, hosts)
+        finally:
+            if out is None and remote:  # fresh outputs: leave no stale registrations behind
+                for t in outputs.values():
+                    self.link.unregister(t)
+
+    def _read_stable(self, model: str, layout: Layout, version: int | None, plan, transfers,
+                     outputs: dict[str, torch.Tensor], hosts: list[int]) -> tuple[dict[str, torch.Tensor], int]:
+        """Seqlock loop: copy, and keep the copy only if no involved slot changed meanwhile."""
         deadline = time.monotonic() + self.retry_timeout_s
         while True:
             before = {h: self._words(model, h) for h in hosts}
@@ -184,9 +194,6 @@ class GPSStore:
             slot = ver % 2
             if all(readable(w, slot, ver) for w in before.values()):
                 self._copy_in(model, slot, plan, transfers, outputs, layout)
-                if out is None and remote:  # fresh outputs: do not leave stale registrations
-                    for t in outputs.values():
-                        self.link.unregister(t)
                 after = {h: self._words(model, h) for h in hosts}
                 if all(after[h][W_SEQ[slot]] == before[h][W_SEQ[slot]] for h in hosts):
                     return outputs, ver
