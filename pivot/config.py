@@ -273,6 +273,8 @@ class LogConfig:
     """Also write TensorBoard scalars."""
     progress: bool = True
     """Show a progress bar on rank 0."""
+    verify_weights: bool = False
+    """After every shift up, report a checksum of the replica's weights (tests compare it with GPS)."""
 
 
 @dataclass

@@ -11,6 +11,7 @@ a rank uses.
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass
 
 ROLES = ("rollout", "reward", "train")
@@ -114,3 +115,72 @@ def describe(spec: ClusterSpec, table: SlotTable) -> str:
         shown = ", ".join(f"{s.name}={list(s.ranks)}" for s in slots[:8]) + (" ..." if len(slots) > 8 else "")
         lines.append(f"  {role:8s} {len(slots)} slot(s): {shown}")
     return "\n".join(lines)
+
+
+# ---- control plane ---------------------------------------------------------------------------
+# Asynchronous and point-to-point: the controller (rank 0) binds a zmq ROUTER, every worker
+# connects a DEALER named by its rank. The ROUTER's address travels through the c10d store of
+# the default group, so nothing but torchrun's rendezvous is needed. Messages are pickled
+# dataclasses (pivot/runtime/messages.py); zmq keeps each pair's messages in order.
+CONTROL_KEY = "pivot/control_addr"
+
+
+def _host_ip() -> str:
+    import socket
+
+    if os.environ.get("TORCHELASTIC_RUN_ID", "").startswith("none") or os.environ.get("MASTER_ADDR") in (None, "127.0.0.1", "localhost"):
+        return "127.0.0.1"
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+class ControllerEndpoint:
+    def __init__(self, store: object) -> None:
+        import zmq
+
+        self._zmq = zmq
+        self.sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a message to a vanished rank raises, not vanishes
+        self.sock.setsockopt(zmq.LINGER, 0)
+        ip = _host_ip()
+        port = self.sock.bind_to_random_port(f"tcp://{'*' if ip != '127.0.0.1' else '127.0.0.1'}")
+        store.set(CONTROL_KEY, f"tcp://{ip}:{port}")
+
+    def send(self, rank: int, msg: object) -> None:
+        self.sock.send_multipart([str(rank).encode(), pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)])
+
+    def recv(self, timeout_ms: int) -> tuple[int, object] | None:
+        if not self.sock.poll(timeout_ms):
+            return None
+        ident, payload = self.sock.recv_multipart()
+        return int(ident), pickle.loads(payload)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class WorkerEndpoint:
+    def __init__(self, store: object, rank: int) -> None:
+        import zmq
+
+        addr = store.get(CONTROL_KEY).decode()
+        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.IDENTITY, str(rank).encode())
+        self.sock.setsockopt(zmq.LINGER, 2000)
+        self.sock.connect(addr)
+
+    def send(self, msg: object) -> None:
+        self.sock.send(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def recv_all(self, timeout_ms: int) -> list[object]:
+        """Every message waiting now; waits up to `timeout_ms` for the first one."""
+        out: list[object] = []
+        if self.sock.poll(timeout_ms):
+            while self.sock.poll(0):
+                out.append(pickle.loads(self.sock.recv()))
+        return out
+
+    def close(self) -> None:
+        self.sock.close()

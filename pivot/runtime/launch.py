@@ -7,8 +7,19 @@ import os
 import torch
 import torch.distributed as dist
 
+from pathlib import Path
+
 from pivot.config import PivotConfig
-from pivot.dist import ClusterSpec, SlotTable, create_groups, describe
+from pivot.dist import ClusterSpec, SlotTable, WorkerEndpoint, create_groups, describe
+from pivot.gps.store import GPSStore, HostInfo
+from pivot.gps.torch_specs import specs_from_state_dict
+from pivot.model import ModelArgs, load_state_dict
+from pivot.roles.inference import InferenceRole
+from pivot.roles.training import TrainingRole
+from pivot.runtime.checkpoint import Checkpointer
+from pivot.runtime.controller_thread import start_controller
+from pivot.runtime.weights import WeightService
+from pivot.runtime.worker import Worker
 
 
 def resolve_device(cfg: PivotConfig) -> str:
@@ -37,14 +48,68 @@ def summary(cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, device: str) 
     ])
 
 
+def model_paths(cfg: PivotConfig, spec: ClusterSpec) -> tuple[Path, Path]:
+    """Checkpoint folders of the policy and the GenRM; builds the embedded tiny ones on first
+    use (one builder per host, the other ranks wait at the barrier and then hit the cache)."""
+    if cfg.model.policy and cfg.model.genrm:
+        return Path(cfg.model.policy), Path(cfg.model.genrm)
+    from pivot.model.tiny import ensure_tiny_models
+
+    cache = cfg.model.tiny_cache or None
+    if spec.local_rank == 0:
+        ensure_tiny_models(cache, seed=0)
+    dist.barrier()
+    tiny = ensure_tiny_models(cache, seed=0)
+    return Path(cfg.model.policy or tiny.policy), Path(cfg.model.genrm or tiny.genrm)
+
+
 def run(cfg: PivotConfig) -> int:
     spec = ClusterSpec.from_env()
     device = resolve_device(cfg)
+    if cfg.cluster.mode == "colocated":  # every role on every device, on-policy phases
+        cfg.train.devices, cfg.train.staleness = spec.world_size, 0
     table = SlotTable.build(spec, cfg.rollout.tp, cfg.reward.tp, cfg.train.devices)
     init_distributed(device, spec)
-    create_groups(table)
+    groups = create_groups(table)
     if spec.rank == 0:
         print(summary(cfg, spec, table, device), flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    policy_path, genrm_path = model_paths(cfg, spec)
+    ckpt = Checkpointer(cfg)
+    resume = ckpt.load() if cfg.checkpoint.resume or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and ckpt.latest() else None
+    start_step = resume[1]["step"] if resume else 0
+    policy_src = resume[0] / "policy" if resume else policy_path
+    store = dist.distributed_c10d._get_default_store()
+    run_id = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    host_of = tuple(spec.host_of(r) for r in range(spec.world_size))
+    gps = GPSStore(store, HostInfo(spec.rank, spec.host, spec.local_rank, host_of), namespace=f"pivot-{run_id}")
+    policy_state = load_state_dict(policy_src)
+    specs = {"policy": specs_from_state_dict(policy_state), "genrm": specs_from_state_dict(load_state_dict(genrm_path))}
+    weights = WeightService(gps, specs, host_of, table.train, start_step, device, verify=cfg.log.verify_weights)
+    if spec.rank == 0:
+        weights.publish("policy", policy_state)
+        weights.publish("genrm", load_state_dict(genrm_path))
+    del policy_state
+    controller = None
+    if spec.rank == 0:
+        controller = start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step)
+    dist.barrier()  # the controller's address is in the store, GPS holds both models
+    tok_file = policy_path / "tokenizer.json"
+    inference = {
+        "rollout": InferenceRole("rollout", policy_path, cfg.rollout.engine, cfg.model, device, cfg.seed + spec.rank),
+        "reward": InferenceRole("reward", genrm_path, cfg.reward.engine, cfg.model, device, cfg.seed + spec.rank),
+    }
+    trainer = TrainingRole(
+        ModelArgs.load(policy_path), groups[table.train.name] if spec.rank in table.train.ranks else None,
+        cfg.train, device, cfg.rollout.temperature, resume[0] if resume else None, tok_file if tok_file.is_file() else None,
+    )
+    worker = Worker(spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights)
+    try:
+        worker.run()
+    finally:
+        if controller is not None:
+            controller.join()
+        dist.barrier()
+        gps.close()
+        dist.destroy_process_group()
+    failed = controller.failed if controller is not None else None
+    return 1 if failed else 0

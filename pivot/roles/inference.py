@@ -1,0 +1,61 @@
+"""Rollout and reward replicas: an embedded (or sglang) engine whose parameters come from GPS.
+
+Context categories (DESIGN.md): on shift down the KV cache (temporary) and the parameters
+are discarded (`Engine.release`); the engine object, its process group and descriptors are
+preserved. On shift up the engine re-allocates (`resume`) and loads the GPS Read result in
+place (`load_weights`). One engine per slot this rank has held, so a rank that returns to a
+slot finds its preserved context. Rollout and reward differ only in which model they serve.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from pivot.config import EngineConfig, ModelConfig
+from pivot.engine import AbortResult, Engine
+from pivot.model import CausalLM, ModelArgs, TextTokenizer
+
+
+class InferenceRole:
+    def __init__(self, role: str, model_path: Path, engine_cfg: EngineConfig, model_cfg: ModelConfig, device: str, seed: int) -> None:
+        self.role, self.model_path = role, Path(model_path)
+        self.engine_cfg, self.model_cfg, self.device, self.seed = engine_cfg, model_cfg, device, seed
+        self.args = ModelArgs.load(self.model_path)
+        tok = self.model_path / "tokenizer.json"
+        self.tokenizer = TextTokenizer.from_pretrained(self.model_path) if tok.is_file() else None
+        self.engines: dict[int, Engine] = {}
+        self.slot: int | None = None
+
+    @property
+    def engine(self) -> Engine:
+        assert self.slot is not None, f"{self.role} role is not up on this rank"
+        return self.engines[self.slot]
+
+    def shift_up(self, slot: int, group: object, weights: dict[str, torch.Tensor], version: int) -> dict[str, float]:
+        """Take slot `slot` with the GPS weights of `version`; returns phase timings (s)."""
+        t0 = time.perf_counter()
+        if slot not in self.engines:
+            with torch.device(self.device):
+                model = CausalLM(self.args, linear=self.model_cfg.linear).to(getattr(torch, self.model_cfg.dtype))
+            self.engines[slot] = Engine(
+                model, self.engine_cfg, tp_group=group, tokenizer=self.tokenizer,
+                attention=self.model_cfg.attention, seed=self.seed,
+            )
+        else:
+            self.engines[slot].resume()
+        t1 = time.perf_counter()
+        self.slot = slot
+        self.engine.load_weights(weights, version)
+        return {"allocate": t1 - t0, "load": time.perf_counter() - t1}
+
+    def shift_down(self) -> tuple[AbortResult, dict[str, float]]:
+        """Abort what is left (the controller aborted and migrated it already) and release."""
+        t0 = time.perf_counter()
+        partials = self.engine.release()
+        self.slot = None
+        return partials, {"release": time.perf_counter() - t0}
+
+    def checksum(self) -> float:
+        return float(sum(t.double().sum() for t in self.engine.named_parameters_hf().values()))

@@ -1,0 +1,53 @@
+"""The training role as the worker sees it: a `Trainer` created on the first shift up, then
+shifted down (optimizer state and fp32 master offloaded to host) and up (restored; parameters
+checked against the GPS Read) as the planner moves the training pool."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from pivot.config import TrainConfig
+from pivot.model import CausalLM, ModelArgs
+from pivot.rl.batch import TrainBatch
+from pivot.roles.trainer import Trainer
+
+
+class TrainingRole:
+    def __init__(self, args: ModelArgs, group: object, cfg: TrainConfig, device: str, temperature: float,
+                 resume_from: Path | None, tokenizer_file: Path | None) -> None:
+        self.args, self.group, self.cfg, self.device, self.temperature = args, group, cfg, device, temperature
+        self.resume_from, self.tokenizer_file = resume_from, tokenizer_file
+        self.trainer: Trainer | None = None
+
+    def shift_up(self, shards: dict[str, torch.Tensor]) -> dict[str, float]:
+        t0 = time.perf_counter()
+        if self.trainer is None:
+            with torch.device(self.device):
+                model = CausalLM(self.args)
+            self.trainer = Trainer(model, self.group, self.cfg, self.device, self.temperature)
+            self.trainer.shift_down(keep_master=False)  # the GPS Read below is the truth
+            self.trainer.shift_up(shards)
+            if self.resume_from is not None:
+                self.trainer.load(self.resume_from)
+        else:
+            self.trainer.shift_up(shards)
+        return {"reload": time.perf_counter() - t0}
+
+    def shift_down(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        self.trainer.shift_down()
+        return {"offload": time.perf_counter() - t0}
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        metrics = asdict(self.trainer.train_step(batch))
+        return {k: float(v) for k, v in metrics.items()}
+
+    def shards(self) -> dict[str, torch.Tensor]:
+        return self.trainer.policy_shards()
+
+    def save(self, path: str) -> None:
+        self.trainer.save(path)
+        self.trainer.export_hf(Path(path) / "policy", self.tokenizer_file)

@@ -1,0 +1,338 @@
+"""The controller: rank 0's background thread. It holds the monitor (worker stats, at least
+every 200 ms), the rollout and reward `ShiftAwareScheduler`s, the planner (through the
+deployment mode), the shift executor, the RL sample flow with its buffer, and the training
+trigger. It talks to workers only through the asynchronous control plane.
+
+Shift execution per replica (DESIGN.md): the scheduler aborts and migrates its sequences
+(`shift_down`), the worker releases its context (`ShiftDown`), then the new slot's ranks Read
+GPS and join their slot (`ShiftUp`), and once every rank reports ready the scheduler runs its
+shift-up migration. A worker handles its messages in order, so a device's ShiftDown always
+precedes its ShiftUp. A sequence aborted on one replica is dispatched elsewhere only once its
+partial (the tokens generated so far) has come back, so nothing runs twice.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from pivot.config import PivotConfig
+from pivot.dist import ControllerEndpoint, SlotTable
+from pivot.plan import ClusterSnapshot, ShiftPlan
+from pivot.runtime import messages as m
+from pivot.runtime.flow import RLFlow
+from pivot.runtime.metrics import RunLog
+from pivot.sched.records import Abort, Dispatch, Replica
+from pivot.sched.scheduler import ShiftAwareScheduler
+from pivot.sched.throughput import ThroughputModel
+
+MONITOR_EVERY_S = 0.2
+
+
+@dataclass
+class ShiftRecord:
+    role: str
+    slot: int
+    up: bool
+    start: float
+    ranks: set[int]
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+class Controller:
+    def __init__(
+        self,
+        cfg: PivotConfig,
+        table: SlotTable,
+        world_size: int,
+        endpoint: ControllerEndpoint,
+        flow: RLFlow,
+        mode: object,
+        log: RunLog,
+        profile: ThroughputModel,
+        start_step: int,
+        progress: object,
+        checkpointer: object,
+    ) -> None:
+        self.cfg, self.table, self.world, self.ep = cfg, table, world_size, endpoint
+        self.flow, self.mode, self.log, self.progress, self.ckpt = flow, mode, log, progress, checkpointer
+        self.replicas: list[Replica] = []
+        self.rid: dict[tuple[str, int], int] = {}
+        for role, kv in (("rollout", cfg.rollout.engine.kv_capacity_tokens), ("reward", cfg.reward.engine.kv_capacity_tokens)):
+            for s in table.of(role):
+                self.rid[(role, s.index)] = len(self.replicas)
+                self.replicas.append(Replica(len(self.replicas), role, s.ranks, kv, profile))
+        self.train_rid = len(self.replicas)
+        self.rid[("train", 0)] = self.train_rid
+        if table.train.ranks:
+            self.replicas.append(Replica(self.train_rid, "train", table.train.ranks))
+        self.slot_of = {rid: key for key, rid in self.rid.items()}
+        migrate = not cfg.planner.no_migration
+        self.sched = {
+            role: ShiftAwareScheduler([r for r in self.replicas if r.role == role], active=[], migrate=migrate)
+            for role in ("rollout", "reward")
+        }
+        self.state: dict[int, str] = {r.replica_id: "down" for r in self.replicas}  # down|going_up|up
+        self.versions: dict[int, int] = {}  # rid -> weights version it reported
+        self.shifts: dict[int, ShiftRecord] = {}  # in flight, by rid
+        self.awaiting: set[int] = set()  # aborted, partial not back yet
+        self.deferred: dict[int, int] = {}  # seq id -> rid, dispatched once its partial is back
+        self.sent_to: dict[int, int] = {}  # seq id -> rid running it
+        self.version = start_step
+        self.step = start_step
+        self.training: int | None = None  # step in flight
+        self.train_acks: dict[int, m.Trained] = {}
+        self.saving: set[int] = set()
+        self.train_tokens_per_s = 0.0
+        self.stats: dict[int, m.Stats] = {}
+        self.tok_hist: dict[int, tuple[float, int]] = {}
+        self.rates: dict[str, float] = {"rollout": 0.0, "reward": 0.0}
+        self.num_shifts = 0
+        self.shift_log: list[dict] = []
+        self.failed: str | None = None
+        self._last_monitor = 0.0
+        self._last_plan = 0.0
+        self._step_t0 = time.monotonic()
+
+    # ---- messaging -------------------------------------------------------------------------
+    def send_slot(self, rid: int, msg: object, leader_only: bool = False) -> None:
+        ranks = self.replicas[rid].devices
+        for rank in ranks[:1] if leader_only else ranks:
+            self.ep.send(rank, msg)
+
+    def broadcast(self, msg: object) -> None:
+        for rank in range(self.world):
+            self.ep.send(rank, msg)
+
+    # ---- the loop --------------------------------------------------------------------------
+    def run(self) -> None:
+        hello = set()
+        while len(hello) < self.world:
+            got = self.ep.recv(1000)
+            if got and isinstance(got[1], m.Hello):
+                hello.add(got[0])
+        self.execute(self.mode.initial(self))
+        while self.step < self.cfg.train.steps and self.failed is None:
+            got = self.ep.recv(5)
+            while got is not None:
+                self.handle(*got)
+                got = self.ep.recv(0)
+            self.tick()
+        self.finish()
+
+    def tick(self) -> None:
+        self.submit(self.flow.fill(self.version, self.cfg.train.steps))
+        self.apply(self.sched["rollout"].dispatch() + self.sched["reward"].dispatch())
+        self.maybe_train()
+        now = time.monotonic()
+        if now - self._last_monitor >= MONITOR_EVERY_S:
+            self._last_monitor = now
+            self.monitor()
+        if not self.shifts and self.training is None and now - self._last_plan >= self.cfg.planner.interval_s:
+            self._last_plan = now
+            plan = self.mode.plan(self)
+            if plan is not None:
+                self.execute(plan)
+
+    def submit(self, infos: list) -> None:
+        for info in infos:
+            self.sched[info.role].submit(info.state())
+
+    def finish(self) -> None:
+        while self.saving and self.failed is None:  # let the last checkpoint land
+            got = self.ep.recv(100)
+            if got is not None:
+                self.handle(*got)
+        self.broadcast(m.Stop(self.failed or "done"))
+        self.log.shift(event="stop", reason=self.failed or "done")
+
+    # ---- commands from the schedulers ------------------------------------------------------
+    def apply(self, cmds: list) -> None:
+        batches: dict[int, list] = {}
+        for cmd in cmds:
+            if isinstance(cmd, Abort):
+                self.send_slot(cmd.replica_id, m.Abort(self.slot_of[cmd.replica_id][1], [cmd.seq_id]), leader_only=True)
+                self.sent_to.pop(cmd.seq_id, None)
+                self.awaiting.add(cmd.seq_id)
+            elif isinstance(cmd, Dispatch):
+                if cmd.seq_id in self.awaiting:
+                    self.deferred[cmd.seq_id] = cmd.replica_id
+                else:
+                    batches.setdefault(cmd.replica_id, []).append(cmd.seq_id)
+        for rid, ids in batches.items():
+            self.generate(rid, ids)
+
+    def generate(self, rid: int, ids: list[int]) -> None:
+        reqs = [self.flow.seqs[i].request for i in ids]
+        for i in ids:
+            self.sent_to[i] = rid
+        self.send_slot(rid, m.Generate(self.slot_of[rid][1], reqs), leader_only=True)
+
+    # ---- messages from workers -------------------------------------------------------------
+    def handle(self, rank: int, msg: object) -> None:
+        if isinstance(msg, m.Finished):
+            self.on_finished(msg)
+        elif isinstance(msg, m.Stats):
+            self.on_stats(msg)
+        elif isinstance(msg, m.Aborted):
+            self.on_partials(msg.partials, self.rid[(msg.role, msg.slot)])
+        elif isinstance(msg, m.ShiftDone):
+            self.on_shift_done(msg)
+        elif isinstance(msg, m.Trained):
+            self.on_trained(msg)
+        elif isinstance(msg, m.WeightsUpdated):
+            self.versions[self.rid[("rollout", msg.slot)]] = msg.version
+        elif isinstance(msg, m.Saved):
+            self.saving.discard(msg.rank)
+            if not self.saving:
+                path = self.ckpt.commit(msg.step)
+                self.log.shift(event="checkpoint", step=msg.step, path=str(path))
+        elif isinstance(msg, m.Failed):
+            self.failed = f"rank {msg.rank} failed: {msg.error.splitlines()[0]}"
+            print(f"pivot: {self.failed}\n{msg.error}", flush=True)
+
+    def on_finished(self, msg: m.Finished) -> None:
+        for out in msg.outputs:
+            info = self.flow.seqs.get(out.id)
+            if info is None:
+                continue
+            role = info.role
+            if self.sent_to.get(out.id) == self.rid[(msg.role, msg.slot)] or out.id in self.awaiting:
+                self.sent_to.pop(out.id, None)
+                self.awaiting.discard(out.id)  # it finished before the abort reached it
+                self.deferred.pop(out.id, None)
+                self.sched[role].on_finish(out.id)
+                self.submit(self.flow.on_output(out))
+
+    def on_partials(self, partials: list, rid: int) -> None:
+        version = self.versions.get(rid, self.version)
+        for req in partials:
+            if req.id not in self.flow.seqs:
+                continue
+            self.flow.on_partial(req, version)
+            self.awaiting.discard(req.id)
+            target = self.deferred.pop(req.id, None)
+            if target is not None:
+                self.generate(target, [req.id])
+
+    def on_stats(self, msg: m.Stats) -> None:
+        rid = self.rid[(msg.role, msg.slot)]
+        self.stats[rid] = msg
+        self.versions[rid] = msg.stats.weights_version
+        sched = self.sched[msg.role]
+        for sid, generated in msg.progress.items():
+            if self.sent_to.get(sid) == rid:
+                sched.on_progress(sid, generated)
+
+    # ---- shifts ----------------------------------------------------------------------------
+    def execute(self, plan: ShiftPlan) -> None:
+        """Start a plan: every shift down now, then every shift up (queued behind them per rank)."""
+        now = time.monotonic()
+        for rid in plan.down:
+            role, slot = self.slot_of[rid]
+            if role != "train":
+                self.apply(self.sched[role].shift_down([rid]))
+            self.state[rid] = "going_down"
+            self.shifts[-1 - rid] = ShiftRecord(role, slot, False, now, set(self.replicas[rid].devices))
+            self.send_slot(rid, m.ShiftDown(role, slot))
+        for rid in plan.up:
+            role, slot = self.slot_of[rid]
+            self.state[rid] = "going_up"
+            self.shifts[rid] = ShiftRecord(role, slot, True, now, set(self.replicas[rid].devices))
+            self.send_slot(rid, m.ShiftUp(role, slot, self.version))
+        self.num_shifts += 1
+        self.log.shift(event="plan", up=[self.slot_of[r] for r in plan.up], down=[self.slot_of[r] for r in plan.down],
+                       benefit=plan.benefit, planner_s=plan.timings.total_s)
+
+    def on_shift_done(self, msg: m.ShiftDone) -> None:
+        rid = self.rid[(msg.role, msg.slot)]
+        key = rid if msg.up else -1 - rid
+        rec = self.shifts[key]
+        rec.ranks.discard(msg.rank)
+        for phase, secs in msg.phases.items():
+            rec.phases[phase] = max(rec.phases.get(phase, 0.0), secs)
+        if msg.partials:
+            self.on_partials(msg.partials, rid)
+        if rec.ranks:
+            return
+        del self.shifts[key]
+        rec.phases["total"] = time.monotonic() - rec.start
+        self.state[rid] = "up" if msg.up else "down"
+        event = {"event": "shift_up" if msg.up else "shift_down", "role": msg.role, "slot": msg.slot,
+                 "devices": list(self.replicas[rid].devices), "phases": rec.phases}
+        if msg.up:
+            self.versions[rid] = msg.version
+            event["version"], event["checksum"] = msg.version, msg.checksum
+            if msg.role != "train":
+                self.apply(self.sched[msg.role].shift_up([rid]))
+        self.shift_log.append(event)
+        self.log.shift(**event)
+
+    # ---- training --------------------------------------------------------------------------
+    def train_ready(self) -> bool:
+        return self.training is None and self.step < self.cfg.train.steps and self.flow.buffer.ready(self.step)
+
+    def maybe_train(self) -> None:
+        if self.train_ready() and self.state.get(self.train_rid) == "up":
+            batch, self.batch_summary = self.flow.batch(self.step)
+            self.training, self.train_acks = self.step, {}
+            self._train_t0 = time.monotonic()
+            self.send_slot(self.train_rid, m.TrainStep(self.step, batch))
+
+    def on_trained(self, msg: m.Trained) -> None:
+        self.train_acks[msg.rank] = msg
+        if len(self.train_acks) < len(self.replicas[self.train_rid].devices):
+            return
+        lead = self.train_acks[self.replicas[self.train_rid].devices[0]]
+        secs = time.monotonic() - self._train_t0
+        self.train_tokens_per_s = lead.metrics.get("tokens", 0.0) / max(secs, 1e-9)
+        self.version, self.training = lead.version, None
+        self.step += 1
+        for rid, state in self.state.items():
+            if state == "up" and self.slot_of[rid][0] == "rollout":
+                self.send_slot(rid, m.UpdateWeights(self.slot_of[rid][1], self.version))
+        self.report_step(lead.step, lead.metrics, secs)
+        if self.ckpt.due(self.step, self.cfg.train.steps):
+            self.ckpt.snapshot(self.step, {"step": self.step, "version": self.version, **self.flow.state_dict()})
+            self.saving = set(self.replicas[self.train_rid].devices)
+            self.send_slot(self.train_rid, m.SaveCheckpoint(self.step, str(self.ckpt.path(self.step))))
+
+    def report_step(self, step: int, train_metrics: dict[str, float], train_s: float) -> None:
+        now = time.monotonic()
+        devices = self.devices_per_role()
+        metrics = {**{f"train/{k}": v for k, v in train_metrics.items()},
+                   "time/step_s": now - self._step_t0, "time/train_s": train_s, "policy_version": self.version,
+                   "shifts": self.num_shifts, **{f"devices/{k}": v for k, v in devices.items()},
+                   **self.batch_summary, **self.flow.metrics()}
+        self._step_t0 = now
+        self.log.step(step, metrics)
+        self.progress.update(step + 1, metrics, devices)
+
+    # ---- monitor ---------------------------------------------------------------------------
+    def devices_per_role(self) -> dict[str, int]:
+        out = {"rollout": 0, "reward": 0, "train": 0}
+        for rid, state in self.state.items():
+            if state == "up":
+                out[self.slot_of[rid][0]] += len(self.replicas[rid].devices)
+        return out
+
+    def monitor(self) -> None:
+        rates = {"rollout": 0.0, "reward": 0.0}
+        for rid, st in self.stats.items():
+            role = self.slot_of[rid][0]
+            prev = self.tok_hist.get(rid)
+            self.tok_hist[rid] = (st.time, st.stats.tokens_generated)
+            if prev and st.time > prev[0] and self.state[rid] == "up":
+                rates[role] += max(0, st.stats.tokens_generated - prev[1]) / (st.time - prev[0])
+        self.rates = rates
+        self.log.sample(self.devices_per_role(), rates, step=self.step)
+
+    def snapshot(self) -> ClusterSnapshot:
+        active = {rid for rid, s in self.state.items() if s == "up"}
+        running = {rid: tuple(self.sched[self.slot_of[rid][0]].running(rid)) for rid in active if rid != self.train_rid}
+        queues = {role: tuple(s.queued()) for role, s in self.sched.items()}
+        return ClusterSnapshot(
+            replicas=tuple(self.replicas), active=frozenset(active), running=running, queues=queues,
+            train_batch_ready=self.train_ready() and self.train_rid not in active,
+            train_throughput=self.train_tokens_per_s if self.training is not None else 0.0,
+            devices=tuple(range(self.world)),
+        )

@@ -1,0 +1,199 @@
+"""The RL sample flow on rank 0: prompts -> rollout sequences -> judge sequences -> rewards ->
+training batches. Pure bookkeeping (no torch, no sockets): the controller feeds it engine
+outputs and asks it for new sequences; the sample buffer enforces staleness and exactly-once.
+
+Sequence ids are global and never reused, so a stale or duplicate output is recognised by id.
+A rollout sequence's version is the oldest policy version that generated any of its tokens
+(rollout replicas update weights between engine steps; a sequence that spans an update is
+judged by its oldest tokens, the conservative choice for the staleness bound).
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+from pivot.config import PivotConfig
+from pivot.engine import Output, Request, SamplingParams
+from pivot.model import TextTokenizer
+from pivot.rl.batch import TrainBatch, batch_from_groups
+from pivot.rl.buffer import Key, Outcome, SampleBuffer
+from pivot.rl.data import PromptCursor
+from pivot.rl.reward import GenRMScorer, total_reward, verify
+from pivot.sched.records import SeqState
+
+
+@dataclass
+class SeqInfo:
+    seq_id: int
+    role: str  # rollout | reward
+    key: Key
+    request: Request  # the latest known state: prompt plus the tokens generated so far
+    version: int = -1  # rollout: oldest policy version that generated its tokens
+    r_verifiable: float = 0.0  # reward sequences carry the verifiable part along
+
+    def state(self) -> SeqState:
+        return SeqState(self.seq_id, len(self.request.prompt_ids), len(self.request.output_ids))
+
+
+@dataclass
+class FlowStats:
+    prompts_skipped_too_long: int = 0
+    rollouts_finished: int = 0
+    rewards_finished: int = 0
+    tokens_rollout: int = 0
+    tokens_reward: int = 0
+    duplicates_dropped: int = 0
+    stale_regenerated: int = 0
+    genrm_sum: float = 0.0
+
+
+@dataclass
+class RLFlow:
+    cfg: PivotConfig
+    cursor: PromptCursor
+    policy_tok: TextTokenizer
+    genrm_tok: TextTokenizer
+    buffer: SampleBuffer
+    staleness: int
+    next_step: int = 0  # next step whose prompts are not submitted yet
+    seqs: dict[int, SeqInfo] = field(default_factory=dict)
+    verifiable: dict[Key, float] = field(default_factory=dict)  # R_verifiable per sample, for metrics
+    stats: FlowStats = field(default_factory=FlowStats)
+    _next_id: int = 0
+
+    def __post_init__(self) -> None:
+        self.scorer = GenRMScorer(self.cfg.reward)
+        ro, rm = self.cfg.rollout, self.cfg.reward
+        self._ro_params = dict(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k, max_new_tokens=ro.max_new_tokens)
+        self._rm_params = dict(temperature=rm.temperature, max_new_tokens=rm.max_new_tokens)
+
+    def _new_seq(self, role: str, key: Key, prompt_ids: list[int], params: dict, **extra: float) -> SeqInfo:
+        sid = self._next_id
+        self._next_id += 1
+        seed = zlib.crc32(repr((self.cfg.seed, role, key, sid)).encode())  # stable across processes
+        info = SeqInfo(sid, role, key, Request(sid, prompt_ids, SamplingParams(seed=seed, **params)), **extra)
+        self.seqs[sid] = info
+        return info
+
+    # ---- rollout side ----------------------------------------------------------------------
+    def fill(self, version: int, total_steps: int) -> list[SeqInfo]:
+        """Rollout sequences for every step that `version` may generate (staleness bound)."""
+        out: list[SeqInfo] = []
+        while self.next_step < total_steps and self.next_step - version <= self.staleness:
+            step = self.next_step
+            prompts = []
+            while len(prompts) < self.cfg.train.batch_prompts:
+                for p in self.cursor.next_batch(self.cfg.train.batch_prompts - len(prompts)):
+                    if len(self.policy_tok.encode(p.text)) <= self.cfg.rollout.max_prompt_tokens:
+                        prompts.append(p)
+                    else:
+                        self.stats.prompts_skipped_too_long += 1
+            for key in self.buffer.add_prompts(step, prompts):
+                out.append(self.rollout_seq(key))
+            self.next_step += 1
+        return out
+
+    def rollout_seq(self, key: Key) -> SeqInfo:
+        sample = self.buffer.sample(key)
+        return self._new_seq("rollout", key, self.policy_tok.encode(sample.prompt.text), self._ro_params)
+
+    def on_rollout(self, out: Output) -> list[SeqInfo]:
+        """A finished rollout: record it; returns the judge sequence (or a regeneration)."""
+        info = self.seqs.pop(out.id)
+        version = min(info.version, out.weights_version) if info.version >= 0 else out.weights_version
+        text = self.policy_tok.decode(out.output_ids)
+        outcome = self.buffer.on_response(
+            info.key, list(out.output_ids), list(out.output_logprobs), text, version, prompt_ids=list(out.prompt_ids)
+        )
+        if outcome == Outcome.DUPLICATE:
+            self.stats.duplicates_dropped += 1
+            return []
+        if outcome == Outcome.STALE:
+            self.stats.stale_regenerated += 1
+            return [self.rollout_seq(info.key)]
+        self.stats.rollouts_finished += 1
+        self.stats.tokens_rollout += len(out.prompt_ids) + len(out.output_ids)
+        sample = self.buffer.sample(info.key)
+        r_v = verify(text, sample.prompt.ground_truth)
+        self.verifiable[info.key] = r_v
+        if self.cfg.reward.w_genrm == 0:  # no judge: the verifiable reward is the reward
+            self.buffer.on_reward(info.key, total_reward(r_v, None, self.cfg.reward))
+            return []
+        judge = self.scorer.prompt(sample.prompt.text, text)
+        return [self._new_seq("reward", info.key, self.genrm_tok.encode(judge), self._rm_params, r_verifiable=r_v)]
+
+    # ---- reward side -----------------------------------------------------------------------
+    def on_reward(self, out: Output) -> None:
+        info = self.seqs.pop(out.id)
+        self.stats.rewards_finished += 1
+        self.stats.tokens_reward += len(out.prompt_ids) + len(out.output_ids)
+        r_g = self.scorer.score(self.genrm_tok.decode(out.output_ids))
+        self.stats.genrm_sum += r_g
+        if self.buffer.on_reward(info.key, total_reward(info.r_verifiable, r_g, self.cfg.reward)) == Outcome.DUPLICATE:
+            self.stats.duplicates_dropped += 1
+
+    def on_output(self, out: Output) -> list[SeqInfo]:
+        info = self.seqs.get(out.id)
+        if info is None:  # already finished elsewhere (a migrated sequence finishing twice)
+            self.stats.duplicates_dropped += 1
+            return []
+        if info.role == "rollout":
+            return self.on_rollout(out)
+        self.on_reward(out)
+        return []
+
+    def on_partial(self, partial: Request, version: int) -> None:
+        """An aborted sequence's progress; it resumes from here wherever it lands next."""
+        info = self.seqs.get(partial.id)
+        if info is None:
+            return
+        info.request = partial
+        if info.role == "rollout" and partial.output_ids:
+            info.version = version if info.version < 0 else min(info.version, version)
+
+    def batch(self, step: int) -> tuple[TrainBatch, dict[str, float]]:
+        """Step `step`'s B x G samples as a training batch with GRPO advantages, and what they
+        say about the policy that made them."""
+        groups = self.buffer.take_batch(step)
+        flat = [s for g in groups for s in g]
+        n = max(len(flat), 1)
+        summary = {
+            "reward/mean": sum(s.reward or 0.0 for s in flat) / n,
+            "reward/accuracy": sum(self.verifiable.pop(s.key, 0.0) for s in flat) / n,
+            "rollout/response_len": sum(len(s.response_ids or ()) for s in flat) / n,
+            "rollout/staleness": sum(step - s.version for s in flat) / n,
+        }
+        return batch_from_groups(groups, self.policy_tok.encode), summary
+
+    def metrics(self) -> dict[str, float]:
+        st, buf = self.stats, self.buffer.stats
+        return {
+            "tokens/rollout": st.tokens_rollout,
+            "tokens/reward": st.tokens_reward,
+            "count/duplicates_dropped": st.duplicates_dropped + buf.duplicates_dropped,
+            "count/stale_regenerated": st.stale_regenerated,
+            "count/unparsable_verdicts": self.scorer.stats.unparsable_verdicts,
+            "count/prompts_skipped_too_long": st.prompts_skipped_too_long,
+            "count/bad_rows_skipped": self.cursor.dataset.stats.skipped,
+            "reward/genrm_mean": st.genrm_sum / max(st.rewards_finished, 1),
+        }
+
+    # ---- checkpoint ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"buffer": self.buffer.state_dict(), "cursor": self.cursor.state_dict(),
+                "next_step": self.next_step, "next_id": self._next_id}
+
+    def load_state_dict(self, state: dict) -> list[SeqInfo]:
+        """Restore; returns the sequences to resubmit: rollouts of samples without a response
+        and judgings of samples with a response but no reward."""
+        self.buffer.load_state_dict(state["buffer"])
+        self.cursor.load_state_dict(state["cursor"])
+        self.next_step, self._next_id = state["next_step"], state["next_id"]
+        out = [self.rollout_seq(key) for key in self.buffer.pending_keys()]
+        for key in self.buffer.unrewarded_keys():
+            sample = self.buffer.sample(key)
+            r_v = verify(sample.text, sample.prompt.ground_truth)
+            self.verifiable[key] = r_v
+            judge = self.scorer.prompt(sample.prompt.text, sample.text)
+            out.append(self._new_seq("reward", key, self.genrm_tok.encode(judge), self._rm_params, r_verifiable=r_v))
+        return out

@@ -1,0 +1,130 @@
+"""Control-plane messages between the controller (rank 0) and the workers. All dataclasses,
+pickled over zmq. Controller -> worker messages name the slot they concern; a worker answers
+with the records at the bottom."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+# ---- controller -> worker ------------------------------------------------------------------
+@dataclass
+class ShiftUp:
+    role: str  # rollout | reward | train
+    slot: int
+    version: int  # GPS version to Read (policy); GenRM is never written, always version 0
+
+
+@dataclass
+class ShiftDown:
+    role: str
+    slot: int
+
+
+@dataclass
+class Generate:
+    slot: int
+    requests: list[Any]  # pivot.engine.Request
+
+
+@dataclass
+class Abort:
+    slot: int
+    ids: list[int]
+
+
+@dataclass
+class UpdateWeights:
+    slot: int
+    version: int
+
+
+@dataclass
+class TrainStep:
+    step: int
+    batch: Any  # pivot.rl.batch.TrainBatch (prompts, responses, behaviour log-probs, advantages)
+
+
+@dataclass
+class SaveCheckpoint:
+    step: int
+    path: str
+
+
+@dataclass
+class Stop:
+    reason: str = "done"
+
+
+# ---- worker -> controller ------------------------------------------------------------------
+@dataclass
+class Hello:
+    rank: int
+    host: int
+
+
+@dataclass
+class Stats:
+    rank: int
+    role: str
+    slot: int
+    stats: Any  # pivot.engine.EngineStats
+    time: float
+    progress: dict[int, int] = field(default_factory=dict)  # seq id -> tokens generated so far
+
+
+@dataclass
+class Finished:
+    rank: int
+    role: str
+    slot: int
+    outputs: list[Any]  # pivot.engine.Output
+
+
+@dataclass
+class Aborted:
+    rank: int
+    role: str
+    slot: int
+    partials: list[Any]  # pivot.engine.Request with the tokens generated so far
+    unknown: list[int] = field(default_factory=list)  # ids it no longer had (finished meanwhile)
+
+
+@dataclass
+class ShiftDone:
+    rank: int
+    role: str
+    slot: int
+    up: bool
+    version: int
+    phases: dict[str, float] = field(default_factory=dict)  # phase name -> seconds
+    checksum: float = 0.0  # sum of the weights after the shift (tests compare with GPS)
+    partials: list[Any] = field(default_factory=list)  # sequences still held at shift down
+
+
+@dataclass
+class WeightsUpdated:
+    rank: int
+    slot: int
+    version: int
+    seconds: float
+
+
+@dataclass
+class Trained:
+    rank: int
+    step: int
+    version: int
+    metrics: dict[str, float]
+
+
+@dataclass
+class Saved:
+    rank: int
+    step: int
+
+
+@dataclass
+class Failed:
+    rank: int
+    error: str

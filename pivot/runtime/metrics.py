@@ -1,0 +1,60 @@
+"""Run records on rank 0: per-step metrics (JSONL + TensorBoard) and the timeline (JSONL).
+
+`metrics.jsonl`: one row per RL step. `timeline.jsonl`: rows of kind "sample" (time, devices
+per role, tokens/s per role) every monitor tick, and kind "shift" (a shift's roles, devices and
+phase timings). `tools/plot_timeline.py` renders the timeline like the paper's Figure 10.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+class RunLog:
+    def __init__(self, run_dir: str | Path, tensorboard: bool) -> None:
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.t0 = time.monotonic()
+        self._metrics = (self.dir / "metrics.jsonl").open("a")
+        self._timeline = (self.dir / "timeline.jsonl").open("a")
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.dir / "tb"))
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        row = {"step": step, "time": round(self.now(), 3), **metrics}
+        self._metrics.write(json.dumps(row) + "\n")
+        self._metrics.flush()
+        if self._tb is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)):
+                    self._tb.add_scalar(key, value, step)
+            self._tb.flush()
+
+    def sample(self, devices: dict[str, int], throughput: dict[str, float], **extra: Any) -> None:
+        self._write({"kind": "sample", "time": round(self.now(), 3), "devices": devices, "throughput": throughput, **extra})
+
+    def shift(self, **event: Any) -> None:
+        self._write({"kind": "shift", "time": round(self.now(), 3), **event})
+
+    def _write(self, row: dict[str, Any]) -> None:
+        self._timeline.write(json.dumps(row) + "\n")
+        self._timeline.flush()
+
+    def close(self) -> None:
+        self._metrics.close()
+        self._timeline.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with Path(path).open() as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,62 @@
+"""The runtime's view of GPS: which layout each role reads, and the policy's version numbers.
+
+Every shift up is one GPS Read whatever the role: an inference replica reads the whole model
+onto each of its ranks (the embedded engine shards under TP itself), the trainer reads its FSDP
+dim-0 shards. The trainer Writes its shards after every step. GPS counts Writes; the RL loop
+counts policy versions (= training steps done), so `offset` maps one onto the other, also
+after a resume (the first Write of a resumed job carries the checkpoint's version).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from pivot.dist import Slot
+from pivot.gps.layout import fsdp_layout, parallel_layout, replicated_layout
+from pivot.gps.spec import TensorSpec
+from pivot.gps.store import GPSStore
+from pivot.gps.torch_specs import TORCH_DTYPES
+
+
+class WeightService:
+    def __init__(
+        self,
+        store: GPSStore,
+        specs: Mapping[str, list[TensorSpec]],
+        host_of: tuple[int, ...],
+        train: Slot,
+        start_version: int,
+        device: str,
+        verify: bool = False,
+    ) -> None:
+        self.store, self.specs, self.host_of, self.train = store, dict(specs), host_of, train
+        self.device, self.verify = device, verify
+        self.offset = {"policy": start_version - 1, "genrm": -1}  # first Write is GPS version 1
+        hosts = sorted(set(host_of))
+        for model, model_specs in self.specs.items():
+            store.register(replicated_layout(model, model_specs, hosts))
+        self._train_layout = fsdp_layout("policy", self.specs["policy"], train.ranks, host_of) if train.ranks else None
+
+    def publish(self, model: str, tensors: Mapping[str, torch.Tensor]) -> int:
+        """Write a whole model from this rank alone (start-up: the initial checkpoints)."""
+        layout = parallel_layout(model, self.specs[model], [self.store.info.rank], self.host_of)
+        return self.store.write(model, layout, tensors) + self.offset[model]
+
+    def read(self, model: str, slot: Slot, version: int | None) -> tuple[dict[str, torch.Tensor], int]:
+        if slot.role == "train":
+            layout = self._train_layout
+        else:
+            layout = parallel_layout(model, self.specs[model], [self.store.info.rank], self.host_of)
+        gps_version = None if version is None else version - self.offset[model]
+        tensors, got = self.store.read(model, layout, gps_version, device=self.device if slot.role != "train" else "cpu")
+        return tensors, got + self.offset[model]
+
+    def write_policy(self, shards: Mapping[str, torch.Tensor], group: object) -> int:
+        """The trainer's fp32 shards, cast to the stored dtype (bf16 on GPU clusters); collective."""
+        dtypes = {s.name: TORCH_DTYPES[s.dtype] for s in self.specs["policy"]}
+        cast = {name: t.to(dtypes[name]) for name, t in shards.items()}
+        return self.store.write("policy", self._train_layout, cast, group=group) + self.offset["policy"]
+
+    def latest(self, model: str) -> int:
+        return (self.store.latest(model) or 0) + self.offset[model]

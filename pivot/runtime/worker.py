@@ -1,0 +1,131 @@
+"""The SPMD worker loop every rank runs: poll control messages, apply them, do one unit of role
+work (one engine step), report. A rank inside a training step blocks only its own loop: the
+control plane is asynchronous, never a world-wide collective per tick."""
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+from pivot.dist import ClusterSpec, SlotTable
+from pivot.roles.inference import InferenceRole
+from pivot.runtime import messages as m
+from pivot.dist import WorkerEndpoint
+
+STATS_EVERY_S = 0.1  # the monitor wants stats at least every 200 ms
+
+
+class Worker:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        table: SlotTable,
+        groups: dict[str, Any],
+        endpoint: WorkerEndpoint,
+        inference: dict[str, InferenceRole],
+        trainer: Any,
+        weights: Any,
+    ) -> None:
+        self.spec, self.table, self.groups, self.endpoint = spec, table, groups, endpoint
+        self.inference, self.trainer, self.weights = inference, trainer, weights
+        self.role: str | None = None  # role held now (None: idle); "train" for the trainer
+        self.slot = -1
+        self.stopped = False
+        self._last_stats = 0.0
+
+    def run(self) -> None:
+        self.endpoint.send(m.Hello(self.spec.rank, self.spec.host))
+        while not self.stopped:
+            busy = self._engine_busy()
+            for msg in self.endpoint.recv_all(timeout_ms=0 if busy else 20):
+                try:
+                    self.handle(msg)
+                except Exception as e:  # report and keep serving: the controller decides
+                    self.endpoint.send(m.Failed(self.spec.rank, f"{type(msg).__name__}: {e}\n{traceback.format_exc()}"))
+                    if isinstance(msg, (m.TrainStep, m.ShiftUp)):
+                        raise
+            if self.stopped:
+                break
+            if self._engine_busy():
+                outputs = self.inference[self.role].engine.step()
+                if outputs:
+                    self.endpoint.send(m.Finished(self.spec.rank, self.role, self.slot, outputs))
+            self._maybe_stats()
+
+    def _engine_busy(self) -> bool:
+        return self.role in self.inference and self.inference[self.role].engine.has_work()
+
+    def _leader(self) -> bool:
+        return self.role is not None and self.table.get(self.role, self.slot).leader == self.spec.rank
+
+    def _maybe_stats(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.role not in self.inference or not self._leader():
+            return
+        if force or now - self._last_stats >= STATS_EVERY_S:
+            engine = self.inference[self.role].engine
+            self.endpoint.send(m.Stats(self.spec.rank, self.role, self.slot, engine.stats(), time.time(), engine.progress()))
+            self._last_stats = now
+
+    def handle(self, msg: object) -> None:
+        rank = self.spec.rank
+        if isinstance(msg, m.Generate):
+            engine = self.inference[self.role].engine
+            for req in msg.requests:
+                engine.add(req)
+        elif isinstance(msg, m.Abort):
+            result = self.inference[self.role].engine.abort(msg.ids)
+            self.endpoint.send(m.Aborted(rank, self.role, self.slot, list(result), list(result.unknown_ids)))
+        elif isinstance(msg, m.ShiftDown):
+            self._shift_down(msg)
+        elif isinstance(msg, m.ShiftUp):
+            self._shift_up(msg)
+        elif isinstance(msg, m.UpdateWeights):
+            t0 = time.perf_counter()
+            tensors, version = self.weights.read("policy", self.table.get("rollout", msg.slot), None)
+            self.inference["rollout"].engine.load_weights(tensors, version)
+            self.endpoint.send(m.WeightsUpdated(rank, msg.slot, version, time.perf_counter() - t0))
+        elif isinstance(msg, m.TrainStep):
+            t0 = time.perf_counter()
+            metrics = self.trainer.train_step(msg.batch)
+            t1 = time.perf_counter()
+            version = self.weights.write_policy(self.trainer.shards(), self.groups[self.table.train.name])
+            metrics.update(compute_s=t1 - t0, gps_write_s=time.perf_counter() - t1)
+            self.endpoint.send(m.Trained(rank, msg.step, version, metrics))
+        elif isinstance(msg, m.SaveCheckpoint):
+            self.trainer.save(msg.path)
+            self.endpoint.send(m.Saved(rank, msg.step))
+        elif isinstance(msg, m.Stop):
+            self.stopped = True
+        else:
+            raise TypeError(f"unknown control message {msg!r}")
+
+    def _shift_down(self, msg: m.ShiftDown) -> None:
+        assert (self.role, self.slot) == (msg.role, msg.slot), f"rank {self.spec.rank} holds {self.role}{self.slot}, not {msg.role}{msg.slot}"
+        if msg.role == "train":
+            phases = self.trainer.shift_down()
+            partials: list = []
+        else:
+            result, phases = self.inference[msg.role].shift_down()
+            partials = list(result)
+        self.role, self.slot = None, -1  # leave the slot's sub-communicator
+        self.endpoint.send(m.ShiftDone(self.spec.rank, msg.role, msg.slot, False, -1, phases, partials=partials))
+
+    def _shift_up(self, msg: m.ShiftUp) -> None:
+        assert self.role is None, f"rank {self.spec.rank} still holds {self.role}{self.slot}"
+        slot = self.table.get(msg.role, msg.slot)
+        group = self.groups[slot.name]
+        t0 = time.perf_counter()
+        model = "genrm" if msg.role == "reward" else "policy"
+        tensors, version = self.weights.read(model, slot, None)  # the latest published version
+        read_s = time.perf_counter() - t0
+        if msg.role == "train":
+            phases = self.trainer.shift_up(tensors)
+            checksum = 0.0
+        else:
+            phases = self.inference[msg.role].shift_up(msg.slot, group, tensors, version)
+            checksum = self.inference[msg.role].checksum() if self.weights.verify else 0.0
+        self.role, self.slot = msg.role, msg.slot  # join the slot's sub-communicator
+        phases = {"gps_read": read_s, **phases}
+        self.endpoint.send(m.ShiftDone(self.spec.rank, msg.role, msg.slot, True, version, phases, checksum=checksum))
+        self._maybe_stats(force=True)

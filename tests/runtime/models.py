@@ -1,0 +1,43 @@
+"""Random-weight tiny checkpoints with a character tokenizer, for fast runtime tests
+(the learning signal is not the point here; the trained tiny models are for the main job)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+
+from pivot.model import CausalLM, ModelArgs, save_pretrained
+
+CHARS = list("0123456789+-=?:.,()/ \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def char_tokenizer(path: Path) -> Path:
+    vocab = {"<|endoftext|>": 0, "<|pad|>": 1, **{c: i + 2 for i, c in enumerate(CHARS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<|pad|>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(["<|endoftext|>", "<|pad|>"])
+    path.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path / "tokenizer.json"))
+    return path / "tokenizer.json"
+
+
+def random_models(root: Path, seed: int = 0) -> tuple[Path, Path]:
+    import torch
+
+    tok = char_tokenizer(root / "tok")
+    out = []
+    for name, layers in (("policy", 2), ("genrm", 1)):
+        torch.manual_seed(seed + layers)
+        args = ModelArgs(family="qwen2", vocab_size=len(CHARS) + 2, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                         tie_word_embeddings=True, eos_token_id=0, pad_token_id=1, max_position_embeddings=512)
+        save_pretrained(CausalLM(args), root / name, tokenizer_file=tok)
+        out.append(root / name)
+    return out[0], out[1]
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(random_models(Path(sys.argv[1])))
