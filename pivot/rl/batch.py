@@ -1,0 +1,64 @@
+"""The training batch: token ids, GRPO advantages and behaviour log-probs, one row per sample."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from pivot.rl.algo import grpo_advantages
+from pivot.rl.buffer import Sample
+
+
+@dataclass
+class TrainBatch:
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    advantages: list[float]
+    """One advantage per sequence (GRPO: group-normalised reward)."""
+    behaviour_logprobs: list[list[float]] | None = None
+    """Rollout log-prob of each response token; None = on-policy (the trainer's own, detached)."""
+    ref_logprobs: list[list[float]] | None = None
+    """Reference-model log-probs, needed when kl_coef > 0."""
+
+    def __post_init__(self) -> None:
+        n = len(self.prompt_ids)
+        for name in ("response_ids", "advantages", "behaviour_logprobs", "ref_logprobs"):
+            value = getattr(self, name)
+            if value is not None and len(value) != n:
+                raise ValueError(f"TrainBatch.{name} has {len(value)} rows, prompt_ids has {n}")
+        for i, (p, r) in enumerate(zip(self.prompt_ids, self.response_ids)):
+            if not p:
+                raise ValueError(f"TrainBatch row {i}: empty prompt")
+            for name in ("behaviour_logprobs", "ref_logprobs"):
+                rows = getattr(self, name)
+                if rows is not None and len(rows[i]) != len(r):
+                    raise ValueError(f"TrainBatch.{name} row {i}: {len(rows[i])} values for {len(r)} response tokens")
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def response_tokens(self) -> int:
+        return sum(len(r) for r in self.response_ids)
+
+
+def batch_from_groups(
+    groups: list[list[Sample]], tokenize: Callable[[str], list[int]] | None = None, normalize_std: bool = True
+) -> TrainBatch:
+    """[B][G] rewarded samples (`SampleBuffer.take_batch`) -> a TrainBatch with GRPO advantages."""
+    rewards = torch.tensor([[float(s.reward) for s in g] for g in groups])  # type: ignore[arg-type]
+    adv = grpo_advantages(rewards, normalize_std=normalize_std)
+    flat = [s for g in groups for s in g]
+    prompts: list[list[int]] = []
+    for s in flat:
+        if s.prompt_ids is None and tokenize is None:
+            raise ValueError(f"sample {s.key} has no prompt_ids and no tokenizer was given")
+        prompts.append(s.prompt_ids if s.prompt_ids is not None else tokenize(s.prompt.text))  # type: ignore[misc]
+    has_lp = all(s.logprobs is not None for s in flat)
+    return TrainBatch(
+        prompt_ids=prompts,
+        response_ids=[list(s.response_ids or []) for s in flat],
+        advantages=adv.flatten().tolist(),
+        behaviour_logprobs=[list(s.logprobs) for s in flat] if has_lp else None,  # type: ignore[arg-type]
+    )

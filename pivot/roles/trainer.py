@@ -1,0 +1,389 @@
+"""The training role: an FSDP2-sharded policy, AdamW, and the PPO-clip step over a process group.
+
+Layout: every decoder layer and then the root are `fully_shard`-ed on
+`DeviceMesh.from_group(group)`, so each parameter (HF name) is split on dim 0 exactly as
+`pivot.model.tp_plan.fsdp_range` says; `policy_shards()` returns this rank's pieces for the GPS
+Write. Parameters are fp32 master weights; on CUDA the compute copy is bf16 (reduce in fp32).
+
+Data split: `train_step(batch)` is collective and takes the WHOLE batch on every rank; rank r
+trains rows r, r+W, ... Micro-batches are packed per rank under `micro_batch_tokens` (padded
+tokens) and every rank runs the same number of them (empty ones run a zero-loss forward), so
+FSDP's collectives line up. Losses are normalised by the whole batch's token (or sequence)
+count, so the result does not depend on the split.
+
+Shift down offloads the optimizer state and the fp32 master shards to host memory (pinned on
+CUDA) byte for byte and frees their device storage; activations and grads are already gone
+between steps. Shift up re-allocates the storages and restores the bytes, so training
+continues bit-exactly. The GPS Read result passed to `shift_up(params)` may hold full
+HF-named tensors or this rank's dim-0 shards; it is used when the master was not kept on host
+(`shift_down(keep_master=False)`); with a kept master the master wins (it is the exact fp32
+state, the GPS copy may be bf16) and `params` is only checked for names and shapes.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file, save_file
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from pivot.config import TrainConfig
+from pivot.model import CausalLM, from_pretrained, save_pretrained
+from pivot.model.tp_plan import fsdp_range
+from pivot.rl.algo import ppo_clip_loss
+from pivot.rl.batch import TrainBatch
+
+log = logging.getLogger(__name__)
+STATE_FILE = "trainer.json"
+
+
+@dataclass
+class StepMetrics:
+    loss: float
+    grad_norm: float
+    clip_frac: float
+    approx_kl: float
+    kl_ref: float
+    tokens: int
+    micro_batches: int
+    skipped: bool
+    version: int
+
+
+class Trainer:
+    """One rank of the training role (see the module docstring). All public methods that touch
+    parameters are collective over `group` unless said otherwise."""
+
+    def __init__(
+        self, model: CausalLM, group: dist.ProcessGroup, config: TrainConfig, device: str = "cpu", temperature: float = 1.0
+    ) -> None:
+        self.config, self.group = config, group
+        self.device = torch.device(device)
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        # the engine's log-probs are of the temperature-scaled distribution (raw for greedy)
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.args = model.args
+        model = model.to(device=self.device, dtype=torch.float32)
+        mesh = DeviceMesh.from_group(group, device_type=self.device.type)
+        cuda = self.device.type == "cuda"
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cuda else MixedPrecisionPolicy()
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
+        self.model = model
+        self.params = dict(model.named_parameters())  # tied weights appear once, under the embedding
+        self.aliases = set(model.state_dict()) - set(self.params)
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=config.lr, betas=(config.beta1, config.beta2), weight_decay=config.weight_decay
+        )
+        self.version = 0  # successful optimizer steps: the policy version
+        self.bad_steps = 0  # consecutive skipped steps
+        self._host: dict[str, list[torch.Tensor]] | None = None  # offloaded bytes while shifted down
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, group: dist.ProcessGroup, config: TrainConfig, device: str = "cpu",
+                        temperature: float = 1.0) -> Trainer:  # fmt: skip
+        return cls(from_pretrained(path), group, config, device, temperature)
+
+    # ---- forward -------------------------------------------------------------------------
+
+    def _logprobs(self, prompts: list[list[int]], responses: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded [n, R] log-probs of each response token given its prompt, and the mask."""
+        lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+        width, r_max = max(lengths), max(1, max(len(r) for r in responses))
+        ids = torch.zeros(len(prompts), width, dtype=torch.long)
+        index = torch.zeros(len(prompts), r_max, dtype=torch.long)
+        mask = torch.zeros(len(prompts), r_max)
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            ids[i, : lengths[i]] = torch.tensor(p + r)
+            # logits at position t predict token t + 1: response token j sits at len(p) + j
+            index[i, : len(r)] = torch.arange(len(p) - 1, len(p) - 1 + len(r))
+            mask[i, : len(r)] = 1.0
+        ids, index, mask = ids.to(self.device), index.to(self.device), mask.to(self.device)
+        logits = self.model(ids).float() / self.temperature
+        targets = ids.gather(1, (index + 1).clamp(max=width - 1))
+        picked = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
+        lp = picked.gather(2, targets[..., None])[..., 0] - torch.logsumexp(picked, dim=-1)
+        return lp * mask, mask
+
+    def _plan(self, batch: TrainBatch) -> tuple[list[list[int]], int]:
+        """This rank's micro-batches (row indices) and the count every rank must run."""
+        budget = self.config.micro_batch_tokens
+        plans = []
+        for r in range(self.world):
+            mbs: list[list[int]] = []
+            longest = 0
+            for i in range(r, len(batch), self.world):
+                n = len(batch.prompt_ids[i]) + len(batch.response_ids[i])
+                if mbs and max(longest, n) * (len(mbs[-1]) + 1) <= budget:
+                    mbs[-1].append(i)
+                    longest = max(longest, n)
+                else:
+                    mbs.append([i])
+                    longest = n
+            plans.append(mbs)
+        return plans[self.rank], max(len(p) for p in plans)
+
+    def _dummy_backward(self) -> None:
+        """A zero-loss pass so this rank joins FSDP's collectives when it has no rows left."""
+        self.model(torch.zeros(1, 1, dtype=torch.long, device=self.device)).sum().mul(0.0).backward()
+
+    @torch.no_grad()
+    def compute_logprobs(self, prompts: list[list[int]], responses: list[list[int]]) -> list[list[float]]:
+        """Log-probs of every response token under the current policy (whole batch, every rank)."""
+        self._check_up()
+        batch = TrainBatch(prompts, responses, [0.0] * len(prompts))
+        mine, count = self._plan(batch)
+        local: dict[int, list[float]] = {}
+        for m in range(count):
+            rows = mine[m] if m < len(mine) else []
+            if not rows:
+                self.model(torch.zeros(1, 1, dtype=torch.long, device=self.device))
+                continue
+            lp, _ = self._logprobs([prompts[i] for i in rows], [responses[i] for i in rows])
+            for k, i in enumerate(rows):
+                local[i] = lp[k, : len(responses[i])].tolist()
+        gathered: list[dict[int, list[float]]] = [{} for _ in range(self.world)]
+        dist.all_gather_object(gathered, local, group=self.group)
+        merged = {i: v for part in gathered for i, v in part.items()}
+        return [merged[i] for i in range(len(prompts))]
+
+    # ---- the step ------------------------------------------------------------------------
+
+    def train_step(self, batch: TrainBatch) -> StepMetrics:
+        """One policy update on the whole batch; a NaN/inf loss or gradient skips it (weights and
+        optimizer state untouched) and too many consecutive skips raise RuntimeError."""
+        self._check_up()
+        cfg = self.config
+        if cfg.kl_coef and batch.ref_logprobs is None:
+            raise ValueError("train.kl_coef > 0 needs TrainBatch.ref_logprobs")
+        normalizer = float(batch.response_tokens if cfg.loss_agg == "token" else len(batch))
+        mine, count = self._plan(batch)
+        self.model.train()
+        sums = torch.zeros(5, dtype=torch.float64)  # loss, tokens, clipped, approx_kl, kl_ref (token-weighted)
+        for m in range(count):
+            rows = mine[m] if m < len(mine) else []
+            if not rows:
+                self._dummy_backward()
+                continue
+            lp, mask = self._logprobs([batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows])
+            old = self._pad(batch.behaviour_logprobs, rows, lp) if batch.behaviour_logprobs is not None else lp.detach()
+            ref = self._pad(batch.ref_logprobs, rows, lp) if batch.ref_logprobs is not None else None
+            adv = torch.tensor([batch.advantages[i] for i in rows], device=self.device)
+            loss, st = ppo_clip_loss(
+                lp, old, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip_c or None, cfg.loss_agg,
+                normalizer, ref, cfg.kl_coef,
+            )  # fmt: skip
+            # FSDP averages gradients over ranks; the loss is already a share of the global one
+            (loss * self.world).backward()
+            t = st.tokens
+            sums += torch.tensor([loss.item(), t, st.clip_frac * t, st.approx_kl_behaviour * t, st.kl_ref * t], dtype=torch.float64)
+        max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(list(self.params.values()), max_norm)
+        norm_value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        dist.all_reduce(sums, group=self.group)
+        loss_value = float(sums[0])
+        bad = not (math.isfinite(loss_value) and math.isfinite(norm_value))
+        if bad:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.bad_steps += 1
+            log.warning("train step skipped: loss=%s grad_norm=%s (%d in a row)", loss_value, norm_value, self.bad_steps)
+            if self.bad_steps >= cfg.max_bad_steps:
+                raise RuntimeError(f"{self.bad_steps} consecutive training steps had NaN/inf loss or gradients; aborting")
+        else:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.bad_steps = 0
+            self.version += 1
+        tokens = max(float(sums[1]), 1.0)
+        return StepMetrics(
+            loss=loss_value, grad_norm=norm_value, clip_frac=float(sums[2]) / tokens, approx_kl=float(sums[3]) / tokens,
+            kl_ref=float(sums[4]) / tokens, tokens=int(sums[1]), micro_batches=count, skipped=bad, version=self.version,
+        )  # fmt: skip
+
+    def _pad(self, rows_values: list[list[float]], rows: list[int], like: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(like)
+        for k, i in enumerate(rows):
+            if rows_values[i]:
+                out[k, : len(rows_values[i])] = torch.tensor(rows_values[i], dtype=out.dtype)
+        return out
+
+    # ---- shifting ------------------------------------------------------------------------
+
+    def _storages(self, which: str) -> list[torch.UntypedStorage]:
+        if which == "master":
+            tensors = [p.to_local() for p in self.params.values()]
+        else:
+            tensors = [v.to_local() if hasattr(v, "to_local") else v
+                       for s in self.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]  # fmt: skip
+        seen: dict[int, torch.UntypedStorage] = {}
+        for t in tensors:
+            st = t.untyped_storage()
+            if st.nbytes() and st.data_ptr() not in seen:
+                seen[st.data_ptr()] = st
+        return list(seen.values())
+
+    def shift_down(self, keep_master: bool = True) -> None:
+        """Offload optimizer state (and the fp32 master shards unless `keep_master=False`) to
+        host memory and free the device storage of both. Local: no collective."""
+        if self._host is not None:
+            raise RuntimeError("trainer is already shifted down")
+        self.optimizer.zero_grad(set_to_none=True)
+        pin = self.device.type == "cuda"
+        self._host = {"master": [], "optim": []}
+        self._freed: dict[str, list[tuple[torch.UntypedStorage, int]]] = {}
+        for which in ("master", "optim"):
+            freed = []
+            for st in self._storages(which):
+                if which == "optim" or keep_master:
+                    host = torch.empty(st.nbytes(), dtype=torch.uint8, pin_memory=pin)
+                    host.untyped_storage().copy_(st)
+                    self._host[which].append(host)
+                freed.append((st, st.nbytes()))
+                st.resize_(0)
+            self._freed[which] = freed
+        self._kept_master = keep_master
+
+    def shift_up(self, params: dict[str, torch.Tensor] | None = None) -> None:
+        """Re-allocate and restore the offloaded state; parameters come from the host master or,
+        if it was not kept, from `params` (full HF tensors or this rank's shards). Local."""
+        if self._host is None:
+            raise RuntimeError("trainer is not shifted down")
+        if params is not None:
+            params = self._shards_from(params)
+        elif not self._kept_master:
+            raise ValueError("shift_up needs params: the master weights were not kept on host")
+        for which in ("master", "optim"):
+            hosts = self._host[which]
+            for k, (st, nbytes) in enumerate(self._freed[which]):
+                st.resize_(nbytes)
+                if which == "optim" or self._kept_master:
+                    st.copy_(hosts[k].untyped_storage())
+        if not self._kept_master:
+            with torch.no_grad():
+                for name, p in self.params.items():
+                    p.to_local().copy_(params[name])  # type: ignore[index]
+        self._host = None
+
+    def _shards_from(self, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """This rank's dim-0 shard of each parameter from full tensors or shards; errors name the tensor."""
+        out = {}
+        for name, p in self.params.items():
+            if name not in params:
+                raise ValueError(f"shift_up: tensor {name!r} missing from the given parameters")
+            t, full, local = params[name], tuple(p.shape), tuple(p.to_local().shape)
+            if tuple(t.shape) == full:
+                start, stop = fsdp_range(full[0], self.rank, self.world)
+                t = t[start:stop]
+            elif tuple(t.shape) != local:
+                raise ValueError(f"shift_up: tensor {name!r} has shape {tuple(t.shape)}, expected full {full} or shard {local}")
+            out[name] = t.to(dtype=torch.float32)
+        extra = sorted(set(params) - set(self.params) - self.aliases)
+        if extra:
+            raise ValueError(f"shift_up: unexpected tensor {extra[0]!r}")
+        return out
+
+    def _check_up(self) -> None:
+        if self._host is not None:
+            raise RuntimeError("trainer is shifted down; call shift_up first")
+
+    # ---- weights out ---------------------------------------------------------------------
+
+    def policy_shards(self) -> dict[str, torch.Tensor]:
+        """HF name -> this rank's fp32 dim-0 shard (rows `fsdp_range(size, rank, world)`). Local;
+        the tensors alias the live parameters: copy them before the next step if needed."""
+        self._check_up()
+        return {name: p.to_local().detach() for name, p in self.params.items()}
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """HF name -> full fp32 tensor on CPU, on every rank (collective)."""
+        self._check_up()
+        return {name: p.full_tensor().detach().cpu() for name, p in self.params.items()}
+
+    def export_hf(self, path: str | Path, tokenizer_file: str | Path | None = None) -> None:
+        """Write the policy in Hugging Face layout (rank 0 writes; collective)."""
+        state = self.full_state_dict()
+        if self.rank == 0:
+            model = CausalLM(self.args)
+            model.load_state_dict(state, strict=False)
+            save_pretrained(model, path, tokenizer_file)
+        dist.barrier(group=self.group)
+
+    # ---- checkpoints ---------------------------------------------------------------------
+
+    def _rank_file(self, path: Path, rank: int) -> Path:
+        return path / f"rank{rank:05d}-of-{self.world:05d}.safetensors"
+
+    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
+        """Each rank writes its parameter and AdamW shards; rank 0 writes `trainer.json`
+        (version, counters, shapes, JSON-able `extra` such as the data cursor). Collective."""
+        self._check_up()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        tensors, steps = {}, {}
+        for name, p in self.params.items():
+            tensors[f"param/{name}"] = p.to_local().detach().contiguous().cpu()
+            state = self.optimizer.state.get(p, {})
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in state:
+                    tensors[f"{key}/{name}"] = state[key].to_local().detach().contiguous().cpu()
+            if "step" in state:
+                steps[name] = float(state["step"])
+        save_file(tensors, str(self._rank_file(path, self.rank)))
+        if self.rank == 0:
+            meta = {
+                "world": self.world, "version": self.version, "bad_steps": self.bad_steps, "optimizer_steps": steps,
+                "shapes": {n: list(p.shape) for n, p in self.params.items()}, "config": asdict(self.config),
+                "extra": extra or {},
+            }  # fmt: skip
+            (path / STATE_FILE).write_text(json.dumps(meta, indent=1))
+        dist.barrier(group=self.group)
+
+    def load(self, path: str | Path) -> dict[str, Any]:
+        """Restore what `save` wrote (same world size); returns `extra`. Local reads + barrier."""
+        self._check_up()
+        path = Path(path)
+        meta_file = path / STATE_FILE
+        if not meta_file.is_file():
+            raise FileNotFoundError(f"checkpoint {path}: missing {STATE_FILE}")
+        meta = json.loads(meta_file.read_text())
+        if meta["world"] != self.world:
+            raise ValueError(f"checkpoint {path} was saved by {meta['world']} training ranks, this group has {self.world}")
+        file = self._rank_file(path, self.rank)
+        if not file.is_file():
+            raise FileNotFoundError(f"checkpoint {path}: missing {file.name}")
+        tensors = load_file(str(file))
+        for name, p in self.params.items():
+            if tuple(meta["shapes"].get(name, ())) != tuple(p.shape):
+                raise ValueError(f"checkpoint {path}: tensor {name!r} has shape {meta['shapes'].get(name)}, expected {list(p.shape)}")
+            for key in ("param", "exp_avg", "exp_avg_sq"):
+                if key != "param" and name not in meta["optimizer_steps"]:
+                    continue
+                t = tensors.get(f"{key}/{name}")
+                local = p.to_local()
+                if t is None:
+                    raise ValueError(f"checkpoint {file}: tensor {key}/{name!r} missing")
+                if t.shape != local.shape:
+                    raise ValueError(f"checkpoint {file}: tensor {key}/{name!r} has shape {tuple(t.shape)}, expected {tuple(local.shape)}")
+        with torch.no_grad():
+            for name, p in self.params.items():
+                p.to_local().copy_(tensors[f"param/{name}"])
+                if name in meta["optimizer_steps"]:
+                    state = self.optimizer.state[p]
+                    state["step"] = torch.tensor(meta["optimizer_steps"][name])
+                    for key in ("exp_avg", "exp_avg_sq"):
+                        if key not in state:
+                            state[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                        state[key].to_local().copy_(tensors[f"{key}/{name}"])
+                else:
+                    self.optimizer.state.pop(p, None)
+        self.version, self.bad_steps = int(meta["version"]), int(meta["bad_steps"])
+        dist.barrier(group=self.group)
+        return meta["extra"]

@@ -1,0 +1,47 @@
+"""Spawn helpers for multi-rank CPU tests (gloo), and a tiny random policy."""
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from pivot.model import CausalLM, ModelArgs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _entry(rank: int, world: int, port: int, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)  # two ranks on two cores; also keeps CPU math deterministic
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        fn(rank, world, dist.new_group(list(range(world))), *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(fn: Callable[..., None], world: int, *args: Any) -> None:
+    """Run `fn(rank, world, group, *args)` on `world` gloo ranks; a rank's exception fails the test."""
+    mp.spawn(_entry, args=(world, free_port(), fn, args), nprocs=world, join=True)
+
+
+def tiny_model(seed: int = 0, vocab: int = 37, tie: bool = True) -> CausalLM:
+    args = ModelArgs(
+        family="qwen2", vocab_size=vocab, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, tie_word_embeddings=tie,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = CausalLM(args)
+    with torch.no_grad():
+        for p in model.parameters():  # small random init so the loss is not flat
+            p.normal_(0.0, 0.2)
+    return model
