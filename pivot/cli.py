@@ -1,6 +1,7 @@
 """Command line: `--preset NAME` picks the starting config, every other flag overrides it (tyro)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -52,10 +53,12 @@ def parse(argv: list[str], world_size: int | None = None, local_world_size: int 
 
 
 def parse_or_exit(argv: list[str]) -> PivotConfig:
-    try:
-        return parse(argv)
-    except ConfigError as e:
-        rank = os.environ.get("RANK", "0")
-        if rank == "0":
+    """Parse on every rank; only rank 0 speaks (help text, tyro's and our errors), exit code 2."""
+    quiet = os.environ.get("RANK", "0") != "0"
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null if quiet else sys.stdout), \
+            contextlib.redirect_stderr(null if quiet else sys.stderr):
+        try:
+            return parse(argv)
+        except ConfigError as e:
             print(f"pivot: config error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+            raise SystemExit(2) from None

@@ -143,11 +143,15 @@ class Engine:
             seq.status = SeqStatus.FINISHED
             partials.append(seq.to_request())
         if unknown:
-            log.warning("abort: unknown request ids %s ignored", unknown)
+            log.debug("abort: unknown request ids %s ignored", unknown)
         return AbortResult(partials, unknown)
 
     def has_work(self) -> bool:
         return bool(self._seqs)
+
+    def progress(self) -> dict[int, int]:
+        """Tokens generated so far by each unfinished sequence (the monitor's progress feed)."""
+        return {rid: seq.num_generated for rid, seq in self._seqs.items()}
 
     def can_admit(self, num_tokens: int) -> bool:
         """Whether a sequence of `num_tokens` tokens fits the free KV cache now."""

@@ -127,7 +127,7 @@ class Controller:
         if now - self._last_monitor >= MONITOR_EVERY_S:
             self._last_monitor = now
             self.monitor()
-        if not self.shifts and self.training is None and now - self._last_plan >= self.cfg.planner.interval_s:
+        if not self.shifts and self.training is None and now - self._last_plan >= self.mode.interval_s:
             self._last_plan = now
             plan = self.mode.plan(self)
             if plan is not None:

@@ -48,6 +48,7 @@ def split_inference(ctrl: Controller, free: set[int]) -> list[int]:
 
 class Disaggregated:
     name = "disaggregated"
+    interval_s = 1.0
 
     def initial(self, ctrl: Controller) -> ShiftPlan:
         free = set(range(ctrl.world)) - set(ctrl.table.train.ranks)
@@ -64,6 +65,7 @@ class Shiftable:
 
     def __init__(self, ctrl_cfg: object) -> None:
         self.planner = make_planner(ctrl_cfg)
+        self.interval_s = ctrl_cfg.interval_s
 
     def initial(self, ctrl: Controller) -> ShiftPlan:
         return _plan(split_inference(ctrl, set(range(ctrl.world))), [])
@@ -78,6 +80,8 @@ class Shiftable:
 class Phased:
     """Colocated (cycle rollout -> reward -> train over every device) and rr_colocated (cycle
     rollout -> reward over the inference devices, training fixed on its own pool)."""
+
+    interval_s = 0.02  # a phase ends on an event; checking it is cheap
 
     def __init__(self, name: str, cycle: tuple[str, ...]) -> None:
         self.name, self.cycle = name, cycle
