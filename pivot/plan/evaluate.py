@@ -62,7 +62,7 @@ class CandidateEvaluator:
             return self._rate[role]
         key = (role, d, u)
         if key not in self._cache:
-            sim = self._scheds[role].clone()
+            sim = self._scheds[role]._trial()
             if d:
                 sim.shift_down(d)
             if u:

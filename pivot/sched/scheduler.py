@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 from typing import Any, Callable, Iterable
 
 from pivot.sched.records import Abort, Command, Dispatch, Replica, SeqState
@@ -44,12 +45,23 @@ class _Rep:
 
     def refresh(self) -> None:
         """Recompute T_i and the dispatch terms: dT(l) = n1 / (base + A*l) - thr if free >= l."""
-        n, a_tok = self.n, self.A * self.tok
-        self.thr = n / (a_tok + max(self.B, self.C * n) + self.D) if n else 0.0
+        n, a_tok, b, c, d = self.n, self.A * self.tok, self.B, self.C, self.D
+        cn, cn1 = c * n, c * (n + 1)  # max(B, C*n) without the builtin call (hot path)
+        self.thr = n / (a_tok + (b if b >= cn else cn) + d) if n else 0.0
         self.n1 = n + 1
-        self.base = a_tok + max(self.B, self.C * self.n1) + self.D
+        self.base = a_tok + (b if b >= cn1 else cn1) + d
         self.free = self.cap - self.tok
         self.ver += 1
+
+
+class _NoOrig(dict):
+    """`_orig` of a planner trial: remembers no move, so no command records are built."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def setdefault(self, key: int, default: int | None = None) -> int | None:
+        return default
 
 
 class ShiftAwareScheduler:
@@ -129,6 +141,14 @@ class ShiftAwareScheduler:
 
     def clone(self) -> "ShiftAwareScheduler":
         """An independent copy (the planner simulates candidates on clones)."""
+        return self._copy(dict(self._seqs), {})
+
+    def _trial(self) -> "ShiftAwareScheduler":
+        """A cheaper copy for the planner's what-if runs: its shift calls return no commands
+        and it shares the sequence table, so it must only see abort/dispatch/shift calls."""
+        return self._copy(self._seqs, _NoOrig())
+
+    def _copy(self, seqs: dict[int, SeqState], orig: dict[int, int | None]) -> "ShiftAwareScheduler":
         new = object.__new__(ShiftAwareScheduler)
         new._specs, new._priority, new.migrate = self._specs, self._priority, self.migrate
         new._reps = {}
@@ -138,9 +158,9 @@ class ShiftAwareScheduler:
                 setattr(c, k, getattr(r, k))
             c.seqs = dict(r.seqs)
             new._reps[rid] = c
-        new._seqs = dict(self._seqs)  # SeqState objects are shared: on_progress replaces, never mutates
+        new._seqs = seqs  # SeqState objects are shared: on_progress replaces, never mutates
         new._where, new._qver, new._queue = dict(self._where), dict(self._qver), list(self._queue)
-        new._orig, new._journal, new._active = {}, None, []
+        new._orig, new._journal, new._active = orig, None, []
         new._sync_active()
         return new
 
@@ -268,25 +288,35 @@ class ShiftAwareScheduler:
                     heapq.heappush(shortest[loc], (reps[loc].seqs[s], s))
 
     def _dispatch(self, targets: list[_Rep]) -> None:
-        q, seqs = self._queue, self._seqs
+        # Hot loop of the planner's simulations: the queue-to-replica move is inlined (same
+        # effect as _move(sid, best.rid)), stale heap entries are dropped on the way.
+        q, seqs, where, qver, orig, journal = self._queue, self._seqs, self._where, self._qver, self._orig, self._journal
         while q:
-            head = q[0]
-            if not self._live(head):
+            _, sid, ver = q[0]
+            if where.get(sid, 0) is not None or qver.get(sid) != ver:
                 heapq.heappop(q)
                 continue
-            sid = head[1]
             seq = seqs[sid]
             ln = seq.prompt_len + seq.generated
-            best, best_gain = None, float("-inf")
+            best, best_gain = None, -math.inf
             for r in targets:
-                if r.free < ln:
-                    continue
-                g = r.n1 / (r.base + r.A * ln) - r.thr
-                if g > best_gain:
-                    best, best_gain = r, g
+                if r.free >= ln:
+                    g = r.n1 / (r.base + r.A * ln) - r.thr
+                    if g > best_gain:
+                        best, best_gain = r, g
             if best is None:
                 return  # the head waits for capacity
-            self._move(sid, best.rid)
+            heapq.heappop(q)
+            if sid not in orig:
+                orig[sid] = None
+            if journal is not None:
+                journal.append((sid, None))
+            qver[sid] = ver + 2  # as _take + _move: its queue entry is gone
+            where[sid] = best.rid
+            best.seqs[sid] = ln
+            best.n += 1
+            best.tok += ln
+            best.refresh()
 
     def _move(self, sid: int, loc: int | None) -> None:
         """Move a sequence between the queue (None) and a replica, journaling the change."""
@@ -332,11 +362,11 @@ class ShiftAwareScheduler:
         return self._where.get(sid, 0) is None and self._qver.get(sid) == entry[2]
 
     def _begin(self) -> None:
-        self._orig = {}
+        self._orig = type(self._orig)()
 
     def _commands(self) -> list[Command]:
         moved = sorted((sid, old) for sid, old in self._orig.items() if self._where.get(sid, old) != old)
-        self._orig = {}
+        self._orig = type(self._orig)()
         aborts: list[Command] = [Abort(sid, old) for sid, old in moved if old is not None]
         return aborts + [Dispatch(sid, self._where[sid]) for sid, _ in moved if self._where.get(sid) is not None]
 
