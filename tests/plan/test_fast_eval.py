@@ -1,0 +1,102 @@
+"""The planner's optimised evaluation returns exactly the straightforward evaluation's numbers:
+per candidate, clone the frozen reference scheduler, shift down, shift up, read the rates."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pivot.config import PlannerConfig
+from pivot.plan import ClusterSnapshot, PivotPlanner, benefit, overall_throughput
+from pivot.plan.snapshot import ClusterSnapshot as _Snap
+from pivot.sched import Replica, SeqState, ThroughputModel
+from tests.plan.fig8 import figure8
+from tests.sched import reference_scheduler as ref
+
+RO = [ThroughputModel(A=1e-6, B=0.010, C=2e-4, D=0.005), ThroughputModel(A=3e-6, B=0.004, C=1e-4, D=0.002)]
+RM = [ThroughputModel(A=2e-6, B=0.020, C=4e-4, D=0.010), ThroughputModel(A=0.0, B=0.02, C=0.0, D=0.0)]
+
+
+def random_snapshot(seed: int) -> ClusterSnapshot:
+    """n devices: 1-device rollout slots, 4-device reward slots (mixed models and capacities),
+    a training pool on the last quarter; random up sets, running sequences and queues."""
+    rng = random.Random(seed)
+    n = 4 * rng.randint(2, 8)
+    slots = [Replica(i, "rollout", (i,), rng.choice([3000, 8000]), rng.choice(RO)) for i in range(n)]
+    slots += [Replica(n + i, "reward", tuple(range(4 * i, 4 * i + 4)), rng.choice([6000, 20000]), rng.choice(RM)) for i in range(n // 4)]
+    train = 2 * n
+    slots.append(Replica(train, "train", tuple(range(3 * n // 4, n))))
+    held: set[int] = set()
+    active: set[int] = set()
+    order = list(range(n, n + n // 4)) + list(range(n))
+    rng.shuffle(order)
+    if rng.random() < 0.5:
+        active.add(train)
+        held |= set(range(3 * n // 4, n))
+    for rid in order:
+        devs = set(slots[rid].devices)
+        if not devs & held and rng.random() < 0.6:
+            active.add(rid)
+            held |= devs
+    running, sid = {}, 0
+    for rid in sorted(active - {train}):
+        k = rng.randint(0, 6)
+        running[rid] = tuple(SeqState(sid + j, rng.randint(50, 600), rng.randint(0, 300)) for j in range(k))
+        sid += k
+    queues = {}
+    for role in ("rollout", "reward"):
+        queues[role] = tuple(SeqState(sid + j, rng.randint(50, 900), rng.randint(0, 300)) for j in range(rng.randint(0, 60)))
+        sid += len(queues[role])
+    return _Snap(tuple(slots), frozenset(active), running, queues, train_batch_ready=rng.random() < 0.2,
+                 train_throughput=rng.choice([0.0, 500.0]))
+
+
+def ref_scheduler(snap: ClusterSnapshot, role: str, migrate: bool) -> ref.ShiftAwareScheduler:
+    slots = snap.slots(role)
+    s = ref.ShiftAwareScheduler(slots, active=[r.replica_id for r in slots if r.replica_id in snap.active], migrate=migrate)
+    for r in slots:
+        for seq in snap.running.get(r.replica_id, ()):
+            s.adopt(seq, r.replica_id)
+    for seq in snap.queues.get(role, ()):
+        s.submit(seq)
+    return s
+
+
+def ref_rate(s: ref.ShiftAwareScheduler, binary: bool) -> float:
+    if binary:
+        return float(sum(1 for rid in s.active_ids if s.load(rid)[0] > 0))
+    return s.throughput()
+
+
+def reference_benefits(snap: ClusterSnapshot, cfg: PlannerConfig, cands: list) -> list[float]:
+    binary = cfg.no_throughput_model
+    base = {r: ref_scheduler(snap, r, not cfg.no_migration) for r in ("rollout", "reward")}
+    role_of = {r.replica_id: r.role for r in snap.replicas}
+    n = {r: base[r].num_sequences() for r in base}
+    cur = overall_throughput(n["rollout"], ref_rate(base["rollout"], binary), n["reward"], ref_rate(base["reward"], binary))
+    out = []
+    for c in cands:
+        rates = {}
+        for role, s in base.items():
+            sim = s.clone()
+            down = sorted(r for r in c.down if role_of[r] == role)
+            up = sorted(r for r in c.up if role_of[r] == role)
+            if down:
+                sim.shift_down(down)
+            if up:
+                sim.shift_up(up)
+            rates[role] = ref_rate(sim, binary)
+        t = overall_throughput(n["rollout"], rates["rollout"], n["reward"], rates["reward"])
+        out.append(benefit(cfg.horizon_s, t, cur, c.penalty))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("ablation", ["", "no_migration", "no_throughput_model"])
+def test_optimised_evaluation_equals_reference(seed: int, ablation: str) -> None:
+    snap = figure8() if seed == 0 else random_snapshot(seed)
+    cfg = PlannerConfig(**({ablation: True} if ablation else {}))
+    planner = PivotPlanner(cfg)
+    planner.plan(snap)
+    cands = [c for c, _ in planner.last_candidates]
+    assert [b for _, b in planner.last_candidates] == reference_benefits(snap, cfg, cands)
