@@ -273,7 +273,8 @@ class Controller:
 
     def maybe_train(self) -> None:
         if self.train_ready() and self.state.get(self.train_rid) == "up":
-            batch, self.batch_summary = self.flow.batch(self.step)
+            batch, self.batch_summary, records = self.flow.batch(self.step)
+            self.log.samples(records)
             self.training, self.train_acks = self.step, {}
             self._train_t0 = time.monotonic()
             self.send_slot(self.train_rid, m.TrainStep(self.step, batch))

@@ -65,7 +65,7 @@ def start_controller(
         TextTokenizer.from_pretrained(genrm_path), SampleBuffer(cfg.train.group_size, cfg.train.staleness),
         cfg.train.staleness,
     )
-    log = RunLog(cfg.log.dir, cfg.log.tensorboard)
+    log = RunLog(cfg.log.dir, cfg.log.tensorboard, start_step if resume is not None else None)
     (Path(cfg.log.dir) / "config.json").write_text(json.dumps(_asdict(cfg), indent=1))
     progress = StepProgress(cfg.train.steps, start_step, cfg.log.progress)
     ctrl = Controller(cfg, table, spec.world_size, endpoint, flow, make_mode(cfg), log,

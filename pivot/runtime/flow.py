@@ -58,6 +58,7 @@ class RLFlow:
     next_step: int = 0  # next step whose prompts are not submitted yet
     seqs: dict[int, SeqInfo] = field(default_factory=dict)
     verifiable: dict[Key, float] = field(default_factory=dict)  # R_verifiable per sample, for metrics
+    judgings: dict[Key, int] = field(default_factory=dict)  # GenRM verdicts received per sample
     stats: FlowStats = field(default_factory=FlowStats)
     _next_id: int = 0
 
@@ -128,6 +129,7 @@ class RLFlow:
         self.stats.rewards_finished += 1
         self.stats.tokens_reward += len(out.prompt_ids) + len(out.output_ids)
         r_g = self.scorer.score(self.genrm_tok.decode(out.output_ids))
+        self.judgings[info.key] = self.judgings.get(info.key, 0) + 1
         self.stats.genrm_sum += r_g
         if self.buffer.on_reward(info.key, total_reward(info.r_verifiable, r_g, self.cfg.reward)) == Outcome.DUPLICATE:
             self.stats.duplicates_dropped += 1
@@ -151,19 +153,25 @@ class RLFlow:
         if info.role == "rollout" and partial.output_ids:
             info.version = version if info.version < 0 else min(info.version, version)
 
-    def batch(self, step: int) -> tuple[TrainBatch, dict[str, float]]:
-        """Step `step`'s B x G samples as a training batch with GRPO advantages, and what they
-        say about the policy that made them."""
+    def batch(self, step: int) -> tuple[TrainBatch, dict[str, float], list[dict]]:
+        """Step `step`'s B x G samples as a training batch with GRPO advantages, what they say
+        about the policy that made them, and one record per sample (samples.jsonl)."""
         groups = self.buffer.take_batch(step)
         flat = [s for g in groups for s in g]
         n = max(len(flat), 1)
+        records = [
+            {"step": s.step, "prompt": s.prompt_id, "sample": s.sample_idx, "prompt_row": s.prompt.id,
+             "version": s.version, "reward": s.reward, "verifiable": self.verifiable.get(s.key, 0.0),
+             "judgings": self.judgings.pop(s.key, 0), "response_tokens": len(s.response_ids or ()), "response": s.text}
+            for s in flat
+        ]
         summary = {
             "reward/mean": sum(s.reward or 0.0 for s in flat) / n,
             "reward/accuracy": sum(self.verifiable.pop(s.key, 0.0) for s in flat) / n,
             "rollout/response_len": sum(len(s.response_ids or ()) for s in flat) / n,
             "rollout/staleness": sum(step - s.version for s in flat) / n,
         }
-        return batch_from_groups(groups, self.policy_tok.encode), summary
+        return batch_from_groups(groups, self.policy_tok.encode), summary, records
 
     def metrics(self) -> dict[str, float]:
         st, buf = self.stats, self.buffer.stats
@@ -181,7 +189,9 @@ class RLFlow:
     # ---- checkpoint ------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"buffer": self.buffer.state_dict(), "cursor": self.cursor.state_dict(),
-                "next_step": self.next_step, "next_id": self._next_id}
+                "next_step": self.next_step, "next_id": self._next_id,
+                "per_sample": [[*k, self.verifiable.get(k, 0.0), self.judgings.get(k, 0)]
+                               for k in set(self.verifiable) | set(self.judgings)]}
 
     def load_state_dict(self, state: dict) -> list[SeqInfo]:
         """Restore; returns the sequences to resubmit: rollouts of samples without a response
@@ -189,6 +199,10 @@ class RLFlow:
         self.buffer.load_state_dict(state["buffer"])
         self.cursor.load_state_dict(state["cursor"])
         self.next_step, self._next_id = state["next_step"], state["next_id"]
+        for step, prompt, sample, r_v, judged in state["per_sample"]:
+            self.verifiable[(step, prompt, sample)] = r_v
+            if judged:
+                self.judgings[(step, prompt, sample)] = judged
         out = [self.rollout_seq(key) for key in self.buffer.pending_keys()]
         for key in self.buffer.unrewarded_keys():
             sample = self.buffer.sample(key)

@@ -13,12 +13,20 @@ from typing import Any
 
 
 class RunLog:
-    def __init__(self, run_dir: str | Path, tensorboard: bool) -> None:
+    def __init__(self, run_dir: str | Path, tensorboard: bool, resume_step: int | None = None) -> None:
+        """`resume_step`: continuing from a checkpoint of that step, so rows of later steps
+        (trained by the killed run after its last checkpoint, and trained again now) go."""
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            file = self.dir / name
+            if file.is_file():
+                rows = read_jsonl(file) if resume_step is not None else []
+                file.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] < resume_step))
         self.t0 = time.monotonic()
         self._metrics = (self.dir / "metrics.jsonl").open("a")
-        self._timeline = (self.dir / "timeline.jsonl").open("a")
+        self._timeline = (self.dir / "timeline.jsonl").open("a" if resume_step is not None else "w")
+        self._samples = (self.dir / "samples.jsonl").open("a")
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -38,6 +46,11 @@ class RunLog:
                     self._tb.add_scalar(key, value, step)
             self._tb.flush()
 
+    def samples(self, records: list[dict[str, Any]]) -> None:
+        """One row per trained sample: key, policy version, reward parts, response."""
+        self._samples.writelines(json.dumps(r) + "\n" for r in records)
+        self._samples.flush()
+
     def sample(self, devices: dict[str, int], throughput: dict[str, float], **extra: Any) -> None:
         self._write({"kind": "sample", "time": round(self.now(), 3), "devices": devices, "throughput": throughput, **extra})
 
@@ -49,6 +62,7 @@ class RunLog:
         self._timeline.flush()
 
     def close(self) -> None:
+        self._samples.close()
         self._metrics.close()
         self._timeline.close()
         if self._tb is not None:

@@ -1,0 +1,97 @@
+"""The main job on 4 CPU ranks (torchrun) with random-weight tiny models: every deployment mode
+end to end, exactly-once accounting under many shifts, weights after shift up equal the GPS
+version they report, and resume after a SIGKILL."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from tests.conftest import ROOT
+from tests.runtime.models import random_models
+
+pytestmark = pytest.mark.slow
+
+B, G = 4, 2
+SMALL = ["--train.batch-prompts", str(B), "--train.group-size", str(G), "--rollout.max-new-tokens", "12",
+         "--reward.max-new-tokens", "8", "--data.max-digits", "2", "--log.no-progress", "--log.no-tensorboard"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return random_models(tmp_path_factory.mktemp("models"))
+
+
+def torchrun(models: tuple[Path, Path], run_dir: Path, *flags: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+           str(ROOT / "pivot" / "main.py"), "--model.policy", str(models[0]), "--model.genrm", str(models[1]),
+           "--log.dir", str(run_dir), *SMALL, *flags]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out
+
+
+def rows(run_dir: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / name).read_text().splitlines() if line.strip()]
+
+
+def check_exactly_once(run_dir: Path, steps: int) -> None:
+    samples = rows(run_dir, "samples.jsonl")
+    keys = Counter((r["step"], r["prompt"], r["sample"]) for r in samples)
+    assert sorted(keys) == [(s, p, g) for s in range(steps) for p in range(B) for g in range(G)]
+    assert set(keys.values()) == {1}, "a sample was trained twice"
+    assert all(r["judgings"] == 1 for r in samples), "a response was judged more or less than once"
+    assert [r["step"] for r in rows(run_dir, "metrics.jsonl")] == list(range(steps))
+
+
+def test_many_shifts_exactly_once_and_weights_match_gps(models: tuple[Path, Path], tmp_path: Path) -> None:
+    # a long horizon makes every small throughput gain worth a shift; checkpoints every step
+    # export each policy version, so shift-up checksums can be compared with what GPS held
+    torchrun(models, tmp_path, "--train.steps", "4", "--planner.horizon-s", "100000", "--planner.interval-s", "0.05",
+             "--checkpoint.every", "1", "--log.verify-weights")
+    check_exactly_once(tmp_path, 4)
+    events = [r for r in rows(tmp_path, "timeline.jsonl") if r.get("kind") == "shift"]
+    ups = [e for e in events if e.get("event") == "shift_up" and e["role"] != "train"]
+    assert sum(e.get("event") in ("shift_up", "shift_down") for e in events) >= 8
+    sums = {0: {"policy": models[0], "genrm": models[1]}}
+    for e in ups:
+        model = "genrm" if e["role"] == "reward" else "policy"
+        v = e["version"] if model == "policy" else 0
+        folder = models[0] if v == 0 else tmp_path / "checkpoints" / f"step_{v:06d}" / "policy"
+        folder = models[1] if model == "genrm" else folder
+        expected = sum(float(t.double().sum()) for t in load_file(str(folder / "model.safetensors")).values())
+        assert e["checksum"] == pytest.approx(expected, rel=1e-9, abs=1e-6), e
+
+
+@pytest.mark.parametrize("mode", ["colocated", "disaggregated", "rr_colocated", "static", "rule_based"])
+def test_every_mode_runs(models: tuple[Path, Path], tmp_path: Path, mode: str) -> None:
+    flags = ["--planner.strategy", mode] if mode in ("static", "rule_based") else ["--cluster.mode", mode]
+    torchrun(models, tmp_path, "--train.steps", "2", *flags)
+    check_exactly_once(tmp_path, 2)
+
+
+def test_resume_after_kill(models: tuple[Path, Path], tmp_path: Path) -> None:
+    proc = torchrun(models, tmp_path, "--train.steps", "8", "--checkpoint.every", "2", wait=False)
+    latest = tmp_path / "checkpoints" / "latest"
+    deadline = time.monotonic() + 180
+    while not (latest.is_file() and latest.read_text().strip() >= "step_000002") and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        time.sleep(0.2)
+    victim = [int(p) for p in subprocess.run(["pgrep", "-f", f"log.dir {tmp_path}"], capture_output=True, text=True).stdout.split()]
+    workers = [p for p in victim if p != proc.pid and Path(f"/proc/{p}/cmdline").read_bytes().count(b"main.py")]
+    os.kill(max(workers), signal.SIGKILL)  # one rank dies; torchrun stops the rest
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    torchrun(models, tmp_path, "--train.steps", "8", "--checkpoint.every", "2", "--checkpoint.resume")
+    check_exactly_once(tmp_path, 8)
