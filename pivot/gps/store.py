@@ -89,6 +89,9 @@ class GPSStore:
         for p in layout.places:
             offsets, size = layout.packing(Place(p.host))
             self._offsets[(model, p.host)], self._slot_bytes[(model, p.host)] = offsets, size
+        self.layouts[model] = layout
+        if (model, host) not in self._slot_bytes:  # this host holds no share of the model
+            return
         path = shm_path(self.namespace, host, model)
         size = self._slot_bytes[(model, host)]
         if self.info.local_rank == 0:
@@ -99,7 +102,7 @@ class GPSStore:
         else:
             self.kv.wait([self._key(model, host) + "/ready"])
             buf = SharedBuffer(path, size, create=False)
-        self.layouts[model], self.buffers[model] = layout, buf
+        self.buffers[model] = buf
 
     def close(self) -> None:
         """Release memory registrations; local rank 0 removes its shm files."""
@@ -124,7 +127,7 @@ class GPSStore:
 
     def latest(self, model: str) -> int | None:
         """The newest version published on this host, or None before the first Write."""
-        words = self.buffers[model].words()
+        words = self._words(model, min(p.host for p in self.layouts[model].places))
         return None if words[W_PUB_SLOT] < 0 else words[W_PUB_VERSION]
 
     # slice addressing -------------------------------------------------------------------------
@@ -212,7 +215,7 @@ class GPSStore:
             if t.src.host == self.info.host:
                 src_piece = self.layouts[model].pieces[s.tensor][s.src_piece]
                 src = _narrow(self._host_view(model, t.src.host, slot, s.tensor, s.src_piece), s.box, src_piece.box)
-                _narrow(out, s.box, dst_piece.box).copy_(src, non_blocking=True)
+                _narrow(out, s.box, dst_piece.box).copy_(src, non_blocking=out.is_cuda)
             else:
                 pending.setdefault(t.src.host, []).extend(self._remote_runs(
                     model, t.src.host, slot, s.tensor, s.src_piece, s.box, out, dst_piece.box))
@@ -229,7 +232,7 @@ class GPSStore:
         me = self.info.place
         gps = self.layouts[model]
         problem = self._check_shards(model, layout, shards)
-        pub = self.buffers[model].words()[W_PUB_VERSION]
+        pub = self._words(model, min(p.host for p in gps.places))[W_PUB_VERSION]
         flags = torch.tensor([1 if problem else 0, pub], dtype=torch.int64)
         if group is not None:
             dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
