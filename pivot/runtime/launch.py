@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
+import sys
 
 import torch
 import torch.distributed as dist
@@ -63,6 +65,19 @@ def model_paths(cfg: PivotConfig, spec: ClusterSpec) -> tuple[Path, Path]:
     return Path(cfg.model.policy or tiny.policy), Path(cfg.model.genrm or tiny.genrm)
 
 
+def _stopped_by_torchrun(ckpt: Checkpointer) -> None:
+    """torchrun SIGTERMs every rank when one fails; say what happened and how to go on."""
+    latest = ckpt.latest()
+    where = f"the last checkpoint is {latest}" if latest else f"no checkpoint was written yet (in {ckpt.dir})"
+    print(
+        "\npivot: stopped because another rank failed (torchrun names it above: 'rank: N ... exitcode').\n"
+        f"pivot: {where}; relaunch the same command with --checkpoint.resume to continue "
+        "(with torchrun --max-restarts N this happens automatically).",
+        file=sys.stderr, flush=True,
+    )
+    os._exit(143)
+
+
 def run(cfg: PivotConfig) -> int:
     spec = ClusterSpec.from_env()
     device = resolve_device(cfg)
@@ -103,6 +118,8 @@ def run(cfg: PivotConfig) -> int:
         cfg.train, device, cfg.rollout.temperature, resume[0] if resume else None, tok_file if tok_file.is_file() else None,
     )
     worker = Worker(spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights)
+    if spec.rank == 0:
+        signal.signal(signal.SIGTERM, lambda *_: _stopped_by_torchrun(ckpt))
     try:
         worker.run()
     finally:
