@@ -84,11 +84,8 @@ class ClusterSnapshot:
         sched = ShiftAwareScheduler(
             slots, active=[r.replica_id for r in slots if r.replica_id in self.active], priority=priority, migrate=migrate
         )
-        for r in slots:
-            for seq in self.running.get(r.replica_id, ()):
-                sched.adopt(seq, r.replica_id)
-        for seq in self.queues.get(role, ()):
-            sched.submit(seq)
+        running = {r.replica_id: self.running[r.replica_id] for r in slots if self.running.get(r.replica_id)}
+        sched._load(running, self.queues.get(role, ()))  # = adopt each running, then submit the queue
         return sched
 
     # ---------------------------------------------------------------- validation

@@ -185,6 +185,34 @@ class ShiftAwareScheduler:
         self._move(seq.seq_id, replica_id)
         self._orig.pop(seq.seq_id, None)
 
+    def _load(self, running: dict[int, Iterable[SeqState]], queue: Iterable[SeqState]) -> None:
+        """Bulk `adopt` of `running` then `submit` of `queue` on a fresh scheduler (the planner
+        mirrors thousands of sequences per call); same state as the one-by-one calls."""
+        seqs, where, qver, heap, prio = self._seqs, self._where, self._qver, self._queue, self._priority
+        for rid, group in running.items():
+            r = self._reps.get(rid)
+            if r is None or not r.active:
+                raise ValueError(f"adopt: sequences on unknown or inactive replica {rid}")
+            for seq in group:
+                sid = seq.seq_id
+                if sid in seqs:
+                    raise ValueError(f"adopt: sequence {sid} is already known")
+                seqs[sid] = SeqState(sid, seq.prompt_len, seq.generated)
+                where[sid], qver[sid] = rid, 2
+                ln = seq.prompt_len + seq.generated
+                r.seqs[sid] = ln
+                r.n += 1
+                r.tok += ln
+            r.refresh()
+        for seq in queue:
+            sid = seq.seq_id
+            if sid in seqs:
+                raise ValueError(f"submit: sequence {sid} is already known")
+            seqs[sid] = st = SeqState(sid, seq.prompt_len, seq.generated)
+            where[sid], qver[sid] = None, 1
+            heap.append((prio(st), sid, 1))
+        heapq.heapify(heap)  # same pop order as pushing one by one: (priority, id) is a total order
+
     def on_progress(self, seq_id: int, generated: int) -> None:
         """The monitor reports `generated` tokens so far (absolute count) for `seq_id`."""
         seq = self._get(seq_id, "on_progress")

@@ -100,3 +100,17 @@ def test_optimised_evaluation_equals_reference(seed: int, ablation: str) -> None
     planner.plan(snap)
     cands = [c for c, _ in planner.last_candidates]
     assert [b for _, b in planner.last_candidates] == reference_benefits(snap, cfg, cands)
+
+
+@pytest.mark.parametrize("seed", range(1, 20))
+def test_bulk_loaded_scheduler_equals_one_by_one(seed: int) -> None:
+    snap = random_snapshot(seed)
+    for role in ("rollout", "reward"):
+        fast, slow = snap.scheduler(role), ref_scheduler(snap, role, True)
+        assert [q.seq_id for q in fast.queued()] == [q.seq_id for q in slow.queued()]
+        for rid in slow.replica_ids:
+            assert [q.seq_id for q in fast.running(rid)] == [q.seq_id for q in slow.running(rid)]
+            assert fast.replica_throughput(rid) == slow.replica_throughput(rid)
+        fast.submit(SeqState(10**6, 10))
+        slow.submit(SeqState(10**6, 10))
+        assert fast.dispatch() == slow.dispatch()
