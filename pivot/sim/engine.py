@@ -1,0 +1,372 @@
+"""The discrete-event simulator: the real `ShiftAwareScheduler`s and planner on a simulated cluster.
+
+    res = simulate(get_preset("qwen2.5-7b+qwen3-30b-a3b"), SimOptions(steps=4))
+    res.throughput, res.step_end_s, res.timeline
+
+It mirrors the runtime controller (pivot/runtime/controller.py): prompts of step s are
+submitted once `s - version <= staleness` (0 in colocated mode); every finished rollout
+becomes a GenRM sequence (its prompt holds the response); the scheduler's Dispatch/Abort
+commands move sequences between simulated replicas (an abort keeps the generated tokens and
+the next replica re-prefills them); a step trains when all B x G samples are rewarded and
+the training slot is up; a plan shifts every `down` replica now (the scheduler migrates its
+sequences) and every `up` slot once its devices are free, after the shift costs.
+
+The planner runs under the runtime's gating (no shift in flight, no training step) at a
+bounded rate: at ticks every `plan_every_s` of simulated time, and right after events
+(a shift or a training step finished, a batch became ready), never twice within
+`planner.interval_s`. The scheduler learns sequence progress at those points and whenever a
+replica finishes a sequence, like the runtime's monitor: dispatch sees slightly stale loads.
+
+Throughput = tokens of the trained samples (rollout prompt + response, judge prompt +
+response) / time until the last training step ends; the same seed gives every deployment
+the same samples, so throughput ratios are inverse time ratios.
+"""
+from __future__ import annotations
+
+import copy
+import heapq
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pivot.config import PivotConfig
+from pivot.plan import ClusterSnapshot, ShiftPlan, overall_throughput
+from pivot.sched import INFERENCE_ROLES, Abort, Command, Role, SeqState, ShiftAwareScheduler
+from pivot.sim import hardware as hwm
+from pivot.sim.hardware import H20, HardwareProfile
+from pivot.sim.layout import Layout, build_layout
+from pivot.sim.modes import Shiftable, make_mode
+from pivot.sim.replica import SimReplica
+from pivot.sim.workload import Sample, Workload, step_samples
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    hardware: HardwareProfile = H20
+    workload: Workload = field(default_factory=Workload)
+    steps: int | None = None
+    """RL steps to run; None = cfg.train.steps."""
+    plan_every_s: float = 5.0
+    """Planner tick (simulated seconds); it also runs right after shifts and training steps."""
+    record_plans: bool = False
+    """Keep every (snapshot, plan) the planner saw (tests compare with a fresh planner)."""
+    max_sim_s: float = 1e7
+
+
+@dataclass
+class _Seq:
+    role: Role
+    sample: Sample
+    prompt_len: int
+    target: int
+    generated: int = 0
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    t: float
+    devices: dict[str, int]
+    rollout_tps: float
+    reward_tps: float
+    overall_tps: float
+    training: bool
+
+
+@dataclass(frozen=True)
+class ShiftEvent:
+    t_start: float
+    t_end: float
+    rid: int
+    role: str
+    up: bool
+
+
+@dataclass
+class SimResult:
+    mode: str
+    strategy: str
+    preset: str
+    hardware: str
+    steps: int
+    sim_time_s: float
+    tokens: int
+    step_end_s: list[float]
+    train_s: list[float]
+    num_plans: int
+    planner_calls: int
+    planner_wall_s: float
+    wall_s: float
+    timeline: list[TimelinePoint]
+    shifts: list[ShiftEvent]
+    rollout_done: Counter
+    reward_done: Counter
+    plans: list[tuple[ClusterSnapshot, ShiftPlan | None]]
+
+    @property
+    def throughput(self) -> float:
+        return self.tokens / self.sim_time_s if self.sim_time_s > 0 else 0.0
+
+
+class Simulator:
+    def __init__(self, cfg: PivotConfig, opts: SimOptions = SimOptions()) -> None:
+        self.cfg, self.opts = copy.deepcopy(cfg), opts
+        self.steps = opts.steps if opts.steps is not None else cfg.train.steps
+        self.layout: Layout = build_layout(self.cfg, opts.hardware)
+        lay, migrate = self.layout, not self.cfg.planner.no_migration
+        self.sched = {r: ShiftAwareScheduler(lay.slots(r), active=[], migrate=migrate) for r in INFERENCE_ROLES}
+        self.reps = {
+            s.replica_id: SimReplica(s.replica_id, s.model, s.kv_capacity, lay.costs[s.role].prefill_s_per_token)
+            for s in lay.replicas if s.role != Role.TRAIN
+        }
+        self.state = {s.replica_id: "down" for s in lay.replicas}
+        self.dev_free_at = [0.0] * lay.world
+        self.in_flight = 0
+        self.training = False
+        self.train_tps = 0.0
+        self.step = self.version = self.next_step = 0
+        self.staleness = 0 if self.cfg.cluster.mode == "colocated" else self.cfg.train.staleness
+        self.group = self.cfg.train.batch_prompts * self.cfg.train.group_size
+        self.seqs: dict[int, _Seq] = {}
+        self.samples: dict[int, list[Sample]] = {}
+        self.rewarded: Counter = Counter()
+        self.now = 0.0
+        self._events: list[tuple[float, int, str, tuple]] = []
+        self._n_events = self._next_sid = 0
+        self._pending: dict[int, int] = {}  # replica -> version of its queued event
+        self.mode = make_mode(self)
+        self._cheap_mode = not isinstance(self.mode, Shiftable)
+        self._plan_due, self._last_plan = True, float("-inf")
+        self.res = SimResult(
+            self.cfg.cluster.mode, self.cfg.planner.strategy, self.cfg.preset, opts.hardware.name, self.steps, 0.0, 0,
+            [], [], 0, 0, 0.0, 0.0, [], [], Counter(), Counter(), [],
+        )
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> SimResult:
+        t0 = time.perf_counter()
+        for rid in self.mode.initial(self):
+            self.state[rid] = "up"
+            if rid != self.layout.train_rid:
+                self._apply(self.layout.role_of(rid), self.sched[self.layout.role_of(rid)].shift_up([rid]))
+        self._push(0.0, "tick", ())
+        while self.step < self.steps:
+            if not self._events:
+                raise RuntimeError(f"simulation stalled at t={self.now:.1f}s, step {self.step} (no event left)")
+            t, _, kind, payload = heapq.heappop(self._events)
+            if t > self.opts.max_sim_s:
+                raise RuntimeError(f"simulation exceeded max_sim_s={self.opts.max_sim_s} at step {self.step}")
+            self.now = t
+            if kind == "rep":
+                self._on_replica(*payload)
+            elif kind == "shift":
+                self._on_shift_done(*payload)
+            elif kind == "train":
+                self._on_trained()
+            elif kind == "tick":
+                self._on_tick()
+            self._after_event()
+        res = self.res
+        res.sim_time_s = self.now
+        res.tokens = sum(s.tokens for st in range(self.steps) for s in self.samples[st])
+        res.wall_s = time.perf_counter() - t0
+        return res
+
+    def _push(self, t: float, kind: str, payload: tuple) -> None:
+        self._n_events += 1
+        heapq.heappush(self._events, (t, self._n_events, kind, payload))
+
+    def _after_event(self) -> None:
+        self._fill()
+        for role in INFERENCE_ROLES:
+            self._apply(role, self.sched[role].dispatch())
+        self._maybe_train()
+        if self.in_flight or self.training or not (self._plan_due or self._cheap_mode):
+            return
+        if self.now - self._last_plan < self.cfg.planner.interval_s and not self._cheap_mode:
+            return
+        self._plan_due, self._last_plan = False, self.now
+        plan = self.mode.plan(self)
+        if plan is not None and (plan.up or plan.down):
+            self._execute(plan)
+
+    def _on_tick(self) -> None:
+        self._plan_due = True
+        self._sample()
+        self._push(self.now + self.opts.plan_every_s, "tick", ())
+
+    # ------------------------------------------------------------------ sequences
+    def _fill(self) -> None:
+        while self.next_step < self.steps and self.next_step - self.version <= self.staleness:
+            st = self.next_step
+            self.samples[st] = step_samples(self.opts.workload, self.cfg.seed, st, self.cfg.train.batch_prompts,
+                                            self.cfg.train.group_size)
+            for s in self.samples[st]:
+                self._submit(_Seq(Role.ROLLOUT, s, s.prompt_len, s.response_len))
+            self.next_step += 1
+
+    def _submit(self, seq: _Seq) -> None:
+        sid = self._next_sid
+        self._next_sid += 1
+        self.seqs[sid] = seq
+        self.sched[seq.role].submit(SeqState(sid, seq.prompt_len, 0))
+
+    def _apply(self, role: str, cmds: list[Command]) -> None:
+        touched: set[int] = set()
+        for cmd in cmds:
+            rep, sid = self.reps[cmd.replica_id], cmd.seq_id
+            rep.advance(self.now)
+            touched.add(rep.rid)
+            seq = self.seqs[sid]
+            if isinstance(cmd, Abort):
+                seq.generated = rep.remove(sid)
+                self.sched[role].on_progress(sid, seq.generated)
+            else:
+                rep.add(sid, seq.prompt_len, seq.generated, seq.target, self.now)
+        for rid in touched:
+            self._schedule(rid)
+
+    def _schedule(self, rid: int) -> None:
+        rep = self.reps[rid]
+        if self._pending.get(rid) == rep.ver:
+            return  # an event for this very state is queued already
+        t = rep.next_event()
+        if t is not None:
+            self._pending[rid] = rep.ver
+            self._push(t, "rep", (rid, rep.ver))
+
+    def _on_replica(self, rid: int, ver: int) -> None:
+        rep = self.reps[rid]
+        if rep.ver != ver:
+            return  # superseded by a later change of this replica
+        del self._pending[rid]
+        rep.advance(self.now)
+        role = self.layout.role_of(rid)
+        for sid in rep.finished():
+            self._on_finish(role, sid)
+        if rep.overflowing():  # the engine preempts its newest sequences; the runtime sees aborts
+            self._sync_replica(role, rid)
+            while rep.n > 1 and rep.tok + 256 * rep.n > rep.cap:
+                self._apply(role, self.sched[role].abort(max(rep.seqs)))
+        else:
+            self._sync_replica(role, rid)
+        self._schedule(rid)
+
+    def _on_finish(self, role: str, sid: int) -> None:
+        seq = self.seqs.pop(sid)
+        self.sched[role].on_finish(sid)
+        key = (seq.sample.step, seq.sample.index)
+        if role == Role.ROLLOUT:
+            self.res.rollout_done[key] += 1
+            s = seq.sample
+            self._submit(_Seq(Role.REWARD, s, s.judge_prompt_len, s.judge_len))
+        else:
+            self.res.reward_done[key] += 1
+            self.rewarded[seq.sample.step] += 1
+            if seq.sample.step == self.step and self.rewarded[self.step] == self.group:
+                self._plan_due = True
+
+    def _sync_replica(self, role: str, rid: int) -> None:
+        rep, sched = self.reps[rid], self.sched[role]
+        rep.advance(self.now)
+        for sid in rep.seqs:
+            sched.on_progress(sid, rep.generated(sid))
+
+    def _sync(self, role: str) -> None:
+        for rid in self.sched[role].active_ids:
+            self._sync_replica(role, rid)
+
+    # ------------------------------------------------------------------ training
+    def train_ready(self) -> bool:
+        return not self.training and self.step < self.steps and self.rewarded[self.step] == self.group
+
+    def _maybe_train(self) -> None:
+        if self.train_ready() and self.state[self.layout.train_rid] == "up":
+            tokens = sum(s.train_tokens for s in self.samples[self.step])
+            devices = len(self.layout.replicas[self.layout.train_rid].devices)
+            dur = hwm.train_s(self.layout.policy, self.opts.hardware, devices, tokens)
+            self.training, self.train_tps = True, tokens / dur
+            self.res.train_s.append(dur)
+            self._push(self.now + dur, "train", ())
+
+    def _on_trained(self) -> None:
+        self.training, self.train_tps = False, 0.0
+        self.step += 1
+        self.version += 1
+        self.res.step_end_s.append(self.now)
+        self._plan_due = True
+
+    # ------------------------------------------------------------------ shifts
+    def up_slots(self) -> list[int]:
+        return [rid for rid, s in self.state.items() if s == "up"]
+
+    def snapshot(self) -> ClusterSnapshot:
+        for role in INFERENCE_ROLES:
+            self._sync(role)
+        active = frozenset(self.up_slots())
+        running = {rid: tuple(self.sched[self.layout.role_of(rid)].running(rid)) for rid in active if rid != self.layout.train_rid}
+        return ClusterSnapshot(
+            replicas=self.layout.replicas, active=active, running=running,
+            queues={role: tuple(self.sched[role].queued()) for role in INFERENCE_ROLES},
+            train_batch_ready=self.train_ready() and self.layout.train_rid not in active,
+            train_throughput=self.train_tps if self.training else 0.0, devices=tuple(range(self.layout.world)),
+        )
+
+    def on_planned(self, snap: ClusterSnapshot, plan: ShiftPlan | None, wall_s: float) -> None:
+        self.res.planner_calls += 1
+        self.res.planner_wall_s += wall_s
+        if self.opts.record_plans:
+            self.res.plans.append((snap, plan))
+
+    def _shift_s(self, rid: int, up: bool) -> float:
+        role = self.layout.role_of(rid)
+        if role == Role.TRAIN:
+            return self.layout.train_up_s if up else self.layout.train_down_s
+        c = self.layout.costs[role]
+        return c.up_s if up else c.down_s
+
+    def _execute(self, plan: ShiftPlan) -> None:
+        self.res.num_plans += 1
+        for rid in plan.down:
+            role = self.layout.role_of(rid)
+            if role != Role.TRAIN:
+                self._apply(role, self.sched[role].shift_down([rid]))
+            self._start_shift(rid, False, self.now)
+        for rid in plan.up:
+            devs = self.layout.replicas[rid].devices
+            self._start_shift(rid, True, max([self.now] + [self.dev_free_at[d] for d in devs]))
+
+    def _start_shift(self, rid: int, up: bool, start: float) -> None:
+        end = start + self._shift_s(rid, up)
+        self.state[rid] = "going_up" if up else "going_down"
+        for d in self.layout.replicas[rid].devices:
+            self.dev_free_at[d] = max(self.dev_free_at[d], end)
+        self.in_flight += 1
+        self.res.shifts.append(ShiftEvent(start, end, rid, self.layout.role_of(rid), up))
+        self._push(end, "shift", (rid, up))
+
+    def _on_shift_done(self, rid: int, up: bool) -> None:
+        self.in_flight -= 1
+        self.state[rid] = "up" if up else "down"
+        role = self.layout.role_of(rid)
+        if up and role != Role.TRAIN:
+            self._sync(role)
+            self._apply(role, self.sched[role].shift_up([rid]))
+        self._plan_due = True
+
+    # ------------------------------------------------------------------ timeline
+    def _sample(self) -> None:
+        devices = {"rollout": 0, "reward": 0, "train": 0}
+        tps = {Role.ROLLOUT: 0.0, Role.REWARD: 0.0}
+        for rid in self.up_slots():
+            role = self.layout.role_of(rid)
+            devices[role] += len(self.layout.replicas[rid].devices)
+            if rid in self.reps:
+                rep = self.reps[rid]
+                tps[role] += rep.m.throughput(rep.n, rep.tok)
+        n_ro, n_rm = (self.sched[r].num_sequences() for r in INFERENCE_ROLES)
+        overall = overall_throughput(n_ro, tps[Role.ROLLOUT], n_rm, tps[Role.REWARD])
+        self.res.timeline.append(TimelinePoint(self.now, devices, tps[Role.ROLLOUT], tps[Role.REWARD], overall, self.training))
+
+
+def simulate(cfg: PivotConfig, opts: SimOptions = SimOptions()) -> SimResult:
+    return Simulator(cfg, opts).run()

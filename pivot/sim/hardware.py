@@ -1,0 +1,174 @@
+"""Hardware and model profiles, and every cost the simulator derives from them.
+
+Decode latency (the scheduler's model, paper Appendix A) from first principles, per replica of
+`tp` devices, bf16 weights and KV:
+
+    A = kv_bytes_per_token / (tp * hbm_bw * mem_eff)       attention reads the whole KV each step
+    B = weight_bytes        / (tp * hbm_bw * mem_eff)      FFN bound by loading the weights
+                                                           (MoE: all experts, since a batch of
+                                                           dozens of sequences touches nearly all)
+    C = 2 * active_params   / (tp * peak_flops * dec_eff)  FFN bound by compute, per sequence
+    D = step_overhead_s + tp_overhead_s * (tp - 1)         sampling, launches, TP all-reduces
+
+KV capacity = tp * gpu_memory * mem_fraction - weight_bytes, in tokens of kv_bytes_per_token.
+Prefill of l tokens costs 2 * active_params * l / (tp * peak_flops * prefill_eff).
+Training of n tokens costs 6 * params * n / (devices * peak_flops * train_mfu) (issue text).
+
+Shift costs (paper Figure 12: inference up ~1 s (1.5B) to ~9 s (122B), down < 2 s; training up
+2-8.5 s, down < 6 s). A shift up reads the weights from GPS in host memory; the devices of one
+host share its host-to-device bandwidth `host_bw`:
+
+    inference up   = up_fixed_s + host_bytes(weights) / host_bw
+    inference down = down_fixed_s + per-device weight GB * down_s_per_gb      (discard)
+    training up    = train_up_fixed_s + host_bytes(16 B/param) / train_reload_bw   (bf16 params,
+                     fp32 master, Adam moments reloaded from pinned host memory)
+    training down  = train_down_fixed_s + host_bytes(12 B/param) / host_bw   (offload optimizer)
+
+where host_bytes(x) = x per device times the devices of the role on one host (at most 8).
+The fixed terms (process-group re-join, allocator, CUDA graphs) are fitted to Figure 12's
+smallest model; the bandwidths to its largest. All constants below are documented guesses
+for H20/H200 nodes, not measurements.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class SimConfigError(ValueError):
+    """An impossible simulated deployment; the message names the field and the value."""
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    name: str
+    hbm_tb_s: float
+    """HBM bandwidth per device, TB/s."""
+    peak_tflops: float
+    """Dense bf16 peak per device, TFLOP/s."""
+    memory_gb: float
+    """HBM per device, GB."""
+    devices_per_node: int = 8
+    nvlink_gb_s: float = 900.0
+    ib_gb_s: float = 50.0
+    host_bw_gb_s: float = 30.0
+    """Host memory -> devices of one host, aggregate GB/s (GPS Read path)."""
+    train_reload_gb_s: float = 22.0
+    """Host -> training devices of one host when reloading optimizer state, aggregate GB/s."""
+    mem_eff: float = 0.8
+    dec_eff: float = 0.3
+    """Decode reaches a smaller share of peak than training (small GEMMs, sampling, launches)."""
+    prefill_eff: float = 0.5
+    train_mfu: float = 0.45
+    mem_fraction: float = 0.9
+    step_overhead_s: float = 0.01
+    tp_overhead_s: float = 0.0005
+    up_fixed_s: float = 1.0
+    down_fixed_s: float = 0.5
+    down_s_per_gb: float = 0.02
+    train_up_fixed_s: float = 2.0
+    train_down_fixed_s: float = 1.0
+
+
+H20 = HardwareProfile("h20", hbm_tb_s=4.0, peak_tflops=148.0, memory_gb=96.0)
+H200 = HardwareProfile("h200", hbm_tb_s=4.8, peak_tflops=989.0, memory_gb=141.0)
+HARDWARE: dict[str, HardwareProfile] = {"h20": H20, "h200": H200}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the costs need of a model (public architecture numbers)."""
+
+    name: str
+    params_b: float
+    active_params_b: float
+    layers: int
+    """Layers with a KV cache (hybrid models: the full-attention layers only)."""
+    kv_heads: int
+    head_dim: int
+
+    @property
+    def weight_bytes(self) -> float:
+        return 2.0 * self.params_b * 1e9
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return 2.0 * self.layers * self.kv_heads * self.head_dim * 2.0  # K and V, bf16
+
+
+# Architecture numbers from the models' config.json. Qwen3.5-122B-A10B is hybrid (linear
+# attention in 3 of 4 layers, whose state does not grow): 12 full-attention layers assumed.
+_ARCH: dict[str, tuple[int, int, int]] = {
+    "Qwen2.5-1.5B": (28, 2, 128),
+    "Qwen2.5-7B": (28, 4, 128),
+    "Qwen2.5-32B": (64, 8, 128),
+    "Qwen2.5-72B": (80, 8, 128),
+    "GLM-Z1-9B-0414": (40, 2, 128),
+    "Qwen3-30B-A3B": (48, 4, 128),
+    "Qwen3.5-122B-A10B": (12, 2, 256),
+}
+
+
+def model_spec(path: str, params_b: float, active_params_b: float = 0.0) -> ModelSpec:
+    """The spec of a preset's model (`/models/<name>`); unknown names get a dense guess."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    if params_b <= 0:
+        raise SimConfigError(f"model params_b={params_b!r} for {name or path!r}: the simulator needs the size")
+    layers, kv_heads, head_dim = _ARCH.get(name, (max(16, int(8 * params_b ** 0.5)), 8, 128))
+    return ModelSpec(name, params_b, active_params_b or params_b, layers, kv_heads, head_dim)
+
+
+# ---------------------------------------------------------------- derived costs
+def decode_constants(m: ModelSpec, hw: HardwareProfile, tp: int) -> tuple[float, float, float, float]:
+    """(A, B, C, D) of the throughput model for one replica of `tp` devices."""
+    bw = tp * hw.hbm_tb_s * 1e12 * hw.mem_eff
+    flops = tp * hw.peak_tflops * 1e12 * hw.dec_eff
+    return (m.kv_bytes_per_token / bw, m.weight_bytes / bw, 2.0 * m.active_params_b * 1e9 / flops,
+            hw.step_overhead_s + hw.tp_overhead_s * (tp - 1))
+
+
+def kv_capacity_tokens(m: ModelSpec, hw: HardwareProfile, tp: int, field: str) -> int:
+    """KV tokens one replica holds; raises naming `field` when the weights do not fit."""
+    free = tp * hw.memory_gb * 1e9 * hw.mem_fraction - m.weight_bytes
+    cap = int(free // m.kv_bytes_per_token)
+    if cap < 32768:
+        raise SimConfigError(
+            f"{field}={tp}: {m.name} ({m.weight_bytes / 1e9:.0f} GB of weights) leaves room for {max(cap, 0)} KV tokens "
+            f"on {tp} x {hw.memory_gb:.0f} GB {hw.name} devices; use a larger TP group"
+        )
+    return cap
+
+
+def prefill_s(m: ModelSpec, hw: HardwareProfile, tp: int, tokens: int) -> float:
+    return 2.0 * m.active_params_b * 1e9 * tokens / (tp * hw.peak_tflops * 1e12 * hw.prefill_eff)
+
+
+def train_s(m: ModelSpec, hw: HardwareProfile, devices: int, tokens: int) -> float:
+    return 6.0 * m.params_b * 1e9 * tokens / (devices * hw.peak_tflops * 1e12 * hw.train_mfu)
+
+
+def check_train_fits(m: ModelSpec, hw: HardwareProfile, devices: int) -> None:
+    """FSDP shards 16 B/param (bf16 params and grads, fp32 master and Adam moments) plus room."""
+    need_gb = 16.0 * m.params_b / max(devices, 1)
+    if devices > 0 and need_gb > 0.7 * hw.memory_gb:
+        raise SimConfigError(
+            f"train.devices={devices}: {m.name} needs {need_gb:.0f} GB of training state per device "
+            f"(> 70% of {hw.memory_gb:.0f} GB); use more devices"
+        )
+
+
+def _host_share(devices: int, hw: HardwareProfile) -> int:
+    return min(devices, hw.devices_per_node)
+
+
+def inference_shift_s(m: ModelSpec, hw: HardwareProfile, tp: int, up: bool) -> float:
+    per_device = m.weight_bytes / tp
+    if up:
+        return hw.up_fixed_s + per_device * _host_share(tp, hw) / (hw.host_bw_gb_s * 1e9)
+    return hw.down_fixed_s + per_device / 1e9 * hw.down_s_per_gb
+
+
+def train_shift_s(m: ModelSpec, hw: HardwareProfile, devices: int, up: bool) -> float:
+    share = _host_share(devices, hw) / max(devices, 1)
+    if up:
+        return hw.train_up_fixed_s + 16.0 * m.params_b * 1e9 * share / (hw.train_reload_gb_s * 1e9)
+    return hw.train_down_fixed_s + 12.0 * m.params_b * 1e9 * share / (hw.host_bw_gb_s * 1e9)
