@@ -8,6 +8,10 @@ training on [3N/4, N). Reward is the bottleneck with a queue of thousands of seq
 the planner shifts reward up (pairs from training and from rollout), as in Figure 8.
 Prints each phase (median of repeats), the paper's reported totals and the ratios
 paper / ours and ours / target, plus the migration latency of a shift down and a shift up.
+For sizes up to --ref-max it also times the straightforward evaluation (frozen reference
+scheduler, one full clone + migration per candidate, tests/plan/test_fast_eval.py), checks that
+it yields the same benefits, and prints ref / ours for the evaluation step. `cpu ms` is the
+process CPU time of one plan call (robust when other jobs load the machine).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pivot.config import PlannerConfig  # noqa: E402
 from pivot.plan import ClusterSnapshot, PivotPlanner  # noqa: E402
 from pivot.sched import Replica, SeqState, ThroughputModel  # noqa: E402
+from tests.plan.test_fast_eval import reference_benefits  # noqa: E402
 
 PAPER_TOTAL_S = {16: 0.31, 32: 0.74, 64: 1.71, 128: 2.95}
 TARGET_S = {128: 0.020, 4096: 0.300}
@@ -55,18 +60,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128, 1024, 4096])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--ref-max", type=int, default=128, help="largest size also run on the reference path")
     args = ap.parse_args()
     head = (
         f"{'devs':>5} {'seqs':>6} {'cands':>5} {'pre ms':>8} {'dp ms':>8} {'sim ms':>9} {'total ms':>9} "
-        f"{'paper s':>7} {'paper/ours':>10} {'ours/target':>11} {'down ms':>8} {'up ms':>8} {'up/down':>7}"
+        f"{'paper s':>7} {'paper/ours':>10} {'ours/target':>11} {'down ms':>8} {'up ms':>8} {'up/down':>7} "
+        f"{'cpu ms':>8} {'ref sim ms':>10} {'ref/ours':>8}"
     )
     print(head)
     for n in args.sizes:
         snap = scenario(n)
         planner = PivotPlanner(PlannerConfig())
-        runs = []
+        runs, cpu = [], []
         for _ in range(args.repeats):
+            c0 = time.process_time()
             planner.plan(snap)
+            cpu.append(time.process_time() - c0)
             runs.append(planner.last_timings)
         pre = statistics.median(t.preprocess_s for t in runs)
         dp = statistics.median(t.construct_s for t in runs)
@@ -78,13 +87,22 @@ def main() -> None:
         down = statistics.median(timed(lambda: ro.clone().shift_down(down_ids)) - timed(ro.clone) for _ in range(args.repeats))
         up = statistics.median(timed(lambda: rm.clone().shift_up(up_ids)) - timed(rm.clone) for _ in range(args.repeats))
         seqs = ro.num_sequences() + rm.num_sequences()
+        ref_sim, ref_ratio = "-", "-"
+        if n <= args.ref_max:
+            cands = [c for c, _ in planner.last_candidates]
+            t0 = time.perf_counter()
+            want = reference_benefits(snap, planner.cfg, cands)
+            ref_s = time.perf_counter() - t0
+            if want != [b for _, b in planner.last_candidates]:
+                raise SystemExit(f"{n} devices: optimised evaluation differs from the reference")
+            ref_sim, ref_ratio = f"{ref_s * 1e3:.1f}", f"{ref_s / sim:.1f}x"
         paper = PAPER_TOTAL_S.get(n)
         target = TARGET_S.get(n)
         print(
             f"{n:>5} {seqs:>6} {len(planner.last_candidates):>5} {pre * 1e3:>8.1f} {dp * 1e3:>8.1f} {sim * 1e3:>9.1f} "
             f"{total * 1e3:>9.1f} {paper if paper else '-':>7} {(f'{paper / total:.0f}x' if paper else '-'):>10} "
             f"{(f'{total / target:.2f}' if target else '-'):>11} {max(down, 0) * 1e3:>8.2f} {max(up, 0) * 1e3:>8.2f} "
-            f"{(up / down if down > 0 else float('nan')):>7.1f}",
+            f"{(up / down if down > 0 else float('nan')):>7.1f} {statistics.median(cpu) * 1e3:>8.1f} {ref_sim:>10} {ref_ratio:>8}",
             flush=True,
         )
 
