@@ -1,0 +1,99 @@
+"""Named deployments of one model group, and the search that tunes each baseline's allocation.
+
+`deployment(base, name)` turns a preset into one of the compared runs:
+  colocated, disaggregated, rr_colocated            the baselines (paper §8.2)
+  pivot, static, rule_based                          shift strategies (Figure 11, top)
+  vanilla, vanilla+tm                                 components (Figure 11, bottom): vanilla =
+                                                      no throughput model, no migration;
+                                                      +tm = the throughput model, no migration
+Baselines take an allocation (`train_devices`, `rollout_devices`); the paper tunes each baseline
+to its best configuration, and `search` does the same over a grid, returning every point tried.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from pivot.config import PivotConfig
+from pivot.sim.engine import SimOptions, simulate
+
+DEPLOYMENTS = ("colocated", "disaggregated", "rr_colocated", "pivot", "static", "rule_based", "vanilla", "vanilla+tm")
+
+
+@dataclass(frozen=True)
+class Allocation:
+    train_devices: int
+    rollout_devices: int = 0
+    """Disaggregated only: devices of the rollout pool (the reward pool takes the rest)."""
+
+
+def world_of(cfg: PivotConfig) -> int:
+    return cfg.cluster.nnodes * cfg.cluster.devices_per_node
+
+
+def deployment(base: PivotConfig, name: str, alloc: Allocation | None = None, horizon_s: float | None = None) -> PivotConfig:
+    if name not in DEPLOYMENTS:
+        raise ValueError(f"deployment {name!r}: expected one of {', '.join(DEPLOYMENTS)}")
+    cfg = copy.deepcopy(base)
+    mode = name if name in ("colocated", "disaggregated", "rr_colocated") else "pivot"
+    cfg.cluster.mode = mode
+    cfg.planner.strategy = name if name in ("static", "rule_based") else "pivot"
+    cfg.planner.no_throughput_model = name == "vanilla"
+    cfg.planner.no_migration = name in ("vanilla", "vanilla+tm")
+    if horizon_s is not None:
+        cfg.planner.horizon_s = horizon_s
+    if alloc is not None:
+        cfg.train.devices = alloc.train_devices
+        if mode == "disaggregated":
+            inference = world_of(cfg) - alloc.train_devices
+            if not 0 < alloc.rollout_devices < inference:
+                raise ValueError(f"rollout_devices={alloc.rollout_devices}: need 0 < it < {inference} inference devices")
+            cfg.rollout.replicas = alloc.rollout_devices // cfg.rollout.tp
+            cfg.reward.replicas = (inference - alloc.rollout_devices) // cfg.reward.tp
+    return cfg
+
+
+def table4(base: PivotConfig, name: str) -> Allocation:
+    """The paper's Table 4 allocation: training pool as the preset; disaggregated inference split
+    as the paper (1.5B: 8/8, 7B: 12/12, 32B: 16/16, 72B: 32/32, i.e. evenly)."""
+    train = base.train.devices
+    return Allocation(train, (world_of(base) - train) // 2 if name == "disaggregated" else 0)
+
+
+def candidate_allocations(base: PivotConfig, name: str) -> list[Allocation]:
+    """The grid the search tries: training pool 1/8, 1/4, 1/2 of the cluster (the preset's
+    included) and, for disaggregated, rollout 1/3, 1/2, 2/3 of the rest (whole replicas)."""
+    world = world_of(base)
+    trains = sorted({base.train.devices, world // 8, world // 4, world // 2})
+    trains = [t for t in trains if t >= base.rollout.tp and t % base.cluster.devices_per_node in (0, t)]
+    if name != "disaggregated":
+        return [Allocation(t) for t in trains]
+    unit = max(base.rollout.tp, base.reward.tp)
+    out = []
+    for t in trains:
+        inference = world - t
+        for frac in (1 / 3, 1 / 2, 2 / 3):
+            ro = int(round(inference * frac / unit)) * unit
+            if 0 < ro < inference and Allocation(t, ro) not in out:
+                out.append(Allocation(t, ro))
+    return out
+
+
+@dataclass(frozen=True)
+class SearchPoint:
+    alloc: Allocation
+    throughput: float
+    error: str = ""
+
+
+def search(base: PivotConfig, name: str, opts: SimOptions) -> tuple[Allocation, list[SearchPoint]]:
+    """Simulate every candidate allocation of a baseline; the best and all points tried."""
+    points = []
+    for alloc in candidate_allocations(base, name):
+        try:
+            res = simulate(deployment(base, name, alloc), opts)
+            points.append(SearchPoint(alloc, res.throughput))
+        except ValueError as e:  # an impossible allocation (e.g. training state does not fit)
+            points.append(SearchPoint(alloc, 0.0, str(e).splitlines()[0]))
+    best = max(points, key=lambda p: p.throughput)
+    return best.alloc, points

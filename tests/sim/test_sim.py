@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from configs.presets import get_preset
+from pivot.plan import make_planner
+from pivot.sched import ThroughputModel
+from pivot.sim import SimConfigError, SimOptions, simulate
+from pivot.sim.deploy import DEPLOYMENTS, Allocation, deployment, search
+from pivot.sim.replica import SimReplica
+from tests.sim.conftest import small_cfg
+
+
+def _alloc(name: str) -> Allocation | None:
+    return Allocation(2, 3) if name == "disaggregated" else None
+
+
+@pytest.mark.parametrize("name", DEPLOYMENTS)
+def test_every_sample_generated_and_rewarded_exactly_once(name: str, opts: SimOptions) -> None:
+    res = simulate(deployment(small_cfg(), name, _alloc(name)), opts)
+    assert len(res.step_end_s) == opts.steps
+    keys = {(st, i) for st in range(opts.steps) for i in range(16)}
+    assert set(res.rollout_done) == keys and set(res.reward_done) == keys
+    assert set(res.rollout_done.values()) == {1} and set(res.reward_done.values()) == {1}
+    assert res.throughput > 0
+
+
+def test_deterministic_with_seed(opts: SimOptions) -> None:
+    cfg = deployment(small_cfg(), "pivot")
+    a, b = simulate(cfg, opts), simulate(cfg, opts)
+    assert a.sim_time_s == b.sim_time_s and a.shifts == b.shifts
+    cfg.seed = 1
+    assert simulate(cfg, opts).sim_time_s != a.sim_time_s
+
+
+@pytest.mark.parametrize("name", ["disaggregated", "rr_colocated", "colocated"])
+def test_static_deployment_more_devices_never_slower(name: str, opts: SimOptions) -> None:
+    times = []
+    for nnodes in (1, 2, 4):
+        cfg = small_cfg(nnodes=nnodes)
+        alloc = Allocation(2, 3 * (8 * nnodes - 2) // 6) if name == "disaggregated" else None
+        times.append(simulate(deployment(cfg, name, alloc), opts).sim_time_s)
+    assert times == sorted(times, reverse=True), times
+
+
+def test_more_rollout_devices_never_slower_when_rollout_bound(opts: SimOptions) -> None:
+    slow = simulate(deployment(small_cfg(), "disaggregated", Allocation(2, 1)), opts)
+    fast = simulate(deployment(small_cfg(), "disaggregated", Allocation(2, 3)), opts)
+    assert fast.sim_time_s <= slow.sim_time_s
+
+
+@pytest.mark.parametrize("name", ["pivot", "static", "rule_based", "vanilla", "vanilla+tm"])
+def test_planner_decisions_equal_fresh_planner_on_same_snapshots(name: str, opts: SimOptions) -> None:
+    cfg = deployment(small_cfg(), name)
+    res = simulate(cfg, dataclasses.replace(opts, record_plans=True))
+    assert res.plans and res.num_plans > 0
+    fresh = make_planner(cfg.planner)
+    for snap, plan in res.plans:
+        again = fresh.plan(snap)
+        assert (again is None) == (plan is None)
+        if plan is not None:
+            assert (again.up_role, again.up, again.down) == (plan.up_role, plan.up, plan.down)
+            assert again.benefit == pytest.approx(plan.benefit)
+
+
+def test_pivot_shifts_training_up_and_back(opts: SimOptions) -> None:
+    opts = dataclasses.replace(opts, steps=5)  # step 3's prompts wait for step 0's update
+    res = simulate(deployment(small_cfg(), "pivot"), opts)
+    train = [s for s in res.shifts if s.role == "train"]
+    assert any(s.up for s in train) and any(not s.up for s in train)
+    assert len(res.train_s) == opts.steps
+
+
+def test_model_too_big_for_tp_group_fails_clearly() -> None:
+    cfg = get_preset("qwen2.5-72b+qwen3.5-122b-a10b")
+    cfg.rollout.tp = 1
+    with pytest.raises(SimConfigError, match="rollout.tp=1"):
+        simulate(cfg, SimOptions(steps=1))
+
+
+def test_training_pool_bigger_than_cluster_fails_clearly() -> None:
+    cfg = small_cfg()
+    cfg.train.devices = 16
+    with pytest.raises(SimConfigError, match="train.devices"):
+        simulate(cfg, SimOptions(steps=1))
+
+
+def test_training_state_must_fit() -> None:
+    cfg = get_preset("qwen2.5-72b+qwen3.5-122b-a10b")
+    cfg.train.devices = 8
+    with pytest.raises(SimConfigError, match="train.devices=8"):
+        simulate(cfg, SimOptions(steps=1))
+
+
+def test_replica_matches_step_by_step_decode() -> None:
+    m = ThroughputModel(A=1e-6, B=0.01, C=0.002, D=0.003)
+    rep = SimReplica(0, m, 10**6, prefill_per_tok=0.0)
+    targets = {1: 5, 2: 9, 3: 2}
+    for sid, tgt in targets.items():
+        rep.add(sid, 10, 0, tgt, 0.0)
+    # brute force: one step at a time
+    t, alive, gen, tok, want = 0.0, dict(targets), {s: 0 for s in targets}, 30, {}
+    while alive:
+        t += m.latency(len(alive), tok)
+        tok += len(alive)
+        for s in list(alive):
+            gen[s] += 1
+            if gen[s] == alive[s]:
+                want[s] = t
+                tok -= 10 + gen[s]
+                del alive[s]
+    got = {}
+    while rep.n:
+        t_ev = rep.next_event()
+        rep.advance(t_ev)
+        for s in rep.finished():
+            got[s] = t_ev
+    assert got.keys() == want.keys()
+    for s in want:
+        assert got[s] == pytest.approx(want[s])
+
+
+def test_search_reports_every_point(opts: SimOptions) -> None:
+    best, points = search(small_cfg(), "disaggregated", dataclasses.replace(opts, steps=2))
+    assert len(points) >= 3 and best in [p.alloc for p in points]
+    assert max(p.throughput for p in points) == next(p.throughput for p in points if p.alloc == best)
