@@ -39,6 +39,7 @@ from pivot.model import CausalLM, from_pretrained, save_pretrained
 from pivot.model.tp_plan import fsdp_range
 from pivot.rl.algo import ppo_clip_loss
 from pivot.rl.batch import TrainBatch
+from pivot.rl.logprobs import plan_micro_batches, response_logprobs
 
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer.json"
@@ -95,40 +96,12 @@ class Trainer:
     # ---- forward -------------------------------------------------------------------------
 
     def _logprobs(self, prompts: list[list[int]], responses: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-padded [n, R] log-probs of each response token given its prompt, and the mask."""
-        lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
-        width, r_max = max(lengths), max(1, max(len(r) for r in responses))
-        ids = torch.zeros(len(prompts), width, dtype=torch.long)
-        index = torch.zeros(len(prompts), r_max, dtype=torch.long)
-        mask = torch.zeros(len(prompts), r_max)
-        for i, (p, r) in enumerate(zip(prompts, responses)):
-            ids[i, : lengths[i]] = torch.tensor(p + r)
-            # logits at position t predict token t + 1: response token j sits at len(p) + j
-            index[i, : len(r)] = torch.arange(len(p) - 1, len(p) - 1 + len(r))
-            mask[i, : len(r)] = 1.0
-        ids, index, mask = ids.to(self.device), index.to(self.device), mask.to(self.device)
-        logits = self.model(ids).float() / self.temperature
-        targets = ids.gather(1, (index + 1).clamp(max=width - 1))
-        picked = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
-        lp = picked.gather(2, targets[..., None])[..., 0] - torch.logsumexp(picked, dim=-1)
-        return lp * mask, mask
+        return response_logprobs(self.model, prompts, responses, self.temperature, self.device)
 
     def _plan(self, batch: TrainBatch) -> tuple[list[list[int]], int]:
         """This rank's micro-batches (row indices) and the count every rank must run."""
-        budget = self.config.micro_batch_tokens
-        plans = []
-        for r in range(self.world):
-            mbs: list[list[int]] = []
-            longest = 0
-            for i in range(r, len(batch), self.world):
-                n = len(batch.prompt_ids[i]) + len(batch.response_ids[i])
-                if mbs and max(longest, n) * (len(mbs[-1]) + 1) <= budget:
-                    mbs[-1].append(i)
-                    longest = max(longest, n)
-                else:
-                    mbs.append([i])
-                    longest = n
-            plans.append(mbs)
+        lengths = [len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids)]
+        plans = plan_micro_batches(lengths, self.world, self.config.micro_batch_tokens)
         return plans[self.rank], max(len(p) for p in plans)
 
     def _dummy_backward(self) -> None:
@@ -162,6 +135,8 @@ class Trainer:
         optimizer state untouched) and too many consecutive skips raise RuntimeError."""
         self._check_up()
         cfg = self.config
+        if not len(batch):
+            raise ValueError("train_step: empty batch")
         if cfg.kl_coef and batch.ref_logprobs is None:
             raise ValueError("train.kl_coef > 0 needs TrainBatch.ref_logprobs")
         normalizer = float(batch.response_tokens if cfg.loss_agg == "token" else len(batch))

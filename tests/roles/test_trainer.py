@@ -182,3 +182,24 @@ def _checkpoint_and_nan(rank: int, world: int, group: dist.ProcessGroup, tmp: st
 @pytest.mark.slow
 def test_checkpoint_export_and_nan_skip(tmp_path: Path) -> None:
     spawn(_checkpoint_and_nan, 2, str(tmp_path))
+
+
+def _cuda_step_and_shift(rank: int, world: int, group: dist.ProcessGroup) -> None:
+    trainer = Trainer(tiny_model(), group, config(), device=f"cuda:{rank}")
+    before = trainer.full_state_dict()
+    m = trainer.train_step(make_batch(0))
+    assert not m.skipped and math.isfinite(m.loss)
+    after = trainer.full_state_dict()
+    assert all(t.dtype == torch.float32 for t in after.values())  # fp32 master, bf16 compute
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    free_before = torch.cuda.memory_allocated()
+    trainer.shift_down()
+    assert torch.cuda.memory_allocated() < free_before
+    trainer.shift_up()
+    assert_same(after, trainer.full_state_dict())
+    trainer.train_step(make_batch(1))
+
+
+@pytest.mark.gpu
+def test_cuda_bf16_step_and_shift() -> None:
+    spawn(_cuda_step_and_shift, 1, backend="nccl")

@@ -19,19 +19,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _entry(rank: int, world: int, port: int, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)  # two ranks on two cores; also keeps CPU math deterministic
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, rank=rank, world_size=world)
     try:
         fn(rank, world, dist.new_group(list(range(world))), *args)
     finally:
         dist.destroy_process_group()
 
 
-def spawn(fn: Callable[..., None], world: int, *args: Any) -> None:
-    """Run `fn(rank, world, group, *args)` on `world` gloo ranks; a rank's exception fails the test."""
-    mp.spawn(_entry, args=(world, free_port(), fn, args), nprocs=world, join=True)
+def spawn(fn: Callable[..., None], world: int, *args: Any, backend: str = "gloo") -> None:
+    """Run `fn(rank, world, group, *args)` on `world` ranks; a rank's exception fails the test."""
+    mp.spawn(_entry, args=(world, free_port(), backend, fn, args), nprocs=world, join=True)
 
 
 def tiny_model(seed: int = 0, vocab: int = 37, tie: bool = True) -> CausalLM:
