@@ -91,19 +91,7 @@ class ModelRunner:
 
     # ---- weights -------------------------------------------------------------------------
     def validate(self, named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        tensors = dict(named.items() if isinstance(named, dict) else named)
-        if self.args.tie_word_embeddings:
-            tensors.pop("lm_head.weight", None)  # tied: the embedding is the head
-        for name, shape in self.full_shapes.items():
-            if name not in tensors:
-                raise ValueError(f"load_weights: tensor {name!r} is missing")
-            got = tuple(tensors[name].shape)
-            if got != shape:
-                raise ValueError(f"load_weights: tensor {name!r} has shape {got}, expected {shape}")
-        extra = sorted(set(tensors) - set(self.full_shapes))
-        if extra:
-            raise ValueError(f"load_weights: unexpected tensor {extra[0]!r} ({len(extra)} unexpected in all)")
-        return tensors
+        return validate_weights(named, self.full_shapes, self.args.tie_word_embeddings)
 
     @torch.no_grad()
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
@@ -127,3 +115,22 @@ class ModelRunner:
         for name, p in self.params.items():
             p.data = torch.empty(self.local_shapes[name], dtype=self.dtype, device=self.device)
         self._alloc_cache()
+
+
+def validate_weights(
+    named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor], full_shapes: dict[str, tuple[int, ...]], tied: bool
+) -> dict[str, torch.Tensor]:
+    """Check names and full shapes of a weight update before anything is copied."""
+    tensors = dict(named.items() if isinstance(named, dict) else named)
+    if tied:
+        tensors.pop("lm_head.weight", None)  # tied: the embedding is the head
+    for name, shape in full_shapes.items():
+        if name not in tensors:
+            raise ValueError(f"load_weights: tensor {name!r} is missing")
+        got = tuple(tensors[name].shape)
+        if got != shape:
+            raise ValueError(f"load_weights: tensor {name!r} has shape {got}, expected {shape}")
+    extra = sorted(set(tensors) - set(full_shapes))
+    if extra:
+        raise ValueError(f"load_weights: unexpected tensor {extra[0]!r} ({len(extra)} unexpected in all)")
+    return tensors

@@ -1,0 +1,209 @@
+"""The engine protocol over an in-process `sglang.Engine` (GPU only).
+
+UNTESTED HERE: no GPU and no sglang on the development machines; written against the
+sglang 0.5.x Python API (`sglang.Engine`: `async_generate`, `update_weights_from_tensor`,
+`release_memory_occupation` / `resume_memory_occupation`, `get_server_info`,
+`tokenizer_manager.abort_request`). The module imports sglang only when instantiated, so a
+CPU install never imports it.
+
+Mapping to the protocol:
+  add / step        one streaming `async_generate` task per request, on the engine's event
+                    loop; `step()` runs the loop for `poll_s` and returns what finished
+  abort             `tokenizer_manager.abort_request(rid)`; tokens streamed so far are kept
+  load_weights      `update_weights_from_tensor` (sglang shards under its own TP)
+  release / resume  `release_memory_occupation` / `resume_memory_occupation`
+  KV usage          `get_server_info()` (`max_total_num_tokens`) and the running sequences
+Differences from the embedded engine: a resumed request is re-sent as prompt + generated
+tokens with the remaining budget, so greedy resumes match exactly but seeded sampling does
+not; `tp_group` is unused (sglang builds its own TP workers: pass `tp_size`).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from pivot.engine.config import EngineConfig
+from pivot.engine.model_runner import validate_weights
+from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, SamplingParams
+from pivot.model import CausalLM, ModelArgs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Live:
+    request: Request
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    aborted: bool = False
+    task: asyncio.Task | None = None
+
+
+class SglangEngine:
+    def __init__(
+        self, engine: Any, config: EngineConfig, args: ModelArgs, tokenizer: Any = None, poll_s: float = 0.005
+    ) -> None:
+        self.engine, self.config, self.tokenizer, self.poll_s = engine, config, tokenizer, poll_s
+        self.args = args
+        with torch.device("meta"):  # full HF shapes for validation, no memory
+            self.full_shapes = {n: tuple(p.shape) for n, p in CausalLM(args).named_parameters()}
+        self.loop: asyncio.AbstractEventLoop = getattr(engine, "loop", None) or asyncio.get_event_loop()
+        self._live: dict[int, _Live] = {}
+        self._version = 0
+        self._tokens_generated = 0
+        self._last_latency = 0.0
+        info = self._server_info()
+        self.kv_total = int(info.get("max_total_num_tokens", config.kv_capacity_tokens))
+        self.max_len = int(info.get("context_length") or info.get("max_req_input_len") or self.kv_total)
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, config: EngineConfig, tp_group: Any = None, tokenizer: Any = None,
+        *, dtype: str = "bfloat16", attention: str = "flash", seed: int = 0, tp_size: int = 1, **server_args: Any,
+    ) -> SglangEngine:
+        import sglang  # guarded: only the sglang backend needs it
+
+        engine = sglang.Engine(
+            model_path=str(path), tp_size=tp_size, dtype=dtype, random_seed=seed, skip_tokenizer_init=True,
+            enable_memory_saver=True, max_running_requests=config.max_running_seqs,
+            chunked_prefill_size=config.max_prefill_tokens, page_size=config.block_size, **server_args,
+        )
+        return cls(engine, config, ModelArgs.load(path), tokenizer)
+
+    def _server_info(self) -> dict[str, Any]:
+        info = dict(self.engine.get_server_info())
+        for state in info.get("internal_states") or []:  # scheduler-reported values win
+            info.update({k: v for k, v in state.items() if k not in info or k == "max_total_num_tokens"})
+        return info
+
+    # ---- requests --------------------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        if request.id in self._live:
+            raise ValueError(f"request {request.id}: id is already in this engine")
+        if not request.prompt_ids:
+            raise ValueError(f"request {request.id}: prompt_ids is empty")
+        n = len(request.prompt_ids) + len(request.output_ids)
+        if n >= min(self.max_len, self.kv_total):
+            raise ValueError(f"request {request.id}: {n} tokens exceed the engine's max length {min(self.max_len, self.kv_total)}")
+        if len(request.output_ids) >= request.params.max_new_tokens:
+            raise ValueError(f"request {request.id}: already has max_new_tokens tokens")
+        live = _Live(request, list(request.output_ids), list(request.output_logprobs))
+        live.task = self.loop.create_task(self._generate(live))
+        self._live[request.id] = live
+
+    def _sampling(self, p: SamplingParams, done: int) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k if p.top_k > 0 else -1,
+            "max_new_tokens": p.max_new_tokens - done, "stop": list(p.stop), "ignore_eos": p.ignore_eos,
+        }
+        if p.seed is not None:
+            out["sampling_seed"] = p.seed + done
+        return out
+
+    async def _generate(self, live: _Live) -> None:
+        req = live.request
+        base = len(live.output_ids)
+        stream = await self.engine.async_generate(
+            input_ids=list(req.prompt_ids) + list(req.output_ids), sampling_params=self._sampling(req.params, base),
+            return_logprob=True, stream=True, rid=str(req.id),
+        )
+        async for chunk in stream:
+            meta = chunk.get("meta_info", {})
+            # works for cumulative and incremental streaming: keep the last `new` entries
+            total = int(meta.get("completion_tokens", 0))
+            new = total - (len(live.output_ids) - base)
+            pairs = meta.get("output_token_logprobs") or []
+            for lp, tok, *_ in pairs[len(pairs) - new :] if new > 0 else []:
+                live.output_ids.append(int(tok))
+                live.logprobs.append(float(lp))
+                self._tokens_generated += 1
+            reason = meta.get("finish_reason")
+            if reason:
+                kind = reason.get("type") if isinstance(reason, dict) else str(reason)
+                live.finish_reason = "length" if kind == "length" else ("abort" if kind == "abort" else "stop")
+
+    def step(self) -> list[Output]:
+        t0 = time.perf_counter()
+        if self._live:
+            self.loop.run_until_complete(asyncio.sleep(self.poll_s))
+        outputs = []
+        for rid, live in list(self._live.items()):
+            if live.task is not None and live.task.done() and not live.aborted:
+                live.task.result()  # surface errors
+                del self._live[rid]
+                outputs.append(Output(
+                    id=rid, prompt_ids=list(live.request.prompt_ids), output_ids=live.output_ids,
+                    output_logprobs=live.logprobs, finish_reason=live.finish_reason or "stop",
+                    weights_version=self._version,
+                ))
+        self._last_latency = time.perf_counter() - t0
+        return outputs
+
+    def abort(self, ids: Iterable[int]) -> AbortResult:
+        partials, unknown = [], []
+        for rid in ids:
+            live = self._live.pop(rid, None)
+            if live is None:
+                unknown.append(rid)
+                continue
+            live.aborted = True
+            self.engine.tokenizer_manager.abort_request(rid=str(rid))
+            if live.task is not None:
+                self.loop.run_until_complete(asyncio.wait([live.task], timeout=5.0))
+            req = live.request
+            partials.append(Request(req.id, list(req.prompt_ids), req.params, live.output_ids, live.logprobs))
+        if unknown:
+            log.warning("abort: unknown request ids %s ignored", unknown)
+        return AbortResult(partials, unknown)
+
+    def has_work(self) -> bool:
+        return bool(self._live)
+
+    def _n_tok(self) -> int:
+        return sum(len(lv.request.prompt_ids) + len(lv.output_ids) for lv in self._live.values())
+
+    def can_admit(self, num_tokens: int) -> bool:
+        return num_tokens < self.max_len and self._n_tok() + num_tokens <= self.kv_total
+
+    def stats(self) -> EngineStats:
+        n_tok = self._n_tok()
+        return EngineStats(
+            n_seq=len(self._live), n_tok=n_tok, kv_free_tokens=max(self.kv_total - n_tok, 0),
+            kv_total_tokens=self.kv_total, tokens_generated=self._tokens_generated,
+            last_step_latency_s=self._last_latency, weights_version=self._version,
+        )
+
+    # ---- weights and memory ----------------------------------------------------------------
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    def load_weights(self, named_tensors: dict[str, Any] | Iterable[tuple[str, Any]], version: int) -> None:
+        tensors = validate_weights(named_tensors, self.full_shapes, self.args.tie_word_embeddings)
+        pairs = list(tensors.items())
+        result = self.engine.update_weights_from_tensor(pairs, flush_cache=True)
+        ok = result[0] if isinstance(result, tuple) else getattr(result, "success", True)
+        if not ok:
+            raise ValueError(f"load_weights: sglang refused the update: {result}")
+        self._version = version
+
+    def named_parameters_hf(self) -> dict[str, Any]:
+        raise NotImplementedError("sglang exposes weights only by name (get_weights_by_name), truncated")
+
+    def release(self) -> AbortResult:
+        partials = self.abort(list(self._live))
+        self.engine.release_memory_occupation()
+        return partials
+
+    def resume(self) -> None:
+        self.engine.resume_memory_occupation()
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
