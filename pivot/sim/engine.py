@@ -48,6 +48,12 @@ class SimOptions:
     """RL steps to run; None = cfg.train.steps."""
     plan_every_s: float = 5.0
     """Planner tick (simulated seconds); it also runs right after shifts and training steps."""
+    plan_during_training: bool = True
+    """Let the planner run while a training step runs (its plans may not shift training down),
+    as the paper's planner does; False mirrors the runtime controller's current gating (no plan
+    while training), which leaves rollout without devices across back-to-back training steps.
+    While training, the snapshot says `train_batch_ready=True`: that is how the planner's pairs
+    lock the trainer (otherwise its best plans all shift the running trainer down and are dropped)."""
     record_plans: bool = False
     """Keep every (snapshot, plan) the planner saw (tests compare with a fresh planner)."""
     max_sim_s: float = 1e7
@@ -180,7 +186,8 @@ class Simulator:
         for role in INFERENCE_ROLES:
             self._apply(role, self.sched[role].dispatch())
         self._maybe_train()
-        if self.in_flight or self.training or not (self._plan_due or self._cheap_mode):
+        blocked = self.training and (self._cheap_mode or not self.opts.plan_during_training)
+        if self.in_flight or blocked or not (self._plan_due or self._cheap_mode):
             return
         if self.now - self._last_plan < self.cfg.planner.interval_s and not self._cheap_mode:
             return
@@ -307,7 +314,10 @@ class Simulator:
         return ClusterSnapshot(
             replicas=self.layout.replicas, active=active, running=running,
             queues={role: tuple(self.sched[role].queued()) for role in INFERENCE_ROLES},
-            train_batch_ready=self.train_ready() and self.layout.train_rid not in active,
+            # a running training step cannot shift down; the planner locks a trainer only when
+            # its batch is ready, so a running step is reported that way (see plan_during_training)
+            train_batch_ready=(self.train_ready() and self.layout.train_rid not in active)
+            or (self.training and self.opts.plan_during_training),
             train_throughput=self.train_tps if self.training else 0.0, devices=tuple(range(self.layout.world)),
         )
 

@@ -81,6 +81,8 @@ class Shiftable:
         snap = sim.snapshot()
         plan = self.planner.plan(snap)
         sim.on_planned(snap, plan, self.planner.last_timings.total_s)
+        if plan is not None and sim.layout.train_rid in plan.down and sim.training:
+            return None  # never interrupt a training step (runtime's rule)
         return plan
 
 
