@@ -79,6 +79,7 @@ def local_reads(gb: float, reps: int) -> None:
 
 
 def remote_worker(rank: int, port: int, ns: str, gb: float, reps: int) -> None:
+    torch.set_num_threads(1)
     kv = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=timedelta(seconds=120))
     specs = bench_specs(gb)
     store = GPSStore(kv, HostInfo(rank, rank, 0, (0, 1)), namespace=ns)
@@ -140,7 +141,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--gb", type=float, default=1.0)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads; 1 keeps per-tensor copies comparable on a shared, loaded box")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     planning(args.reps)
     local_reads(args.gb, args.reps)
     remote_read(args.gb, args.reps)
