@@ -233,7 +233,8 @@ class Controller:
                 self.apply(self.sched[role].shift_down([rid]))
             self.state[rid] = "going_down"
             self.shifts[-1 - rid] = ShiftRecord(role, slot, False, now, set(self.replicas[rid].devices))
-            self.send_slot(rid, m.ShiftDown(role, slot))
+            # an inference leader forwards slot-wide messages to its followers (lockstep)
+            self.send_slot(rid, m.ShiftDown(role, slot), leader_only=role != "train")
         for rid in plan.up:
             role, slot = self.slot_of[rid]
             self.state[rid] = "going_up"
@@ -290,7 +291,7 @@ class Controller:
         self.step += 1
         for rid, state in self.state.items():
             if state == "up" and self.slot_of[rid][0] == "rollout":
-                self.send_slot(rid, m.UpdateWeights(self.slot_of[rid][1], self.version))
+                self.send_slot(rid, m.UpdateWeights(self.slot_of[rid][1], self.version), leader_only=True)
         self.report_step(lead.step, lead.metrics, secs)
         if self.ckpt.due(self.step, self.cfg.train.steps):
             self.ckpt.snapshot(self.step, {"step": self.step, "version": self.version, **self.flow.state_dict()})

@@ -120,13 +120,11 @@ def run(cfg: PivotConfig) -> int:
     worker = Worker(spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights)
     if spec.rank == 0:
         signal.signal(signal.SIGTERM, lambda *_: _stopped_by_torchrun(ckpt))
-    try:
-        worker.run()
-    finally:
-        if controller is not None:
-            controller.join()
-        dist.barrier()
-        gps.close()
-        dist.destroy_process_group()
+    worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
+    if controller is not None:
+        controller.join()
+    dist.barrier()
+    gps.close()
+    dist.destroy_process_group()
     failed = controller.failed if controller is not None else None
     return 1 if failed else 0

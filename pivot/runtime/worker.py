@@ -32,12 +32,19 @@ class Worker:
         self.slot = -1
         self.stopped = False
         self._last_stats = 0.0
+        self._later: list[object] = []  # a lockstep follower's messages held until it leaves the slot
 
     def run(self) -> None:
         self.endpoint.send(m.Hello(self.spec.rank, self.spec.host))
         while not self.stopped:
-            busy = self._engine_busy()
-            for msg in self.endpoint.recv_all(timeout_ms=0 if busy else 20):
+            lockstep, held = self._lockstep(), (self.role, self.slot)
+            busy = lockstep or self._engine_busy()
+            msgs = self.endpoint.recv_all(timeout_ms=0 if busy or self._later else 20)
+            if not lockstep and self._later:
+                msgs, self._later = self._later + msgs, []
+            if lockstep:
+                msgs = self._forward(msgs)
+            for msg in msgs:
                 try:
                     self.handle(msg)
                 except Exception as e:  # report and keep serving: the controller decides
@@ -46,11 +53,38 @@ class Worker:
                         raise
             if self.stopped:
                 break
-            if self._engine_busy():
+            if lockstep and (self.role, self.slot) == held:  # followers mirror every leader step
+                time.sleep(0 if self._engine_busy() or not self._leader() else 0.01)
+                outputs = self.inference[self.role].engine.step()
+                if outputs:
+                    self.endpoint.send(m.Finished(self.spec.rank, self.role, self.slot, outputs))
+            elif self._engine_busy():
                 outputs = self.inference[self.role].engine.step()
                 if outputs:
                     self.endpoint.send(m.Finished(self.spec.rank, self.role, self.slot, outputs))
             self._maybe_stats()
+
+    def _lockstep(self) -> bool:
+        """A replica over several ranks runs in lockstep: each loop the leader broadcasts the
+        slot-wide control messages (shift down, weight update, stop) it received, then every
+        rank runs the same engine step (the engine broadcasts the leader's step plan)."""
+        return self.role in self.inference and len(self.table.get(self.role, self.slot).ranks) > 1
+
+    def _forward(self, msgs: list[object]) -> list[object]:
+        import torch.distributed as dist
+
+        slot_wide = (m.ShiftDown, m.UpdateWeights, m.Stop)
+        group = self.groups[self.table.get(self.role, self.slot).name]
+        if self._leader():
+            box = [[msg for msg in msgs if isinstance(msg, slot_wide)]]
+        else:
+            # a follower acts on slot-wide messages only as the leader forwards them (its own
+            # copy of a Stop is dropped); anything else (its next ShiftUp) waits until the
+            # forwarded ShiftDown has taken it out of the slot
+            self._later += [msg for msg in msgs if not isinstance(msg, slot_wide)]
+            box = [None]
+        dist.broadcast_object_list(box, group_src=0, group=group)
+        return msgs if self._leader() else box[0]
 
     def _engine_busy(self) -> bool:
         return self.role in self.inference and self.inference[self.role].engine.has_work()

@@ -74,9 +74,20 @@ def test_many_shifts_exactly_once_and_weights_match_gps(models: tuple[Path, Path
         assert e["checksum"] == pytest.approx(expected, rel=1e-9, abs=1e-6), e
 
 
-@pytest.mark.parametrize("mode", ["colocated", "disaggregated", "rr_colocated", "static", "rule_based"])
+MODES = {
+    "colocated": ["--cluster.mode", "colocated"],
+    "disaggregated": ["--cluster.mode", "disaggregated"],
+    "rr_colocated": ["--cluster.mode", "rr_colocated"],
+    "static": ["--planner.strategy", "static"],
+    "rule_based": ["--planner.strategy", "rule_based"],
+    # replicas over two ranks: the leader schedules, the follower mirrors each step (lockstep)
+    "pivot_tp2": ["--rollout.tp", "2", "--reward.tp", "2"],
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 def test_every_mode_runs(models: tuple[Path, Path], tmp_path: Path, mode: str) -> None:
-    flags = ["--planner.strategy", mode] if mode in ("static", "rule_based") else ["--cluster.mode", mode]
+    flags = MODES[mode]
     torchrun(models, tmp_path, "--train.steps", "2", *flags)
     check_exactly_once(tmp_path, 2)
 
