@@ -78,7 +78,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="fewer requests for every row")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: steadier on a shared box)")
     a = ap.parse_args()
+    torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rng = np.random.default_rng(a.seed)
     heads = a.hidden // 32

@@ -71,13 +71,16 @@ class PagedAttention:
             self.max_q, self.max_k = int(q_lens.max()), int(ctx.max())
             self.block_table = tables.to(torch.int32).to(device)
             return
-        q_max, l_max = int(q_lens.max()), int(ctx.max())
+        # keys are gathered a whole block at a time (one contiguous row per block: far cheaper
+        # than per-token indexing), so each sequence's key axis is max_blocks * block_size long
+        q_max, l_max = int(q_lens.max()), max_blocks * bs
         i = torch.arange(q_max)
         j = torch.arange(l_max)
+        self.decode_only = q_max == 1  # packed rows are already one per sequence: no re-packing
         self.q_index = (cu_q[:-1, None] + i).clamp(max=n - 1).to(device)  # [S, Qmax] into packed rows
         self.out_index = (seq_of_tok * q_max + torch.arange(n) - cu_q[seq_of_tok]).to(device)
-        key_slots = tables[:, j // bs] * bs + j % bs  # [S, Lmax]
-        self.key_slots = torch.where(j < ctx[:, None], key_slots, 0).to(device)
+        self.block_ids = tables.flatten().to(device)  # padding entries point at block 0, masked
+        self.num_seqs = s
         # query i of sequence s sits at position ctx - q_len + i and sees keys up to it
         last = (ctx - q_lens)[:, None] + i  # [S, Qmax]
         self.mask = ((j[None, None] <= last[:, :, None]) & (j[None, None] < ctx[:, None, None]))[:, None].to(device)
@@ -88,13 +91,17 @@ class PagedAttention:
         vc.index_copy_(0, self.slot_mapping, v[0].to(vc.dtype))
         if self.kernel == "flash":
             return self._flash(q, kc, vc)
-        qp = q[0][self.q_index]  # [S, Qmax, Hq, D]
-        kk, vv = kc[self.key_slots], vc[self.key_slots]  # [S, Lmax, Hkv, D]
+        qp = q[0][:, None] if self.decode_only else q[0][self.q_index]  # [S, Qmax, Hq, D]
+        bs = self.cache.block_size
+        kk = kc.view(-1, bs * kc.shape[1] * kc.shape[2]).index_select(0, self.block_ids).view(self.num_seqs, -1, *kc.shape[1:])
+        vv = vc.view(-1, bs * vc.shape[1] * vc.shape[2]).index_select(0, self.block_ids).view(self.num_seqs, -1, *vc.shape[1:])
         out = F.scaled_dot_product_attention(
             qp.transpose(1, 2), kk.transpose(1, 2).to(qp.dtype), vv.transpose(1, 2).to(qp.dtype),
             attn_mask=self.mask, enable_gqa=True,
         )  # [S, Hq, Qmax, D]
-        out = out.transpose(1, 2).reshape(-1, q.shape[2], q.shape[3])[self.out_index]
+        out = out.transpose(1, 2).reshape(-1, q.shape[2], q.shape[3])
+        if not self.decode_only:
+            out = out[self.out_index]
         return out[None]
 
     def _flash(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
