@@ -215,9 +215,14 @@ class PlannerConfig:
     """Rule-based: shift down a role whose KV utilisation is below this."""
     throughput_profile: str = ""
     """JSON of fitted throughput constants A, B, C, D; empty = configs/throughput_tiny_cpu.json."""
+    max_evaluated: int = 8
+    """Most candidates whose migration the planner simulates (step 4). Up to this count the
+    search is the paper's exhaustive one; beyond it a coarse-to-fine search over the replica
+    count k (geometric spread, then bisection around the best benefit) approximates it."""
 
     def __post_init__(self) -> None:
         _check(self.horizon_s > 0, "planner.horizon_s", self.horizon_s, "must be > 0")
+        _check(self.max_evaluated >= 2, "planner.max_evaluated", self.max_evaluated, "must be >= 2")
         _check(self.interval_s >= 0, "planner.interval_s", self.interval_s, "must be >= 0")
         _check(self.tau_shift_s >= 0, "planner.tau_shift_s", self.tau_shift_s, "must be >= 0")
         _check(0 <= self.rule_low < self.rule_high <= 1, "planner.rule_low", self.rule_low, "need 0 <= rule_low < rule_high <= 1")

@@ -2,6 +2,7 @@
 from pivot.plan.candidates import Candidate, build_candidates
 from pivot.plan.evaluate import CandidateEvaluator, benefit, overall_throughput
 from pivot.plan.pairs import ShiftPair, build_pairs, choose_up_role, training_pair
+from pivot.plan.search import coarse_to_fine
 from pivot.plan.planner import Planner, PivotPlanner, PlanTimings, ShiftPlan, make_planner
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.plan.strategies import RuleBasedPlanner, StaticPlanner
@@ -24,6 +25,7 @@ __all__ = [
     "build_candidates",
     "build_pairs",
     "choose_up_role",
+    "coarse_to_fine",
     "make_planner",
     "overall_throughput",
     "training_pair",

@@ -1,8 +1,9 @@
 """The planner (paper §7): `Planner.plan(snapshot) -> ShiftPlan | None`, run on rank 0 and in sim/.
 
 `PivotPlanner` runs the five steps: (1) shift-up role, (2) shift pairs with penalties,
-(3) candidates by Algorithm 1, (4) benefit by migration simulation, (5) the largest positive
-benefit, or no shift. Training shifts up as a whole and only when its batch is ready: that
+(3) candidates by Algorithm 1, (4) benefit by migration simulation, of every candidate up to
+`cfg.max_evaluated` and of a coarse-to-fine choice of that many beyond (search.py), (5) the
+largest positive benefit among those evaluated, or no shift. Training shifts up as a whole and only when its batch is ready: that
 shift is mandatory (the step cannot run otherwise), so it is returned whatever its benefit.
 The ablations are flags of the same planner: `no_throughput_model` (T_i is 1 for a busy
 replica, else 0) and `no_migration` (shift-up simulation stops after draining the queue).
@@ -19,6 +20,7 @@ from pivot.config import PlannerConfig
 from pivot.plan.candidates import Candidate, build_candidates
 from pivot.plan.evaluate import CandidateEvaluator, benefit
 from pivot.plan.pairs import build_pairs, choose_up_role, replica_rates, training_pair
+from pivot.plan.search import coarse_to_fine
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import INFERENCE_ROLES, Role, SeqState
 
@@ -48,6 +50,9 @@ class ShiftPlan:
     penalty: float
     timings: PlanTimings
     num_candidates: int = 1
+    """Candidates Algorithm 1 produced."""
+    num_evaluated: int = 1
+    """Candidates whose migration was simulated (all of them up to `max_evaluated`)."""
 
 
 class Planner:
@@ -62,7 +67,8 @@ class Planner:
 class PivotPlanner(Planner):
     def __init__(self, cfg: PlannerConfig, priority: Callable[[SeqState], Any] | None = None) -> None:
         self.cfg, self.priority = cfg, priority
-        self.last_candidates: list[tuple[Candidate, float]] = []  # (candidate, benefit), for inspection
+        self.last_candidates: list[tuple[Candidate, float]] = []  # evaluated (candidate, benefit), ascending k
+        self.last_num_candidates = 0  # all candidates of the last call, evaluated or not
 
     def plan(self, snap: ClusterSnapshot) -> ShiftPlan | None:
         cfg, binary = self.cfg, self.cfg.no_throughput_model
@@ -81,10 +87,15 @@ class PivotPlanner(Planner):
         scored: list[tuple[Candidate, float]] = []
         if cands:
             ev = CandidateEvaluator(snap, scheds, binary)
-            scored = [(c, benefit(cfg.horizon_s, ev.throughput_after(c), ev.current, c.penalty)) for c in cands]
+
+            def score(i: int) -> float:
+                return benefit(cfg.horizon_s, ev.throughput_after(cands[i]), ev.current, cands[i].penalty)
+
+            found = coarse_to_fine([c.k for c in cands], cfg.max_evaluated, score)
+            scored = [(cands[i], found[i]) for i in sorted(found)]
         t3 = time.perf_counter()
         self.last_timings = PlanTimings(t1 - t0, t2 - t1, t3 - t2)
-        self.last_candidates = scored
+        self.last_candidates, self.last_num_candidates = scored, len(cands)
         best: tuple[Candidate, float] | None = None
         for c, b in scored:  # ascending k: on equal benefit the smaller shift wins
             if (up_role == Role.TRAIN or b > 0) and (best is None or b > best[1]):
@@ -92,7 +103,7 @@ class PivotPlanner(Planner):
         if best is None:
             return None
         c, b = best
-        return ShiftPlan(up_role, c.up, c.down, b, c.penalty, self.last_timings, len(cands))
+        return ShiftPlan(up_role, c.up, c.down, b, c.penalty, self.last_timings, len(cands), len(scored))
 
 
 def make_planner(cfg: PlannerConfig, priority: Callable[[SeqState], Any] | None = None) -> Planner:

@@ -1,0 +1,49 @@
+"""Planner step 4 under a budget: which candidates to simulate (an approximation beyond it).
+
+The paper simulates every candidate (one per reachable replica count k). That is exact but
+costs one migration simulation each, and there are O(devices) candidates. `coarse_to_fine`
+scores at most `budget` of them:
+
+- all of them, in ascending k, when there are no more than `budget` (exact, the paper's step 4);
+- otherwise a geometric spread of k from the smallest to the largest (both always included,
+  half the budget), then bisection: split the wider unscored gap next to the best score so far
+  (ties: the smaller k); when both its neighbours are scored, split the widest gap anywhere.
+
+Deterministic: it depends only on `ks`, `budget` and the scores.
+"""
+from __future__ import annotations
+
+import bisect
+from typing import Callable, Sequence
+
+
+def coarse_to_fine(ks: Sequence[int], budget: int, score: Callable[[int], float]) -> dict[int, float]:
+    """Score indices of the ascending `ks` (at most `budget` calls); returns index -> score."""
+    if budget < 1:
+        raise ValueError(f"coarse_to_fine: budget must be >= 1, got {budget}")
+    m = len(ks)
+    if m <= budget:
+        return {i: score(i) for i in range(m)}
+    seen: dict[int, float] = {}
+    lo, hi, n_coarse = max(ks[0], 1), ks[-1], max(2, budget // 2)
+    for j in range(n_coarse):
+        target = lo * (hi / lo) ** (j / (n_coarse - 1))
+        i = min(bisect.bisect_left(ks, target), m - 1)
+        if i > 0 and target - ks[i - 1] <= ks[i] - target:
+            i -= 1  # nearest k, ties to the smaller
+        if j == n_coarse - 1:
+            i = m - 1  # the largest k even if float rounding lands next to it
+        if i not in seen:
+            seen[i] = score(i)
+    while len(seen) < budget:
+        order = sorted(seen)
+        best = max(order, key=lambda i: (seen[i], -i))
+        pos = order.index(best)
+        around = order[max(pos - 1, 0) : pos + 2]  # best and its scored neighbours
+        gaps = [(a, b) for a, b in zip(around, around[1:]) if b - a > 1]
+        if not gaps:
+            gaps = [(a, b) for a, b in zip(order, order[1:]) if b - a > 1]
+        a, b = max(gaps, key=lambda g: g[1] - g[0])  # first of equal widths: the smaller k
+        mid = (a + b) // 2
+        seen[mid] = score(mid)
+    return seen
