@@ -1,0 +1,121 @@
+"""Profile the embedded engine's decode-step latency and fit the paper's throughput model.
+
+Runs the engine over a grid of (N_seq running sequences, context length) points, times
+decode steps (median of a few), and fits
+
+    latency = A * N_tok + max(B, C * N_seq) + D
+
+with `pivot.sched.throughput.ThroughputModel.fit` (non-negative constants, knee search).
+A random quarter of the grid is held out: the tool prints R^2 and the mean relative error on
+those points (and on all), and writes the constants as JSON for the scheduler.
+
+    python tools/profile_engine.py                         # tiny random model, ~1-3 min on CPU
+    python tools/profile_engine.py --model PATH --out configs/throughput_<preset>.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pivot.engine import Engine, EngineConfig, Request, SamplingParams  # noqa: E402
+from pivot.model import CausalLM, ModelArgs, save_pretrained  # noqa: E402
+from pivot.sched.throughput import ThroughputModel  # noqa: E402
+
+
+def measure(engine: Engine, n_seq: int, ctx: int, steps: int, vocab: int, rng: random.Random) -> tuple[float, float]:
+    """(mean N_tok, median decode-step latency) with `n_seq` sequences of about `ctx` tokens."""
+    for i in range(n_seq):
+        prompt = [rng.randrange(2, vocab) for _ in range(ctx)]
+        engine.add(Request(i, prompt, SamplingParams(temperature=0, max_new_tokens=steps + 2, ignore_eos=True)))
+    while any(s.num_uncomputed > 1 or s.num_computed == 0 for s in engine._seqs.values()):
+        engine.step()  # prefill (chunked) until every sequence decodes
+    toks, lats = [], []
+    for _ in range(steps):
+        n_tok = engine.stats().n_tok
+        t0 = time.perf_counter()
+        engine.step()
+        lats.append(time.perf_counter() - t0)
+        toks.append(n_tok)
+    engine.abort(list(range(n_seq)))
+    return statistics.mean(toks), statistics.median(lats)
+
+
+def r2_and_mre(model: ThroughputModel, rows: list[tuple[float, float, float]]) -> tuple[float, float]:
+    ys = [r[2] for r in rows]
+    pred = [model.latency(r[0], r[1]) for r in rows]
+    mean = statistics.mean(ys)
+    ss_tot = sum((y - mean) ** 2 for y in ys) or 1e-30
+    ss_res = sum((y - p) ** 2 for y, p in zip(ys, pred))
+    return 1 - ss_res / ss_tot, statistics.mean(abs(p - y) / y for y, p in zip(ys, pred))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="", help="HF model folder; empty: random tiny qwen2 (hidden 128, 4 layers)")
+    ap.add_argument("--out", default=str(ROOT / "configs" / "throughput_tiny_cpu.json"))
+    ap.add_argument("--seqs", default="1,2,4,8,16,24,32,48,64", help="N_seq grid")
+    ap.add_argument("--ctx", default="16,64,128,256,512", help="context-length grid (tokens per sequence)")
+    ap.add_argument("--steps", type=int, default=5, help="decode steps timed per point (median)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    path = Path(a.model) if a.model else Path(tempfile.mkdtemp(prefix="profile_engine_"))
+    if not a.model:
+        args = ModelArgs(family="qwen2", vocab_size=512, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=4096)
+        save_pretrained(CausalLM(args), path)
+    seqs = [int(x) for x in a.seqs.split(",")]
+    ctxs = [int(x) for x in a.ctx.split(",")]
+    cap = max(seqs) * (max(ctxs) + a.steps + 8) + 1024
+    cfg = EngineConfig(kv_capacity_tokens=cap, block_size=16, max_running_seqs=max(seqs), max_prefill_tokens=4096)
+    engine = Engine.from_pretrained(path, cfg, dtype=a.dtype, device=a.device)
+    rng = random.Random(a.seed)
+    measure(engine, 4, 32, 3, engine.args.vocab_size, rng)  # warm-up
+    rows: list[tuple[float, float, float]] = []
+    t_start = time.perf_counter()
+    for n_seq in seqs:
+        for ctx in ctxs:
+            n_tok, lat = measure(engine, n_seq, ctx, a.steps, engine.args.vocab_size, rng)
+            rows.append((n_seq, n_tok, lat))
+            print(f"N_seq={n_seq:>4} N_tok={n_tok:>8.0f} latency={lat * 1e3:8.2f} ms", flush=True)
+    order = list(range(len(rows)))
+    random.Random(a.seed + 1).shuffle(order)
+    held = sorted(order[: max(len(rows) // 4, 3)])
+    train = [rows[i] for i in range(len(rows)) if i not in held]
+    test = [rows[i] for i in held]
+    model = ThroughputModel.fit(train)
+    r2, mre = r2_and_mre(model, test)
+    r2_all, mre_all = r2_and_mre(model, rows)
+    print(f"fit: A={model.A:.3e} s/token  B={model.B:.3e} s  C={model.C:.3e} s/seq  D={model.D:.3e} s")
+    print(f"held-out ({len(test)} points): R^2={r2:.4f}  mean relative error={mre:.3%}")
+    print(f"all ({len(rows)} points):      R^2={r2_all:.4f}  mean relative error={mre_all:.3%}")
+    result = {
+        "A": model.A, "B": model.B, "C": model.C, "D": model.D,
+        "r2_heldout": r2, "mre_heldout": mre, "r2_all": r2_all, "mre_all": mre_all,
+        "model": a.model or "random tiny qwen2 hidden=128 layers=4", "device": a.device, "dtype": a.dtype,
+        "threads": a.threads, "grid": {"n_seq": seqs, "ctx": ctxs, "steps": a.steps},
+        "samples": [list(r) for r in rows], "profile_seconds": time.perf_counter() - t_start,
+    }
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
