@@ -7,7 +7,8 @@ scores at most `budget` of them:
 - all of them, in ascending k, when there are no more than `budget` (exact, the paper's step 4);
 - otherwise a geometric spread of k from the smallest to the largest (both always included,
   half the budget), then bisection: split the wider unscored gap next to the best score so far
-  (ties: the smaller k); when both its neighbours are scored, split the widest gap anywhere.
+  (of equal widths, the one whose ends score higher, then the smaller k); when both its
+  neighbours are scored, split the widest gap anywhere.
 
 Deterministic: it depends only on `ks`, `budget` and the scores.
 """
@@ -43,7 +44,8 @@ def coarse_to_fine(ks: Sequence[int], budget: int, score: Callable[[int], float]
         gaps = [(a, b) for a, b in zip(around, around[1:]) if b - a > 1]
         if not gaps:
             gaps = [(a, b) for a, b in zip(order, order[1:]) if b - a > 1]
-        a, b = max(gaps, key=lambda g: g[1] - g[0])  # first of equal widths: the smaller k
+        # the wider gap; of equal widths, the one whose outer end scores higher (then smaller k)
+        a, b = max(gaps, key=lambda g: (g[1] - g[0], seen[g[0]] + seen[g[1]]))
         mid = (a + b) // 2
         seen[mid] = score(mid)
     return seen
