@@ -24,7 +24,7 @@ COLORS = {"rollout": "#4C72B0", "reward": "#DD8452", "train": "#55A868", "overal
 
 def plot(rows: list[dict], out: Path, title: str = "") -> Path:
     samples = [r for r in rows if r.get("kind") == "sample"]
-    shifts = [r for r in rows if r.get("kind") == "shift"]
+    shifts = [r for r in rows if r.get("kind") == "shift" and r.get("event") == "plan"]
     if not samples:
         raise SystemExit("timeline has no samples")
     t = [r["time"] for r in samples]
@@ -35,7 +35,7 @@ def plot(rows: list[dict], out: Path, title: str = "") -> Path:
     ax_tp.legend(loc="upper right", fontsize=8)
     ax_tp.set_title(title or "throughput and devices per role")
     stacks = [[r["devices"].get(role, 0) for r in samples] for role in ROLES]
-    ax_dev.stackplot(t, *stacks, labels=[r.upper()[:2] if r != "train" else "TR" for r in ROLES],
+    ax_dev.stackplot(t, *stacks, labels=["RO", "RM", "TR"],
                      colors=[COLORS[r] for r in ROLES], step="post", alpha=0.85)
     ax_dev.set_ylabel("devices")
     ax_dev.set_xlabel("time (s)")
