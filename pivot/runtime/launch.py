@@ -99,7 +99,8 @@ def run(cfg: PivotConfig) -> int:
     gps = GPSStore(store, HostInfo(spec.rank, spec.host, spec.local_rank, host_of), namespace=f"pivot-{run_id}")
     policy_state = load_state_dict(policy_src)
     specs = {"policy": specs_from_state_dict(policy_state), "genrm": specs_from_state_dict(load_state_dict(genrm_path))}
-    weights = WeightService(gps, specs, host_of, table.train, start_step, device, verify=cfg.log.verify_weights)
+    weights = WeightService(gps, specs, host_of, table.train, start_step, device, cfg.cluster.host_memory_gb,
+                            verify=cfg.log.verify_weights)
     if spec.rank == 0:
         weights.publish("policy", policy_state)
         weights.publish("genrm", load_state_dict(genrm_path))

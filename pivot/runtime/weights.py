@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import torch
 
 from pivot.dist import Slot
-from pivot.gps.layout import fsdp_layout, parallel_layout, replicated_layout
+from pivot.gps.layout import fsdp_layout, gps_layouts, parallel_layout
 from pivot.gps.spec import TensorSpec
 from pivot.gps.store import GPSStore
 from pivot.gps.torch_specs import TORCH_DTYPES
@@ -28,14 +28,17 @@ class WeightService:
         train: Slot,
         start_version: int,
         device: str,
+        host_memory_gb: float = 0.0,
         verify: bool = False,
     ) -> None:
         self.store, self.specs, self.host_of, self.train = store, dict(specs), host_of, train
         self.device, self.verify = device, verify
         self.offset = {"policy": start_version - 1, "genrm": -1}  # first Write is GPS version 1
         hosts = sorted(set(host_of))
-        for model, model_specs in self.specs.items():
-            store.register(replicated_layout(model, model_specs, hosts))
+        # replication-first; a host budget too small for every model falls back to groups of k hosts
+        budget = int(host_memory_gb * 1e9) if host_memory_gb > 0 else 1 << 62
+        for layout in gps_layouts(self.specs, hosts, budget).values():
+            store.register(layout)
         self._train_layout = fsdp_layout("policy", self.specs["policy"], train.ranks, host_of) if train.ranks else None
 
     def publish(self, model: str, tensors: Mapping[str, torch.Tensor]) -> int:
