@@ -1,0 +1,115 @@
+"""The synthetic arithmetic task: formats, determinism, correct answers, judge targets."""
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pivot.rl import synthetic as syn
+
+LINE = re.compile(r"^(\d)([+-])(\d)([+-])([01])=(\d) ([cb])([01])$")
+
+
+def test_generation_is_deterministic_and_seed_dependent() -> None:
+    assert syn.generate_problems(50, seed=3) == syn.generate_problems(50, seed=3)
+    assert syn.generate_problems(50, seed=3) != syn.generate_problems(50, seed=4)
+    assert [p.id for p in syn.generate_problems(5, seed=0)] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("lo,hi", [(1, 1), (2, 4), (1, 6), (6, 6)])
+def test_digit_range_and_both_ops(lo: int, hi: int) -> None:
+    problems = syn.generate_problems(300, seed=0, min_digits=lo, max_digits=hi)
+    assert {p.digits for p in problems} == set(range(lo, hi + 1))
+    assert {p.op for p in problems} == {"+", "-"}
+    for p in problems:
+        assert lo <= len(str(p.a)) <= hi and lo <= len(str(p.b)) <= hi
+        assert int(p.answer) >= 0
+
+
+def test_bad_arguments_name_the_field() -> None:
+    with pytest.raises(ValueError, match="min_digits"):
+        syn.generate_problems(3, 0, min_digits=0)
+    with pytest.raises(ValueError, match="max_digits"):
+        syn.generate_problems(3, 0, min_digits=4, max_digits=2)
+    with pytest.raises(ValueError, match="op"):
+        syn.Problem(0, 1, 2, "*")
+    with pytest.raises(ValueError, match="a >= b"):
+        syn.Problem(0, 1, 2, "-")
+
+
+def test_prompt_and_solution_format() -> None:
+    p = syn.Problem(id=7, a=4821, b=377, op="+")
+    assert syn.policy_prompt(p) == "Problem: 4821+377=?\n"
+    assert syn.worked_solution(p) == "1+7+0=8 c0\n2+7+0=9 c0\n8+3+0=1 c1\n4+0+1=5 c0\nAnswer: 5198"
+    q = syn.Problem(id=8, a=1000, b=1, op="-")
+    assert syn.worked_solution(q).splitlines()[-1] == "Answer: 999"  # leading zero dropped
+
+
+def _check_columns(a: int, op: str, b: int) -> None:
+    lines = syn.column_lines(a, op, b)
+    assert len(lines) == len(str(max(a, b)))
+    carry, digits = 0, []
+    for i, line in enumerate(lines):
+        m = LINE.match(line)
+        assert m, line
+        x, y, c_in, d, k = int(m[1]), int(m[3]), int(m[5]), int(m[6]), int(m[8])
+        assert (x, y) == (a // 10**i % 10, b // 10**i % 10) and c_in == carry
+        value = x + y + c_in if op == "+" else x - y - c_in
+        assert d == value % 10 and k == int(value >= 10 or value < 0)
+        carry, digits = k, [str(d)] + digits
+    assert int(("1" if carry and op == "+" else "") + "".join(digits)) == (a + b if op == "+" else a - b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 999_999), st.integers(0, 999_999), st.sampled_from(["+", "-"]))
+def test_columns_are_correct_arithmetic(a: int, b: int, op: str) -> None:
+    if op == "-" and a < b:
+        a, b = b, a
+    _check_columns(a, op, b)
+    p = syn.Problem(0, a, b, op)
+    assert syn.extract_answer(syn.worked_solution(p)) == p.answer
+
+
+def test_every_generated_solution_is_right() -> None:
+    for p in syn.generate_problems(500, seed=1):
+        assert syn.extract_answer(syn.worked_solution(p)) == str(eval(f"{p.a}{p.op}{p.b}"))
+
+
+def test_wrong_solutions_are_wrong_and_plausible() -> None:
+    rng = random.Random(0)
+    for p in syn.generate_problems(400, seed=2):
+        wrong = syn.wrong_solution(p, rng)
+        assert syn.extract_answer(wrong) not in (None, p.answer)
+        assert len(wrong.splitlines()) == p.digits + 1
+
+
+def test_extract_answer() -> None:
+    assert syn.extract_answer("x\nAnswer: 0042") == "42"
+    assert syn.extract_answer("Answer: 1\nAnswer: 2") == "2"
+    assert syn.extract_answer("no answer here") is None
+
+
+def test_judge_prompt_and_reasoning() -> None:
+    p = syn.Problem(0, 93, 8, "-")
+    prompt = syn.judge_prompt(syn.policy_prompt(p), syn.worked_solution(p))
+    assert prompt == syn.JUDGE_TEMPLATE.format(question="Problem: 93-8=?", response=syn.worked_solution(p))
+    right = syn.judge_reasoning(syn.policy_prompt(p), syn.worked_solution(p))
+    assert right.endswith("Expected: 85\nGot: 85\n" + syn.VERDICT_PREFIX + "1")
+    assert right.startswith("\n".join(syn.column_lines(93, "-", 8)))
+    wrong = syn.judge_reasoning(p.question, "3-8-0=5 b1\n9-0-1=8 b0\nAnswer: 95")
+    assert wrong.endswith("Got: 95\nVerdict: 0")
+    assert syn.judge_reasoning(p.question, "garbage").endswith("Got: none\nVerdict: 0")
+    with pytest.raises(ValueError, match="question"):
+        syn.judge_reasoning("what?", "Answer: 1")
+
+
+def test_rows_have_the_dapo_shape() -> None:
+    problems = syn.generate_problems(3, seed=0)
+    rows = syn.to_rows(problems)
+    for p, row in zip(problems, rows):
+        assert row["prompt"] == [{"role": "user", "content": syn.policy_prompt(p)}]
+        assert row["reward_model"] == {"style": "rule", "ground_truth": p.answer}
+        assert row["data_source"] == syn.DATA_SOURCE and row["extra_info"]["index"] == p.id
