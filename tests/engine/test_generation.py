@@ -1,6 +1,7 @@
 """Generation: greedy equals transformers, log-probs, sampling, stop conditions, bad input."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,13 @@ transformers = pytest.importorskip("transformers")
 CHUNKED = EngineConfig(kv_capacity_tokens=1024, block_size=4, max_running_seqs=6, max_prefill_tokens=16)
 
 
+@functools.lru_cache(maxsize=2)
+def _hf_model(path: Path) -> torch.nn.Module:
+    return transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+
+
 def _hf_greedy(path: Path, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    hf = _hf_model(path)
     out = hf.generate(
         torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=EOS, pad_token_id=0,
         output_logits=True, return_dict_in_generate=True,
