@@ -127,7 +127,7 @@ class Controller:
         if now - self._last_monitor >= MONITOR_EVERY_S:
             self._last_monitor = now
             self.monitor()
-        if not self.shifts and self.training is None and now - self._last_plan >= self.mode.interval_s:
+        if not self.shifts and now - self._last_plan >= self.mode.interval_s:
             self._last_plan = now
             plan = self.mode.plan(self)
             if plan is not None:
@@ -334,7 +334,9 @@ class Controller:
         queues = {role: tuple(s.queued()) for role, s in self.sched.items()}
         return ClusterSnapshot(
             replicas=tuple(self.replicas), active=frozenset(active), running=running, queues=queues,
-            train_batch_ready=self.train_ready() and self.train_rid not in active,
+            # a running or fed trainer is locked (the planner never shifts it down); a trainer
+            # that is down with its batch ready makes training the shift-up role
+            train_batch_ready=self.training is not None or self.train_ready(),
             train_throughput=self.train_tokens_per_s if self.training is not None else 0.0,
             devices=tuple(range(self.world)),
         )
