@@ -7,10 +7,12 @@ N/4 devices (idle, batch not ready). Up: reward on [0, N/4), rollout on [N/4, 3N
 training on [3N/4, N). Reward is the bottleneck with a queue of thousands of sequences, so
 the planner shifts reward up (pairs from training and from rollout), as in Figure 8.
 Prints each phase (median of repeats), the paper's reported totals and the ratios
-paper / ours and ours / target, plus the migration latency of a shift down and a shift up.
+paper / ours and ours / target (wall and CPU), plus the migration latency of a shift down and
+a shift up. `eval` is evaluated / total candidates: step 4 simulates at most
+--max-evaluated of them (exact up to that count, coarse-to-fine search over k beyond).
 For sizes up to --ref-max it also times the straightforward evaluation (frozen reference
-scheduler, one full clone + migration per candidate, tests/plan/test_fast_eval.py), checks that
-it yields the same benefits, and prints ref / ours for the evaluation step. `cpu ms` is the
+scheduler, one full clone + migration per evaluated candidate, tests/plan/test_fast_eval.py),
+checks that it yields the same benefits, and prints ref / ours for the evaluation step. `cpu ms` is the
 process CPU time of one plan call (robust when other jobs load the machine).
 """
 from __future__ import annotations
@@ -61,16 +63,17 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128, 1024, 4096])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--ref-max", type=int, default=128, help="largest size also run on the reference path")
+    ap.add_argument("--max-evaluated", type=int, default=PlannerConfig().max_evaluated, help="planner.max_evaluated")
     args = ap.parse_args()
     head = (
-        f"{'devs':>5} {'seqs':>6} {'cands':>5} {'pre ms':>8} {'dp ms':>8} {'sim ms':>9} {'total ms':>9} "
+        f"{'devs':>5} {'seqs':>6} {'eval':>7} {'pre ms':>8} {'dp ms':>8} {'sim ms':>9} {'total ms':>9} "
         f"{'paper s':>7} {'paper/ours':>10} {'ours/target':>11} {'down ms':>8} {'up ms':>8} {'up/down':>7} "
-        f"{'cpu ms':>8} {'ref sim ms':>10} {'ref/ours':>8}"
+        f"{'cpu ms':>8} {'cpu/target':>10} {'ref sim ms':>10} {'ref/ours':>8}"
     )
     print(head)
     for n in args.sizes:
         snap = scenario(n)
-        planner = PivotPlanner(PlannerConfig())
+        planner = PivotPlanner(PlannerConfig(max_evaluated=args.max_evaluated))
         runs, cpu = [], []
         for _ in range(args.repeats):
             c0 = time.process_time()
@@ -99,10 +102,10 @@ def main() -> None:
         paper = PAPER_TOTAL_S.get(n)
         target = TARGET_S.get(n)
         print(
-            f"{n:>5} {seqs:>6} {len(planner.last_candidates):>5} {pre * 1e3:>8.1f} {dp * 1e3:>8.1f} {sim * 1e3:>9.1f} "
+            f"{n:>5} {seqs:>6} {f'{len(planner.last_candidates)}/{planner.last_num_candidates}':>7} {pre * 1e3:>8.1f} {dp * 1e3:>8.1f} {sim * 1e3:>9.1f} "
             f"{total * 1e3:>9.1f} {paper if paper else '-':>7} {(f'{paper / total:.0f}x' if paper else '-'):>10} "
             f"{(f'{total / target:.2f}' if target else '-'):>11} {max(down, 0) * 1e3:>8.2f} {max(up, 0) * 1e3:>8.2f} "
-            f"{(up / down if down > 0 else float('nan')):>7.1f} {statistics.median(cpu) * 1e3:>8.1f} {ref_sim:>10} {ref_ratio:>8}",
+            f"{(up / down if down > 0 else float('nan')):>7.1f} {statistics.median(cpu) * 1e3:>8.1f} {(f'{statistics.median(cpu) / target:.2f}' if target else '-'):>10} {ref_sim:>10} {ref_ratio:>8}",
             flush=True,
         )
 
