@@ -1,7 +1,7 @@
 """Profile the embedded engine's decode-step latency and fit the paper's throughput model.
 
 Runs the engine over a grid of (N_seq running sequences, context length) points, times
-decode steps (median of a few), and fits
+decode steps (fastest of a few, over shuffled passes), and fits
 
     latency = A * N_tok + max(B, C * N_seq) + D
 
@@ -34,21 +34,29 @@ from pivot.sched.throughput import ThroughputModel  # noqa: E402
 
 
 def measure(engine: Engine, n_seq: int, ctx: int, steps: int, vocab: int, rng: random.Random) -> tuple[float, float]:
-    """(mean N_tok, median decode-step latency) with `n_seq` sequences of about `ctx` tokens."""
+    """(mean N_tok, fastest decode-step latency) with `n_seq` sequences of about `ctx` tokens.
+
+    The fastest of `steps` steps, not the median: on a shared machine other processes only
+    ever add time, so the minimum is the engine's own cost.
+
+    Sequences get a large token budget so none finishes while the others are still in
+    (chunked) prefill: every timed step decodes exactly `n_seq` sequences."""
     for i in range(n_seq):
         prompt = [rng.randrange(2, vocab) for _ in range(ctx)]
-        engine.add(Request(i, prompt, SamplingParams(temperature=0, max_new_tokens=steps + 2, ignore_eos=True)))
+        engine.add(Request(i, prompt, SamplingParams(temperature=0, max_new_tokens=10_000, ignore_eos=True)))
     while any(s.num_uncomputed > 1 or s.num_computed == 0 for s in engine._seqs.values()):
         engine.step()  # prefill (chunked) until every sequence decodes
     toks, lats = [], []
     for _ in range(steps):
-        n_tok = engine.stats().n_tok
+        stats = engine.stats()
+        assert stats.n_seq == n_seq == len(engine.scheduler.running), "profile point not fully decoding"
+        n_tok = stats.n_tok
         t0 = time.perf_counter()
         engine.step()
         lats.append(time.perf_counter() - t0)
         toks.append(n_tok)
     engine.abort(list(range(n_seq)))
-    return statistics.mean(toks), statistics.median(lats)
+    return statistics.mean(toks), min(lats)
 
 
 def r2_and_mre(model: ThroughputModel, rows: list[tuple[float, float, float]]) -> tuple[float, float]:
@@ -66,7 +74,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "configs" / "throughput_tiny_cpu.json"))
     ap.add_argument("--seqs", default="1,2,4,8,16,24,32,48,64", help="N_seq grid")
     ap.add_argument("--ctx", default="16,64,128,256,512", help="context-length grid (tokens per sequence)")
-    ap.add_argument("--steps", type=int, default=5, help="decode steps timed per point (median)")
+    ap.add_argument("--steps", type=int, default=7, help="decode steps timed per point (median)")
+    ap.add_argument("--passes", type=int, default=2, help="passes over the grid; fastest per point")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
@@ -81,18 +90,24 @@ def main() -> None:
         save_pretrained(CausalLM(args), path)
     seqs = [int(x) for x in a.seqs.split(",")]
     ctxs = [int(x) for x in a.ctx.split(",")]
-    cap = max(seqs) * (max(ctxs) + a.steps + 8) + 1024
+    cap = max(seqs) * (max(ctxs) + a.steps + 64) + 1024  # room for decode during prefill
     cfg = EngineConfig(kv_capacity_tokens=cap, block_size=16, max_running_seqs=max(seqs), max_prefill_tokens=4096)
     engine = Engine.from_pretrained(path, cfg, dtype=a.dtype, device=a.device)
     rng = random.Random(a.seed)
     measure(engine, 4, 32, 3, engine.args.vocab_size, rng)  # warm-up
     rows: list[tuple[float, float, float]] = []
     t_start = time.perf_counter()
-    for n_seq in seqs:
-        for ctx in ctxs:
+    points = [(n, c) for n in seqs for c in ctxs]
+    best: dict[tuple[int, int], tuple[float, float]] = {}
+    for _ in range(a.passes):  # shuffled passes: a burst of outside load hits different points
+        rng.shuffle(points)
+        for n_seq, ctx in points:
             n_tok, lat = measure(engine, n_seq, ctx, a.steps, engine.args.vocab_size, rng)
-            rows.append((n_seq, n_tok, lat))
-            print(f"N_seq={n_seq:>4} N_tok={n_tok:>8.0f} latency={lat * 1e3:8.2f} ms", flush=True)
+            if (n_seq, ctx) not in best or lat < best[n_seq, ctx][1]:
+                best[n_seq, ctx] = (n_tok, lat)
+    for (n_seq, ctx), (n_tok, lat) in sorted(best.items()):
+        rows.append((n_seq, n_tok, lat))
+        print(f"N_seq={n_seq:>4} N_tok={n_tok:>8.0f} latency={lat * 1e3:8.2f} ms", flush=True)
     order = list(range(len(rows)))
     random.Random(a.seed + 1).shuffle(order)
     held = sorted(order[: max(len(rows) // 4, 3)])
@@ -108,7 +123,7 @@ def main() -> None:
         "A": model.A, "B": model.B, "C": model.C, "D": model.D,
         "r2_heldout": r2, "mre_heldout": mre, "r2_all": r2_all, "mre_all": mre_all,
         "model": a.model or "random tiny qwen2 hidden=128 layers=4", "device": a.device, "dtype": a.dtype,
-        "threads": a.threads, "grid": {"n_seq": seqs, "ctx": ctxs, "steps": a.steps},
+        "threads": a.threads, "grid": {"n_seq": seqs, "ctx": ctxs, "steps": a.steps, "passes": a.passes},
         "samples": [list(r) for r in rows], "profile_seconds": time.perf_counter() - t_start,
     }
     out = Path(a.out)
