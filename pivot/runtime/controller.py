@@ -268,6 +268,20 @@ class Controller:
         self.shift_log.append(event)
         self.log.shift(**event)
 
+    # ---- ModeHost (pivot/plan/modes.py) ------------------------------------------------------
+    def slots(self, role: str) -> list[Replica]:
+        return [r for r in self.replicas if r.role == role]
+
+    def up_slots(self) -> list[int]:
+        return [rid for rid, s in self.state.items() if s == "up"]
+
+    def role_of(self, rid: int) -> str:
+        return self.slot_of[rid][0]
+
+    @property
+    def training_in_flight(self) -> bool:
+        return self.training is not None
+
     # ---- training --------------------------------------------------------------------------
     def train_ready(self) -> bool:
         return self.training is None and self.step < self.cfg.train.steps and self.flow.buffer.ready(self.step)

@@ -17,7 +17,7 @@ from pivot.runtime.checkpoint import Checkpointer
 from pivot.runtime.controller import Controller
 from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog
-from pivot.runtime.modes import make_mode
+from pivot.plan.modes import make_mode
 from pivot.runtime.progress import StepProgress
 from pivot.sched.throughput import ThroughputModel
 

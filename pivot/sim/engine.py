@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 
 from pivot.config import PivotConfig
 from pivot.plan import ClusterSnapshot, ShiftPlan, overall_throughput
-from pivot.sched import INFERENCE_ROLES, Abort, Command, Role, SeqState, ShiftAwareScheduler
+from pivot.plan.modes import Shiftable, make_mode
+from pivot.sched import INFERENCE_ROLES, Abort, Command, Replica, Role, SeqState, ShiftAwareScheduler
 from pivot.sim import hardware as hwm
 from pivot.sim.hardware import H20, HardwareProfile
 from pivot.sim.layout import Layout, build_layout
-from pivot.sim.modes import Shiftable, make_mode
 from pivot.sim.replica import SimReplica
 from pivot.sim.workload import Sample, Workload, step_samples
 
@@ -139,7 +139,7 @@ class Simulator:
         self._events: list[tuple[float, int, str, tuple]] = []
         self._n_events = self._next_sid = 0
         self._pending: dict[int, int] = {}  # replica -> version of its queued event
-        self.mode = make_mode(self)
+        self.mode = make_mode(self.cfg, on_planned=self.on_planned)
         self._cheap_mode = not isinstance(self.mode, Shiftable)
         self._plan_due, self._last_plan = True, float("-inf")
         self.res = SimResult(
@@ -150,7 +150,7 @@ class Simulator:
     # ------------------------------------------------------------------ the loop
     def run(self) -> SimResult:
         t0 = time.perf_counter()
-        for rid in self.mode.initial(self):
+        for rid in self.mode.initial(self).up:
             self.state[rid] = "up"
             if rid != self.layout.train_rid:
                 self._apply(self.layout.role_of(rid), self.sched[self.layout.role_of(rid)].shift_up([rid]))
@@ -301,6 +301,25 @@ class Simulator:
         self.version += 1
         self.res.step_end_s.append(self.now)
         self._plan_due = True
+
+    # ------------------------------------------------------------------ ModeHost (pivot/plan/modes.py)
+    @property
+    def world(self) -> int:
+        return self.layout.world
+
+    @property
+    def train_rid(self) -> int:
+        return self.layout.train_rid
+
+    @property
+    def training_in_flight(self) -> bool:
+        return self.training
+
+    def slots(self, role: str) -> list[Replica]:
+        return self.layout.slots(role)
+
+    def role_of(self, rid: int) -> str:
+        return self.layout.role_of(rid)
 
     # ------------------------------------------------------------------ shifts
     def up_slots(self) -> list[int]:
