@@ -122,7 +122,7 @@ class RewardConfig:
     """Never shift reward below this many replicas."""
     temperature: float = 0.0
     """GenRM sampling temperature (0 = greedy judge)."""
-    max_new_tokens: int = 64
+    max_new_tokens: int = 96
     """Longest judge reasoning, in tokens (the paper caps GenRM responses at 20K)."""
     judge_template: str = ""
     """Judge prompt with {question} and {response}; empty = the tiny task's template."""
@@ -242,8 +242,8 @@ class DataConfig:
     """Problems in the synthetic set."""
     min_digits: int = 1
     """Synthetic problems: fewest digits per operand."""
-    max_digits: int = 4
-    """Synthetic problems: most digits per operand (longer answers make the long tail)."""
+    max_digits: int = 3
+    """Synthetic problems: most digits per operand (the tiny policy is trained on 1-3)."""
 
     def __post_init__(self) -> None:
         _check(1 <= self.min_digits <= self.max_digits, "data.min_digits", self.min_digits, "need 1 <= min_digits <= max_digits")

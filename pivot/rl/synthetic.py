@@ -26,7 +26,9 @@ ANSWER_PREFIX = "Answer: "
 VERDICT_PREFIX = "Verdict: "
 DATA_SOURCE = "pivot/arith"
 # `{question}` is the policy prompt (or the bare question), `{response}` the candidate solution
-JUDGE_TEMPLATE = "Judge\n{question}\nResponse:\n{response}\nCheck:\n"
+# the question comes last, right before the judge's own column work, exactly where the policy
+# sees it: the judge reuses the policy's arithmetic instead of reaching back past the response
+JUDGE_TEMPLATE = "Judge\nResponse:\n{response}\n{question}\n"
 OPS = ("+", "-")
 
 _ANSWER_RE = re.compile(r"Answer:\s*(-?\d+)")
@@ -177,13 +179,24 @@ def judge_prompt(question: str, response: str) -> str:
 
 
 def judge_reasoning(question: str, response: str) -> str:
-    """The GenRM's target text: its own column work, Expected/Got, then the verdict line."""
+    """The GenRM's target text: the claimed answer first (copied while the response's Answer
+    line is still near), its own column work, the expected answer, then the verdict line."""
     a, op, b = parse_question(question)
     expected = str(a + b if op == "+" else a - b)
     got = extract_answer(response)
     score = 1 if got == expected else 0
-    lines = column_lines(a, op, b) + [f"Expected: {expected}", f"Got: {got if got is not None else 'none'}"]
+    lines = [f"Got: {got if got is not None else 'none'}", *column_lines(a, op, b), f"Expected: {expected}"]
+    if got is not None:
+        lines.append(f"Compare: {compare_digits(expected, got)}")
     return "\n".join(lines + [f"{VERDICT_PREFIX}{score}"])
+
+
+def compare_digits(expected: str, got: str) -> str:
+    """Digit pairs from the right, `e=g` when equal, `e!g` when not (`_` pads the shorter): a
+    verdict then only has to notice a `!`, instead of comparing two numbers lines apart."""
+    width = max(len(expected), len(got))
+    e, g = expected.rjust(width, "_")[::-1], got.rjust(width, "_")[::-1]
+    return " ".join(f"{x}{'=' if x == y else '!'}{y}" for x, y in zip(e, g))
 
 
 def to_rows(problems: list[Problem]) -> list[dict[str, Any]]:

@@ -97,11 +97,12 @@ def test_judge_prompt_and_reasoning() -> None:
     prompt = syn.judge_prompt(syn.policy_prompt(p), syn.worked_solution(p))
     assert prompt == syn.JUDGE_TEMPLATE.format(question="Problem: 93-8=?", response=syn.worked_solution(p))
     right = syn.judge_reasoning(syn.policy_prompt(p), syn.worked_solution(p))
-    assert right.endswith("Expected: 85\nGot: 85\n" + syn.VERDICT_PREFIX + "1")
-    assert right.startswith("\n".join(syn.column_lines(93, "-", 8)))
+    assert right.endswith("Expected: 85\nCompare: 5=5 8=8\n" + syn.VERDICT_PREFIX + "1")
+    assert right.startswith("Got: 85\n" + "\n".join(syn.column_lines(93, "-", 8)))
     wrong = syn.judge_reasoning(p.question, "3-8-0=5 b1\n9-0-1=8 b0\nAnswer: 95")
-    assert wrong.endswith("Got: 95\nVerdict: 0")
-    assert syn.judge_reasoning(p.question, "garbage").endswith("Got: none\nVerdict: 0")
+    assert wrong.startswith("Got: 95\n") and wrong.endswith("Expected: 85\nCompare: 5=5 8!9\nVerdict: 0")
+    assert syn.compare_digits("123", "23") == "3=3 2=2 1!_"
+    assert syn.judge_reasoning(p.question, "garbage").startswith("Got: none\n")
     with pytest.raises(ValueError, match="question"):
         syn.judge_reasoning("what?", "Answer: 1")
 
