@@ -26,7 +26,8 @@ def tiny_cpu() -> PivotConfig:
         preset="tiny-cpu",
         rollout=RolloutConfig(tp=1, replicas=1, engine=EngineConfig(kv_capacity_tokens=8192, max_running_seqs=32)),
         reward=RewardConfig(tp=1, replicas=1, engine=EngineConfig(kv_capacity_tokens=8192, max_running_seqs=32)),
-        train=TrainConfig(devices=1),
+        # 60 GRPO steps of 16 prompts x 8 samples: about a minute on 4 CPU ranks
+        train=TrainConfig(devices=1, steps=60, batch_prompts=16, group_size=8, lr=3e-4),
     )
 
 
