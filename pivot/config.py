@@ -91,8 +91,6 @@ class RolloutConfig:
     """Tensor-parallel size of one rollout replica (devices per replica)."""
     replicas: int = 1
     """Rollout replicas at start (disaggregated/pivot modes)."""
-    min_replicas: int = 1
-    """Never shift rollout below this many replicas."""
     temperature: float = 1.0
     """Sampling temperature of the policy (0 = greedy)."""
     top_p: float = 1.0
@@ -106,7 +104,7 @@ class RolloutConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
-        _check_role("rollout", self.tp, self.replicas, self.min_replicas)
+        _check_role("rollout", self.tp, self.replicas)
         _check(self.temperature >= 0, "rollout.temperature", self.temperature, "must be >= 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", self.top_p, "must be in (0, 1]")
         _check(self.max_new_tokens > 0, "rollout.max_new_tokens", self.max_new_tokens, "must be > 0")
@@ -118,8 +116,6 @@ class RewardConfig:
     """Tensor-parallel (or TP/EP) size of one GenRM replica."""
     replicas: int = 1
     """GenRM replicas at start (disaggregated/pivot modes)."""
-    min_replicas: int = 1
-    """Never shift reward below this many replicas."""
     temperature: float = 0.0
     """GenRM sampling temperature (0 = greedy judge)."""
     max_new_tokens: int = 96
@@ -135,15 +131,14 @@ class RewardConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
-        _check_role("reward", self.tp, self.replicas, self.min_replicas)
+        _check_role("reward", self.tp, self.replicas)
         _check(0 <= self.fallback_score <= 1, "reward.fallback_score", self.fallback_score, "must be in [0, 1]")
         _check(self.max_new_tokens > 0, "reward.max_new_tokens", self.max_new_tokens, "must be > 0")
 
 
-def _check_role(role: str, tp: int, replicas: int, min_replicas: int) -> None:
+def _check_role(role: str, tp: int, replicas: int) -> None:
     _check(tp >= 1, f"{role}.tp", tp, "must be >= 1")
     _check(replicas >= 0, f"{role}.replicas", replicas, "must be >= 0")
-    _check(min_replicas >= 0, f"{role}.min_replicas", min_replicas, "must be >= 0")
 
 
 @dataclass

@@ -50,8 +50,8 @@ class SimOptions:
     """Planner tick (simulated seconds); it also runs right after shifts and training steps."""
     plan_during_training: bool = True
     """Let the planner run while a training step runs (its plans may not shift training down),
-    as the paper's planner does; False mirrors the runtime controller's current gating (no plan
-    while training), which leaves rollout without devices across back-to-back training steps.
+    as the paper's planner and the runtime controller do; False is the ablation that does not
+    plan while training, which leaves rollout without devices across back-to-back steps.
     While training, the snapshot says `train_batch_ready=True`: that is how the planner's pairs
     lock the trainer (otherwise its best plans all shift the running trainer down and are dropped)."""
     record_plans: bool = False
