@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pivot.config import (
     ClusterConfig,
     ConfigError,
+    DataConfig,
     EngineConfig,
     ModelConfig,
     PivotConfig,
@@ -26,8 +27,10 @@ def tiny_cpu() -> PivotConfig:
         preset="tiny-cpu",
         rollout=RolloutConfig(tp=1, replicas=1, engine=EngineConfig(kv_capacity_tokens=8192, max_running_seqs=32)),
         reward=RewardConfig(tp=1, replicas=1, engine=EngineConfig(kv_capacity_tokens=8192, max_running_seqs=32)),
-        # 60 GRPO steps of 16 prompts x 8 samples: about a minute on 4 CPU ranks
+        # 60 GRPO steps of 16 prompts x 8 samples over a 64-problem set (15 epochs): about a
+        # minute on 4 CPU ranks, enough for the reward to climb visibly
         train=TrainConfig(devices=1, steps=60, batch_prompts=16, group_size=8, lr=3e-4),
+        data=DataConfig(synthetic_size=64),
     )
 
 
