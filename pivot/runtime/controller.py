@@ -85,9 +85,7 @@ class Controller:
         self.train_tokens_per_s = 0.0
         self.stats: dict[int, m.Stats] = {}
         self.tok_hist: dict[int, tuple[float, int]] = {}
-        self.rates: dict[str, float] = {"rollout": 0.0, "reward": 0.0}
         self.num_shifts = 0
-        self.shift_log: list[dict] = []
         self.failed: str | None = None
         self._last_monitor = 0.0
         self._last_plan = 0.0
@@ -265,7 +263,6 @@ class Controller:
             event["version"], event["checksum"] = msg.version, msg.checksum
             if msg.role != "train":
                 self.apply(self.sched[msg.role].shift_up([rid]))
-        self.shift_log.append(event)
         self.log.shift(**event)
 
     # ---- ModeHost (pivot/plan/modes.py) ------------------------------------------------------
@@ -339,7 +336,6 @@ class Controller:
             self.tok_hist[rid] = (st.time, st.stats.tokens_generated)
             if prev and st.time > prev[0] and self.state[rid] == "up":
                 rates[role] += max(0, st.stats.tokens_generated - prev[1]) / (st.time - prev[0])
-        self.rates = rates
         self.log.sample(self.devices_per_role(), rates, step=self.step)
 
     def snapshot(self) -> ClusterSnapshot:

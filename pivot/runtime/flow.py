@@ -42,7 +42,7 @@ class FlowStats:
     rewards_finished: int = 0
     tokens_rollout: int = 0
     tokens_reward: int = 0
-    duplicates_dropped: int = 0
+    duplicates_dropped: int = 0  # outputs of sequences that had already finished (the buffer counts its own)
     stale_regenerated: int = 0
     genrm_sum: float = 0.0
 
@@ -106,8 +106,7 @@ class RLFlow:
         outcome = self.buffer.on_response(
             info.key, list(out.output_ids), list(out.output_logprobs), text, version, prompt_ids=list(out.prompt_ids)
         )
-        if outcome == Outcome.DUPLICATE:
-            self.stats.duplicates_dropped += 1
+        if outcome == Outcome.DUPLICATE:  # counted by the buffer
             return []
         if outcome == Outcome.STALE:
             self.stats.stale_regenerated += 1
@@ -131,8 +130,7 @@ class RLFlow:
         r_g = self.scorer.score(self.genrm_tok.decode(out.output_ids))
         self.judgings[info.key] = self.judgings.get(info.key, 0) + 1
         self.stats.genrm_sum += r_g
-        if self.buffer.on_reward(info.key, total_reward(info.r_verifiable, r_g, self.cfg.reward)) == Outcome.DUPLICATE:
-            self.stats.duplicates_dropped += 1
+        self.buffer.on_reward(info.key, total_reward(info.r_verifiable, r_g, self.cfg.reward))  # duplicates counted there
 
     def on_output(self, out: Output) -> list[SeqInfo]:
         info = self.seqs.get(out.id)
