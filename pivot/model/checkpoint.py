@@ -49,6 +49,32 @@ def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+}
+
+
+def tensor_headers(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Name -> (shape, dtype) of every tensor, from the safetensors headers alone (no data read)."""
+    path = Path(path)
+    out: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+    for file in _weight_files(path):
+        full = path / file
+        if not full.is_file():
+            raise FileNotFoundError(f"{full}: listed in {INDEX} but missing")
+        try:
+            with safe_open(str(full), framework="pt") as f:
+                for name in f.keys():
+                    sliced = f.get_slice(name)
+                    out[name] = (tuple(sliced.get_shape()), _SAFETENSORS_DTYPES[sliced.get_dtype()])
+        except KeyError as e:
+            raise ValueError(f"{full}: unsupported tensor dtype {e.args[0]!r}") from e
+        except Exception as e:
+            raise ValueError(f"{full}: unreadable safetensors header: {e}") from e
+    return out
+
+
 def from_pretrained(
     path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", linear: str = "torch"
 ) -> CausalLM:

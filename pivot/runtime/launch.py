@@ -14,7 +14,7 @@ from pathlib import Path
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable, WorkerEndpoint, create_groups, describe
 from pivot.gps.store import GPSStore, HostInfo
-from pivot.gps.torch_specs import specs_from_state_dict
+from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, load_state_dict
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
@@ -97,14 +97,13 @@ def run(cfg: PivotConfig) -> int:
     run_id = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     host_of = tuple(spec.host_of(r) for r in range(spec.world_size))
     gps = GPSStore(store, HostInfo(spec.rank, spec.host, spec.local_rank, host_of), namespace=f"pivot-{run_id}")
-    policy_state = load_state_dict(policy_src)
-    specs = {"policy": specs_from_state_dict(policy_state), "genrm": specs_from_state_dict(load_state_dict(genrm_path))}
+    # every rank needs the tensor list, only rank 0 the tensors: read headers, not weights
+    specs = {"policy": specs_from_checkpoint(policy_src), "genrm": specs_from_checkpoint(genrm_path)}
     weights = WeightService(gps, specs, host_of, table.train, start_step, device, cfg.cluster.host_memory_gb,
                             verify=cfg.log.verify_weights)
     if spec.rank == 0:
-        weights.publish("policy", policy_state)
+        weights.publish("policy", load_state_dict(policy_src))
         weights.publish("genrm", load_state_dict(genrm_path))
-    del policy_state
     controller = None
     if spec.rank == 0:
         controller = start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step)
