@@ -3,9 +3,11 @@
     T = (N_ro + N_rm) / (N_ro / T_ro + N_rm / T_rm)        (N: running + queued sequences)
     B = H * (T_cand - T_cur) - phi
 
-`CandidateEvaluator` clones each role's scheduler, applies the candidate's shift down and
-shift up there (Algorithms 3-4) and reads the role's throughput after migration. Results are
-cached per (role, down set, up set), so candidates sharing a role's change pay for it once.
+`CandidateEvaluator` applies the candidate's shift down and shift up (Algorithms 3-4) to a
+what-if copy of each role's scheduler state (`pivot.sched.trial`: the scheduler's decisions,
+bit for bit, without copying its per-sequence tables per candidate) and reads the role's
+throughput after migration. Results are cached per (role, down set, up set), so candidates
+sharing a role's change pay for it once.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pivot.plan.pairs import role_rate
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import INFERENCE_ROLES, Role
 from pivot.sched.scheduler import ShiftAwareScheduler
+from pivot.sched.trial import TrialBase
 
 
 def overall_throughput(n_ro: int, t_ro: float, n_rm: int, t_rm: float) -> float:
@@ -49,6 +52,7 @@ class CandidateEvaluator:
         self._n = {role: scheds[role].num_sequences() for role in INFERENCE_ROLES}
         self._rate = {role: role_rate(scheds[role], binary) for role in INFERENCE_ROLES}
         self._cache: dict[tuple[str, tuple[int, ...], tuple[int, ...]], float] = {}
+        self._bases: dict[str, TrialBase] = {}  # built on first use: a role may never change
         self.current = self._overall(self._rate)
 
     def throughput_after(self, cand: Candidate) -> float:
@@ -62,12 +66,11 @@ class CandidateEvaluator:
             return self._rate[role]
         key = (role, d, u)
         if key not in self._cache:
-            sim = self._scheds[role]._trial()
-            if d:
-                sim.shift_down(d)
-            if u:
-                sim.shift_up(u)
-            self._cache[key] = role_rate(sim, self._binary)
+            base = self._bases.get(role)
+            if base is None:
+                base = self._bases[role] = TrialBase(self._scheds[role])
+            sim = base.run(d, u)
+            self._cache[key] = float(sim.busy()) if self._binary else sim.throughput()
         return self._cache[key]
 
     def _overall(self, rates: Mapping[str, float]) -> float:
