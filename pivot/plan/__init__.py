@@ -1,5 +1,5 @@
 """The planner (pure Python): snapshot in, `ShiftPlan` out. See planner.py for the steps."""
-from pivot.plan.candidates import Candidate, build_candidates
+from pivot.plan.candidates import Candidate, CandidateTable, build_candidates
 from pivot.plan.evaluate import CandidateEvaluator, benefit, overall_throughput
 from pivot.plan.pairs import ShiftPair, build_pairs, choose_up_role, training_pair
 from pivot.plan.search import coarse_to_fine
@@ -11,6 +11,7 @@ from pivot.sched.records import INFERENCE_ROLES, Role
 __all__ = [
     "INFERENCE_ROLES",
     "Candidate",
+    "CandidateTable",
     "CandidateEvaluator",
     "ClusterSnapshot",
     "PivotPlanner",

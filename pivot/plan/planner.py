@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pivot.config import PlannerConfig
-from pivot.plan.candidates import Candidate, build_candidates
+from pivot.plan.candidates import Candidate, CandidateTable
 from pivot.plan.evaluate import CandidateEvaluator, benefit
 from pivot.plan.pairs import build_pairs, choose_up_role, replica_rates, training_pair
 from pivot.plan.search import coarse_to_fine
@@ -82,20 +82,23 @@ class PivotPlanner(Planner):
         elif up_role is not None:
             pairs = build_pairs(snap, up_role, rates, cfg.tau_shift_s)
         t1 = time.perf_counter()
-        cands = build_candidates(pairs, sum(len(p.up) for p in pairs))
+        table = CandidateTable(pairs, sum(len(p.up) for p in pairs))
+        ks = table.ks
         t2 = time.perf_counter()
         scored: list[tuple[Candidate, float]] = []
-        if cands:
+        if ks:
             ev = CandidateEvaluator(snap, scheds, binary)
+            cands: dict[int, Candidate] = {}  # only the evaluated ones are assembled
 
             def score(i: int) -> float:
-                return benefit(cfg.horizon_s, ev.throughput_after(cands[i]), ev.current, cands[i].penalty)
+                c = cands[i] = table.candidate(ks[i])
+                return benefit(cfg.horizon_s, ev.throughput_after(c), ev.current, c.penalty)
 
-            found = coarse_to_fine([c.k for c in cands], cfg.max_evaluated, score)
+            found = coarse_to_fine(ks, cfg.max_evaluated, score)
             scored = [(cands[i], found[i]) for i in sorted(found)]
         t3 = time.perf_counter()
         self.last_timings = PlanTimings(t1 - t0, t2 - t1, t3 - t2)
-        self.last_candidates, self.last_num_candidates = scored, len(cands)
+        self.last_candidates, self.last_num_candidates = scored, len(ks)
         best: tuple[Candidate, float] | None = None
         for c, b in scored:  # ascending k: on equal benefit the smaller shift wins
             if (up_role == Role.TRAIN or b > 0) and (best is None or b > best[1]):
@@ -103,7 +106,7 @@ class PivotPlanner(Planner):
         if best is None:
             return None
         c, b = best
-        return ShiftPlan(up_role, c.up, c.down, b, c.penalty, self.last_timings, len(cands), len(scored))
+        return ShiftPlan(up_role, c.up, c.down, b, c.penalty, self.last_timings, len(ks), len(scored))
 
 
 def make_planner(cfg: PlannerConfig, priority: Callable[[SeqState], Any] | None = None) -> Planner:

@@ -62,3 +62,19 @@ def test_bad_pairs_rejected() -> None:
         build_candidates([ShiftPair((), (), 0.0)], 3)
     with pytest.raises(ValueError, match="max_up"):
         build_candidates([], -1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.sampled_from([0.0, 1.0, 2.0, 0.1, 0.2, 0.3, 7.5])), max_size=12), st.integers(0, 40))
+def test_vectorised_dp_equals_scalar_reference(spec: list[tuple[int, float]], max_up: int) -> None:
+    """Same candidates (replicas, down sets, penalties bit for bit) as the frozen scalar DP,
+    with many equal and float-rounded penalty sums (the tie rule decides)."""
+    from tests.plan.reference_candidates import build_candidates as reference
+
+    pairs, nid = [], 0
+    for i, (n, phi) in enumerate(spec):
+        pairs.append(ShiftPair(tuple(range(nid, nid + n)), (1000 + i, 2000 + i % 3), phi))
+        nid += n
+    pairs.sort(key=lambda p: p.penalty)
+    got = [(c.up, c.down, c.penalty) for c in build_candidates(pairs, max_up)]
+    assert got == [(c.up, c.down, c.penalty) for c in reference(pairs, max_up)]
