@@ -187,31 +187,46 @@ class ShiftAwareScheduler:
 
     def _load(self, running: dict[int, Iterable[SeqState]], queue: Iterable[SeqState]) -> None:
         """Bulk `adopt` of `running` then `submit` of `queue` on a fresh scheduler (the planner
-        mirrors thousands of sequences per call); same state as the one-by-one calls."""
-        seqs, where, qver, heap, prio = self._seqs, self._where, self._qver, self._queue, self._priority
+        mirrors thousands of sequences per call); same state as the one-by-one calls, except
+        that the `SeqState` objects are kept, not copied (the scheduler never mutates one:
+        `on_progress` replaces it), so callers must not mutate them afterwards either."""
+        seqs, where, qver, prio = self._seqs, self._where, self._qver, self._priority
         for rid, group in running.items():
             r = self._reps.get(rid)
             if r is None or not r.active:
                 raise ValueError(f"adopt: sequences on unknown or inactive replica {rid}")
-            for seq in group:
-                sid = seq.seq_id
-                if sid in seqs:
-                    raise ValueError(f"adopt: sequence {sid} is already known")
-                seqs[sid] = SeqState(sid, seq.prompt_len, seq.generated)
-                where[sid], qver[sid] = rid, 2
-                ln = seq.prompt_len + seq.generated
-                r.seqs[sid] = ln
-                r.n += 1
-                r.tok += ln
+            group = tuple(group)
+            ids = [s.seq_id for s in group]
+            lens = [s.prompt_len + s.generated for s in group]
+            before = len(seqs)
+            seqs.update(zip(ids, group))
+            if len(seqs) != before + len(group):
+                self._duplicate(ids, before, "adopt")
+            where.update(dict.fromkeys(ids, rid))
+            qver.update(dict.fromkeys(ids, 2))
+            r.seqs.update(zip(ids, lens))
+            r.n += len(group)
+            r.tok += sum(lens)
             r.refresh()
-        for seq in queue:
-            sid = seq.seq_id
-            if sid in seqs:
-                raise ValueError(f"submit: sequence {sid} is already known")
-            seqs[sid] = st = SeqState(sid, seq.prompt_len, seq.generated)
-            where[sid], qver[sid] = None, 1
-            heap.append((prio(st), sid, 1))
+        group = tuple(queue)
+        ids = [s.seq_id for s in group]
+        before = len(seqs)
+        seqs.update(zip(ids, group))
+        if len(seqs) != before + len(group):
+            self._duplicate(ids, before, "submit")
+        where.update(dict.fromkeys(ids))
+        qver.update(dict.fromkeys(ids, 1))
+        heap = self._queue
+        heap.extend([(prio(s), s.seq_id, 1) for s in group])
         heapq.heapify(heap)  # same pop order as pushing one by one: (priority, id) is a total order
+
+    def _duplicate(self, ids: list[int], known_before: int, what: str) -> None:
+        seen: set[int] = set()
+        for sid in ids:
+            if sid in seen:
+                raise ValueError(f"{what}: sequence {sid} is already known")
+            seen.add(sid)
+        raise ValueError(f"{what}: sequence {next(s for s in ids if s in self._where)} is already known")
 
     def on_progress(self, seq_id: int, generated: int) -> None:
         """The monitor reports `generated` tokens so far (absolute count) for `seq_id`."""

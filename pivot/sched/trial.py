@@ -23,7 +23,7 @@ import numpy as np
 
 from pivot.sched.scheduler import _REL_EPS, ShiftAwareScheduler
 
-_VECTOR_MIN = 48  # targets from which the numpy arg-max beats the scalar scan
+_VECTOR_MIN = 40  # targets from which the numpy arg-max beats the scalar scan
 
 
 class TrialBase:
@@ -47,18 +47,32 @@ class TrialBase:
         self.active = [r.active for r in reps]
         self.migrate = sched.migrate
         self.num_sequences = sched.num_sequences()
-        self.running = [sorted((ln, sid) for sid, ln in r.seqs.items()) for r in reps]
-        self.home = {sid: i for i, r in enumerate(reps) for sid in r.seqs}
-        prio, seqs = sched._priority, sched._seqs
-        self.queue = [(prio(s), s.seq_id, s.prompt_len + s.generated) for s in sched.queued()]  # sorted = a heap
-        self._prio, self._seqs = prio, seqs
-        self.vector = len(reps) >= _VECTOR_MIN
-        if self.vector:
-            self.A_arr = np.array(self.A, dtype=np.float64)
-            self.one_A = self.A[0] if len(set(self.A)) == 1 else None
+        self._seqs_of = [r.seqs for r in reps]  # read only: the scheduler is not touched while planning
+        self._running: dict[int, list[tuple[int, int]]] = {}
+        where, qver, seqs = sched._where, sched._qver, sched._seqs
+        self._where = where
+        heap = sched._queue
+        self.queue = [(p, sid, seqs[sid].prompt_len + seqs[sid].generated) for p, sid, v in heap if where.get(sid, 0) is None and qver.get(sid) == v]
+        if len(self.queue) != len(heap):
+            heapq.heapify(self.queue)  # stale entries dropped; (priority, id) still orders the rest
+        self._prio, self._seqs = sched._priority, seqs
+        self.vector = len(reps) >= _VECTOR_MIN  # some dispatch may have enough targets for numpy
 
     def priority(self, sid: int) -> object:
         return self._prio(self._seqs[sid])
+
+    def running(self, i: int) -> list[tuple[int, int]]:
+        """(length, id) of the sequences on replica index `i` in the frozen state, ascending."""
+        out = self._running.get(i)
+        if out is None:
+            seqs = self._seqs_of[i]
+            out = self._running[i] = sorted(zip(seqs.values(), seqs))
+        return out
+
+    def home(self, sid: int) -> int | None:
+        """Replica index of `sid` in the frozen state (None: queued)."""
+        rid = self._where.get(sid)
+        return None if rid is None else self.index[rid]
 
     def run(self, down: Iterable[int], up: Iterable[int]) -> "Trial":
         """Shift down `down`, then shift up `up` (replica ids, sorted inside), like the scheduler."""
@@ -82,16 +96,10 @@ class Trial:
         self.active = b.active[:]
         self.queue = b.queue[:]
         self.where: dict[int, int | None] = {}  # sequences moved in this run -> replica index or None
-        self.arrivals: dict[int, list[tuple[int, int]]] = {}  # replica -> (length, id) placed here
+        self.arrivals: list[list[tuple[int, int]]] = [[] for _ in b.ids]  # (length, id) placed on each
         self.journal: list[tuple[int, int]] | None = None  # (id, length) moved in a migration step
         self.touched: dict[int, tuple[int, int]] | None = None  # replica -> load before the step
         self.ver = [0] * len(b.ids)
-        if b.vector:
-            self.N1 = np.array(self.n1, dtype=np.float64)
-            self.BASE = np.array(self.base, dtype=np.float64)
-            self.THR = np.array(self.thr, dtype=np.float64)
-            self.FREE = np.array(self.free, dtype=np.float64)
-            self.buf = np.empty(len(b.ids), dtype=np.float64)
 
     # ---------------------------------------------------------------- results
     def throughput(self) -> float:
@@ -114,8 +122,6 @@ class Trial:
         free = b.cap[i] - self.tok[i]
         self.thr[i], self.n1[i], self.base[i], self.free[i] = thr, n + 1, base, free
         self.ver[i] += 1
-        if b.vector:
-            self.THR[i], self.N1[i], self.BASE[i], self.FREE[i] = thr, n + 1, base, free
 
     def _place(self, sid: int, ln: int, i: int) -> None:
         if self.touched is not None and i not in self.touched:
@@ -124,7 +130,7 @@ class Trial:
         self.tok[i] += ln
         self._refresh(i)
         self.where[sid] = i
-        self.arrivals.setdefault(i, []).append((ln, sid))
+        self.arrivals[i].append((ln, sid))
 
     def _abort(self, sid: int, ln: int, i: int) -> None:
         if self.touched is not None and i not in self.touched:
@@ -136,13 +142,13 @@ class Trial:
         heapq.heappush(self.queue, (self.b.priority(sid), sid, ln))
 
     def _loc(self, sid: int) -> int | None:
-        return self.where.get(sid, self.b.home.get(sid))
+        return self.where[sid] if sid in self.where else self.b.home(sid)
 
     # ---------------------------------------------------------------- operations
     def shift_down(self, leaving: list[int]) -> None:
         b, q = self.b, self.queue
         for i in leaving:
-            for ln, sid in b.running[i]:
+            for ln, sid in b.running(i):
                 q.append((b.priority(sid), sid, ln))
                 self.where[sid] = None
             self.n[i], self.tok[i] = 0, 0
@@ -159,52 +165,89 @@ class Trial:
             self._migrate()
 
     def _dispatch(self, targets: list[int]) -> None:
-        if self.b.vector and len(targets) >= _VECTOR_MIN:
+        if len(targets) >= _VECTOR_MIN and len(self.queue) > 2:  # else building arrays costs more
             self._dispatch_vector(targets)
             return
-        q, free, n1, base, thr, A = self.queue, self.free, self.n1, self.base, self.thr, self.b.A
-        journal = self.journal
+        q, b, journal, touched = self.queue, self.b, self.journal, self.touched
+        n, tok, thr, n1, base, free, ver, arrivals, where = (
+            self.n, self.tok, self.thr, self.n1, self.base, self.free, self.ver, self.arrivals, self.where
+        )
+        A, B, C, D, cap, heappop = b.A, b.B, b.C, b.D, b.cap, heapq.heappop
         while q:
             _, sid, ln = q[0]
-            best, best_gain = -1, -math.inf
-            for i in targets:
-                if free[i] >= ln:
-                    g = n1[i] / (base[i] + A[i] * ln) - thr[i]
+            i, best_gain = -1, -math.inf
+            for r in targets:
+                if free[r] >= ln:
+                    g = n1[r] / (base[r] + A[r] * ln) - thr[r]
                     if g > best_gain:
-                        best, best_gain = i, g
-            if best < 0:
+                        i, best_gain = r, g
+            if i < 0:
                 return  # the head waits for capacity
-            heapq.heappop(q)
+            heappop(q)
             if journal is not None:
                 journal.append((sid, ln))
-            self._place(sid, ln, best)
+                if i not in touched:
+                    touched[i] = (n[i], tok[i])
+            k, t = n[i] + 1, tok[i] + ln  # the placement, inlined: same arithmetic as _refresh
+            n[i], tok[i] = k, t
+            a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
+            ck, ck1 = c * k, c * (k + 1)
+            thr[i] = k / (a_tok + (bb if bb >= ck else ck) + d)
+            base[i] = a_tok + (bb if bb >= ck1 else ck1) + d
+            free[i] = cap[i] - t
+            n1[i] = k + 1
+            ver[i] += 1
+            where[sid] = i
+            arrivals[i].append((ln, sid))
 
     def _dispatch_vector(self, targets: list[int]) -> None:
-        q, b, journal = self.queue, self.b, self.journal
-        mask = np.full(len(b.ids), -np.inf)
-        mask[targets] = 0.0  # x + 0.0 == x: target gains stay bit-identical
-        N1, BASE, THR, FREE, buf = self.N1, self.BASE, self.THR, self.FREE, self.buf
-        one_A, A_arr = b.one_A, b.A_arr
+        """`_dispatch` with the arg-max over compact numpy copies of the targets' dispatch terms
+        (the placement is inlined: same arithmetic as `_refresh`)."""
+        q, b, journal, touched = self.queue, self.b, self.journal, self.touched
+        n, tok, thr, n1, base, free, ver, arrivals, where = (
+            self.n, self.tok, self.thr, self.n1, self.base, self.free, self.ver, self.arrivals, self.where
+        )
+        A, B, C, D, cap = b.A, b.B, b.C, b.D, b.cap
+        N1 = np.array([n1[i] for i in targets], dtype=np.float64)
+        BASE = np.array([base[i] for i in targets], dtype=np.float64)
+        THR = np.array([thr[i] for i in targets], dtype=np.float64)
+        FREE = np.array([free[i] for i in targets], dtype=np.float64)
+        buf = np.empty(len(targets), dtype=np.float64)
+        one_A = A[targets[0]] if all(A[i] == A[targets[0]] for i in targets) else None
+        A_t = None if one_A is not None else np.array([A[i] for i in targets], dtype=np.float64)
+        add, div, sub, heappop = np.add, np.divide, np.subtract, heapq.heappop
         while q:
             _, sid, ln = q[0]
             if one_A is not None:
-                np.add(BASE, one_A * ln, out=buf)
+                add(BASE, one_A * ln, out=buf)
             else:
-                np.multiply(A_arr, ln, out=buf)
-                np.add(BASE, buf, out=buf)
-            np.divide(N1, buf, out=buf)
-            np.subtract(buf, THR, out=buf)
-            np.add(buf, mask, out=buf)
-            i = int(buf.argmax())
-            if FREE[i] < ln:  # the best does not fit: mask every replica that cannot hold it
+                np.multiply(A_t, ln, out=buf)
+                add(BASE, buf, out=buf)
+            div(N1, buf, out=buf)
+            sub(buf, THR, out=buf)
+            j = int(buf.argmax())  # first maximum: the smallest id, as the scalar scan
+            if FREE[j] < ln:  # the best does not fit: drop every replica that cannot hold it
                 buf[FREE < ln] = -np.inf
-                i = int(buf.argmax())
-            if buf[i] == -np.inf:
-                return  # the head waits for capacity
-            heapq.heappop(q)
+                j = int(buf.argmax())
+                if buf[j] == -np.inf:
+                    return  # the head waits for capacity
+            heappop(q)
+            i = targets[j]
             if journal is not None:
                 journal.append((sid, ln))
-            self._place(sid, ln, i)
+                if i not in touched:
+                    touched[i] = (n[i], tok[i])
+            k, t = n[i] + 1, tok[i] + ln
+            n[i], tok[i] = k, t
+            a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
+            ck, ck1 = c * k, c * (k + 1)
+            thr[i] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d)
+            base[i] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
+            free[i] = FREE[j] = cap[i] - t
+            n1[i] = N1[j] = k + 1
+            ver[i] += 1
+            where[sid] = i
+            arrivals[i].append((ln, sid))
 
     def _migrate(self) -> None:
         """Algorithm 4's migration loop, as `ShiftAwareScheduler._migrate`."""
@@ -224,8 +267,8 @@ class Trial:
                 return
             short = shortest.get(i)
             if short is None:
-                short = [e for e in b.running[i] if self._loc(e[1]) == i]
-                short += [e for e in self.arrivals.get(i, ()) if self.where[e[1]] == i]
+                short = [e for e in b.running(i) if self._loc(e[1]) == i]
+                short += [e for e in self.arrivals[i] if self.where[e[1]] == i]
                 short.sort()
                 shortest[i] = short
             while self._loc(short[0][1]) != i:  # moved away earlier: drop stale entries
