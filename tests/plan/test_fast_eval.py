@@ -114,3 +114,30 @@ def test_bulk_loaded_scheduler_equals_one_by_one(seed: int) -> None:
         fast.submit(SeqState(10**6, 10))
         slow.submit(SeqState(10**6, 10))
         assert fast.dispatch() == slow.dispatch()
+
+
+@pytest.mark.parametrize("seed", range(1, 31))
+def test_numpy_dispatch_path_equals_reference(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The what-if runs take the numpy arg-max from 1 target on: same benefits as the reference."""
+    import pivot.sched.trial as trial
+
+    monkeypatch.setattr(trial, "_VECTOR_MIN", 1)
+    snap = random_snapshot(seed)
+    planner = PivotPlanner(PlannerConfig(max_evaluated=10**6))
+    planner.plan(snap)
+    cands = [c for c, _ in planner.last_candidates]
+    assert [b for _, b in planner.last_candidates] == reference_benefits(snap, planner.cfg, cands)
+
+
+@pytest.mark.slow
+def test_bench_scale_plan_equals_reference() -> None:
+    """256 devices of the planner benchmark (numpy dispatch without patching, thousands of
+    queued sequences): every evaluated benefit equals the frozen reference's."""
+    from tools.bench_planner import scenario
+
+    snap = scenario(256)
+    planner = PivotPlanner(PlannerConfig())
+    planner.plan(snap)
+    cands = [c for c, _ in planner.last_candidates]
+    assert len(cands) == 8
+    assert [b for _, b in planner.last_candidates] == reference_benefits(snap, planner.cfg, cands)
