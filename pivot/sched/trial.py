@@ -213,26 +213,29 @@ class Trial:
         THR = np.array([thr[i] for i in targets], dtype=np.float64)
         FREE = np.array([free[i] for i in targets], dtype=np.float64)
         buf = np.empty(len(targets), dtype=np.float64)
+        shift = np.empty((), dtype=np.float64)  # A*l as a 0-d array: cheaper to pass than a float
         one_A = A[targets[0]] if all(A[i] == A[targets[0]] for i in targets) else None
         A_t = None if one_A is not None else np.array([A[i] for i in targets], dtype=np.float64)
         add, div, sub, heappop = np.add, np.divide, np.subtract, heapq.heappop
         while q:
             _, sid, ln = q[0]
             if one_A is not None:
-                add(BASE, one_A * ln, out=buf)
+                shift[()] = one_A * ln
+                add(BASE, shift, out=buf)
             else:
                 np.multiply(A_t, ln, out=buf)
                 add(BASE, buf, out=buf)
             div(N1, buf, out=buf)
             sub(buf, THR, out=buf)
-            j = int(buf.argmax())  # first maximum: the smallest id, as the scalar scan
-            if FREE[j] < ln:  # the best does not fit: drop every replica that cannot hold it
+            j = buf.argmax()  # first maximum: the smallest id, as the scalar scan
+            i = targets[j]
+            if free[i] < ln:  # the best does not fit: drop every replica that cannot hold it
                 buf[FREE < ln] = -np.inf
-                j = int(buf.argmax())
+                j = buf.argmax()
                 if buf[j] == -np.inf:
                     return  # the head waits for capacity
+                i = targets[j]
             heappop(q)
-            i = targets[j]
             if journal is not None:
                 journal.append((sid, ln))
                 if i not in touched:
