@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from typing import Iterable
 
 import numpy as np
@@ -24,6 +25,7 @@ import numpy as np
 from pivot.sched.scheduler import _REL_EPS, ShiftAwareScheduler
 
 _VECTOR_MIN = 40  # targets from which the numpy arg-max beats the scalar scan
+_SEQUENTIAL_SUM = sys.version_info < (3, 12)  # `sum` of floats adds one by one (3.12 compensates)
 
 
 class TrialBase:
@@ -50,7 +52,6 @@ class TrialBase:
         self._seqs_of = [r.seqs for r in reps]  # read only: the scheduler is not touched while planning
         self._running: dict[int, list[tuple[int, int]]] = {}
         where, qver, seqs = sched._where, sched._qver, sched._seqs
-        self._where = where
         heap = sched._queue
         self.queue = [(p, sid, seqs[sid].prompt_len + seqs[sid].generated) for p, sid, v in heap if where.get(sid, 0) is None and qver.get(sid) == v]
         if len(self.queue) != len(heap):
@@ -69,11 +70,6 @@ class TrialBase:
             out = self._running[i] = sorted(zip(seqs.values(), seqs))
         return out
 
-    def home(self, sid: int) -> int | None:
-        """Replica index of `sid` in the frozen state (None: queued)."""
-        rid = self._where.get(sid)
-        return None if rid is None else self.index[rid]
-
     def run(self, down: Iterable[int], up: Iterable[int]) -> "Trial":
         """Shift down `down`, then shift up `up` (replica ids, sorted inside), like the scheduler."""
         t = Trial(self)
@@ -84,6 +80,32 @@ class TrialBase:
         if u:
             t.shift_up([self.index[r] for r in u])
         return t
+
+
+class _Arrays:
+    """Compact numpy copies of the dispatch terms of `targets` (ascending), for the arg-max."""
+
+    def __init__(self, t: "Trial", targets: list[int]) -> None:
+        A = t.b.A
+        self.targets, self.pos = targets, {r: j for j, r in enumerate(targets)}
+        self.N1 = np.array([t.n1[i] for i in targets], dtype=np.float64)
+        self.BASE = np.array([t.base[i] for i in targets], dtype=np.float64)
+        self.THR = np.array([t.thr[i] for i in targets], dtype=np.float64)
+        self.FREE = np.array([t.free[i] for i in targets], dtype=np.float64)
+        self.buf = np.empty(len(targets), dtype=np.float64)
+        self.shift = np.empty((), dtype=np.float64)  # A*l as a 0-d array: cheaper to pass than a float
+        a0 = A[targets[0]]
+        self.one_A = a0 if all(A[i] == a0 for i in targets) else None
+        self.A = None if self.one_A is not None else np.array([A[i] for i in targets], dtype=np.float64)
+
+    def sync(self, t: "Trial", i: int) -> None:
+        j = self.pos.get(i)
+        if j is not None:
+            self.N1[j], self.BASE[j], self.THR[j], self.FREE[j] = t.n1[i], t.base[i], t.thr[i], t.free[i]
+
+    def total(self) -> float:
+        """Σ T_i over the targets in ascending id, added one by one like `sum` (3.11)."""
+        return float(np.add.accumulate(self.THR)[-1])
 
 
 class Trial:
@@ -100,6 +122,7 @@ class Trial:
         self.journal: list[tuple[int, int]] | None = None  # (id, length) moved in a migration step
         self.touched: dict[int, tuple[int, int]] | None = None  # replica -> load before the step
         self.ver = [0] * len(b.ids)
+        self.arrays: _Arrays | None = None  # kept in sync during a migration
 
     # ---------------------------------------------------------------- results
     def throughput(self) -> float:
@@ -122,6 +145,8 @@ class Trial:
         free = b.cap[i] - self.tok[i]
         self.thr[i], self.n1[i], self.base[i], self.free[i] = thr, n + 1, base, free
         self.ver[i] += 1
+        if self.arrays is not None:
+            self.arrays.sync(self, i)
 
     def _place(self, sid: int, ln: int, i: int) -> None:
         if self.touched is not None and i not in self.touched:
@@ -140,9 +165,6 @@ class Trial:
         self._refresh(i)
         self.where[sid] = None
         heapq.heappush(self.queue, (self.b.priority(sid), sid, ln))
-
-    def _loc(self, sid: int) -> int | None:
-        return self.where[sid] if sid in self.where else self.b.home(sid)
 
     # ---------------------------------------------------------------- operations
     def shift_down(self, leaving: list[int]) -> None:
@@ -165,8 +187,11 @@ class Trial:
             self._migrate()
 
     def _dispatch(self, targets: list[int]) -> None:
+        if self.arrays is not None:
+            self._dispatch_vector(self.arrays)
+            return
         if len(targets) >= _VECTOR_MIN and len(self.queue) > 2:  # else building arrays costs more
-            self._dispatch_vector(targets)
+            self._dispatch_vector(_Arrays(self, targets))
             return
         q, b, journal, touched = self.queue, self.b, self.journal, self.touched
         n, tok, thr, n1, base, free, ver, arrivals, where = (
@@ -200,7 +225,7 @@ class Trial:
             where[sid] = i
             arrivals[i].append((ln, sid))
 
-    def _dispatch_vector(self, targets: list[int]) -> None:
+    def _dispatch_vector(self, arr: _Arrays) -> None:
         """`_dispatch` with the arg-max over compact numpy copies of the targets' dispatch terms
         (the placement is inlined: same arithmetic as `_refresh`)."""
         q, b, journal, touched = self.queue, self.b, self.journal, self.touched
@@ -208,14 +233,8 @@ class Trial:
             self.n, self.tok, self.thr, self.n1, self.base, self.free, self.ver, self.arrivals, self.where
         )
         A, B, C, D, cap = b.A, b.B, b.C, b.D, b.cap
-        N1 = np.array([n1[i] for i in targets], dtype=np.float64)
-        BASE = np.array([base[i] for i in targets], dtype=np.float64)
-        THR = np.array([thr[i] for i in targets], dtype=np.float64)
-        FREE = np.array([free[i] for i in targets], dtype=np.float64)
-        buf = np.empty(len(targets), dtype=np.float64)
-        shift = np.empty((), dtype=np.float64)  # A*l as a 0-d array: cheaper to pass than a float
-        one_A = A[targets[0]] if all(A[i] == A[targets[0]] for i in targets) else None
-        A_t = None if one_A is not None else np.array([A[i] for i in targets], dtype=np.float64)
+        targets, N1, BASE, THR, FREE, buf, shift = arr.targets, arr.N1, arr.BASE, arr.THR, arr.FREE, arr.buf, arr.shift
+        one_A, A_t = arr.one_A, arr.A
         add, div, sub, heappop = np.add, np.divide, np.subtract, heapq.heappop
         while q:
             _, sid, ln = q[0]
@@ -254,9 +273,24 @@ class Trial:
 
     def _migrate(self) -> None:
         """Algorithm 4's migration loop, as `ShiftAwareScheduler._migrate`."""
-        b, n, thr, ver = self.b, self.n, self.thr, self.ver
         act = [i for i, a in enumerate(self.active) if a]
-        total = self.throughput()
+        if len(act) >= _VECTOR_MIN:  # one set of arrays for every step's dispatch and total
+            self.arrays = _Arrays(self, act)
+        try:
+            self._migrate_steps(act)
+        finally:
+            self.arrays = None
+
+    def _total(self, act: list[int]) -> float:
+        """`throughput()` during a migration (act: the active replicas, ascending)."""
+        if self.arrays is not None and _SEQUENTIAL_SUM:
+            return self.arrays.total()
+        thr = self.thr
+        return sum(thr[i] for i in act)
+
+    def _migrate_steps(self, act: list[int]) -> None:
+        b, n, thr, ver, where = self.b, self.n, self.thr, self.ver, self.where
+        total = self._total(act)
         heap = [(-thr[i], i, ver[i]) for i in act]
         heapq.heapify(heap)
         shortest: dict[int, list[tuple[int, int]]] = {}
@@ -269,12 +303,12 @@ class Trial:
             if n[i] == 0:
                 return
             short = shortest.get(i)
-            if short is None:
-                short = [e for e in b.running(i) if self._loc(e[1]) == i]
-                short += [e for e in self.arrivals[i] if self.where[e[1]] == i]
+            if short is None:  # a sequence here is one of its own (unless moved) or an arrival
+                short = [e for e in b.running(i) if where.get(e[1], i) == i]
+                short += [e for e in self.arrivals[i] if where[e[1]] == i]
                 short.sort()
                 shortest[i] = short
-            while self._loc(short[0][1]) != i:  # moved away earlier: drop stale entries
+            while where.get(short[0][1], i) != i:  # moved away earlier: drop stale entries
                 heapq.heappop(short)
             ln, sid = short[0]
             self.touched = {}
@@ -283,7 +317,7 @@ class Trial:
             self._dispatch(act)
             journal, touched = self.journal, self.touched
             self.journal = self.touched = None
-            new_total = self.throughput()
+            new_total = self._total(act)
             if new_total <= total * (1 + _REL_EPS):
                 for r, (n0, tok0) in touched.items():  # undo: T_i is a function of the load
                     self.n[r], self.tok[r] = n0, tok0
@@ -293,6 +327,6 @@ class Trial:
             for c in touched:
                 heapq.heappush(heap, (-thr[c], c, ver[c]))
             for s, sl in journal:  # arrivals become candidates for a later "shortest" abort
-                loc = self.where[s]
+                loc = where[s]
                 if loc is not None and loc in shortest:
                     heapq.heappush(shortest[loc], (sl, s))
