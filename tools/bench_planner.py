@@ -14,6 +14,9 @@ do not inflate), and the migration latency of a shift down and a shift up. `eval
 evaluated / total candidates: step 4 simulates at most --max-evaluated of them (exact up to
 that count, coarse-to-fine search over k beyond).
 
+--drained plans on the state a live scheduler would hold (queues dispatched first: at 1024
+devices and more nothing waits, and step 4's cost is the migration's abort/re-dispatch loop).
+
 Exactness: up to --ref-max devices the evaluated benefits are recomputed with the frozen
 reference scheduler (tests/sched/reference_scheduler.py, one full clone + migration per
 candidate; `ref/ours` compares the evaluation step), and up to --check-max with clones of
@@ -55,6 +58,18 @@ def scenario(n: int, seed: int = 0) -> ClusterSnapshot:
         sid += k
     queue = tuple(SeqState(sid + j, rng.randint(500, 2000), rng.randint(100, 1000)) for j in range(max(2000, 4 * n)))
     return ClusterSnapshot(tuple(slots), frozenset(active), running, {"reward": queue})
+
+
+def drained(snap: ClusterSnapshot) -> ClusterSnapshot:
+    """The same cluster after each role's scheduler dispatched its queue (a live scheduler's
+    state: sequences wait only when no up replica can hold them)."""
+    running, queues = {}, {}
+    for role in ("rollout", "reward"):
+        s = snap.scheduler(role)
+        s.dispatch()
+        running.update({rid: tuple(s.running(rid)) for rid in s.active_ids})
+        queues[role] = tuple(s.queued())
+    return ClusterSnapshot(snap.replicas, snap.active, running, queues)
 
 
 def timed(fn) -> float:  # noqa: ANN001
@@ -100,6 +115,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--ref-max", type=int, default=128, help="largest size checked against the frozen reference scheduler")
     ap.add_argument("--check-max", type=int, default=4096, help="largest size checked against production-scheduler clones")
+    ap.add_argument("--drained", action="store_true", help="dispatch the queues before planning (see drained())")
     ap.add_argument("--max-evaluated", type=int, default=PlannerConfig().max_evaluated, help="planner.max_evaluated")
     args = ap.parse_args()
     head = (
@@ -110,7 +126,7 @@ def main() -> None:
     print("phase columns: wall/cpu (median of repeats)")
     print(head)
     for n in args.sizes:
-        snap = scenario(n)
+        snap = drained(scenario(n)) if args.drained else scenario(n)
         planner = PivotPlanner(PlannerConfig(max_evaluated=args.max_evaluated))
         runs = []
         for _ in range(args.repeats):

@@ -17,6 +17,7 @@
   sequence, dispatch the queue; keep the move only if Σ T_i strictly grows, otherwise undo it
   and stop. Cost O(I·N + I log I) (Appendix C.2).
 - Deterministic: replicas are scanned in ascending id, so dT ties go to the smallest id.
+- The planner's what-if runs of many candidates use `pivot.sched.trial` (same decisions).
 """
 from __future__ import annotations
 
@@ -52,16 +53,6 @@ class _Rep:
         self.base = a_tok + (b if b >= cn1 else cn1) + d
         self.free = self.cap - self.tok
         self.ver += 1
-
-
-class _NoOrig(dict):
-    """`_orig` of a planner trial: remembers no move, so no command records are built."""
-
-    def __contains__(self, key: object) -> bool:
-        return True
-
-    def setdefault(self, key: int, default: int | None = None) -> int | None:
-        return default
 
 
 class ShiftAwareScheduler:
@@ -140,15 +131,7 @@ class ShiftAwareScheduler:
         return len(self._seqs)
 
     def clone(self) -> "ShiftAwareScheduler":
-        """An independent copy (the planner simulates candidates on clones)."""
-        return self._copy(dict(self._seqs), {})
-
-    def _trial(self) -> "ShiftAwareScheduler":
-        """A cheaper copy for the planner's what-if runs: its shift calls return no commands
-        and it shares the sequence table, so it must only see abort/dispatch/shift calls."""
-        return self._copy(self._seqs, _NoOrig())
-
-    def _copy(self, seqs: dict[int, SeqState], orig: dict[int, int | None]) -> "ShiftAwareScheduler":
+        """An independent copy."""
         new = object.__new__(ShiftAwareScheduler)
         new._specs, new._priority, new.migrate = self._specs, self._priority, self.migrate
         new._reps = {}
@@ -158,9 +141,9 @@ class ShiftAwareScheduler:
                 setattr(c, k, getattr(r, k))
             c.seqs = dict(r.seqs)
             new._reps[rid] = c
-        new._seqs = seqs  # SeqState objects are shared: on_progress replaces, never mutates
+        new._seqs = dict(self._seqs)  # SeqState objects are shared: on_progress replaces, never mutates
         new._where, new._qver, new._queue = dict(self._where), dict(self._qver), list(self._queue)
-        new._orig, new._journal, new._active = orig, None, []
+        new._orig, new._journal, new._active = {}, None, []
         new._sync_active()
         return new
 
@@ -331,7 +314,7 @@ class ShiftAwareScheduler:
                     heapq.heappush(shortest[loc], (reps[loc].seqs[s], s))
 
     def _dispatch(self, targets: list[_Rep]) -> None:
-        # Hot loop of the planner's simulations: the queue-to-replica move is inlined (same
+        # Hot loop of dispatch and migration: the queue-to-replica move is inlined (same
         # effect as _move(sid, best.rid)), stale heap entries are dropped on the way.
         q, seqs, where, qver, orig, journal = self._queue, self._seqs, self._where, self._qver, self._orig, self._journal
         while q:
@@ -405,11 +388,11 @@ class ShiftAwareScheduler:
         return self._where.get(sid, 0) is None and self._qver.get(sid) == entry[2]
 
     def _begin(self) -> None:
-        self._orig = type(self._orig)()
+        self._orig = {}
 
     def _commands(self) -> list[Command]:
         moved = sorted((sid, old) for sid, old in self._orig.items() if self._where.get(sid, old) != old)
-        self._orig = type(self._orig)()
+        self._orig = {}
         aborts: list[Command] = [Abort(sid, old) for sid, old in moved if old is not None]
         return aborts + [Dispatch(sid, self._where[sid]) for sid, _ in moved if self._where.get(sid) is not None]
 

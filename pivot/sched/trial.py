@@ -9,9 +9,10 @@ built for many candidates over one state:
 - Only what the result needs is tracked: replica loads, where moved sequences are, and the
   arrivals per replica (for migration's "shortest sequence"). A rejected migration step is
   undone by restoring the loads of the replicas it touched (T_i is a function of the load).
-- Dispatch's arg-max of dT over the targets is a numpy expression over all replicas when the
-  targets are many (same IEEE operations as the scalar loop, first maximum = smallest id);
-  non-targets are masked with -inf.
+- Dispatch's arg-max of dT over many targets is numpy over compact copies of their terms
+  (`_Arrays`: same IEEE operations as the scalar scan, and argmax returns the first maximum,
+  i.e. the smallest id). A migration keeps one set for all its steps, which also gives the
+  ordered Σ T_i that decides each step (np.add.accumulate adds one by one, like `sum`).
 """
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ _SEQUENTIAL_SUM = sys.version_info < (3, 12)  # `sum` of floats adds one by one 
 
 
 class TrialBase:
-    """Frozen state of one role's scheduler; `run(down, up)` returns the throughput after."""
+    """Frozen state of one role's scheduler; `run(down, up)` returns the `Trial` after the
+    shifts (read `throughput()` or `busy()`). It reads the scheduler's per-replica and
+    sequence tables without copying them: the scheduler must not change while it is used."""
 
     def __init__(self, sched: ShiftAwareScheduler) -> None:
         reps = list(sched._reps.values())  # ascending id
@@ -57,7 +60,6 @@ class TrialBase:
         if len(self.queue) != len(heap):
             heapq.heapify(self.queue)  # stale entries dropped; (priority, id) still orders the rest
         self._prio, self._seqs = sched._priority, seqs
-        self.vector = len(reps) >= _VECTOR_MIN  # some dispatch may have enough targets for numpy
 
     def priority(self, sid: int) -> object:
         return self._prio(self._seqs[sid])
@@ -93,6 +95,7 @@ class _Arrays:
         self.THR = np.array([t.thr[i] for i in targets], dtype=np.float64)
         self.FREE = np.array([t.free[i] for i in targets], dtype=np.float64)
         self.buf = np.empty(len(targets), dtype=np.float64)
+        self.sums = np.empty(len(targets), dtype=np.float64)
         self.shift = np.empty((), dtype=np.float64)  # A*l as a 0-d array: cheaper to pass than a float
         a0 = A[targets[0]]
         self.one_A = a0 if all(A[i] == a0 for i in targets) else None
@@ -105,7 +108,7 @@ class _Arrays:
 
     def total(self) -> float:
         """Σ T_i over the targets in ascending id, added one by one like `sum` (3.11)."""
-        return float(np.add.accumulate(self.THR)[-1])
+        return float(np.add.accumulate(self.THR, out=self.sums)[-1])
 
 
 class Trial:
@@ -147,15 +150,6 @@ class Trial:
         self.ver[i] += 1
         if self.arrays is not None:
             self.arrays.sync(self, i)
-
-    def _place(self, sid: int, ln: int, i: int) -> None:
-        if self.touched is not None and i not in self.touched:
-            self.touched[i] = (self.n[i], self.tok[i])
-        self.n[i] += 1
-        self.tok[i] += ln
-        self._refresh(i)
-        self.where[sid] = i
-        self.arrivals[i].append((ln, sid))
 
     def _abort(self, sid: int, ln: int, i: int) -> None:
         if self.touched is not None and i not in self.touched:
