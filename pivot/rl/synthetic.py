@@ -9,9 +9,15 @@ final ``Answer: N`` line that `pivot.rl.reward.verify` reads. More digits -> mor
 rollout lengths have a tail.
 
 GenRM side: `judge_prompt` fills `JUDGE_TEMPLATE` with the question and a candidate response;
-`judge_reasoning` is the judge's target: it recomputes the columns itself (it must not copy
-the candidate's lines), states the expected and the claimed answer, and ends with
-``Verdict: 1`` or ``Verdict: 0`` (`VERDICT_PREFIX` + a score in [0, 1]).
+`judge_reasoning` is the judge's target. It recomputes the sum column by column (plus two zero
+columns that catch a missing or extra leading digit) and, on each column's line, first reads
+the candidate's final answer digit for that column (``_`` once its digits run out), then writes
+its own digit, the candidate's digit again right next to it with a mark comparing the two
+(``=`` or ``!``) and, at the line's end, a running mark: ``=`` while every column so far
+matched, ``!`` from the first mismatch on. It ends with
+``Verdict: 1`` or ``Verdict: 0`` (`VERDICT_PREFIX` + a score in [0, 1]), which repeats the
+last running mark. Every step is a lookup at a fixed distance, which a 2-layer model learns in a minute;
+comparing two whole numbers written lines apart, which it did not learn, is never needed.
 
 Pure Python: no torch, so data loaders and tests import it cheaply.
 """
@@ -168,6 +174,16 @@ def wrong_solution(problem: Problem, rng: random.Random) -> str:
     raise RuntimeError(f"could not corrupt problem {problem}")  # unreachable in practice
 
 
+def wrong_answer_solution(problem: Problem, rng: random.Random) -> str:
+    """The right worked columns, then a random wrong final answer of at most as many digits.
+    Judge training uses many of these: when the candidate's digits mostly agree with the
+    judge's own, a judge learns to copy them instead of computing, and checks nothing."""
+    while True:
+        answer = str(rng.randrange(10 ** len(problem.answer)))
+        if answer != problem.answer:
+            return "\n".join(column_lines(problem.a, problem.op, problem.b) + [ANSWER_PREFIX + answer])
+
+
 def extract_answer(response: str) -> str | None:
     """The last 'Answer: N' in a response, normalised (no leading zeros), or None."""
     found = _ANSWER_RE.findall(response)
@@ -179,24 +195,42 @@ def judge_prompt(question: str, response: str) -> str:
 
 
 def judge_reasoning(question: str, response: str) -> str:
-    """The GenRM's target text: the claimed answer first (copied while the response's Answer
-    line is still near), its own column work, the expected answer, then the verdict line."""
+    """The GenRM's target text. Line per column, least significant first: ``g x+y+c=d gm fK r``
+    with g the candidate's digit there, read before the judge's own digit d; g repeated next to
+    d, so that m (whether they agree) compares neighbours rather than tokens eight apart, which
+    a 2-layer model did not learn; f the carry/borrow flag; r the running mark (kept apart
+    from m: folded into one, "copy the last mark" absorbed the signal and mismatches went
+    unseen). The verdict is the last running mark, which equals
+    true correctness (`extract_answer(response) == answer`) whenever the response ends with its
+    answer, as every well-formed response does."""
     a, op, b = parse_question(question)
+    claimed = trailing_digits(response)[::-1]
+    da, db = str(a)[::-1], str(b)[::-1]
+    carry, matched, lines = 0, True, []
+    for col in range(max(len(da), len(db)) + 2):
+        x = int(da[col]) if col < len(da) else 0
+        y = int(db[col]) if col < len(db) else 0
+        value = x + y + carry if op == "+" else x - y - carry
+        out, digit = int(value >= 10 or value < 0), value % 10
+        g = claimed[col] if col < len(claimed) else "_"
+        same = g == str(digit) or (g == "_" and digit == 0)  # a leading zero may be absent
+        matched = matched and same
+        flag = "c" if op == "+" else "b"
+        lines.append(f"{g} {x}{op}{y}{op}{carry}={digit} {g}{_mark(same)} {flag}{out} {_mark(matched)}")
+        carry = out
     expected = str(a + b if op == "+" else a - b)
-    got = extract_answer(response)
-    score = 1 if got == expected else 0
-    lines = [f"Got: {got if got is not None else 'none'}", *column_lines(a, op, b), f"Expected: {expected}"]
-    if got is not None:
-        lines.append(f"Compare: {compare_digits(expected, got)}")
-    return "\n".join(lines + [f"{VERDICT_PREFIX}{score}"])
+    return "\n".join(lines + [f"{VERDICT_PREFIX}{int(extract_answer(response) == expected)}"])
 
 
-def compare_digits(expected: str, got: str) -> str:
-    """Digit pairs from the right, `e=g` when equal, `e!g` when not (`_` pads the shorter): a
-    verdict then only has to notice a `!`, instead of comparing two numbers lines apart."""
-    width = max(len(expected), len(got))
-    e, g = expected.rjust(width, "_")[::-1], got.rjust(width, "_")[::-1]
-    return " ".join(f"{x}{'=' if x == y else '!'}{y}" for x, y in zip(e, g))
+def _mark(agrees: bool) -> str:
+    return "=" if agrees else "!"
+
+
+def trailing_digits(response: str) -> str:
+    """The digits the stripped response ends with: what the judge reads as the claimed answer."""
+    text = response.strip()
+    stem = text.rstrip("0123456789")
+    return text[len(stem) :]
 
 
 def to_rows(problems: list[Problem]) -> list[dict[str, Any]]:

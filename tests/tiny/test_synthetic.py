@@ -97,14 +97,36 @@ def test_judge_prompt_and_reasoning() -> None:
     prompt = syn.judge_prompt(syn.policy_prompt(p), syn.worked_solution(p))
     assert prompt == syn.JUDGE_TEMPLATE.format(question="Problem: 93-8=?", response=syn.worked_solution(p))
     right = syn.judge_reasoning(syn.policy_prompt(p), syn.worked_solution(p))
-    assert right.endswith("Expected: 85\nCompare: 5=5 8=8\n" + syn.VERDICT_PREFIX + "1")
-    assert right.startswith("Got: 85\n" + "\n".join(syn.column_lines(93, "-", 8)))
+    assert right == "5 3-8-0=5 5= b1 =\n8 9-0-1=8 8= b0 =\n_ 0-0-0=0 _= b0 =\n_ 0-0-0=0 _= b0 =\nVerdict: 1"
     wrong = syn.judge_reasoning(p.question, "3-8-0=5 b1\n9-0-1=8 b0\nAnswer: 95")
-    assert wrong.startswith("Got: 95\n") and wrong.endswith("Expected: 85\nCompare: 5=5 8!9\nVerdict: 0")
-    assert syn.compare_digits("123", "23") == "3=3 2=2 1!_"
-    assert syn.judge_reasoning(p.question, "garbage").startswith("Got: none\n")
+    assert wrong == "5 3-8-0=5 5= b1 =\n9 9-0-1=8 9! b0 !\n_ 0-0-0=0 _= b0 !\n_ 0-0-0=0 _= b0 !\nVerdict: 0"
+    extra_digit = syn.judge_reasoning(p.question, "Answer: 185")
+    assert extra_digit.endswith("1 0-0-0=0 1! b0 !\n_ 0-0-0=0 _= b0 !\nVerdict: 0")
+    assert syn.judge_reasoning(p.question, "garbage").endswith("Verdict: 0")
     with pytest.raises(ValueError, match="question"):
         syn.judge_reasoning("what?", "Answer: 1")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_judge_marks_agree_with_correctness(seed: int) -> None:
+    """The last running mark is the verdict for every well-formed candidate, right or wrong,
+    including dropped leading zeros and a final carry."""
+    rng = random.Random(seed)
+    for p in syn.generate_problems(400, seed=seed, max_digits=4) + [syn.Problem(1, 100, 95, "-"), syn.Problem(2, 999, 1, "+")]:
+        for response in (syn.worked_solution(p), syn.wrong_solution(p, rng), syn.wrong_answer_solution(p, rng)):
+            text = syn.judge_reasoning(syn.policy_prompt(p), response)
+            last_mark, verdict = text.splitlines()[-2][-1], text.splitlines()[-1]
+            assert verdict == f"Verdict: {int(last_mark == '=')}"
+            assert verdict == f"Verdict: {int(syn.extract_answer(response) == p.answer)}"
+    assert syn.trailing_digits("x\nAnswer: 0042 ") == "0042" and syn.trailing_digits("Answer: none") == ""
+
+
+def test_wrong_answer_solution_keeps_the_columns() -> None:
+    rng = random.Random(0)
+    for p in syn.generate_problems(200, seed=1):
+        text = syn.wrong_answer_solution(p, rng)
+        assert syn.extract_answer(text) != p.answer
+        assert text.splitlines()[:-1] == syn.column_lines(p.a, p.op, p.b)
 
 
 def test_rows_have_the_dapo_shape() -> None:
