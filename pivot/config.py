@@ -118,8 +118,9 @@ class RewardConfig:
     """GenRM replicas at start (disaggregated/pivot modes)."""
     temperature: float = 0.0
     """GenRM sampling temperature (0 = greedy judge)."""
-    max_new_tokens: int = 96
-    """Longest judge reasoning, in tokens (the paper caps GenRM responses at 20K)."""
+    max_new_tokens: int = 128
+    """Longest judge reasoning, in tokens (the paper caps GenRM responses at 20K; the tiny judge
+    writes 18 per column plus 2 zero columns: 94 for three columns)."""
     judge_template: str = ""
     """Judge prompt with {question} and {response}; empty = the tiny task's template."""
     fallback_score: float = 0.0
