@@ -89,8 +89,9 @@ def test_default_models_build_and_load_without_transformers() -> None:
         for name in ("config.json", "model.safetensors", "tokenizer.json"):
             assert (folder / name).is_file()
     assert json.loads((models.policy / "config.json").read_text())["model_type"] == "qwen2"
-    for value in (models.policy_greedy_accuracy, models.policy_sampled_accuracy, models.genrm_agreement):
-        assert 0.0 <= value <= 1.0
+    # the bands the embedded default promises (deterministic for the seed on a given CPU build)
+    assert 0.2 <= models.policy_greedy_accuracy <= 0.5, models
+    assert models.genrm_agreement >= 0.75, models
     script = f"""
 import sys, torch
 from pivot.model import from_pretrained, TextTokenizer
