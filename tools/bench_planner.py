@@ -1,6 +1,6 @@
 """Planner and migration latency at 16 .. 4096 devices (paper §8.5, Table 2).
 
-    python tools/bench_planner.py [--sizes 16 32 64 128 1024 4096] [--repeats 3]
+    python tools/bench_planner.py [--sizes 16 32 64 128 1024 4096] [--repeats 3] [--undrained]
 
 Layout per size N: rollout replicas of 1 device, reward replicas of 4, a training pool of
 N/4 devices (idle, batch not ready). Up: reward on [0, N/4), rollout on [N/4, 3N/4),
@@ -14,8 +14,12 @@ do not inflate), and the migration latency of a shift down and a shift up. `eval
 evaluated / total candidates: step 4 simulates at most --max-evaluated of them (exact up to
 that count, coarse-to-fine search over k beyond).
 
---drained plans on the state a live scheduler would hold (queues dispatched first: at 1024
-devices and more nothing waits, and step 4's cost is the migration's abort/re-dispatch loop).
+Scenario: by default the planner sees the state a live scheduler holds (`drained`: each
+role's queue dispatched first, so only what no up replica can take waits; at 1024 devices and
+more nothing waits, and step 4's cost is the migration's abort/re-dispatch loop). That is the
+only state the runtime plans on: pivot/runtime/controller.py `tick()` calls `sched.dispatch()`
+for both roles and then `mode.plan()`. --undrained keeps the whole queue waiting (a stress
+case the runtime never produces: every candidate's dispatch places thousands of sequences).
 
 Exactness: up to --ref-max devices the evaluated benefits are recomputed with the frozen
 reference scheduler (tests/sched/reference_scheduler.py, one full clone + migration per
@@ -115,7 +119,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--ref-max", type=int, default=128, help="largest size checked against the frozen reference scheduler")
     ap.add_argument("--check-max", type=int, default=4096, help="largest size checked against production-scheduler clones")
-    ap.add_argument("--drained", action="store_true", help="dispatch the queues before planning (see drained())")
+    ap.add_argument("--undrained", action="store_true", help="plan with the queues not dispatched (stress case, see the docstring)")
     ap.add_argument("--max-evaluated", type=int, default=PlannerConfig().max_evaluated, help="planner.max_evaluated")
     args = ap.parse_args()
     head = (
@@ -123,10 +127,11 @@ def main() -> None:
         f"{'paper s':>7} {'paper/ours':>10} {'target ms':>9} {'cpu/target':>10} {'':>4} | {'down ms':>7} {'up ms':>7} | "
         f"{'ref sim ms':>10} {'ref/ours':>8} {'same':>4}"
     )
+    print(f"scenario: {'undrained (queues not dispatched: stress case)' if args.undrained else 'drained (queues dispatched first, as the runtime plans)'}")
     print("phase columns: wall/cpu (median of repeats)")
     print(head)
     for n in args.sizes:
-        snap = drained(scenario(n)) if args.drained else scenario(n)
+        snap = scenario(n) if args.undrained else drained(scenario(n))
         planner = PivotPlanner(PlannerConfig(max_evaluated=args.max_evaluated))
         runs = []
         for _ in range(args.repeats):
