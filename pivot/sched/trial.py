@@ -26,6 +26,7 @@ import numpy as np
 from pivot.sched.scheduler import _REL_EPS, ShiftAwareScheduler
 
 _VECTOR_MIN = 40  # targets from which the numpy arg-max beats the scalar scan
+_SLACK = 1.0  # scales the error bound of the estimated Σ T_i (tests: inf = always the ordered sum)
 _SEQUENTIAL_SUM = sys.version_info < (3, 12)  # `sum` of floats adds one by one (3.12 compensates)
 
 
@@ -60,9 +61,23 @@ class TrialBase:
         if len(self.queue) != len(heap):
             heapq.heapify(self.queue)  # stale entries dropped; (priority, id) still orders the rest
         self._prio, self._seqs = sched._priority, seqs
+        self._prios: dict[int, object] = {}
+        self._leaving: dict[int, tuple[list[tuple[object, int, int]], dict[int, None]]] = {}
 
     def priority(self, sid: int) -> object:
-        return self._prio(self._seqs[sid])
+        p = self._prios.get(sid)
+        if p is None:
+            p = self._prios[sid] = self._prio(self._seqs[sid])
+        return p
+
+    def leaving(self, i: int) -> tuple[list[tuple[object, int, int]], dict[int, None]]:
+        """Replica index `i` shifted down: its queue entries (priority, id, length) and its
+        sequences as `where` entries (id -> None), built once for every candidate."""
+        out = self._leaving.get(i)
+        if out is None:
+            run = self.running(i)
+            out = self._leaving[i] = ([(self.priority(sid), sid, ln) for ln, sid in run], dict.fromkeys(sid for _, sid in run))
+        return out
 
     def running(self, i: int) -> list[tuple[int, int]]:
         """(length, id) of the sequences on replica index `i` in the frozen state, ascending."""
@@ -121,9 +136,10 @@ class Trial:
         self.active = b.active[:]
         self.queue = b.queue[:]
         self.where: dict[int, int | None] = {}  # sequences moved in this run -> replica index or None
-        self.arrivals: list[list[tuple[int, int]]] = [[] for _ in b.ids]  # (length, id) placed on each
+        self.arrivals: dict[int, list[tuple[int, int]]] = {}  # replica -> (length, id) placed on it
+        self.left: set[int] = set()  # replicas shifted down in this run
         self.journal: list[tuple[int, int]] | None = None  # (id, length) moved in a migration step
-        self.touched: dict[int, tuple[int, int]] | None = None  # replica -> load before the step
+        self.touched: dict[int, tuple[int, int, float]] | None = None  # replica -> (n, tok, T_i) before the step
         self.ver = [0] * len(b.ids)
         self.arrays: _Arrays | None = None  # kept in sync during a migration
 
@@ -151,22 +167,14 @@ class Trial:
         if self.arrays is not None:
             self.arrays.sync(self, i)
 
-    def _abort(self, sid: int, ln: int, i: int) -> None:
-        if self.touched is not None and i not in self.touched:
-            self.touched[i] = (self.n[i], self.tok[i])
-        self.n[i] -= 1
-        self.tok[i] -= ln
-        self._refresh(i)
-        self.where[sid] = None
-        heapq.heappush(self.queue, (self.b.priority(sid), sid, ln))
-
     # ---------------------------------------------------------------- operations
     def shift_down(self, leaving: list[int]) -> None:
         b, q = self.b, self.queue
         for i in leaving:
-            for ln, sid in b.running(i):
-                q.append((b.priority(sid), sid, ln))
-                self.where[sid] = None
+            entries, gone = b.leaving(i)
+            q.extend(entries)
+            self.where.update(gone)
+            self.left.add(i)
             self.n[i], self.tok[i] = 0, 0
             self._refresh(i)
             self.active[i] = False
@@ -206,7 +214,7 @@ class Trial:
             if journal is not None:
                 journal.append((sid, ln))
                 if i not in touched:
-                    touched[i] = (n[i], tok[i])
+                    touched[i] = (n[i], tok[i], thr[i])
             k, t = n[i] + 1, tok[i] + ln  # the placement, inlined: same arithmetic as _refresh
             n[i], tok[i] = k, t
             a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
@@ -217,7 +225,11 @@ class Trial:
             n1[i] = k + 1
             ver[i] += 1
             where[sid] = i
-            arrivals[i].append((ln, sid))
+            got = arrivals.get(i)
+            if got is None:
+                arrivals[i] = [(ln, sid)]
+            else:
+                got.append((ln, sid))
 
     def _dispatch_vector(self, arr: _Arrays) -> None:
         """`_dispatch` with the arg-max over compact numpy copies of the targets' dispatch terms
@@ -252,7 +264,7 @@ class Trial:
             if journal is not None:
                 journal.append((sid, ln))
                 if i not in touched:
-                    touched[i] = (n[i], tok[i])
+                    touched[i] = (n[i], tok[i], thr[i])
             k, t = n[i] + 1, tok[i] + ln
             n[i], tok[i] = k, t
             a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
@@ -263,7 +275,11 @@ class Trial:
             n1[i] = N1[j] = k + 1
             ver[i] += 1
             where[sid] = i
-            arrivals[i].append((ln, sid))
+            got = arrivals.get(i)
+            if got is None:
+                arrivals[i] = [(ln, sid)]
+            else:
+                got.append((ln, sid))
 
     def _migrate(self) -> None:
         """Algorithm 4's migration loop, as `ShiftAwareScheduler._migrate`."""
@@ -282,9 +298,33 @@ class Trial:
         thr = self.thr
         return sum(thr[i] for i in act)
 
+    def _total_before(self, act: list[int], touched: dict[int, tuple[int, int, float]]) -> float:
+        """`_total` of the state before the current step: the touched replicas' T_i put back."""
+        thr, arr = self.thr, self.arrays
+        now = [(r, thr[r]) for r in touched]
+        for r, (_, _, t0) in touched.items():
+            self._set_thr(arr, r, t0)
+        try:
+            return self._total(act)
+        finally:
+            for r, t in now:
+                self._set_thr(arr, r, t)
+
+    def _set_thr(self, arr: _Arrays | None, r: int, t: float) -> None:
+        self.thr[r] = t
+        if arr is not None and r in arr.pos:
+            arr.THR[arr.pos[r]] = t
+
     def _migrate_steps(self, act: list[int]) -> None:
-        b, n, thr, ver, where = self.b, self.n, self.thr, self.ver, self.where
-        total = self._total(act)
+        """Each step aborts the shortest sequence of the replica with the largest T_i, dispatches
+        it and keeps the move if the ordered Σ T_i rose by more than _REL_EPS. The sum is carried
+        as an estimate of the real Σ T_i (plus the T_i changes of the touched replicas) with a
+        bound on its error; the ordered sum is computed only when the bound cannot decide."""
+        b, n, tok, thr, ver, where, arrivals = self.b, self.n, self.tok, self.thr, self.ver, self.where, self.arrivals
+        c, u2 = 1 + _REL_EPS, 2.0**-52
+        g = 1.01 * len(act) * 2.0**-53  # ≥ γ_(R-1): |ordered Σ - real Σ| <= g · real Σ (every T_i >= 0)
+        kept = self._total(act)
+        err = g * kept  # |kept - real Σ T_i of the kept state| <= err
         heap = [(-thr[i], i, ver[i]) for i in act]
         heapq.heapify(heap)
         shortest: dict[int, list[tuple[int, int]]] = {}
@@ -297,29 +337,54 @@ class Trial:
             if n[i] == 0:
                 return
             short = shortest.get(i)
-            if short is None:  # a sequence here is one of its own (unless moved) or an arrival
-                short = [e for e in b.running(i) if where.get(e[1], i) == i]
-                short += [e for e in self.arrivals[i] if where[e[1]] == i]
+            if short is None:
+                if i in self.left:  # a sequence here is one of its own (unless moved) or an arrival
+                    short = [e for e in b.running(i) if where.get(e[1], i) == i]
+                    short += [e for e in arrivals.get(i, ()) if where[e[1]] == i]
+                else:  # nothing left i yet: aborts from i go through this list, which is new
+                    short = b.running(i) + arrivals.get(i, [])
                 short.sort()
                 shortest[i] = short
             while where.get(short[0][1], i) != i:  # moved away earlier: drop stale entries
                 heapq.heappop(short)
             ln, sid = short[0]
-            self.touched = {}
+            touched = self.touched = {i: (n[i], tok[i], thr[i])}
             self.journal = [(sid, ln)]
-            self._abort(sid, ln, i)
+            n[i] -= 1  # abort the shortest sequence back to the queue
+            tok[i] -= ln
+            self._refresh(i)
+            where[sid] = None
+            heapq.heappush(self.queue, (b.priority(sid), sid, ln))
             self._dispatch(act)
-            journal, touched = self.journal, self.touched
+            journal = self.journal
             self.journal = self.touched = None
-            new_total = self._total(act)
-            if new_total <= total * (1 + _REL_EPS):
-                for r, (n0, tok0) in touched.items():  # undo: T_i is a function of the load
-                    self.n[r], self.tok[r] = n0, tok0
+            est, moved = kept, 0.0
+            for r, (_, _, t0) in touched.items():
+                d = thr[r] - t0
+                est += d
+                moved += abs(d)
+            est_err = err + (len(touched) + 1) * u2 * (kept + moved)  # |est - real Σ now|
+            th = kept * c
+            slack = _SLACK * (est_err + g * (est + est_err) + c * (err + g * (kept + err)) + 4 * u2 * (kept + est))
+            if est - slack > th:
+                stop = False
+            elif est + slack < th:
+                stop = True
+            else:  # too close to call: the exact test on ordered sums
+                new_total = self._total(act)
+                stop = new_total <= self._total_before(act, touched) * (1 + _REL_EPS)
+                est, est_err = new_total, g * new_total
+            if stop:
+                for r, (n0, tok0, _) in touched.items():  # undo: T_i is a function of the load
+                    n[r], tok[r] = n0, tok0
                     self._refresh(r)
                 return
-            total = new_total
-            for c in touched:
-                heapq.heappush(heap, (-thr[c], c, ver[c]))
+            kept, err = est, est_err
+            if err > 4 * g * kept:  # drifted: restart from the ordered sum
+                kept = self._total(act)
+                err = g * kept
+            for r in touched:
+                heapq.heappush(heap, (-thr[r], r, ver[r]))
             for s, sl in journal:  # arrivals become candidates for a later "shortest" abort
                 loc = where[s]
                 if loc is not None and loc in shortest:
