@@ -3,8 +3,8 @@
 `ensure_tiny_models()` returns the cached pair or builds it: trains a digit-level tokenizer on
 the synthetic corpus (`pivot.rl.synthetic`), supervised-trains a tiny Qwen2-family policy on
 worked solutions, deliberately stopping early so RL has room to improve, then continues from
-those weights on judge examples (synthetic corruptions plus the policy's own samples) to get
-the GenRM. Both are saved in Hugging Face layout with the tokenizer and evaluated on held-out
+those weights on judge examples (mostly random wrong answers, some plausible slips and right
+answers, plus the policy's own samples) to get the GenRM. Both are saved in Hugging Face layout with the tokenizer and evaluated on held-out
 problems. The build goes to a temp folder renamed into place only when complete, so a crashed
 build is redone and racing builders never see a half-written cache.
 """

@@ -16,8 +16,10 @@ its own digit, the candidate's digit again right next to it with a mark comparin
 (``=`` or ``!``) and, at the line's end, a running mark: ``=`` while every column so far
 matched, ``!`` from the first mismatch on. It ends with
 ``Verdict: 1`` or ``Verdict: 0`` (`VERDICT_PREFIX` + a score in [0, 1]), which repeats the
-last running mark. Every step is a lookup at a fixed distance, which a 2-layer model learns in a minute;
-comparing two whole numbers written lines apart, which it did not learn, is never needed.
+last running mark. Every step is a lookup at a fixed distance, which a 2-layer model learns
+in a minute; comparing two whole numbers written lines apart, which it did not learn, is never
+needed. The candidate's answer digits sit right before the question, so they are found the
+same way as the operands' digits.
 
 Pure Python: no torch, so data loaders and tests import it cheaply.
 """
