@@ -200,14 +200,24 @@ class Trial:
             self.n, self.tok, self.thr, self.n1, self.base, self.free, self.ver, self.arrivals, self.where
         )
         A, B, C, D, cap, heappop = b.A, b.B, b.C, b.D, b.cap, heapq.heappop
+        a0 = A[targets[0]] if targets else 0.0
+        one_A = all(A[r] == a0 for r in targets)  # then A*l once per sequence: the same product
         while q:
             _, sid, ln = q[0]
             i, best_gain = -1, -math.inf
-            for r in targets:
-                if free[r] >= ln:
-                    g = n1[r] / (base[r] + A[r] * ln) - thr[r]
-                    if g > best_gain:
-                        i, best_gain = r, g
+            if one_A:
+                s = a0 * ln
+                for r in targets:
+                    if free[r] >= ln:
+                        g = n1[r] / (base[r] + s) - thr[r]
+                        if g > best_gain:
+                            i, best_gain = r, g
+            else:
+                for r in targets:
+                    if free[r] >= ln:
+                        g = n1[r] / (base[r] + A[r] * ln) - thr[r]
+                        if g > best_gain:
+                            i, best_gain = r, g
             if i < 0:
                 return  # the head waits for capacity
             heappop(q)
@@ -298,6 +308,58 @@ class Trial:
         thr = self.thr
         return sum(thr[i] for i in act)
 
+    def _fused_step(self, arr: _Arrays, i: int, sid: int, ln: int) -> dict[int, tuple[int, int, float]]:
+        """Abort `sid` (length `ln`) from replica `i` and dispatch it, the queue being otherwise
+        empty (so the dispatch places just this sequence, or leaves it queued): `_abort` +
+        `_dispatch_vector` with the placements inlined (same arithmetic as `_refresh`).
+        Returns the touched replicas' (n, tok, T_i) before the step."""
+        b, n, tok, thr, n1, base, free, ver = self.b, self.n, self.tok, self.thr, self.n1, self.base, self.free, self.ver
+        A, B, C, D, cap = b.A, b.B, b.C, b.D, b.cap
+        N1, BASE, THR, FREE, buf, shift, pos = arr.N1, arr.BASE, arr.THR, arr.FREE, arr.buf, arr.shift, arr.pos
+        touched = {i: (n[i], tok[i], thr[i])}
+        k, t = n[i] - 1, tok[i] - ln
+        n[i], tok[i] = k, t
+        a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
+        ck, ck1 = c * k, c * (k + 1)
+        j = pos[i]
+        thr[i] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d) if k else 0.0
+        base[i] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
+        free[i] = FREE[j] = cap[i] - t
+        n1[i] = N1[j] = k + 1
+        ver[i] += 1
+        shift[()] = arr.one_A * ln
+        np.add(BASE, shift, out=buf)
+        np.divide(N1, buf, out=buf)
+        np.subtract(buf, THR, out=buf)
+        j = buf.argmax()  # first maximum: the smallest id, as the scalar scan
+        r = arr.targets[j]
+        if free[r] < ln:  # the best does not fit: drop every replica that cannot hold it
+            buf[FREE < ln] = -np.inf
+            j = buf.argmax()
+            if buf[j] == -np.inf:  # it waits for capacity
+                self.where[sid] = None
+                heapq.heappush(self.queue, (b.priority(sid), sid, ln))
+                return touched
+            r = arr.targets[j]
+        if r not in touched:
+            touched[r] = (n[r], tok[r], thr[r])
+        k, t = n[r] + 1, tok[r] + ln
+        n[r], tok[r] = k, t
+        a_tok, bb, c, d = A[r] * t, B[r], C[r], D[r]
+        ck, ck1 = c * k, c * (k + 1)
+        thr[r] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d)
+        base[r] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
+        free[r] = FREE[j] = cap[r] - t
+        n1[r] = N1[j] = k + 1
+        ver[r] += 1
+        self.where[sid] = r
+        got = self.arrivals.get(r)
+        if got is None:
+            self.arrivals[r] = [(ln, sid)]
+        else:
+            got.append((ln, sid))
+        return touched
+
     def _total_before(self, act: list[int], touched: dict[int, tuple[int, int, float]]) -> float:
         """`_total` of the state before the current step: the touched replicas' T_i put back."""
         thr, arr = self.thr, self.arrays
@@ -325,6 +387,8 @@ class Trial:
         g = 1.01 * len(act) * 2.0**-53  # ≥ γ_(R-1): |ordered Σ - real Σ| <= g · real Σ (every T_i >= 0)
         kept = self._total(act)
         err = g * kept  # |kept - real Σ T_i of the kept state| <= err
+        arr = self.arrays
+        fused = arr is not None and arr.one_A is not None and not self.queue  # see _fused_step
         heap = [(-thr[i], i, ver[i]) for i in act]
         heapq.heapify(heap)
         shortest: dict[int, list[tuple[int, int]]] = {}
@@ -348,16 +412,20 @@ class Trial:
             while where.get(short[0][1], i) != i:  # moved away earlier: drop stale entries
                 heapq.heappop(short)
             ln, sid = short[0]
-            touched = self.touched = {i: (n[i], tok[i], thr[i])}
-            self.journal = [(sid, ln)]
-            n[i] -= 1  # abort the shortest sequence back to the queue
-            tok[i] -= ln
-            self._refresh(i)
-            where[sid] = None
-            heapq.heappush(self.queue, (b.priority(sid), sid, ln))
-            self._dispatch(act)
-            journal = self.journal
-            self.journal = self.touched = None
+            if fused:
+                touched = self._fused_step(arr, i, sid, ln)
+                journal = [(sid, ln)]
+            else:
+                touched = self.touched = {i: (n[i], tok[i], thr[i])}
+                self.journal = [(sid, ln)]
+                n[i] -= 1  # abort the shortest sequence back to the queue
+                tok[i] -= ln
+                self._refresh(i)
+                where[sid] = None
+                heapq.heappush(self.queue, (b.priority(sid), sid, ln))
+                self._dispatch(act)
+                journal = self.journal
+                self.journal = self.touched = None
             est, moved = kept, 0.0
             for r, (_, _, t0) in touched.items():
                 d = thr[r] - t0
@@ -385,6 +453,8 @@ class Trial:
                 err = g * kept
             for r in touched:
                 heapq.heappush(heap, (-thr[r], r, ver[r]))
+            if fused and self.queue:  # something waits: later steps dispatch it first, as the scheduler
+                fused = False
             for s, sl in journal:  # arrivals become candidates for a later "shortest" abort
                 loc = where[s]
                 if loc is not None and loc in shortest:
