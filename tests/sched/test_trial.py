@@ -94,3 +94,30 @@ def test_trial_equals_reference_many_replicas(seed: int) -> None:
     rng = random.Random(100 + seed)
     fast, slow = random_pair(rng, 60, mixed=seed % 2 == 1)
     check(fast, slow, rng, 4)
+
+
+@pytest.mark.parametrize("slack", [1.0, float("inf")])
+@pytest.mark.parametrize("seed", range(12))
+def test_trial_drained_equals_reference(seed: int, slack: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queues dispatched first (the state the runtime plans on), so migration steps take the
+    fused abort + arg-max path; slack=inf makes every keep/stop decision use the ordered sums
+    (the estimate with its error bound must decide the same)."""
+    monkeypatch.setattr(trial, "_SLACK", slack)
+    monkeypatch.setattr(trial, "_VECTOR_MIN", 1 if seed % 2 else trial._VECTOR_MIN)
+    fused = 0
+    step = trial.Trial._fused_step
+
+    def counted(self: trial.Trial, *args: object) -> dict:  # noqa: ANN401
+        nonlocal fused
+        fused += 1
+        return step(self, *args)
+
+    monkeypatch.setattr(trial.Trial, "_fused_step", counted)
+    rng = random.Random(300 + seed)
+    fast, slow = random_pair(rng, rng.choice([8, 45, 70]), mixed=False)
+    fast.dispatch()
+    slow.dispatch()
+    check(fast, slow, rng, 5)
+    if seed % 2:
+        assert fused > 0 or not fast.migrate
+
