@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 import sys
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -308,57 +308,65 @@ class Trial:
         thr = self.thr
         return sum(thr[i] for i in act)
 
-    def _fused_step(self, arr: _Arrays, i: int, sid: int, ln: int) -> dict[int, tuple[int, int, float]]:
-        """Abort `sid` (length `ln`) from replica `i` and dispatch it, the queue being otherwise
-        empty (so the dispatch places just this sequence, or leaves it queued): `_abort` +
-        `_dispatch_vector` with the placements inlined (same arithmetic as `_refresh`).
-        Returns the touched replicas' (n, tok, T_i) before the step."""
+    def _fused(self, arr: _Arrays) -> Callable[[int, int, int], dict[int, tuple[int, int, float]]]:
+        """`step(i, sid, ln)`: abort `sid` (length `ln`) from replica `i` and dispatch it, the queue
+        being otherwise empty (so the dispatch places just this sequence, or leaves it queued):
+        `_abort` + `_dispatch_vector` with the placements inlined (same arithmetic as `_refresh`).
+        It returns the touched replicas' (n, tok, T_i) before the step. A closure: the tables
+        are bound once per migration, not once per step."""
         b, n, tok, thr, n1, base, free, ver = self.b, self.n, self.tok, self.thr, self.n1, self.base, self.free, self.ver
-        A, B, C, D, cap = b.A, b.B, b.C, b.D, b.cap
-        N1, BASE, THR, FREE, buf, shift, pos = arr.N1, arr.BASE, arr.THR, arr.FREE, arr.buf, arr.shift, arr.pos
-        touched = {i: (n[i], tok[i], thr[i])}
-        k, t = n[i] - 1, tok[i] - ln
-        n[i], tok[i] = k, t
-        a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
-        ck, ck1 = c * k, c * (k + 1)
-        j = pos[i]
-        thr[i] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d) if k else 0.0
-        base[i] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
-        free[i] = FREE[j] = cap[i] - t
-        n1[i] = N1[j] = k + 1
-        ver[i] += 1
-        shift[()] = arr.one_A * ln
-        np.add(BASE, shift, out=buf)
-        np.divide(N1, buf, out=buf)
-        np.subtract(buf, THR, out=buf)
-        j = buf.argmax()  # first maximum: the smallest id, as the scalar scan
-        r = arr.targets[j]
-        if free[r] < ln:  # the best does not fit: drop every replica that cannot hold it
-            buf[FREE < ln] = -np.inf
-            j = buf.argmax()
-            if buf[j] == -np.inf:  # it waits for capacity
-                self.where[sid] = None
-                heapq.heappush(self.queue, (b.priority(sid), sid, ln))
-                return touched
-            r = arr.targets[j]
-        if r not in touched:
-            touched[r] = (n[r], tok[r], thr[r])
-        k, t = n[r] + 1, tok[r] + ln
-        n[r], tok[r] = k, t
-        a_tok, bb, c, d = A[r] * t, B[r], C[r], D[r]
-        ck, ck1 = c * k, c * (k + 1)
-        thr[r] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d)
-        base[r] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
-        free[r] = FREE[j] = cap[r] - t
-        n1[r] = N1[j] = k + 1
-        ver[r] += 1
-        self.where[sid] = r
-        got = self.arrivals.get(r)
-        if got is None:
-            self.arrivals[r] = [(ln, sid)]
-        else:
-            got.append((ln, sid))
-        return touched
+        A, B, C, D, cap, where, arrivals, queue = b.A, b.B, b.C, b.D, b.cap, self.where, self.arrivals, self.queue
+        N1, BASE, THR, FREE, buf, shift, pos, targets, one_A = (
+            arr.N1, arr.BASE, arr.THR, arr.FREE, arr.buf, arr.shift, arr.pos, arr.targets, arr.one_A
+        )
+        add, div, sub, argmax, inf = np.add, np.divide, np.subtract, buf.argmax, -np.inf
+
+        def step(i: int, sid: int, ln: int) -> dict[int, tuple[int, int, float]]:
+            touched = {i: (n[i], tok[i], thr[i])}
+            k, t = n[i] - 1, tok[i] - ln
+            n[i], tok[i] = k, t
+            a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
+            ck, ck1 = c * k, c * (k + 1)
+            j = pos[i]
+            thr[i] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d) if k else 0.0
+            base[i] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
+            free[i] = FREE[j] = cap[i] - t
+            n1[i] = N1[j] = k + 1
+            ver[i] += 1
+            shift[()] = one_A * ln
+            add(BASE, shift, out=buf)
+            div(N1, buf, out=buf)
+            sub(buf, THR, out=buf)
+            j = argmax()  # first maximum: the smallest id, as the scalar scan
+            r = targets[j]
+            if free[r] < ln:  # the best does not fit: drop every replica that cannot hold it
+                buf[FREE < ln] = inf
+                j = argmax()
+                if buf[j] == inf:  # it waits for capacity
+                    where[sid] = None
+                    heapq.heappush(queue, (b.priority(sid), sid, ln))
+                    return touched
+                r = targets[j]
+            if r not in touched:
+                touched[r] = (n[r], tok[r], thr[r])
+            k, t = n[r] + 1, tok[r] + ln
+            n[r], tok[r] = k, t
+            a_tok, bb, c, d = A[r] * t, B[r], C[r], D[r]
+            ck, ck1 = c * k, c * (k + 1)
+            thr[r] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d)
+            base[r] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
+            free[r] = FREE[j] = cap[r] - t
+            n1[r] = N1[j] = k + 1
+            ver[r] += 1
+            where[sid] = r
+            got = arrivals.get(r)
+            if got is None:
+                arrivals[r] = [(ln, sid)]
+            else:
+                got.append((ln, sid))
+            return touched
+
+        return step
 
     def _total_before(self, act: list[int], touched: dict[int, tuple[int, int, float]]) -> float:
         """`_total` of the state before the current step: the touched replicas' T_i put back."""
@@ -388,7 +396,8 @@ class Trial:
         kept = self._total(act)
         err = g * kept  # |kept - real Σ T_i of the kept state| <= err
         arr = self.arrays
-        fused = arr is not None and arr.one_A is not None and not self.queue  # see _fused_step
+        fused = arr is not None and arr.one_A is not None and not self.queue  # see _fused
+        step = self._fused(arr) if fused else None
         heap = [(-thr[i], i, ver[i]) for i in act]
         heapq.heapify(heap)
         shortest: dict[int, list[tuple[int, int]]] = {}
@@ -413,7 +422,7 @@ class Trial:
                 heapq.heappop(short)
             ln, sid = short[0]
             if fused:
-                touched = self._fused_step(arr, i, sid, ln)
+                touched = step(i, sid, ln)
                 journal = [(sid, ln)]
             else:
                 touched = self.touched = {i: (n[i], tok[i], thr[i])}

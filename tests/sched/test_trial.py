@@ -105,14 +105,14 @@ def test_trial_drained_equals_reference(seed: int, slack: float, monkeypatch: py
     monkeypatch.setattr(trial, "_SLACK", slack)
     monkeypatch.setattr(trial, "_VECTOR_MIN", 1 if seed % 2 else trial._VECTOR_MIN)
     fused = 0
-    step = trial.Trial._fused_step
+    make = trial.Trial._fused
 
-    def counted(self: trial.Trial, *args: object) -> dict:  # noqa: ANN401
+    def counted(self: trial.Trial, arr: trial._Arrays):  # noqa: ANN202
         nonlocal fused
         fused += 1
-        return step(self, *args)
+        return make(self, arr)
 
-    monkeypatch.setattr(trial.Trial, "_fused_step", counted)
+    monkeypatch.setattr(trial.Trial, "_fused", counted)
     rng = random.Random(300 + seed)
     fast, slow = random_pair(rng, rng.choice([8, 45, 70]), mixed=False)
     fast.dispatch()
