@@ -26,6 +26,7 @@ import numpy as np
 from pivot.sched.scheduler import _REL_EPS, ShiftAwareScheduler
 
 _VECTOR_MIN = 40  # targets from which the numpy arg-max beats the scalar scan
+_SORT_AFTER, _SORT_MIN = 8, 32  # a dispatch that placed 8 of a queue of 32+ sorts the rest once
 _SLACK = 1.0  # scales the error bound of the estimated Σ T_i (tests: inf = always the ordered sum)
 _SEQUENTIAL_SUM = sys.version_info < (3, 12)  # `sum` of floats adds one by one (3.12 compensates)
 
@@ -202,44 +203,56 @@ class Trial:
         A, B, C, D, cap, heappop = b.A, b.B, b.C, b.D, b.cap, heapq.heappop
         a0 = A[targets[0]] if targets else 0.0
         one_A = all(A[r] == a0 for r in targets)  # then A*l once per sequence: the same product
-        while q:
-            _, sid, ln = q[0]
-            i, best_gain = -1, -math.inf
-            if one_A:
-                s = a0 * ln
-                for r in targets:
-                    if free[r] >= ln:
-                        g = n1[r] / (base[r] + s) - thr[r]
-                        if g > best_gain:
-                            i, best_gain = r, g
-            else:
-                for r in targets:
-                    if free[r] >= ln:
-                        g = n1[r] / (base[r] + A[r] * ln) - thr[r]
-                        if g > best_gain:
-                            i, best_gain = r, g
-            if i < 0:
-                return  # the head waits for capacity
-            heappop(q)
-            if journal is not None:
-                journal.append((sid, ln))
-                if i not in touched:
-                    touched[i] = (n[i], tok[i], thr[i])
-            k, t = n[i] + 1, tok[i] + ln  # the placement, inlined: same arithmetic as _refresh
-            n[i], tok[i] = k, t
-            a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
-            ck, ck1 = c * k, c * (k + 1)
-            thr[i] = k / (a_tok + (bb if bb >= ck else ck) + d)
-            base[i] = a_tok + (bb if bb >= ck1 else ck1) + d
-            free[i] = cap[i] - t
-            n1[i] = k + 1
-            ver[i] += 1
-            where[sid] = i
-            got = arrivals.get(i)
-            if got is None:
-                arrivals[i] = [(ln, sid)]
-            else:
-                got.append((ln, sid))
+        h, pops = 0, 0  # h: entries taken from q once sorted (a sorted list is a heap too)
+        try:
+            while h < len(q):
+                _, sid, ln = q[h]
+                i, best_gain = -1, -math.inf
+                if one_A:
+                    s = a0 * ln
+                    for r in targets:
+                        if free[r] >= ln:
+                            g = n1[r] / (base[r] + s) - thr[r]
+                            if g > best_gain:
+                                i, best_gain = r, g
+                else:
+                    for r in targets:
+                        if free[r] >= ln:
+                            g = n1[r] / (base[r] + A[r] * ln) - thr[r]
+                            if g > best_gain:
+                                i, best_gain = r, g
+                if i < 0:
+                    return  # the head waits for capacity
+                if h:
+                    h += 1
+                elif pops < _SORT_AFTER or len(q) < _SORT_MIN:
+                    heappop(q)
+                    pops += 1
+                else:  # many placements so far: take the rest in order from a sorted list
+                    q.sort()
+                    h = 1  # q[0], the head placed now, stays first
+                if journal is not None:
+                    journal.append((sid, ln))
+                    if i not in touched:
+                        touched[i] = (n[i], tok[i], thr[i])
+                k, t = n[i] + 1, tok[i] + ln  # the placement, inlined: same arithmetic as _refresh
+                n[i], tok[i] = k, t
+                a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
+                ck, ck1 = c * k, c * (k + 1)
+                thr[i] = k / (a_tok + (bb if bb >= ck else ck) + d)
+                base[i] = a_tok + (bb if bb >= ck1 else ck1) + d
+                free[i] = cap[i] - t
+                n1[i] = k + 1
+                ver[i] += 1
+                where[sid] = i
+                got = arrivals.get(i)
+                if got is None:
+                    arrivals[i] = [(ln, sid)]
+                else:
+                    got.append((ln, sid))
+        finally:
+            if h:
+                del q[:h]
 
     def _dispatch_vector(self, arr: _Arrays) -> None:
         """`_dispatch` with the arg-max over compact numpy copies of the targets' dispatch terms
@@ -252,44 +265,56 @@ class Trial:
         targets, N1, BASE, THR, FREE, buf, shift = arr.targets, arr.N1, arr.BASE, arr.THR, arr.FREE, arr.buf, arr.shift
         one_A, A_t = arr.one_A, arr.A
         add, div, sub, heappop = np.add, np.divide, np.subtract, heapq.heappop
-        while q:
-            _, sid, ln = q[0]
-            if one_A is not None:
-                shift[()] = one_A * ln
-                add(BASE, shift, out=buf)
-            else:
-                np.multiply(A_t, ln, out=buf)
-                add(BASE, buf, out=buf)
-            div(N1, buf, out=buf)
-            sub(buf, THR, out=buf)
-            j = buf.argmax()  # first maximum: the smallest id, as the scalar scan
-            i = targets[j]
-            if free[i] < ln:  # the best does not fit: drop every replica that cannot hold it
-                buf[FREE < ln] = -np.inf
-                j = buf.argmax()
-                if buf[j] == -np.inf:
-                    return  # the head waits for capacity
+        h, pops = 0, 0  # as in _dispatch
+        try:
+            while h < len(q):
+                _, sid, ln = q[h]
+                if one_A is not None:
+                    shift[()] = one_A * ln
+                    add(BASE, shift, out=buf)
+                else:
+                    np.multiply(A_t, ln, out=buf)
+                    add(BASE, buf, out=buf)
+                div(N1, buf, out=buf)
+                sub(buf, THR, out=buf)
+                j = buf.argmax()  # first maximum: the smallest id, as the scalar scan
                 i = targets[j]
-            heappop(q)
-            if journal is not None:
-                journal.append((sid, ln))
-                if i not in touched:
-                    touched[i] = (n[i], tok[i], thr[i])
-            k, t = n[i] + 1, tok[i] + ln
-            n[i], tok[i] = k, t
-            a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
-            ck, ck1 = c * k, c * (k + 1)
-            thr[i] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d)
-            base[i] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
-            free[i] = FREE[j] = cap[i] - t
-            n1[i] = N1[j] = k + 1
-            ver[i] += 1
-            where[sid] = i
-            got = arrivals.get(i)
-            if got is None:
-                arrivals[i] = [(ln, sid)]
-            else:
-                got.append((ln, sid))
+                if free[i] < ln:  # the best does not fit: drop every replica that cannot hold it
+                    buf[FREE < ln] = -np.inf
+                    j = buf.argmax()
+                    if buf[j] == -np.inf:
+                        return  # the head waits for capacity
+                    i = targets[j]
+                if h:
+                    h += 1
+                elif pops < _SORT_AFTER or len(q) < _SORT_MIN:
+                    heappop(q)
+                    pops += 1
+                else:
+                    q.sort()
+                    h = 1
+                if journal is not None:
+                    journal.append((sid, ln))
+                    if i not in touched:
+                        touched[i] = (n[i], tok[i], thr[i])
+                k, t = n[i] + 1, tok[i] + ln
+                n[i], tok[i] = k, t
+                a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
+                ck, ck1 = c * k, c * (k + 1)
+                thr[i] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d)
+                base[i] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
+                free[i] = FREE[j] = cap[i] - t
+                n1[i] = N1[j] = k + 1
+                ver[i] += 1
+                where[sid] = i
+                got = arrivals.get(i)
+                if got is None:
+                    arrivals[i] = [(ln, sid)]
+                else:
+                    got.append((ln, sid))
+        finally:
+            if h:
+                del q[:h]
 
     def _migrate(self) -> None:
         """Algorithm 4's migration loop, as `ShiftAwareScheduler._migrate`."""

@@ -79,10 +79,15 @@ def check(fast: ShiftAwareScheduler, slow: ref.ShiftAwareScheduler, rng: random.
         assert got.n == [sim.load(r)[0] for r in sim.replica_ids]
 
 
+@pytest.mark.parametrize("sort_after", [trial._SORT_AFTER, 0])
 @pytest.mark.parametrize("vector_min", [1, 10**9])
 @pytest.mark.parametrize("seed", range(30))
-def test_trial_equals_reference_shifts(seed: int, vector_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trial_equals_reference_shifts(seed: int, vector_min: int, sort_after: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sort_after=0: every dispatch of 2+ sequences takes them from a sorted queue."""
     monkeypatch.setattr(trial, "_VECTOR_MIN", vector_min)
+    if sort_after == 0:
+        monkeypatch.setattr(trial, "_SORT_AFTER", 0)
+        monkeypatch.setattr(trial, "_SORT_MIN", 2)
     rng = random.Random(seed)
     fast, slow = random_pair(rng, rng.randint(1, 9), mixed=rng.random() < 0.5)
     check(fast, slow, rng, 6)
