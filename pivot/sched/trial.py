@@ -420,6 +420,9 @@ class Trial:
         g = 1.01 * len(act) * 2.0**-53  # ≥ γ_(R-1): |ordered Σ - real Σ| <= g · real Σ (every T_i >= 0)
         kept = self._total(act)
         err = g * kept  # |kept - real Σ T_i of the kept state| <= err
+        # the decision margin, from |ordered Σ - est| and |ordered Σ_kept · c - kept · c| (see below)
+        w, sk = 1.01 * g + 4 * u2, _SLACK
+        heappop, heappush, queue, left = heapq.heappop, heapq.heappush, self.queue, self.left
         arr = self.arrays
         fused = arr is not None and arr.one_A is not None and not self.queue  # see _fused
         step = self._fused(arr) if fused else None
@@ -428,15 +431,15 @@ class Trial:
         shortest: dict[int, list[tuple[int, int]]] = {}
         for _ in range(b.num_sequences + 1):  # each kept move raises Σ T_i; N bounds the useful ones
             while heap and heap[0][2] != ver[heap[0][1]]:
-                heapq.heappop(heap)  # stale key
+                heappop(heap)  # stale key
             if not heap:
                 return
-            _, i, _ = heapq.heappop(heap)
+            _, i, _ = heappop(heap)
             if n[i] == 0:
                 return
             short = shortest.get(i)
             if short is None:
-                if i in self.left:  # a sequence here is one of its own (unless moved) or an arrival
+                if i in left:  # a sequence here is one of its own (unless moved) or an arrival
                     short = [e for e in b.running(i) if where.get(e[1], i) == i]
                     short += [e for e in arrivals.get(i, ()) if where[e[1]] == i]
                 else:  # nothing left i yet: aborts from i go through this list, which is new
@@ -444,11 +447,11 @@ class Trial:
                 short.sort()
                 shortest[i] = short
             while where.get(short[0][1], i) != i:  # moved away earlier: drop stale entries
-                heapq.heappop(short)
+                heappop(short)
             ln, sid = short[0]
             if fused:
                 touched = step(i, sid, ln)
-                journal = [(sid, ln)]
+                journal = None
             else:
                 touched = self.touched = {i: (n[i], tok[i], thr[i])}
                 self.journal = [(sid, ln)]
@@ -456,7 +459,7 @@ class Trial:
                 tok[i] -= ln
                 self._refresh(i)
                 where[sid] = None
-                heapq.heappush(self.queue, (b.priority(sid), sid, ln))
+                heappush(queue, (b.priority(sid), sid, ln))
                 self._dispatch(act)
                 journal = self.journal
                 self.journal = self.touched = None
@@ -467,7 +470,10 @@ class Trial:
                 moved += abs(d)
             est_err = err + (len(touched) + 1) * u2 * (kept + moved)  # |est - real Σ now|
             th = kept * c
-            slack = _SLACK * (est_err + g * (est + est_err) + c * (err + g * (kept + err)) + 4 * u2 * (kept + est))
+            # |ordered Σ now - est| <= est_err + g·(est + est_err) and |ordered Σ_kept·c - th| <=
+            # c·(err + g·(kept + err)) + roundings; with err <= est_err, c < 1.001, g < 1e-9 both
+            # fit in 2.01·est_err + w·(kept + est)
+            slack = sk * (2.01 * est_err + w * (kept + est))
             if est - slack > th:
                 stop = False
             elif est + slack < th:
@@ -486,10 +492,15 @@ class Trial:
                 kept = self._total(act)
                 err = g * kept
             for r in touched:
-                heapq.heappush(heap, (-thr[r], r, ver[r]))
-            if fused and self.queue:  # something waits: later steps dispatch it first, as the scheduler
-                fused = False
+                heappush(heap, (-thr[r], r, ver[r]))
+            if journal is None:  # fused: the journal is the aborted sequence alone
+                loc = where[sid]
+                if loc is not None and loc in shortest:  # an arrival: a candidate for a later abort
+                    heappush(shortest[loc], (ln, sid))
+                if queue:  # it waits: later steps dispatch it first, as the scheduler
+                    fused = False
+                continue
             for s, sl in journal:  # arrivals become candidates for a later "shortest" abort
                 loc = where[s]
                 if loc is not None and loc in shortest:
-                    heapq.heappush(shortest[loc], (sl, s))
+                    heappush(shortest[loc], (sl, s))
