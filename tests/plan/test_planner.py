@@ -66,6 +66,33 @@ def test_training_goes_up_when_batch_ready() -> None:
     assert plan.down == ()  # its pool is idle in this snapshot
 
 
+def test_plan_restores_the_garbage_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan() pauses the cyclic GC for the call only, also when the call fails."""
+    import gc
+
+    planner = PivotPlanner(PlannerConfig())
+    assert gc.isenabled()
+    seen = []
+    monkeypatch.setattr(planner, "_plan", lambda snap: seen.append(gc.isenabled()))
+    planner.plan(figure8())
+    assert seen == [False] and gc.isenabled()
+
+    def boom(snap: ClusterSnapshot) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(planner, "_plan", boom)
+    with pytest.raises(RuntimeError):
+        planner.plan(figure8())
+    assert gc.isenabled()
+    gc.disable()
+    try:  # a caller that paused it keeps it paused
+        monkeypatch.setattr(planner, "_plan", lambda snap: None)
+        planner.plan(figure8())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_harmonic_mean() -> None:
     assert overall_throughput(100, 50.0, 300, 100.0) == pytest.approx(400 / (2 + 3))
     assert overall_throughput(0, 0.0, 10, 5.0) == pytest.approx(5.0)
