@@ -13,6 +13,11 @@ built for many candidates over one state:
   (`_Arrays`: same IEEE operations as the scalar scan, and argmax returns the first maximum,
   i.e. the smallest id). A migration keeps one set for all its steps, which also gives the
   ordered Σ T_i that decides each step (np.add.accumulate adds one by one, like `sum`).
+- Migration carries Σ T_i as an estimate (the last kept value plus the touched replicas' T_i
+  changes) with a rigorous bound on its distance to the ordered sum; the ordered sums are
+  computed only when the bound cannot decide the keep/stop test (`_SLACK`).
+- When nothing else waits, a migration step is one fused abort + arg-max + placement
+  (`_fused`); a dispatch that places many sequences takes them from the queue sorted once.
 """
 from __future__ import annotations
 
