@@ -8,6 +8,7 @@ import random
 import pytest
 
 import pivot.sched.trial as trial
+import pivot.sched.trial_migrate as trial_migrate
 from pivot.sched import Replica, SeqState, ShiftAwareScheduler, ThroughputModel
 from pivot.sched.trial import TrialBase
 from tests.sched import reference_scheduler as ref
@@ -107,12 +108,12 @@ def test_trial_drained_equals_reference(seed: int, slack: float, monkeypatch: py
     """Queues dispatched first (the state the runtime plans on), so migration steps take the
     fused abort + arg-max path; slack=inf makes every keep/stop decision use the ordered sums
     (the estimate with its error bound must decide the same)."""
-    monkeypatch.setattr(trial, "_SLACK", slack)
+    monkeypatch.setattr(trial_migrate, "_SLACK", slack)
     monkeypatch.setattr(trial, "_VECTOR_MIN", 1 if seed % 2 else trial._VECTOR_MIN)
     fused = 0
     make = trial.Trial._fused
 
-    def counted(self: trial.Trial, arr: trial._Arrays):  # noqa: ANN202
+    def counted(self: trial.Trial, arr: trial_migrate._Arrays):  # noqa: ANN202
         nonlocal fused
         fused += 1
         return make(self, arr)

@@ -1,0 +1,235 @@
+"""Migration steps of a what-if run (`pivot.sched.trial.Trial` inherits `Migration`), and the
+compact numpy copies of the dispatch terms they share with the dispatch (`_Arrays`).
+
+Algorithm 4's loop: abort the shortest sequence of the replica with the largest T_i, dispatch
+it, keep the move if the ordered Σ T_i rose by more than _REL_EPS. The sum is carried as an
+estimate with a rigorous error bound (`_SLACK` scales it; the ordered sums are computed only
+when the bound cannot decide), and when nothing else waits a step is one fused abort +
+arg-max + placement (`_fused`), the same arithmetic as the scheduler's.
+"""
+from __future__ import annotations
+
+import heapq
+import sys
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from pivot.sched.scheduler import _REL_EPS
+
+if TYPE_CHECKING:
+    from pivot.sched.trial import Trial
+
+_SLACK = 1.0  # scales the error bound of the estimated Σ T_i (tests: inf = always the ordered sum)
+_SEQUENTIAL_SUM = sys.version_info < (3, 12)  # `sum` of floats adds one by one (3.12 compensates)
+
+
+class _Arrays:
+    """Compact numpy copies of the dispatch terms of `targets` (ascending), for the arg-max."""
+
+    def __init__(self, t: Trial, targets: list[int]) -> None:
+        A = t.b.A
+        self.targets, self.pos = targets, {r: j for j, r in enumerate(targets)}
+        self.N1 = np.array([t.n1[i] for i in targets], dtype=np.float64)
+        self.BASE = np.array([t.base[i] for i in targets], dtype=np.float64)
+        self.THR = np.array([t.thr[i] for i in targets], dtype=np.float64)
+        self.FREE = np.array([t.free[i] for i in targets], dtype=np.float64)
+        self.buf = np.empty(len(targets), dtype=np.float64)
+        self.sums = np.empty(len(targets), dtype=np.float64)
+        self.shift = np.empty((), dtype=np.float64)  # A*l as a 0-d array: cheaper to pass than a float
+        a0 = A[targets[0]]
+        self.one_A = a0 if all(A[i] == a0 for i in targets) else None
+        self.A = None if self.one_A is not None else np.array([A[i] for i in targets], dtype=np.float64)
+
+    def sync(self, t: Trial, i: int) -> None:
+        j = self.pos.get(i)
+        if j is not None:
+            self.N1[j], self.BASE[j], self.THR[j], self.FREE[j] = t.n1[i], t.base[i], t.thr[i], t.free[i]
+
+    def total(self) -> float:
+        """Σ T_i over the targets in ascending id, added one by one like `sum` (3.11)."""
+        return float(np.add.accumulate(self.THR, out=self.sums)[-1])
+
+
+class Migration:
+    """The migration half of `Trial` (its tables: n, tok, thr, n1, base, free, ver, where,
+    arrivals, queue, left, arrays, journal, touched)."""
+
+    def _total(self, act: list[int]) -> float:
+        """`throughput()` during a migration (act: the active replicas, ascending)."""
+        if self.arrays is not None and _SEQUENTIAL_SUM:
+            return self.arrays.total()
+        thr = self.thr
+        return sum(thr[i] for i in act)
+
+    def _fused(self, arr: _Arrays) -> Callable[[int, int, int], dict[int, tuple[int, int, float]]]:
+        """`step(i, sid, ln)`: abort `sid` (length `ln`) from replica `i` and dispatch it, the queue
+        being otherwise empty (so the dispatch places just this sequence, or leaves it queued):
+        `_abort` + `_dispatch_vector` with the placements inlined (same arithmetic as `_refresh`).
+        It returns the touched replicas' (n, tok, T_i) before the step. A closure: the tables
+        are bound once per migration, not once per step."""
+        b, n, tok, thr, n1, base, free, ver = self.b, self.n, self.tok, self.thr, self.n1, self.base, self.free, self.ver
+        A, B, C, D, cap, where, arrivals, queue = b.A, b.B, b.C, b.D, b.cap, self.where, self.arrivals, self.queue
+        N1, BASE, THR, FREE, buf, shift, pos, targets, one_A = (
+            arr.N1, arr.BASE, arr.THR, arr.FREE, arr.buf, arr.shift, arr.pos, arr.targets, arr.one_A
+        )
+        add, div, sub, argmax, inf = np.add, np.divide, np.subtract, buf.argmax, -np.inf
+
+        def step(i: int, sid: int, ln: int) -> dict[int, tuple[int, int, float]]:
+            touched = {i: (n[i], tok[i], thr[i])}
+            k, t = n[i] - 1, tok[i] - ln
+            n[i], tok[i] = k, t
+            a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
+            ck, ck1 = c * k, c * (k + 1)
+            j = pos[i]
+            thr[i] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d) if k else 0.0
+            base[i] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
+            free[i] = FREE[j] = cap[i] - t
+            n1[i] = N1[j] = k + 1
+            ver[i] += 1
+            shift[()] = one_A * ln
+            add(BASE, shift, out=buf)
+            div(N1, buf, out=buf)
+            sub(buf, THR, out=buf)
+            j = argmax()  # first maximum: the smallest id, as the scalar scan
+            r = targets[j]
+            if free[r] < ln:  # the best does not fit: drop every replica that cannot hold it
+                buf[FREE < ln] = inf
+                j = argmax()
+                if buf[j] == inf:  # it waits for capacity
+                    where[sid] = None
+                    heapq.heappush(queue, (b.priority(sid), sid, ln))
+                    return touched
+                r = targets[j]
+            if r not in touched:
+                touched[r] = (n[r], tok[r], thr[r])
+            k, t = n[r] + 1, tok[r] + ln
+            n[r], tok[r] = k, t
+            a_tok, bb, c, d = A[r] * t, B[r], C[r], D[r]
+            ck, ck1 = c * k, c * (k + 1)
+            thr[r] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d)
+            base[r] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
+            free[r] = FREE[j] = cap[r] - t
+            n1[r] = N1[j] = k + 1
+            ver[r] += 1
+            where[sid] = r
+            got = arrivals.get(r)
+            if got is None:
+                arrivals[r] = [(ln, sid)]
+            else:
+                got.append((ln, sid))
+            return touched
+
+        return step
+
+    def _total_before(self, act: list[int], touched: dict[int, tuple[int, int, float]]) -> float:
+        """`_total` of the state before the current step: the touched replicas' T_i put back."""
+        thr, arr = self.thr, self.arrays
+        now = [(r, thr[r]) for r in touched]
+        for r, (_, _, t0) in touched.items():
+            self._set_thr(arr, r, t0)
+        try:
+            return self._total(act)
+        finally:
+            for r, t in now:
+                self._set_thr(arr, r, t)
+
+    def _set_thr(self, arr: _Arrays | None, r: int, t: float) -> None:
+        self.thr[r] = t
+        if arr is not None and r in arr.pos:
+            arr.THR[arr.pos[r]] = t
+
+    def _migrate_steps(self, act: list[int]) -> None:
+        """Each step aborts the shortest sequence of the replica with the largest T_i, dispatches
+        it and keeps the move if the ordered Σ T_i rose by more than _REL_EPS. The sum is carried
+        as an estimate of the real Σ T_i (plus the T_i changes of the touched replicas) with a
+        bound on its error; the ordered sum is computed only when the bound cannot decide."""
+        b, n, tok, thr, ver, where, arrivals = self.b, self.n, self.tok, self.thr, self.ver, self.where, self.arrivals
+        c, u2 = 1 + _REL_EPS, 2.0**-52
+        g = 1.01 * len(act) * 2.0**-53  # ≥ γ_(R-1): |ordered Σ - real Σ| <= g · real Σ (every T_i >= 0)
+        kept = self._total(act)
+        err = g * kept  # |kept - real Σ T_i of the kept state| <= err
+        # the decision margin, from |ordered Σ - est| and |ordered Σ_kept · c - kept · c| (see below)
+        w, sk = 1.01 * g + 4 * u2, _SLACK
+        heappop, heappush, queue, left = heapq.heappop, heapq.heappush, self.queue, self.left
+        arr = self.arrays
+        fused = arr is not None and arr.one_A is not None and not self.queue  # see _fused
+        step = self._fused(arr) if fused else None
+        heap = [(-thr[i], i, ver[i]) for i in act]
+        heapq.heapify(heap)
+        shortest: dict[int, list[tuple[int, int]]] = {}
+        for _ in range(b.num_sequences + 1):  # each kept move raises Σ T_i; N bounds the useful ones
+            while heap and heap[0][2] != ver[heap[0][1]]:
+                heappop(heap)  # stale key
+            if not heap:
+                return
+            _, i, _ = heappop(heap)
+            if n[i] == 0:
+                return
+            short = shortest.get(i)
+            if short is None:
+                if i in left:  # a sequence here is one of its own (unless moved) or an arrival
+                    short = [e for e in b.running(i) if where.get(e[1], i) == i]
+                    short += [e for e in arrivals.get(i, ()) if where[e[1]] == i]
+                else:  # nothing left i yet: aborts from i go through this list, which is new
+                    short = b.running(i) + arrivals.get(i, [])
+                short.sort()
+                shortest[i] = short
+            while where.get(short[0][1], i) != i:  # moved away earlier: drop stale entries
+                heappop(short)
+            ln, sid = short[0]
+            if fused:
+                touched = step(i, sid, ln)
+                journal = None
+            else:
+                touched = self.touched = {i: (n[i], tok[i], thr[i])}
+                self.journal = [(sid, ln)]
+                n[i] -= 1  # abort the shortest sequence back to the queue
+                tok[i] -= ln
+                self._refresh(i)
+                where[sid] = None
+                heappush(queue, (b.priority(sid), sid, ln))
+                self._dispatch(act)
+                journal = self.journal
+                self.journal = self.touched = None
+            est, moved = kept, 0.0
+            for r, (_, _, t0) in touched.items():
+                d = thr[r] - t0
+                est += d
+                moved += abs(d)
+            est_err = err + (len(touched) + 1) * u2 * (kept + moved)  # |est - real Σ now|
+            th = kept * c
+            # |ordered Σ now - est| <= est_err + g·(est + est_err) and |ordered Σ_kept·c - th| <=
+            # c·(err + g·(kept + err)) + roundings; with err <= est_err, c < 1.001, g < 1e-9 both
+            # fit in 2.01·est_err + w·(kept + est)
+            slack = sk * (2.01 * est_err + w * (kept + est))
+            if est - slack > th:
+                stop = False
+            elif est + slack < th:
+                stop = True
+            else:  # too close to call: the exact test on ordered sums
+                new_total = self._total(act)
+                stop = new_total <= self._total_before(act, touched) * (1 + _REL_EPS)
+                est, est_err = new_total, g * new_total
+            if stop:
+                for r, (n0, tok0, _) in touched.items():  # undo: T_i is a function of the load
+                    n[r], tok[r] = n0, tok0
+                    self._refresh(r)
+                return
+            kept, err = est, est_err
+            if err > 4 * g * kept:  # drifted: restart from the ordered sum
+                kept = self._total(act)
+                err = g * kept
+            for r in touched:
+                heappush(heap, (-thr[r], r, ver[r]))
+            if journal is None:  # fused: the journal is the aborted sequence alone
+                loc = where[sid]
+                if loc is not None and loc in shortest:  # an arrival: a candidate for a later abort
+                    heappush(shortest[loc], (ln, sid))
+                if queue:  # it waits: later steps dispatch it first, as the scheduler
+                    fused = False
+                continue
+            for s, sl in journal:  # arrivals become candidates for a later "shortest" abort
+                loc = where[s]
+                if loc is not None and loc in shortest:
+                    heappush(shortest[loc], (sl, s))
