@@ -39,8 +39,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pivot.config import PlannerConfig  # noqa: E402
-from pivot.plan import ClusterSnapshot, PivotPlanner, benefit, overall_throughput  # noqa: E402
-from pivot.sched import Replica, SeqState, ThroughputModel  # noqa: E402
+from pivot.plan import ClusterSnapshot, PivotPlanner  # noqa: E402
+from pivot.sched import Replica, SeqState, ShiftAwareScheduler, ThroughputModel  # noqa: E402
 from tests.plan.test_fast_eval import reference_benefits  # noqa: E402
 
 PAPER_TOTAL_S = {16: 0.31, 32: 0.74, 64: 1.71, 128: 2.95}
@@ -76,32 +76,16 @@ def drained(snap: ClusterSnapshot) -> ClusterSnapshot:
     return ClusterSnapshot(snap.replicas, snap.active, running, queues)
 
 
+def production_scheduler(snap: ClusterSnapshot, role: str, migrate: bool) -> ShiftAwareScheduler:
+    """The production scheduler on `snap`: cloning it per candidate is the evaluation before
+    pivot/sched/trial.py."""
+    return snap.scheduler(role, migrate=migrate)
+
+
 def timed(fn) -> float:  # noqa: ANN001
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
-
-
-def clone_benefits(snap: ClusterSnapshot, cfg: PlannerConfig, cands: list) -> list[float]:
-    """Benefits by cloning the production scheduler per candidate (the pre-trial evaluation)."""
-    scheds = {r: snap.scheduler(r, migrate=not cfg.no_migration) for r in ("rollout", "reward")}
-    role_of = {r.replica_id: r.role for r in snap.replicas}
-    n = {r: s.num_sequences() for r, s in scheds.items()}
-    cur = overall_throughput(n["rollout"], scheds["rollout"].throughput(), n["reward"], scheds["reward"].throughput())
-    out = []
-    for c in cands:
-        rates = {}
-        for role, s in scheds.items():
-            sim = s.clone()
-            down = sorted(r for r in c.down if role_of[r] == role)
-            up = sorted(r for r in c.up if role_of[r] == role)
-            if down:
-                sim.shift_down(down)
-            if up:
-                sim.shift_up(up)
-            rates[role] = sim.throughput()
-        out.append(benefit(cfg.horizon_s, overall_throughput(n["rollout"], rates["rollout"], n["reward"], rates["reward"]), cur, c.penalty))
-    return out
 
 
 def best_of(cands: list, benefits: list[float]) -> tuple | None:
@@ -156,7 +140,7 @@ def main() -> None:
             ref_sim, ref_ratio = f"{ref_s * 1e3:.1f}", f"{ref_s / wall[2]:.1f}x"
             same = "yes" if want == got else "NO"
         elif n <= args.check_max:
-            want = clone_benefits(snap, planner.cfg, cands)
+            want = reference_benefits(snap, planner.cfg, cands, production_scheduler)
             same = "yes" if want == got else "NO"
         if same == "yes":
             mine = None if plan is None else (plan.up, plan.down, plan.benefit)

@@ -3,6 +3,7 @@ per candidate, clone the frozen reference scheduler, shift down, shift up, read 
 from __future__ import annotations
 
 import random
+from typing import Callable
 
 import pytest
 
@@ -68,9 +69,11 @@ def ref_rate(s: ref.ShiftAwareScheduler, binary: bool) -> float:
     return s.throughput()
 
 
-def reference_benefits(snap: ClusterSnapshot, cfg: PlannerConfig, cands: list) -> list[float]:
+def reference_benefits(snap: ClusterSnapshot, cfg: PlannerConfig, cands: list, scheduler: Callable = ref_scheduler) -> list[float]:
+    """Per candidate: clone each role's `scheduler(snap, role, migrate)` (the frozen reference by
+    default; tools/bench_planner.py also passes the production one), shift down, shift up, rate."""
     binary = cfg.no_throughput_model
-    base = {r: ref_scheduler(snap, r, not cfg.no_migration) for r in ("rollout", "reward")}
+    base = {r: scheduler(snap, r, not cfg.no_migration) for r in ("rollout", "reward")}
     role_of = {r.replica_id: r.role for r in snap.replicas}
     n = {r: base[r].num_sequences() for r in base}
     cur = overall_throughput(n["rollout"], ref_rate(base["rollout"], binary), n["reward"], ref_rate(base["reward"], binary))
