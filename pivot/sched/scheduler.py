@@ -184,7 +184,7 @@ class ShiftAwareScheduler:
             before = len(seqs)
             seqs.update(zip(ids, group))
             if len(seqs) != before + len(group):
-                self._duplicate(ids, before, "adopt")
+                self._duplicate(ids, "adopt")
             where.update(dict.fromkeys(ids, rid))
             qver.update(dict.fromkeys(ids, 2))
             r.seqs.update(zip(ids, lens))
@@ -196,14 +196,14 @@ class ShiftAwareScheduler:
         before = len(seqs)
         seqs.update(zip(ids, group))
         if len(seqs) != before + len(group):
-            self._duplicate(ids, before, "submit")
+            self._duplicate(ids, "submit")
         where.update(dict.fromkeys(ids))
         qver.update(dict.fromkeys(ids, 1))
         heap = self._queue
         heap.extend([(prio(s), s.seq_id, 1) for s in group])
         heapq.heapify(heap)  # same pop order as pushing one by one: (priority, id) is a total order
 
-    def _duplicate(self, ids: list[int], known_before: int, what: str) -> None:
+    def _duplicate(self, ids: list[int], what: str) -> None:
         seen: set[int] = set()
         for sid in ids:
             if sid in seen:
