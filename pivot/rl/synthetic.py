@@ -116,14 +116,15 @@ def column_lines(a: int, op: str, b: int) -> list[str]:
     return _columns(a, op, b)[0]
 
 
-def _columns(
-    a: int, op: str, b: int, fault_col: int = -1, fault: str = "", delta: int = 1
-) -> tuple[list[str], str]:
-    """Column lines and the answer read off them; `fault` ('digit' or 'carry') injects one
-    slip at column `fault_col`, later columns following on consistently (a plausible mistake)."""
+def _column_steps(
+    a: int, op: str, b: int, extra: int = 0, fault_col: int = -1, fault: str = "", delta: int = 1
+) -> list[tuple[int, int, int, int, int]]:
+    """(x, y, carry in, digit, carry out) per column, least significant first, plus `extra`
+    zero columns; `fault` ('digit' or 'carry') injects one slip at column `fault_col`, later
+    columns following on consistently (a plausible mistake)."""
     da, db = str(a)[::-1], str(b)[::-1]
-    carry, lines, digits, flag = 0, [], [], "c" if op == "+" else "b"
-    for i in range(max(len(da), len(db))):
+    carry, steps = 0, []
+    for i in range(max(len(da), len(db)) + extra):
         x = int(da[i]) if i < len(da) else 0
         y = int(db[i]) if i < len(db) else 0
         value = x + y + carry if op == "+" else x - y - carry
@@ -133,11 +134,21 @@ def _columns(
             digit = (digit + delta) % 10
         if i == fault_col and fault == "carry":
             out = 1 - out
-        lines.append(f"{x}{op}{y}{op}{carry}={digit} {flag}{out}")
-        digits.append(str(digit))
+        steps.append((x, y, carry, digit, out))
         carry = out
-    if op == "+" and carry:
+    return steps
+
+
+def _columns(
+    a: int, op: str, b: int, fault_col: int = -1, fault: str = "", delta: int = 1
+) -> tuple[list[str], str]:
+    """Column lines and the answer read off them (a slip as in `_column_steps`)."""
+    steps = _column_steps(a, op, b, 0, fault_col, fault, delta)
+    digits = [str(s[3]) for s in steps]
+    if op == "+" and steps[-1][4]:
         digits.append("1")
+    flag = "c" if op == "+" else "b"
+    lines = [f"{x}{op}{y}{op}{carry}={digit} {flag}{out}" for x, y, carry, digit, out in steps]
     return lines, str(int("".join(reversed(digits))))
 
 
@@ -207,19 +218,12 @@ def judge_reasoning(question: str, response: str) -> str:
     answer, as every well-formed response does."""
     a, op, b = parse_question(question)
     claimed = trailing_digits(response)[::-1]
-    da, db = str(a)[::-1], str(b)[::-1]
-    carry, matched, lines = 0, True, []
-    for col in range(max(len(da), len(db)) + 2):
-        x = int(da[col]) if col < len(da) else 0
-        y = int(db[col]) if col < len(db) else 0
-        value = x + y + carry if op == "+" else x - y - carry
-        out, digit = int(value >= 10 or value < 0), value % 10
+    matched, lines, flag = True, [], "c" if op == "+" else "b"
+    for col, (x, y, carry, digit, out) in enumerate(_column_steps(a, op, b, extra=2)):
         g = claimed[col] if col < len(claimed) else "_"
         same = g == str(digit) or (g == "_" and digit == 0)  # a leading zero may be absent
         matched = matched and same
-        flag = "c" if op == "+" else "b"
         lines.append(f"{g} {x}{op}{y}{op}{carry}={digit} {g}{_mark(same)} {flag}{out} {_mark(matched)}")
-        carry = out
     expected = str(a + b if op == "+" else a - b)
     return "\n".join(lines + [f"{VERDICT_PREFIX}{int(extract_answer(response) == expected)}"])
 
