@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ if str(ROOT) not in sys.path:  # configs/ lives beside pivot/ and is not install
 
 from configs.presets import PRESETS, get_preset  # noqa: E402
 from pivot.config import ConfigError, PivotConfig, deferred_checks  # noqa: E402
+from pivot.rl.plugins import check_plugins  # noqa: E402
 
 DESCRIPTION = (
     "Pivot: resource-shiftable RL post-training with a generative reward model. "
@@ -49,6 +51,9 @@ def parse(argv: list[str], world_size: int | None = None, local_world_size: int 
     world = world_size if world_size is not None else int(os.environ.get("WORLD_SIZE", "1"))
     local = local_world_size if local_world_size is not None else int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     cfg.validate(world, local)
+    check_plugins(cfg.reward)
+    if cfg.log.wandb and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("log.wandb=True: wandb is not installed (pip install wandb)")
     return cfg
 
 

@@ -157,9 +157,11 @@ def tiny_args(recipe: TinyRecipe, tok: TextTokenizer) -> ModelArgs:
 
 
 def train_lm(
-    model: CausalLM, examples: list[tuple[list[int], list[int]]], steps: int, recipe: TinyRecipe, pad_id: int, seed: int
+    model: CausalLM, examples: list[tuple[list[int], list[int]]], steps: int, recipe: TinyRecipe, pad_id: int, seed: int,
+    log: Callable[[str], None] = lambda _: None, name: str = "model",
 ) -> None:
-    """Next-token loss on each example's target (not its prompt): AdamW, warm-up, constant, linear decay."""
+    """Next-token loss on each example's target (not its prompt): AdamW, warm-up, constant, linear
+    decay. `log` hears the loss four times along the way (a first build is minutes long)."""
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98), weight_decay=0.01)
     # batches of similar length waste little compute on padding; their order is shuffled
@@ -185,6 +187,8 @@ def train_lm(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if (step + 1) % max(1, steps // 4) == 0:
+            log(f"{name}: step {step + 1}/{steps}, loss {loss.item():.3f}")
     model.eval()
 
 
@@ -278,7 +282,7 @@ def _build(out: Path, seed: int, recipe: TinyRecipe, log: Callable[[str], None])
         solve = [(tok.encode(syn.policy_prompt(p)), tok.encode(syn.worked_solution(p)) + [tok.eos_id]) for p in train]
 
         model = CausalLM(tiny_args(recipe, tok))
-        train_lm(model, solve, recipe.policy_steps, recipe, tok.pad_id, seed)
+        train_lm(model, solve, recipe.policy_steps, recipe, tok.pad_id, seed, log, "policy")
         save_pretrained(model, out / "policy", tokenizer_file=out / "tokenizer.json")
         log(f"policy trained ({recipe.policy_steps} steps) at {time.perf_counter() - start:.0f}s")
         greedy = _respond(model, tok, held, 0.0, seed)
@@ -303,7 +307,7 @@ def _build(out: Path, seed: int, recipe: TinyRecipe, log: Callable[[str], None])
         judge = []
         for p, r in cases:
             judge.append((tok.encode(_judge_prompt(p, r)), tok.encode(syn.judge_reasoning(p.question, r)) + [tok.eos_id]))
-        train_lm(model, judge, recipe.genrm_steps, recipe, tok.pad_id, seed + 3)
+        train_lm(model, judge, recipe.genrm_steps, recipe, tok.pad_id, seed + 3, log, "GenRM")
         save_pretrained(model, out / "genrm", tokenizer_file=out / "tokenizer.json")
         log(f"GenRM trained ({recipe.genrm_steps} steps) at {time.perf_counter() - start:.0f}s")
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pivot.config import PivotConfig
 from pivot.dist import ControllerEndpoint, SlotTable
 from pivot.plan import ClusterSnapshot, ShiftPlan
+from pivot.rl.evaluation import eval_due
 from pivot.runtime import messages as m
 from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog
@@ -109,7 +110,8 @@ class Controller:
             if got and isinstance(got[1], m.Hello):
                 hello.add(got[0])
         self.execute(self.mode.initial(self))
-        while self.step < self.cfg.train.steps and self.failed is None:
+        self.submit(self.flow.start_eval(self.step))
+        while (self.step < self.cfg.train.steps or self.flow.evals) and self.failed is None:
             got = self.ep.recv(5)
             while got is not None:
                 self.handle(*got)
@@ -121,6 +123,10 @@ class Controller:
         self.submit(self.flow.fill(self.version, self.cfg.train.steps))
         self.apply(self.sched["rollout"].dispatch() + self.sched["reward"].dispatch())
         self.maybe_train()
+        for result in self.flow.eval_results:
+            self.log.eval(result)
+            self.progress.eval(result)
+        self.flow.eval_results.clear()
         now = time.monotonic()
         if now - self._last_monitor >= MONITOR_EVERY_S:
             self._last_monitor = now
@@ -304,6 +310,8 @@ class Controller:
             if state == "up" and self.slot_of[rid][0] == "rollout":
                 self.send_slot(rid, m.UpdateWeights(self.slot_of[rid][1], self.version), leader_only=True)
         self.report_step(lead.step, lead.metrics, secs)
+        if eval_due(self.step, self.cfg.train.steps, self.cfg.eval.every):
+            self.submit(self.flow.start_eval(self.step))
         if self.ckpt.due(self.step, self.cfg.train.steps):
             self.ckpt.snapshot(self.step, {"step": self.step, "version": self.version, **self.flow.state_dict()})
             self.saving = set(self.replicas[self.train_rid].devices)

@@ -13,6 +13,7 @@ from pivot.dist import ClusterSpec, ControllerEndpoint, SlotTable
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor, load_dataset
+from pivot.rl.evaluation import split_heldout
 from pivot.runtime.checkpoint import Checkpointer
 from pivot.runtime.controller import Controller
 from pivot.runtime.flow import RLFlow
@@ -59,13 +60,14 @@ def start_controller(
     ckpt: Checkpointer, resume: tuple[Path, dict] | None, start_step: int,
 ) -> ControllerThread:
     endpoint = ControllerEndpoint(store)
-    dataset = load_dataset(cfg.data, seed=cfg.seed)
+    dataset, heldout = split_heldout(cfg.data, cfg.eval, load_dataset(cfg.data, seed=cfg.seed), cfg.seed)
     flow = RLFlow(
         cfg, PromptCursor(dataset, seed=cfg.data.shuffle_seed), TextTokenizer.from_pretrained(policy_path),
         TextTokenizer.from_pretrained(genrm_path), SampleBuffer(cfg.train.group_size, cfg.train.staleness),
-        cfg.train.staleness,
+        cfg.train.staleness, heldout,
     )
-    log = RunLog(cfg.log.dir, cfg.log.tensorboard, start_step if resume is not None else None)
+    log = RunLog(cfg.log.dir, cfg.log.tensorboard, start_step if resume is not None else None,
+                 cfg.log.wandb_project if cfg.log.wandb else None, _asdict(cfg))
     (Path(cfg.log.dir) / "config.json").write_text(json.dumps(_asdict(cfg), indent=1))
     progress = StepProgress(cfg.train.steps, start_step, cfg.log.progress)
     ctrl = Controller(cfg, table, spec.world_size, endpoint, flow, make_mode(cfg), log,

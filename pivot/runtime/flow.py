@@ -9,6 +9,8 @@ judged by its oldest tokens, the conservative choice for the staleness bound).
 """
 from __future__ import annotations
 
+import dataclasses
+import time
 import zlib
 from dataclasses import dataclass, field
 
@@ -17,8 +19,10 @@ from pivot.engine import Output, Request, SamplingParams
 from pivot.model import TextTokenizer
 from pivot.rl.batch import TrainBatch, batch_from_groups
 from pivot.rl.buffer import Key, Outcome, SampleBuffer
-from pivot.rl.data import PromptCursor
-from pivot.rl.reward import GenRMScorer, total_reward, verify
+from pivot.rl.data import Prompt, PromptCursor
+from pivot.rl.evaluation import EvalResult, EvalRun
+from pivot.rl.plugins import CheckedVerifier, judge_template, load_verifier
+from pivot.rl.reward import GenRMScorer, total_reward
 from pivot.sched.records import SeqState
 
 
@@ -30,6 +34,7 @@ class SeqInfo:
     request: Request  # the latest known state: prompt plus the tokens generated so far
     version: int = -1  # rollout: oldest policy version that generated its tokens
     r_verifiable: float = 0.0  # reward sequences carry the verifiable part along
+    eval_step: int = -1  # >= 0: a held-out evaluation sequence of that step (never trained on)
 
     def state(self) -> SeqState:
         return SeqState(self.seq_id, len(self.request.prompt_ids), len(self.request.output_ids))
@@ -55,15 +60,22 @@ class RLFlow:
     genrm_tok: TextTokenizer
     buffer: SampleBuffer
     staleness: int
+    heldout: list[Prompt] = field(default_factory=list)
     next_step: int = 0  # next step whose prompts are not submitted yet
     seqs: dict[int, SeqInfo] = field(default_factory=dict)
     verifiable: dict[Key, float] = field(default_factory=dict)  # R_verifiable per sample, for metrics
     judgings: dict[Key, int] = field(default_factory=dict)  # GenRM verdicts received per sample
     stats: FlowStats = field(default_factory=FlowStats)
+    evals: dict[int, EvalRun] = field(default_factory=dict)  # in flight, by step
+    eval_results: list[EvalResult] = field(default_factory=list)  # finished, not yet logged
     _next_id: int = 0
 
     def __post_init__(self) -> None:
-        self.scorer = GenRMScorer(self.cfg.reward)
+        reward = self.cfg.reward
+        self.scorer = GenRMScorer(dataclasses.replace(reward, judge_template=judge_template(reward), judge_template_file=""))
+        self.verify = CheckedVerifier(load_verifier(reward.verifier))
+        limit = self.cfg.rollout.max_prompt_tokens
+        self.heldout = [p for p in self.heldout if len(self.policy_tok.encode(p.text)) <= limit]
         ro, rm = self.cfg.rollout, self.cfg.reward
         self._ro_params = dict(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k, max_new_tokens=ro.max_new_tokens)
         self._rm_params = dict(temperature=rm.temperature, max_new_tokens=rm.max_new_tokens)
@@ -114,7 +126,7 @@ class RLFlow:
         self.stats.rollouts_finished += 1
         self.stats.tokens_rollout += len(out.prompt_ids) + len(out.output_ids)
         sample = self.buffer.sample(info.key)
-        r_v = verify(text, sample.prompt.ground_truth)
+        r_v = self.verify(text, sample.prompt.ground_truth)
         self.verifiable[info.key] = r_v
         if self.cfg.reward.w_genrm == 0:  # no judge: the verifiable reward is the reward
             self.buffer.on_reward(info.key, total_reward(r_v, None, self.cfg.reward))
@@ -137,10 +149,32 @@ class RLFlow:
         if info is None:  # already finished elsewhere (a migrated sequence finishing twice)
             self.stats.duplicates_dropped += 1
             return []
+        if info.eval_step >= 0:
+            self.on_eval(out)
+            return []
         if info.role == "rollout":
             return self.on_rollout(out)
         self.on_reward(out)
         return []
+
+    # ---- held-out evaluation -----------------------------------------------------------------
+    def start_eval(self, step: int) -> list[SeqInfo]:
+        """Greedy rollouts of every held-out prompt for the policy after `step` training steps."""
+        if not self.heldout or step in self.evals:
+            return []
+        self.evals[step] = EvalRun(step, len(self.heldout), time.monotonic())
+        params = {**self._ro_params, "temperature": 0.0}
+        return [self._new_seq("rollout", (step, i, -1), self.policy_tok.encode(p.text), params, eval_step=step)
+                for i, p in enumerate(self.heldout)]
+
+    def on_eval(self, out: Output) -> None:
+        info = self.seqs.pop(out.id)
+        run = self.evals[info.eval_step]
+        prompt = self.heldout[info.key[1]]
+        score = self.verify(self.policy_tok.decode(out.output_ids), prompt.ground_truth)
+        run.add(score, len(out.output_ids), out.weights_version)
+        if run.finished:
+            self.eval_results.append(self.evals.pop(run.step).result(time.monotonic()))
 
     def on_partial(self, partial: Request, version: int) -> None:
         """An aborted sequence's progress; it resumes from here wherever it lands next."""
@@ -148,7 +182,7 @@ class RLFlow:
         if info is None:
             return
         info.request = partial
-        if info.role == "rollout" and partial.output_ids:
+        if info.role == "rollout" and partial.output_ids and info.eval_step < 0:
             info.version = version if info.version < 0 else min(info.version, version)
 
     def batch(self, step: int) -> tuple[TrainBatch, dict[str, float], list[dict]]:
@@ -179,6 +213,7 @@ class RLFlow:
             "count/duplicates_dropped": st.duplicates_dropped + buf.duplicates_dropped,
             "count/stale_regenerated": st.stale_regenerated,
             "count/unparsable_verdicts": self.scorer.stats.unparsable_verdicts,
+            "count/verifier_errors": self.verify.errors,
             "count/prompts_skipped_too_long": st.prompts_skipped_too_long,
             "count/bad_rows_skipped": self.cursor.dataset.stats.skipped,
             "reward/genrm_mean": st.genrm_sum / max(st.rewards_finished, 1),
@@ -204,7 +239,7 @@ class RLFlow:
         out = [self.rollout_seq(key) for key in self.buffer.pending_keys()]
         for key in self.buffer.unrewarded_keys():
             sample = self.buffer.sample(key)
-            r_v = verify(sample.text, sample.prompt.ground_truth)
+            r_v = self.verify(sample.text, sample.prompt.ground_truth)
             self.verifiable[key] = r_v
             judge = self.scorer.prompt(sample.prompt.text, sample.text)
             out.append(self._new_seq("reward", key, self.genrm_tok.encode(judge), self._rm_params, r_verifiable=r_v))

@@ -20,6 +20,7 @@ from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
 from pivot.runtime.checkpoint import Checkpointer
 from pivot.runtime.controller_thread import start_controller
+from pivot.runtime.summary import run_summary
 from pivot.runtime.weights import WeightService
 from pivot.runtime.worker import Worker
 
@@ -55,11 +56,16 @@ def model_paths(cfg: PivotConfig, spec: ClusterSpec) -> tuple[Path, Path]:
     use (one builder per host, the other ranks wait at the barrier and then hit the cache)."""
     if cfg.model.policy and cfg.model.genrm:
         return Path(cfg.model.policy), Path(cfg.model.genrm)
-    from pivot.model.tiny import ensure_tiny_models
+    from pivot.model.tiny import MARKER, TinyRecipe, cache_root, ensure_tiny_models
 
     cache = cfg.model.tiny_cache or None
     if spec.local_rank == 0:
-        ensure_tiny_models(cache, seed=0)
+        log = None
+        if not (cache_root(cache, 0, TinyRecipe()) / MARKER).is_file():
+            print("pivot: first run: building the embedded tiny policy and GenRM (about 2-3 minutes on 2 cores; "
+                  "cached for later runs)", flush=True)
+            log = lambda msg: print(f"pivot:   {msg}", flush=True)  # noqa: E731
+        ensure_tiny_models(cache, seed=0, log=log)
     dist.barrier()
     tiny = ensure_tiny_models(cache, seed=0)
     return Path(cfg.model.policy or tiny.policy), Path(cfg.model.genrm or tiny.genrm)
@@ -123,6 +129,7 @@ def run(cfg: PivotConfig) -> int:
     worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
     if controller is not None:
         controller.join()
+        print(run_summary(cfg.log.dir, ckpt.dir, f"failed: {controller.failed}" if controller.failed else "done"), flush=True)
     dist.barrier()
     gps.close()
     dist.destroy_process_group()

@@ -1,24 +1,30 @@
 """Run records on rank 0: per-step metrics (JSONL + TensorBoard) and the timeline (JSONL).
 
-`metrics.jsonl`: one row per RL step. `timeline.jsonl`: rows of kind "sample" (time, devices
+`metrics.jsonl`: one row per RL step. `eval.jsonl`: one row per held-out evaluation. `timeline.jsonl`: rows of kind "sample" (time, devices
 per role, tokens/s per role) every monitor tick, and kind "shift" (a shift's roles, devices and
 phase timings). `tools/plot_timeline.py` renders the timeline like the paper's Figure 10.
 """
 from __future__ import annotations
 
 import json
+import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from pivot.rl.evaluation import EvalResult
+
 
 class RunLog:
-    def __init__(self, run_dir: str | Path, tensorboard: bool, resume_step: int | None = None) -> None:
+    def __init__(self, run_dir: str | Path, tensorboard: bool, resume_step: int | None = None,
+                 wandb_project: str | None = None, config: dict[str, Any] | None = None) -> None:
         """`resume_step`: continuing from a checkpoint of that step, so rows of later steps
-        (trained by the killed run after its last checkpoint, and trained again now) go."""
+        (trained by the killed run after its last checkpoint, and trained again now) go.
+        `wandb_project`: also log to Weights & Biases (offline unless WANDB_MODE is set)."""
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        for name in ("metrics.jsonl", "samples.jsonl"):
+        for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
             file = self.dir / name
             if file.is_file():
                 rows = read_jsonl(file) if resume_step is not None else []
@@ -27,6 +33,8 @@ class RunLog:
         self._metrics = (self.dir / "metrics.jsonl").open("a")
         self._timeline = (self.dir / "timeline.jsonl").open("a" if resume_step is not None else "w")
         self._samples = (self.dir / "samples.jsonl").open("a")
+        self._eval = (self.dir / "eval.jsonl").open("a")
+        self._wandb = _start_wandb(wandb_project, self.dir, config) if wandb_project else None
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -40,11 +48,23 @@ class RunLog:
         row = {"step": step, "time": round(self.now(), 3), **metrics}
         self._metrics.write(json.dumps(row) + "\n")
         self._metrics.flush()
+        self._scalars(step, metrics)
+
+    def eval(self, result: EvalResult) -> None:
+        """A held-out evaluation; its step is the number of training steps before it."""
+        row = {"step": result.step, "time": round(self.now(), 3), **asdict(result)}
+        self._eval.write(json.dumps(row) + "\n")
+        self._eval.flush()
+        self._scalars(result.step, {"eval/accuracy": result.accuracy, "eval/response_len": result.response_len})
+
+    def _scalars(self, step: int, metrics: dict[str, float]) -> None:
+        numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         if self._tb is not None:
-            for key, value in metrics.items():
-                if isinstance(value, (int, float)):
-                    self._tb.add_scalar(key, value, step)
+            for key, value in numbers.items():
+                self._tb.add_scalar(key, value, step)
             self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(numbers, step=step)
 
     def samples(self, records: list[dict[str, Any]]) -> None:
         """One row per trained sample: key, policy version, reward parts, response."""
@@ -65,10 +85,22 @@ class RunLog:
         self._samples.close()
         self._metrics.close()
         self._timeline.close()
+        self._eval.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     with Path(path).open() as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def _start_wandb(project: str, run_dir: Path, config: dict[str, Any] | None) -> Any:
+    """A W&B run writing under the run folder; offline unless the user set WANDB_MODE (clusters
+    often have no route out, and a run must never wait on one)."""
+    import wandb  # checked at start-up (pivot.cli), not a dependency otherwise
+
+    os.environ.setdefault("WANDB_MODE", "offline")
+    return wandb.init(project=project, dir=str(run_dir), config=config, name=run_dir.name)

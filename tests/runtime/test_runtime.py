@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow
 
 B, G = 4, 2
 SMALL = ["--train.batch-prompts", str(B), "--train.group-size", str(G), "--rollout.max-new-tokens", "12",
-         "--reward.max-new-tokens", "8", "--data.max-digits", "2", "--log.no-progress", "--log.no-tensorboard"]
+         "--reward.max-new-tokens", "8", "--data.max-digits", "2", "--log.no-progress", "--log.no-tensorboard",
+         "--eval.prompts", "6"]
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +91,9 @@ def test_every_mode_runs(models: tuple[Path, Path], tmp_path: Path, mode: str) -
     flags = MODES[mode]
     torchrun(models, tmp_path, "--train.steps", "2", *flags)
     check_exactly_once(tmp_path, 2)
+    evals = rows(tmp_path, "eval.jsonl")  # the held-out evaluation before the first step and after the last
+    assert [(r["step"], r["prompts"]) for r in evals] == [(0, 6), (2, 6)]
+    assert evals[0]["versions"] == [0, 0]
 
 
 def test_resume_after_kill(models: tuple[Path, Path], tmp_path: Path) -> None:
@@ -106,3 +110,5 @@ def test_resume_after_kill(models: tuple[Path, Path], tmp_path: Path) -> None:
     assert proc.returncode != 0
     torchrun(models, tmp_path, "--train.steps", "8", "--checkpoint.every", "2", "--checkpoint.resume")
     check_exactly_once(tmp_path, 8)
+    steps = [r["step"] for r in rows(tmp_path, "eval.jsonl")]
+    assert steps == sorted(set(steps)) and steps[0] == 0 and steps[-1] == 8, steps

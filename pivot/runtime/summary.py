@@ -1,0 +1,46 @@
+"""What rank 0 prints when the main job ends: what ran, how fast, what was learned, where it all is.
+
+Read back from the run folder's records (metrics.jsonl, eval.jsonl, timeline.jsonl), so the
+summary says exactly what the files say."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from pivot.runtime.metrics import read_jsonl
+
+
+def run_summary(run_dir: str | Path, checkpoint_dir: str | Path, status: str) -> str:
+    run = Path(run_dir)
+    metrics = _rows(run / "metrics.jsonl")
+    evals = _rows(run / "eval.jsonl")
+    timeline = _rows(run / "timeline.jsonl")
+    lines = [f"pivot: {status}"]
+    if metrics:
+        first, last = metrics[0], metrics[-1]
+        start = first["time"] - first.get("time/step_s", 0.0)
+        seconds = max(last["time"] - start, 1e-9)
+        tokens = last.get("tokens/rollout", 0) + last.get("tokens/reward", 0)
+        lines.append(f"  steps {first['step']}..{last['step']} ({len(metrics)} trained) in {seconds:.0f} s: "
+                     f"{tokens / seconds:,.0f} tokens/s (rollout + GenRM, prompt + response)")
+        lines.append(f"  batch reward {first.get('reward/mean', 0):.3f} -> {last.get('reward/mean', 0):.3f}, "
+                     f"batch accuracy {first.get('reward/accuracy', 0):.3f} -> {last.get('reward/accuracy', 0):.3f}")
+    if evals:
+        lines.append(f"  held-out accuracy (greedy, {evals[-1]['prompts']} prompts) "
+                     f"{evals[0]['accuracy']:.3f} at step {evals[0]['step']} -> {evals[-1]['accuracy']:.3f} at step {evals[-1]['step']}")
+    ups = Counter(r["role"] for r in timeline if r.get("kind") == "shift" and r.get("event") == "shift_up")
+    downs = Counter(r["role"] for r in timeline if r.get("kind") == "shift" and r.get("event") == "shift_down")
+    if ups or downs:
+        per_role = ", ".join(f"{role} +{ups[role]}/-{downs[role]}" for role in ("rollout", "reward", "train"))
+        lines.append(f"  shifts (up/down): {per_role}")
+    lines += [
+        f"  records:     {run}/metrics.jsonl, eval.jsonl, samples.jsonl, timeline.jsonl"
+        + (f", tb/ (tensorboard --logdir {run}/tb)" if (run / "tb").is_dir() else ""),
+        f"  checkpoints: {checkpoint_dir}",
+        f"  timeline plot: python tools/plot_timeline.py {run}/timeline.jsonl",
+    ]
+    return "\n".join(lines)
+
+
+def _rows(path: Path) -> list[dict]:
+    return read_jsonl(path) if path.is_file() else []

@@ -1,0 +1,35 @@
+"""The end-of-run summary reads the run folder's records back (pivot/runtime/summary.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pivot.runtime.summary import run_summary
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_summary_of_a_run(tmp_path: Path) -> None:
+    _write(tmp_path / "metrics.jsonl", [
+        {"step": 0, "time": 2.0, "time/step_s": 2.0, "tokens/rollout": 100, "tokens/reward": 50, "reward/mean": 0.5, "reward/accuracy": 0.25},
+        {"step": 1, "time": 10.0, "time/step_s": 8.0, "tokens/rollout": 300, "tokens/reward": 100, "reward/mean": 1.0, "reward/accuracy": 0.5},
+    ])
+    _write(tmp_path / "eval.jsonl", [{"step": 0, "accuracy": 0.2, "prompts": 8}, {"step": 2, "accuracy": 0.4, "prompts": 8}])
+    _write(tmp_path / "timeline.jsonl", [
+        {"kind": "shift", "event": "shift_up", "role": "rollout"}, {"kind": "shift", "event": "shift_up", "role": "train"},
+        {"kind": "shift", "event": "shift_down", "role": "rollout"}, {"kind": "sample", "devices": {}},
+    ])
+    text = run_summary(tmp_path, tmp_path / "checkpoints", "done")
+    assert text.splitlines()[0] == "pivot: done"
+    assert "steps 0..1 (2 trained) in 10 s: 40 tokens/s" in text  # 400 tokens from t=0 to t=10
+    assert "batch reward 0.500 -> 1.000, batch accuracy 0.250 -> 0.500" in text
+    assert "0.200 at step 0 -> 0.400 at step 2" in text
+    assert "rollout +1/-1, reward +0/-0, train +1/-0" in text
+    assert f"python tools/plot_timeline.py {tmp_path}/timeline.jsonl" in text
+
+
+def test_summary_of_a_run_that_trained_nothing(tmp_path: Path) -> None:
+    text = run_summary(tmp_path, tmp_path / "ck", "failed: rank 2 failed: boom")
+    assert text.startswith("pivot: failed: rank 2 failed: boom") and "checkpoints: " in text

@@ -1,0 +1,128 @@
+"""Learning curves per deployment mode (the paper's Figure 15): does shifting change what is learned?
+
+    python tools/bench_learning.py [--steps 60] [--seeds 0,1] [--out runs/learning] [extra pivot flags...]
+
+Runs the main job (torchrun, 4 CPU ranks, the embedded tiny models unless flags say otherwise)
+once per mode with the same seed and data, and the reference mode (pivot) once more per extra
+seed. Plots batch reward and greedy held-out accuracy against the step for every mode in one PNG,
+and prints: held-out accuracy before and after per mode, and each mode's distance to the
+reference's curve against the run-to-run spread of the reference across seeds, measured in the
+same invocation. A mode agrees when its distance is within that spread.
+
+Distance between two curves: mean over steps of |a - b| after a centred moving average (window
+`--smooth`) of the batch reward, and the mean |a - b| of held-out accuracy over the evaluations.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = ("pivot", "colocated", "disaggregated", "rr_colocated")
+REFERENCE = "pivot"
+
+
+def run(mode: str, seed: int, steps: int, out: Path, extra: list[str]) -> dict[str, list]:
+    run_dir = out / f"{mode}-seed{seed}"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+           str(ROOT / "pivot" / "main.py"), "--cluster.mode", mode, "--seed", str(seed), "--train.steps", str(steps),
+           "--log.dir", str(run_dir), "--log.no-progress", "--log.no-tensorboard", "--checkpoint.every", "0", *extra]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if proc.returncode != 0:
+        raise SystemExit(f"{mode} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    metrics = _rows(run_dir / "metrics.jsonl")
+    evals = _rows(run_dir / "eval.jsonl")
+    print(f"  {mode:14s} seed {seed}: {time.monotonic() - t0:5.0f} s, held-out "
+          f"{evals[0]['accuracy']:.3f} -> {evals[-1]['accuracy']:.3f}", flush=True)
+    return {"step": [r["step"] for r in metrics], "reward": [r["reward/mean"] for r in metrics],
+            "eval_step": [r["step"] for r in evals], "eval": [r["accuracy"] for r in evals]}
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def smooth(values: list[float], window: int) -> list[float]:
+    half = window // 2
+    return [sum(values[max(0, i - half): i + half + 1]) / len(values[max(0, i - half): i + half + 1]) for i in range(len(values))]
+
+
+def distance(a: list[float], b: list[float]) -> float:
+    n = min(len(a), len(b))
+    return sum(abs(x - y) for x, y in zip(a[:n], b[:n])) / max(n, 1)
+
+
+def plot(curves: dict[str, dict[str, list]], window: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_r, ax_e) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, c in curves.items():
+        style = "--" if "seed" in name and not name.endswith("seed0") else "-"
+        ax_r.plot(c["step"], smooth(c["reward"], window), style, label=name)
+        ax_e.plot(c["eval_step"], c["eval"], style, marker="o", label=name)
+    ax_r.set(xlabel="step", ylabel=f"batch reward (moving average, {window} steps)", title="reward")
+    ax_e.set(xlabel="step", ylabel="greedy held-out accuracy", title="held-out accuracy (verifiable)")
+    for ax in (ax_r, ax_e):
+        ax.grid(alpha=0.3)
+    ax_e.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--seeds", default="0,1", help="the first seeds every mode; the others the reference mode only")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--smooth", type=int, default=9, help="moving-average window of the reward curve, in steps")
+    ap.add_argument("--out", default=str(ROOT / "runs" / "learning"))
+    args, extra = ap.parse_known_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    modes = args.modes.split(",")
+    out = Path(args.out)
+    extra = ["--eval.every", "5", "--eval.prompts", "128", *extra]
+    print(f"learning curves: {args.steps} steps per run, modes {modes}, seeds {seeds} ({REFERENCE} only beyond the first)")
+    curves: dict[str, dict[str, list]] = {}
+    for mode in modes:
+        for seed in seeds if mode == REFERENCE else seeds[:1]:
+            curves[f"{mode}-seed{seed}"] = run(mode, seed, args.steps, out, extra)
+    png = out / "learning_curves.png"
+    plot(curves, args.smooth, png)
+    (out / "curves.json").write_text(json.dumps(curves))
+
+    ref = curves[f"{REFERENCE}-seed{seeds[0]}"]
+    ref_r = smooth(ref["reward"], args.smooth)
+    spread = {"reward": 0.0, "eval": 0.0}
+    for seed in seeds[1:]:
+        other = curves[f"{REFERENCE}-seed{seed}"]
+        spread["reward"] = max(spread["reward"], distance(ref_r, smooth(other["reward"], args.smooth)))
+        spread["eval"] = max(spread["eval"], distance(ref["eval"], other["eval"]))
+    print(f"\nheld-out accuracy (greedy, {len(ref['eval'])} evaluations) and distance to {REFERENCE} seed {seeds[0]}; "
+          f"reference spread across seeds: reward {spread['reward']:.3f}, held-out {spread['eval']:.3f}")
+    print(f"{'run':22s} {'before':>7s} {'after':>7s} {'gain':>7s} {'d(reward)':>10s} {'/spread':>8s} {'d(held-out)':>12s} {'/spread':>8s}  verdict")
+    ok = True
+    for name, c in curves.items():
+        d_r = distance(ref_r, smooth(c["reward"], args.smooth))
+        d_e = distance(ref["eval"], c["eval"])
+        ratio_r = d_r / spread["reward"] if spread["reward"] else float("nan")
+        ratio_e = d_e / spread["eval"] if spread["eval"] else float("nan")
+        agree = name.startswith(REFERENCE) or (ratio_r <= 1.0 and ratio_e <= 1.0)
+        learned = c["eval"][-1] > c["eval"][0]
+        ok = ok and agree and learned
+        verdict = ("agrees" if agree else "DIFFERS") + ("" if learned else ", did NOT improve")
+        print(f"{name:22s} {c['eval'][0]:7.3f} {c['eval'][-1]:7.3f} {c['eval'][-1] - c['eval'][0]:+7.3f} "
+              f"{d_r:10.3f} {ratio_r:7.2f}x {d_e:12.3f} {ratio_e:7.2f}x  {verdict}")
+    print(f"\nfigure: {png}\n{'PASS' if ok else 'MISS'}: every mode within the reference's seed spread and above its starting accuracy")
+
+
+if __name__ == "__main__":
+    main()
