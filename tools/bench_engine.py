@@ -31,7 +31,7 @@ def long_tail_lengths(n: int, rng: np.random.Generator, median: float, sigma: fl
 
 def task_lengths(n: int, seed: int) -> list[int]:
     """Lengths of the synthetic task's worked solutions (its tokenizer is digit-level)."""
-    from pivot.rl import synthetic as syn
+    from pivot.tiny import synthetic as syn
 
     return [len(syn.worked_solution(p)) for p in syn.generate_problems(n, seed)]
 

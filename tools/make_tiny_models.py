@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pivot.model.tiny import DEFAULT_CACHE, TinyRecipe, cache_root, ensure_tiny_models  # noqa: E402
+from pivot.tiny.models import DEFAULT_CACHE, TinyRecipe, cache_root, ensure_tiny_models  # noqa: E402
 
 
 def main() -> None:

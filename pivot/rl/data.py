@@ -11,7 +11,7 @@ messages are joined as "role: content" lines.
 
 Rows with a missing field, a wrong type or broken JSON are skipped and counted in
 `DataStats`; a dataset with no valid row is an error. With `path` empty, the built-in
-synthetic arithmetic set (`pivot.rl.synthetic`, the one the tiny models learn) is used.
+synthetic arithmetic set (`pivot.tiny.synthetic`, the one the tiny models learn) is used.
 """
 from __future__ import annotations
 
@@ -159,7 +159,7 @@ def _read_rows(path: Path) -> list[Any]:
 
 
 def synthetic_dataset(config: DataConfig, seed: int = 0) -> PromptDataset:
-    from pivot.rl import synthetic  # lazy: only the embedded default needs it
+    from pivot.tiny import synthetic  # lazy: only the embedded default needs it
 
     problems = synthetic.generate_problems(config.synthetic_size, seed, config.min_digits, config.max_digits)
     return rows_to_dataset(synthetic.to_rows(problems), DataConfig(), f"synthetic(seed={seed})")

@@ -39,7 +39,7 @@ def split_heldout(data: DataConfig, config: EvalConfig, train: PromptDataset, se
 
 
 def _fresh_synthetic(data: DataConfig, n: int, seen: set[str], seed: int) -> list[Prompt]:
-    from pivot.rl import synthetic  # lazy: only the embedded default needs it
+    from pivot.tiny import synthetic  # lazy: only the embedded default needs it
 
     out: list[Prompt] = []
     draw = 0

@@ -8,7 +8,7 @@ period are dropped; numbers compare exactly as rationals, so "0.5", "1/2", "\\fr
 "\\dfrac12", "+0.50" all match; anything else compares as the normalised string.
 
 GenRM: `judge_prompt` fills a template with `{question}` and `{response}` (default
-`pivot.rl.synthetic.JUDGE_TEMPLATE`). `parse_verdict(text)` reads the LAST verdict in the
+`pivot.tiny.synthetic.JUDGE_TEMPLATE`). `parse_verdict(text)` reads the LAST verdict in the
 judge's text and returns a score in [0, 1] or None. Accepted (case-insensitive, after
 `Verdict:` or `Score:`): a number in [0, 1] ("1", "0.75"), a fraction or "x/10" form ("7/10" ->
 0.7), a percentage ("75%"), or a word (correct/yes/true/pass -> 1, incorrect/wrong/no/false/
@@ -105,7 +105,7 @@ def verify(response: str, ground_truth: str) -> float:
 
 
 def _default_template() -> str:
-    from pivot.rl.synthetic import JUDGE_TEMPLATE  # lazy: keeps this module import-light
+    from pivot.tiny.synthetic import JUDGE_TEMPLATE  # lazy: keeps this module import-light
 
     return JUDGE_TEMPLATE
 

@@ -56,7 +56,7 @@ def model_paths(cfg: PivotConfig, spec: ClusterSpec) -> tuple[Path, Path]:
     use (one builder per host, the other ranks wait at the barrier and then hit the cache)."""
     if cfg.model.policy and cfg.model.genrm:
         return Path(cfg.model.policy), Path(cfg.model.genrm)
-    from pivot.model.tiny import MARKER, TinyRecipe, cache_root, ensure_tiny_models
+    from pivot.tiny.models import MARKER, TinyRecipe, cache_root, ensure_tiny_models
 
     cache = cfg.model.tiny_cache or None
     if spec.local_rank == 0:

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pivot.config import DataConfig
-from pivot.rl import synthetic
+from pivot.tiny import synthetic
 from pivot.rl.data import PromptCursor, load_dataset, stats_dict
 
 DAPO_ROWS = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pivot.config import RewardConfig
-from pivot.rl import synthetic
+from pivot.tiny import synthetic
 from pivot.rl.reward import (
     GenRMScorer,
     extract_answer,

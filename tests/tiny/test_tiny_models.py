@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from pivot.model import CausalLM, TextTokenizer
-from pivot.model.tiny import MARKER, TinyRecipe, build_once, ensure_tiny_models, generate, tiny_args, train_tokenizer, verdict_score
-from pivot.rl import synthetic as syn
+from pivot.tiny.models import MARKER, TinyRecipe, build_once, ensure_tiny_models, generate, tiny_args, train_tokenizer
+from pivot.tiny import synthetic as syn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,12 +45,6 @@ def test_cached_decoding_matches_full_recompute() -> None:
         assert out == ids[len(prompt) :]
     sampled = generate(model, prompts, max_new=8, eos_id=-1, temperature=1.0, seed=3)
     assert sampled == generate(model, prompts, max_new=8, eos_id=-1, temperature=1.0, seed=3)
-
-
-def test_verdict_score() -> None:
-    assert verdict_score("x\nVerdict: 1") == 1.0
-    assert verdict_score("Verdict: 0.25") == 0.25
-    assert verdict_score("Verdict: maybe") is None and verdict_score("nothing") is None
 
 
 def test_build_once_publishes_atomically(tmp_path: Path) -> None:

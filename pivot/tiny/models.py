@@ -1,7 +1,7 @@
 """The embedded default: a tiny arithmetic policy and a tiny GenRM, built on first use and cached.
 
 `ensure_tiny_models()` returns the cached pair or builds it: trains a digit-level tokenizer on
-the synthetic corpus (`pivot.rl.synthetic`), supervised-trains a tiny Qwen2-family policy on
+the synthetic corpus (`pivot.tiny.synthetic`), supervised-trains a tiny Qwen2-family policy on
 worked solutions, deliberately stopping early so RL has room to improve, then continues from
 those weights on judge examples (mostly random wrong answers, some plausible slips and right
 answers, plus the policy's own samples) to get the GenRM. Both are saved in Hugging Face layout with the tokenizer and evaluated on held-out
@@ -29,9 +29,10 @@ from pivot.model.args import ModelArgs
 from pivot.model.checkpoint import save_pretrained
 from pivot.model.tokenizer import TextTokenizer
 from pivot.model.transformer import CausalLM
-from pivot.rl import synthetic as syn
+from pivot.rl.reward import parse_verdict, verify
+from pivot.tiny import synthetic as syn
 
-BUILD_VERSION = 4  # bump when the recipe changes so stale caches are not reused
+BUILD_VERSION = 5  # bump when the recipe changes so stale caches are not reused
 MARKER = "COMPLETE"
 DEFAULT_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "tiny"
 
@@ -287,8 +288,8 @@ def _build(out: Path, seed: int, recipe: TinyRecipe, log: Callable[[str], None])
         log(f"policy trained ({recipe.policy_steps} steps) at {time.perf_counter() - start:.0f}s")
         greedy = _respond(model, tok, held, 0.0, seed)
         sampled = _respond(model, tok, held, 1.0, seed + 1)
-        greedy_right = [syn.extract_answer(r) == p.answer for p, r in zip(held, greedy)]
-        is_right = [syn.extract_answer(r) == p.answer for p, r in zip(held, sampled)]
+        greedy_right = [verify(r, p.answer) == 1.0 for p, r in zip(held, greedy)]
+        is_right = [verify(r, p.answer) == 1.0 for p, r in zip(held, sampled)]
 
         log(f"policy: greedy {_mean(greedy_right)}, sampled {_mean(is_right)} at {time.perf_counter() - start:.0f}s")
         # the GenRM continues from the policy's weights: its column work is the policy's
@@ -350,13 +351,4 @@ def _judge(
     """Per case: does the GenRM's greedy verdict (score >= 0.5) match true correctness?"""
     prompts = [tok.encode(_judge_prompt(p, r)) for p, r in zip(problems, responses)]
     texts = [tok.decode(ids) for ids in generate(model, prompts, 128, tok.eos_id)]
-    return [(score is not None and score >= 0.5) == ok for score, ok in zip(map(verdict_score, texts), correct)]
-
-
-def verdict_score(text: str) -> float | None:
-    """The score on the last verdict line, or None when the judge wrote none."""
-    lines = [line for line in text.splitlines() if line.startswith(syn.VERDICT_PREFIX)]
-    try:
-        return float(lines[-1][len(syn.VERDICT_PREFIX) :]) if lines else None
-    except ValueError:
-        return None
+    return [(score is not None and score >= 0.5) == ok for score, ok in zip(map(parse_verdict, texts), correct)]

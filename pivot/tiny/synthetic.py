@@ -30,6 +30,8 @@ import random
 import re
 from typing import Any
 
+from pivot.rl.reward import verify
+
 ANSWER_PREFIX = "Answer: "
 VERDICT_PREFIX = "Verdict: "
 DATA_SOURCE = "pivot/arith"
@@ -39,7 +41,6 @@ DATA_SOURCE = "pivot/arith"
 JUDGE_TEMPLATE = "Judge\nResponse:\n{response}\n{question}\n"
 OPS = ("+", "-")
 
-_ANSWER_RE = re.compile(r"Answer:\s*(-?\d+)")
 _PROBLEM_RE = re.compile(r"(\d+)\s*([+-])\s*(\d+)")
 
 
@@ -197,12 +198,6 @@ def wrong_answer_solution(problem: Problem, rng: random.Random) -> str:
             return "\n".join(column_lines(problem.a, problem.op, problem.b) + [ANSWER_PREFIX + answer])
 
 
-def extract_answer(response: str) -> str | None:
-    """The last 'Answer: N' in a response, normalised (no leading zeros), or None."""
-    found = _ANSWER_RE.findall(response)
-    return str(int(found[-1])) if found else None
-
-
 def judge_prompt(question: str, response: str) -> str:
     return JUDGE_TEMPLATE.format(question=question.strip(), response=response.strip())
 
@@ -214,7 +209,7 @@ def judge_reasoning(question: str, response: str) -> str:
     a 2-layer model did not learn; f the carry/borrow flag; r the running mark (kept apart
     from m: folded into one, "copy the last mark" absorbed the signal and mismatches went
     unseen). The verdict is the last running mark, which equals
-    true correctness (`extract_answer(response) == answer`) whenever the response ends with its
+    true correctness (`verify(response, answer)`) whenever the response ends with its
     answer, as every well-formed response does."""
     a, op, b = parse_question(question)
     claimed = trailing_digits(response)[::-1]
@@ -225,7 +220,7 @@ def judge_reasoning(question: str, response: str) -> str:
         matched = matched and same
         lines.append(f"{g} {x}{op}{y}{op}{carry}={digit} {g}{_mark(same)} {flag}{out} {_mark(matched)}")
     expected = str(a + b if op == "+" else a - b)
-    return "\n".join(lines + [f"{VERDICT_PREFIX}{int(extract_answer(response) == expected)}"])
+    return "\n".join(lines + [f"{VERDICT_PREFIX}{int(verify(response, expected))}"])
 
 
 def _mark(agrees: bool) -> str:
