@@ -21,22 +21,26 @@ from dataclasses import dataclass
 import torch
 
 AGGREGATIONS = ("token", "sequence")
+KL_CLAMP = 10.0
+"""Upper bound of the per-token k3 value (veRL's `low_var_kl`)."""
 
 
 def grpo_advantages(rewards: torch.Tensor, normalize_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
-    """[B, G] rewards -> [B, G] advantages: reward minus its group mean, divided by the group's
-    (unbiased) std + eps when `normalize_std`. A group of one sample, or one whose rewards are
-    all equal, gets zero advantage (no learning signal)."""
+    """[B, G] rewards -> [B, G] float32 advantages: reward minus its group mean, divided by the
+    group's (unbiased) std + eps when `normalize_std`. A group of one sample, or one whose rewards
+    are all equal (max == min, so it does not hang on how the mean rounds), gets exactly zero
+    advantage (no learning signal). Computed in float64 so a large common offset (rewards around
+    1e6) does not swamp the differences within a group."""
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [B, G], got shape {tuple(rewards.shape)}")
-    rewards = rewards.float()
-    if rewards.shape[1] < 2:
-        return torch.zeros_like(rewards)
-    centered = rewards - rewards.mean(dim=1, keepdim=True)
-    if not normalize_std:
-        return centered
-    std = rewards.std(dim=1, keepdim=True)
-    return torch.where(std > 0, centered / (std + eps), torch.zeros_like(centered))
+    r = rewards.double()
+    if r.shape[1] < 2:
+        return torch.zeros(r.shape, dtype=torch.float32)
+    constant = r.amax(dim=1, keepdim=True) == r.amin(dim=1, keepdim=True)
+    centered = r - r.mean(dim=1, keepdim=True)
+    if normalize_std:
+        centered = centered / (r.std(dim=1, keepdim=True) + eps)
+    return torch.where(constant, torch.zeros_like(centered), centered).float()
 
 
 @dataclass
