@@ -7,12 +7,15 @@ Loss per token (ratio r = exp(logp - logp_behaviour), advantage A):
     pg   = max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high))        PPO clip (DAPO clip-higher)
     pg   = min(pg, -A * c)   where A < 0, when dual_clip_c = c > 1       dual clip
     loss = pg + kl_coef * k3(ref, logp)                                  optional KL to a reference
-with k3 = exp(ref - logp) - (ref - logp) - 1 (non-negative, unbiased estimator of KL(pi || ref)).
+with k3 = exp(ref - logp) - (ref - logp) - 1 (non-negative, unbiased estimator of KL(pi || ref)),
+clamped as veRL does: ref - logp to [-20, 20] and k3 to at most KL_CLAMP = 10.
 
 Aggregation: "token" (DAPO default) = sum over all masked tokens / number of masked tokens;
-"sequence" = mean over sequences of each sequence's token mean. Both accept an explicit
-`normalizer` so a batch split into micro-batches (or across ranks) sums exactly to the loss of
-the whole batch: pass the whole batch's token count ("token") or sequence count ("sequence").
+"sequence" = mean over sequences of each sequence's token mean, counting only sequences that
+have at least one masked token (an empty response has no mean to contribute). Both accept an
+explicit `normalizer` so a batch split into micro-batches (or across ranks) sums exactly to the
+loss of the whole batch: pass the whole batch's token count ("token") or its count of sequences
+with tokens ("sequence").
 """
 from __future__ import annotations
 
@@ -21,22 +24,26 @@ from dataclasses import dataclass
 import torch
 
 AGGREGATIONS = ("token", "sequence")
+KL_CLAMP = 10.0
+"""Upper bound of the per-token k3 value (veRL's `low_var_kl`)."""
 
 
 def grpo_advantages(rewards: torch.Tensor, normalize_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
-    """[B, G] rewards -> [B, G] advantages: reward minus its group mean, divided by the group's
-    (unbiased) std + eps when `normalize_std`. A group of one sample, or one whose rewards are
-    all equal, gets zero advantage (no learning signal)."""
+    """[B, G] rewards -> [B, G] float32 advantages: reward minus its group mean, divided by the
+    group's (unbiased) std + eps when `normalize_std`. A group of one sample, or one whose rewards
+    are all equal (max == min, so it does not hang on how the mean rounds), gets exactly zero
+    advantage (no learning signal). Computed in float64 so a large common offset (rewards around
+    1e6) does not swamp the differences within a group."""
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [B, G], got shape {tuple(rewards.shape)}")
-    rewards = rewards.float()
-    if rewards.shape[1] < 2:
-        return torch.zeros_like(rewards)
-    centered = rewards - rewards.mean(dim=1, keepdim=True)
-    if not normalize_std:
-        return centered
-    std = rewards.std(dim=1, keepdim=True)
-    return torch.where(std > 0, centered / (std + eps), torch.zeros_like(centered))
+    r = rewards.double()
+    if r.shape[1] < 2:
+        return torch.zeros(r.shape, dtype=torch.float32)
+    constant = r.amax(dim=1, keepdim=True) == r.amin(dim=1, keepdim=True)
+    centered = r - r.mean(dim=1, keepdim=True)
+    if normalize_std:
+        centered = centered / (r.std(dim=1, keepdim=True) + eps)
+    return torch.where(constant, torch.zeros_like(centered), centered).float()
 
 
 @dataclass
@@ -51,22 +58,29 @@ class LossStats:
 
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: str = "token", normalizer: float | None = None) -> torch.Tensor:
-    """Reduce [B, T] per-token values to a scalar (see the module docstring)."""
+    """Reduce [B, T] per-token values to a scalar (see the module docstring). A row with no
+    masked token (an empty response) adds nothing under either aggregation and, for "sequence",
+    is not counted in the default normalizer (the rows that have tokens), so it cannot dilute
+    the others; an explicit `normalizer` must count the same way (`TrainBatch.rows_with_tokens`)."""
     if agg not in AGGREGATIONS:
         raise ValueError(f"loss aggregation {agg!r} is not one of {AGGREGATIONS}")
     mask = mask.to(values.dtype)
     if agg == "token":
         denom = mask.sum() if normalizer is None else normalizer
         return (values * mask).sum() / max(float(denom), 1.0)
-    per_seq = (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-    denom = values.shape[0] if normalizer is None else normalizer
+    tokens = mask.sum(dim=1)
+    per_seq = (values * mask).sum(dim=1) / tokens.clamp(min=1.0)
+    denom = (tokens > 0).sum() if normalizer is None else normalizer
     return per_seq.sum() / max(float(denom), 1.0)
 
 
 def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimator of KL(pi || ref); clamped log-ratio keeps exp finite."""
+    """Per-token k3 estimator of KL(pi || ref), clamped as veRL's `low_var_kl`: the log-ratio to
+    [-20, 20] (keeps exp finite) and the estimate to at most 10 (k3 >= 0, so the lower bound of
+    -10 never binds). Beyond the clamp the gradient is zero: one token far from the reference
+    cannot dominate the loss."""
     log_ratio = (ref_logprobs - logprobs).clamp(-20.0, 20.0)
-    return torch.exp(log_ratio) - log_ratio - 1.0
+    return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(max=KL_CLAMP)
 
 
 def ppo_clip_loss(

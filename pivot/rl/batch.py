@@ -42,16 +42,26 @@ class TrainBatch:
     def response_tokens(self) -> int:
         return sum(len(r) for r in self.response_ids)
 
+    @property
+    def rows_with_tokens(self) -> int:
+        """Rows whose response is not empty: the "sequence" loss normalizer (`algo.aggregate`)."""
+        return sum(1 for r in self.response_ids if r)
+
 
 def batch_from_groups(
     groups: list[list[Sample]], tokenize: Callable[[str], list[int]] | None = None, normalize_std: bool = True
 ) -> TrainBatch:
-    """[B][G] rewarded samples (`SampleBuffer.take_batch`) -> a TrainBatch with GRPO advantages."""
-    rewards = torch.tensor([[float(s.reward) for s in g] for g in groups])  # type: ignore[arg-type]
-    adv = grpo_advantages(rewards, normalize_std=normalize_std)
+    """Rewarded groups, one per prompt (`SampleBuffer.take_batch`), -> a TrainBatch with GRPO
+    advantages, rows in group order.
+
+    Groups may differ in size (a caller that dropped a failed response): each group's advantages
+    use its own size, so a group of one gets 0. `SampleBuffer.take_batch` itself always yields
+    equal groups (a step is only ready when every one of its B x G samples has a reward)."""
     flat = [s for g in groups for s in g]
     prompts: list[list[int]] = []
     for s in flat:
+        if s.reward is None:
+            raise ValueError(f"sample {s.key} has no reward")
         if s.prompt_ids is None and tokenize is None:
             raise ValueError(f"sample {s.key} has no prompt_ids and no tokenizer was given")
         prompts.append(s.prompt_ids if s.prompt_ids is not None else tokenize(s.prompt.text))  # type: ignore[misc]
@@ -59,6 +69,19 @@ def batch_from_groups(
     return TrainBatch(
         prompt_ids=prompts,
         response_ids=[list(s.response_ids or []) for s in flat],
-        advantages=adv.flatten().tolist(),
+        advantages=_advantages(groups, normalize_std),
         behaviour_logprobs=[list(s.logprobs) for s in flat] if has_lp else None,  # type: ignore[arg-type]
     )
+
+
+def _advantages(groups: list[list[Sample]], normalize_std: bool) -> list[float]:
+    """GRPO advantages of every sample in group order; groups of one size share one tensor call."""
+    by_size: dict[int, list[int]] = {}
+    for i, g in enumerate(groups):
+        by_size.setdefault(len(g), []).append(i)
+    per_group: list[list[float]] = [[] for _ in groups]
+    for rows in by_size.values():
+        rewards = torch.tensor([[float(s.reward) for s in groups[i]] for i in rows], dtype=torch.float64)  # type: ignore[arg-type]
+        for i, adv in zip(rows, grpo_advantages(rewards, normalize_std=normalize_std).tolist()):
+            per_group[i] = adv
+    return [a for adv in per_group for a in adv]

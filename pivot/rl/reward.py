@@ -2,10 +2,20 @@
 
 Verifiable: `verify(response, ground_truth)` is 1.0 when the response's final answer equals
 the ground truth, else 0.0. The final answer is whichever comes last in the response: an
-`Answer: ...` line (rest of that line) or a `\\boxed{...}` (braces balanced). Both sides are
-normalised: `$`, `\\text{}`/`\\mathrm{}`, `\\left`/`\\right`, spaces, thousands commas and a trailing
-period are dropped; numbers compare exactly as rationals, so "0.5", "1/2", "\\frac{1}{2}",
-"\\dfrac12", "+0.50" all match; anything else compares as the normalised string.
+`Answer: ...` line (rest of that line; markdown bold around it as in `**Answer:** 7` or
+`**Answer: 7**` is dropped) or a `\\boxed{...}` (braces balanced). A ground truth written as
+`\\boxed{42}` counts as its content. Both sides are normalised: `$` and `\\$`, `\\text{}`/
+`\\mathrm{}`, `\\left`/`\\right`, LaTeX spaces (`\\,` `\\!` `\\ ` `~`), spaces and a trailing
+period are dropped; `\\sqrt2` reads as `\\sqrt{2}`; `1,000`, `1{,}000` and `1\\,000` are 1000 but
+`1,2,3` stays a list; a leading single-letter variable is dropped (`x = 5` -> `5`, not
+`x = 5, y = 6`); a degree mark after a number is dropped (`10^\\circ`, `10^{\\circ}`, `10°`).
+Numbers compare exactly as rationals, so "0.5", "1/2", "\\frac{1}{2}", "\\dfrac12", "+0.50" all
+match; anything else compares as the normalised string. Against a ground truth that is a plain
+number, a trailing unit may follow the answer: text in `\\text{}`/`\\mathrm{}` (`5\\text{ cm}`),
+known unit words (`UNIT_WORDS`: `10 degrees`, `12 square units`, `5 cm^2`) or `%`; the number
+must still be equal (`5 cm` vs 50 is wrong), and other trailing words (`5 pi`, `5 x`) are not
+units; answers over 100 characters are not unit-stripped. A percentage is not rescaled (`50%`
+matches 50, not 0.5).
 
 GenRM: `judge_prompt` fills a template with `{question}` and `{response}` (default
 `pivot.tiny.synthetic.JUDGE_TEMPLATE`). `parse_verdict(text)` reads the LAST verdict in the
@@ -35,6 +45,20 @@ _WORDS = {
 }  # fmt: skip
 _FRAC = re.compile(r"^([+-]?)\\[dt]?frac(?:\{([^{}]+)\}|(\d))(?:\{([^{}]+)\}|(\d))$")
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)$")
+_NUMBER_FORM = re.compile(r"^-?\d+(/\d+)?$")  # what normalize_answer makes of a number
+UNIT_WORDS = frozenset(
+    "degree deg radian rad cm mm km meter metre centimeter centimetre millimeter millimetre kilometer kilometre "
+    "inch in foot feet ft yard yd mile sq square cubic unit dollar cent euro pound lb ounce oz gram kg mg "
+    "liter litre ml gallon second sec minute min hour hr day week month year mph kph percent "
+    "people person student way time point".split()
+)
+"""Plain words `verify` drops after a numeric answer (with an optional plural s/es)."""
+_UNIT_TAIL = re.compile(
+    r"(?:\\(?:text|textrm|mathrm|mbox)\s*\{[\s~]*[A-Za-z][A-Za-z.\s~]*\}"  # \text{ cm}
+    r"|(?<![A-Za-z\\])(?P<words>[A-Za-z]+(?:\s+[A-Za-z]+){0,2})"  # cm, square units
+    r"|\\?%)"
+    r"(?:\s*\^\s*\{?\s*[23]\s*\}?)?[\s.$~]*$"  # cm^2, then a closing $ or period
+)
 
 
 def _last_boxed(text: str) -> tuple[int, str] | None:
@@ -54,7 +78,7 @@ def extract_answer(response: str) -> str | None:
     """The response's final answer text (not yet normalised), or None if it states none."""
     boxed = _last_boxed(response)
     lines = list(_ANSWER_LINE.finditer(response))
-    line = (lines[-1].start(), lines[-1].group(1)) if lines else None
+    line = (lines[-1].start(), lines[-1].group(1).strip().strip("*").strip()) if lines else None  # **Answer:** 7
     found = [c for c in (boxed, line) if c is not None]
     if not found:
         return None
@@ -65,17 +89,48 @@ def extract_answer(response: str) -> str | None:
 
 def normalize_answer(text: str) -> str:
     """Canonical string form: a reduced rational ("3/4", "-2") for numbers, else cleaned text."""
-    s = text.strip()
-    s = re.sub(r"\\(?:text|mathrm|textbf|mathbf)\{([^{}]*)\}", r"\1", s)
-    s = s.replace("\\left", "").replace("\\right", "").replace("\\!", "").replace("\\,", "")
-    s = s.replace("$", "").replace(" ", "").replace("\t", "")
-    s = s.rstrip(".")
-    if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?", s):
-        s = s.replace(",", "")
+    s = re.sub(r"\\(?:text|textrm|mathrm|mbox|textbf|mathbf)\{([^{}]*)\}", r"\1", text)
+    s = re.sub(r"\\sqrt\s*([0-9A-Za-z])", r"\\sqrt{\1}", s)  # \sqrt2 is \sqrt{2}; \sqrt23 is \sqrt{2}3
+    for latex_space in ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "~"):
+        s = s.replace(latex_space, "")
+    s = s.replace("{,}", ",").replace("\\$", "").replace("$", "").replace("\\%", "%")
+    s = re.sub(r"\s+", "", s).rstrip(".")
+    assigned = re.fullmatch(r"[A-Za-z]=([^=]+)", s)  # "x=5": the value of a single variable
+    if assigned:
+        s = assigned.group(1)
+    degrees = re.fullmatch(r"(.+?)(?:\^\{?\\circ\}?|\^\{?°\}?|°|\\degree)", s)
+    if degrees and _as_rational(_drop_thousands(degrees.group(1))) is not None:
+        s = degrees.group(1)
+    s = _drop_thousands(s)
     value = _as_rational(s)
     if value is None:
         return s.lower()
     return str(value)
+
+
+def _drop_thousands(s: str) -> str:
+    """"1,000" -> "1000"; "1,2,3" (a list) stays as it is."""
+    return s.replace(",", "") if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?", s) else s
+
+
+def strip_unit(text: str) -> str | None:
+    """`text` without a trailing unit ("5 cm", "5\\text{ cm}", "5 square units", "50\\%"), or None
+    if it ends in none. Plain words must all be known units (`UNIT_WORDS`, plurals too), so
+    "5 pi" or "5 x" keep their meaning; text in \\text{}/\\mathrm{} is a unit whatever it says."""
+    if len(text) > 100:  # a number with a unit is short; this also bounds the regex's backtracking
+        return None
+    m = _UNIT_TAIL.search(text)
+    if m is None:
+        return None
+    words = m.group("words")
+    if words and not all(_is_unit_word(w) for w in words.split()):
+        return None
+    return text[: m.start()]
+
+
+def _is_unit_word(word: str) -> bool:
+    w = word.lower()
+    return w in UNIT_WORDS or (w.endswith("s") and w[:-1] in UNIT_WORDS) or (w.endswith("es") and w[:-2] in UNIT_WORDS)
 
 
 def _as_rational(s: str) -> Fraction | None:
@@ -97,11 +152,17 @@ def _as_rational(s: str) -> Fraction | None:
 
 
 def verify(response: str, ground_truth: str) -> float:
-    """1.0 if the response's final answer equals `ground_truth` after normalisation, else 0.0."""
+    """1.0 if the response's final answer equals `ground_truth` (see the module docstring), else 0.0."""
     answer = extract_answer(response)
     if answer is None:
         return 0.0
-    return 1.0 if normalize_answer(answer) == normalize_answer(str(ground_truth)) else 0.0
+    truth = str(ground_truth)
+    boxed = _last_boxed(truth)
+    want = normalize_answer(boxed[1] if boxed else truth)
+    if normalize_answer(answer) == want:
+        return 1.0
+    without_unit = strip_unit(answer) if _NUMBER_FORM.match(want) else None
+    return 1.0 if without_unit is not None and normalize_answer(without_unit) == want else 0.0
 
 
 def _default_template() -> str:

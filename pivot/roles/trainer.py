@@ -139,7 +139,7 @@ class Trainer:
             raise ValueError("train_step: empty batch")
         if cfg.kl_coef and batch.ref_logprobs is None:
             raise ValueError("train.kl_coef > 0 needs TrainBatch.ref_logprobs")
-        normalizer = float(batch.response_tokens if cfg.loss_agg == "token" else len(batch))
+        normalizer = float(batch.response_tokens if cfg.loss_agg == "token" else batch.rows_with_tokens)
         mine, count = self._plan(batch)
         self.model.train()
         sums = torch.zeros(5, dtype=torch.float64)  # loss, tokens, clipped, approx_kl, kl_ref (token-weighted)

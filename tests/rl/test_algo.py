@@ -95,3 +95,34 @@ def test_policy_gradient_sign() -> None:
     loss.backward()
     # ratio = 1 inside the clip range: d(-A * exp(logp - old))/dlogp = -A
     assert logp.grad.item() == pytest.approx(-2.0)
+
+
+def test_sequence_aggregation_skips_fully_masked_rows() -> None:
+    v = torch.tensor([[1.0, 2.0, 3.0], [5.0, 5.0, 5.0], [4.0, 0.0, 0.0]])
+    m = torch.tensor([[1, 1, 1], [0, 0, 0], [1, 0, 0]])
+    # rows with tokens: means 2 and 4; the empty row neither adds nor counts
+    assert aggregate(v, m, "sequence").item() == pytest.approx(3.0)
+    assert aggregate(v, m, "token").item() == pytest.approx((1 + 2 + 3 + 4) / 4)
+    # micro-batches passing the whole batch's count of rows with tokens sum to the whole loss
+    for split in (1, 2):
+        parts = aggregate(v[:split], m[:split], "sequence", normalizer=2) + aggregate(
+            v[split:], m[split:], "sequence", normalizer=2
+        )
+        assert parts.item() == pytest.approx(3.0)
+    assert aggregate(v[1:2], m[1:2], "sequence").item() == 0.0  # nothing to average: zero, not NaN
+    loss, st = ppo_clip_loss(torch.zeros(3, 3), torch.zeros(3, 3), torch.tensor([1.0, 7.0, -3.0]), m, agg="sequence")
+    assert loss.item() == pytest.approx((-1.0 + 3.0) / 2) and st.tokens == 4
+
+
+def test_kl_k3_clamped_like_verl_low_var_kl() -> None:
+    x = torch.tensor([-1e4, -50.0, -20.0, -11.0, -5.0, 0.0, 2.0, 2.5, 3.0, 20.0, 50.0, 1e4])  # ref - logp
+    logp = torch.zeros_like(x, requires_grad=True)
+    k3 = kl_k3(logp, x)
+    want = [min(math.exp(max(-20.0, min(20.0, v))) - max(-20.0, min(20.0, v)) - 1.0, 10.0) for v in x.tolist()]
+    assert k3.tolist() == pytest.approx(want, rel=1e-6)
+    assert k3.tolist()[5] == 0.0 and max(k3.tolist()) == 10.0
+    k3.sum().backward()
+    # d k3 / d logp = 1 - exp(ref - logp) inside the clamp, 0 where the value is clamped at 10
+    grad = [0.0 if w >= 10.0 else 1.0 - math.exp(v) for v, w in zip(x.tolist(), want)]
+    assert logp.grad.tolist() == pytest.approx(grad, rel=1e-6, abs=1e-6)
+    assert torch.isfinite(logp.grad).all()
