@@ -1,6 +1,6 @@
 """The planner's what-if runs (pivot/sched/trial.py) equal shift_down + shift_up on a clone of
-the frozen reference scheduler: same throughput (bit for bit) and same busy replicas, on the
-scalar and on the numpy arg-max path."""
+the paper oracle (reference_scheduler.py): same throughput (bit for bit) and same busy
+replicas, on the scalar and on the numpy arg-max path."""
 from __future__ import annotations
 
 import random
