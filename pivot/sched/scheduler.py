@@ -7,6 +7,7 @@
     sched.on_finish(7)
     cmds = sched.shift_down([1])            # Abort all on 1, re-dispatch on the rest
     cmds = sched.shift_up([2, 3])           # fill new replicas, then migrate while Σ T_i grows
+    sched.load_state({0: running}, queue)   # bulk adopt + submit (a snapshot's state)
 
 - Waiting queue: a priority queue keyed by `priority(seq)` (default: the seq id), ties by id.
   Dispatch pops the head and sends it to the eligible replica (free KV >= its length) with the
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from pivot.sched.records import Abort, Command, Dispatch, Replica, SeqState
 
@@ -168,11 +169,12 @@ class ShiftAwareScheduler:
         self._move(seq.seq_id, replica_id)
         self._orig.pop(seq.seq_id, None)
 
-    def _load(self, running: dict[int, Iterable[SeqState]], queue: Iterable[SeqState]) -> None:
-        """Bulk `adopt` of `running` then `submit` of `queue` on a fresh scheduler (the planner
-        mirrors thousands of sequences per call); same state as the one-by-one calls, except
-        that the `SeqState` objects are kept, not copied (the scheduler never mutates one:
-        `on_progress` replaces it), so callers must not mutate them afterwards either."""
+    def load_state(self, running: Mapping[int, Iterable[SeqState]], queue: Iterable[SeqState]) -> None:
+        """Bulk load: `adopt` every sequence of `running` (replica id -> its sequences) on its
+        replica, then `submit` every sequence of `queue`; the planner mirrors thousands of
+        sequences per call. Same state as the one-by-one calls, except that the `SeqState`
+        objects are kept, not copied (the scheduler never mutates one: `on_progress` replaces
+        it), so callers must not mutate them afterwards either."""
         seqs, where, qver, prio = self._seqs, self._where, self._qver, self._priority
         for rid, group in running.items():
             r = self._reps.get(rid)
