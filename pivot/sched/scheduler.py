@@ -27,8 +27,7 @@ import math
 from typing import Any, Callable, Iterable, Mapping
 
 from pivot.sched.records import Abort, Command, Dispatch, Replica, SeqState
-
-_REL_EPS = 1e-12  # a migration must raise Σ T_i by more than float noise
+from pivot.sched.throughput import MIGRATION_MIN_GAIN, load_terms
 
 
 class _Rep:
@@ -47,11 +46,8 @@ class _Rep:
 
     def refresh(self) -> None:
         """Recompute T_i and the dispatch terms: dT(l) = n1 / (base + A*l) - thr if free >= l."""
-        n, a_tok, b, c, d = self.n, self.A * self.tok, self.B, self.C, self.D
-        cn, cn1 = c * n, c * (n + 1)  # max(B, C*n) without the builtin call (hot path)
-        self.thr = n / (a_tok + (b if b >= cn else cn) + d) if n else 0.0
-        self.n1 = n + 1
-        self.base = a_tok + (b if b >= cn1 else cn1) + d
+        self.thr, self.base = load_terms(self.A, self.B, self.C, self.D, self.n, self.tok)
+        self.n1 = self.n + 1
         self.free = self.cap - self.tok
         self.ver += 1
 
@@ -302,7 +298,7 @@ class ShiftAwareScheduler:
             changed.update(loc for _, loc in journal if loc is not None)
             changed.update(self._where[s] for s, _ in journal if self._where[s] is not None)
             new_total = self.throughput()
-            if new_total <= total * (1 + _REL_EPS):
+            if new_total <= total * (1 + MIGRATION_MIN_GAIN):
                 for s, loc in reversed(journal):
                     self._move(s, loc)
                 return
