@@ -18,7 +18,8 @@
   sequence, dispatch the queue; keep the move only if Σ T_i strictly grows, otherwise undo it
   and stop. Cost O(I·N + I log I) (Appendix C.2).
 - Deterministic: replicas are scanned in ascending id, so dT ties go to the smallest id.
-- The planner's what-if runs of many candidates use `pivot.sched.trial` (same decisions).
+- `what_if()`: the planner's what-if runs of many candidates over this state (same decisions,
+  by pivot/sched/trial.py, an internal detail of this scheduler).
 """
 from __future__ import annotations
 
@@ -27,29 +28,9 @@ import math
 from typing import Any, Callable, Iterable, Mapping
 
 from pivot.sched.records import Abort, Command, Dispatch, Replica, SeqState
-from pivot.sched.throughput import MIGRATION_MIN_GAIN, load_terms
-
-
-class _Rep:
-    """Mutable load of one replica slot (internal)."""
-
-    __slots__ = ("rid", "A", "B", "C", "D", "cap", "n", "tok", "thr", "ver", "active", "seqs", "n1", "base", "free")
-
-    def __init__(self, spec: Replica, active: bool) -> None:
-        m = spec.model
-        self.rid, self.cap, self.active = spec.replica_id, spec.kv_capacity, active
-        self.A, self.B, self.C, self.D = m.A, m.B, m.C, m.D
-        self.n = self.tok = self.ver = 0
-        self.thr = 0.0
-        self.seqs: dict[int, int] = {}  # seq id -> length held on this replica
-        self.refresh()
-
-    def refresh(self) -> None:
-        """Recompute T_i and the dispatch terms: dT(l) = n1 / (base + A*l) - thr if free >= l."""
-        self.thr, self.base = load_terms(self.A, self.B, self.C, self.D, self.n, self.tok)
-        self.n1 = self.n + 1
-        self.free = self.cap - self.tok
-        self.ver += 1
+from pivot.sched.replica_load import ReplicaLoad as _Rep
+from pivot.sched.throughput import MIGRATION_MIN_GAIN
+from pivot.sched.trial import TrialBase
 
 
 class ShiftAwareScheduler:
@@ -126,6 +107,17 @@ class ShiftAwareScheduler:
     def num_sequences(self) -> int:
         """Running plus queued sequences (the N of the planner's harmonic mean)."""
         return len(self._seqs)
+
+    def what_if(self) -> TrialBase:
+        """The planner's what-if runs over the current state: `what_if().run(down, up)` gives the
+        throughput (and busy replicas) that `shift_down(down)` then `shift_up(up)` would reach
+        on a clone, bit for bit, without cloning per run (pivot/sched/trial.py). It reads this
+        scheduler's tables without copying them: do not change the scheduler while using it."""
+        seqs, heap = self._seqs, self._queue
+        live = [(p, sid, seqs[sid].prompt_len + seqs[sid].generated) for p, sid, v in heap if self._live((p, sid, v))]
+        if len(live) != len(heap):
+            heapq.heapify(live)  # stale entries dropped; (priority, id) still orders the rest
+        return TrialBase(list(self._reps.values()), live, seqs, self._priority, self.migrate)
 
     def clone(self) -> "ShiftAwareScheduler":
         """An independent copy."""

@@ -3,9 +3,10 @@ with migration, then read the role's throughput. Same decisions, bit for bit, as
 `ShiftAwareScheduler.shift_down` / `shift_up` on a clone (tests/sched/test_trial.py), but
 built for many candidates over one state:
 
-- `TrialBase(sched)` freezes the state once (per-replica loads as lists, running sequences
-  sorted by (length, id), the live queue as a heap of (priority, id, length)); each
-  `run(down, up)` copies only flat lists, never per-sequence dicts.
+- `ShiftAwareScheduler.what_if()` builds the `TrialBase`, which freezes the state once
+  (per-replica loads as lists, running sequences sorted by (length, id), the live queue as a
+  heap of (priority, id, length)); each `run(down, up)` copies only flat lists, never
+  per-sequence dicts.
 - Only what the result needs is tracked: replica loads, where moved sequences are, and the
   arrivals per replica (for migration's "shortest sequence"). A rejected migration step is
   undone by restoring the loads of the replicas it touched (T_i is a function of the load).
@@ -23,11 +24,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from pivot.sched.scheduler import ShiftAwareScheduler
+from pivot.sched.records import SeqState
+from pivot.sched.replica_load import ReplicaLoad
 from pivot.sched.trial_migrate import Migration, _Arrays
 
 _VECTOR_MIN = 40  # targets from which the numpy arg-max beats the scalar scan
@@ -35,12 +37,21 @@ _SORT_AFTER, _SORT_MIN = 8, 32  # a dispatch that placed 8 of a queue of 32+ sor
 
 
 class TrialBase:
-    """Frozen state of one role's scheduler; `run(down, up)` returns the `Trial` after the
-    shifts (read `throughput()` or `busy()`). It reads the scheduler's per-replica and
-    sequence tables without copying them: the scheduler must not change while it is used."""
+    """Frozen state of one role's scheduler (from `ShiftAwareScheduler.what_if`); `run(down,
+    up)` returns the `Trial` after the shifts (read `throughput()` or `busy()`). It reads the
+    scheduler's per-replica and sequence tables without copying them: the scheduler must not
+    change while it is used."""
 
-    def __init__(self, sched: ShiftAwareScheduler) -> None:
-        reps = list(sched._reps.values())  # ascending id
+    def __init__(
+        self,
+        reps: list[ReplicaLoad],
+        queue: list[tuple[Any, int, int]],
+        seqs: Mapping[int, SeqState],
+        priority: Callable[[SeqState], Any],
+        migrate: bool,
+    ) -> None:
+        """`reps`: every slot's load, ascending id; `queue`: the live queue as a heap of
+        (priority, id, length); `seqs`: every known sequence (running and queued)."""
         self.ids = [r.rid for r in reps]
         self.index = {rid: i for i, rid in enumerate(self.ids)}
         self.A = [r.A for r in reps]
@@ -55,16 +66,12 @@ class TrialBase:
         self.base = [r.base for r in reps]
         self.free = [r.free for r in reps]
         self.active = [r.active for r in reps]
-        self.migrate = sched.migrate
-        self.num_sequences = sched.num_sequences()
+        self.migrate = migrate
+        self.num_sequences = len(seqs)
         self._seqs_of = [r.seqs for r in reps]  # read only: the scheduler is not touched while planning
         self._running: dict[int, list[tuple[int, int]]] = {}
-        where, qver, seqs = sched._where, sched._qver, sched._seqs
-        heap = sched._queue
-        self.queue = [(p, sid, seqs[sid].prompt_len + seqs[sid].generated) for p, sid, v in heap if where.get(sid, 0) is None and qver.get(sid) == v]
-        if len(self.queue) != len(heap):
-            heapq.heapify(self.queue)  # stale entries dropped; (priority, id) still orders the rest
-        self._prio, self._seqs = sched._priority, seqs
+        self.queue = queue
+        self._prio, self._seqs = priority, seqs
         self._prios: dict[int, object] = {}
         self._leaving: dict[int, tuple[list[tuple[object, int, int]], dict[int, None]]] = {}
 

@@ -10,7 +10,6 @@ import pytest
 import pivot.sched.trial as trial
 import pivot.sched.trial_migrate as trial_migrate
 from pivot.sched import Replica, SeqState, ShiftAwareScheduler, ThroughputModel
-from pivot.sched.trial import TrialBase
 from tests.sched import reference_scheduler as ref
 
 MODELS = [
@@ -61,7 +60,7 @@ def random_pair(rng: random.Random, n: int, mixed: bool) -> tuple[ShiftAwareSche
 
 
 def check(fast: ShiftAwareScheduler, slow: ref.ShiftAwareScheduler, rng: random.Random, rounds: int) -> None:
-    base = TrialBase(fast)
+    base = fast.what_if()
     for _ in range(rounds):
         act = slow.active_ids
         off = [r for r in slow.replica_ids if r not in act]
