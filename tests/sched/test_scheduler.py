@@ -174,6 +174,7 @@ def run_ops(s: ShiftAwareScheduler, steps: list[tuple[str, int]], progress: bool
         for r in s.replica_ids:
             n, tok = s.load(r)
             assert n == len(s.running(r)) and tok == sum(q.length for q in s.running(r))
+            assert s.replica_throughput(r) == s.spec(r).model.throughput(n, tok)  # one T_i, bit for bit
             if r not in s.active_ids:
                 assert n == 0
             if not progress:
