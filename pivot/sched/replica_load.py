@@ -1,6 +1,7 @@
 """`ReplicaLoad`: the mutable load of one replica slot inside the scheduler (its sequences,
 N^seq and N^tok) and the terms T_i and dT derive from, recomputed by `load_terms` after every
-change. Internal to `ShiftAwareScheduler` and its what-if runs (trial.py reads it)."""
+change. Internal to the scheduler (`Placement` holds one per slot) and its what-if runs
+(trial.py reads it)."""
 from __future__ import annotations
 
 from pivot.sched.records import Replica
