@@ -3,9 +3,9 @@ from pivot.plan.candidates import Candidate, CandidateTable, build_candidates
 from pivot.plan.evaluate import CandidateEvaluator, benefit, overall_throughput
 from pivot.plan.pairs import ShiftPair, build_pairs, choose_up_role, training_pair
 from pivot.plan.search import coarse_to_fine
-from pivot.plan.planner import Planner, PivotPlanner, PlanTimings, ShiftPlan, make_planner
+from pivot.plan.planner import Planner, PivotPlanner, PlanTimings, ShiftPlan
 from pivot.plan.snapshot import ClusterSnapshot
-from pivot.plan.strategies import RuleBasedPlanner, StaticPlanner
+from pivot.plan.strategies import RuleBasedPlanner, StaticPlanner, make_planner
 from pivot.sched.records import INFERENCE_ROLES, Role
 
 __all__ = [

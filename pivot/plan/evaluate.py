@@ -4,9 +4,9 @@
     B = H * (T_cand - T_cur) - phi
 
 `CandidateEvaluator` applies the candidate's shift down and shift up (Algorithms 3-4) to a
-what-if copy of each role's scheduler state (`pivot.sched.trial`: the scheduler's decisions,
-bit for bit, without copying its per-sequence tables per candidate) and reads the role's
-throughput after migration. Results are cached per (role, down set, up set), so candidates
+what-if copy of each role's scheduler state (`ShiftAwareScheduler.what_if`: the scheduler's
+decisions, bit for bit, without copying its per-sequence tables per candidate) and reads the
+role's throughput after migration. Results are cached per (role, down set, up set), so candidates
 sharing a role's change pay for it once.
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ class CandidateEvaluator:
         if key not in self._cache:
             base = self._bases.get(role)
             if base is None:
-                base = self._bases[role] = TrialBase(self._scheds[role])
+                base = self._bases[role] = self._scheds[role].what_if()
             sim = base.run(d, u)
             self._cache[key] = float(sim.busy()) if self._binary else sim.throughput()
         return self._cache[key]

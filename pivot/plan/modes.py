@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Callable, Mapping, Protocol, Sequence
 
 from pivot.config import PivotConfig
-from pivot.plan.planner import PlanTimings, ShiftPlan, make_planner
+from pivot.plan.planner import PlanTimings, ShiftPlan
+from pivot.plan.strategies import make_planner
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import Replica, Role
 from pivot.sched.scheduler import ShiftAwareScheduler

@@ -7,7 +7,7 @@ largest positive benefit among those evaluated, or no shift. Training shifts up 
 shift is mandatory (the step cannot run otherwise), so it is returned whatever its benefit.
 The ablations are flags of the same planner: `no_throughput_model` (T_i is 1 for a busy
 replica, else 0) and `no_migration` (shift-up simulation stops after draining the queue).
-`make_planner(cfg)` picks pivot / static / rule_based (strategies.py). Every planner keeps
+`strategies.make_planner(cfg)` picks pivot / static / rule_based. Every planner keeps
 the phase timings of its last call in `last_timings`, also when it returns None.
 """
 from __future__ import annotations
@@ -128,16 +128,3 @@ class PivotPlanner(Planner):
             return None
         c, b = best
         return ShiftPlan(up_role, c.up, c.down, b, c.penalty, self.last_timings, len(ks), len(scored))
-
-
-def make_planner(cfg: PlannerConfig, priority: Callable[[SeqState], Any] | None = None) -> Planner:
-    """The planner named by `cfg.strategy` ("pivot", "static", "rule_based")."""
-    from pivot.plan.strategies import RuleBasedPlanner, StaticPlanner
-
-    if cfg.strategy == "pivot":
-        return PivotPlanner(cfg, priority)
-    if cfg.strategy == "static":
-        return StaticPlanner(cfg)
-    if cfg.strategy == "rule_based":
-        return RuleBasedPlanner(cfg)
-    raise ValueError(f"planner.strategy={cfg.strategy!r}: expected pivot, static or rule_based")

@@ -85,7 +85,7 @@ class ClusterSnapshot:
             slots, active=[r.replica_id for r in slots if r.replica_id in self.active], priority=priority, migrate=migrate
         )
         running = {r.replica_id: self.running[r.replica_id] for r in slots if self.running.get(r.replica_id)}
-        sched._load(running, self.queues.get(role, ()))  # = adopt each running, then submit the queue
+        sched.load_state(running, self.queues.get(role, ()))
         return sched
 
     # ---------------------------------------------------------------- validation

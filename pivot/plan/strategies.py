@@ -1,4 +1,5 @@
-"""Comparison strategies behind the `Planner` interface (paper §8.4).
+"""Comparison strategies behind the `Planner` interface (paper §8.4), and `make_planner(cfg)`,
+which picks the planner `cfg.strategy` names (pivot, static or rule_based).
 
 - `StaticPlanner`: training shifts up when its batch is ready; when it is not, its devices
   are split evenly: reward slots inside the pool (ascending id) take up to half of its
@@ -12,12 +13,13 @@
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
 from pivot.config import PlannerConfig
 from pivot.plan.pairs import build_pairs, training_pair
-from pivot.plan.planner import Planner, PlanTimings, ShiftPlan
+from pivot.plan.planner import PivotPlanner, Planner, PlanTimings, ShiftPlan
 from pivot.plan.snapshot import ClusterSnapshot
-from pivot.sched.records import INFERENCE_ROLES, Role
+from pivot.sched.records import INFERENCE_ROLES, Role, SeqState
 
 
 def _train_plan(snap: ClusterSnapshot) -> ShiftPlan | None:
@@ -108,3 +110,14 @@ class RuleBasedPlanner(Planner):
         if cap <= 0:
             return 1.0 if snap.queues.get(role) else 0.0
         return used / cap
+
+
+def make_planner(cfg: PlannerConfig, priority: Callable[[SeqState], Any] | None = None) -> Planner:
+    """The planner named by `cfg.strategy` ("pivot", "static", "rule_based")."""
+    if cfg.strategy == "pivot":
+        return PivotPlanner(cfg, priority)
+    if cfg.strategy == "static":
+        return StaticPlanner(cfg)
+    if cfg.strategy == "rule_based":
+        return RuleBasedPlanner(cfg)
+    raise ValueError(f"planner.strategy={cfg.strategy!r}: expected pivot, static or rule_based")

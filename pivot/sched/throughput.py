@@ -5,7 +5,9 @@
     dT(l)                 = (N_seq + 1) / latency(N_seq + 1, N_tok + l) - T
 
 `A` prices the KV-cache reads of attention, `max(B, C * N_seq)` the FFN (weight loading vs
-compute bound) and `D` the rest. `ThroughputModel.fit` recovers A, B, C, D from profiled
+compute bound) and `D` the rest. `load_terms` is the one place T_i and dT are computed from a
+replica's load: the model's methods, the scheduler and the planner's what-if runs all call it,
+so they agree bit for bit. `ThroughputModel.fit` recovers A, B, C, D from profiled
 (n_seq, n_tok, latency) samples; it is pure Python (least squares over the knee n* = B / C).
 """
 from __future__ import annotations
@@ -13,6 +15,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
+
+MIGRATION_MIN_GAIN = 1e-12
+"""A migration step is kept only if it raises Σ T_i by more than this (relative): float noise."""
+
+
+def load_terms(a: float, b: float, c: float, d: float, n: int, tok: int) -> tuple[float, float]:
+    """(T_i, base) of a replica with constants A, B, C, D running `n` sequences over `tok` tokens:
+    T_i = n / latency(n, tok) (0 when n = 0) and base = latency(n + 1, tok), so that adding a
+    sequence of length l gains dT(l) = (n + 1) / (base + A * l) - T_i (free of the load's terms,
+    the dispatch's arg-max evaluates it per replica with one multiply-add)."""
+    a_tok, cn, cn1 = a * tok, c * n, c * (n + 1)  # max(B, C*n) as a conditional: no builtin call
+    return (n / (a_tok + (b if b >= cn else cn) + d) if n else 0.0), a_tok + (b if b >= cn1 else cn1) + d
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +52,12 @@ class ThroughputModel:
 
     def throughput(self, n_seq: int, n_tok: int) -> float:
         """Generated tokens per second; 0 when no sequence runs."""
-        if n_seq <= 0:
-            return 0.0
-        return n_seq / self.latency(n_seq, n_tok)
+        return load_terms(self.A, self.B, self.C, self.D, max(n_seq, 0), n_tok)[0]
 
     def gain(self, n_seq: int, n_tok: int, seq_len: int) -> float:
         """The paper's dT: throughput change from adding one sequence of length `seq_len`."""
-        return (n_seq + 1) / self.latency(n_seq + 1, n_tok + seq_len) - self.throughput(n_seq, n_tok)
+        thr, base = load_terms(self.A, self.B, self.C, self.D, n_seq, n_tok)
+        return (n_seq + 1) / (base + self.A * seq_len) - thr
 
     @classmethod
     def fit(cls, samples: Iterable[Sequence[float]]) -> "ThroughputModel":

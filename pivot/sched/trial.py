@@ -3,9 +3,10 @@ with migration, then read the role's throughput. Same decisions, bit for bit, as
 `ShiftAwareScheduler.shift_down` / `shift_up` on a clone (tests/sched/test_trial.py), but
 built for many candidates over one state:
 
-- `TrialBase(sched)` freezes the state once (per-replica loads as lists, running sequences
-  sorted by (length, id), the live queue as a heap of (priority, id, length)); each
-  `run(down, up)` copies only flat lists, never per-sequence dicts.
+- `ShiftAwareScheduler.what_if()` builds the `TrialBase`, which freezes the state once
+  (per-replica loads as lists, running sequences sorted by (length, id), the live queue as a
+  heap of (priority, id, length)); each `run(down, up)` copies only flat lists, never
+  per-sequence dicts.
 - Only what the result needs is tracked: replica loads, where moved sequences are, and the
   arrivals per replica (for migration's "shortest sequence"). A rejected migration step is
   undone by restoring the loads of the replicas it touched (T_i is a function of the load).
@@ -23,11 +24,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from pivot.sched.scheduler import ShiftAwareScheduler
+from pivot.sched.records import SeqState
+from pivot.sched.replica_load import ReplicaLoad
 from pivot.sched.trial_migrate import Migration, _Arrays
 
 _VECTOR_MIN = 40  # targets from which the numpy arg-max beats the scalar scan
@@ -35,12 +37,21 @@ _SORT_AFTER, _SORT_MIN = 8, 32  # a dispatch that placed 8 of a queue of 32+ sor
 
 
 class TrialBase:
-    """Frozen state of one role's scheduler; `run(down, up)` returns the `Trial` after the
-    shifts (read `throughput()` or `busy()`). It reads the scheduler's per-replica and
-    sequence tables without copying them: the scheduler must not change while it is used."""
+    """Frozen state of one role's scheduler (from `ShiftAwareScheduler.what_if`); `run(down,
+    up)` returns the `Trial` after the shifts (read `throughput()` or `busy()`). It reads the
+    scheduler's per-replica and sequence tables without copying them: the scheduler must not
+    change while it is used."""
 
-    def __init__(self, sched: ShiftAwareScheduler) -> None:
-        reps = list(sched._reps.values())  # ascending id
+    def __init__(
+        self,
+        reps: list[ReplicaLoad],
+        queue: list[tuple[Any, int, int]],
+        seqs: Mapping[int, SeqState],
+        priority: Callable[[SeqState], Any],
+        migrate: bool,
+    ) -> None:
+        """`reps`: every slot's load, ascending id; `queue`: the live queue as a heap of
+        (priority, id, length); `seqs`: every known sequence (running and queued)."""
         self.ids = [r.rid for r in reps]
         self.index = {rid: i for i, rid in enumerate(self.ids)}
         self.A = [r.A for r in reps]
@@ -55,16 +66,12 @@ class TrialBase:
         self.base = [r.base for r in reps]
         self.free = [r.free for r in reps]
         self.active = [r.active for r in reps]
-        self.migrate = sched.migrate
-        self.num_sequences = sched.num_sequences()
+        self.migrate = migrate
+        self.num_sequences = len(seqs)
         self._seqs_of = [r.seqs for r in reps]  # read only: the scheduler is not touched while planning
         self._running: dict[int, list[tuple[int, int]]] = {}
-        where, qver, seqs = sched._where, sched._qver, sched._seqs
-        heap = sched._queue
-        self.queue = [(p, sid, seqs[sid].prompt_len + seqs[sid].generated) for p, sid, v in heap if where.get(sid, 0) is None and qver.get(sid) == v]
-        if len(self.queue) != len(heap):
-            heapq.heapify(self.queue)  # stale entries dropped; (priority, id) still orders the rest
-        self._prio, self._seqs = sched._priority, seqs
+        self.queue = queue
+        self._prio, self._seqs = priority, seqs
         self._prios: dict[int, object] = {}
         self._leaving: dict[int, tuple[list[tuple[object, int, int]], dict[int, None]]] = {}
 
@@ -118,7 +125,8 @@ class Trial(Migration):
         self.journal: list[tuple[int, int]] | None = None  # (id, length) moved in a migration step
         self.touched: dict[int, tuple[int, int, float]] | None = None  # replica -> (n, tok, T_i) before the step
         self.ver = [0] * len(b.ids)
-        self.arrays: _Arrays | None = None  # kept in sync during a migration
+        self.arrays: _Arrays | None = None  # numpy copies of the targets' terms, during a migration
+        self._refresh: Callable[[int], None] = self._refresher(None)
 
     # ---------------------------------------------------------------- results
     def throughput(self) -> float:
@@ -130,19 +138,6 @@ class Trial(Migration):
         """Active replicas with at least one sequence (the no-throughput-model rate)."""
         n, act = self.n, self.active
         return sum(1 for i in range(len(act)) if act[i] and n[i] > 0)
-
-    # ---------------------------------------------------------------- load updates
-    def _refresh(self, i: int) -> None:
-        b = self.b
-        n, a_tok, bb, c, d = self.n[i], b.A[i] * self.tok[i], b.B[i], b.C[i], b.D[i]
-        cn, cn1 = c * n, c * (n + 1)
-        thr = n / (a_tok + (bb if bb >= cn else cn) + d) if n else 0.0
-        base = a_tok + (bb if bb >= cn1 else cn1) + d
-        free = b.cap[i] - self.tok[i]
-        self.thr[i], self.n1[i], self.base[i], self.free[i] = thr, n + 1, base, free
-        self.ver[i] += 1
-        if self.arrays is not None:
-            self.arrays.sync(self, i)
 
     # ---------------------------------------------------------------- operations
     def shift_down(self, leaving: list[int]) -> None:
@@ -170,13 +165,17 @@ class Trial(Migration):
             self._dispatch_vector(self.arrays)
             return
         if len(targets) >= _VECTOR_MIN and len(self.queue) > 2:  # else building arrays costs more
-            self._dispatch_vector(_Arrays(self, targets))
+            self._use_arrays(_Arrays(self, targets))
+            try:
+                self._dispatch_vector(self.arrays)
+            finally:
+                self._use_arrays(None)
             return
-        q, b, journal, touched = self.queue, self.b, self.journal, self.touched
-        n, tok, thr, n1, base, free, ver, arrivals, where = (
-            self.n, self.tok, self.thr, self.n1, self.base, self.free, self.ver, self.arrivals, self.where
+        q, journal, touched, refresh = self.queue, self.journal, self.touched, self._refresh
+        n, tok, thr, n1, base, free, arrivals, where = (
+            self.n, self.tok, self.thr, self.n1, self.base, self.free, self.arrivals, self.where
         )
-        A, B, C, D, cap, heappop = b.A, b.B, b.C, b.D, b.cap, heapq.heappop
+        A, heappop = self.b.A, heapq.heappop
         a0 = A[targets[0]] if targets else 0.0
         one_A = all(A[r] == a0 for r in targets)  # then A*l once per sequence: the same product
         h, pops = 0, 0  # h: entries taken from q once sorted (a sorted list is a heap too)
@@ -211,15 +210,9 @@ class Trial(Migration):
                     journal.append((sid, ln))
                     if i not in touched:
                         touched[i] = (n[i], tok[i], thr[i])
-                k, t = n[i] + 1, tok[i] + ln  # the placement, inlined: same arithmetic as _refresh
-                n[i], tok[i] = k, t
-                a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
-                ck, ck1 = c * k, c * (k + 1)
-                thr[i] = k / (a_tok + (bb if bb >= ck else ck) + d)
-                base[i] = a_tok + (bb if bb >= ck1 else ck1) + d
-                free[i] = cap[i] - t
-                n1[i] = k + 1
-                ver[i] += 1
+                n[i] += 1
+                tok[i] += ln
+                refresh(i)
                 where[sid] = i
                 got = arrivals.get(i)
                 if got is None:
@@ -232,12 +225,9 @@ class Trial(Migration):
 
     def _dispatch_vector(self, arr: _Arrays) -> None:
         """`_dispatch` with the arg-max over compact numpy copies of the targets' dispatch terms
-        (the placement is inlined: same arithmetic as `_refresh`)."""
-        q, b, journal, touched = self.queue, self.b, self.journal, self.touched
-        n, tok, thr, n1, base, free, ver, arrivals, where = (
-            self.n, self.tok, self.thr, self.n1, self.base, self.free, self.ver, self.arrivals, self.where
-        )
-        A, B, C, D, cap = b.A, b.B, b.C, b.D, b.cap
+        (`arr`, which is `self.arrays`: `_refresh` keeps it in sync)."""
+        q, journal, touched, refresh = self.queue, self.journal, self.touched, self._refresh
+        n, tok, thr, free, arrivals, where = self.n, self.tok, self.thr, self.free, self.arrivals, self.where
         targets, N1, BASE, THR, FREE, buf, shift = arr.targets, arr.N1, arr.BASE, arr.THR, arr.FREE, arr.buf, arr.shift
         one_A, A_t = arr.one_A, arr.A
         add, div, sub, heappop = np.add, np.divide, np.subtract, heapq.heappop
@@ -273,15 +263,9 @@ class Trial(Migration):
                     journal.append((sid, ln))
                     if i not in touched:
                         touched[i] = (n[i], tok[i], thr[i])
-                k, t = n[i] + 1, tok[i] + ln
-                n[i], tok[i] = k, t
-                a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
-                ck, ck1 = c * k, c * (k + 1)
-                thr[i] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d)
-                base[i] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
-                free[i] = FREE[j] = cap[i] - t
-                n1[i] = N1[j] = k + 1
-                ver[i] += 1
+                n[i] += 1
+                tok[i] += ln
+                refresh(i)
                 where[sid] = i
                 got = arrivals.get(i)
                 if got is None:
@@ -296,8 +280,8 @@ class Trial(Migration):
         """Algorithm 4's migration loop, as `ShiftAwareScheduler._migrate`."""
         act = [i for i, a in enumerate(self.active) if a]
         if len(act) >= _VECTOR_MIN:  # one set of arrays for every step's dispatch and total
-            self.arrays = _Arrays(self, act)
+            self._use_arrays(_Arrays(self, act))
         try:
             self._migrate_steps(act)
         finally:
-            self.arrays = None
+            self._use_arrays(None)

@@ -1,24 +1,23 @@
-"""Migration steps of a what-if run (`pivot.sched.trial.Trial` inherits `Migration`), and the
-compact numpy copies of the dispatch terms they share with the dispatch (`_Arrays`).
+"""Migration steps of a what-if run (`pivot.sched.trial.Trial` inherits `Migration`), the one
+load update of a what-if run (`_refresher`: T_i and the dispatch terms by
+`throughput.load_terms`, as the scheduler) and the compact numpy copies of the dispatch terms
+shared with the dispatch (`_Arrays`).
 
 Algorithm 4's loop: abort the shortest sequence of the replica with the largest T_i, dispatch
-it, keep the move if the ordered Σ T_i rose by more than _REL_EPS. The sum is carried as an
-estimate with a rigorous error bound (`_SLACK` scales it; the ordered sums are computed only
-when the bound cannot decide), and when nothing else waits a step is one fused abort +
-arg-max + placement (`_fused`), the same arithmetic as the scheduler's.
+it, keep the move if the ordered Σ T_i rose by more than MIGRATION_MIN_GAIN. The sum is
+carried as an estimate with a rigorous error bound (`_SLACK` scales it; the ordered sums are
+computed only when the bound cannot decide), and when nothing else waits a step is one fused
+abort + arg-max + placement (`_fused`).
 """
 from __future__ import annotations
 
 import heapq
 import sys
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
-from pivot.sched.scheduler import _REL_EPS
-
-if TYPE_CHECKING:
-    from pivot.sched.trial import Trial
+from pivot.sched.throughput import MIGRATION_MIN_GAIN, load_terms
 
 _SLACK = 1.0  # scales the error bound of the estimated Σ T_i (tests: inf = always the ordered sum)
 _SEQUENTIAL_SUM = sys.version_info < (3, 12)  # `sum` of floats adds one by one (3.12 compensates)
@@ -27,7 +26,7 @@ _SEQUENTIAL_SUM = sys.version_info < (3, 12)  # `sum` of floats adds one by one 
 class _Arrays:
     """Compact numpy copies of the dispatch terms of `targets` (ascending), for the arg-max."""
 
-    def __init__(self, t: Trial, targets: list[int]) -> None:
+    def __init__(self, t: Migration, targets: list[int]) -> None:
         A = t.b.A
         self.targets, self.pos = targets, {r: j for j, r in enumerate(targets)}
         self.N1 = np.array([t.n1[i] for i in targets], dtype=np.float64)
@@ -41,19 +40,40 @@ class _Arrays:
         self.one_A = a0 if all(A[i] == a0 for i in targets) else None
         self.A = None if self.one_A is not None else np.array([A[i] for i in targets], dtype=np.float64)
 
-    def sync(self, t: Trial, i: int) -> None:
-        j = self.pos.get(i)
-        if j is not None:
-            self.N1[j], self.BASE[j], self.THR[j], self.FREE[j] = t.n1[i], t.base[i], t.thr[i], t.free[i]
-
     def total(self) -> float:
         """Σ T_i over the targets in ascending id, added one by one like `sum` (3.11)."""
         return float(np.add.accumulate(self.THR, out=self.sums)[-1])
 
 
 class Migration:
-    """The migration half of `Trial` (its tables: n, tok, thr, n1, base, free, ver, where,
-    arrivals, queue, left, arrays, journal, touched)."""
+    """The migration half of `Trial` and its load update (its tables: n, tok, thr, n1, base,
+    free, ver, where, arrivals, queue, left, arrays, journal, touched; its `_dispatch`)."""
+
+    def _use_arrays(self, arr: _Arrays | None) -> None:
+        """Keep `arr` (or no arrays) in sync from now on: `_refresh` updates its copies too."""
+        self.arrays = arr
+        self._refresh = self._refresher(arr)
+
+    def _refresher(self, arr: _Arrays | None) -> Callable[[int], None]:
+        """`refresh(i)`, to call after replica `i`'s load (n, tok) changed: its T_i and dispatch
+        terms (the one `load_terms`) and their copies in `arr`. A closure over the tables: the
+        hot loops call it once per placement, and bound tables cost less than attribute reads."""
+        n, tok, thr, base, n1, free, ver = self.n, self.tok, self.thr, self.base, self.n1, self.free, self.ver
+        A, B, C, D, cap = self.b.A, self.b.B, self.b.C, self.b.D, self.b.cap
+        pos: dict[int, int] = {} if arr is None else arr.pos  # replica -> its slot in the arrays
+        N1, BASE, THR, FREE = (None,) * 4 if arr is None else (arr.N1, arr.BASE, arr.THR, arr.FREE)
+
+        def refresh(i: int) -> None:
+            k, t = n[i], tok[i]
+            thr[i], base[i] = terms = load_terms(A[i], B[i], C[i], D[i], k, t)
+            n1[i], free[i] = k + 1, cap[i] - t
+            ver[i] += 1
+            j = pos.get(i)
+            if j is not None:
+                THR[j], BASE[j] = terms
+                N1[j], FREE[j] = k + 1, cap[i] - t
+
+        return refresh
 
     def _total(self, act: list[int]) -> float:
         """`throughput()` during a migration (act: the active replicas, ascending)."""
@@ -65,28 +85,20 @@ class Migration:
     def _fused(self, arr: _Arrays) -> Callable[[int, int, int], dict[int, tuple[int, int, float]]]:
         """`step(i, sid, ln)`: abort `sid` (length `ln`) from replica `i` and dispatch it, the queue
         being otherwise empty (so the dispatch places just this sequence, or leaves it queued):
-        `_abort` + `_dispatch_vector` with the placements inlined (same arithmetic as `_refresh`).
-        It returns the touched replicas' (n, tok, T_i) before the step. A closure: the tables
-        are bound once per migration, not once per step."""
-        b, n, tok, thr, n1, base, free, ver = self.b, self.n, self.tok, self.thr, self.n1, self.base, self.free, self.ver
-        A, B, C, D, cap, where, arrivals, queue = b.A, b.B, b.C, b.D, b.cap, self.where, self.arrivals, self.queue
-        N1, BASE, THR, FREE, buf, shift, pos, targets, one_A = (
-            arr.N1, arr.BASE, arr.THR, arr.FREE, arr.buf, arr.shift, arr.pos, arr.targets, arr.one_A
+        `_abort` + `_dispatch_vector` in one. It returns the touched replicas' (n, tok, T_i)
+        before the step. A closure: the tables are bound once per migration, not once per step."""
+        b, n, tok, thr, free, refresh = self.b, self.n, self.tok, self.thr, self.free, self._refresh
+        where, arrivals, queue = self.where, self.arrivals, self.queue
+        N1, BASE, THR, FREE, buf, shift, targets, one_A = (
+            arr.N1, arr.BASE, arr.THR, arr.FREE, arr.buf, arr.shift, arr.targets, arr.one_A
         )
         add, div, sub, argmax, inf = np.add, np.divide, np.subtract, buf.argmax, -np.inf
 
         def step(i: int, sid: int, ln: int) -> dict[int, tuple[int, int, float]]:
             touched = {i: (n[i], tok[i], thr[i])}
-            k, t = n[i] - 1, tok[i] - ln
-            n[i], tok[i] = k, t
-            a_tok, bb, c, d = A[i] * t, B[i], C[i], D[i]
-            ck, ck1 = c * k, c * (k + 1)
-            j = pos[i]
-            thr[i] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d) if k else 0.0
-            base[i] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
-            free[i] = FREE[j] = cap[i] - t
-            n1[i] = N1[j] = k + 1
-            ver[i] += 1
+            n[i] -= 1
+            tok[i] -= ln
+            refresh(i)
             shift[()] = one_A * ln
             add(BASE, shift, out=buf)
             div(N1, buf, out=buf)
@@ -103,15 +115,9 @@ class Migration:
                 r = targets[j]
             if r not in touched:
                 touched[r] = (n[r], tok[r], thr[r])
-            k, t = n[r] + 1, tok[r] + ln
-            n[r], tok[r] = k, t
-            a_tok, bb, c, d = A[r] * t, B[r], C[r], D[r]
-            ck, ck1 = c * k, c * (k + 1)
-            thr[r] = THR[j] = k / (a_tok + (bb if bb >= ck else ck) + d)
-            base[r] = BASE[j] = a_tok + (bb if bb >= ck1 else ck1) + d
-            free[r] = FREE[j] = cap[r] - t
-            n1[r] = N1[j] = k + 1
-            ver[r] += 1
+            n[r] += 1
+            tok[r] += ln
+            refresh(r)
             where[sid] = r
             got = arrivals.get(r)
             if got is None:
@@ -141,11 +147,11 @@ class Migration:
 
     def _migrate_steps(self, act: list[int]) -> None:
         """Each step aborts the shortest sequence of the replica with the largest T_i, dispatches
-        it and keeps the move if the ordered Σ T_i rose by more than _REL_EPS. The sum is carried
-        as an estimate of the real Σ T_i (plus the T_i changes of the touched replicas) with a
+        it and keeps the move if the ordered Σ T_i rose by more than MIGRATION_MIN_GAIN. The sum
+        is carried as an estimate of the real Σ T_i (plus the T_i changes of the touched replicas) with a
         bound on its error; the ordered sum is computed only when the bound cannot decide."""
         b, n, tok, thr, ver, where, arrivals = self.b, self.n, self.tok, self.thr, self.ver, self.where, self.arrivals
-        c, u2 = 1 + _REL_EPS, 2.0**-52
+        c, u2 = 1 + MIGRATION_MIN_GAIN, 2.0**-52
         g = 1.01 * len(act) * 2.0**-53  # ≥ γ_(R-1): |ordered Σ - real Σ| <= g · real Σ (every T_i >= 0)
         kept = self._total(act)
         err = g * kept  # |kept - real Σ T_i of the kept state| <= err
@@ -209,7 +215,7 @@ class Migration:
                 stop = True
             else:  # too close to call: the exact test on ordered sums
                 new_total = self._total(act)
-                stop = new_total <= self._total_before(act, touched) * (1 + _REL_EPS)
+                stop = new_total <= self._total_before(act, touched) * (1 + MIGRATION_MIN_GAIN)
                 est, est_err = new_total, g * new_total
             if stop:
                 for r, (n0, tok0, _) in touched.items():  # undo: T_i is a function of the load

@@ -1,18 +1,19 @@
 """The planner's optimised evaluation returns exactly the straightforward evaluation's numbers:
-per candidate, clone the frozen reference scheduler, shift down, shift up, read the rates."""
+per candidate, clone the paper oracle (tests/sched/reference_scheduler.py), shift down, shift
+up, read the rates."""
 from __future__ import annotations
 
 import random
-from typing import Callable
 
 import pytest
 
 from pivot.config import PlannerConfig
-from pivot.plan import ClusterSnapshot, PivotPlanner, benefit, overall_throughput
+from pivot.plan import ClusterSnapshot, PivotPlanner
 from pivot.plan.snapshot import ClusterSnapshot as _Snap
 from pivot.sched import Replica, SeqState, ThroughputModel
 from tests.plan.fig8 import figure8
 from tests.sched import reference_scheduler as ref
+from tools.bench_planner import clone_benefits, scenario
 
 RO = [ThroughputModel(A=1e-6, B=0.010, C=2e-4, D=0.005), ThroughputModel(A=3e-6, B=0.004, C=1e-4, D=0.002)]
 RM = [ThroughputModel(A=2e-6, B=0.020, C=4e-4, D=0.010), ThroughputModel(A=0.0, B=0.02, C=0.0, D=0.0)]
@@ -63,35 +64,9 @@ def ref_scheduler(snap: ClusterSnapshot, role: str, migrate: bool) -> ref.ShiftA
     return s
 
 
-def ref_rate(s: ref.ShiftAwareScheduler, binary: bool) -> float:
-    if binary:
-        return float(sum(1 for rid in s.active_ids if s.load(rid)[0] > 0))
-    return s.throughput()
-
-
-def reference_benefits(snap: ClusterSnapshot, cfg: PlannerConfig, cands: list, scheduler: Callable = ref_scheduler) -> list[float]:
-    """Per candidate: clone each role's `scheduler(snap, role, migrate)` (the frozen reference by
-    default; tools/bench_planner.py also passes the production one), shift down, shift up, rate."""
-    binary = cfg.no_throughput_model
-    base = {r: scheduler(snap, r, not cfg.no_migration) for r in ("rollout", "reward")}
-    role_of = {r.replica_id: r.role for r in snap.replicas}
-    n = {r: base[r].num_sequences() for r in base}
-    cur = overall_throughput(n["rollout"], ref_rate(base["rollout"], binary), n["reward"], ref_rate(base["reward"], binary))
-    out = []
-    for c in cands:
-        rates = {}
-        for role, s in base.items():
-            sim = s.clone()
-            down = sorted(r for r in c.down if role_of[r] == role)
-            up = sorted(r for r in c.up if role_of[r] == role)
-            if down:
-                sim.shift_down(down)
-            if up:
-                sim.shift_up(up)
-            rates[role] = ref_rate(sim, binary)
-        t = overall_throughput(n["rollout"], rates["rollout"], n["reward"], rates["reward"])
-        out.append(benefit(cfg.horizon_s, t, cur, c.penalty))
-    return out
+def reference_benefits(snap: ClusterSnapshot, cfg: PlannerConfig, cands: list) -> list[float]:
+    """Per candidate: clone each role's paper oracle, shift down, shift up, rate."""
+    return clone_benefits(snap, cfg, cands, ref_scheduler)
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -135,9 +110,7 @@ def test_numpy_dispatch_path_equals_reference(seed: int, monkeypatch: pytest.Mon
 @pytest.mark.slow
 def test_bench_scale_plan_equals_reference() -> None:
     """256 devices of the planner benchmark (numpy dispatch without patching, thousands of
-    queued sequences): every evaluated benefit equals the frozen reference's."""
-    from tools.bench_planner import scenario
-
+    queued sequences): every evaluated benefit equals the paper oracle's."""
     snap = scenario(256)
     planner = PivotPlanner(PlannerConfig())
     planner.plan(snap)

@@ -1,63 +1,44 @@
-"""REFERENCE (frozen, straightforward) copy of the shift-aware scheduler, kept for the
-equivalence tests: the optimised pivot/sched/scheduler.py must return exactly what this does.
+"""Test oracle: the shift-aware scheduler written from the paper alone, plain and slow.
 
-Shift-aware scheduler (paper §6, Algorithms 2-4): one per inference role.
+Sources: §6.1 (T_i, ΔT_i, the shared queue, dispatch to the eligible replica with the largest
+ΔT_i), §6.2 and Appendix C.1 (Algorithm 2: Abort, Dispatch; Algorithm 3: shift down;
+Algorithm 4: shift up with migration), footnote 3 (priority: ascending sequence id) and
+DESIGN.md's formulas. It shares no code with pivot/sched/scheduler.py or trial*.py.
 
-    sched = ShiftAwareScheduler(replicas, active=[0, 1])
-    sched.submit(SeqState(7, prompt_len=120))
-    cmds = sched.dispatch()                 # [Dispatch(7, r)]
-    sched.on_progress(7, generated=40)      # from the monitor
-    sched.on_finish(7)
-    cmds = sched.shift_down([1])            # Abort all on 1, re-dispatch on the rest
-    cmds = sched.shift_up([2, 3])           # fill new replicas, then migrate while Σ T_i grows
-
-- Waiting queue: a priority queue keyed by `priority(seq)` (default: the seq id), ties by id.
-  Dispatch pops the head and sends it to the eligible replica (free KV >= its length) with the
-  largest dT; if none is eligible the head waits (and with it the rest of the queue).
-- Every mutating call returns the *net* commands of that call: all `Abort`s first, then all
-  `Dispatch`es, each sorted by seq id. A sequence that moved and came back emits nothing.
-- Shift up migration: max-heap of replicas by T_i; pop the highest, abort its shortest
-  sequence, dispatch the queue; keep the move only if Σ T_i strictly grows, otherwise undo it
-  and stop. Cost O(I·N + I log I) (Appendix C.2).
-- Deterministic: replicas are scanned in ascending id, so dT ties go to the smallest id.
+Where the pseudocode leaves a choice open, the rule below is the one DESIGN.md and the
+production docstring document, each marked "Rule" at its place:
+- ties (equal ΔT_i, equal T_i, equal lengths) go to the smallest replica / sequence id;
+- a head that fits nowhere blocks the queue ("the sequence remains in the shared queue");
+- migration stops when Σ T_i does not rise by more than a relative 1e-12, and that last
+  move is undone (Algorithm 4 breaks after it; the text: "until no further migration can
+  improve the aggregate throughput");
+- each step aborts from the replica with the largest *current* T_i (the text; the
+  pseudocode's heap re-inserts only r_M, which would leave its receivers' keys stale);
+- at most N^Seq + 1 migration steps (Appendix C.2's bound on migration operations).
+Commands are the net change of each call: Aborts (from the first replica), then Dispatches
+(to the final one), each by sequence id.
 """
 from __future__ import annotations
 
-import heapq
+import bisect
 from typing import Any, Callable, Iterable
 
 from pivot.sched.records import Abort, Command, Dispatch, Replica, SeqState
 
-_REL_EPS = 1e-12  # a migration must raise Σ T_i by more than float noise
+REL_EPS = 1e-12  # Rule: a migration must raise Σ T_i by more than float noise
 
 
-class _Rep:
-    """Mutable load of one replica slot (internal)."""
+def replica_throughput(m: Any, n: int, tok: int) -> float:
+    """§6.1: T_i = N_i^Seq / (A * N_i^Token + max(B, C * N_i^Seq) + D)."""
+    return n / (m.A * tok + max(m.B, m.C * n) + m.D) if n else 0.0
 
-    __slots__ = ("rid", "A", "B", "C", "D", "cap", "n", "tok", "thr", "ver", "active", "seqs", "n1", "base", "free")
 
-    def __init__(self, spec: Replica, active: bool) -> None:
-        m = spec.model
-        self.rid, self.cap, self.active = spec.replica_id, spec.kv_capacity, active
-        self.A, self.B, self.C, self.D = m.A, m.B, m.C, m.D
-        self.n = self.tok = self.ver = 0
-        self.thr = 0.0
-        self.seqs: dict[int, int] = {}  # seq id -> length held on this replica
-        self.refresh()
-
-    def refresh(self) -> None:
-        """Recompute T_i and the dispatch terms: dT(l) = n1 / (base + A*l) - thr if free >= l."""
-        n, a_tok = self.n, self.A * self.tok
-        self.thr = n / (a_tok + max(self.B, self.C * n) + self.D) if n else 0.0
-        self.n1 = n + 1
-        self.base = a_tok + max(self.B, self.C * self.n1) + self.D
-        self.free = self.cap - self.tok
-        self.ver += 1
+def throughput_gain(m: Any, n: int, tok: int, length: int) -> float:
+    """§6.1: ΔT_i of adding one sequence of `length` tokens."""
+    return (n + 1) / (m.A * (tok + length) + max(m.B, m.C * (n + 1)) + m.D) - replica_throughput(m, n, tok)
 
 
 class ShiftAwareScheduler:
-    """Shared waiting queue + throughput-maximising dispatch + shift-time migration."""
-
     def __init__(
         self,
         replicas: Iterable[Replica],
@@ -65,297 +46,162 @@ class ShiftAwareScheduler:
         priority: Callable[[SeqState], Any] | None = None,
         migrate: bool = True,
     ) -> None:
-        """`active`: ids up now (default all); `migrate=False` is the no-migration ablation
-        (shift up only drains the queue onto the new replicas)."""
-        specs = sorted(replicas, key=lambda r: r.replica_id)
-        ids = [r.replica_id for r in specs]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"ShiftAwareScheduler: duplicate replica ids in {ids}")
-        for spec in specs:
-            if spec.model is None:
-                raise ValueError(f"ShiftAwareScheduler: replica {spec.replica_id} has no throughput model")
-        on = set(ids) if active is None else set(active)
-        if not on <= set(ids):
-            raise ValueError(f"ShiftAwareScheduler: unknown active replicas {sorted(on - set(ids))}")
-        self._specs = {r.replica_id: r for r in specs}
-        self._reps = {r.replica_id: _Rep(r, r.replica_id in on) for r in specs}
-        self._priority = priority or (lambda s: s.seq_id)
+        self.specs = {r.replica_id: r for r in sorted(replicas, key=lambda r: r.replica_id)}
+        self.active = set(self.specs if active is None else active)
+        self.priority = priority or (lambda s: s.seq_id)  # footnote 3: ascending sequence id
         self.migrate = migrate
-        self._seqs: dict[int, SeqState] = {}
-        self._where: dict[int, int | None] = {}  # None: queued
-        self._qver: dict[int, int] = {}
-        self._queue: list[tuple[Any, int, int]] = []  # (priority, seq id, version): lazy deletion
-        self._orig: dict[int, int | None] = {}  # first location of each seq moved in this call
-        self._journal: list[tuple[int, int | None]] | None = None  # undo log of a tentative move
-        self._active: list[_Rep] = []
-        self._sync_active()
+        self.seqs: dict[int, SeqState] = {}
+        self.where: dict[int, int | None] = {}  # sequence -> replica, None while queued
+        self.on: dict[int, dict[int, None]] = {rid: {} for rid in self.specs}  # replica -> its sequences
+        self.tok = dict.fromkeys(self.specs, 0)  # N_i^Token: KV tokens held
+        self.queue: list[tuple[Any, int]] = []  # (priority, id), kept sorted
+        self.key: dict[int, Any] = {}  # priority of each queued sequence, taken when it joined
+        self.log: list[tuple[int, int | None]] = []  # (sequence, previous place) of every move
 
-    # ------------------------------------------------------------------ queries
-    @property
-    def replica_ids(self) -> list[int]:
-        return list(self._reps)
-
-    @property
-    def active_ids(self) -> list[int]:
-        return [r.rid for r in self._active]
-
-    def spec(self, replica_id: int) -> Replica:
-        return self._specs[replica_id]
+    # ---------------------------------------------------------------- reads
+    replica_ids = property(lambda self: sorted(self.specs))
+    active_ids = property(lambda self: sorted(self.active))
 
     def queued(self) -> list[SeqState]:
-        """Waiting sequences in dispatch order."""
-        live = [e for e in self._queue if self._live(e)]
-        return [self._seqs[sid] for _, sid, _ in sorted(live)]
+        return [self.seqs[sid] for _, sid in self.queue]
 
-    def running(self, replica_id: int) -> list[SeqState]:
-        return [self._seqs[s] for s in sorted(self._reps[replica_id].seqs)]
+    def running(self, rid: int) -> list[SeqState]:
+        return [self.seqs[sid] for sid in sorted(self.on[rid])]
 
-    def location(self, seq_id: int) -> int | None:
-        """Replica running `seq_id`, or None while it waits in the queue."""
-        return self._where[seq_id]
+    def load(self, rid: int) -> tuple[int, int]:
+        return len(self.on[rid]), self.tok[rid]
 
-    def load(self, replica_id: int) -> tuple[int, int]:
-        """(n_seq, n_tok) of a replica; n_tok is also its KV use."""
-        r = self._reps[replica_id]
-        return r.n, r.tok
-
-    def replica_throughput(self, replica_id: int) -> float:
-        return self._reps[replica_id].thr
+    def replica_throughput(self, rid: int) -> float:
+        return replica_throughput(self.specs[rid].model, *self.load(rid))
 
     def throughput(self) -> float:
-        """Aggregate modelled throughput Σ T_i over the active replicas."""
-        return sum(r.thr for r in self._active)
+        return sum(self.replica_throughput(rid) for rid in self.active_ids)
 
     def num_sequences(self) -> int:
-        """Running plus queued sequences (the N of the planner's harmonic mean)."""
-        return len(self._seqs)
+        return len(self.seqs)
 
     def clone(self) -> "ShiftAwareScheduler":
-        """An independent copy (the planner simulates candidates on clones)."""
-        new = object.__new__(ShiftAwareScheduler)
-        new._specs, new._priority, new.migrate = self._specs, self._priority, self.migrate
-        new._reps = {}
-        for rid, r in self._reps.items():
-            c = object.__new__(_Rep)
-            for k in _Rep.__slots__:
-                setattr(c, k, getattr(r, k))
-            c.seqs = dict(r.seqs)
-            new._reps[rid] = c
-        new._seqs = dict(self._seqs)  # SeqState objects are shared: on_progress replaces, never mutates
-        new._where, new._qver, new._queue = dict(self._where), dict(self._qver), list(self._queue)
-        new._orig, new._journal, new._active = {}, None, []
-        new._sync_active()
+        new = ShiftAwareScheduler(self.specs.values(), self.active, self.priority, self.migrate)
+        new.seqs, new.where, new.tok, new.queue = dict(self.seqs), dict(self.where), dict(self.tok), list(self.queue)
+        new.on, new.key = {rid: dict(s) for rid, s in self.on.items()}, dict(self.key)
         return new
 
-    # ------------------------------------------------------------------ monitor input
+    # ---------------------------------------------------------------- monitor input
     def submit(self, seq: SeqState) -> None:
-        """Enqueue a new sequence (call `dispatch` to place it)."""
-        if seq.seq_id in self._seqs:
-            raise ValueError(f"submit: sequence {seq.seq_id} is already known")
-        self._seqs[seq.seq_id] = SeqState(seq.seq_id, seq.prompt_len, seq.generated)
-        self._where[seq.seq_id] = None
+        self.seqs[seq.seq_id], self.where[seq.seq_id] = seq, None
         self._enqueue(seq.seq_id)
 
-    def adopt(self, seq: SeqState, replica_id: int) -> None:
-        """Register a sequence already running on an active replica (mirrors the runtime's
-        state; emits nothing and skips the KV check, since it is a fact, not a decision)."""
-        if seq.seq_id in self._seqs:
-            raise ValueError(f"adopt: sequence {seq.seq_id} is already known")
-        if replica_id not in self._reps or not self._reps[replica_id].active:
-            raise ValueError(f"adopt: sequence {seq.seq_id} on unknown or inactive replica {replica_id}")
-        self._seqs[seq.seq_id] = SeqState(seq.seq_id, seq.prompt_len, seq.generated)
-        self._where[seq.seq_id] = None
-        self._move(seq.seq_id, replica_id)
-        self._orig.pop(seq.seq_id, None)
+    def adopt(self, seq: SeqState, rid: int) -> None:
+        self.seqs[seq.seq_id], self.where[seq.seq_id] = seq, rid
+        self.on[rid][seq.seq_id] = None
+        self.tok[rid] += seq.length
 
-    def on_progress(self, seq_id: int, generated: int) -> None:
-        """The monitor reports `generated` tokens so far (absolute count) for `seq_id`."""
-        seq = self._get(seq_id, "on_progress")
-        if generated < 0:
-            raise ValueError(f"on_progress: sequence {seq_id} negative generated={generated}")
-        rid = self._where[seq_id]
+    def on_progress(self, sid: int, generated: int) -> None:
+        old, rid = self.seqs[sid], self.where[sid]
+        self.seqs[sid] = SeqState(sid, old.prompt_len, generated)
         if rid is not None:
-            r = self._reps[rid]
-            r.tok += generated - seq.generated
-            r.seqs[seq_id] = seq.prompt_len + generated
-            r.refresh()
-        self._seqs[seq_id] = SeqState(seq_id, seq.prompt_len, generated)
+            self.tok[rid] += generated - old.generated
 
-    def on_finish(self, seq_id: int) -> None:
-        """`seq_id` completed (or was cancelled): forget it, freeing its KV."""
-        self._get(seq_id, "on_finish")
-        self._take(seq_id)
-        del self._seqs[seq_id], self._where[seq_id]
-        self._qver.pop(seq_id, None)
+    def on_finish(self, sid: int) -> None:
+        self._move(sid, None)
+        self.queue.remove((self.key.pop(sid), sid))
+        del self.seqs[sid], self.where[sid]
 
-    # ------------------------------------------------------------------ operations
+    # ---------------------------------------------------------------- operations
     def dispatch(self) -> list[Command]:
-        """Dispatch the queue onto the active replicas (Algorithm 2, Dispatch)."""
-        self._begin()
-        self._dispatch(self._active)
-        return self._commands()
+        return self._net(lambda: self._dispatch(self.active_ids))
 
-    def abort(self, seq_id: int) -> list[Command]:
-        """Return a running sequence to the queue with its generated tokens (Algorithm 2)."""
-        self._get(seq_id, "abort")
-        self._begin()
-        if self._where[seq_id] is not None:
-            self._move(seq_id, None)
-        return self._commands()
+    def abort(self, sid: int) -> list[Command]:
+        return self._net(lambda: self._move(sid, None))
 
-    def shift_down(self, replica_ids: Iterable[int]) -> list[Command]:
-        """Algorithm 3: abort everything on the leaving replicas, dispatch onto the rest."""
-        leaving = self._check_ids(replica_ids, "shift_down", want_active=True)
-        self._begin()
-        for rid in leaving:
-            for sid in sorted(self._reps[rid].seqs):
-                self._move(sid, None)
-            self._reps[rid].active = False
-        self._sync_active()
-        self._dispatch(self._active)
-        return self._commands()
+    def shift_down(self, rids: Iterable[int]) -> list[Command]:
+        """Algorithm 3: Abort(r, All) for every leaving replica, then Dispatch(Q, R')."""
 
-    def shift_up(self, replica_ids: Iterable[int]) -> list[Command]:
-        """Algorithm 4: dispatch the queue onto the new replicas, then migrate while Σ T_i grows."""
-        joining = self._check_ids(replica_ids, "shift_up", want_active=False)
-        self._begin()
-        for rid in joining:
-            self._reps[rid].active = True
-        self._sync_active()
-        self._dispatch([self._reps[rid] for rid in sorted(joining)])
-        if self.migrate:
-            self._migrate()
-        return self._commands()
+        def run() -> None:
+            for rid in sorted(set(rids)):
+                for sid in sorted(self.on[rid]):
+                    self._move(sid, None)
+                self.active.discard(rid)
+            self._dispatch(self.active_ids)
 
-    # ------------------------------------------------------------------ internals
+        return self._net(run)
+
+    def shift_up(self, rids: Iterable[int]) -> list[Command]:
+        """Algorithm 4: Dispatch(Q, R↑), then migrate over R = R↑ ∪ R' while Σ T_i rises."""
+
+        def run() -> None:
+            self.active |= set(rids)
+            self._dispatch(sorted(set(rids)))
+            if self.migrate:
+                self._migrate()
+
+        return self._net(run)
+
+    # ---------------------------------------------------------------- Algorithms 2 and 4
+    def _dispatch(self, targets: list[int]) -> None:
+        """Algorithm 2, Dispatch: the head goes to the replica with sufficient KV capacity and the
+        largest ΔT_i (Rule: ties to the smallest id); if none has room the queue waits."""
+        while self.queue:
+            sid = self.queue[0][1]
+            length = self.seqs[sid].length
+            best, best_gain = None, 0.0
+            for rid in targets:
+                if self.specs[rid].kv_capacity - self.tok[rid] >= length:
+                    gain = throughput_gain(self.specs[rid].model, len(self.on[rid]), self.tok[rid], length)
+                    if best is None or gain > best_gain:
+                        best, best_gain = rid, gain
+            if best is None:
+                return
+            self._move(sid, best)
+
     def _migrate(self) -> None:
+        """Algorithm 4, lines 6-18: abort the shortest sequence of the replica with the largest
+        T_i, dispatch, keep the move while Σ T_i rises (Rules above)."""
         total = self.throughput()
-        heap = [(-r.thr, r.rid, r.ver) for r in self._active]
-        heapq.heapify(heap)
-        shortest: dict[int, list[tuple[int, int]]] = {}
-        reps = self._reps
-        for _ in range(len(self._seqs) + 1):  # each kept move raises Σ T_i; N bounds the useful ones
-            while heap and heap[0][2] != reps[heap[0][1]].ver:
-                heapq.heappop(heap)  # stale key
-            if not heap:
+        for _ in range(len(self.seqs) + 1):
+            top = min(self.active_ids, key=lambda rid: (-self.replica_throughput(rid), rid))
+            if not self.on[top]:
                 return
-            _, rid, _ = heapq.heappop(heap)
-            rm = reps[rid]
-            if rm.n == 0:
-                return
-            short = shortest.get(rid)
-            if short is None:
-                short = shortest[rid] = sorted((ln, sid) for sid, ln in rm.seqs.items())
-            while short[0][1] not in rm.seqs:  # moved away earlier: drop stale entries
-                heapq.heappop(short)
-            sid = short[0][1]
-            self._journal = []
-            self._move(sid, None)
-            self._dispatch(self._active)
-            journal, self._journal = self._journal, None
-            changed = {rid}
-            changed.update(loc for _, loc in journal if loc is not None)
-            changed.update(self._where[s] for s, _ in journal if self._where[s] is not None)
+            shortest = min(self.on[top], key=lambda sid: (self.seqs[sid].length, sid))
+            mark = len(self.log)
+            self._move(shortest, None)
+            self._dispatch(self.active_ids)
             new_total = self.throughput()
-            if new_total <= total * (1 + _REL_EPS):
-                for s, loc in reversed(journal):
-                    self._move(s, loc)
+            if new_total <= total * (1 + REL_EPS):
+                for sid, back in reversed(self.log[mark:]):  # undo the step, newest move first
+                    self._move(sid, back)
                 return
             total = new_total
-            for c in changed:
-                r = reps[c]
-                heapq.heappush(heap, (-r.thr, r.rid, r.ver))
-            for s, _ in journal:  # arrivals become candidates for a later "shortest" abort
-                loc = self._where[s]
-                if loc is not None and loc in shortest:
-                    heapq.heappush(shortest[loc], (reps[loc].seqs[s], s))
 
-    def _dispatch(self, targets: list[_Rep]) -> None:
-        q, seqs = self._queue, self._seqs
-        while q:
-            head = q[0]
-            if not self._live(head):
-                heapq.heappop(q)
-                continue
-            sid = head[1]
-            seq = seqs[sid]
-            ln = seq.prompt_len + seq.generated
-            best, best_gain = None, float("-inf")
-            for r in targets:
-                if r.free < ln:
-                    continue
-                g = r.n1 / (r.base + r.A * ln) - r.thr
-                if g > best_gain:
-                    best, best_gain = r, g
-            if best is None:
-                return  # the head waits for capacity
-            self._move(sid, best.rid)
-
-    def _move(self, sid: int, loc: int | None) -> None:
-        """Move a sequence between the queue (None) and a replica, journaling the change."""
-        old = self._where[sid]
-        if old == loc:
+    # ---------------------------------------------------------------- bookkeeping
+    def _move(self, sid: int, dest: int | None) -> None:
+        """Move a sequence between the queue (None) and a replica, keeping its tokens."""
+        src = self.where[sid]
+        if src == dest:
             return
-        self._orig.setdefault(sid, old)
-        if self._journal is not None:
-            self._journal.append((sid, old))
-        self._take(sid)
-        if loc is None:
-            self._where[sid] = None
+        seq = self.seqs[sid]
+        if src is None:
+            self.queue.remove((self.key.pop(sid), sid))
+        else:
+            del self.on[src][sid]
+            self.tok[src] -= seq.length
+        if dest is None:
             self._enqueue(sid)
         else:
-            seq = self._seqs[sid]
-            ln = seq.prompt_len + seq.generated
-            r = self._reps[loc]
-            r.seqs[sid] = ln
-            r.n += 1
-            r.tok += ln
-            r.refresh()
-            self._where[sid] = loc
-            self._qver[sid] = self._qver.get(sid, 0) + 1  # its queue entry (if any) goes stale
-
-    def _take(self, sid: int) -> None:
-        """Detach a sequence from its replica or invalidate its queue entry."""
-        rid = self._where[sid]
-        if rid is None:
-            self._qver[sid] = self._qver.get(sid, 0) + 1
-            return
-        r = self._reps[rid]
-        r.tok -= r.seqs.pop(sid)
-        r.n -= 1
-        r.refresh()
+            self.on[dest][sid] = None
+            self.tok[dest] += seq.length
+        self.where[sid] = dest
+        self.log.append((sid, src))
 
     def _enqueue(self, sid: int) -> None:
-        ver = self._qver.get(sid, 0) + 1
-        self._qver[sid] = ver
-        heapq.heappush(self._queue, (self._priority(self._seqs[sid]), sid, ver))
+        self.key[sid] = self.priority(self.seqs[sid])
+        bisect.insort(self.queue, (self.key[sid], sid))
 
-    def _live(self, entry: tuple[Any, int, int]) -> bool:
-        sid = entry[1]
-        return self._where.get(sid, 0) is None and self._qver.get(sid) == entry[2]
-
-    def _begin(self) -> None:
-        self._orig = {}
-
-    def _commands(self) -> list[Command]:
-        moved = sorted((sid, old) for sid, old in self._orig.items() if self._where.get(sid, old) != old)
-        self._orig = {}
-        aborts: list[Command] = [Abort(sid, old) for sid, old in moved if old is not None]
-        return aborts + [Dispatch(sid, self._where[sid]) for sid, _ in moved if self._where.get(sid) is not None]
-
-    def _sync_active(self) -> None:
-        self._active = [r for r in self._reps.values() if r.active]  # dict is in ascending id
-
-    def _check_ids(self, replica_ids: Iterable[int], what: str, want_active: bool) -> list[int]:
-        ids = sorted(set(replica_ids))
-        for rid in ids:
-            if rid not in self._reps:
-                raise ValueError(f"{what}: unknown replica {rid}")
-            if self._reps[rid].active != want_active:
-                raise ValueError(f"{what}: replica {rid} is {'not ' if want_active else ''}active")
-        return ids
-
-    def _get(self, seq_id: int, what: str) -> SeqState:
-        if seq_id not in self._seqs:
-            raise KeyError(f"{what}: unknown sequence {seq_id}")
-        return self._seqs[seq_id]
+    def _net(self, run: Callable[[], None]) -> list[Command]:
+        before = dict(self.where)
+        self.log = []
+        run()
+        moved = sorted(sid for sid, rid in before.items() if self.where[sid] != rid)
+        return [Abort(sid, before[sid]) for sid in moved if before[sid] is not None] + [
+            Dispatch(sid, self.where[sid]) for sid in moved if self.where[sid] is not None
+        ]

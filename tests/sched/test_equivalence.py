@@ -1,4 +1,5 @@
-"""The optimised scheduler returns exactly what the frozen straightforward one does."""
+"""The production scheduler returns exactly what the paper oracle (reference_scheduler.py) does:
+the same commands and the same state after every call of a random series."""
 from __future__ import annotations
 
 import random

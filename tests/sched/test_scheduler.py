@@ -88,6 +88,26 @@ def test_no_migration_only_drains_queue() -> None:
     assert s.shift_up([1]) == [] and s.load(1) == (0, 0)
 
 
+def test_load_state_equals_adopt_then_submit() -> None:
+    running = {0: [SeqState(4, 30, 5), SeqState(1, 80)], 2: [SeqState(7, 10, 2)]}
+    queue = [SeqState(9, 40), SeqState(3, 60, 9)]
+    bulk, one = make(3, cap=200), make(3, cap=200)
+    bulk.load_state(running, queue)
+    for rid, seqs in running.items():
+        for q in seqs:
+            one.adopt(q, rid)
+    for q in queue:
+        one.submit(q)
+    for s in (bulk, one):
+        assert [q.seq_id for q in s.queued()] == [3, 9] and s.load(0) == (2, 115) and s.load(2) == (1, 12)
+    assert [bulk.replica_throughput(r) for r in range(3)] == [one.replica_throughput(r) for r in range(3)]
+    assert bulk.dispatch() == one.dispatch() == [Dispatch(3, 1), Dispatch(9, 2)]
+    with pytest.raises(ValueError, match="sequence 4 is already known"):
+        make(3).load_state({0: [SeqState(4, 1)]}, [SeqState(4, 1)])
+    with pytest.raises(ValueError, match="inactive replica 1"):
+        make(3, active=[0]).load_state({1: [SeqState(4, 1)]}, [])
+
+
 def test_bad_calls_name_the_item() -> None:
     s = make(2, active=[0])
     with pytest.raises(ValueError, match="replica 1 is not active"):
@@ -154,6 +174,7 @@ def run_ops(s: ShiftAwareScheduler, steps: list[tuple[str, int]], progress: bool
         for r in s.replica_ids:
             n, tok = s.load(r)
             assert n == len(s.running(r)) and tok == sum(q.length for q in s.running(r))
+            assert s.replica_throughput(r) == s.spec(r).model.throughput(n, tok)  # one T_i, bit for bit
             if r not in s.active_ids:
                 assert n == 0
             if not progress:

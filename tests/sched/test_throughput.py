@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pivot.sched import ThroughputModel
+from pivot.sched.throughput import load_terms
 
 M = ThroughputModel(A=2e-6, B=0.012, C=1.5e-4, D=0.004)
 
@@ -20,6 +21,15 @@ def test_formulas_by_hand() -> None:
     expected = 11 / (2e-6 * 1500 + 0.012 + 0.004) - 10 / 0.018
     assert M.gain(10, 1000, 500) == pytest.approx(expected)
     assert M.gain(0, 0, 100) == pytest.approx(1 / (2e-6 * 100 + 0.016))
+
+
+@pytest.mark.parametrize("n,tok", [(0, 0), (0, 700), (10, 1000), (79, 5000), (80, 5000), (200, 10**5)])
+def test_load_terms_by_hand(n: int, tok: int) -> None:
+    """T_i and base = latency(n + 1, tok) on both sides of the knee B / C = 80."""
+    thr, base = load_terms(2e-6, 0.012, 1.5e-4, 0.004, n, tok)
+    assert thr == (pytest.approx(n / (2e-6 * tok + max(0.012, 1.5e-4 * n) + 0.004)) if n else 0.0)
+    assert base == pytest.approx(2e-6 * tok + max(0.012, 1.5e-4 * (n + 1)) + 0.004)
+    assert M.gain(n, tok, 300) == (n + 1) / (base + 2e-6 * 300) - thr  # the form the dispatch scans use
 
 
 @settings(max_examples=50, deadline=None)

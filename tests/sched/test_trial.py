@@ -1,6 +1,6 @@
 """The planner's what-if runs (pivot/sched/trial.py) equal shift_down + shift_up on a clone of
-the frozen reference scheduler: same throughput (bit for bit) and same busy replicas, on the
-scalar and on the numpy arg-max path."""
+the paper oracle (reference_scheduler.py): same throughput (bit for bit) and same busy
+replicas, on the scalar and on the numpy arg-max path."""
 from __future__ import annotations
 
 import random
@@ -10,7 +10,6 @@ import pytest
 import pivot.sched.trial as trial
 import pivot.sched.trial_migrate as trial_migrate
 from pivot.sched import Replica, SeqState, ShiftAwareScheduler, ThroughputModel
-from pivot.sched.trial import TrialBase
 from tests.sched import reference_scheduler as ref
 
 MODELS = [
@@ -61,7 +60,7 @@ def random_pair(rng: random.Random, n: int, mixed: bool) -> tuple[ShiftAwareSche
 
 
 def check(fast: ShiftAwareScheduler, slow: ref.ShiftAwareScheduler, rng: random.Random, rounds: int) -> None:
-    base = TrialBase(fast)
+    base = fast.what_if()
     for _ in range(rounds):
         act = slow.active_ids
         off = [r for r in slow.replica_ids if r not in act]

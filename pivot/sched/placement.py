@@ -1,0 +1,264 @@
+"""`Placement`: where each sequence of one inference role is, on a replica slot or in the
+shared waiting queue, kept current by the monitor's input (`submit`, `adopt`, `load_state`,
+`on_progress`, `on_finish`), with the queries the runtime and the planner read (loads, T_i,
+Σ T_i, queue order). `ShiftAwareScheduler` (scheduler.py) adds the decisions on top: dispatch,
+abort, shift down and shift up with migration.
+
+- Each slot's load and T_i terms are a `ReplicaLoad` (replica_load.py).
+- Waiting queue: a heap of (priority(seq), id, version) with lazy deletion: an entry is live
+  while its sequence is queued and the version matches (`_live`); priority ties go by id.
+- `_move` is the one general way a sequence changes place: it records each moved sequence's
+  first place for the net commands of a call (`_begin` ... `_commands`) and journals the moves
+  of a tentative migration step so that it can be undone.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Any, Callable, Iterable, Mapping, Self
+
+from pivot.sched.records import Abort, Command, Dispatch, Replica, SeqState
+from pivot.sched.replica_load import ReplicaLoad as _Rep
+
+
+class Placement:
+    """Replica loads + waiting queue of one role, and the bookkeeping of every move."""
+
+    def __init__(
+        self,
+        replicas: Iterable[Replica],
+        active: Iterable[int] | None = None,
+        priority: Callable[[SeqState], Any] | None = None,
+    ) -> None:
+        """`active`: ids up now (default all); `priority(seq)`: queue order (default: the id)."""
+        specs = sorted(replicas, key=lambda r: r.replica_id)
+        ids = [r.replica_id for r in specs]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{type(self).__name__}: duplicate replica ids in {ids}")
+        for spec in specs:
+            if spec.model is None:
+                raise ValueError(f"{type(self).__name__}: replica {spec.replica_id} has no throughput model")
+        on = set(ids) if active is None else set(active)
+        if not on <= set(ids):
+            raise ValueError(f"{type(self).__name__}: unknown active replicas {sorted(on - set(ids))}")
+        self._specs = {r.replica_id: r for r in specs}
+        self._reps = {r.replica_id: _Rep(r, r.replica_id in on) for r in specs}
+        self._priority = priority or (lambda s: s.seq_id)
+        self._seqs: dict[int, SeqState] = {}
+        self._where: dict[int, int | None] = {}  # None: queued
+        self._qver: dict[int, int] = {}
+        self._queue: list[tuple[Any, int, int]] = []  # (priority, seq id, version): lazy deletion
+        self._orig: dict[int, int | None] = {}  # first location of each seq moved in this call
+        self._journal: list[tuple[int, int | None]] | None = None  # undo log of a tentative move
+        self._active: list[_Rep] = []
+        self._sync_active()
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def replica_ids(self) -> list[int]:
+        return list(self._reps)
+
+    @property
+    def active_ids(self) -> list[int]:
+        return [r.rid for r in self._active]
+
+    def spec(self, replica_id: int) -> Replica:
+        return self._specs[replica_id]
+
+    def queued(self) -> list[SeqState]:
+        """Waiting sequences in dispatch order."""
+        live = [e for e in self._queue if self._live(e)]
+        return [self._seqs[sid] for _, sid, _ in sorted(live)]
+
+    def running(self, replica_id: int) -> list[SeqState]:
+        return [self._seqs[s] for s in sorted(self._reps[replica_id].seqs)]
+
+    def location(self, seq_id: int) -> int | None:
+        """Replica running `seq_id`, or None while it waits in the queue."""
+        return self._where[seq_id]
+
+    def load(self, replica_id: int) -> tuple[int, int]:
+        """(n_seq, n_tok) of a replica; n_tok is also its KV use."""
+        r = self._reps[replica_id]
+        return r.n, r.tok
+
+    def replica_throughput(self, replica_id: int) -> float:
+        return self._reps[replica_id].thr
+
+    def throughput(self) -> float:
+        """Aggregate modelled throughput Σ T_i over the active replicas."""
+        return sum(r.thr for r in self._active)
+
+    def num_sequences(self) -> int:
+        """Running plus queued sequences (the N of the planner's harmonic mean)."""
+        return len(self._seqs)
+
+    def clone(self) -> Self:
+        """An independent copy."""
+        new = object.__new__(type(self))
+        new._specs, new._priority = self._specs, self._priority
+        new._reps = {}
+        for rid, r in self._reps.items():
+            c = object.__new__(_Rep)
+            for k in _Rep.__slots__:
+                setattr(c, k, getattr(r, k))
+            c.seqs = dict(r.seqs)
+            new._reps[rid] = c
+        new._seqs = dict(self._seqs)  # SeqState objects are shared: on_progress replaces, never mutates
+        new._where, new._qver, new._queue = dict(self._where), dict(self._qver), list(self._queue)
+        new._orig, new._journal, new._active = {}, None, []
+        new._sync_active()
+        return new
+
+    # ------------------------------------------------------------------ monitor input
+    def submit(self, seq: SeqState) -> None:
+        """Enqueue a new sequence (call `dispatch` to place it)."""
+        if seq.seq_id in self._seqs:
+            raise ValueError(f"submit: sequence {seq.seq_id} is already known")
+        self._seqs[seq.seq_id] = SeqState(seq.seq_id, seq.prompt_len, seq.generated)
+        self._where[seq.seq_id] = None
+        self._enqueue(seq.seq_id)
+
+    def adopt(self, seq: SeqState, replica_id: int) -> None:
+        """Register a sequence already running on an active replica (mirrors the runtime's
+        state; emits nothing and skips the KV check, since it is a fact, not a decision)."""
+        if seq.seq_id in self._seqs:
+            raise ValueError(f"adopt: sequence {seq.seq_id} is already known")
+        if replica_id not in self._reps or not self._reps[replica_id].active:
+            raise ValueError(f"adopt: sequence {seq.seq_id} on unknown or inactive replica {replica_id}")
+        self._seqs[seq.seq_id] = SeqState(seq.seq_id, seq.prompt_len, seq.generated)
+        self._where[seq.seq_id] = None
+        self._move(seq.seq_id, replica_id)
+        self._orig.pop(seq.seq_id, None)
+
+    def load_state(self, running: Mapping[int, Iterable[SeqState]], queue: Iterable[SeqState]) -> None:
+        """Bulk load: `adopt` every sequence of `running` (replica id -> its sequences) on its
+        replica, then `submit` every sequence of `queue`; the planner mirrors thousands of
+        sequences per call. Same state as the one-by-one calls, except that the `SeqState`
+        objects are kept, not copied (the scheduler never mutates one: `on_progress` replaces
+        it), so callers must not mutate them afterwards either."""
+        seqs, where, qver, prio = self._seqs, self._where, self._qver, self._priority
+        for rid, group in running.items():
+            r = self._reps.get(rid)
+            if r is None or not r.active:
+                raise ValueError(f"adopt: sequences on unknown or inactive replica {rid}")
+            group = tuple(group)
+            ids = [s.seq_id for s in group]
+            lens = [s.prompt_len + s.generated for s in group]
+            before = len(seqs)
+            seqs.update(zip(ids, group))
+            if len(seqs) != before + len(group):
+                self._duplicate(ids, "adopt")
+            where.update(dict.fromkeys(ids, rid))
+            qver.update(dict.fromkeys(ids, 2))
+            r.seqs.update(zip(ids, lens))
+            r.n += len(group)
+            r.tok += sum(lens)
+            r.refresh()
+        group = tuple(queue)
+        ids = [s.seq_id for s in group]
+        before = len(seqs)
+        seqs.update(zip(ids, group))
+        if len(seqs) != before + len(group):
+            self._duplicate(ids, "submit")
+        where.update(dict.fromkeys(ids))
+        qver.update(dict.fromkeys(ids, 1))
+        heap = self._queue
+        heap.extend([(prio(s), s.seq_id, 1) for s in group])
+        heapq.heapify(heap)  # same pop order as pushing one by one: (priority, id) is a total order
+
+    def _duplicate(self, ids: list[int], what: str) -> None:
+        seen: set[int] = set()
+        for sid in ids:
+            if sid in seen:
+                raise ValueError(f"{what}: sequence {sid} is already known")
+            seen.add(sid)
+        raise ValueError(f"{what}: sequence {next(s for s in ids if s in self._where)} is already known")
+
+    def on_progress(self, seq_id: int, generated: int) -> None:
+        """The monitor reports `generated` tokens so far (absolute count) for `seq_id`."""
+        seq = self._get(seq_id, "on_progress")
+        if generated < 0:
+            raise ValueError(f"on_progress: sequence {seq_id} negative generated={generated}")
+        rid = self._where[seq_id]
+        if rid is not None:
+            r = self._reps[rid]
+            r.tok += generated - seq.generated
+            r.seqs[seq_id] = seq.prompt_len + generated
+            r.refresh()
+        self._seqs[seq_id] = SeqState(seq_id, seq.prompt_len, generated)
+
+    def on_finish(self, seq_id: int) -> None:
+        """`seq_id` completed (or was cancelled): forget it, freeing its KV."""
+        self._get(seq_id, "on_finish")
+        self._take(seq_id)
+        del self._seqs[seq_id], self._where[seq_id]
+        self._qver.pop(seq_id, None)
+
+    def _move(self, sid: int, loc: int | None) -> None:
+        """Move a sequence between the queue (None) and a replica, journaling the change."""
+        old = self._where[sid]
+        if old == loc:
+            return
+        self._orig.setdefault(sid, old)
+        if self._journal is not None:
+            self._journal.append((sid, old))
+        self._take(sid)
+        if loc is None:
+            self._where[sid] = None
+            self._enqueue(sid)
+        else:
+            seq = self._seqs[sid]
+            ln = seq.prompt_len + seq.generated
+            r = self._reps[loc]
+            r.seqs[sid] = ln
+            r.n += 1
+            r.tok += ln
+            r.refresh()
+            self._where[sid] = loc
+            self._qver[sid] = self._qver.get(sid, 0) + 1  # its queue entry (if any) goes stale
+
+    def _take(self, sid: int) -> None:
+        """Detach a sequence from its replica or invalidate its queue entry."""
+        rid = self._where[sid]
+        if rid is None:
+            self._qver[sid] = self._qver.get(sid, 0) + 1
+            return
+        r = self._reps[rid]
+        r.tok -= r.seqs.pop(sid)
+        r.n -= 1
+        r.refresh()
+
+    def _enqueue(self, sid: int) -> None:
+        ver = self._qver.get(sid, 0) + 1
+        self._qver[sid] = ver
+        heapq.heappush(self._queue, (self._priority(self._seqs[sid]), sid, ver))
+
+    def _live(self, entry: tuple[Any, int, int]) -> bool:
+        sid = entry[1]
+        return self._where.get(sid, 0) is None and self._qver.get(sid) == entry[2]
+
+    def _begin(self) -> None:
+        self._orig = {}
+
+    def _commands(self) -> list[Command]:
+        moved = sorted((sid, old) for sid, old in self._orig.items() if self._where.get(sid, old) != old)
+        self._orig = {}
+        aborts: list[Command] = [Abort(sid, old) for sid, old in moved if old is not None]
+        return aborts + [Dispatch(sid, self._where[sid]) for sid, _ in moved if self._where.get(sid) is not None]
+
+    def _sync_active(self) -> None:
+        self._active = [r for r in self._reps.values() if r.active]  # dict is in ascending id
+
+    def _check_ids(self, replica_ids: Iterable[int], what: str, want_active: bool) -> list[int]:
+        ids = sorted(set(replica_ids))
+        for rid in ids:
+            if rid not in self._reps:
+                raise ValueError(f"{what}: unknown replica {rid}")
+            if self._reps[rid].active != want_active:
+                raise ValueError(f"{what}: replica {rid} is {'not ' if want_active else ''}active")
+        return ids
+
+    def _get(self, seq_id: int, what: str) -> SeqState:
+        if seq_id not in self._seqs:
+            raise KeyError(f"{what}: unknown sequence {seq_id}")
+        return self._seqs[seq_id]
