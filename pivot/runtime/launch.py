@@ -90,7 +90,11 @@ def _stopped_by_torchrun(ckpt: Checkpointer) -> None:
 def resume_point(cfg: PivotConfig, ckpt: Checkpointer, spec: ClusterSpec) -> tuple[Path, dict] | None:
     """The checkpoint `cfg.checkpoint.resume` asks for, the same on every rank (collective): the
     ranks read the candidate's files back in shares and agree on the first problem any found."""
-    mode, say = cfg.checkpoint.resume, (lambda line: print(line, flush=True)) if spec.rank == 0 else (lambda line: None)
+    mode = cfg.checkpoint.resume
+
+    def say(line: str) -> None:
+        if spec.rank == 0:
+            print(line, flush=True)
 
     def problem(path: Path) -> str | None:
         found: list[str | None] = [None] * spec.world_size
@@ -123,17 +127,17 @@ def run(cfg: PivotConfig) -> int:
         print(summary(cfg, spec, table, device), flush=True)
     policy_path, genrm_path = model_paths(cfg, spec)
     ckpt = Checkpointer(cfg)
-    resume = resume_point(cfg, ckpt, spec)
-    start_step = resume[1]["step"] if resume else 0
-    policy_src = resume[0] / "policy" if resume else policy_path
-    try:  # the same answer on every rank (headers only): all stop together, rank 0 says why
+    try:  # the same answer on every rank (model folders: headers only): all stop, rank 0 says why
+        resume = resume_point(cfg, ckpt, spec)
+        policy_src = resume[0] / "policy" if resume else policy_path
         for folder in (policy_src, genrm_path):
             check_folder(folder)
     except (OSError, ValueError) as e:
         if spec.rank == 0:
-            print(f"pivot: model folder error: {e}", file=sys.stderr, flush=True)
+            print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
         dist.destroy_process_group()
         return 2
+    start_step = resume[1]["step"] if resume else 0
     store = dist.distributed_c10d._get_default_store()
     run_id = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     host_of = tuple(spec.host_of(r) for r in range(spec.world_size))

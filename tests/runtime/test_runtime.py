@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from pivot.runtime.manifest import problem
 from tests.conftest import ROOT
 from tests.runtime.models import random_models
 
@@ -116,3 +117,4 @@ def test_automatic_restart_after_kill_then_resume_past_a_damaged_checkpoint(mode
     skipped = [line for line in out.stdout.splitlines() if "skipped" in line]
     assert skipped == [f"pivot: checkpoint {shard.parent} skipped: {shard.name}: sha256 differs from manifest.json (corrupt)"]
     check_exactly_once(tmp_path, 10)
+    assert problem(shard.parent) is None  # step 8 was written again, complete
