@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing.queues
 import socket
 import statistics
 import sys
@@ -125,7 +126,8 @@ def _reader(store: GPSStore, kv: dist.Store, specs: list[TensorSpec], host_of: t
     return r
 
 
-def _worker(rank: int, world: int, port: int, ns: str, args: argparse.Namespace, failures) -> None:
+def _worker(rank: int, world: int, port: int, ns: str, args: argparse.Namespace,
+            failures: "multiprocessing.queues.SimpleQueue[int]") -> None:
     torch.set_num_threads(1)
     kv = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=args.seconds + 120))
     host_of = (0,) * world

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -78,7 +78,8 @@ def test_manifest_lists_every_file_with_its_sha256(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [truncate, flip, no_manifest])
-def test_damaged_newest_falls_back_to_previous(tmp_path: Path, one_rank: None, damage, capsys) -> None:
+def test_damaged_newest_falls_back_to_previous(tmp_path: Path, one_rank: None, damage: Callable[[Path], str],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
     ckpt = Checkpointer(config(tmp_path, "auto"))
     write_checkpoint(ckpt, 2)
     newest = write_checkpoint(ckpt, 4)
@@ -106,7 +107,8 @@ def test_auto_without_checkpoint_starts_fresh(tmp_path: Path, one_rank: None) ->
     assert resume_point(config(tmp_path, "auto"), Checkpointer(config(tmp_path, "auto")), SPEC) is None
 
 
-def test_auto_with_only_broken_checkpoints_starts_fresh_and_sets_them_aside(tmp_path: Path, one_rank: None, capsys) -> None:
+def test_auto_with_only_broken_checkpoints_starts_fresh_and_sets_them_aside(tmp_path: Path, one_rank: None,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     cfg = config(tmp_path, "auto")
     ckpt = Checkpointer(cfg)
     no_manifest(write_checkpoint(ckpt, 2))
