@@ -5,6 +5,8 @@
 #   NPROC=8 launch/local.sh --preset qwen2.5-1.5b+glm-z1-9b
 #
 # Env: NPROC (ranks; default = `nvidia-smi -L` count, else 4), TORCHRUN (launcher command),
+# PIVOT_MAX_RESTARTS (torchrun --max-restarts; default 0), PIVOT_RESUME (--checkpoint.resume;
+# default auto: rerunning the same command continues from the newest complete checkpoint),
 # PIVOT_DRY_RUN=1 (print the command, do not run it).
 set -euo pipefail
 
@@ -33,7 +35,8 @@ else
   launcher=("${PYTHON:-python}" -m torch.distributed.run)
 fi
 
-cmd=("${launcher[@]}" --standalone --nproc-per-node "$NPROC" "$ROOT/pivot/main.py" "$@")
+cmd=("${launcher[@]}" --standalone --nproc-per-node "$NPROC" --max-restarts "${PIVOT_MAX_RESTARTS:-0}"
+     "$ROOT/pivot/main.py" --checkpoint.resume "${PIVOT_RESUME:-auto}" "$@")
 printf '+'; printf ' %q' "${cmd[@]}"; printf '\n'
 [[ "${PIVOT_DRY_RUN:-0}" == 1 ]] && exit 0
 exec "${cmd[@]}"

@@ -41,9 +41,19 @@ def _split_preset(argv: list[str]) -> tuple[str, list[str]]:
     return name, rest
 
 
+def _bare_resume(argv: list[str]) -> list[str]:
+    """`--checkpoint.resume` with no value (before another flag or at the end) means `yes`."""
+    out = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg == "--checkpoint.resume" and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
+            out.append("yes")
+    return out
+
+
 def parse(argv: list[str], world_size: int | None = None, local_world_size: int | None = None) -> PivotConfig:
     """Parse and validate; raises ConfigError (naming field and value) on bad input."""
-    name, rest = _split_preset(argv)
+    name, rest = _split_preset(_bare_resume(argv))
     default = get_preset(name)
     with deferred_checks():
         cfg = tyro.cli(PivotConfig, default=default, args=rest, description=DESCRIPTION)

@@ -311,8 +311,11 @@ class CheckpointConfig:
     """Checkpoint folder; empty = <log.dir>/checkpoints."""
     every: int = 4
     """Save every K steps (0 = only at the end)."""
-    resume: bool = False
-    """Continue from the last checkpoint in the folder."""
+    resume: Literal["no", "yes", "auto"] = "no"
+    """Continue from the newest complete checkpoint in the folder: no (start fresh; another run's
+    checkpoints there are moved to <dir>.old-N), yes (fail without one; a bare --checkpoint.resume
+    means yes), auto (resume if there is one, else start fresh: what the launch scripts pass, so
+    torchrun --max-restarts recovers from a dead rank). Damaged checkpoints are skipped."""
 
     def __post_init__(self) -> None:
         _check(self.every >= 0, "checkpoint.every", self.every, "must be >= 0")

@@ -75,6 +75,29 @@ def tensor_headers(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch.d
     return out
 
 
+def _check_tensors(path: Path, args: ModelArgs, got: dict[str, tuple[int, ...]]) -> None:
+    """Every tensor the model of `args` needs is in `got` with its shape, and nothing else is."""
+    with torch.device("meta"):
+        expected = CausalLM(args).state_dict()
+    for name, param in expected.items():
+        if name == "lm_head.weight" and args.tie_word_embeddings:
+            continue
+        if name not in got:
+            raise ValueError(f"{path}: tensor {name!r} missing from the checkpoint")
+        if tuple(got[name]) != tuple(param.shape):
+            raise ValueError(f"{path}: tensor {name!r} has shape {tuple(got[name])}, config.json implies {tuple(param.shape)}")
+    unexpected = sorted(set(got) - set(expected))
+    if unexpected:
+        raise ValueError(f"{path}: unexpected tensor {unexpected[0]!r} (and {len(unexpected) - 1} more)")
+
+
+def check_folder(path: str | Path) -> None:
+    """config.json against the safetensors headers, reading no tensor data: a missing shard, a
+    tensor missing, extra or of the wrong shape raises one line naming the file or tensor."""
+    path = Path(path)
+    _check_tensors(path, ModelArgs.load(path), {n: shape for n, (shape, _) in tensor_headers(path).items()})
+
+
 def from_pretrained(
     path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", linear: str = "torch"
 ) -> CausalLM:
@@ -82,21 +105,9 @@ def from_pretrained(
     path = Path(path)
     args = ModelArgs.load(path)
     state = load_state_dict(path)
+    _check_tensors(path, args, {n: tuple(t.shape) for n, t in state.items()})
     with torch.device(device):
         model = CausalLM(args, linear=linear)
-    expected = model.state_dict()
-    for name, param in expected.items():
-        if name == "lm_head.weight" and args.tie_word_embeddings:
-            continue
-        if name not in state:
-            raise ValueError(f"{path}: tensor {name!r} missing from the checkpoint")
-        if tuple(state[name].shape) != tuple(param.shape):
-            raise ValueError(
-                f"{path}: tensor {name!r} has shape {tuple(state[name].shape)}, expected {tuple(param.shape)}"
-            )
-    unexpected = sorted(set(state) - set(expected))
-    if unexpected:
-        raise ValueError(f"{path}: unexpected tensor {unexpected[0]!r} (and {len(unexpected) - 1} more)")
     model.load_state_dict(state, strict=False)
     return model.to(dtype=dtype)
 

@@ -296,9 +296,10 @@ class Trainer:
     def _rank_file(self, path: Path, rank: int) -> Path:
         return path / f"rank{rank:05d}-of-{self.world:05d}.safetensors"
 
-    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
+    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> list[Path]:
         """Each rank writes its parameter and AdamW shards; rank 0 writes `trainer.json`
-        (version, counters, shapes, JSON-able `extra` such as the data cursor). Collective."""
+        (version, counters, shapes, JSON-able `extra` such as the data cursor). Collective;
+        returns the files this rank wrote."""
         self._check_up()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -311,7 +312,8 @@ class Trainer:
                     tensors[f"{key}/{name}"] = state[key].to_local().detach().contiguous().cpu()
             if "step" in state:
                 steps[name] = float(state["step"])
-        save_file(tensors, str(self._rank_file(path, self.rank)))
+        written = [self._rank_file(path, self.rank)]
+        save_file(tensors, str(written[0]))
         if self.rank == 0:
             meta = {
                 "world": self.world, "version": self.version, "bad_steps": self.bad_steps, "optimizer_steps": steps,
@@ -319,7 +321,9 @@ class Trainer:
                 "extra": extra or {},
             }  # fmt: skip
             (path / STATE_FILE).write_text(json.dumps(meta, indent=1))
+            written.append(path / STATE_FILE)
         dist.barrier(group=self.group)
+        return written
 
     def load(self, path: str | Path) -> dict[str, Any]:
         """Restore what `save` wrote (same world size); returns `extra`. Local reads + barrier."""

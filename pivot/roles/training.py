@@ -48,6 +48,12 @@ class TrainingRole:
     def shards(self) -> dict[str, torch.Tensor]:
         return self.trainer.policy_shards()
 
-    def save(self, path: str) -> None:
-        self.trainer.save(path)
-        self.trainer.export_hf(Path(path) / "policy", self.tokenizer_file)
+    def save(self, path: str) -> list[Path]:
+        """Shards, optimizer and (rank 0) the HF policy; returns the files this rank wrote.
+        Collective over the training group."""
+        root, policy = Path(path), Path(path) / "policy"
+        written = self.trainer.save(root)
+        self.trainer.export_hf(policy, self.tokenizer_file)
+        if self.trainer.rank == 0:
+            written += sorted(f for f in policy.iterdir() if f.is_file())
+        return written

@@ -83,6 +83,7 @@ class Controller:
         self.training: int | None = None  # step in flight
         self.train_acks: dict[int, m.Trained] = {}
         self.saving: set[int] = set()
+        self.saved_files: list = []  # pivot.runtime.manifest.FileDigest of the checkpoint being written
         self.train_tokens_per_s = 0.0
         self.stats: dict[int, m.Stats] = {}
         self.tok_hist: dict[int, tuple[float, int]] = {}
@@ -187,8 +188,9 @@ class Controller:
             self.versions[self.rid[("rollout", msg.slot)]] = msg.version
         elif isinstance(msg, m.Saved):
             self.saving.discard(msg.rank)
+            self.saved_files += msg.files
             if not self.saving:
-                path = self.ckpt.commit(msg.step)
+                path = self.ckpt.commit(msg.step, self.saved_files)
                 self.log.shift(event="checkpoint", step=msg.step, path=str(path))
         elif isinstance(msg, m.Failed):
             self.failed = f"rank {msg.rank} failed: {msg.error.splitlines()[0]}"
@@ -313,9 +315,9 @@ class Controller:
         if eval_due(self.step, self.cfg.train.steps, self.cfg.eval.every):
             self.submit(self.flow.start_eval(self.step))
         if self.ckpt.due(self.step, self.cfg.train.steps):
-            self.ckpt.snapshot(self.step, {"step": self.step, "version": self.version, **self.flow.state_dict()})
-            self.saving = set(self.replicas[self.train_rid].devices)
-            self.send_slot(self.train_rid, m.SaveCheckpoint(self.step, str(self.ckpt.path(self.step))))
+            path = self.ckpt.snapshot(self.step, {"step": self.step, "version": self.version, **self.flow.state_dict()})
+            self.saving, self.saved_files = set(self.replicas[self.train_rid].devices), []
+            self.send_slot(self.train_rid, m.SaveCheckpoint(self.step, str(path)))
 
     def report_step(self, step: int, train_metrics: dict[str, float], train_s: float) -> None:
         now = time.monotonic()

@@ -16,11 +16,13 @@ from pivot.dist import ClusterSpec, SlotTable, WorkerEndpoint, create_groups, de
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, load_state_dict
+from pivot.model.checkpoint import check_folder
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
 from pivot.runtime.checkpoint import Checkpointer
 from pivot.runtime.controller_thread import start_controller
 from pivot.runtime.summary import run_summary
+from pivot.runtime.manifest import problem as manifest_problem
 from pivot.runtime.weights import WeightService
 from pivot.runtime.worker import Worker
 
@@ -39,7 +41,14 @@ def init_distributed(device: str, spec: ClusterSpec) -> None:
     if device == "cuda":
         torch.cuda.set_device(spec.local_rank)
     backend = "cpu:gloo,cuda:nccl" if device == "cuda" else "gloo"
-    dist.init_process_group(backend, world_size=spec.world_size, rank=spec.rank, timeout=datetime.timedelta(minutes=10))
+    timeout = datetime.timedelta(minutes=10)
+    # torchrun keeps one store across restarts of the job: without a prefix per attempt, the
+    # restarted ranks would read the dead attempt's keys (gloo peers, control-plane addresses)
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), spec.world_size,
+                          is_master=not agent and spec.rank == 0, timeout=timeout, multi_tenant=not agent)
+    attempt = dist.PrefixStore(f"pivot-attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+    dist.init_process_group(backend, store=attempt, world_size=spec.world_size, rank=spec.rank, timeout=timeout)
 
 
 def summary(cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, device: str) -> str:
@@ -73,15 +82,43 @@ def model_paths(cfg: PivotConfig, spec: ClusterSpec) -> tuple[Path, Path]:
 
 def _stopped_by_torchrun(ckpt: Checkpointer) -> None:
     """torchrun SIGTERMs every rank when one fails; say what happened and how to go on."""
-    latest = ckpt.latest()
-    where = f"the last checkpoint is {latest}" if latest else f"no checkpoint was written yet (in {ckpt.dir})"
+    newest = ckpt.newest()
+    where = f"the newest checkpoint is {newest}" if newest else f"no checkpoint was written yet (in {ckpt.dir})"
     print(
         "\npivot: stopped because another rank failed (torchrun names it above: 'rank: N ... exitcode').\n"
-        f"pivot: {where}; relaunch the same command with --checkpoint.resume to continue "
-        "(with torchrun --max-restarts N this happens automatically).",
+        f"pivot: {where}; relaunch with --checkpoint.resume auto to continue "
+        "(with torchrun --max-restarts N and --checkpoint.resume auto this happens automatically).",
         file=sys.stderr, flush=True,
     )
     os._exit(143)
+
+
+def resume_point(cfg: PivotConfig, ckpt: Checkpointer, spec: ClusterSpec) -> tuple[Path, dict] | None:
+    """The checkpoint `cfg.checkpoint.resume` asks for, the same on every rank (collective): the
+    ranks read the candidate's files back in shares and agree on the first problem any found."""
+    mode = cfg.checkpoint.resume
+
+    def say(line: str) -> None:
+        if spec.rank == 0:
+            print(line, flush=True)
+
+    def problem(path: Path) -> str | None:
+        found: list[str | None] = [None] * spec.world_size
+        dist.all_gather_object(found, manifest_problem(path, (spec.rank, spec.world_size)))
+        return next((p for p in found if p is not None), None)
+
+    folders = [ckpt.folders() if spec.rank == 0 and mode != "no" else []]
+    dist.broadcast_object_list(folders, src=0)  # one list: `problem` is collective
+    path = ckpt.first_complete(folders[0], problem, say)
+    if path is not None:
+        return path, ckpt.load(path)
+    if mode == "yes":
+        raise FileNotFoundError(f"--checkpoint.resume yes: no complete checkpoint in {ckpt.dir}")
+    moved = ckpt.set_aside() if spec.rank == 0 else None
+    if moved is not None:
+        say(f"pivot: starting fresh; the checkpoints that were in {ckpt.dir} are now in {moved}")
+    dist.barrier()
+    return None
 
 
 def run(cfg: PivotConfig) -> int:
@@ -96,9 +133,17 @@ def run(cfg: PivotConfig) -> int:
         print(summary(cfg, spec, table, device), flush=True)
     policy_path, genrm_path = model_paths(cfg, spec)
     ckpt = Checkpointer(cfg)
-    resume = ckpt.load() if cfg.checkpoint.resume or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and ckpt.latest() else None
+    try:  # the same answer on every rank (model folders: headers only): all stop, rank 0 says why
+        resume = resume_point(cfg, ckpt, spec)
+        policy_src = resume[0] / "policy" if resume else policy_path
+        for folder in (policy_src, genrm_path):
+            check_folder(folder)
+    except (OSError, ValueError) as e:
+        if spec.rank == 0:
+            print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        return 2
     start_step = resume[1]["step"] if resume else 0
-    policy_src = resume[0] / "policy" if resume else policy_path
     store = dist.distributed_c10d._get_default_store()
     run_id = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     host_of = tuple(spec.host_of(r) for r in range(spec.world_size))

@@ -122,6 +122,7 @@ class Trained:
 class Saved:
     rank: int
     step: int
+    files: list[Any]  # pivot.runtime.manifest.FileDigest of the files this rank wrote, fsynced
 
 
 @dataclass

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 from pivot.dist import ClusterSpec, SlotTable
 from pivot.roles.inference import InferenceRole
 from pivot.runtime import messages as m
+from pivot.runtime.manifest import seal
 from pivot.dist import WorkerEndpoint
 
 STATS_EVERY_S = 0.1  # the monitor wants stats at least every 200 ms
@@ -127,8 +129,8 @@ class Worker:
             metrics.update(compute_s=t1 - t0, gps_write_s=time.perf_counter() - t1)
             self.endpoint.send(m.Trained(rank, msg.step, version, metrics))
         elif isinstance(msg, m.SaveCheckpoint):
-            self.trainer.save(msg.path)
-            self.endpoint.send(m.Saved(rank, msg.step))
+            files = seal(self.trainer.save(msg.path), Path(msg.path))  # the manifest lists them
+            self.endpoint.send(m.Saved(rank, msg.step, files))
         elif isinstance(msg, m.Stop):
             self.stopped = True
         else:

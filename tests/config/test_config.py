@@ -48,6 +48,15 @@ def test_bad_values_name_the_field(argv: list[str], field: str) -> None:
         parse(argv, 4, 4)
 
 
+@pytest.mark.parametrize(
+    ("argv", "mode"),
+    [([], "no"), (["--checkpoint.resume"], "yes"), (["--checkpoint.resume", "--train.steps", "3"], "yes"),
+     (["--checkpoint.resume", "auto"], "auto"), (["--checkpoint.resume", "auto", "--checkpoint.resume", "no"], "no")],
+)
+def test_resume_modes_and_bare_flag(argv: list[str], mode: str) -> None:
+    assert parse(argv, 4, 4).checkpoint.resume == mode
+
+
 def test_overrides_apply_on_top_of_preset() -> None:
     cfg = parse(["--preset", "qwen2.5-1.5b+glm-z1-9b", "--train.lr", "3e-6"], 32, 8)
     assert cfg.train.lr == 3e-6 and cfg.train.devices == 16

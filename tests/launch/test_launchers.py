@@ -57,9 +57,9 @@ def test_sbatch_renders_two_nodes_by_eight() -> None:
     assert _opt(torchrun, "--rdzv-backend") == "c10d"
     assert _opt(torchrun, "--rdzv-endpoint") == "gpu-a01:29500"
     assert _opt(torchrun, "--rdzv-id") == "4242"
-    assert "--max-restarts" not in torchrun
+    assert _opt(torchrun, "--max-restarts") == "3"  # a dead rank restarts the job ...
     main = torchrun.index(str(ROOT / "pivot" / "main.py"))
-    assert torchrun[main + 1:] == FLAGS
+    assert torchrun[main + 1:] == ["--checkpoint.resume", "auto", *FLAGS]  # ... from the newest complete checkpoint
 
 
 def test_sbatch_knobs() -> None:
@@ -72,6 +72,8 @@ def test_sbatch_knobs() -> None:
     assert _opt(cmd, "--nproc-per-node") == "4"
     assert _opt(cmd, "--nnodes") == "3"
     assert cmd[-2:] == ["--train.steps", "1 0"]
+    cmd = _rendered(_run(SBATCH, ["--checkpoint.resume", "yes"], {**env, "PIVOT_RESUME": "no"}).stdout)
+    assert cmd[-4:] == ["--checkpoint.resume", "no", "--checkpoint.resume", "yes"]  # the last one wins
 
 
 def test_sbatch_needs_scontrol_for_compressed_nodelist(tmp_path: Path) -> None:
@@ -110,8 +112,8 @@ def test_local_renders(tmp_path: Path) -> None:
     res = _run(LOCAL, FLAGS, {"NPROC": "2", "PIVOT_DRY_RUN": "1"})
     assert res.returncode == 0, res.stderr
     cmd = _rendered(res.stdout)
-    assert "--standalone" in cmd and _opt(cmd, "--nproc-per-node") == "2"
-    assert cmd[cmd.index(str(ROOT / "pivot" / "main.py")) + 1:] == FLAGS
+    assert "--standalone" in cmd and _opt(cmd, "--nproc-per-node") == "2" and _opt(cmd, "--max-restarts") == "0"
+    assert cmd[cmd.index(str(ROOT / "pivot" / "main.py")) + 1:] == ["--checkpoint.resume", "auto", *FLAGS]
 
 
 def test_local_default_nproc_follows_nvidia_smi(tmp_path: Path) -> None:

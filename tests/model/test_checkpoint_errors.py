@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import pivot.model as pm
+from pivot.model.checkpoint import check_folder, tensor_headers
 
 ARGS = pm.ModelArgs(
     family="qwen2", vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -60,3 +61,30 @@ def test_unsupported_architecture(ckpt: Path, model_type: str, match: str) -> No
     (ckpt / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match=f"config.json.*{match}"):
         pm.from_pretrained(ckpt)
+
+
+def _one_line(excinfo: pytest.ExceptionInfo) -> str:
+    text = str(excinfo.value)
+    assert "\n" not in text, text
+    return text
+
+
+def test_missing_shard_named_by_every_reader(tmp_path: Path) -> None:
+    pm.save_pretrained(pm.CausalLM(ARGS), tmp_path, max_shard_bytes=4096)
+    weight_map = json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"]
+    shard = sorted(set(weight_map.values()))[1]
+    (tmp_path / shard).unlink()
+    for read in (pm.from_pretrained, check_folder, tensor_headers):
+        with pytest.raises(FileNotFoundError) as e:
+            read(tmp_path)
+        assert _one_line(e) == f"{tmp_path / shard}: listed in model.safetensors.index.json but missing"
+
+
+def test_check_folder_reads_headers_against_config(ckpt: Path) -> None:
+    check_folder(ckpt)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["intermediate_size"] = 48  # the weights were saved with 32
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError) as e:
+        check_folder(ckpt)
+    assert _one_line(e) == f"{ckpt}: tensor 'model.layers.0.mlp.gate_proj.weight' has shape (32, 16), config.json implies (48, 16)"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from pivot.runtime.manifest import problem
 from tests.conftest import ROOT
 from tests.runtime.models import random_models
 
@@ -31,8 +32,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return random_models(tmp_path_factory.mktemp("models"))
 
 
-def torchrun(models: tuple[Path, Path], run_dir: Path, *flags: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+def torchrun(models: tuple[Path, Path], run_dir: Path, *flags: str, wait: bool = True, restarts: int = 0) -> subprocess.Popen | subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", "--max-restarts", str(restarts),
            str(ROOT / "pivot" / "main.py"), "--model.policy", str(models[0]), "--model.genrm", str(models[1]),
            "--log.dir", str(run_dir), *SMALL, *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -96,19 +97,30 @@ def test_every_mode_runs(models: tuple[Path, Path], tmp_path: Path, mode: str) -
     assert evals[0]["versions"] == [0, 0]
 
 
-def test_resume_after_kill(models: tuple[Path, Path], tmp_path: Path) -> None:
-    proc = torchrun(models, tmp_path, "--train.steps", "8", "--checkpoint.every", "2", wait=False)
-    latest = tmp_path / "checkpoints" / "latest"
+def test_automatic_restart_after_kill_then_resume_past_a_damaged_checkpoint(models: tuple[Path, Path], tmp_path: Path) -> None:
+    """A rank SIGKILLed after the step-2 checkpoint: torchrun restarts the job, which continues
+    from the newest complete checkpoint on its own (`auto`). Then the final checkpoint gets a
+    flipped byte and a longer run resumed by hand reports it in one line and starts from step 6."""
+    run = ["--checkpoint.every", "2", "--checkpoint.resume", "auto"]
+    proc = torchrun(models, tmp_path, "--train.steps", "8", *run, wait=False, restarts=1)
+    manifest = tmp_path / "checkpoints" / "step_000002" / "manifest.json"
     deadline = time.monotonic() + 180
-    while not (latest.is_file() and latest.read_text().strip() >= "step_000002") and time.monotonic() < deadline:
+    while not manifest.is_file() and time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()[-3000:]
         time.sleep(0.2)
     victim = [int(p) for p in subprocess.run(["pgrep", "-f", f"log.dir {tmp_path}"], capture_output=True, text=True).stdout.split()]
     workers = [p for p in victim if p != proc.pid and Path(f"/proc/{p}/cmdline").read_bytes().count(b"main.py")]
-    os.kill(max(workers), signal.SIGKILL)  # one rank dies; torchrun stops the rest
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode != 0
-    torchrun(models, tmp_path, "--train.steps", "8", "--checkpoint.every", "2", "--checkpoint.resume")
+    os.kill(max(workers), signal.SIGKILL)  # one rank dies; torchrun stops the rest and restarts them
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out[-3000:]
+    assert [r["event"] for r in rows(tmp_path, "timeline.jsonl") if r.get("event") == "resume"] == ["resume"], out[-3000:]
     check_exactly_once(tmp_path, 8)
     steps = [r["step"] for r in rows(tmp_path, "eval.jsonl")]
     assert steps == sorted(set(steps)) and steps[0] == 0 and steps[-1] == 8, steps
+    shard = tmp_path / "checkpoints" / "step_000008" / "rank00000-of-00001.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-1] + bytes([shard.read_bytes()[-1] ^ 1]))
+    out = torchrun(models, tmp_path, "--train.steps", "10", "--checkpoint.every", "2", "--checkpoint.resume")
+    skipped = [line for line in out.stdout.splitlines() if "skipped" in line]
+    assert skipped == [f"pivot: checkpoint {shard.parent} skipped: {shard.name}: sha256 differs from manifest.json (corrupt)"]
+    check_exactly_once(tmp_path, 10)
+    assert problem(shard.parent) is None  # step 8 was written again, complete
