@@ -208,10 +208,12 @@ class PlannerConfig:
     """tau_shift: assumed duration of one shift in seconds; a pair's penalty is sum tau_shift * T_i."""
     interval_s: float = 0.5
     """Least time between two planner runs."""
-    no_throughput_model: bool = False
-    """Ablation: a replica's throughput is 1 if it has work, else 0."""
-    no_migration: bool = False
-    """Ablation: shifts do not migrate running sequences (shift down waits for them)."""
+    throughput_model: bool = True
+    """Rate replicas with the fitted throughput model; --planner.no-throughput-model is the ablation
+    where a replica's throughput is 1 if it has work, else 0."""
+    migration: bool = True
+    """Migrate running sequences on a shift; --planner.no-migration is the ablation where a shift
+    down waits for them and a shift up only drains the queue."""
     rule_high: float = 0.8
     """Rule-based: shift up a role whose KV utilisation is above this."""
     rule_low: float = 0.1

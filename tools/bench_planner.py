@@ -89,9 +89,9 @@ def clone_benefits(
     migrate)`, shift down, shift up and read its rate (busy replicas without the throughput model)."""
 
     def rate(s: Any) -> float:
-        return float(sum(1 for rid in s.active_ids if s.load(rid)[0] > 0)) if cfg.no_throughput_model else s.throughput()
+        return float(sum(1 for rid in s.active_ids if s.load(rid)[0] > 0)) if not cfg.throughput_model else s.throughput()
 
-    base = {r: scheduler(snap, r, not cfg.no_migration) for r in ("rollout", "reward")}
+    base = {r: scheduler(snap, r, cfg.migration) for r in ("rollout", "reward")}
     role_of = {r.replica_id: r.role for r in snap.replicas}
     n = {r: base[r].num_sequences() for r in base}
     cur = overall_throughput(n["rollout"], rate(base["rollout"]), n["reward"], rate(base["reward"]))

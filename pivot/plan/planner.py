@@ -5,8 +5,8 @@
 `cfg.max_evaluated` and of a coarse-to-fine choice of that many beyond (search.py), (5) the
 largest positive benefit among those evaluated, or no shift. Training shifts up as a whole and only when its batch is ready: that
 shift is mandatory (the step cannot run otherwise), so it is returned whatever its benefit.
-The ablations are flags of the same planner: `no_throughput_model` (T_i is 1 for a busy
-replica, else 0) and `no_migration` (shift-up simulation stops after draining the queue).
+The ablations are flags of the same planner: `throughput_model=False` (T_i is 1 for a busy
+replica, else 0) and `migration=False` (shift-up simulation stops after draining the queue).
 `strategies.make_planner(cfg)` picks pivot / static / rule_based. Every planner keeps
 the phase timings of its last call in `last_timings`, also when it returns None.
 """
@@ -92,9 +92,9 @@ class PivotPlanner(Planner):
                 gc.enable()
 
     def _plan(self, snap: ClusterSnapshot) -> ShiftPlan | None:
-        cfg, binary = self.cfg, self.cfg.no_throughput_model
+        cfg, binary = self.cfg, not self.cfg.throughput_model
         t0, c0 = time.perf_counter(), time.process_time()
-        scheds = {r: snap.scheduler(r, self.priority, migrate=not cfg.no_migration) for r in INFERENCE_ROLES}
+        scheds = {r: snap.scheduler(r, self.priority, migrate=cfg.migration) for r in INFERENCE_ROLES}
         rates = replica_rates(snap, scheds, binary)
         up_role = choose_up_role(snap, scheds, binary)
         pairs = []

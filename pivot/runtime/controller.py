@@ -67,7 +67,7 @@ class Controller:
         if table.train.ranks:
             self.replicas.append(Replica(self.train_rid, "train", table.train.ranks))
         self.slot_of = {rid: key for key, rid in self.rid.items()}
-        migrate = not cfg.planner.no_migration
+        migrate = cfg.planner.migration
         self.sched = {
             role: ShiftAwareScheduler([r for r in self.replicas if r.role == role], active=[], migrate=migrate)
             for role in ("rollout", "reward")

@@ -38,8 +38,8 @@ def deployment(base: PivotConfig, name: str, alloc: Allocation | None = None, ho
     mode = name if name in ("colocated", "disaggregated", "rr_colocated") else "pivot"
     cfg.cluster.mode = mode
     cfg.planner.strategy = name if name in ("static", "rule_based") else "pivot"
-    cfg.planner.no_throughput_model = name == "vanilla"
-    cfg.planner.no_migration = name in ("vanilla", "vanilla+tm")
+    cfg.planner.throughput_model = name != "vanilla"
+    cfg.planner.migration = name not in ("vanilla", "vanilla+tm")
     if horizon_s is not None:
         cfg.planner.horizon_s = horizon_s
     if alloc is not None:

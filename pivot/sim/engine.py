@@ -118,7 +118,7 @@ class Simulator:
         self.cfg, self.opts = copy.deepcopy(cfg), opts
         self.steps = opts.steps if opts.steps is not None else cfg.train.steps
         self.layout: Layout = build_layout(self.cfg, opts.hardware)
-        lay, migrate = self.layout, not self.cfg.planner.no_migration
+        lay, migrate = self.layout, self.cfg.planner.migration
         self.sched = {r: ShiftAwareScheduler(lay.slots(r), active=[], migrate=migrate) for r in INFERENCE_ROLES}
         self.reps = {
             s.replica_id: SimReplica(s.replica_id, s.model, s.kv_capacity, lay.costs[s.role].prefill_s_per_token)

@@ -101,7 +101,7 @@ def test_harmonic_mean() -> None:
 
 
 def test_ablations_run() -> None:
-    for cfg in (PlannerConfig(no_throughput_model=True), PlannerConfig(no_migration=True)):
+    for cfg in (PlannerConfig(throughput_model=False), PlannerConfig(migration=False)):
         planner = make_planner(cfg)
         planner.plan(figure8())
         assert planner.last_timings.total_s > 0
