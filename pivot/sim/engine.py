@@ -54,6 +54,10 @@ class SimOptions:
     plan while training, which leaves rollout without devices across back-to-back steps.
     While training, the snapshot says `train_batch_ready=True`: that is how the planner's pairs
     lock the trainer (otherwise its best plans all shift the running trainer down and are dropped)."""
+    kv_headroom: float = 0.1
+    """Share of a replica's KV kept free when it admits a sequence, for the running ones to grow
+    into (a serving engine reserves decode room at admission); without it a full replica
+    preempts and re-prefills on nearly every step."""
     record_plans: bool = False
     """Keep every (snapshot, plan) the planner saw (tests compare with a fresh planner)."""
     max_sim_s: float = 1e7
@@ -107,6 +111,12 @@ class SimResult:
     rollout_done: Counter
     reward_done: Counter
     plans: list[tuple[ClusterSnapshot, ShiftPlan | None]]
+    aborts: int = 0
+    """Abort commands of the schedulers (shift down, migration)."""
+    preemptions: int = 0
+    """Sequences the replicas preempted on a full KV cache (recomputed later)."""
+    prefill_tokens: int = 0
+    """Tokens prefilled, re-prefills after aborts and preemptions included."""
 
     @property
     def throughput(self) -> float:
@@ -120,8 +130,10 @@ class Simulator:
         self.layout: Layout = build_layout(self.cfg, opts.hardware)
         lay, migrate = self.layout, not self.cfg.planner.no_migration
         self.sched = {r: ShiftAwareScheduler(lay.slots(r), active=[], migrate=migrate) for r in INFERENCE_ROLES}
+        engines = {Role.ROLLOUT: self.cfg.rollout.engine, Role.REWARD: self.cfg.reward.engine}
         self.reps = {
-            s.replica_id: SimReplica(s.replica_id, s.model, s.kv_capacity, lay.costs[s.role].prefill_s_per_token)
+            s.replica_id: SimReplica(s.replica_id, s.model, s.kv_capacity, lay.costs[s.role].prefill_s_per_token,
+                                     engines[s.role].max_running_seqs, opts.kv_headroom)
             for s in lay.replicas if s.role != Role.TRAIN
         }
         self.state = {s.replica_id: "down" for s in lay.replicas}
@@ -150,10 +162,11 @@ class Simulator:
     # ------------------------------------------------------------------ the loop
     def run(self) -> SimResult:
         t0 = time.perf_counter()
-        for rid in self.mode.initial(self).up:
+        initial = self.mode.initial(self).up
+        for rid in initial:
             self.state[rid] = "up"
-            if rid != self.layout.train_rid:
-                self._apply(self.layout.role_of(rid), self.sched[self.layout.role_of(rid)].shift_up([rid]))
+        for role in INFERENCE_ROLES:
+            self._apply(role, self.sched[role].shift_up([rid for rid in initial if self.layout.role_of(rid) == role]))
         self._push(0.0, "tick", ())
         while self.step < self.steps:
             if not self._events:
@@ -165,7 +178,7 @@ class Simulator:
             if kind == "rep":
                 self._on_replica(*payload)
             elif kind == "shift":
-                self._on_shift_done(*payload)
+                self._on_shifts_done([payload] + self._pop_same("shift", t))
             elif kind == "train":
                 self._on_trained()
             elif kind == "tick":
@@ -174,12 +187,21 @@ class Simulator:
         res = self.res
         res.sim_time_s = self.now
         res.tokens = sum(s.tokens for st in range(self.steps) for s in self.samples[st])
+        res.preemptions = sum(r.preemptions for r in self.reps.values())
+        res.prefill_tokens = sum(r.prefilled for r in self.reps.values())
         res.wall_s = time.perf_counter() - t0
         return res
 
     def _push(self, t: float, kind: str, payload: tuple) -> None:
         self._n_events += 1
         heapq.heappush(self._events, (t, self._n_events, kind, payload))
+
+    def _pop_same(self, kind: str, t: float) -> list[tuple]:
+        """Payloads of the other `kind` events due at `t` (taken off the queue)."""
+        out = []
+        while self._events and self._events[0][0] == t and self._events[0][2] == kind:
+            out.append(heapq.heappop(self._events)[3])
+        return out
 
     def _after_event(self) -> None:
         self._fill()
@@ -226,6 +248,7 @@ class Simulator:
             seq = self.seqs[sid]
             if isinstance(cmd, Abort):
                 seq.generated = rep.remove(sid)
+                self.res.aborts += 1
                 self.sched[role].on_progress(sid, seq.generated)
             else:
                 rep.add(sid, seq.prompt_len, seq.generated, seq.target, self.now)
@@ -250,12 +273,7 @@ class Simulator:
         role = self.layout.role_of(rid)
         for sid in rep.finished():
             self._on_finish(role, sid)
-        if rep.overflowing():  # the engine preempts its newest sequences; the runtime sees aborts
-            self._sync_replica(role, rid)
-            while rep.n > 1 and rep.tok + 256 * rep.n > rep.cap:
-                self._apply(role, self.sched[role].abort(max(rep.seqs)))
-        else:
-            self._sync_replica(role, rid)
+        self._sync_replica(role, rid)
         self._schedule(rid)
 
     def _on_finish(self, role: str, sid: int) -> None:
@@ -373,13 +391,20 @@ class Simulator:
         self.res.shifts.append(ShiftEvent(start, end, rid, self.layout.role_of(rid), up))
         self._push(end, "shift", (rid, up))
 
-    def _on_shift_done(self, rid: int, up: bool) -> None:
-        self.in_flight -= 1
-        self.state[rid] = "up" if up else "down"
-        role = self.layout.role_of(rid)
-        if up and role != Role.TRAIN:
+    def _on_shifts_done(self, done: list[tuple[int, bool]]) -> None:
+        """Shifts that complete at the same instant are applied together: the replicas that came
+        up join their scheduler in one `shift_up`, so the queue is dispatched over all of them
+        (one replica first would take the whole queue, pay its prefill, then migrate it away)."""
+        joining: dict[str, list[int]] = {}
+        for rid, up in done:
+            self.in_flight -= 1
+            self.state[rid] = "up" if up else "down"
+            role = self.layout.role_of(rid)
+            if up and role != Role.TRAIN:
+                joining.setdefault(role, []).append(rid)
+        for role, rids in joining.items():
             self._sync(role)
-            self._apply(role, self.sched[role].shift_up([rid]))
+            self._apply(role, self.sched[role].shift_up(rids))
         self._plan_due = True
 
     # ------------------------------------------------------------------ timeline
