@@ -37,6 +37,7 @@ from pivot.sim import hardware as hwm
 from pivot.sim.hardware import H20, HardwareProfile
 from pivot.sim.layout import Layout, build_layout
 from pivot.sim.replica import SimReplica
+from pivot.sim.result import ShiftEvent, SimResult, TimelinePoint
 from pivot.sim.workload import Sample, Workload, step_samples
 
 
@@ -72,57 +73,6 @@ class _Seq:
     generated: int = 0
 
 
-@dataclass(frozen=True)
-class TimelinePoint:
-    t: float
-    devices: dict[str, int]
-    rollout_tps: float
-    reward_tps: float
-    overall_tps: float
-    training: bool
-
-
-@dataclass(frozen=True)
-class ShiftEvent:
-    t_start: float
-    t_end: float
-    rid: int
-    role: str
-    up: bool
-
-
-@dataclass
-class SimResult:
-    mode: str
-    strategy: str
-    preset: str
-    hardware: str
-    steps: int
-    sim_time_s: float
-    tokens: int
-    step_end_s: list[float]
-    train_s: list[float]
-    num_plans: int
-    planner_calls: int
-    planner_wall_s: float
-    wall_s: float
-    timeline: list[TimelinePoint]
-    shifts: list[ShiftEvent]
-    rollout_done: Counter
-    reward_done: Counter
-    plans: list[tuple[ClusterSnapshot, ShiftPlan | None]]
-    aborts: int = 0
-    """Abort commands of the schedulers (shift down, migration)."""
-    preemptions: int = 0
-    """Sequences the replicas preempted on a full KV cache (recomputed later)."""
-    prefill_tokens: int = 0
-    """Tokens prefilled, re-prefills after aborts and preemptions included."""
-
-    @property
-    def throughput(self) -> float:
-        return self.tokens / self.sim_time_s if self.sim_time_s > 0 else 0.0
-
-
 class Simulator:
     def __init__(self, cfg: PivotConfig, opts: SimOptions = SimOptions()) -> None:
         self.cfg, self.opts = copy.deepcopy(cfg), opts
@@ -143,7 +93,7 @@ class Simulator:
         self.train_tps = 0.0
         self.step = self.version = self.next_step = 0
         self.staleness = 0 if self.cfg.cluster.mode == "colocated" else self.cfg.train.staleness
-        self.group = self.cfg.train.batch_prompts * self.cfg.train.group_size
+        self.group = opts.workload.prompts(lay.world) * opts.workload.group_size
         self.seqs: dict[int, _Seq] = {}
         self.samples: dict[int, list[Sample]] = {}
         self.rewarded: Counter = Counter()
@@ -154,15 +104,14 @@ class Simulator:
         self.mode = make_mode(self.cfg, on_planned=self.on_planned)
         self._cheap_mode = not isinstance(self.mode, Shiftable)
         self._plan_due, self._last_plan = True, float("-inf")
-        self.res = SimResult(
-            self.cfg.cluster.mode, self.cfg.planner.strategy, self.cfg.preset, opts.hardware.name, self.steps, 0.0, 0,
-            [], [], 0, 0, 0.0, 0.0, [], [], Counter(), Counter(), [],
-        )
+        self.res = SimResult(self.cfg.cluster.mode, self.cfg.planner.strategy, self.cfg.preset, opts.hardware.name,
+                             self.steps, lay, self.staleness)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> SimResult:
         t0 = time.perf_counter()
         initial = self.mode.initial(self).up
+        self.res.initial_up = tuple(initial)
         for rid in initial:
             self.state[rid] = "up"
         for role in INFERENCE_ROLES:
@@ -189,6 +138,9 @@ class Simulator:
         res.tokens = sum(s.tokens for st in range(self.steps) for s in self.samples[st])
         res.preemptions = sum(r.preemptions for r in self.reps.values())
         res.prefill_tokens = sum(r.prefilled for r in self.reps.values())
+        res.busy_s = {rid: r.busy_s for rid, r in self.reps.items()}
+        res.busy_s[self.layout.train_rid] = sum(res.train_s)
+        res.samples = self.samples
         res.wall_s = time.perf_counter() - t0
         return res
 
@@ -227,8 +179,7 @@ class Simulator:
     def _fill(self) -> None:
         while self.next_step < self.steps and self.next_step - self.version <= self.staleness:
             st = self.next_step
-            self.samples[st] = step_samples(self.opts.workload, self.cfg.seed, st, self.cfg.train.batch_prompts,
-                                            self.cfg.train.group_size)
+            self.samples[st] = step_samples(self.opts.workload, self.cfg.seed, st, self.layout.world)
             for s in self.samples[st]:
                 self._submit(_Seq(Role.ROLLOUT, s, s.prompt_len, s.response_len))
             self.next_step += 1

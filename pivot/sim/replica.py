@@ -32,7 +32,7 @@ from pivot.sched import ThroughputModel
 
 class SimReplica:
     __slots__ = ("rid", "m", "cap", "limit", "max_running", "steps", "clock", "tok", "seqs", "waiting", "_finish", "ver",
-                 "prefill_per_tok", "prefilled", "preemptions", "_arrivals")
+                 "prefill_per_tok", "prefilled", "preemptions", "busy_s", "_arrivals")
 
     def __init__(self, rid: int, model: ThroughputModel, cap: int, prefill_per_tok: float, max_running: int = 1 << 30,
                  headroom: float = 0.0) -> None:
@@ -52,6 +52,7 @@ class SimReplica:
         self.ver = 0
         self.prefilled = 0  # tokens prefilled (first prefills and re-prefills)
         self.preemptions = 0
+        self.busy_s = 0.0  # seconds spent in decode steps and prefills
 
     @property
     def n(self) -> int:
@@ -87,7 +88,9 @@ class SimReplica:
         while k < cap_k and self._step_time(k + 1) <= dt + 1e-9:  # float error of the root
             k += 1
         if k > 0:
-            self.clock += self._step_time(k)
+            dt_k = self._step_time(k)
+            self.clock += dt_k
+            self.busy_s += dt_k
             self.steps += k
             self.tok += n * k
 
@@ -160,6 +163,7 @@ class SimReplica:
             self.tok += length
             heapq.heappush(self._finish, (self.steps + max(target - gen, 0), sid, self.ver))
             self.clock += self.prefill_per_tok * length
+            self.busy_s += self.prefill_per_tok * length
             self.prefilled += length
 
     def _preempt(self) -> None:

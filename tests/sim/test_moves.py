@@ -15,9 +15,8 @@ from tests.sim.conftest import small_cfg
 
 def _first_prefill_tokens(cfg: object, opts: SimOptions) -> int:
     """Tokens prefilled if every rollout and judge sequence is prefilled exactly once."""
-    t = cfg.train
     return sum(s.prompt_len + s.judge_prompt_len for st in range(opts.steps)
-               for s in step_samples(opts.workload, cfg.seed, st, t.batch_prompts, t.group_size))
+               for s in step_samples(opts.workload, cfg.seed, st, 8))
 
 
 @pytest.mark.parametrize("name", ["colocated", "rr_colocated"])
@@ -31,22 +30,21 @@ def test_phase_switch_brings_replicas_up_together(name: str, opts: SimOptions) -
     assert res.prefill_tokens == _first_prefill_tokens(cfg, opts)
 
 
-LONG = Workload(prompt=LengthDist(200, 0.3, 1024), response=LengthDist(1500, 1.0, 8000), judge=LengthDist(1000, 1.0, 8000))
+LONG = Workload(prompt=LengthDist(200, 0.3, 1024), response=LengthDist(1500, 1.0, 8000), judge=LengthDist(1000, 1.0, 8000),
+                prompts_per_step=32, group_size=16)
+N_SEQS = 2 * 2 * 32 * 16  # rollout and judge sequences of two steps
 SMALL_HBM = dataclasses.replace(H20, memory_gb=24.0)  # the 9B GenRM keeps 88K KV tokens per device
 
 
 def _big_batch() -> tuple[object, SimOptions]:
-    cfg = small_cfg()
-    cfg.train.batch_prompts, cfg.train.group_size = 32, 16
-    return cfg, SimOptions(hardware=SMALL_HBM, workload=LONG, steps=2)
+    return small_cfg(), SimOptions(hardware=SMALL_HBM, workload=LONG, steps=2)
 
 
 def test_full_kv_cache_preempts_a_few_sequences_and_recomputes_little() -> None:
     cfg, opts = _big_batch()
     cfg = deployment(cfg, "disaggregated", Allocation(2, 3))
     res = simulate(cfg, opts)
-    n_seqs = 2 * opts.steps * cfg.train.batch_prompts * cfg.train.group_size
-    assert 0 < res.preemptions <= 0.02 * n_seqs  # the caches do fill, the replicas do not thrash
+    assert 0 < res.preemptions <= 0.02 * N_SEQS  # the caches do fill, the replicas do not thrash
     assert res.aborts == 0  # nothing shifts, so the schedulers never abort
     assert res.prefill_tokens <= 1.02 * _first_prefill_tokens(cfg, opts)
 
@@ -55,7 +53,6 @@ def test_shifting_under_kv_pressure_moves_each_sequence_about_once() -> None:
     cfg, opts = _big_batch()
     cfg = deployment(cfg, "pivot")
     res = simulate(cfg, opts)
-    n_seqs = 2 * opts.steps * cfg.train.batch_prompts * cfg.train.group_size
     assert res.num_plans > 0
-    assert res.aborts + res.preemptions <= n_seqs
+    assert res.aborts + res.preemptions <= N_SEQS
     assert res.prefill_tokens <= 2 * _first_prefill_tokens(cfg, opts)
