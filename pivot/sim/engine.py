@@ -14,8 +14,9 @@ sequences) and every `up` slot once its devices are free, after the shift costs.
 The planner runs under the runtime's gating (no shift in flight, no training step) at a
 bounded rate: at ticks every `plan_every_s` of simulated time, and right after events
 (a shift or a training step finished, a batch became ready), never twice within
-`planner.interval_s`. The scheduler learns sequence progress at those points and whenever a
-replica finishes a sequence, like the runtime's monitor: dispatch sees slightly stale loads.
+`planner.interval_s`. The scheduler learns sequence progress at those points and, for the
+replicas that finished a sequence since, before a dispatch with sequences waiting, like the
+runtime's monitor: dispatch sees slightly stale loads (never staler than the replica's last event).
 
 Throughput = tokens of the trained samples (rollout prompt + response, judge prompt +
 response) / time until the last training step ends; the same seed gives every deployment
@@ -86,6 +87,8 @@ class Simulator:
                                      engines[s.role].max_running_seqs, opts.kv_headroom)
             for s in lay.replicas if s.role != Role.TRAIN
         }
+        self._role_reps = {role: [self.reps[s.replica_id] for s in lay.slots(role)] for role in INFERENCE_ROLES}
+        self._stale: dict[str, set[int]] = {role: set() for role in INFERENCE_ROLES}  # progress not yet reported
         self.state = {s.replica_id: "down" for s in lay.replicas}
         self.dev_free_at = [0.0] * lay.world
         self.in_flight = 0
@@ -158,6 +161,8 @@ class Simulator:
     def _after_event(self) -> None:
         self._fill()
         for role in INFERENCE_ROLES:
+            if self._stale[role] and self._queued(role):
+                self._sync_stale(role)
             self._apply(role, self.sched[role].dispatch())
         self._maybe_train()
         blocked = self.training and (self._cheap_mode or not self.opts.plan_during_training)
@@ -224,7 +229,7 @@ class Simulator:
         role = self.layout.role_of(rid)
         for sid in rep.finished():
             self._on_finish(role, sid)
-        self._sync_replica(role, rid)
+        self._stale[role].add(rid)  # its progress reaches the scheduler before the next dispatch
         self._schedule(rid)
 
     def _on_finish(self, role: str, sid: int) -> None:
@@ -241,7 +246,16 @@ class Simulator:
             if seq.sample.step == self.step and self.rewarded[self.step] == self.group:
                 self._plan_due = True
 
+    def _queued(self, role: str) -> int:
+        """Sequences of `role` waiting in the scheduler's queue (not on any replica)."""
+        return self.sched[role].num_sequences() - sum(len(r.seqs) + len(r.waiting) for r in self._role_reps[role])
+
+    def _sync_stale(self, role: str) -> None:
+        for rid in sorted(self._stale[role]):
+            self._sync_replica(role, rid)
+
     def _sync_replica(self, role: str, rid: int) -> None:
+        self._stale[role].discard(rid)
         rep, sched = self.reps[rid], self.sched[role]
         rep.advance(self.now)
         for sid in rep.seqs:
@@ -327,6 +341,7 @@ class Simulator:
         for rid in plan.down:
             role = self.layout.role_of(rid)
             if role != Role.TRAIN:
+                self._sync_stale(role)
                 self._apply(role, self.sched[role].shift_down([rid]))
             self._start_shift(rid, False, self.now)
         for rid in plan.up:
