@@ -125,11 +125,12 @@ def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict) -
               f"{r.num_plans / r.steps:.1f} shifts per step")
 
 
-def shift_costs(groups: list[str], hw_name: str, seed: int) -> None:
-    print(f"\n== Figure 12: derived shift costs on {hw_name} (paper: {PAPER_FIG12}) ==")
-    hw = HARDWARE[hw_name]
+def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:
+    print(f"\n== Figure 12: derived shift costs on {opts.hardware.name} (paper: {PAPER_FIG12}) ==")
+    kv = "engine.kv_capacity_tokens" if opts.kv_from_engine else "all memory the weights leave"
+    print(f"  replica KV: {kv}")
     for g in groups:
-        lay = build_layout(preset(g, seed), hw)
+        lay = build_layout(preset(g, seed), opts.hardware, opts.kv_from_engine)
         c = lay.costs
         print(f"  {g}: rollout up {c['rollout'].up_s:.1f} down {c['rollout'].down_s:.1f} | reward up {c['reward'].up_s:.1f} "
               f"down {c['reward'].down_s:.1f} | train up {lay.train_up_s:.1f} down {lay.train_down_s:.1f}")
@@ -149,15 +150,21 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=16)
     ap.add_argument("--alloc", default="search", choices=("search", "table4"),
                     help="search: tune every deployment's pools alike; table4: the paper's allocations")
-    ap.add_argument("--search-steps", type=int, default=3)
+    ap.add_argument("--search-steps", type=int, default=None,
+                    help="steps of each search run (default --steps: fewer steps release every step at once and "
+                    "favour other allocations)")
+    ap.add_argument("--kv", default="engine", choices=("engine", "device"),
+                    help="replica KV: the engine config's kv_capacity_tokens (as the runtime) or all free device memory")
     ap.add_argument("--ablations", action="store_true")
     ap.add_argument("--hsweep", default="", help="model group of the H sweep (empty: skip)")
     ap.add_argument("--timeline", default="", help="PNG path: disaggregated vs pivot timeline of the first group")
     args = ap.parse_args()
+    args.search_steps = args.search_steps or args.steps
     workload = Workload(prompts_per_step=args.prompts, group_size=args.group_size)
-    opts = SimOptions(hardware=HARDWARE[args.hardware], steps=args.steps, workload=workload)
+    opts = SimOptions(hardware=HARDWARE[args.hardware], steps=args.steps, workload=workload,
+                      kv_from_engine=args.kv == "engine")
     t0 = time.perf_counter()
-    shift_costs(args.groups, args.hardware, args.seed)
+    shift_costs(args.groups, opts, args.seed)
     runs = fig9(args.groups, opts, args)
     if args.ablations:
         fig11(args.groups, opts, args, runs)

@@ -56,6 +56,9 @@ class SimOptions:
     plan while training, which leaves rollout without devices across back-to-back steps.
     While training, the snapshot says `train_batch_ready=True`: that is how the planner's pairs
     lock the trainer (otherwise its best plans all shift the running trainer down and are dropped)."""
+    kv_from_engine: bool = True
+    """A replica's KV holds `engine.kv_capacity_tokens` (the runtime's engine and scheduler
+    capacity, bounded by the device memory); False: all the memory its weights leave."""
     kv_headroom: float = 0.1
     """Share of a replica's KV kept free when it admits a sequence, for the running ones to grow
     into (a serving engine reserves decode room at admission); without it a full replica
@@ -78,7 +81,7 @@ class Simulator:
     def __init__(self, cfg: PivotConfig, opts: SimOptions = SimOptions()) -> None:
         self.cfg, self.opts = copy.deepcopy(cfg), opts
         self.steps = opts.steps if opts.steps is not None else cfg.train.steps
-        self.layout: Layout = build_layout(self.cfg, opts.hardware)
+        self.layout: Layout = build_layout(self.cfg, opts.hardware, opts.kv_from_engine)
         lay, migrate = self.layout, not self.cfg.planner.no_migration
         self.sched = {r: ShiftAwareScheduler(lay.slots(r), active=[], migrate=migrate) for r in INFERENCE_ROLES}
         engines = {Role.ROLLOUT: self.cfg.rollout.engine, Role.REWARD: self.cfg.reward.engine}
