@@ -37,7 +37,7 @@ SMALL_HBM = dataclasses.replace(H20, memory_gb=24.0)  # the 9B GenRM keeps 88K K
 
 
 def _big_batch() -> tuple[object, SimOptions]:
-    return small_cfg(), SimOptions(hardware=SMALL_HBM, workload=LONG, steps=2)
+    return small_cfg(), SimOptions(hardware=SMALL_HBM, workload=LONG, steps=2, kv_from_engine=False)
 
 
 def test_full_kv_cache_preempts_a_few_sequences_and_recomputes_little() -> None:
