@@ -6,11 +6,12 @@ says, DAPO's recipe where it does not.
 - Group size 16: DAPO samples 16 responses per prompt (GRPO groups), as the presets do.
 - Prompts per step: the paper does not state its batch. DAPO's recipe takes 512 prompts per step
   on 128 GPUs, i.e. 4 per device; the default keeps that ratio (1.5B and 7B groups on 32 GPUs:
-  128 prompts x 16 = 2,048 samples; 32B on 64: 256; 72B on 128: DAPO's 512). A step is then a few
-  minutes of cluster work, as in the paper's Figure 10 trace (three training steps in its
-  1,728 s of PivotRL), so the cluster, not the single longest sequence, sets the step time.
-  A batch of 32 prompts is tail-bound instead: each step waits for its longest rollout + judge
-  chain, which no deployment can shorten (see `critical_path_s` in pivot/sim/bound.py).
+  128 prompts x 16 = 2,048 samples; 32B on 64: 256; 72B on 128: DAPO's 512). A step is then
+  minutes of cluster work, as in the paper's Figure 10 (its 1,728 s PivotRL trace of the 7B
+  group marks three training phases), so the cluster, not the single longest sequence, sets
+  most of the step time. A batch of 32 prompts is tail-bound instead: each step waits for its
+  longest rollout + judge chain, which no deployment can shorten (`critical_path_s` in
+  pivot/sim/report.py).
 - Policy responses: log-normal, median 1,500 tokens, sigma 1.0 (mean ~2,500), clipped at the
   paper's 15K cap: the long tail (about 1% of responses reach the cap) is what idles static pools.
   DAPO reports mean lengths growing from ~1K to ~4-5K over training; this is the early-middle.
