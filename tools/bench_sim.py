@@ -1,17 +1,20 @@
 """Simulated Figure 9 (deployments x model groups), Figure 11 (ablations), Figure 14 (H sweep),
 each beside the paper's numbers, plus a Figure 10 style timeline PNG.
 
-    python tools/bench_sim.py                                  # Figure 9, Table 4 allocations
-    python tools/bench_sim.py --search                         # tune baselines by grid search first
-    python tools/bench_sim.py --ablations --hsweep --timeline runs/sim/timeline.png
-    python tools/bench_sim.py --groups qwen2.5-7b+qwen3-30b-a3b --hardware h200
+    python tools/bench_sim.py                                  # Figure 9, every deployment tuned
+    python tools/bench_sim.py --alloc table4                   # the paper's Table 4 allocations
+    python tools/bench_sim.py --ablations --hsweep qwen2.5-7b+qwen3-30b-a3b --timeline runs/sim/timeline.png
+    python tools/bench_sim.py --groups qwen2.5-7b+qwen3-30b-a3b --hardware h200 --prompts 64
 
-Every simulated number is printed as tokens/s and as a ratio: PivotRL over each baseline (the
-paper's speedups), sim/paper for the absolute values. Runs are deterministic (--seed).
+Every run prints tokens/s and ratios: PivotRL over each baseline (the paper's speedups), sim/paper
+for the absolute values, the critical-path bound (the throughput no deployment with that
+staleness and training pool can beat, pivot/sim/report.py) and the share of it reached, and each
+role's device time as busy/idle/shifting. Runs are deterministic (--seed).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -19,9 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from configs.presets import get_preset  # noqa: E402
-from pivot.sim import HARDWARE, SimOptions, simulate  # noqa: E402
-from pivot.sim.deploy import deployment, search, table4  # noqa: E402
+from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noqa: E402
+from pivot.sim.deploy import Allocation, deployment, search, table4, world_of  # noqa: E402
 from pivot.sim.layout import build_layout  # noqa: E402
+from pivot.sim.report import breakdown, critical_path_s  # noqa: E402
 from pivot.sim.timeline import render_timeline  # noqa: E402
 
 GROUPS = ("qwen2.5-1.5b+glm-z1-9b", "qwen2.5-7b+qwen3-30b-a3b", "qwen2.5-32b+qwen3-30b-a3b", "qwen2.5-72b+qwen3.5-122b-a10b")
@@ -40,73 +44,93 @@ PAPER_FIG11 = {
 }
 # Figure 12 (seconds): inference up ~1 (1.5B) .. ~9 (122B), down < 2; training up 2 .. 8.5, down < 6.
 PAPER_FIG12 = "inference up ~1 s (1.5B) .. ~9 s (122B), down < 2 s; training up 2 .. 8.5 s, down < 6 s"
+# Figure 14: the paper plots throughput and shifts per step for H in 0.01 .. 600; its text says
+# throughput is lower with fewer shifts at small H, stable for 60 <= H <= 120, lower again at 600.
 H_VALUES = (0.01, 5, 30, 60, 90, 120, 600)
-SEED = 0
 
 
-def preset(group: str):  # noqa: ANN201
+def preset(group: str, seed: int):  # noqa: ANN201
     cfg = get_preset(group)
-    cfg.seed = SEED
+    cfg.seed = seed
     return cfg
 
 
-def fig9(groups: list[str], opts: SimOptions, do_search: bool, search_steps: int) -> dict:
-    print("\n== Figure 9: end-to-end tokens/s (sim | paper | sim/paper); speedup of PivotRL over each ==")
+def _alloc_name(a: Allocation) -> str:
+    return f"T{a.train_devices}" + (f"/R{a.rollout_devices}" if a.rollout_devices else "")
+
+
+def choose_allocation(base, name: str, args: argparse.Namespace, opts: SimOptions) -> Allocation:  # noqa: ANN001
+    if args.alloc == "table4":
+        return table4(base, name)
+    best, points = search(base, name, dataclasses.replace(opts, steps=args.search_steps))
+    if len(points) > 1:
+        tried = ", ".join(f"{_alloc_name(p.alloc)}:{p.throughput:,.0f}" + (" (invalid)" if p.error else "") for p in points)
+        print(f"    search {name}: {tried} -> {_alloc_name(best)}")
+    return best
+
+
+def report_line(name: str, r: SimResult, paper: dict[str, float], piv: float) -> None:
+    bound = critical_path_s(r)
+    sp = f"PivotRL x{piv / r.throughput:.2f} (paper x{paper['pivot'] / paper[name]:.2f})" if name != "pivot" else " " * 29
+    print(f"  {name:14s} {r.throughput:9,.0f} | {paper[name]:7,} | {r.throughput / paper[name]:5.2f}  {sp}  "
+          f"bound {r.tokens / bound:9,.0f} reached {bound / r.sim_time_s:4.0%}  aborts {r.aborts} preempt {r.preemptions}")
+    print(f"  {'':14s} busy/idle/shifting: {breakdown(r).line()}")
+
+
+def fig9(groups: list[str], opts: SimOptions, args: argparse.Namespace) -> dict[str, dict[str, tuple[Allocation, SimResult]]]:
+    how = "Table 4 (paper)" if args.alloc == "table4" else f"best of a search over pool sizes ({args.search_steps} steps each)"
+    print(f"\n== Figure 9: end-to-end tokens/s (sim | paper | sim/paper); allocations: {how} ==")
     out = {}
     for g in groups:
         t0 = time.perf_counter()
-        base = preset(g)
-        res = {}
+        base = preset(g, args.seed)
+        print(f"{g}: {opts.workload.describe(world_of(base))}")
+        runs = {}
         for name in BASELINES + ("pivot",):
-            alloc = table4(base, name)
-            if do_search and name in ("disaggregated", "rr_colocated"):
-                alloc, points = search(base, name, SimOptions(**{**opts.__dict__, "steps": search_steps}))
-                tried = ", ".join(f"T{p.alloc.train_devices}/R{p.alloc.rollout_devices}:{p.throughput:,.0f}"
-                                  + (" (invalid)" if p.error else "") for p in points)
-                print(f"  search {g} {name}: {tried} -> best T{alloc.train_devices}/R{alloc.rollout_devices}")
-            res[name] = simulate(deployment(base, name, alloc), opts)
-        out[g] = res
-        p = PAPER_FIG9[g]
-        piv = res["pivot"].throughput
-        print(f"{g}  ({time.perf_counter() - t0:.1f} s wall)")
+            alloc = choose_allocation(base, name, args, opts)
+            runs[name] = (alloc, simulate(deployment(base, name, alloc), opts))
+        out[g] = runs
+        piv = runs["pivot"][1].throughput
+        print(f"  ({time.perf_counter() - t0:.1f} s wall; allocations "
+              + ", ".join(f"{n} {_alloc_name(a)}" for n, (a, _) in runs.items()) + ")")
         for name in BASELINES + ("pivot",):
-            r = res[name]
-            sp = f"PivotRL x{piv / r.throughput:.2f} (paper x{p['pivot'] / p[name]:.2f})" if name != "pivot" else ""
-            print(f"  {name:14s} {r.throughput:9,.0f} | {p[name]:7,} | {r.throughput / p[name]:5.2f}   {sp}")
+            report_line(name, runs[name][1], PAPER_FIG9[g], piv)
     return out
 
 
-def fig11(groups: list[str], opts: SimOptions, fig9_res: dict) -> None:
-    print("\n== Figure 11: throughput over disaggregated (sim | paper) ==")
+def fig11(groups: list[str], opts: SimOptions, args: argparse.Namespace, runs: dict) -> None:
+    print("\n== Figure 11: throughput over disaggregated (sim | paper); ablations on PivotRL's training slot ==")
     for g in groups:
         if g not in PAPER_FIG11:
             continue
-        base = preset(g)
-        dis = fig9_res[g]["disaggregated"].throughput if g in fig9_res else \
-            simulate(deployment(base, "disaggregated", table4(base, "disaggregated")), opts).throughput
+        base = preset(g, args.seed)
+        dis = runs[g]["disaggregated"][1].throughput
+        alloc, piv = runs[g]["pivot"]
         print(g)
         for name, paper in PAPER_FIG11[g].items():
-            r = fig9_res[g]["pivot"] if name == "pivot" and g in fig9_res else simulate(deployment(base, name), opts)
+            r = piv if name == "pivot" else simulate(deployment(base, name, alloc), opts)
             print(f"  {name:12s} x{r.throughput / dis:.2f} | x{paper:.2f}   ({r.num_plans} shifts)")
 
 
-def hsweep(group: str, opts: SimOptions) -> None:
-    print(f"\n== Figure 14: H sweep on {group} (paper: stable between 60 and 120, fewer shifts and lower "
-          "throughput at small H, too many shifts at very large H) ==")
-    base = preset(group)
+def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict) -> None:
+    print(f"\n== Figure 14: H sweep on {group} (paper: lower throughput and fewer shifts at small H, stable "
+          "for 60 <= H <= 120, lower again at 600) ==")
+    base = preset(group, args.seed)
+    alloc = runs[group]["pivot"][0] if group in runs else table4(base, "pivot")
     ref = None
     for h in H_VALUES:
-        r = simulate(deployment(base, "pivot", horizon_s=h), opts)
+        r = simulate(deployment(base, "pivot", alloc, horizon_s=h), opts)
         ref = ref or r.throughput
         print(f"  H={h:>6}: {r.throughput:9,.0f} tok/s (x{r.throughput / ref:.2f} of H={H_VALUES[0]}), "
               f"{r.num_plans / r.steps:.1f} shifts per step")
 
 
-def shift_costs(groups: list[str], hw_name: str) -> None:
-    print(f"\n== Figure 12: derived shift costs on {hw_name} (paper: {PAPER_FIG12}) ==")
-    hw = HARDWARE[hw_name]
+def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:
+    print(f"\n== Figure 12: derived shift costs on {opts.hardware.name} (paper: {PAPER_FIG12}) ==")
+    kv = "engine.kv_capacity_tokens" if opts.kv_from_engine else "all memory the weights leave"
+    print(f"  replica KV: {kv}")
     for g in groups:
-        lay = build_layout(preset(g), hw)
+        lay = build_layout(preset(g, seed), opts.hardware, opts.kv_from_engine)
         c = lay.costs
         print(f"  {g}: rollout up {c['rollout'].up_s:.1f} down {c['rollout'].down_s:.1f} | reward up {c['reward'].up_s:.1f} "
               f"down {c['reward'].down_s:.1f} | train up {lay.train_up_s:.1f} down {lay.train_down_s:.1f}")
@@ -122,25 +146,33 @@ def main() -> None:
     ap.add_argument("--hardware", default="h20", choices=sorted(HARDWARE))
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--search", action="store_true", help="tune disaggregated and rr_colocated allocations by grid search")
-    ap.add_argument("--search-steps", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=None, help="prompts per step (default: 4 per device, DAPO's ratio)")
+    ap.add_argument("--group-size", type=int, default=16)
+    ap.add_argument("--alloc", default="search", choices=("search", "table4"),
+                    help="search: tune every deployment's pools alike; table4: the paper's allocations")
+    ap.add_argument("--search-steps", type=int, default=None,
+                    help="steps of each search run (default --steps: fewer steps release every step at once and "
+                    "favour other allocations)")
+    ap.add_argument("--kv", default="engine", choices=("engine", "device"),
+                    help="replica KV: the engine config's kv_capacity_tokens (as the runtime) or all free device memory")
     ap.add_argument("--ablations", action="store_true")
     ap.add_argument("--hsweep", default="", help="model group of the H sweep (empty: skip)")
     ap.add_argument("--timeline", default="", help="PNG path: disaggregated vs pivot timeline of the first group")
     args = ap.parse_args()
-    opts = SimOptions(hardware=HARDWARE[args.hardware], steps=args.steps)
+    args.search_steps = args.search_steps or args.steps
+    workload = Workload(prompts_per_step=args.prompts, group_size=args.group_size)
+    opts = SimOptions(hardware=HARDWARE[args.hardware], steps=args.steps, workload=workload,
+                      kv_from_engine=args.kv == "engine")
     t0 = time.perf_counter()
-    shift_costs(args.groups, args.hardware)
-    global SEED
-    SEED = args.seed
-    res = fig9(args.groups, opts, args.search, args.search_steps)
+    shift_costs(args.groups, opts, args.seed)
+    runs = fig9(args.groups, opts, args)
     if args.ablations:
-        fig11([g for g in args.groups if g in PAPER_FIG11], opts, res)
+        fig11(args.groups, opts, args, runs)
     if args.hsweep:
-        hsweep(args.hsweep, opts)
+        hsweep(args.hsweep, opts, args, runs)
     if args.timeline:
         g = args.groups[0]
-        path = render_timeline({"Disaggregated": res[g]["disaggregated"], "PivotRL": res[g]["pivot"]}, args.timeline)
+        path = render_timeline({"Disaggregated": runs[g]["disaggregated"][1], "PivotRL": runs[g]["pivot"][1]}, args.timeline)
         print(f"\ntimeline: {path}")
     print(f"\ntotal wall {time.perf_counter() - t0:.1f} s")
 

@@ -6,8 +6,10 @@
   vanilla, vanilla+tm                                 components (Figure 11, bottom): vanilla =
                                                       no throughput model, no migration;
                                                       +tm = the throughput model, no migration
-Baselines take an allocation (`train_devices`, `rollout_devices`); the paper tunes each baseline
-to its best configuration, and `search` does the same over a grid, returning every point tried.
+Every deployment takes an allocation (`train_devices`: the training pool, or Pivot's training
+slot; `rollout_devices`: disaggregated's rollout pool). The paper tunes each system to its best
+configuration; `search` does the same for every deployment, Pivot included, over one grid and
+returns every point tried; `table4` is the paper's Appendix E allocation.
 """
 from __future__ import annotations
 
@@ -61,8 +63,11 @@ def table4(base: PivotConfig, name: str) -> Allocation:
 
 
 def candidate_allocations(base: PivotConfig, name: str) -> list[Allocation]:
-    """The grid the search tries: training pool 1/8, 1/4, 1/2 of the cluster (the preset's
-    included) and, for disaggregated, rollout 1/3, 1/2, 2/3 of the rest (whole replicas)."""
+    """The grid the search tries, the same for every deployment: training pool (Pivot's training
+    slot) 1/8, 1/4, 1/2 of the cluster and the preset's; for disaggregated, rollout 1/3, 1/2, 2/3
+    of the rest (whole replicas). Colocated has nothing to tune (every role gets every device)."""
+    if name == "colocated":
+        return [table4(base, name)]
     world = world_of(base)
     trains = sorted({base.train.devices, world // 8, world // 4, world // 2})
     trains = [t for t in trains if t >= base.rollout.tp and t % base.cluster.devices_per_node in (0, t)]
@@ -87,7 +92,7 @@ class SearchPoint:
 
 
 def search(base: PivotConfig, name: str, opts: SimOptions) -> tuple[Allocation, list[SearchPoint]]:
-    """Simulate every candidate allocation of a baseline; the best and all points tried."""
+    """Simulate every candidate allocation of a deployment; the best and all points tried."""
     points = []
     for alloc in candidate_allocations(base, name):
         try:

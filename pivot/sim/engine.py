@@ -14,8 +14,9 @@ sequences) and every `up` slot once its devices are free, after the shift costs.
 The planner runs under the runtime's gating (no shift in flight, no training step) at a
 bounded rate: at ticks every `plan_every_s` of simulated time, and right after events
 (a shift or a training step finished, a batch became ready), never twice within
-`planner.interval_s`. The scheduler learns sequence progress at those points and whenever a
-replica finishes a sequence, like the runtime's monitor: dispatch sees slightly stale loads.
+`planner.interval_s`. The scheduler learns sequence progress at those points and, for the
+replicas that finished a sequence since, before a dispatch with sequences waiting, like the
+runtime's monitor: dispatch sees slightly stale loads (never staler than the replica's last event).
 
 Throughput = tokens of the trained samples (rollout prompt + response, judge prompt +
 response) / time until the last training step ends; the same seed gives every deployment
@@ -37,6 +38,7 @@ from pivot.sim import hardware as hwm
 from pivot.sim.hardware import H20, HardwareProfile
 from pivot.sim.layout import Layout, build_layout
 from pivot.sim.replica import SimReplica
+from pivot.sim.result import ShiftEvent, SimResult, TimelinePoint
 from pivot.sim.workload import Sample, Workload, step_samples
 
 
@@ -54,6 +56,13 @@ class SimOptions:
     plan while training, which leaves rollout without devices across back-to-back steps.
     While training, the snapshot says `train_batch_ready=True`: that is how the planner's pairs
     lock the trainer (otherwise its best plans all shift the running trainer down and are dropped)."""
+    kv_from_engine: bool = True
+    """A replica's KV holds `engine.kv_capacity_tokens` (the runtime's engine and scheduler
+    capacity, bounded by the device memory); False: all the memory its weights leave."""
+    kv_headroom: float = 0.1
+    """Share of a replica's KV kept free when it admits a sequence, for the running ones to grow
+    into (a serving engine reserves decode room at admission); without it a full replica
+    preempts and re-prefills on nearly every step."""
     record_plans: bool = False
     """Keep every (snapshot, plan) the planner saw (tests compare with a fresh planner)."""
     max_sim_s: float = 1e7
@@ -68,62 +77,21 @@ class _Seq:
     generated: int = 0
 
 
-@dataclass(frozen=True)
-class TimelinePoint:
-    t: float
-    devices: dict[str, int]
-    rollout_tps: float
-    reward_tps: float
-    overall_tps: float
-    training: bool
-
-
-@dataclass(frozen=True)
-class ShiftEvent:
-    t_start: float
-    t_end: float
-    rid: int
-    role: str
-    up: bool
-
-
-@dataclass
-class SimResult:
-    mode: str
-    strategy: str
-    preset: str
-    hardware: str
-    steps: int
-    sim_time_s: float
-    tokens: int
-    step_end_s: list[float]
-    train_s: list[float]
-    num_plans: int
-    planner_calls: int
-    planner_wall_s: float
-    wall_s: float
-    timeline: list[TimelinePoint]
-    shifts: list[ShiftEvent]
-    rollout_done: Counter
-    reward_done: Counter
-    plans: list[tuple[ClusterSnapshot, ShiftPlan | None]]
-
-    @property
-    def throughput(self) -> float:
-        return self.tokens / self.sim_time_s if self.sim_time_s > 0 else 0.0
-
-
 class Simulator:
     def __init__(self, cfg: PivotConfig, opts: SimOptions = SimOptions()) -> None:
         self.cfg, self.opts = copy.deepcopy(cfg), opts
         self.steps = opts.steps if opts.steps is not None else cfg.train.steps
-        self.layout: Layout = build_layout(self.cfg, opts.hardware)
+        self.layout: Layout = build_layout(self.cfg, opts.hardware, opts.kv_from_engine)
         lay, migrate = self.layout, self.cfg.planner.migration
         self.sched = {r: ShiftAwareScheduler(lay.slots(r), active=[], migrate=migrate) for r in INFERENCE_ROLES}
+        engines = {Role.ROLLOUT: self.cfg.rollout.engine, Role.REWARD: self.cfg.reward.engine}
         self.reps = {
-            s.replica_id: SimReplica(s.replica_id, s.model, s.kv_capacity, lay.costs[s.role].prefill_s_per_token)
+            s.replica_id: SimReplica(s.replica_id, s.model, s.kv_capacity, lay.costs[s.role].prefill_s_per_token,
+                                     engines[s.role].max_running_seqs, opts.kv_headroom)
             for s in lay.replicas if s.role != Role.TRAIN
         }
+        self._role_reps = {role: [self.reps[s.replica_id] for s in lay.slots(role)] for role in INFERENCE_ROLES}
+        self._stale: dict[str, set[int]] = {role: set() for role in INFERENCE_ROLES}  # progress not yet reported
         self.state = {s.replica_id: "down" for s in lay.replicas}
         self.dev_free_at = [0.0] * lay.world
         self.in_flight = 0
@@ -131,7 +99,7 @@ class Simulator:
         self.train_tps = 0.0
         self.step = self.version = self.next_step = 0
         self.staleness = 0 if self.cfg.cluster.mode == "colocated" else self.cfg.train.staleness
-        self.group = self.cfg.train.batch_prompts * self.cfg.train.group_size
+        self.group = opts.workload.prompts(lay.world) * opts.workload.group_size
         self.seqs: dict[int, _Seq] = {}
         self.samples: dict[int, list[Sample]] = {}
         self.rewarded: Counter = Counter()
@@ -142,18 +110,18 @@ class Simulator:
         self.mode = make_mode(self.cfg, on_planned=self.on_planned)
         self._cheap_mode = not isinstance(self.mode, Shiftable)
         self._plan_due, self._last_plan = True, float("-inf")
-        self.res = SimResult(
-            self.cfg.cluster.mode, self.cfg.planner.strategy, self.cfg.preset, opts.hardware.name, self.steps, 0.0, 0,
-            [], [], 0, 0, 0.0, 0.0, [], [], Counter(), Counter(), [],
-        )
+        self.res = SimResult(self.cfg.cluster.mode, self.cfg.planner.strategy, self.cfg.preset, opts.hardware.name,
+                             self.steps, lay, self.staleness)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> SimResult:
         t0 = time.perf_counter()
-        for rid in self.mode.initial(self).up:
+        initial = self.mode.initial(self).up
+        self.res.initial_up = tuple(initial)
+        for rid in initial:
             self.state[rid] = "up"
-            if rid != self.layout.train_rid:
-                self._apply(self.layout.role_of(rid), self.sched[self.layout.role_of(rid)].shift_up([rid]))
+        for role in INFERENCE_ROLES:
+            self._apply(role, self.sched[role].shift_up([rid for rid in initial if self.layout.role_of(rid) == role]))
         self._push(0.0, "tick", ())
         while self.step < self.steps:
             if not self._events:
@@ -165,7 +133,7 @@ class Simulator:
             if kind == "rep":
                 self._on_replica(*payload)
             elif kind == "shift":
-                self._on_shift_done(*payload)
+                self._on_shifts_done([payload] + self._pop_same("shift", t))
             elif kind == "train":
                 self._on_trained()
             elif kind == "tick":
@@ -174,6 +142,11 @@ class Simulator:
         res = self.res
         res.sim_time_s = self.now
         res.tokens = sum(s.tokens for st in range(self.steps) for s in self.samples[st])
+        res.preemptions = sum(r.preemptions for r in self.reps.values())
+        res.prefill_tokens = sum(r.prefilled for r in self.reps.values())
+        res.busy_s = {rid: r.busy_s for rid, r in self.reps.items()}
+        res.busy_s[self.layout.train_rid] = sum(res.train_s)
+        res.samples = self.samples
         res.wall_s = time.perf_counter() - t0
         return res
 
@@ -181,9 +154,18 @@ class Simulator:
         self._n_events += 1
         heapq.heappush(self._events, (t, self._n_events, kind, payload))
 
+    def _pop_same(self, kind: str, t: float) -> list[tuple]:
+        """Payloads of the other `kind` events due at `t` (taken off the queue)."""
+        out = []
+        while self._events and self._events[0][0] == t and self._events[0][2] == kind:
+            out.append(heapq.heappop(self._events)[3])
+        return out
+
     def _after_event(self) -> None:
         self._fill()
         for role in INFERENCE_ROLES:
+            if self._stale[role] and self._queued(role):
+                self._sync_stale(role)
             self._apply(role, self.sched[role].dispatch())
         self._maybe_train()
         blocked = self.training and (self._cheap_mode or not self.opts.plan_during_training)
@@ -205,8 +187,7 @@ class Simulator:
     def _fill(self) -> None:
         while self.next_step < self.steps and self.next_step - self.version <= self.staleness:
             st = self.next_step
-            self.samples[st] = step_samples(self.opts.workload, self.cfg.seed, st, self.cfg.train.batch_prompts,
-                                            self.cfg.train.group_size)
+            self.samples[st] = step_samples(self.opts.workload, self.cfg.seed, st, self.layout.world)
             for s in self.samples[st]:
                 self._submit(_Seq(Role.ROLLOUT, s, s.prompt_len, s.response_len))
             self.next_step += 1
@@ -226,6 +207,7 @@ class Simulator:
             seq = self.seqs[sid]
             if isinstance(cmd, Abort):
                 seq.generated = rep.remove(sid)
+                self.res.aborts += 1
                 self.sched[role].on_progress(sid, seq.generated)
             else:
                 rep.add(sid, seq.prompt_len, seq.generated, seq.target, self.now)
@@ -250,12 +232,7 @@ class Simulator:
         role = self.layout.role_of(rid)
         for sid in rep.finished():
             self._on_finish(role, sid)
-        if rep.overflowing():  # the engine preempts its newest sequences; the runtime sees aborts
-            self._sync_replica(role, rid)
-            while rep.n > 1 and rep.tok + 256 * rep.n > rep.cap:
-                self._apply(role, self.sched[role].abort(max(rep.seqs)))
-        else:
-            self._sync_replica(role, rid)
+        self._stale[role].add(rid)  # its progress reaches the scheduler before the next dispatch
         self._schedule(rid)
 
     def _on_finish(self, role: str, sid: int) -> None:
@@ -272,7 +249,16 @@ class Simulator:
             if seq.sample.step == self.step and self.rewarded[self.step] == self.group:
                 self._plan_due = True
 
+    def _queued(self, role: str) -> int:
+        """Sequences of `role` waiting in the scheduler's queue (not on any replica)."""
+        return self.sched[role].num_sequences() - sum(len(r.seqs) + len(r.waiting) for r in self._role_reps[role])
+
+    def _sync_stale(self, role: str) -> None:
+        for rid in sorted(self._stale[role]):
+            self._sync_replica(role, rid)
+
     def _sync_replica(self, role: str, rid: int) -> None:
+        self._stale[role].discard(rid)
         rep, sched = self.reps[rid], self.sched[role]
         rep.advance(self.now)
         for sid in rep.seqs:
@@ -358,6 +344,7 @@ class Simulator:
         for rid in plan.down:
             role = self.layout.role_of(rid)
             if role != Role.TRAIN:
+                self._sync_stale(role)
                 self._apply(role, self.sched[role].shift_down([rid]))
             self._start_shift(rid, False, self.now)
         for rid in plan.up:
@@ -373,13 +360,20 @@ class Simulator:
         self.res.shifts.append(ShiftEvent(start, end, rid, self.layout.role_of(rid), up))
         self._push(end, "shift", (rid, up))
 
-    def _on_shift_done(self, rid: int, up: bool) -> None:
-        self.in_flight -= 1
-        self.state[rid] = "up" if up else "down"
-        role = self.layout.role_of(rid)
-        if up and role != Role.TRAIN:
+    def _on_shifts_done(self, done: list[tuple[int, bool]]) -> None:
+        """Shifts that complete at the same instant are applied together: the replicas that came
+        up join their scheduler in one `shift_up`, so the queue is dispatched over all of them
+        (one replica first would take the whole queue, pay its prefill, then migrate it away)."""
+        joining: dict[str, list[int]] = {}
+        for rid, up in done:
+            self.in_flight -= 1
+            self.state[rid] = "up" if up else "down"
+            role = self.layout.role_of(rid)
+            if up and role != Role.TRAIN:
+                joining.setdefault(role, []).append(rid)
+        for role, rids in joining.items():
             self._sync(role)
-            self._apply(role, self.sched[role].shift_up([rid]))
+            self._apply(role, self.sched[role].shift_up(rids))
         self._plan_due = True
 
     # ------------------------------------------------------------------ timeline

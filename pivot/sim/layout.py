@@ -50,16 +50,20 @@ def _tile(tp: int, world: int, per_node: int) -> list[tuple[int, ...]]:
     return [tuple(range(s, s + tp)) for s in starts]
 
 
-def _role_costs(spec: ModelSpec, hw: HardwareProfile, tp: int, field: str) -> RoleCosts:
+def _role_costs(spec: ModelSpec, hw: HardwareProfile, tp: int, field: str, kv_limit: int | None) -> RoleCosts:
     a, b, c, d = hwm.decode_constants(spec, hw, tp)
+    kv = hwm.kv_capacity_tokens(spec, hw, tp, field)
     return RoleCosts(
-        spec, tp, ThroughputModel(a, b, c, d), hwm.kv_capacity_tokens(spec, hw, tp, field),
+        spec, tp, ThroughputModel(a, b, c, d), kv if kv_limit is None else min(kv, kv_limit),
         hwm.prefill_s(spec, hw, tp, 1), hwm.inference_shift_s(spec, hw, tp, True), hwm.inference_shift_s(spec, hw, tp, False),
     )
 
 
-def build_layout(cfg: PivotConfig, hw: HardwareProfile) -> Layout:
-    """Slots and costs for `cfg` on `hw`; raises `SimConfigError`/`ConfigError` naming the field."""
+def build_layout(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = True) -> Layout:
+    """Slots and costs for `cfg` on `hw`; raises `SimConfigError`/`ConfigError` naming the field.
+    A replica's KV capacity is its engine's `kv_capacity_tokens` (what the runtime gives both the
+    engine and the scheduler) where the device memory holds it; `kv_from_engine=False` gives it
+    all the memory its weights leave, as a serving engine sized by memory fraction would."""
     per_node = cfg.cluster.devices_per_node or hw.devices_per_node
     nnodes = cfg.cluster.nnodes
     if nnodes <= 0:
@@ -75,8 +79,10 @@ def build_layout(cfg: PivotConfig, hw: HardwareProfile) -> Layout:
     policy = hwm.model_spec(m.policy, m.policy_params_b)
     genrm = hwm.model_spec(m.genrm, m.genrm_params_b, m.genrm_active_params_b)
     costs = {
-        Role.ROLLOUT: _role_costs(policy, hw, cfg.rollout.tp, "rollout.tp"),
-        Role.REWARD: _role_costs(genrm, hw, cfg.reward.tp, "reward.tp"),
+        Role.ROLLOUT: _role_costs(policy, hw, cfg.rollout.tp, "rollout.tp",
+                                  cfg.rollout.engine.kv_capacity_tokens if kv_from_engine else None),
+        Role.REWARD: _role_costs(genrm, hw, cfg.reward.tp, "reward.tp",
+                                 cfg.reward.engine.kv_capacity_tokens if kv_from_engine else None),
     }
     train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.devices
     hwm.check_train_fits(policy, hw, train_devices)

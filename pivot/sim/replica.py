@@ -1,4 +1,14 @@
-"""One simulated inference replica: continuous-batching decode at the throughput model's speed.
+"""One simulated inference replica: continuous-batching decode at the throughput model's speed,
+with the real engine's admission and preemption (pivot/engine/scheduler.py).
+
+Dispatched sequences wait in the replica in arrival order; a waiting sequence is admitted
+(starts running) while fewer than `max_running` run and the running KV after admitting it
+and one more decode step stays within `(1 - headroom) * cap`: the room above is left for the running sequences to grow
+into, as a serving engine reserves decode room when it admits (sglang's new-token ratio, vLLM's
+watermark). When the running KV would still outgrow `cap`, the newest running sequence is
+preempted back to the front of the waiting list with its tokens (recomputed on readmission).
+Preemption stays inside the replica, as in the engine: the shift-aware scheduler still sees the
+sequence there. At least one sequence always runs, so a replica never stalls.
 
 Each decode step every running sequence gains one token and the step takes
 `A * n_tok + max(B, C * n_seq) + D` seconds (the scheduler's own model, so the planner's
@@ -8,9 +18,9 @@ form and the replica is advanced in O(1), not step by step:
 
     t(k) = k * (A * n_tok + max(B, C * n) + D) + A * n * k * (k - 1) / 2
 
-A sequence stores the replica step at which it joined and its generated count then; its
-progress is read off the step counter. Joining costs a prefill of its whole length (prompt
-plus tokens generated before an abort: re-prefill), paid as a stall of the replica.
+A running sequence stores the replica step at which it started and its generated count then;
+its progress is read off the step counter. Starting costs a prefill of its whole length (prompt
+plus tokens generated before an abort or preemption: re-prefill), paid as a stall of the replica.
 """
 from __future__ import annotations
 
@@ -21,23 +31,38 @@ from pivot.sched import ThroughputModel
 
 
 class SimReplica:
-    __slots__ = ("rid", "m", "cap", "steps", "clock", "tok", "seqs", "_finish", "ver", "prefill_per_tok")
+    __slots__ = ("rid", "m", "cap", "limit", "max_running", "steps", "clock", "tok", "seqs", "waiting", "_finish", "ver",
+                 "prefill_per_tok", "prefilled", "preemptions", "busy_s", "_arrivals")
 
-    def __init__(self, rid: int, model: ThroughputModel, cap: int, prefill_per_tok: float) -> None:
+    def __init__(self, rid: int, model: ThroughputModel, cap: int, prefill_per_tok: float, max_running: int = 1 << 30,
+                 headroom: float = 0.0) -> None:
+        if max_running < 1 or not 0.0 <= headroom < 1.0:
+            raise ValueError(f"SimReplica {rid}: need max_running >= 1 and 0 <= headroom < 1, got {max_running}, {headroom}")
         self.rid, self.m, self.cap, self.prefill_per_tok = rid, model, cap, prefill_per_tok
+        self.limit = int(cap * (1.0 - headroom))  # running KV allowed at admission
+        self.max_running = max_running
         self.steps = 0
         self.clock = 0.0  # end of the last completed step (or of a prefill stall)
-        self.tok = 0
-        self.seqs: dict[int, tuple[int, int, int, int]] = {}  # sid -> (joined step, generated then, prompt, ver)
+        self.tok = 0  # KV of the running sequences
+        # running: sid -> (step it started, generated then, prompt, ver, target, arrival)
+        self.seqs: dict[int, tuple[int, int, int, int, int, int]] = {}
+        self.waiting: dict[int, tuple[int, int, int, int]] = {}  # in admission order: sid -> (prompt, generated, target, arrival)
+        self._arrivals = 0
         self._finish: list[tuple[int, int, int]] = []  # (step at which it finishes, sid, ver), lazy deletion
         self.ver = 0
+        self.prefilled = 0  # tokens prefilled (first prefills and re-prefills)
+        self.preemptions = 0
+        self.busy_s = 0.0  # seconds spent in decode steps and prefills
 
     @property
     def n(self) -> int:
+        """Running sequences."""
         return len(self.seqs)
 
     def generated(self, sid: int) -> int:
-        s0, g0, _, _ = self.seqs[sid]
+        if sid in self.waiting:
+            return self.waiting[sid][1]
+        s0, g0 = self.seqs[sid][:2]
         return g0 + self.steps - s0
 
     def _step_time(self, k: int) -> float:
@@ -56,14 +81,16 @@ class SimReplica:
         m = self.m
         a, b = m.A * n / 2, m.A * self.tok + max(m.B, m.C * n) + m.D - m.A * n / 2  # t(k) = a k^2 + b k
         k = int((-b + math.sqrt(b * b + 4 * a * dt)) / (2 * a)) if a > 0 else int(dt / b)
-        cap_k = self._next_finish_steps()
+        cap_k = min(self._next_finish_steps(), self._room_steps())
         k = min(k, cap_k)
         while k > 0 and self._step_time(k) > dt + 1e-9:
             k -= 1
         while k < cap_k and self._step_time(k + 1) <= dt + 1e-9:  # float error of the root
             k += 1
         if k > 0:
-            self.clock += self._step_time(k)
+            dt_k = self._step_time(k)
+            self.clock += dt_k
+            self.busy_s += dt_k
             self.steps += k
             self.tok += n * k
 
@@ -77,18 +104,21 @@ class SimReplica:
             heapq.heappop(f)
         return f[0][0] - self.steps if f else 1 << 40
 
+    def _room_steps(self) -> int:
+        """Steps the running sequences can take before their KV outgrows `cap` (a lone sequence
+        is never preempted, so it is not bounded)."""
+        n = len(self.seqs)
+        return max(1, (self.cap - self.tok) // n) if n > 1 else 1 << 40
+
     def next_event(self) -> float | None:
         """When the next sequence finishes or the KV cache would overflow; None when idle."""
-        n = len(self.seqs)
-        if n == 0:
+        if not self.seqs:
             return None
-        k = self._next_finish_steps()
-        room = (self.cap - self.tok) // n
-        k = max(1, min(k, room))
-        return self.clock + self._step_time(k)
+        return self.clock + self._step_time(max(1, min(self._next_finish_steps(), self._room_steps())))
 
     def finished(self) -> list[int]:
-        """Sequences that reached their target, removed from the replica, ascending id."""
+        """Sequences that reached their target, removed from the replica, ascending id; then
+        preempts on KV overflow and admits waiting sequences (the engine's next schedule)."""
         out = []
         f = self._finish
         while f and (not self._live(f[0]) or f[0][0] <= self.steps):
@@ -97,25 +127,49 @@ class SimReplica:
                 out.append(entry[1])
         for sid in out:
             self.remove(sid)
+        self._preempt()
+        self._admit()
         return sorted(out)
 
-    def overflowing(self) -> bool:
-        return self.tok + len(self.seqs) > self.cap
-
     def add(self, sid: int, prompt_len: int, generated: int, target: int, now: float) -> None:
+        """A dispatched sequence joins the waiting list (call `advance(now)` first)."""
         if not self.seqs:
             self.clock = max(self.clock, now)
-        length = prompt_len + generated
+        self._arrivals += 1
+        self.waiting[sid] = (prompt_len, generated, target, self._arrivals)
         self.ver += 1
-        self.seqs[sid] = (self.steps, generated, prompt_len, self.ver)
-        self.tok += length
-        heapq.heappush(self._finish, (self.steps + max(target - generated, 0), sid, self.ver))
-        self.clock += self.prefill_per_tok * length
+        self._admit()
 
     def remove(self, sid: int) -> int:
-        """Take a sequence off; returns its generated count."""
-        gen = self.generated(sid)
-        _, _, p, _ = self.seqs.pop(sid)
-        self.tok -= p + gen
+        """Take a sequence off (running or waiting); returns its generated count."""
         self.ver += 1
+        if sid in self.waiting:
+            return self.waiting.pop(sid)[1]
+        gen = self.generated(sid)
+        p = self.seqs.pop(sid)[2]
+        self.tok -= p + gen
         return gen
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.seqs) < self.max_running:
+            sid = next(iter(self.waiting))
+            prompt, gen, target, arrival = self.waiting[sid]
+            length = prompt + gen
+            if self.seqs and self.tok + length + len(self.seqs) + 1 > self.limit:  # room for one more step
+                return  # the head waits, and the rest behind it (arrival order)
+            del self.waiting[sid]
+            self.ver += 1
+            self.seqs[sid] = (self.steps, gen, prompt, self.ver, target, arrival)
+            self.tok += length
+            heapq.heappush(self._finish, (self.steps + max(target - gen, 0), sid, self.ver))
+            self.clock += self.prefill_per_tok * length
+            self.busy_s += self.prefill_per_tok * length
+            self.prefilled += length
+
+    def _preempt(self) -> None:
+        while len(self.seqs) > 1 and self.tok + len(self.seqs) > self.cap:
+            sid = max(self.seqs, key=lambda s: self.seqs[s][5])  # the newest arrival
+            _, _, prompt, _, target, arrival = self.seqs[sid]
+            gen = self.remove(sid)
+            self.waiting = {sid: (prompt, gen, target, arrival), **self.waiting}  # first to be readmitted
+            self.preemptions += 1

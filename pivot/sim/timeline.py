@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pivot.sim.engine import SimResult
+from pivot.sim.result import SimResult
 
 
 def render_timeline(runs: dict[str, SimResult], path: str | Path) -> Path:

@@ -1,9 +1,26 @@
-"""The simulated workload: long-tail length distributions and the samples of each RL step.
+"""The simulated workload, stated in one place: the paper's setup (§8.1, Appendix E) where it
+says, DAPO's recipe where it does not.
 
-Lengths are log-normal (median, sigma) clipped to [low, cap]: most responses are short, a few
-run to the cap, which is the long tail that idles static deployments. Caps follow the paper:
-prompt 2K, policy response 15K, GenRM response 20K tokens. A GenRM sequence's prompt is the
-judge template plus the question plus the policy's response (the judge reads the response).
+- Data: DAPO-Math-17k prompts (the paper's training set). Its problems with DAPO's answer-format
+  instruction are short: median 150 tokens, capped at the paper's 2K.
+- Group size 16: DAPO samples 16 responses per prompt (GRPO groups), as the presets do.
+- Prompts per step: the paper does not state its batch. DAPO's recipe takes 512 prompts per step
+  on 128 GPUs, i.e. 4 per device; the default keeps that ratio (1.5B and 7B groups on 32 GPUs:
+  128 prompts x 16 = 2,048 samples; 32B on 64: 256; 72B on 128: DAPO's 512). A step is then
+  minutes of cluster work, as in the paper's Figure 10 (its 1,728 s PivotRL trace of the 7B
+  group marks three training phases), so the cluster, not the single longest sequence, sets
+  most of the step time. A batch of 32 prompts is tail-bound instead: each step waits for its
+  longest rollout + judge chain, which no deployment can shorten (`critical_path_s` in
+  pivot/sim/report.py).
+- Policy responses: log-normal, median 1,500 tokens, sigma 1.0 (mean ~2,500), clipped at the
+  paper's 15K cap: the long tail (about 1% of responses reach the cap) is what idles static pools.
+  DAPO reports mean lengths growing from ~1K to ~4-5K over training; this is the early-middle.
+- GenRM responses: the judge reasons before it scores (GLM-Z1 and Qwen3 are thinking models):
+  median 2,500 tokens, sigma 0.8 (mean ~3,400), clipped at the paper's 20K cap (~0.5% reach it).
+  Its prompt is a 200-token judge template plus the question plus the policy's response.
+- Staleness 2 (the paper's setting for every asynchronous deployment) is `cfg.train.staleness`;
+  colocated runs on-policy.
+
 Every length of step s is drawn from `random.Random(f"{seed}/{step}")`, so a step's samples do
 not depend on the deployment or on event order.
 """
@@ -12,6 +29,9 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+
+DAPO_PROMPTS_PER_DEVICE = 4
+"""DAPO's 512 prompts per step on 128 GPUs."""
 
 
 @dataclass(frozen=True)
@@ -31,10 +51,30 @@ class LengthDist:
 
 @dataclass(frozen=True)
 class Workload:
-    prompt: LengthDist = field(default_factory=lambda: LengthDist(300, 0.5, 2048))
+    prompt: LengthDist = field(default_factory=lambda: LengthDist(150, 0.4, 2048))
     response: LengthDist = field(default_factory=lambda: LengthDist(1500, 1.0, 15360))
-    judge: LengthDist = field(default_factory=lambda: LengthDist(1200, 1.0, 20480))
+    judge: LengthDist = field(default_factory=lambda: LengthDist(2500, 0.8, 20480))
     judge_template_tokens: int = 200
+    prompts_per_step: int | None = None
+    """Prompts of one RL step; None = `DAPO_PROMPTS_PER_DEVICE` per device of the cluster."""
+    group_size: int = 16
+    """Responses per prompt."""
+
+    def __post_init__(self) -> None:
+        if self.prompts_per_step is not None and self.prompts_per_step < 1:
+            raise ValueError(f"Workload.prompts_per_step={self.prompts_per_step}: need >= 1 (or None)")
+        if self.group_size < 1:
+            raise ValueError(f"Workload.group_size={self.group_size}: need >= 1")
+
+    def prompts(self, devices: int) -> int:
+        return self.prompts_per_step if self.prompts_per_step is not None else DAPO_PROMPTS_PER_DEVICE * devices
+
+    def describe(self, devices: int) -> str:
+        def d(x: LengthDist) -> str:
+            return f"lognormal(median {x.median:g}, sigma {x.sigma:g}) <= {x.cap}"
+
+        return (f"{self.prompts(devices)} prompts x {self.group_size} per step; prompt {d(self.prompt)}, "
+                f"response {d(self.response)}, judge {d(self.judge)}")
 
 
 @dataclass(frozen=True)
@@ -58,13 +98,13 @@ class Sample:
         return self.prompt_len + self.response_len
 
 
-def step_samples(w: Workload, seed: int, step: int, batch_prompts: int, group_size: int) -> list[Sample]:
-    """The B x G samples of `step` (a group shares its prompt)."""
+def step_samples(w: Workload, seed: int, step: int, devices: int) -> list[Sample]:
+    """The prompts x group_size samples of `step` on a cluster of `devices` (a group shares its prompt)."""
     rng = random.Random(f"{seed}/{step}")
     out: list[Sample] = []
-    for _ in range(batch_prompts):
+    for _ in range(w.prompts(devices)):
         p = w.prompt.draw(rng)
-        for _ in range(group_size):
+        for _ in range(w.group_size):
             r, j = w.response.draw(rng), w.judge.draw(rng)
             out.append(Sample(step, len(out), p, r, j, w.judge_template_tokens + p + r))
     return out

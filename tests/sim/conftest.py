@@ -8,7 +8,8 @@ from pivot.config import PivotConfig
 from pivot.sim import LengthDist, SimOptions, Workload
 
 SMALL_WORKLOAD = Workload(
-    prompt=LengthDist(100, 0.3, 512), response=LengthDist(300, 1.0, 3000), judge=LengthDist(200, 1.0, 3000)
+    prompt=LengthDist(100, 0.3, 512), response=LengthDist(300, 1.0, 3000), judge=LengthDist(200, 1.0, 3000),
+    prompts_per_step=4, group_size=4,
 )
 
 
@@ -16,7 +17,6 @@ def small_cfg(nnodes: int = 1, train_devices: int = 2) -> PivotConfig:
     cfg = get_preset("qwen2.5-1.5b+glm-z1-9b")
     cfg.cluster.nnodes = nnodes
     cfg.train.devices = train_devices
-    cfg.train.batch_prompts, cfg.train.group_size = 4, 4
     return cfg
 
 

@@ -6,10 +6,8 @@ import pytest
 
 from configs.presets import get_preset
 from pivot.plan import make_planner
-from pivot.sched import ThroughputModel
 from pivot.sim import SimConfigError, SimOptions, simulate
 from pivot.sim.deploy import DEPLOYMENTS, Allocation, deployment, search
-from pivot.sim.replica import SimReplica
 from tests.sim.conftest import small_cfg
 
 
@@ -92,34 +90,6 @@ def test_training_state_must_fit() -> None:
     cfg.train.devices = 8
     with pytest.raises(SimConfigError, match="train.devices=8"):
         simulate(cfg, SimOptions(steps=1))
-
-
-def test_replica_matches_step_by_step_decode() -> None:
-    m = ThroughputModel(A=1e-6, B=0.01, C=0.002, D=0.003)
-    rep = SimReplica(0, m, 10**6, prefill_per_tok=0.0)
-    targets = {1: 5, 2: 9, 3: 2}
-    for sid, tgt in targets.items():
-        rep.add(sid, 10, 0, tgt, 0.0)
-    # brute force: one step at a time
-    t, alive, gen, tok, want = 0.0, dict(targets), {s: 0 for s in targets}, 30, {}
-    while alive:
-        t += m.latency(len(alive), tok)
-        tok += len(alive)
-        for s in list(alive):
-            gen[s] += 1
-            if gen[s] == alive[s]:
-                want[s] = t
-                tok -= 10 + gen[s]
-                del alive[s]
-    got = {}
-    while rep.n:
-        t_ev = rep.next_event()
-        rep.advance(t_ev)
-        for s in rep.finished():
-            got[s] = t_ev
-    assert got.keys() == want.keys()
-    for s in want:
-        assert got[s] == pytest.approx(want[s])
 
 
 def test_search_reports_every_point(opts: SimOptions) -> None:

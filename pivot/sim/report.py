@@ -1,0 +1,97 @@
+"""What a simulated run could at best have done, and where its device time went.
+
+Critical-path bound. A sequence decodes at most one token per replica step, and a step is
+shortest when the sequence runs alone: `A * len + max(B, C) + D` (the throughput model at one
+sequence), after its prefill. So a sample's rollout + judge chain takes at least
+
+    chain = prefill_ro(p) + sum_{k<r} L_ro(p + k) + prefill_rm(q) + sum_{k<j} L_rm(q + k)
+
+(p, r: prompt and response; q, j: the judge's prompt and response). Step s's prompts are
+released when step s - staleness - 1 has trained (at 0 for the first steps), its batch trains
+once its longest chain is done, and steps train one after another for `train_s` each:
+
+    end[s] = max(end[s-1], end[s-staleness-1] + max chain of step s) + train_s[s]
+
+No deployment with that staleness and that training pool can finish sooner, however many
+devices it has or how it shifts them (shift costs and queueing only add). `bound_s / sim_time_s`
+is the fraction of the bound a run reached.
+
+Device-time breakdown: each role's device-seconds split into busy (decoding, prefilling,
+training), idle (up without work) and shifting (its shifts up and down in flight); the devices
+of no role at a moment are unassigned. The parts add up to devices x run time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pivot.sched import Role
+from pivot.sim.layout import RoleCosts
+from pivot.sim.result import SimResult
+
+
+def chain_s(c: RoleCosts, prompt: int, out: int) -> float:
+    """Least time to prefill `prompt` tokens and decode `out` tokens alone on one replica."""
+    m = c.throughput
+    return c.prefill_s_per_token * prompt + out * (m.A * prompt + max(m.B, m.C) + m.D) + m.A * out * (out - 1) / 2
+
+
+def critical_path_s(res: SimResult) -> float:
+    """The time below which no run of these steps with this staleness and training can finish."""
+    ro, rm = res.layout.costs[Role.ROLLOUT], res.layout.costs[Role.REWARD]
+    end: list[float] = []
+    for st in range(res.steps):
+        longest = max(chain_s(ro, s.prompt_len, s.response_len) + chain_s(rm, s.judge_prompt_len, s.judge_len)
+                      for s in res.samples[st])
+        release = end[st - res.staleness - 1] if st - res.staleness - 1 >= 0 else 0.0
+        end.append(max(end[-1] if end else 0.0, release + longest) + res.train_s[st])
+    return end[-1]
+
+
+@dataclass(frozen=True)
+class RoleTime:
+    busy: float
+    idle: float
+    shifting: float
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    total: float
+    """Devices x run time."""
+    roles: dict[str, RoleTime]
+    unassigned: float
+
+    def line(self) -> str:
+        def pct(x: float) -> str:
+            return f"{100 * x / self.total:4.1f}%"
+
+        parts = [f"{role} {pct(t.busy)}/{pct(t.idle)}/{pct(t.shifting)}" for role, t in self.roles.items()]
+        return " | ".join(parts) + f" | unassigned {pct(self.unassigned)}"
+
+
+def breakdown(res: SimResult) -> Breakdown:
+    lay, end = res.layout, res.sim_time_s
+    up_since = dict.fromkeys(res.initial_up, 0.0)
+    up = dict.fromkeys(range(len(lay.replicas)), 0.0)
+    shifting = {role: 0.0 for role in (Role.ROLLOUT, Role.REWARD, Role.TRAIN)}
+    for ev in sorted(res.shifts, key=lambda e: e.t_start):
+        devs = len(lay.replicas[ev.rid].devices)
+        shifting[ev.role] += devs * (min(ev.t_end, end) - min(ev.t_start, end))
+        if ev.up:
+            up_since[ev.rid] = ev.t_end
+        elif ev.rid in up_since:
+            up[ev.rid] += max(ev.t_start - up_since.pop(ev.rid), 0.0)
+    for rid, t0 in up_since.items():
+        up[rid] += max(end - t0, 0.0)
+    roles = {}
+    for role in shifting:
+        busy = idle = 0.0
+        for r in lay.slots(role):
+            devs = len(r.devices)
+            b = min(res.busy_s.get(r.replica_id, 0.0), up[r.replica_id])
+            busy += devs * b
+            idle += devs * (up[r.replica_id] - b)
+        roles[str(role)] = RoleTime(busy, idle, shifting[role])
+    total = lay.world * end
+    used = sum(t.busy + t.idle + t.shifting for t in roles.values())
+    return Breakdown(total, roles, max(total - used, 0.0))

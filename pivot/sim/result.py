@@ -1,0 +1,69 @@
+"""What a simulated run returns: its throughput, step ends, shifts, timeline and the counters
+the reports (pivot/sim/report.py) turn into bounds and device-time breakdowns."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pivot.plan import ClusterSnapshot, ShiftPlan
+from pivot.sim.layout import Layout
+from pivot.sim.workload import Sample
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    t: float
+    devices: dict[str, int]
+    rollout_tps: float
+    reward_tps: float
+    overall_tps: float
+    training: bool
+
+
+@dataclass(frozen=True)
+class ShiftEvent:
+    t_start: float
+    t_end: float
+    rid: int
+    role: str
+    up: bool
+
+
+@dataclass
+class SimResult:
+    mode: str
+    strategy: str
+    preset: str
+    hardware: str
+    steps: int
+    layout: Layout
+    staleness: int
+    sim_time_s: float = 0.0
+    tokens: int = 0
+    step_end_s: list[float] = field(default_factory=list)
+    train_s: list[float] = field(default_factory=list)
+    """Duration of each step's training."""
+    num_plans: int = 0
+    planner_calls: int = 0
+    planner_wall_s: float = 0.0
+    wall_s: float = 0.0
+    timeline: list[TimelinePoint] = field(default_factory=list)
+    shifts: list[ShiftEvent] = field(default_factory=list)
+    initial_up: tuple[int, ...] = ()
+    """Slots up at t=0."""
+    rollout_done: Counter = field(default_factory=Counter)
+    reward_done: Counter = field(default_factory=Counter)
+    plans: list[tuple[ClusterSnapshot, ShiftPlan | None]] = field(default_factory=list)
+    samples: dict[int, list[Sample]] = field(default_factory=dict)
+    busy_s: dict[int, float] = field(default_factory=dict)
+    """Seconds each slot computed: decode steps and prefills of a replica, training steps."""
+    aborts: int = 0
+    """Abort commands of the schedulers (shift down, migration)."""
+    preemptions: int = 0
+    """Sequences the replicas preempted on a full KV cache (recomputed later)."""
+    prefill_tokens: int = 0
+    """Tokens prefilled, re-prefills after aborts and preemptions included."""
+
+    @property
+    def throughput(self) -> float:
+        return self.tokens / self.sim_time_s if self.sim_time_s > 0 else 0.0
