@@ -1,9 +1,10 @@
 """Tensor parallelism applied from outside the model, following `pivot.model.tp_plan`.
 
 Column-parallel q/k/v/gate/up and row-parallel o/down keep their HF names and only hold
-this rank's shard; row-parallel outputs are all-reduced by forward hooks; the embedding and
-lm_head are vocabulary-parallel (masked lookup + all-reduce, all-gathered logits). The
-group is passed in explicitly (gloo on CPU, NCCL on GPU).
+this rank's shard; attention and feed-forward outputs are all-reduced by forward hooks (an
+MoE block slices every expert, see `pivot.model.moe`, so it reduces once like a dense MLP);
+the embedding and lm_head are vocabulary-parallel (masked lookup + all-reduce, all-gathered
+logits). The group is passed in explicitly (gloo on CPU, NCCL on GPU).
 """
 from __future__ import annotations
 
@@ -67,7 +68,12 @@ def shard_model(model: CausalLM, group: dist.ProcessGroup) -> None:
     """Shard `model` in place for this rank of `group`."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     args = model.args
-    for field in ("num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size"):
+    if args.glm_layout:
+        raise ValueError(
+            f"model family {args.family!r}: its fused gate_up_proj has no tensor-parallel split; use TP size 1"
+        )
+    fields = ["num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size"]
+    for field in fields + (["moe_intermediate_size"] if args.num_experts else []):
         if getattr(args, field) % world:
             raise ValueError(f"model {field}={getattr(args, field)} does not divide over TP size {world}")
     tied = args.tie_word_embeddings
@@ -81,7 +87,7 @@ def shard_model(model: CausalLM, group: dist.ProcessGroup) -> None:
         layer.self_attn.n_heads = args.num_attention_heads // world
         layer.self_attn.n_kv_heads = args.num_key_value_heads // world
         layer.self_attn.o_proj.register_forward_hook(_all_reduce_hook(group))
-        layer.mlp.down_proj.register_forward_hook(_all_reduce_hook(group))
+        layer.mlp.register_forward_hook(_all_reduce_hook(group))
     emb = model.model.embed_tokens.weight
     start, _ = shard_range(args.vocab_size, rank, world)
     model.model.embed_tokens = VocabParallelEmbedding(emb, start, group)

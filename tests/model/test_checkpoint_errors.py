@@ -52,7 +52,7 @@ def test_wrong_shape_and_missing_tensor(ckpt: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("model_type", "match"), [("gpt2", "unsupported architecture"), ("qwen3_moe", "mixture-of-experts")]
+    ("model_type", "match"), [("gpt2", "unsupported architecture"), ("mixtral", "mixture-of-experts")]
 )
 def test_unsupported_architecture(ckpt: Path, model_type: str, match: str) -> None:
     cfg = json.loads((ckpt / "config.json").read_text())
