@@ -1,4 +1,7 @@
-"""TP=2 (two spawned gloo processes) equals TP=1: outputs, log-probs, weight load and read-back."""
+"""TP=2 (two spawned gloo processes) equals TP=1: outputs, log-probs, weight load and read-back.
+
+Dense (qwen2) and MoE (qwen3_moe, every expert sliced over the two ranks).
+"""
 from __future__ import annotations
 
 import json
@@ -62,9 +65,10 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_tp2_equals_tp1(tmp_path: Path) -> None:
-    make_model(tmp_path / "a", seed=0)
-    make_model(tmp_path / "b", seed=1)
+@pytest.mark.parametrize("family", ["qwen2", "qwen3_moe"])
+def test_tp2_equals_tp1(tmp_path: Path, family: str) -> None:
+    make_model(tmp_path / "a", family, seed=0)
+    make_model(tmp_path / "b", family, seed=1)
     mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
     got = json.loads((tmp_path / "tp2.json").read_text())
     assert got["readback_ok"]

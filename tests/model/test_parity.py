@@ -67,3 +67,14 @@ def test_logits_match_transformers(family: str, tie: bool, tmp_path: Path) -> No
     with torch.no_grad():
         torch.testing.assert_close(hf2(ids).logits, ref, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(pm.from_pretrained(tmp_path / "ours")(ids).detach(), got, atol=0, rtol=0)
+
+
+def test_loads_transformers_shards(tmp_path: Path) -> None:
+    """A folder transformers wrote in many shards (index + model-0000k-of-0000n files) loads whole."""
+    hf = _hf_model("qwen3_moe", tie=False, seed=5)
+    hf.save_pretrained(tmp_path, max_shard_size="40KB")
+    assert len(list(tmp_path.glob("model-*-of-*.safetensors"))) > 3
+    assert (tmp_path / "model.safetensors.index.json").is_file() and not (tmp_path / "model.safetensors").exists()
+    ids = torch.randint(0, 97, (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(pm.from_pretrained(tmp_path)(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)
