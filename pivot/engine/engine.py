@@ -57,7 +57,7 @@ class Engine:
         self.max_len = min(self.args.max_position_embeddings, self.blocks.total_tokens)
         eos = set(self.args.eos_ids)
         if tokenizer is not None:
-            eos.add(tokenizer.eos_id)
+            eos.update(tokenizer.eos_ids)
         self.eos_ids = frozenset(eos)
         self.generator = torch.Generator(device=self.runner.device).manual_seed(seed)
         self._seqs: dict[int, Sequence] = {}
