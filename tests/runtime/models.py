@@ -22,16 +22,25 @@ def char_tokenizer(path: Path) -> Path:
     return path / "tokenizer.json"
 
 
-def random_models(root: Path, seed: int = 0) -> tuple[Path, Path]:
+# the GenRM families beyond the dense default: their extra hyper-parameters
+GENRM_EXTRA = {
+    "qwen2": {},
+    "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": True},
+    "glm4": {"partial_rotary_factor": 0.5},
+}
+
+
+def random_models(root: Path, seed: int = 0, genrm_family: str = "qwen2") -> tuple[Path, Path]:
     import torch
 
     tok = char_tokenizer(root / "tok")
     out = []
-    for name, layers in (("policy", 2), ("genrm", 1)):
+    for name, layers, family in (("policy", 2, "qwen2"), ("genrm", 1, genrm_family)):
         torch.manual_seed(seed + layers)
-        args = ModelArgs(family="qwen2", vocab_size=len(CHARS) + 2, hidden_size=32, intermediate_size=64,
+        args = ModelArgs(family=family, vocab_size=len(CHARS) + 2, hidden_size=32, intermediate_size=64,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                         tie_word_embeddings=True, eos_token_id=0, pad_token_id=1, max_position_embeddings=512)
+                         tie_word_embeddings=True, eos_token_id=0, pad_token_id=1, max_position_embeddings=512,
+                         **GENRM_EXTRA[family])
         save_pretrained(CausalLM(args), root / name, tokenizer_file=tok)
         out.append(root / name)
     return out[0], out[1]

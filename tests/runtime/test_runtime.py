@@ -106,3 +106,14 @@ def test_resume_after_kill(models: tuple[Path, Path], tmp_path: Path) -> None:
     assert proc.returncode != 0
     torchrun(models, tmp_path, "--train.steps", "8", "--checkpoint.every", "2", "--checkpoint.resume")
     check_exactly_once(tmp_path, 8)
+
+
+# the paper's GenRM families: qwen3_moe served over TP=2 (sliced experts), glm4 on one rank
+GENRM_FAMILIES = {"qwen3_moe": ["--reward.tp", "2"], "glm4": []}
+
+
+@pytest.mark.parametrize("family", list(GENRM_FAMILIES))
+def test_genrm_families_run(tmp_path: Path, family: str) -> None:
+    models = random_models(tmp_path / "models", genrm_family=family)
+    torchrun(models, tmp_path / "run", "--train.steps", "2", *GENRM_FAMILIES[family])
+    check_exactly_once(tmp_path / "run", 2)
