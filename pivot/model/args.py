@@ -54,7 +54,7 @@ class ModelArgs:
                 f"num_attention_heads={self.num_attention_heads} is not a multiple of "
                 f"num_key_value_heads={self.num_key_value_heads}"
             )
-        if not 0 < self.partial_rotary_factor <= 1 or self.rotary_dim % 2:
+        if not 0 < self.partial_rotary_factor <= 1 or self.rotary_dim < 2 or self.rotary_dim % 2:
             raise ValueError(
                 f"partial_rotary_factor={self.partial_rotary_factor} must give an even rotary width "
                 f"of at most head_dim={self.head_dim}"
