@@ -16,13 +16,23 @@ from pivot.engine.attention import KVCache, PagedAttention, StepInput
 from pivot.engine.block_manager import BlockManager
 from pivot.engine.scheduler import ScheduledSeq
 from pivot.engine.tp import gather_tensor, shard_model, shard_tensor
-from pivot.model import CausalLM
+from pivot.model import CausalLM, ModelArgs
+
+
+def check_servable(args: ModelArgs) -> None:
+    """Fail early, naming the family, for models this engine cannot serve."""
+    if args.has_linear_attention:
+        raise ValueError(
+            f"model family {args.family!r}: its linear-attention layers are not served by the embedded engine yet "
+            "(no per-sequence recurrent state beside the paged KV cache)"
+        )
 
 
 class ModelRunner:
     def __init__(
         self, model: CausalLM, num_blocks: int, block_size: int, kernel: str, tp_group: dist.ProcessGroup | None
     ) -> None:
+        check_servable(model.args)
         self.model = model.eval().requires_grad_(False)
         self.args = model.args
         self.group = tp_group if tp_group is not None and dist.get_world_size(tp_group) > 1 else None

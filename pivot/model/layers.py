@@ -15,15 +15,19 @@ def make_linear(in_features: int, out_features: int, bias: bool, kind: str) -> n
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
+    """`zero_centered` (Qwen3.5) stores w - 1: the scale is (1 + w), applied in fp32."""
+
+    def __init__(self, dim: int, eps: float, zero_centered: bool = False) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim) if zero_centered else torch.ones(dim))
+        self.eps, self.zero_centered = eps, zero_centered
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # normalise in fp32 like the reference implementation, then cast back
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.zero_centered:
+            return (x32 * (1.0 + self.weight.float())).to(x.dtype)
         return self.weight * x32.to(x.dtype)
 
 

@@ -27,6 +27,9 @@ class SparseMoeBlock(nn.Module):
         self.experts = nn.ModuleList(
             MLP(args.hidden_size, args.moe_intermediate_size, linear) for _ in range(args.num_experts)
         )
+        if args.shared_expert_intermediate_size:  # Qwen3.5: every token also passes a gated shared expert
+            self.shared_expert = MLP(args.hidden_size, args.shared_expert_intermediate_size, linear)
+            self.shared_expert_gate = make_linear(args.hidden_size, 1, False, linear)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x: [N, H] -> (weights [N, k] in x's dtype, expert ids [N, k]); softmax then top-k."""
@@ -54,4 +57,6 @@ class SparseMoeBlock(nn.Module):
             tokens = chosen // self.top_k
             y = expert(flat[tokens]) * flat_weights[chosen, None]
             out.index_add_(0, tokens, y)
+        if hasattr(self, "shared_expert"):
+            out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
         return out.view(shape)

@@ -1,4 +1,4 @@
-"""Decoder-only transformer for the Qwen2, Qwen3, Llama, Qwen3-MoE and GLM-4 families, with HF names.
+"""Decoder-only transformer (Qwen2, Qwen3, Llama, Qwen3-MoE, GLM-4, Qwen3.5-MoE hybrid) with HF names.
 
 The module tree mirrors `transformers` (`model.layers.{i}.self_attn.q_proj` ...), so a state
 dict loads from and saves to HF checkpoints without renaming. No torch.distributed here:
@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pivot.model.args import ModelArgs
+from pivot.model.deltanet import GatedDeltaNet
 from pivot.model.layers import RMSNorm, RotaryEmbedding, apply_rotary, make_linear
 from pivot.model.mlp import MLP, FusedMLP
 from pivot.model.moe import SparseMoeBlock
@@ -51,30 +52,40 @@ class Attention(nn.Module):
         super().__init__()
         self.layer_idx = layer_idx
         self.interleaved = args.glm_layout
+        self.gated = args.qwen35_layout  # q_proj also emits a per-head output gate: [q_h, gate_h] per head
         self.head_dim = args.head_dim
         self.n_heads = args.num_attention_heads  # local count: TP divides it
         self.n_kv_heads = args.num_key_value_heads
         q_out, kv_out = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        self.q_proj = make_linear(args.hidden_size, q_out, args.attention_bias, linear)
+        self.q_proj = make_linear(args.hidden_size, q_out * (2 if self.gated else 1), args.attention_bias, linear)
         self.k_proj = make_linear(args.hidden_size, kv_out, args.attention_bias, linear)
         self.v_proj = make_linear(args.hidden_size, kv_out, args.attention_bias, linear)
         self.o_proj = make_linear(q_out, args.hidden_size, False, linear)
         if args.qk_norm:
-            self.q_norm = RMSNorm(self.head_dim, args.rms_norm_eps)
-            self.k_norm = RMSNorm(self.head_dim, args.rms_norm_eps)
+            self.q_norm = make_norm(args, self.head_dim)
+            self.k_norm = make_norm(args, self.head_dim)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionBackend | None
     ) -> torch.Tensor:
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim)
+        q = self.q_proj(x).view(b, t, self.n_heads, -1)
+        if self.gated:
+            q, gate = q.chunk(2, dim=-1)
         k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim)
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin, self.interleaved), apply_rotary(k, cos, sin, self.interleaved)
         out = dense_causal_attention(q, k, v) if attn is None else attn(self.layer_idx, q, k, v)
-        return self.o_proj(out.reshape(b, t, self.n_heads * self.head_dim))
+        out = out.reshape(b, t, self.n_heads * self.head_dim)
+        if self.gated:
+            out = out * torch.sigmoid(gate.reshape(b, t, -1))
+        return self.o_proj(out)
+
+
+def make_norm(args: ModelArgs, dim: int) -> RMSNorm:
+    return RMSNorm(dim, args.rms_norm_eps, zero_centered=args.qwen35_layout)
 
 
 def feed_forward(args: ModelArgs, layer_idx: int, linear: str) -> nn.Module:
@@ -87,9 +98,12 @@ def feed_forward(args: ModelArgs, layer_idx: int, linear: str) -> nn.Module:
 class DecoderLayer(nn.Module):
     def __init__(self, args: ModelArgs, layer_idx: int, linear: str) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.self_attn = Attention(args, layer_idx, linear)
-        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.input_layernorm = make_norm(args, args.hidden_size)
+        if args.is_linear_attention(layer_idx):
+            self.linear_attn = GatedDeltaNet(args, layer_idx, linear)
+        else:
+            self.self_attn = Attention(args, layer_idx, linear)
+        self.post_attention_layernorm = make_norm(args, args.hidden_size)
         self.mlp = feed_forward(args, layer_idx, linear)
         if args.glm_layout:  # GLM-4 also normalises each branch's output before the residual add
             self.post_self_attn_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
@@ -98,7 +112,12 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionBackend | None
     ) -> torch.Tensor:
-        h = self.self_attn(self.input_layernorm(x), cos, sin, attn)
+        if hasattr(self, "linear_attn"):
+            if attn is not None:
+                raise NotImplementedError("linear-attention layers keep no state in the paged engine yet")
+            h = self.linear_attn(self.input_layernorm(x))[0]
+        else:
+            h = self.self_attn(self.input_layernorm(x), cos, sin, attn)
         if hasattr(self, "post_self_attn_layernorm"):
             h = self.post_self_attn_layernorm(h)
         x = x + h
@@ -113,7 +132,7 @@ class DecoderModel(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(args, i, linear) for i in range(args.num_hidden_layers))
-        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.norm = make_norm(args, args.hidden_size)
         self.rotary = RotaryEmbedding(args.rotary_dim, args.rope_theta, interleaved=args.glm_layout)
 
     def forward(
