@@ -7,10 +7,12 @@ batch (any device), or with flash-attn's paged varlen kernel on CUDA (untested h
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from pivot.engine.linear_state import LinearLayer, LinearStates
 
 try:  # optional GPU kernel, never required on CPU
     from flash_attn import flash_attn_varlen_func  # type: ignore[import-not-found]
@@ -31,6 +33,10 @@ class StepInput:
     block_tables: list[list[int]]
     sample_seqs: list[int]
     """Indices of the sequences whose last token's logits are needed."""
+    seq_ids: list[int] = field(default_factory=list)
+    """Request id of each scheduled sequence (keys of linear-attention state)."""
+    dropped: list[int] = field(default_factory=list)
+    """Sequences finished or aborted since the last step: their linear-attention state goes."""
 
 
 class KVCache:
@@ -49,8 +55,11 @@ class KVCache:
 class PagedAttention:
     """Per-step attention backend; build with `PagedAttention(cache, step, kernel, device)`."""
 
-    def __init__(self, cache: KVCache, step: StepInput, kernel: str, device: torch.device | str) -> None:
-        self.cache, self.kernel = cache, kernel
+    def __init__(
+        self, cache: KVCache, step: StepInput, kernel: str, device: torch.device | str,
+        linear_states: LinearStates | None = None,
+    ) -> None:
+        self.cache, self.kernel, self.step, self.linear_states = cache, kernel, step, linear_states
         bs = cache.block_size
         s = len(step.q_lens)
         q_lens = torch.tensor(step.q_lens, dtype=torch.long)
@@ -103,6 +112,14 @@ class PagedAttention:
         if not self.decode_only:
             out = out[self.out_index]
         return out[None]
+
+    def linear_attention(self, layer_idx: int, layer: LinearLayer, x: torch.Tensor) -> torch.Tensor:
+        """A linear-attention layer over the packed step, each sequence continuing its own state."""
+        if self.linear_states is None:
+            raise RuntimeError("this engine keeps no linear-attention state")
+        st = self.step
+        starts = [c - q for c, q in zip(st.ctx_lens, st.q_lens)]
+        return self.linear_states.run(layer_idx, layer, x, st.seq_ids, starts, st.q_lens)
 
     def _flash(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
         if flash_attn_varlen_func is None:

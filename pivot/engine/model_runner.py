@@ -14,25 +14,16 @@ import torch.distributed as dist
 
 from pivot.engine.attention import KVCache, PagedAttention, StepInput
 from pivot.engine.block_manager import BlockManager
+from pivot.engine.linear_state import LinearStates
 from pivot.engine.scheduler import ScheduledSeq
 from pivot.engine.tp import gather_tensor, shard_model, shard_tensor
-from pivot.model import CausalLM, ModelArgs
-
-
-def check_servable(args: ModelArgs) -> None:
-    """Fail early, naming the family, for models this engine cannot serve."""
-    if args.has_linear_attention:
-        raise ValueError(
-            f"model family {args.family!r}: its linear-attention layers are not served by the embedded engine yet "
-            "(no per-sequence recurrent state beside the paged KV cache)"
-        )
+from pivot.model import CausalLM
 
 
 class ModelRunner:
     def __init__(
         self, model: CausalLM, num_blocks: int, block_size: int, kernel: str, tp_group: dist.ProcessGroup | None
     ) -> None:
-        check_servable(model.args)
         self.model = model.eval().requires_grad_(False)
         self.args = model.args
         self.group = tp_group if tp_group is not None and dist.get_world_size(tp_group) > 1 else None
@@ -47,6 +38,7 @@ class ModelRunner:
         self.dtype, self.device = p0.dtype, p0.device
         self.kernel, self.num_blocks, self.block_size = kernel, num_blocks, block_size
         self.cache: KVCache | None = None
+        self.linear_states = LinearStates() if self.args.has_linear_attention else None
         self._alloc_cache()
 
     @property
@@ -60,7 +52,7 @@ class ModelRunner:
         )
 
     @staticmethod
-    def build_input(plan: list[ScheduledSeq], blocks: BlockManager) -> StepInput:
+    def build_input(plan: list[ScheduledSeq], blocks: BlockManager, dropped: list[int]) -> StepInput:
         tokens: list[int] = []
         positions: list[int] = []
         for p in plan:
@@ -73,6 +65,8 @@ class ModelRunner:
             ctx_lens=[p.start + p.num_tokens for p in plan],
             block_tables=[list(blocks.tables[p.seq.id]) for p in plan],
             sample_seqs=[i for i, p in enumerate(plan) if p.samples],
+            seq_ids=[p.seq.id for p in plan],
+            dropped=list(dropped),
         )
 
     def share(self, step: StepInput | None) -> StepInput | None:
@@ -91,7 +85,9 @@ class ModelRunner:
         """Logits [len(step.sample_seqs), vocab] in fp32."""
         if self.cache is None:
             raise RuntimeError("engine is released: call resume() and load_weights() first")
-        attn = PagedAttention(self.cache, step, self.kernel, self.device)
+        if self.linear_states is not None:
+            self.linear_states.drop(step.dropped)
+        attn = PagedAttention(self.cache, step, self.kernel, self.device, self.linear_states)
         ids = torch.tensor(step.token_ids, dtype=torch.long, device=self.device)[None]
         pos = torch.tensor(step.positions, dtype=torch.long, device=self.device)[None]
         hidden = self.model.model(ids, pos, attn)[0]
@@ -116,6 +112,8 @@ class ModelRunner:
 
     def release(self) -> None:
         self.cache = None
+        if self.linear_states is not None:
+            self.linear_states.clear()
         for p in self.params.values():
             p.data = torch.empty(0, dtype=self.dtype, device=self.device)
         if self.device.type == "cuda":

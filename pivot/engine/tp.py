@@ -84,10 +84,12 @@ def shard_model(model: CausalLM, group: dist.ProcessGroup) -> None:
             if shard is not param.data:
                 setattr(module, pname, nn.Parameter(shard.contiguous().clone(), requires_grad=False))
     for layer in model.model.layers:
+        layer.mlp.register_forward_hook(_all_reduce_hook(group))
+        if not hasattr(layer, "self_attn"):  # linear attention: replicated whole on every rank
+            continue
         layer.self_attn.n_heads = args.num_attention_heads // world
         layer.self_attn.n_kv_heads = args.num_key_value_heads // world
         layer.self_attn.o_proj.register_forward_hook(_all_reduce_hook(group))
-        layer.mlp.register_forward_hook(_all_reduce_hook(group))
     emb = model.model.embed_tokens.weight
     start, _ = shard_range(args.vocab_size, rank, world)
     model.model.embed_tokens = VocabParallelEmbedding(emb, start, group)

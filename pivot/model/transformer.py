@@ -6,8 +6,9 @@ tensor parallelism is applied from outside by sharding weights and setting each 
 local head counts (`n_heads`, `n_kv_heads`), and row-parallel outputs are reduced by hooks.
 
 Attention is pluggable: `forward(..., attn=backend)` hands each layer's post-RoPE q/k/v to
-`backend(layer_idx, q, k, v)`; the engine passes its paged-KV backend, everything else uses the
-dense causal default.
+`backend(layer_idx, q, k, v)`, and each linear-attention layer to
+`backend.linear_attention(layer_idx, layer, x)` (which carries per-sequence state); the engine
+passes its paged-KV backend, everything else uses the dense causal default over whole sequences.
 """
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ from pivot.model.moe import SparseMoeBlock
 class AttentionBackend(Protocol):
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q: [B, T, Hq, D], k/v: [B, T, Hkv, D] after RoPE -> [B, T, Hq, D]."""
+        ...
+
+    def linear_attention(self, layer_idx: int, layer: GatedDeltaNet, x: torch.Tensor) -> torch.Tensor:
+        """Run linear-attention `layer` on x [B, T, H], carrying each sequence's recurrent state."""
         ...
 
 
@@ -98,6 +103,7 @@ def feed_forward(args: ModelArgs, layer_idx: int, linear: str) -> nn.Module:
 class DecoderLayer(nn.Module):
     def __init__(self, args: ModelArgs, layer_idx: int, linear: str) -> None:
         super().__init__()
+        self.layer_idx = layer_idx
         self.input_layernorm = make_norm(args, args.hidden_size)
         if args.is_linear_attention(layer_idx):
             self.linear_attn = GatedDeltaNet(args, layer_idx, linear)
@@ -113,9 +119,8 @@ class DecoderLayer(nn.Module):
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionBackend | None
     ) -> torch.Tensor:
         if hasattr(self, "linear_attn"):
-            if attn is not None:
-                raise NotImplementedError("linear-attention layers keep no state in the paged engine yet")
-            h = self.linear_attn(self.input_layernorm(x))[0]
+            normed = self.input_layernorm(x)
+            h = self.linear_attn(normed)[0] if attn is None else attn.linear_attention(self.layer_idx, self.linear_attn, normed)
         else:
             h = self.self_attn(self.input_layernorm(x), cos, sin, attn)
         if hasattr(self, "post_self_attn_layernorm"):

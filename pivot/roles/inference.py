@@ -15,7 +15,6 @@ import torch
 
 from pivot.config import EngineConfig, ModelConfig
 from pivot.engine import AbortResult, Engine
-from pivot.engine.model_runner import check_servable
 from pivot.model import CausalLM, ModelArgs, TextTokenizer
 
 
@@ -24,7 +23,6 @@ class InferenceRole:
         self.role, self.model_path = role, Path(model_path)
         self.engine_cfg, self.model_cfg, self.device, self.seed = engine_cfg, model_cfg, device, seed
         self.args = ModelArgs.load(self.model_path)
-        check_servable(self.args)  # at start-up, not at the first shift up
         tok = self.model_path / "tokenizer.json"
         self.tokenizer = TextTokenizer.from_pretrained(self.model_path) if tok.is_file() else None
         self.engines: dict[int, Engine] = {}

@@ -80,9 +80,3 @@ def test_layer_continues_from_its_state(folder: tuple[Path, torch.nn.Module]) ->
             parts.append(out)
     torch.testing.assert_close(torch.cat(parts, dim=1), whole, atol=1e-5, rtol=1e-5)
 
-
-def test_engine_refuses_it_by_name(folder: tuple[Path, torch.nn.Module]) -> None:
-    from pivot.engine import Engine, EngineConfig
-
-    with pytest.raises(ValueError, match="'qwen3_5_moe': its linear-attention layers are not served"):
-        Engine.from_pretrained(folder[0], EngineConfig(kv_capacity_tokens=64, block_size=4))
