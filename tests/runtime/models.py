@@ -30,10 +30,32 @@ GENRM_EXTRA = {
 }
 
 
+def hybrid_genrm(path: Path, tokenizer_file: Path, seed: int) -> Path:
+    """A tiny Qwen3.5-MoE vision-language folder written by transformers (Pivot only loads it)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    text = {"vocab_size": len(CHARS) + 2, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 8, "layer_types": ["linear_attention", "full_attention"],
+            "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+            "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16, "eos_token_id": 0, "pad_token_id": 1,
+            "max_position_embeddings": 512}
+    vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 32,
+              "patch_size": 4, "spatial_merge_size": 2, "temporal_patch_size": 2}
+    cfg = transformers.Qwen3_5MoeConfig(text_config=text, vision_config=vision)
+    transformers.Qwen3_5MoeForConditionalGeneration(cfg).save_pretrained(path)
+    (path / "tokenizer.json").write_bytes(tokenizer_file.read_bytes())
+    return path
+
+
 def random_models(root: Path, seed: int = 0, genrm_family: str = "qwen2") -> tuple[Path, Path]:
     import torch
 
     tok = char_tokenizer(root / "tok")
+    if genrm_family == "qwen3_5_moe":
+        return random_models(root, seed)[0], hybrid_genrm(root / "genrm_hybrid", tok, seed)
     out = []
     for name, layers, family in (("policy", 2, "qwen2"), ("genrm", 1, genrm_family)):
         torch.manual_seed(seed + layers)
