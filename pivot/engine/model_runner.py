@@ -16,7 +16,7 @@ from pivot.engine.attention import KVCache, PagedAttention, StepInput
 from pivot.engine.block_manager import BlockManager
 from pivot.engine.linear_state import LinearStates
 from pivot.engine.scheduler import ScheduledSeq
-from pivot.engine.tp import gather_tensor, shard_model, shard_tensor
+from pivot.engine.tp import fused_sections, gather_tensor, shard_model, shard_tensor
 from pivot.model import CausalLM
 
 
@@ -102,13 +102,15 @@ class ModelRunner:
     @torch.no_grad()
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
         for name, param in self.params.items():
-            param.data.copy_(shard_tensor(name, tensors[name], self.rank, self.world))
+            param.data.copy_(shard_tensor(name, tensors[name], self.rank, self.world, fused_sections(name, self.args)))
 
     @torch.no_grad()
     def named_full(self) -> dict[str, torch.Tensor]:
         if self.cache is None:
             raise RuntimeError("engine is released: no weights to read")
-        return {n: gather_tensor(n, p.data, self.group).cpu() for n, p in self.params.items()}
+        return {
+            n: gather_tensor(n, p.data, self.group, fused_sections(n, self.args)).cpu() for n, p in self.params.items()
+        }
 
     def release(self) -> None:
         self.cache = None

@@ -1,6 +1,7 @@
 """TP=2 (two spawned gloo processes) equals TP=1: outputs, log-probs, weight load and read-back.
 
-Dense (qwen2) and MoE (qwen3_moe, every expert sliced over the two ranks).
+Dense (qwen2), MoE (qwen3_moe, every expert sliced over the two ranks), GLM-4 (fused gate_up_proj
+sliced per section) and the Qwen3.5 hybrid (linear-attention heads split like attention heads).
 """
 from __future__ import annotations
 
@@ -65,10 +66,16 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["qwen2", "qwen3_moe"])
+@pytest.mark.parametrize("family", ["qwen2", "qwen3_moe", "glm4", "qwen3_5_moe"])
 def test_tp2_equals_tp1(tmp_path: Path, family: str) -> None:
-    make_model(tmp_path / "a", family, seed=0)
-    make_model(tmp_path / "b", family, seed=1)
+    for folder, seed in (("a", 0), ("b", 1)):
+        if family in ("qwen2", "qwen3_moe"):
+            make_model(tmp_path / folder, family, seed=seed)
+        else:  # written by transformers, as the hub ships them
+            pytest.importorskip("transformers")
+            from tests.engine.hf_models import save_hf_model
+
+            save_hf_model(tmp_path / folder, family, seed)
     mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
     got = json.loads((tmp_path / "tp2.json").read_text())
     assert got["readback_ok"]

@@ -109,7 +109,7 @@ def test_resume_after_kill(models: tuple[Path, Path], tmp_path: Path) -> None:
 
 
 # the paper's GenRM families: qwen3_moe served over TP=2 (sliced experts), glm4 on one rank,
-# the qwen3_5_moe hybrid over TP=2 (linear-attention layers replicated)
+# the qwen3_5_moe hybrid over TP=2 (linear-attention heads split like attention heads)
 GENRM_FAMILIES = {"qwen3_moe": ["--reward.tp", "2"], "glm4": [], "qwen3_5_moe": ["--reward.tp", "2"]}
 
 
