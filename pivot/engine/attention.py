@@ -40,15 +40,20 @@ class StepInput:
 
 
 class KVCache:
-    """Per-layer K and V of shape [num_blocks * block_size, Hkv, D] (flat slots)."""
+    """K and V of each attention layer, shape [num_blocks * block_size, Hkv, D] (flat slots).
+
+    Only `attention_layers` get a cache (a hybrid's linear-attention layers keep recurrent state
+    instead); `index[layer_idx]` is the layer's row in `k` and `v`.
+    """
 
     def __init__(
-        self, num_layers: int, num_blocks: int, block_size: int, n_kv_heads: int, head_dim: int,
+        self, attention_layers: list[int], num_blocks: int, block_size: int, n_kv_heads: int, head_dim: int,
         dtype: torch.dtype, device: torch.device | str,
     ) -> None:
-        shape = (num_layers, num_blocks * block_size, n_kv_heads, head_dim)
+        shape = (len(attention_layers), num_blocks * block_size, n_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.index = {layer: i for i, layer in enumerate(attention_layers)}
         self.num_blocks, self.block_size = num_blocks, block_size
 
 
@@ -95,7 +100,8 @@ class PagedAttention:
         self.mask = ((j[None, None] <= last[:, :, None]) & (j[None, None] < ctx[:, None, None]))[:, None].to(device)
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        kc, vc = self.cache.k[layer_idx], self.cache.v[layer_idx]
+        row = self.cache.index[layer_idx]
+        kc, vc = self.cache.k[row], self.cache.v[row]
         kc.index_copy_(0, self.slot_mapping, k[0].to(kc.dtype))
         vc.index_copy_(0, self.slot_mapping, v[0].to(vc.dtype))
         if self.kernel == "flash":

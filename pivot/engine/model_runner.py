@@ -47,7 +47,8 @@ class ModelRunner:
 
     def _alloc_cache(self) -> None:
         self.cache = KVCache(
-            self.args.num_hidden_layers, self.num_blocks, self.block_size,
+            [i for i in range(self.args.num_hidden_layers) if not self.args.is_linear_attention(i)],
+            self.num_blocks, self.block_size,
             self.args.num_key_value_heads // self.world, self.args.head_dim, self.dtype, self.device,
         )
 

@@ -92,7 +92,7 @@ class GatedDeltaNet(nn.Module):
     def __init__(self, args: ModelArgs, layer_idx: int, linear: str) -> None:
         super().__init__()
         self.layer_idx = layer_idx
-        self.n_k_heads, self.n_v_heads = args.linear_num_key_heads, args.linear_num_value_heads
+        self.n_k_heads, self.n_v_heads = args.linear_num_key_heads, args.linear_num_value_heads  # local: TP divides
         self.dk, self.dv, self.kernel = args.linear_key_head_dim, args.linear_value_head_dim, args.linear_conv_kernel_dim
         key_dim, value_dim = self.n_k_heads * self.dk, self.n_v_heads * self.dv
         conv_dim = 2 * key_dim + value_dim
