@@ -54,10 +54,9 @@ def random_models(root: Path, seed: int = 0, genrm_family: str = "qwen2") -> tup
     import torch
 
     tok = char_tokenizer(root / "tok")
-    if genrm_family == "qwen3_5_moe":
-        return random_models(root, seed)[0], hybrid_genrm(root / "genrm_hybrid", tok, seed)
+    hybrid = genrm_family == "qwen3_5_moe"  # written by transformers: Pivot cannot write that folder
     out = []
-    for name, layers, family in (("policy", 2, "qwen2"), ("genrm", 1, genrm_family)):
+    for name, layers, family in (("policy", 2, "qwen2"), ("genrm", 1, genrm_family))[: 1 if hybrid else 2]:
         torch.manual_seed(seed + layers)
         args = ModelArgs(family=family, vocab_size=len(CHARS) + 2, hidden_size=32, intermediate_size=64,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -65,6 +64,8 @@ def random_models(root: Path, seed: int = 0, genrm_family: str = "qwen2") -> tup
                          **GENRM_EXTRA[family])
         save_pretrained(CausalLM(args), root / name, tokenizer_file=tok)
         out.append(root / name)
+    if hybrid:
+        out.append(hybrid_genrm(root / "genrm", tok, seed))
     return out[0], out[1]
 
 
