@@ -88,14 +88,16 @@ def main() -> None:
                      num_hidden_layers=a.layers, num_attention_heads=heads, num_key_value_heads=max(heads // 2, 1),
                      head_dim=32, max_position_embeddings=2048)  # no EOS: every request runs its full length
     tmp = Path(tempfile.mkdtemp(prefix="bench_engine_"))
-    save_pretrained(CausalLM(args), tmp)
+    model = CausalLM(args)
+    save_pretrained(model, tmp)
+    n_params = sum(p.numel() for p in model.parameters())
     scale = 4 if a.quick else 1
     n = a.requests // scale
     prompts = [rng.integers(2, 512, int(k)).tolist() for k in rng.integers(16, 48, n)]
     tail = long_tail_lengths(n, rng, a.median, a.sigma, a.cap)
     rows = [("long-tail", 32, n, tail), ("task lengths", 32, n, task_lengths(n, a.seed))]
     rows += [("long-tail", 1, max(n // 16, 4), tail), ("long-tail", 8, n // 4, tail), ("long-tail", 64, n, tail)]
-    print(f"model: qwen2 hidden={a.hidden} layers={a.layers} ({args.num_params() / 1e6:.2f}M params), "
+    print(f"model: qwen2 hidden={a.hidden} layers={a.layers} ({n_params / 1e6:.2f}M params), "
           f"torch threads={torch.get_num_threads()}")
     print(f"long-tail lengths: median={np.median(tail):.0f} mean={np.mean(tail):.1f} p99={np.percentile(tail, 99):.0f} "
           f"max={max(tail)}")

@@ -7,10 +7,12 @@ batch (any device), or with flash-attn's paged varlen kernel on CUDA (untested h
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from pivot.engine.linear_state import LinearLayer, LinearStates
 
 try:  # optional GPU kernel, never required on CPU
     from flash_attn import flash_attn_varlen_func  # type: ignore[import-not-found]
@@ -31,26 +33,38 @@ class StepInput:
     block_tables: list[list[int]]
     sample_seqs: list[int]
     """Indices of the sequences whose last token's logits are needed."""
+    seq_ids: list[int] = field(default_factory=list)
+    """Request id of each scheduled sequence (keys of linear-attention state)."""
+    dropped: list[int] = field(default_factory=list)
+    """Sequences finished or aborted since the last step: their linear-attention state goes."""
 
 
 class KVCache:
-    """Per-layer K and V of shape [num_blocks * block_size, Hkv, D] (flat slots)."""
+    """K and V of each attention layer, shape [num_blocks * block_size, Hkv, D] (flat slots).
+
+    Only `attention_layers` get a cache (a hybrid's linear-attention layers keep recurrent state
+    instead); `index[layer_idx]` is the layer's row in `k` and `v`.
+    """
 
     def __init__(
-        self, num_layers: int, num_blocks: int, block_size: int, n_kv_heads: int, head_dim: int,
+        self, attention_layers: list[int], num_blocks: int, block_size: int, n_kv_heads: int, head_dim: int,
         dtype: torch.dtype, device: torch.device | str,
     ) -> None:
-        shape = (num_layers, num_blocks * block_size, n_kv_heads, head_dim)
+        shape = (len(attention_layers), num_blocks * block_size, n_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.index = {layer: i for i, layer in enumerate(attention_layers)}
         self.num_blocks, self.block_size = num_blocks, block_size
 
 
 class PagedAttention:
     """Per-step attention backend; build with `PagedAttention(cache, step, kernel, device)`."""
 
-    def __init__(self, cache: KVCache, step: StepInput, kernel: str, device: torch.device | str) -> None:
-        self.cache, self.kernel = cache, kernel
+    def __init__(
+        self, cache: KVCache, step: StepInput, kernel: str, device: torch.device | str,
+        linear_states: LinearStates | None = None,
+    ) -> None:
+        self.cache, self.kernel, self.step, self.linear_states = cache, kernel, step, linear_states
         bs = cache.block_size
         s = len(step.q_lens)
         q_lens = torch.tensor(step.q_lens, dtype=torch.long)
@@ -86,7 +100,8 @@ class PagedAttention:
         self.mask = ((j[None, None] <= last[:, :, None]) & (j[None, None] < ctx[:, None, None]))[:, None].to(device)
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        kc, vc = self.cache.k[layer_idx], self.cache.v[layer_idx]
+        row = self.cache.index[layer_idx]
+        kc, vc = self.cache.k[row], self.cache.v[row]
         kc.index_copy_(0, self.slot_mapping, k[0].to(kc.dtype))
         vc.index_copy_(0, self.slot_mapping, v[0].to(vc.dtype))
         if self.kernel == "flash":
@@ -103,6 +118,14 @@ class PagedAttention:
         if not self.decode_only:
             out = out[self.out_index]
         return out[None]
+
+    def linear_attention(self, layer_idx: int, layer: LinearLayer, x: torch.Tensor) -> torch.Tensor:
+        """A linear-attention layer over the packed step, each sequence continuing its own state."""
+        if self.linear_states is None:
+            raise RuntimeError("this engine keeps no linear-attention state")
+        st = self.step
+        starts = [c - q for c, q in zip(st.ctx_lens, st.q_lens)]
+        return self.linear_states.run(layer_idx, layer, x, st.seq_ids, starts, st.q_lens)
 
     def _flash(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
         if flash_attn_varlen_func is None:

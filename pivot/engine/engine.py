@@ -57,10 +57,11 @@ class Engine:
         self.max_len = min(self.args.max_position_embeddings, self.blocks.total_tokens)
         eos = set(self.args.eos_ids)
         if tokenizer is not None:
-            eos.add(tokenizer.eos_id)
+            eos.update(tokenizer.eos_ids)
         self.eos_ids = frozenset(eos)
         self.generator = torch.Generator(device=self.runner.device).manual_seed(seed)
         self._seqs: dict[int, Sequence] = {}
+        self._dropped: list[int] = []  # finished or aborted since the last step (their recurrent state goes)
         self._arrivals = 0
         self._version = weights_version
         self._weights_ready = True
@@ -140,6 +141,7 @@ class Engine:
                 unknown.append(rid)
                 continue
             self.scheduler.remove(seq)
+            self._drop_state(rid)
             seq.status = SeqStatus.FINISHED
             partials.append(seq.to_request())
         if unknown:
@@ -172,9 +174,10 @@ class Engine:
                 runner.run(step)
             return []
         plan = self.scheduler.schedule()
-        step = runner.share(runner.build_input(plan, self.blocks) if plan else None)
+        step = runner.share(runner.build_input(plan, self.blocks, self._dropped) if plan else None)
         if step is None:
             return []
+        self._dropped.clear()
         logits = runner.run(step)
         for p in plan:
             p.seq.num_computed = p.start + p.num_tokens
@@ -205,8 +208,16 @@ class Engine:
             return "length"
         return None
 
+    def _drop_state(self, seq_id: int) -> None:
+        """Free a finished or aborted sequence's linear-attention state: here now, on TP followers
+        with the next step's input."""
+        if self.runner.linear_states is not None:
+            self.runner.linear_states.drop([seq_id])
+            self._dropped.append(seq_id)
+
     def _finish(self, seq: Sequence, reason: str) -> Output:
         self.scheduler.remove(seq)
+        self._drop_state(seq.id)
         seq.status = SeqStatus.FINISHED
         del self._seqs[seq.id]
         return Output(

@@ -14,8 +14,9 @@ import torch.distributed as dist
 
 from pivot.engine.attention import KVCache, PagedAttention, StepInput
 from pivot.engine.block_manager import BlockManager
+from pivot.engine.linear_state import LinearStates
 from pivot.engine.scheduler import ScheduledSeq
-from pivot.engine.tp import gather_tensor, shard_model, shard_tensor
+from pivot.engine.tp import fused_sections, gather_tensor, shard_model, shard_tensor
 from pivot.model import CausalLM
 
 
@@ -37,6 +38,7 @@ class ModelRunner:
         self.dtype, self.device = p0.dtype, p0.device
         self.kernel, self.num_blocks, self.block_size = kernel, num_blocks, block_size
         self.cache: KVCache | None = None
+        self.linear_states = LinearStates() if self.args.has_linear_attention else None
         self._alloc_cache()
 
     @property
@@ -45,12 +47,13 @@ class ModelRunner:
 
     def _alloc_cache(self) -> None:
         self.cache = KVCache(
-            self.args.num_hidden_layers, self.num_blocks, self.block_size,
+            [i for i in range(self.args.num_hidden_layers) if not self.args.is_linear_attention(i)],
+            self.num_blocks, self.block_size,
             self.args.num_key_value_heads // self.world, self.args.head_dim, self.dtype, self.device,
         )
 
     @staticmethod
-    def build_input(plan: list[ScheduledSeq], blocks: BlockManager) -> StepInput:
+    def build_input(plan: list[ScheduledSeq], blocks: BlockManager, dropped: list[int]) -> StepInput:
         tokens: list[int] = []
         positions: list[int] = []
         for p in plan:
@@ -63,6 +66,8 @@ class ModelRunner:
             ctx_lens=[p.start + p.num_tokens for p in plan],
             block_tables=[list(blocks.tables[p.seq.id]) for p in plan],
             sample_seqs=[i for i, p in enumerate(plan) if p.samples],
+            seq_ids=[p.seq.id for p in plan],
+            dropped=list(dropped),
         )
 
     def share(self, step: StepInput | None) -> StepInput | None:
@@ -81,7 +86,9 @@ class ModelRunner:
         """Logits [len(step.sample_seqs), vocab] in fp32."""
         if self.cache is None:
             raise RuntimeError("engine is released: call resume() and load_weights() first")
-        attn = PagedAttention(self.cache, step, self.kernel, self.device)
+        if self.linear_states is not None:
+            self.linear_states.drop(step.dropped)
+        attn = PagedAttention(self.cache, step, self.kernel, self.device, self.linear_states)
         ids = torch.tensor(step.token_ids, dtype=torch.long, device=self.device)[None]
         pos = torch.tensor(step.positions, dtype=torch.long, device=self.device)[None]
         hidden = self.model.model(ids, pos, attn)[0]
@@ -96,16 +103,20 @@ class ModelRunner:
     @torch.no_grad()
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
         for name, param in self.params.items():
-            param.data.copy_(shard_tensor(name, tensors[name], self.rank, self.world))
+            param.data.copy_(shard_tensor(name, tensors[name], self.rank, self.world, fused_sections(name, self.args)))
 
     @torch.no_grad()
     def named_full(self) -> dict[str, torch.Tensor]:
         if self.cache is None:
             raise RuntimeError("engine is released: no weights to read")
-        return {n: gather_tensor(n, p.data, self.group).cpu() for n, p in self.params.items()}
+        return {
+            n: gather_tensor(n, p.data, self.group, fused_sections(n, self.args)).cpu() for n, p in self.params.items()
+        }
 
     def release(self) -> None:
         self.cache = None
+        if self.linear_states is not None:
+            self.linear_states.clear()
         for p in self.params.values():
             p.data = torch.empty(0, dtype=self.dtype, device=self.device)
         if self.device.type == "cuda":

@@ -13,6 +13,19 @@ from pivot.model.transformer import CausalLM
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
+# vision-language folders (Qwen3.5) nest the language model; their vision tower and multi-token
+# prediction head are not part of the decoder Pivot serves
+_LANGUAGE_PREFIX = "model.language_model."
+_SKIPPED_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")
+
+
+def decoder_name(name: str) -> str | None:
+    """Pivot's name for checkpoint tensor `name`, or None when the decoder does not use it."""
+    if name.startswith(_SKIPPED_PREFIXES):
+        return None
+    if name.startswith(_LANGUAGE_PREFIX):
+        return "model." + name.removeprefix(_LANGUAGE_PREFIX)
+    return name
 
 
 def _weight_files(path: Path) -> dict[str, list[str]]:
@@ -39,11 +52,13 @@ def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
             raise FileNotFoundError(f"{full}: listed in {INDEX} but missing")
         try:
             with safe_open(str(full), framework="pt") as f:
-                for name in f.keys():
-                    tensors[name] = f.get_tensor(name)
+                names = list(f.keys())
+                for name in names:
+                    if (ours := decoder_name(name)) is not None:
+                        tensors[ours] = f.get_tensor(name)
         except Exception as e:  # safetensors raises its own error types for truncated headers/data
             raise ValueError(f"{full}: unreadable safetensors file (truncated or corrupt): {e}") from e
-        missing = [n for n in expected if n not in tensors]
+        missing = sorted(set(expected) - set(names))
         if missing:
             raise ValueError(f"{full}: tensor {missing[0]!r} listed in {INDEX} is not in the file")
     return tensors
@@ -66,8 +81,9 @@ def tensor_headers(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch.d
         try:
             with safe_open(str(full), framework="pt") as f:
                 for name in f.keys():
-                    sliced = f.get_slice(name)
-                    out[name] = (tuple(sliced.get_shape()), _SAFETENSORS_DTYPES[sliced.get_dtype()])
+                    if (ours := decoder_name(name)) is not None:
+                        sliced = f.get_slice(name)
+                        out[ours] = (tuple(sliced.get_shape()), _SAFETENSORS_DTYPES[sliced.get_dtype()])
         except KeyError as e:
             raise ValueError(f"{full}: unsupported tensor dtype {e.args[0]!r}") from e
         except Exception as e:

@@ -21,15 +21,21 @@ class Split(str, enum.Enum):
         return {Split.COLUMN: 0, Split.ROW: 1, Split.VOCAB: 0, Split.REPLICATE: None}[self]
 
 
-_COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
-_ROW = ("o_proj", "down_proj")
+_COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "in_proj_z", "in_proj_b", "in_proj_a")
+_ROW = ("o_proj", "down_proj", "out_proj")
 _VOCAB = ("embed_tokens", "lm_head")
+_HEAD_VECTORS = ("dt_bias", "A_log")  # one entry per linear-attention value head
+# Tensors that concatenate several column-parallel outputs on dim 0 (GLM-4's gate_up_proj, the
+# linear attention's q|k|v projection and conv) stay whole here: a rank's share is a slice of
+# every section, which the engine cuts itself (`pivot.engine.tp.fused_sections`).
 
 
 def tp_split(name: str) -> Split:
     """The TP split of HF parameter `name` (e.g. 'model.layers.3.self_attn.q_proj.weight')."""
     parts = name.split(".")
     module = parts[-2] if len(parts) >= 2 else name
+    if parts[-1] in _HEAD_VECTORS:
+        return Split.COLUMN
     if module in _COLUMN:
         return Split.COLUMN
     if module in _ROW:

@@ -1,4 +1,4 @@
-"""Decoder-only transformer for the Qwen2, Qwen3 and Llama families, with Hugging Face names.
+"""Decoder-only transformer (Qwen2, Qwen3, Llama, Qwen3-MoE, GLM-4, Qwen3.5-MoE hybrid) with HF names.
 
 The module tree mirrors `transformers` (`model.layers.{i}.self_attn.q_proj` ...), so a state
 dict loads from and saves to HF checkpoints without renaming. No torch.distributed here:
@@ -6,8 +6,9 @@ tensor parallelism is applied from outside by sharding weights and setting each 
 local head counts (`n_heads`, `n_kv_heads`), and row-parallel outputs are reduced by hooks.
 
 Attention is pluggable: `forward(..., attn=backend)` hands each layer's post-RoPE q/k/v to
-`backend(layer_idx, q, k, v)`; the engine passes its paged-KV backend, everything else uses the
-dense causal default.
+`backend(layer_idx, q, k, v)`, and each linear-attention layer to
+`backend.linear_attention(layer_idx, layer, x)` (which carries per-sequence state); the engine
+passes its paged-KV backend, everything else uses the dense causal default over whole sequences.
 """
 from __future__ import annotations
 
@@ -18,11 +19,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from pivot.model.args import ModelArgs
+from pivot.model.deltanet import GatedDeltaNet
+from pivot.model.layers import RMSNorm, RotaryEmbedding, apply_rotary, make_linear
+from pivot.model.mlp import MLP, FusedMLP
+from pivot.model.moe import SparseMoeBlock
 
 
 class AttentionBackend(Protocol):
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q: [B, T, Hq, D], k/v: [B, T, Hkv, D] after RoPE -> [B, T, Hq, D]."""
+        ...
+
+    def linear_attention(self, layer_idx: int, layer: GatedDeltaNet, x: torch.Tensor) -> torch.Tensor:
+        """Run linear-attention `layer` on x [B, T, H], carrying each sequence's recurrent state."""
         ...
 
 
@@ -43,102 +52,84 @@ except ImportError:
     _flash_attn_func = None
 
 
-def make_linear(in_features: int, out_features: int, bias: bool, kind: str) -> nn.Module:
-    """torch Linear, or transformer-engine's (GPU, same parameter names) when asked for."""
-    if kind == "te":
-        import transformer_engine.pytorch as te  # type: ignore[import-not-found]
-
-        return te.Linear(in_features, out_features, bias=bias)
-    return nn.Linear(in_features, out_features, bias=bias)
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # normalise in fp32 like the reference implementation, then cast back
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
-
-
-class RotaryEmbedding(nn.Module):
-    def __init__(self, head_dim: int, theta: float) -> None:
-        super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-
-    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.float()[..., None] * self.inv_freq.to(positions.device)
-        emb = torch.cat([freqs, freqs], dim=-1)
-        return emb.cos(), emb.sin()
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [B, T, H, D]; cos/sin: [B, T, D] in fp32."""
-    x32 = x.float()
-    half = x32.shape[-1] // 2
-    rotated = torch.cat([-x32[..., half:], x32[..., :half]], dim=-1)
-    return (x32 * cos[:, :, None] + rotated * sin[:, :, None]).to(x.dtype)
-
-
 class Attention(nn.Module):
     def __init__(self, args: ModelArgs, layer_idx: int, linear: str) -> None:
         super().__init__()
         self.layer_idx = layer_idx
+        self.interleaved = args.glm_layout
+        self.gated = args.qwen35_layout  # q_proj also emits a per-head output gate: [q_h, gate_h] per head
         self.head_dim = args.head_dim
         self.n_heads = args.num_attention_heads  # local count: TP divides it
         self.n_kv_heads = args.num_key_value_heads
         q_out, kv_out = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        self.q_proj = make_linear(args.hidden_size, q_out, args.attention_bias, linear)
+        self.q_proj = make_linear(args.hidden_size, q_out * (2 if self.gated else 1), args.attention_bias, linear)
         self.k_proj = make_linear(args.hidden_size, kv_out, args.attention_bias, linear)
         self.v_proj = make_linear(args.hidden_size, kv_out, args.attention_bias, linear)
         self.o_proj = make_linear(q_out, args.hidden_size, False, linear)
         if args.qk_norm:
-            self.q_norm = RMSNorm(self.head_dim, args.rms_norm_eps)
-            self.k_norm = RMSNorm(self.head_dim, args.rms_norm_eps)
+            self.q_norm = make_norm(args, self.head_dim)
+            self.k_norm = make_norm(args, self.head_dim)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionBackend | None
     ) -> torch.Tensor:
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim)
+        q = self.q_proj(x).view(b, t, self.n_heads, -1)
+        if self.gated:
+            q, gate = q.chunk(2, dim=-1)
         k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim)
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k = apply_rotary(q, cos, sin, self.interleaved), apply_rotary(k, cos, sin, self.interleaved)
         out = dense_causal_attention(q, k, v) if attn is None else attn(self.layer_idx, q, k, v)
-        return self.o_proj(out.reshape(b, t, self.n_heads * self.head_dim))
+        out = out.reshape(b, t, self.n_heads * self.head_dim)
+        if self.gated:
+            out = out * torch.sigmoid(gate.reshape(b, t, -1))
+        return self.o_proj(out)
 
 
-class MLP(nn.Module):
-    def __init__(self, args: ModelArgs, linear: str) -> None:
-        super().__init__()
-        self.gate_proj = make_linear(args.hidden_size, args.intermediate_size, False, linear)
-        self.up_proj = make_linear(args.hidden_size, args.intermediate_size, False, linear)
-        self.down_proj = make_linear(args.intermediate_size, args.hidden_size, False, linear)
+def make_norm(args: ModelArgs, dim: int) -> RMSNorm:
+    return RMSNorm(dim, args.rms_norm_eps, zero_centered=args.qwen35_layout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+def feed_forward(args: ModelArgs, layer_idx: int, linear: str) -> nn.Module:
+    if args.is_moe_layer(layer_idx):
+        return SparseMoeBlock(args, linear)
+    mlp = FusedMLP if args.glm_layout else MLP
+    return mlp(args.hidden_size, args.intermediate_size, linear)
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, args: ModelArgs, layer_idx: int, linear: str) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.self_attn = Attention(args, layer_idx, linear)
-        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.mlp = MLP(args, linear)
+        self.layer_idx = layer_idx
+        self.input_layernorm = make_norm(args, args.hidden_size)
+        if args.is_linear_attention(layer_idx):
+            self.linear_attn = GatedDeltaNet(args, layer_idx, linear)
+        else:
+            self.self_attn = Attention(args, layer_idx, linear)
+        self.post_attention_layernorm = make_norm(args, args.hidden_size)
+        self.mlp = feed_forward(args, layer_idx, linear)
+        if args.glm_layout:  # GLM-4 also normalises each branch's output before the residual add
+            self.post_self_attn_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+            self.post_mlp_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionBackend | None
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        if hasattr(self, "linear_attn"):
+            normed = self.input_layernorm(x)
+            h = self.linear_attn(normed)[0] if attn is None else attn.linear_attention(self.layer_idx, self.linear_attn, normed)
+        else:
+            h = self.self_attn(self.input_layernorm(x), cos, sin, attn)
+        if hasattr(self, "post_self_attn_layernorm"):
+            h = self.post_self_attn_layernorm(h)
+        x = x + h
+        h = self.mlp(self.post_attention_layernorm(x))
+        if hasattr(self, "post_mlp_layernorm"):
+            h = self.post_mlp_layernorm(h)
+        return x + h
 
 
 class DecoderModel(nn.Module):
@@ -146,8 +137,8 @@ class DecoderModel(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(args, i, linear) for i in range(args.num_hidden_layers))
-        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.rotary = RotaryEmbedding(args.head_dim, args.rope_theta)
+        self.norm = make_norm(args, args.hidden_size)
+        self.rotary = RotaryEmbedding(args.rotary_dim, args.rope_theta, interleaved=args.glm_layout)
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionBackend | None = None

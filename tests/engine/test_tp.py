@@ -1,4 +1,8 @@
-"""TP=2 (two spawned gloo processes) equals TP=1: outputs, log-probs, weight load and read-back."""
+"""TP=2 (two spawned gloo processes) equals TP=1: outputs, log-probs, weight load and read-back.
+
+Dense (qwen2), MoE (qwen3_moe, every expert sliced over the two ranks), GLM-4 (fused gate_up_proj
+sliced per section) and the Qwen3.5 hybrid (linear-attention heads split like attention heads).
+"""
 from __future__ import annotations
 
 import json
@@ -62,9 +66,16 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_tp2_equals_tp1(tmp_path: Path) -> None:
-    make_model(tmp_path / "a", seed=0)
-    make_model(tmp_path / "b", seed=1)
+@pytest.mark.parametrize("family", ["qwen2", "qwen3_moe", "glm4", "qwen3_5_moe"])
+def test_tp2_equals_tp1(tmp_path: Path, family: str) -> None:
+    for folder, seed in (("a", 0), ("b", 1)):
+        if family in ("qwen2", "qwen3_moe"):
+            make_model(tmp_path / folder, family, seed=seed)
+        else:  # written by transformers, as the hub ships them
+            pytest.importorskip("transformers")
+            from tests.engine.hf_models import save_hf_model
+
+            save_hf_model(tmp_path / folder, family, seed)
     mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
     got = json.loads((tmp_path / "tp2.json").read_text())
     assert got["readback_ok"]

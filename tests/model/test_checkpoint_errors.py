@@ -53,7 +53,7 @@ def test_wrong_shape_and_missing_tensor(ckpt: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("model_type", "match"), [("gpt2", "unsupported architecture"), ("qwen3_moe", "mixture-of-experts")]
+    ("model_type", "match"), [("gpt2", "unsupported architecture"), ("mixtral", "mixture-of-experts")]
 )
 def test_unsupported_architecture(ckpt: Path, model_type: str, match: str) -> None:
     cfg = json.loads((ckpt / "config.json").read_text())
@@ -88,3 +88,18 @@ def test_check_folder_reads_headers_against_config(ckpt: Path) -> None:
     with pytest.raises(ValueError) as e:
         check_folder(ckpt)
     assert _one_line(e) == f"{ckpt}: tensor 'model.layers.0.mlp.gate_proj.weight' has shape (32, 16), config.json implies (48, 16)"
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"num_experts_per_tok": 5}, "num_experts_per_tok=5 must be in 1..num_experts=4"),
+    ({"moe_intermediate_size": 0}, "moe_intermediate_size=0"),
+    ({"partial_rotary_factor": 0.1}, "partial_rotary_factor=0.1 must give an even rotary width"),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope_type='yarn' is not supported"),
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+])
+def test_bad_hyper_parameters_name_the_field(ckpt: Path, change: dict, match: str) -> None:
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg.update({"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8, **change})
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=match):
+        pm.ModelArgs.load(ckpt)

@@ -86,9 +86,9 @@ def test_shift_between_steps_is_bit_exact() -> None:
     spawn(_shift_exact, 2)
 
 
-def _shards_and_reference(rank: int, world: int, group: dist.ProcessGroup) -> None:
+def _shards_and_reference(rank: int, world: int, group: dist.ProcessGroup, family: str) -> None:
     cfg = config(micro_batch_tokens=12)
-    model = tiny_model()
+    model = tiny_model(family=family)
     reference = copy.deepcopy(model)
     trainer = Trainer(model, group, cfg)
     full = trainer.full_state_dict()
@@ -126,11 +126,14 @@ def _shards_and_reference(rank: int, world: int, group: dist.ProcessGroup) -> No
     for name, t in reference.state_dict().items():
         if name in after:
             assert torch.allclose(after[name], t, atol=1e-5), name
+    if family == "qwen3_moe":  # the router trains too
+        assert not torch.equal(after["model.layers.0.mlp.gate.weight"], full["model.layers.0.mlp.gate.weight"])
 
 
 @pytest.mark.slow
-def test_shards_logprobs_and_step_match_reference() -> None:
-    spawn(_shards_and_reference, 2)
+@pytest.mark.parametrize("family", ["qwen2", "qwen3_moe"])
+def test_shards_logprobs_and_step_match_reference(family: str) -> None:
+    spawn(_shards_and_reference, 2, family)
 
 
 def _checkpoint_and_nan(rank: int, world: int, group: dist.ProcessGroup, tmp: str) -> None:

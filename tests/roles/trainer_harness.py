@@ -36,10 +36,13 @@ def spawn(fn: Callable[..., None], world: int, *args: Any, backend: str = "gloo"
     mp.spawn(_entry, args=(world, free_port(), backend, fn, args), nprocs=world, join=True)
 
 
-def tiny_model(seed: int = 0, vocab: int = 37, tie: bool = True) -> CausalLM:
+def tiny_model(seed: int = 0, vocab: int = 37, tie: bool = True, family: str = "qwen2") -> CausalLM:
+    # qwen3_moe: layer 0 routes top-2 of 4 experts, layer 1 is dense
+    moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8, "norm_topk_prob": True,
+           "mlp_only_layers": [1]} if family == "qwen3_moe" else {}
     args = ModelArgs(
-        family="qwen2", vocab_size=vocab, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=8, tie_word_embeddings=tie,
+        family=family, vocab_size=vocab, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, tie_word_embeddings=tie, **moe,
     )  # fmt: skip
     torch.manual_seed(seed)
     model = CausalLM(args)

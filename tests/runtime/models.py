@@ -22,18 +22,50 @@ def char_tokenizer(path: Path) -> Path:
     return path / "tokenizer.json"
 
 
-def random_models(root: Path, seed: int = 0) -> tuple[Path, Path]:
+# the GenRM families beyond the dense default: their extra hyper-parameters
+GENRM_EXTRA = {
+    "qwen2": {},
+    "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": True},
+    "glm4": {"partial_rotary_factor": 0.5},
+}
+
+
+def hybrid_genrm(path: Path, tokenizer_file: Path, seed: int) -> Path:
+    """A tiny Qwen3.5-MoE vision-language folder written by transformers (Pivot only loads it)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    text = {"vocab_size": len(CHARS) + 2, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 8, "layer_types": ["linear_attention", "full_attention"],
+            "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+            "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16, "eos_token_id": 0, "pad_token_id": 1,
+            "max_position_embeddings": 512}
+    vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 32,
+              "patch_size": 4, "spatial_merge_size": 2, "temporal_patch_size": 2}
+    cfg = transformers.Qwen3_5MoeConfig(text_config=text, vision_config=vision)
+    transformers.Qwen3_5MoeForConditionalGeneration(cfg).save_pretrained(path)
+    (path / "tokenizer.json").write_bytes(tokenizer_file.read_bytes())
+    return path
+
+
+def random_models(root: Path, seed: int = 0, genrm_family: str = "qwen2") -> tuple[Path, Path]:
     import torch
 
     tok = char_tokenizer(root / "tok")
+    hybrid = genrm_family == "qwen3_5_moe"  # written by transformers: Pivot cannot write that folder
     out = []
-    for name, layers in (("policy", 2), ("genrm", 1)):
+    for name, layers, family in (("policy", 2, "qwen2"), ("genrm", 1, genrm_family))[: 1 if hybrid else 2]:
         torch.manual_seed(seed + layers)
-        args = ModelArgs(family="qwen2", vocab_size=len(CHARS) + 2, hidden_size=32, intermediate_size=64,
+        args = ModelArgs(family=family, vocab_size=len(CHARS) + 2, hidden_size=32, intermediate_size=64,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                         tie_word_embeddings=True, eos_token_id=0, pad_token_id=1, max_position_embeddings=512)
+                         tie_word_embeddings=True, eos_token_id=0, pad_token_id=1, max_position_embeddings=512,
+                         **GENRM_EXTRA[family])
         save_pretrained(CausalLM(args), root / name, tokenizer_file=tok)
         out.append(root / name)
+    if hybrid:
+        out.append(hybrid_genrm(root / "genrm", tok, seed))
     return out[0], out[1]
 
 

@@ -124,3 +124,15 @@ def test_automatic_restart_after_kill_then_resume_past_a_damaged_checkpoint(mode
     assert skipped == [f"pivot: checkpoint {shard.parent} skipped: {shard.name}: sha256 differs from manifest.json (corrupt)"]
     check_exactly_once(tmp_path, 10)
     assert problem(shard.parent) is None  # step 8 was written again, complete
+
+
+# the paper's GenRM families: qwen3_moe served over TP=2 (sliced experts), glm4 on one rank,
+# the qwen3_5_moe hybrid over TP=2 (linear-attention heads split like attention heads)
+GENRM_FAMILIES = {"qwen3_moe": ["--reward.tp", "2"], "glm4": [], "qwen3_5_moe": ["--reward.tp", "2"]}
+
+
+@pytest.mark.parametrize("family", list(GENRM_FAMILIES))
+def test_genrm_families_run(tmp_path: Path, family: str) -> None:
+    models = random_models(tmp_path / "models", genrm_family=family)
+    torchrun(models, tmp_path / "run", "--train.steps", "2", *GENRM_FAMILIES[family])
+    check_exactly_once(tmp_path / "run", 2)

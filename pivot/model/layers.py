@@ -1,0 +1,66 @@
+"""Building blocks shared by every decoder family: linear layers, RMSNorm and rotary embeddings."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def make_linear(in_features: int, out_features: int, bias: bool, kind: str) -> nn.Module:
+    """torch Linear, or transformer-engine's (GPU, same parameter names) when asked for."""
+    if kind == "te":
+        import transformer_engine.pytorch as te  # type: ignore[import-not-found]
+
+        return te.Linear(in_features, out_features, bias=bias)
+    return nn.Linear(in_features, out_features, bias=bias)
+
+
+class RMSNorm(nn.Module):
+    """`zero_centered` (Qwen3.5) stores w - 1: the scale is (1 + w), applied in fp32."""
+
+    def __init__(self, dim: int, eps: float, zero_centered: bool = False) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(dim) if zero_centered else torch.ones(dim))
+        self.eps, self.zero_centered = eps, zero_centered
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # normalise in fp32 like the reference implementation, then cast back
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.zero_centered:
+            return (x32 * (1.0 + self.weight.float())).to(x.dtype)
+        return self.weight * x32.to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin over the first `rotary_dim` channels of a head.
+
+    Two layouts of the rotated pairs: `interleaved=False` pairs channel j with j + rotary_dim/2
+    (Qwen, Llama); `interleaved=True` pairs channels 2j and 2j+1 (GLM-4).
+    """
+
+    def __init__(self, rotary_dim: int, theta: float, interleaved: bool = False) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.interleaved = interleaved
+
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.float()[..., None] * self.inv_freq.to(positions.device)
+        emb = freqs.repeat_interleave(2, dim=-1) if self.interleaved else torch.cat([freqs, freqs], dim=-1)
+        return emb.cos(), emb.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
+    """x: [B, T, H, D]; cos/sin: [B, T, R] in fp32 with R <= D; channels past R pass through."""
+    x32 = x.float()
+    rot = cos.shape[-1]
+    xr = x32[..., :rot]
+    if interleaved:
+        rotated = torch.stack([-xr[..., 1::2], xr[..., 0::2]], dim=-1).flatten(-2)
+    else:
+        half = rot // 2
+        rotated = torch.cat([-xr[..., half:], xr[..., :half]], dim=-1)
+    out = xr * cos[:, :, None] + rotated * sin[:, :, None]
+    if rot < x32.shape[-1]:
+        out = torch.cat([out, x32[..., rot:]], dim=-1)
+    return out.to(x.dtype)

@@ -1,0 +1,62 @@
+"""Sparse mixture-of-experts feed-forward block (Qwen3-MoE), in the hub's per-expert layout.
+
+Parameters keep the names the hub ships (`mlp.gate.weight` is the router,
+`mlp.experts.{e}.gate_proj/up_proj/down_proj.weight` the experts), so checkpoints load and
+save without renaming, and each expert is an ordinary `MLP`.
+
+Tensor parallelism slices every expert (not expert-parallel): each TP rank holds a column
+slice of every expert's gate/up and the matching row slice of its down projection, the
+router is replicated, so every rank routes identically and the block's output is one
+all-reduce, exactly like a dense MLP (`pivot.model.tp_plan` needs no MoE case).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pivot.model.args import ModelArgs
+from pivot.model.layers import make_linear
+from pivot.model.mlp import MLP
+
+
+class SparseMoeBlock(nn.Module):
+    def __init__(self, args: ModelArgs, linear: str) -> None:
+        super().__init__()
+        self.top_k, self.norm_topk_prob = args.num_experts_per_tok, args.norm_topk_prob
+        self.gate = make_linear(args.hidden_size, args.num_experts, False, linear)
+        self.experts = nn.ModuleList(
+            MLP(args.hidden_size, args.moe_intermediate_size, linear) for _ in range(args.num_experts)
+        )
+        if args.shared_expert_intermediate_size:  # Qwen3.5: every token also passes a gated shared expert
+            self.shared_expert = MLP(args.hidden_size, args.shared_expert_intermediate_size, linear)
+            self.shared_expert_gate = make_linear(args.hidden_size, 1, False, linear)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: [N, H] -> (weights [N, k] in x's dtype, expert ids [N, k]); softmax then top-k."""
+        probs = torch.softmax(self.gate(x).float(), dim=-1)
+        weights, experts = probs.topk(self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights.to(x.dtype), experts
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        weights, experts = self.route(flat)
+        # group the (token, slot) pairs by expert: one sort and one host sync per layer
+        slots = experts.flatten().argsort(stable=True)
+        counts = torch.bincount(experts.flatten(), minlength=len(self.experts)).tolist()
+        flat_weights = weights.flatten()
+        out = torch.zeros_like(flat)
+        # under autograd every expert runs, even on no tokens, so each has a (zero) gradient and
+        # FSDP's reduce-scatter sees the same parameters on every rank
+        keep_empty = torch.is_grad_enabled()
+        for expert, chosen in zip(self.experts, slots.split(counts)):
+            if not len(chosen) and not keep_empty:
+                continue
+            tokens = chosen // self.top_k
+            y = expert(flat[tokens]) * flat_weights[chosen, None]
+            out.index_add_(0, tokens, y)
+        if hasattr(self, "shared_expert"):
+            out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
+        return out.view(shape)
