@@ -125,6 +125,12 @@ class RewardConfig:
     """Judge prompt with {question} and {response}; empty = the tiny task's template."""
     judge_template_file: str = ""
     """Read the judge prompt from this text file instead (same placeholders)."""
+    chat_template: bool = True
+    """Render the judge prompt with the GenRM's chat template when its folder has one (as one user
+    message, generation prompt added); the tiny GenRM has none and reads the raw template."""
+    enable_thinking: bool = True
+    """Passed to the GenRM's chat template (Qwen3's switch for a reasoning judge); templates that
+    do not use it ignore it. The verdict is read after the thinking block."""
     verifier: str = ""
     """Your answer check replacing the built-in one: `module:function` or `path/to/file.py:function`,
     called as function(response, ground_truth) -> float in [0, 1]. Empty = the DAPO-Math check."""
@@ -241,6 +247,9 @@ class DataConfig:
     """Column holding the prompt (plain text or chat messages)."""
     answer_key: str = "reward_model.ground_truth"
     """Column holding the ground-truth answer (dots reach into nested fields)."""
+    chat_template: bool = False
+    """Render each prompt with the policy's chat template (chat messages as they are, plain text as
+    one user message). Off by default: DAPO-style RL of a base model feeds the raw prompt."""
     shuffle_seed: int = 0
     """Shuffle seed of the data cursor."""
     synthetic_size: int = 4096

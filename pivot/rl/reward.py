@@ -19,7 +19,7 @@ matches 50, not 0.5).
 
 GenRM: `judge_prompt` fills a template with `{question}` and `{response}` (default
 `pivot.tiny.synthetic.JUDGE_TEMPLATE`). `parse_verdict(text)` reads the LAST verdict in the
-judge's text and returns a score in [0, 1] or None. Accepted (case-insensitive, after
+judge's text after its thinking block (`<think>...</think>`; none while the block is unclosed) and returns a score in [0, 1] or None. Accepted (case-insensitive, after
 `Verdict:` or `Score:`): a number in [0, 1] ("1", "0.75"), a fraction or "x/10" form ("7/10" ->
 0.7), a percentage ("75%"), or a word (correct/yes/true/pass -> 1, incorrect/wrong/no/false/
 fail -> 0). Out-of-range numbers are unparsable. `GenRMScorer` maps unparsable verdicts to a
@@ -198,9 +198,23 @@ def _verdict_value(token: str) -> float | None:
     return value if 0.0 <= value <= 1.0 else None
 
 
+def after_thinking(text: str) -> str | None:
+    """What a reasoning judge says after its thinking block: the text after the last `</think>`;
+    None when a `<think>` block never closes (it ran out of tokens while thinking), so a verdict
+    it only considered is not taken for its answer. Text without think tags is returned whole."""
+    close = text.rfind("</think>")
+    if close >= 0:
+        return text[close + len("</think>"):]
+    return None if "<think>" in text else text
+
+
 def parse_verdict(text: str) -> float | None:
-    """The judge's score in [0, 1] from its last `Verdict:`/`Score:` (formats in the module doc)."""
-    matches = list(_VERDICT.finditer(text))
+    """The judge's score in [0, 1] from its last `Verdict:`/`Score:` after any thinking block
+    (formats in the module doc)."""
+    answer = after_thinking(text)
+    if answer is None:
+        return None
+    matches = list(_VERDICT.finditer(answer))
     if not matches:
         return None
     return _verdict_value(matches[-1].group(1))

@@ -75,7 +75,7 @@ class RLFlow:
         self.scorer = GenRMScorer(dataclasses.replace(reward, judge_template=judge_template(reward), judge_template_file=""))
         self.verify = CheckedVerifier(load_verifier(reward.verifier))
         limit = self.cfg.rollout.max_prompt_tokens
-        self.heldout = [p for p in self.heldout if len(self.policy_tok.encode(p.text)) <= limit]
+        self.heldout = [p for p in self.heldout if len(self.policy_ids(p)) <= limit]
         ro, rm = self.cfg.rollout, self.cfg.reward
         self._ro_params = dict(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k, max_new_tokens=ro.max_new_tokens)
         self._rm_params = dict(temperature=rm.temperature, max_new_tokens=rm.max_new_tokens)
@@ -88,6 +88,31 @@ class RLFlow:
         self.seqs[sid] = info
         return info
 
+    # ---- prompts as token ids ---------------------------------------------------------------
+    def policy_ids(self, prompt: Prompt) -> list[int]:
+        """The policy's input: the raw prompt text, or with --data.chat-template the policy's chat
+        template over the prompt's messages (a plain-text prompt is one user message)."""
+        if not self.cfg.data.chat_template:
+            return self.policy_tok.encode(prompt.text)
+        messages = prompt.messages or [{"role": "user", "content": prompt.text}]
+        return self.policy_tok.apply_chat_template(messages, add_generation_prompt=True)
+
+    def judge_ids(self, judge_text: str) -> list[int]:
+        """The GenRM's input: the filled judge template, inside the GenRM's chat template when it
+        has one and --reward.chat-template is on (the default)."""
+        reward = self.cfg.reward
+        if not (reward.chat_template and self.genrm_tok.chat_template):
+            return self.genrm_tok.encode(judge_text)
+        return self.genrm_tok.apply_chat_template([{"role": "user", "content": judge_text}], add_generation_prompt=True,
+                                                  enable_thinking=reward.enable_thinking)
+
+    def judge_output(self, out: Output) -> str:
+        """The judge's text as the verdict parser must see it: a chat template that opens the
+        thinking block in the prompt (Qwen3 with thinking) gets its `<think>` put back in front."""
+        text = self.genrm_tok.decode(out.output_ids)
+        tail = self.genrm_tok.decode(list(out.prompt_ids[-4:]))
+        return "<think>" + text if tail.rfind("<think>") > tail.rfind("</think>") else text
+
     # ---- rollout side ----------------------------------------------------------------------
     def fill(self, version: int, total_steps: int) -> list[SeqInfo]:
         """Rollout sequences for every step that `version` may generate (staleness bound)."""
@@ -97,7 +122,7 @@ class RLFlow:
             prompts = []
             while len(prompts) < self.cfg.train.batch_prompts:
                 for p in self.cursor.next_batch(self.cfg.train.batch_prompts - len(prompts)):
-                    if len(self.policy_tok.encode(p.text)) <= self.cfg.rollout.max_prompt_tokens:
+                    if len(self.policy_ids(p)) <= self.cfg.rollout.max_prompt_tokens:
                         prompts.append(p)
                     else:
                         self.stats.prompts_skipped_too_long += 1
@@ -108,7 +133,7 @@ class RLFlow:
 
     def rollout_seq(self, key: Key) -> SeqInfo:
         sample = self.buffer.sample(key)
-        return self._new_seq("rollout", key, self.policy_tok.encode(sample.prompt.text), self._ro_params)
+        return self._new_seq("rollout", key, self.policy_ids(sample.prompt), self._ro_params)
 
     def on_rollout(self, out: Output) -> list[SeqInfo]:
         """A finished rollout: record it; returns the judge sequence (or a regeneration)."""
@@ -132,14 +157,14 @@ class RLFlow:
             self.buffer.on_reward(info.key, total_reward(r_v, None, self.cfg.reward))
             return []
         judge = self.scorer.prompt(sample.prompt.text, text)
-        return [self._new_seq("reward", info.key, self.genrm_tok.encode(judge), self._rm_params, r_verifiable=r_v)]
+        return [self._new_seq("reward", info.key, self.judge_ids(judge), self._rm_params, r_verifiable=r_v)]
 
     # ---- reward side -----------------------------------------------------------------------
     def on_reward(self, out: Output) -> None:
         info = self.seqs.pop(out.id)
         self.stats.rewards_finished += 1
         self.stats.tokens_reward += len(out.prompt_ids) + len(out.output_ids)
-        r_g = self.scorer.score(self.genrm_tok.decode(out.output_ids))
+        r_g = self.scorer.score(self.judge_output(out))
         self.judgings[info.key] = self.judgings.get(info.key, 0) + 1
         self.stats.genrm_sum += r_g
         self.buffer.on_reward(info.key, total_reward(info.r_verifiable, r_g, self.cfg.reward))  # duplicates counted there
@@ -164,7 +189,7 @@ class RLFlow:
             return []
         self.evals[step] = EvalRun(step, len(self.heldout), time.monotonic())
         params = {**self._ro_params, "temperature": 0.0}
-        return [self._new_seq("rollout", (step, i, -1), self.policy_tok.encode(p.text), params, eval_step=step)
+        return [self._new_seq("rollout", (step, i, -1), self.policy_ids(p), params, eval_step=step)
                 for i, p in enumerate(self.heldout)]
 
     def on_eval(self, out: Output) -> None:
@@ -242,5 +267,5 @@ class RLFlow:
             r_v = self.verify(sample.text, sample.prompt.ground_truth)
             self.verifiable[key] = r_v
             judge = self.scorer.prompt(sample.prompt.text, sample.text)
-            out.append(self._new_seq("reward", key, self.genrm_tok.encode(judge), self._rm_params, r_verifiable=r_v))
+            out.append(self._new_seq("reward", key, self.judge_ids(judge), self._rm_params, r_verifiable=r_v))
         return out

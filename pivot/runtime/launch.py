@@ -15,7 +15,7 @@ from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable, WorkerEndpoint, create_groups, describe
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
-from pivot.model import ModelArgs, load_state_dict
+from pivot.model import ModelArgs, TextTokenizer, load_state_dict
 from pivot.model.checkpoint import check_folder
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
@@ -138,6 +138,9 @@ def run(cfg: PivotConfig) -> int:
         policy_src = resume[0] / "policy" if resume else policy_path
         for folder in (policy_src, genrm_path):
             check_folder(folder)
+        if cfg.data.chat_template and TextTokenizer.from_pretrained(policy_path).chat_template is None:
+            raise ValueError(f"data.chat_template=True: {policy_path} has no chat template "
+                             "(no chat_template.jinja, none in tokenizer_config.json)")
     except (OSError, ValueError) as e:
         if spec.rank == 0:
             print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
