@@ -232,7 +232,8 @@ class Engine:
         return self._version
 
     def load_weights(self, named_tensors: dict[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Copy full (unsharded) HF-named tensors in place; validated before anything is copied."""
+        """Copy HF-named tensors in place, each either full or already this rank's TP slice;
+        validated before anything is copied."""
         tensors = self.runner.validate(named_tensors)
         self.runner.load(tensors)
         self._version = version

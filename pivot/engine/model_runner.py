@@ -91,12 +91,14 @@ class ModelRunner:
 
     # ---- weights -------------------------------------------------------------------------
     def validate(self, named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return validate_weights(named, self.full_shapes, self.args.tie_word_embeddings)
+        return validate_weights(named, self.full_shapes, self.args.tie_word_embeddings, self.local_shapes)
 
     @torch.no_grad()
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Full tensors are sliced here; this rank's TP slices (a GPS Read) are copied as they are."""
         for name, param in self.params.items():
-            param.data.copy_(shard_tensor(name, tensors[name], self.rank, self.world))
+            t = tensors[name]
+            param.data.copy_(t if t.shape == param.shape else shard_tensor(name, t, self.rank, self.world))
 
     @torch.no_grad()
     def named_full(self) -> dict[str, torch.Tensor]:
@@ -118,9 +120,11 @@ class ModelRunner:
 
 
 def validate_weights(
-    named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor], full_shapes: dict[str, tuple[int, ...]], tied: bool
+    named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor], full_shapes: dict[str, tuple[int, ...]], tied: bool,
+    local_shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Check names and full shapes of a weight update before anything is copied."""
+    """Check names and shapes (full, or this rank's slice from `local_shapes`) of a weight update
+    before anything is copied."""
     tensors = dict(named.items() if isinstance(named, dict) else named)
     if tied:
         tensors.pop("lm_head.weight", None)  # tied: the embedding is the head
@@ -128,7 +132,7 @@ def validate_weights(
         if name not in tensors:
             raise ValueError(f"load_weights: tensor {name!r} is missing")
         got = tuple(tensors[name].shape)
-        if got != shape:
+        if got != shape and (local_shapes is None or got != local_shapes[name]):
             raise ValueError(f"load_weights: tensor {name!r} has shape {got}, expected {shape}")
     extra = sorted(set(tensors) - set(full_shapes))
     if extra:

@@ -1,8 +1,8 @@
 """The runtime's view of GPS: which layout each role reads, and the policy's version numbers.
 
-Every shift up is one GPS Read whatever the role: an inference replica reads the whole model
-onto each of its ranks (the embedded engine shards under TP itself), the trainer reads its FSDP
-dim-0 shards. The trainer Writes its shards after every step. GPS counts Writes; the RL loop
+Every shift up is one GPS Read whatever the role, in the destination's real layout: each rank of
+an inference replica of TP=k reads exactly its TP slice (`parallel_layout` over the slot's ranks,
+the split the embedded engine shards by), the trainer reads its FSDP dim-0 shards. The trainer Writes its shards after every step. GPS counts Writes; the RL loop
 counts policy versions (= training steps done), so `offset` maps one onto the other, also
 after a resume (the first Write of a resumed job carries the checkpoint's version).
 """
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import torch
 
 from pivot.dist import Slot
-from pivot.gps.layout import fsdp_layout, gps_layouts, parallel_layout
+from pivot.gps.layout import Layout, fsdp_layout, gps_layouts, parallel_layout
 from pivot.gps.spec import TensorSpec
 from pivot.gps.store import GPSStore
 from pivot.gps.torch_specs import TORCH_DTYPES
@@ -40,17 +40,27 @@ class WeightService:
         for layout in gps_layouts(self.specs, hosts, budget).values():
             store.register(layout)
         self._train_layout = fsdp_layout("policy", self.specs["policy"], train.ranks, host_of) if train.ranks else None
+        self._replica_layouts: dict[tuple[str, str], Layout] = {}
 
     def publish(self, model: str, tensors: Mapping[str, torch.Tensor]) -> int:
         """Write a whole model from this rank alone (start-up: the initial checkpoints)."""
         layout = parallel_layout(model, self.specs[model], [self.store.info.rank], self.host_of)
         return self.store.write(model, layout, tensors) + self.offset[model]
 
-    def read(self, model: str, slot: Slot, version: int | None) -> tuple[dict[str, torch.Tensor], int]:
+    def layout(self, model: str, slot: Slot) -> Layout:
+        """The layout `slot` reads `model` in: FSDP shards for the trainer, TP slices for a replica
+        (group rank t = position t in `slot.ranks`, as `dist.new_group` orders them)."""
         if slot.role == "train":
-            layout = self._train_layout
-        else:
-            layout = parallel_layout(model, self.specs[model], [self.store.info.rank], self.host_of)
+            return self._train_layout
+        key = (model, slot.name)
+        if key not in self._replica_layouts:
+            self._replica_layouts[key] = parallel_layout(model, self.specs[model], slot.ranks, self.host_of,
+                                                         tp=len(slot.ranks))
+        return self._replica_layouts[key]
+
+    def read(self, model: str, slot: Slot, version: int | None) -> tuple[dict[str, torch.Tensor], int]:
+        """This rank's part of `model` for `slot`: its TP slices or its FSDP shards."""
+        layout = self.layout(model, slot)
         gps_version = None if version is None else version - self.offset[model]
         tensors, got = self.store.read(model, layout, gps_version, device=self.device if slot.role != "train" else "cpu")
         return tensors, got + self.offset[model]
