@@ -17,11 +17,13 @@ from pivot.engine.block_manager import BlockManager
 from pivot.engine.scheduler import ScheduledSeq
 from pivot.engine.tp import gather_tensor, shard_model, shard_tensor
 from pivot.model import CausalLM
+from pivot.model.meta_init import is_meta, materialize
 
 
 class ModelRunner:
     def __init__(
-        self, model: CausalLM, num_blocks: int, block_size: int, kernel: str, tp_group: dist.ProcessGroup | None
+        self, model: CausalLM, num_blocks: int, block_size: int, kernel: str, tp_group: dist.ProcessGroup | None,
+        device: torch.device | str | None = None,
     ) -> None:
         self.model = model.eval().requires_grad_(False)
         self.args = model.args
@@ -31,6 +33,10 @@ class ModelRunner:
         self.full_shapes = {n: tuple(p.shape) for n, p in self.model.named_parameters()}
         if self.group is not None:
             shard_model(self.model, self.group)
+        if is_meta(self.model):  # built without storage: only this rank's slices get some
+            if device is None:
+                raise ValueError("a model on the meta device needs the engine's device")
+            materialize(self.model, device)
         self.params = dict(self.model.named_parameters())
         self.local_shapes = {n: tuple(p.shape) for n, p in self.params.items()}
         p0 = next(iter(self.params.values()))
@@ -98,7 +104,8 @@ class ModelRunner:
         """Full tensors are sliced here; this rank's TP slices (a GPS Read) are copied as they are."""
         for name, param in self.params.items():
             t = tensors[name]
-            param.data.copy_(t if t.shape == param.shape else shard_tensor(name, t, self.rank, self.world))
+            if t.data_ptr() != param.data_ptr():  # filled in place already (`Engine.weight_buffers`)
+                param.data.copy_(t if t.shape == param.shape else shard_tensor(name, t, self.rank, self.world))
 
     @torch.no_grad()
     def named_full(self) -> dict[str, torch.Tensor]:

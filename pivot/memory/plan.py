@@ -72,9 +72,11 @@ class MemoryPlan:
     """One line per thing that does not fit, naming it and by how much."""
 
 
-def _largest(u: Usage) -> str:
+def _problem(u: Usage, configured_gb: float) -> str:
+    """One line: what does not fit, its largest part, the capacity's field, and the shortfall."""
     item = max(u.items, key=lambda i: i.nbytes)
-    return f"{item.what} {item.nbytes / GB:.2f} GB"
+    return (f"{u.where}: needs {u.total / GB:.2f} GB (largest: {item.what} {item.nbytes / GB:.2f} GB), "
+            f"{u.field}={configured_gb:g} is short by {u.over / GB:.2f} GB")
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -118,8 +120,7 @@ def plan_memory(cfg: PivotConfig, policy: ModelFootprint, genrm: ModelFootprint,
                                        e.max_running_seqs, gpu))
     if train_devices:
         devices.append(training_usage(policy, train_devices, cfg.train.micro_batch_tokens, gpu))
-    problems = [f"{u.where}: needs {u.total / GB:.2f} GB (largest: {_largest(u)}), {u.field}="
-                f"{cfg.cluster.gpu_memory_gb:g} is short by {u.over / GB:.2f} GB" for u in devices if u.over]
+    problems = [_problem(u, cfg.cluster.gpu_memory_gb) for u in devices if u.over]
 
     models = {"policy": policy.specs, "genrm": genrm.specs}
     try:
@@ -133,6 +134,5 @@ def plan_memory(cfg: PivotConfig, policy: ModelFootprint, genrm: ModelFootprint,
         items.append(Item(f"trainer offload ({trainers_here} devices)", trainers_here * offload_bytes(devices[-1])))
     pinned = sum(i.nbytes for i in items[0 if cfg.cluster.device == "cuda" else 1:])
     hosts = (Usage(f"host (each of {nnodes})", tuple(items), host, "cluster.host_memory_gb"),)
-    problems += [f"{u.where}: needs {u.total / GB:.2f} GB (largest: {_largest(u)}), {u.field}="
-                 f"{cfg.cluster.host_memory_gb:g} is short by {u.over / GB:.2f} GB" for u in hosts if u.over]
+    problems += [_problem(u, cfg.cluster.host_memory_gb) for u in hosts if u.over]
     return MemoryPlan(tuple(devices), hosts, k, pinned, tuple(problems))

@@ -58,11 +58,25 @@ class WeightService:
                                                          tp=len(slot.ranks))
         return self._replica_layouts[key]
 
-    def read(self, model: str, slot: Slot, version: int | None) -> tuple[dict[str, torch.Tensor], int]:
-        """This rank's part of `model` for `slot`: its TP slices or its FSDP shards."""
+    def read(self, model: str, slot: Slot, version: int | None,
+             out: Mapping[str, torch.Tensor] | None = None) -> tuple[dict[str, torch.Tensor], int]:
+        """This rank's part of `model` for `slot`: its TP slices or its FSDP shards, read straight
+        into `out` (e.g. the engine's parameters) where a tensor's shape and dtype match GPS's,
+        else into fresh tensors (then copied into `out`, casting)."""
         layout = self.layout(model, slot)
+        device = self.device if slot.role != "train" else "cpu"
+        targets = None
+        if out is not None:
+            targets = {}
+            for name, _, piece in layout.held_by(self.store.info.place):
+                given, dtype = out.get(name), TORCH_DTYPES[layout.spec(name).dtype]
+                fits = given is not None and tuple(given.shape) == piece.shape and given.dtype == dtype
+                targets[name] = given if fits else torch.empty(piece.shape, dtype=dtype, device=device)
         gps_version = None if version is None else version - self.offset[model]
-        tensors, got = self.store.read(model, layout, gps_version, device=self.device if slot.role != "train" else "cpu")
+        tensors, got = self.store.read(model, layout, gps_version, out=targets, device=device)
+        for name, t in tensors.items() if out is not None else ():
+            if name in out and out[name] is not t:
+                out[name].copy_(t)
         return tensors, got + self.offset[model]
 
     def write_policy(self, shards: Mapping[str, torch.Tensor], group: object) -> int:
