@@ -30,8 +30,14 @@ class WeightService:
         device: str,
         host_memory_gb: float = 0.0,
         verify: bool = False,
+        dtype: str = "",
     ) -> None:
-        self.store, self.specs, self.host_of, self.train = store, dict(specs), host_of, train
+        """`dtype`: what GPS holds floating tensors in (the model dtype, e.g. bfloat16, so buffers
+        and Reads are that size); empty = as the checkpoint stores them."""
+        floats = ("float32", "float16", "bfloat16", "float64")
+        self.specs = {model: [TensorSpec(s.name, s.shape, dtype if dtype and s.dtype in floats else s.dtype) for s in ss]
+                      for model, ss in specs.items()}
+        self.store, self.host_of, self.train = store, host_of, train
         self.device, self.verify = device, verify
         self.offset = {"policy": start_version - 1, "genrm": -1}  # first Write is GPS version 1
         hosts = sorted(set(host_of))
@@ -45,7 +51,11 @@ class WeightService:
     def publish(self, model: str, tensors: Mapping[str, torch.Tensor]) -> int:
         """Write a whole model from this rank alone (start-up: the initial checkpoints)."""
         layout = parallel_layout(model, self.specs[model], [self.store.info.rank], self.host_of)
-        return self.store.write(model, layout, tensors) + self.offset[model]
+        return self.store.write(model, layout, self._cast(model, tensors)) + self.offset[model]
+
+    def _cast(self, model: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        dtypes = {s.name: TORCH_DTYPES[s.dtype] for s in self.specs[model]}
+        return {name: t.to(dtypes[name]) for name, t in tensors.items()}
 
     def layout(self, model: str, slot: Slot) -> Layout:
         """The layout `slot` reads `model` in: FSDP shards for the trainer, TP slices for a replica
@@ -81,9 +91,7 @@ class WeightService:
 
     def write_policy(self, shards: Mapping[str, torch.Tensor], group: object) -> int:
         """The trainer's fp32 shards, cast to the stored dtype (bf16 on GPU clusters); collective."""
-        dtypes = {s.name: TORCH_DTYPES[s.dtype] for s in self.specs["policy"]}
-        cast = {name: t.to(dtypes[name]) for name, t in shards.items()}
-        return self.store.write("policy", self._train_layout, cast, group=group) + self.offset["policy"]
+        return self.store.write("policy", self._train_layout, self._cast("policy", shards), group=group) + self.offset["policy"]
 
     def latest(self, model: str) -> int:
         return (self.store.latest(model) or 0) + self.offset[model]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -27,16 +28,21 @@ def _split_dim(name: str) -> int | None:
     return next((d for suffix, d in SPLIT_DIM.items() if name.endswith(suffix)), None)
 
 
-def test_tp2_replica_reads_exactly_its_slice() -> None:
+@pytest.mark.parametrize("dtype", ["", "bfloat16"])
+def test_tp2_replica_reads_exactly_its_slice(dtype: str) -> None:
+    """With `dtype` GPS holds (and a replica reads) the model dtype whatever the checkpoint's."""
     kv, ns, host_of = dist.HashStore(), "gpsw" + uuid.uuid4().hex[:8], (0, 0)
     g = torch.Generator().manual_seed(0)
     full = {s.name: torch.randn(s.shape, generator=g) for s in SPECS}
     no_train = Slot("train", 0, ())
     stores = [GPSStore(kv, HostInfo(r, 0, r, host_of), namespace=ns) for r in (0, 1)]
     try:
-        services = [WeightService(st, {"policy": SPECS, "genrm": SPECS}, host_of, no_train, 0, "cpu") for st in stores]
+        services = [WeightService(st, {"policy": SPECS, "genrm": SPECS}, host_of, no_train, 0, "cpu", dtype=dtype)
+                    for st in stores]
         services[0].publish("policy", full)
         replica = Slot("rollout", 0, (0, 1))
+        if dtype:
+            full = {name: t.to(torch.bfloat16) for name, t in full.items()}
         total = sum(t.numel() * t.element_size() for t in full.values())
         whole = sum(t.numel() * t.element_size() for n, t in full.items() if _split_dim(n) is None)
         for rank, service in enumerate(services):
