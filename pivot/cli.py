@@ -58,6 +58,11 @@ def parse(argv: list[str], world_size: int | None = None, local_world_size: int 
     with deferred_checks():
         cfg = tyro.cli(PivotConfig, default=default, args=rest, description=DESCRIPTION)
     cfg.preset = name
+    if cfg.dry_run:  # no torchrun: the cluster is the configured one
+        from pivot.memory.report import dry_run_shape
+
+        nnodes, per_node = dry_run_shape(cfg)
+        world_size, local_world_size = nnodes * per_node, per_node
     world = world_size if world_size is not None else int(os.environ.get("WORLD_SIZE", "1"))
     local = local_world_size if local_world_size is not None else int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     cfg.validate(world, local)

@@ -293,9 +293,12 @@ class ClusterConfig:
     gpu_memory_gb: float = 0.0
     """Memory per device in GB (simulator and fit checks); 0 = unknown."""
     host_memory_gb: float = 0.0
-    """GPS budget per host in GB; 0 = unlimited (replicate every model on every host)."""
+    """GPS budget per host in GB; 0 = unlimited (replicate every model on every host). The dry run
+    also checks GPS plus the trainer's offloaded state against it."""
 
     def __post_init__(self) -> None:
+        _check(self.gpu_memory_gb >= 0, "cluster.gpu_memory_gb", self.gpu_memory_gb, "must be >= 0")
+        _check(self.host_memory_gb >= 0, "cluster.host_memory_gb", self.host_memory_gb, "must be >= 0")
         _check(self.nnodes >= 0, "cluster.nnodes", self.nnodes, "must be >= 0")
         _check(self.devices_per_node >= 0, "cluster.devices_per_node", self.devices_per_node, "must be >= 0")
 
@@ -338,6 +341,10 @@ class PivotConfig:
     """The preset these values started from (set with --preset before other flags)."""
     seed: int = 0
     """Seed of data order, sampling and initialisation."""
+    dry_run: bool = False
+    """Print the memory plan (per role and device, per host) against cluster.gpu_memory_gb and
+    cluster.host_memory_gb, then exit (2 if something does not fit). No torchrun, no GPU: the
+    cluster is cluster.nnodes x cluster.devices_per_node."""
     model: ModelConfig = field(default_factory=ModelConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)

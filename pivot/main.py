@@ -4,7 +4,8 @@
 
 It parses and validates the config before any process group exists, initialises
 torch.distributed (NCCL with CUDA, else gloo), creates every role slot's process group, and
-runs the worker loop; rank 0 also runs the controller in a background thread.
+runs the worker loop; rank 0 also runs the controller in a background thread. With --dry-run it
+prints the memory plan instead (no torchrun, no GPU; see pivot/memory/report.py).
 """
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ from pivot.cli import parse_or_exit  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_or_exit(sys.argv[1:] if argv is None else argv)
+    if cfg.dry_run:
+        from pivot.memory.report import dry_run
+
+        return dry_run(cfg)
     from pivot.runtime.launch import run
 
     return run(cfg)

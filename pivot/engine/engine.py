@@ -40,7 +40,10 @@ class Engine:
         weights_version: int = 0,
         attention: str = "sdpa",
         seed: int = 0,
+        device: torch.device | str | None = None,
     ) -> None:
+        """`model` may be on the meta device (see `pivot.model.meta_init`): it is then sharded
+        under TP first and only this rank's slices get storage on `device`; load weights next."""
         self.config = config = config or EngineConfig()
         if attention not in ATTENTIONS:
             raise ValueError(f"attention={attention!r} is not one of {ATTENTIONS}")
@@ -51,7 +54,7 @@ class Engine:
         self.args = model.args
         self.tokenizer = tokenizer
         num_blocks = config.kv_capacity_tokens // config.block_size
-        self.runner = ModelRunner(model, num_blocks, config.block_size, attention, tp_group)
+        self.runner = ModelRunner(model, num_blocks, config.block_size, attention, tp_group, device)
         self.blocks = BlockManager(num_blocks, config.block_size)
         self.scheduler = Scheduler(self.blocks, config.max_running_seqs, config.max_prefill_tokens)
         self.max_len = min(self.args.max_position_embeddings, self.blocks.total_tokens)
@@ -243,11 +246,17 @@ class Engine:
         return self._version
 
     def load_weights(self, named_tensors: dict[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Copy full (unsharded) HF-named tensors in place; validated before anything is copied."""
+        """Copy HF-named tensors in place, each either full or already this rank's TP slice;
+        validated before anything is copied."""
         tensors = self.runner.validate(named_tensors)
         self.runner.load(tensors)
         self._version = version
         self._weights_ready = True
+
+    def weight_buffers(self) -> dict[str, torch.Tensor]:
+        """This rank's parameter tensors by HF name (TP slices), to be filled in place, e.g. by a
+        GPS Read; then `load_weights(buffers, version)` validates them and copies nothing."""
+        return {name: p.data for name, p in self.runner.params.items()}
 
     def named_parameters_hf(self) -> dict[str, torch.Tensor]:
         """The current full weights by HF name, on CPU (collective under TP)."""

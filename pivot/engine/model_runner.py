@@ -18,11 +18,13 @@ from pivot.engine.linear_state import LinearStates
 from pivot.engine.scheduler import ScheduledSeq
 from pivot.engine.tp import fused_sections, gather_tensor, shard_model, shard_tensor
 from pivot.model import CausalLM
+from pivot.model.meta_init import is_meta, materialize
 
 
 class ModelRunner:
     def __init__(
-        self, model: CausalLM, num_blocks: int, block_size: int, kernel: str, tp_group: dist.ProcessGroup | None
+        self, model: CausalLM, num_blocks: int, block_size: int, kernel: str, tp_group: dist.ProcessGroup | None,
+        device: torch.device | str | None = None,
     ) -> None:
         self.model = model.eval().requires_grad_(False)
         self.args = model.args
@@ -32,6 +34,10 @@ class ModelRunner:
         self.full_shapes = {n: tuple(p.shape) for n, p in self.model.named_parameters()}
         if self.group is not None:
             shard_model(self.model, self.group)
+        if is_meta(self.model):  # built without storage: only this rank's slices get some
+            if device is None:
+                raise ValueError("a model on the meta device needs the engine's device")
+            materialize(self.model, device)
         self.params = dict(self.model.named_parameters())
         self.local_shapes = {n: tuple(p.shape) for n, p in self.params.items()}
         p0 = next(iter(self.params.values()))
@@ -98,12 +104,16 @@ class ModelRunner:
 
     # ---- weights -------------------------------------------------------------------------
     def validate(self, named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return validate_weights(named, self.full_shapes, self.args.tie_word_embeddings)
+        return validate_weights(named, self.full_shapes, self.args.tie_word_embeddings, self.local_shapes)
 
     @torch.no_grad()
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Full tensors are sliced here; this rank's TP slices (a GPS Read) are copied as they are."""
         for name, param in self.params.items():
-            param.data.copy_(shard_tensor(name, tensors[name], self.rank, self.world, fused_sections(name, self.args)))
+            t = tensors[name]
+            if t.data_ptr() != param.data_ptr():  # filled in place already (`Engine.weight_buffers`)
+                sections = fused_sections(name, self.args)
+                param.data.copy_(t if t.shape == param.shape else shard_tensor(name, t, self.rank, self.world, sections))
 
     @torch.no_grad()
     def named_full(self) -> dict[str, torch.Tensor]:
@@ -129,9 +139,11 @@ class ModelRunner:
 
 
 def validate_weights(
-    named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor], full_shapes: dict[str, tuple[int, ...]], tied: bool
+    named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor], full_shapes: dict[str, tuple[int, ...]], tied: bool,
+    local_shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Check names and full shapes of a weight update before anything is copied."""
+    """Check names and shapes (full, or this rank's slice from `local_shapes`) of a weight update
+    before anything is copied."""
     tensors = dict(named.items() if isinstance(named, dict) else named)
     if tied:
         tensors.pop("lm_head.weight", None)  # tied: the embedding is the head
@@ -139,7 +151,7 @@ def validate_weights(
         if name not in tensors:
             raise ValueError(f"load_weights: tensor {name!r} is missing")
         got = tuple(tensors[name].shape)
-        if got != shape:
+        if got != shape and (local_shapes is None or got != local_shapes[name]):
             raise ValueError(f"load_weights: tensor {name!r} has shape {got}, expected {shape}")
     extra = sorted(set(tensors) - set(full_shapes))
     if extra:

@@ -157,26 +157,31 @@ def _host_share(specs: Sequence[TensorSpec], k: int) -> tuple[int, str]:
     return max(per_member), worst[0]
 
 
+def gps_host_bytes(models: Mapping[str, Sequence[TensorSpec]], k: int, buffers: int = 2) -> int:
+    """Largest per-host bytes of all models under group size k, `buffers` copies of each."""
+    return sum(buffers * _host_share(specs, k)[0] for specs in models.values())
+
+
+def gps_group_size(models: Mapping[str, Sequence[TensorSpec]], hosts: int, budget_bytes: int,
+                   buffers: int = 2) -> tuple[int, int]:
+    """The smallest group size k (dividing the host count) whose per-host share of all models
+    fits the budget, and that share in bytes (`buffers` copies of each model: double buffering)."""
+    for k in (k for k in range(1, hosts + 1) if hosts % k == 0):
+        need = gps_host_bytes(models, k, buffers)
+        if need <= budget_bytes:
+            return k, need
+    name, specs = next((n, s) for n, s in models.items() if s)
+    raise ValueError(
+        f"GPS host-memory budget {budget_bytes} B is too small even with group size k={hosts}: "
+        f"needs {need} B per host (model {name!r}, largest shard tensor {_host_share(specs, hosts)[1]!r})")
+
+
 def gps_layouts(models: Mapping[str, Sequence[TensorSpec]], hosts: Sequence[int],
                 budget_bytes: int, buffers: int = 2) -> dict[str, Layout]:
     """GPS layouts for all models together: full replication if it fits the per-host budget,
-    else the smallest group size k (dividing the host count) whose share fits. `buffers` copies
-    of each model are held (double buffering)."""
-    n = len(hosts)
-    last: tuple[int, str, str] = (0, "", "")
-    for k in (k for k in range(1, n + 1) if n % k == 0):
-        need, model, tensor = 0, "", ""
-        for name, specs in models.items():
-            share, worst = _host_share(specs, k)
-            need += buffers * share
-            if share and not model:
-                model, tensor = name, worst
-        if need <= budget_bytes:
-            return {name: grouped_layout(name, specs, hosts, k) for name, specs in models.items()}
-        last = (need, model, tensor)
-    raise ValueError(
-        f"GPS host-memory budget {budget_bytes} B is too small even with group size k={n}: "
-        f"needs {last[0]} B per host (model {last[1]!r}, largest shard tensor {last[2]!r})")
+    else the smallest group size k whose share fits (`gps_group_size`)."""
+    k, _ = gps_group_size(models, len(hosts), budget_bytes, buffers)
+    return {name: grouped_layout(name, specs, hosts, k) for name, specs in models.items()}
 
 
 def parallel_layout(model: str, specs: Sequence[TensorSpec], ranks: Sequence[int],

@@ -2,13 +2,16 @@
 
 Context categories (DESIGN.md): on shift down the KV cache (temporary) and the parameters
 are discarded (`Engine.release`); the engine object, its process group and descriptors are
-preserved. On shift up the engine re-allocates (`resume`) and loads the GPS Read result in
-place (`load_weights`). One engine per slot this rank has held, so a rank that returns to a
-slot finds its preserved context. Rollout and reward differ only in which model they serve.
+preserved. On shift up the engine re-allocates (`resume`) and the GPS Read fills this rank's TP
+slices straight into the engine's parameters. The model is built on the meta device, so only
+this rank's slices ever get storage, and no second copy of them is made. One engine per slot
+this rank has held, so a rank that returns to a slot finds its preserved context. Rollout and
+reward differ only in which model they serve.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -16,6 +19,7 @@ import torch
 from pivot.config import EngineConfig, ModelConfig
 from pivot.engine import AbortResult, Engine
 from pivot.model import CausalLM, ModelArgs, TextTokenizer
+from pivot.model.meta_init import params_on_meta
 
 
 class InferenceRole:
@@ -33,22 +37,27 @@ class InferenceRole:
         assert self.slot is not None, f"{self.role} role is not up on this rank"
         return self.engines[self.slot]
 
-    def shift_up(self, slot: int, group: object, weights: dict[str, torch.Tensor], version: int) -> dict[str, float]:
-        """Take slot `slot` with the GPS weights of `version`; returns phase timings (s)."""
+    def shift_up(self, slot: int, group: object, read: Callable[[dict[str, torch.Tensor]], int]) -> tuple[int, dict[str, float]]:
+        """Take slot `slot`: its engine (built on the meta device the first time, else resumed)
+        gets storage for this rank's TP slices only, and `read` (a GPS Read) fills those tensors
+        in place and returns their version. Returns the version and phase timings (s)."""
         t0 = time.perf_counter()
         if slot not in self.engines:
-            with torch.device(self.device):
+            with torch.device(self.device), params_on_meta():  # storage comes with the TP slice
                 model = CausalLM(self.args, linear=self.model_cfg.linear).to(getattr(torch, self.model_cfg.dtype))
             self.engines[slot] = Engine(
                 model, self.engine_cfg, tp_group=group, tokenizer=self.tokenizer,
-                attention=self.model_cfg.attention, seed=self.seed,
+                attention=self.model_cfg.attention, seed=self.seed, device=self.device,
             )
         else:
             self.engines[slot].resume()
-        t1 = time.perf_counter()
         self.slot = slot
-        self.engine.load_weights(weights, version)
-        return {"allocate": t1 - t0, "load": time.perf_counter() - t1}
+        buffers = self.engine.weight_buffers()
+        t1 = time.perf_counter()
+        version = read(buffers)
+        t2 = time.perf_counter()
+        self.engine.load_weights(buffers, version)  # validates; the values are in place already
+        return version, {"allocate": t1 - t0, "gps_read": t2 - t1, "load": time.perf_counter() - t2}
 
     def shift_down(self) -> tuple[AbortResult, dict[str, float]]:
         """Abort what is left (the controller aborted and migrated it already) and release."""

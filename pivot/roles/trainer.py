@@ -4,6 +4,8 @@ Layout: every decoder layer and then the root are `fully_shard`-ed on
 `DeviceMesh.from_group(group)`, so each parameter (HF name) is split on dim 0 exactly as
 `pivot.model.tp_plan.fsdp_range` says; `policy_shards()` returns this rank's pieces for the GPS
 Write. Parameters are fp32 master weights; on CUDA the compute copy is bf16 (reduce in fp32).
+A model built on the meta device (`pivot.model.meta_init`) gets storage for this rank's shards
+only, after `fully_shard`; `from_pretrained` then reads just those rows from safetensors.
 
 Data split: `train_step(batch)` is collective and takes the WHOLE batch on every rank; rank r
 trains rows r, r+W, ... Micro-batches are packed per rank under `micro_batch_tokens` (padded
@@ -35,7 +37,9 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from pivot.config import TrainConfig
-from pivot.model import CausalLM, from_pretrained, save_pretrained
+from pivot.model import CausalLM, ModelArgs, save_pretrained
+from pivot.model.meta_init import is_meta, materialize, params_on_meta
+from pivot.model.sliced_load import iter_boxes
 from pivot.model.tp_plan import fsdp_range
 from pivot.rl.algo import ppo_clip_loss
 from pivot.rl.batch import TrainBatch
@@ -71,13 +75,16 @@ class Trainer:
         # the engine's log-probs are of the temperature-scaled distribution (raw for greedy)
         self.temperature = temperature if temperature > 0 else 1.0
         self.args = model.args
-        model = model.to(device=self.device, dtype=torch.float32)
+        meta = is_meta(model)  # built without storage: only this rank's shards get some, uninitialised
+        model = model.to(dtype=torch.float32) if meta else model.to(device=self.device, dtype=torch.float32)
         mesh = DeviceMesh.from_group(group, device_type=self.device.type)
         cuda = self.device.type == "cuda"
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cuda else MixedPrecisionPolicy()
         for layer in model.model.layers:
             fully_shard(layer, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
+        if meta:
+            materialize(model, self.device)
         self.model = model
         self.params = dict(model.named_parameters())  # tied weights appear once, under the embedding
         self.aliases = set(model.state_dict()) - set(self.params)
@@ -91,7 +98,19 @@ class Trainer:
     @classmethod
     def from_pretrained(cls, path: str | Path, group: dist.ProcessGroup, config: TrainConfig, device: str = "cpu",
                         temperature: float = 1.0) -> Trainer:  # fmt: skip
-        return cls(from_pretrained(path), group, config, device, temperature)
+        """Built on the meta device; each rank reads only its dim-0 rows of every tensor from the
+        safetensors files. Collective (FSDP set-up)."""
+        with torch.device(device), params_on_meta():
+            model = CausalLM(ModelArgs.load(path))
+        trainer = cls(model, group, config, device, temperature)
+        boxes = {}
+        for name, p in trainer.params.items():
+            start, stop = fsdp_range(p.shape[0], trainer.rank, trainer.world)
+            boxes[name] = ((start, stop), *((0, n) for n in p.shape[1:]))
+        with torch.no_grad():  # one slice at a time: the rank holds its shard plus one tensor's rows
+            for name, rows in iter_boxes(path, boxes, torch.float32):
+                trainer.params[name].to_local().copy_(rows)
+        return trainer
 
     # ---- forward -------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import torch
 
 from pivot.config import TrainConfig
 from pivot.model import CausalLM, ModelArgs
+from pivot.model.meta_init import params_on_meta
 from pivot.rl.batch import TrainBatch
 from pivot.roles.trainer import Trainer
 
@@ -25,7 +26,7 @@ class TrainingRole:
     def shift_up(self, shards: dict[str, torch.Tensor]) -> dict[str, float]:
         t0 = time.perf_counter()
         if self.trainer is None:
-            with torch.device(self.device):
+            with torch.device(self.device), params_on_meta():  # storage comes with the FSDP shard
                 model = CausalLM(self.args)
             self.trainer = Trainer(model, self.group, self.cfg, self.device, self.temperature)
             self.trainer.shift_down(keep_master=False)  # the GPS Read below is the truth

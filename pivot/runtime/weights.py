@@ -1,8 +1,8 @@
 """The runtime's view of GPS: which layout each role reads, and the policy's version numbers.
 
-Every shift up is one GPS Read whatever the role: an inference replica reads the whole model
-onto each of its ranks (the embedded engine shards under TP itself), the trainer reads its FSDP
-dim-0 shards. The trainer Writes its shards after every step. GPS counts Writes; the RL loop
+Every shift up is one GPS Read whatever the role, in the destination's real layout: each rank of
+an inference replica of TP=k reads exactly its TP slice (`parallel_layout` over the slot's ranks,
+the split the embedded engine shards by), the trainer reads its FSDP dim-0 shards. The trainer Writes its shards after every step. GPS counts Writes; the RL loop
 counts policy versions (= training steps done), so `offset` maps one onto the other, also
 after a resume (the first Write of a resumed job carries the checkpoint's version).
 """
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import torch
 
 from pivot.dist import Slot
-from pivot.gps.layout import fsdp_layout, gps_layouts, parallel_layout
+from pivot.gps.layout import Layout, fsdp_layout, gps_layouts, parallel_layout
 from pivot.gps.spec import TensorSpec
 from pivot.gps.store import GPSStore
 from pivot.gps.torch_specs import TORCH_DTYPES
@@ -30,8 +30,14 @@ class WeightService:
         device: str,
         host_memory_gb: float = 0.0,
         verify: bool = False,
+        dtype: str = "",
     ) -> None:
-        self.store, self.specs, self.host_of, self.train = store, dict(specs), host_of, train
+        """`dtype`: what GPS holds floating tensors in (the model dtype, e.g. bfloat16, so buffers
+        and Reads are that size); empty = as the checkpoint stores them."""
+        floats = ("float32", "float16", "bfloat16", "float64")
+        self.specs = {model: [TensorSpec(s.name, s.shape, dtype if dtype and s.dtype in floats else s.dtype) for s in ss]
+                      for model, ss in specs.items()}
+        self.store, self.host_of, self.train = store, host_of, train
         self.device, self.verify = device, verify
         self.offset = {"policy": start_version - 1, "genrm": -1}  # first Write is GPS version 1
         hosts = sorted(set(host_of))
@@ -40,26 +46,52 @@ class WeightService:
         for layout in gps_layouts(self.specs, hosts, budget).values():
             store.register(layout)
         self._train_layout = fsdp_layout("policy", self.specs["policy"], train.ranks, host_of) if train.ranks else None
+        self._replica_layouts: dict[tuple[str, str], Layout] = {}
 
     def publish(self, model: str, tensors: Mapping[str, torch.Tensor]) -> int:
         """Write a whole model from this rank alone (start-up: the initial checkpoints)."""
         layout = parallel_layout(model, self.specs[model], [self.store.info.rank], self.host_of)
-        return self.store.write(model, layout, tensors) + self.offset[model]
+        return self.store.write(model, layout, self._cast(model, tensors)) + self.offset[model]
 
-    def read(self, model: str, slot: Slot, version: int | None) -> tuple[dict[str, torch.Tensor], int]:
+    def _cast(self, model: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        dtypes = {s.name: TORCH_DTYPES[s.dtype] for s in self.specs[model]}
+        return {name: t.to(dtypes[name]) for name, t in tensors.items()}
+
+    def layout(self, model: str, slot: Slot) -> Layout:
+        """The layout `slot` reads `model` in: FSDP shards for the trainer, TP slices for a replica
+        (group rank t = position t in `slot.ranks`, as `dist.new_group` orders them)."""
         if slot.role == "train":
-            layout = self._train_layout
-        else:
-            layout = parallel_layout(model, self.specs[model], [self.store.info.rank], self.host_of)
+            return self._train_layout
+        key = (model, slot.name)
+        if key not in self._replica_layouts:
+            self._replica_layouts[key] = parallel_layout(model, self.specs[model], slot.ranks, self.host_of,
+                                                         tp=len(slot.ranks))
+        return self._replica_layouts[key]
+
+    def read(self, model: str, slot: Slot, version: int | None,
+             out: Mapping[str, torch.Tensor] | None = None) -> tuple[dict[str, torch.Tensor], int]:
+        """This rank's part of `model` for `slot`: its TP slices or its FSDP shards, read straight
+        into `out` (e.g. the engine's parameters) where a tensor's shape and dtype match GPS's,
+        else into fresh tensors (then copied into `out`, casting)."""
+        layout = self.layout(model, slot)
+        device = self.device if slot.role != "train" else "cpu"
+        targets = None
+        if out is not None:
+            targets = {}
+            for name, _, piece in layout.held_by(self.store.info.place):
+                given, dtype = out.get(name), TORCH_DTYPES[layout.spec(name).dtype]
+                fits = given is not None and tuple(given.shape) == piece.shape and given.dtype == dtype
+                targets[name] = given if fits else torch.empty(piece.shape, dtype=dtype, device=device)
         gps_version = None if version is None else version - self.offset[model]
-        tensors, got = self.store.read(model, layout, gps_version, device=self.device if slot.role != "train" else "cpu")
+        tensors, got = self.store.read(model, layout, gps_version, out=targets, device=device)
+        for name, t in tensors.items() if out is not None else ():
+            if name in out and out[name] is not t:
+                out[name].copy_(t)
         return tensors, got + self.offset[model]
 
     def write_policy(self, shards: Mapping[str, torch.Tensor], group: object) -> int:
         """The trainer's fp32 shards, cast to the stored dtype (bf16 on GPU clusters); collective."""
-        dtypes = {s.name: TORCH_DTYPES[s.dtype] for s in self.specs["policy"]}
-        cast = {name: t.to(dtypes[name]) for name, t in shards.items()}
-        return self.store.write("policy", self._train_layout, cast, group=group) + self.offset["policy"]
+        return self.store.write("policy", self._train_layout, self._cast("policy", shards), group=group) + self.offset["policy"]
 
     def latest(self, model: str) -> int:
         return (self.store.latest(model) or 0) + self.offset[model]

@@ -118,8 +118,10 @@ class Worker:
             self._shift_up(msg)
         elif isinstance(msg, m.UpdateWeights):
             t0 = time.perf_counter()
-            tensors, version = self.weights.read("policy", self.table.get("rollout", msg.slot), None)
-            self.inference["rollout"].engine.load_weights(tensors, version)
+            engine = self.inference["rollout"].engine
+            buffers = engine.weight_buffers()  # read in place, between steps
+            _, version = self.weights.read("policy", self.table.get("rollout", msg.slot), None, out=buffers)
+            engine.load_weights(buffers, version)
             self.endpoint.send(m.WeightsUpdated(rank, msg.slot, version, time.perf_counter() - t0))
         elif isinstance(msg, m.TrainStep):
             t0 = time.perf_counter()
@@ -151,17 +153,16 @@ class Worker:
         assert self.role is None, f"rank {self.spec.rank} still holds {self.role}{self.slot}"
         slot = self.table.get(msg.role, msg.slot)
         group = self.groups[slot.name]
-        t0 = time.perf_counter()
         model = "genrm" if msg.role == "reward" else "policy"
-        tensors, version = self.weights.read(model, slot, None)  # the latest published version
-        read_s = time.perf_counter() - t0
         if msg.role == "train":
-            phases = self.trainer.shift_up(tensors)
+            t0 = time.perf_counter()
+            tensors, version = self.weights.read(model, slot, None)  # the latest published version
+            phases = {"gps_read": time.perf_counter() - t0, **self.trainer.shift_up(tensors)}
             checksum = 0.0
         else:
-            phases = self.inference[msg.role].shift_up(msg.slot, group, tensors, version)
+            version, phases = self.inference[msg.role].shift_up(
+                msg.slot, group, lambda out: self.weights.read(model, slot, None, out=out)[1])
             checksum = self.inference[msg.role].checksum() if self.weights.verify else 0.0
         self.role, self.slot = msg.role, msg.slot  # join the slot's sub-communicator
-        phases = {"gps_read": read_s, **phases}
         self.endpoint.send(m.ShiftDone(self.spec.rank, msg.role, msg.slot, True, version, phases, checksum=checksum))
         self._maybe_stats(force=True)

@@ -1,0 +1,138 @@
+"""The memory plan of a configuration: bytes per device for each role, bytes per host, and
+what does not fit. Pure arithmetic over `ModelFootprint`s; every formula is stated here.
+
+Per device of an inference replica of TP = t (b = bytes of the model dtype):
+    weights      tensors split under TP (`tp_plan`) count 1/t, the rest whole
+    KV cache     kv_capacity_tokens * 2 (K and V) * kv_layers * ceil(kv_heads / t) * head_dim * b
+    activations  max_prefill_tokens * (4 * hidden + 3 * ceil(intermediate / t)) * b
+                 + max_running_seqs * vocab * 4            (one chunk's hidden states, q/k/v and
+                 gate/up/down of one layer; fp32 full-vocabulary logits for sampling)
+Per device of the training pool of D devices (FSDP2, fp32 master parameters, AdamW):
+    master       4 * ceil(P / D)       fp32 parameters (the trainer's only weights)
+    gradients    4 * ceil(P / D)
+    optimizer    8 * ceil(P / D)       Adam's two fp32 moments
+    all-gather   2 * largest layer * b  (the layer computing and the one prefetched)
+    activations  micro_batch_tokens * (layers * (8 * hidden + 4 * intermediate) * b + vocab * 8)
+                 (saved tensors of every layer without recomputation; fp32 logits and log-softmax)
+Per host:
+    GPS          2 buffers of every model at the model dtype, replicated on each host or, when the
+                 budget is short, sharded over groups of k hosts (`gps_group_size`, the runtime's rule)
+    offload      the training devices on one host (at most devices_per_node) times their master
+                 and optimizer bytes, pinned on CUDA while training is shifted down
+Pinned memory = GPS (on CUDA hosts) + offload. A capacity of 0 is unknown and not checked.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pivot.config import PivotConfig
+from pivot.gps.layout import gps_group_size, gps_host_bytes
+from pivot.memory.footprint import ModelFootprint
+
+GB = 1e9
+GPS_BUFFERS = 2
+
+
+@dataclass(frozen=True)
+class Item:
+    what: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one device (of a role) or one host holds, against its capacity."""
+
+    where: str
+    items: tuple[Item, ...]
+    capacity: int
+    """Bytes available; 0 = unknown (not checked)."""
+    field: str
+    """The config field that sets the capacity."""
+
+    @property
+    def total(self) -> int:
+        return sum(i.nbytes for i in self.items)
+
+    @property
+    def over(self) -> int:
+        """Bytes beyond the capacity (0 when it fits or is unknown)."""
+        return max(0, self.total - self.capacity) if self.capacity else 0
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    devices: tuple[Usage, ...]
+    hosts: tuple[Usage, ...]
+    gps_group: int
+    """GPS replication-group size k (1 = every host holds every model)."""
+    host_pinned: int
+    """Pinned bytes per host: GPS buffers on CUDA hosts, and the trainer's offloaded state."""
+    problems: tuple[str, ...]
+    """One line per thing that does not fit, naming it and by how much."""
+
+
+def _problem(u: Usage, configured_gb: float) -> str:
+    """One line: what does not fit, its largest part, the capacity's field, and the shortfall."""
+    item = max(u.items, key=lambda i: i.nbytes)
+    return (f"{u.where}: needs {u.total / GB:.2f} GB (largest: {item.what} {item.nbytes / GB:.2f} GB), "
+            f"{u.field}={configured_gb:g} is short by {u.over / GB:.2f} GB")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def inference_usage(role: str, fp: ModelFootprint, tp: int, kv_tokens: int, prefill_tokens: int,
+                    running_seqs: int, capacity: int) -> Usage:
+    b = fp.dtype_bytes
+    kv = kv_tokens * 2 * fp.kv_layers * _ceil_div(fp.kv_heads, tp) * fp.head_dim * b
+    act = prefill_tokens * (4 * fp.hidden + 3 * _ceil_div(fp.intermediate, tp)) * b + running_seqs * fp.vocab * 4
+    items = (Item("weights", fp.tp_bytes(tp)), Item("KV cache", kv), Item("activations", act))
+    return Usage(f"{role} device (TP={tp}, {fp.name})", items, capacity, "cluster.gpu_memory_gb")
+
+
+def training_usage(fp: ModelFootprint, devices: int, micro_batch_tokens: int, capacity: int) -> Usage:
+    b = fp.dtype_bytes
+    shard = _ceil_div(fp.params, devices)
+    act = micro_batch_tokens * (fp.layers * (8 * fp.hidden + 4 * fp.intermediate) * b + fp.vocab * 8)
+    items = (Item("master weights fp32", 4 * shard), Item("gradients fp32", 4 * shard),
+             Item("optimizer fp32", 8 * shard), Item("FSDP all-gather", 2 * fp.layer_params() * b),
+             Item("activations", act))
+    return Usage(f"train device (FSDP over {devices}, {fp.name})", items, capacity, "cluster.gpu_memory_gb")
+
+
+def offload_bytes(train: Usage) -> int:
+    """What a training device parks in host memory while shifted down: master and optimizer."""
+    return sum(i.nbytes for i in train.items if i.what in ("master weights fp32", "optimizer fp32"))
+
+
+def plan_memory(cfg: PivotConfig, policy: ModelFootprint, genrm: ModelFootprint, nnodes: int,
+                devices_per_node: int) -> MemoryPlan:
+    world = nnodes * devices_per_node
+    gpu = int(cfg.cluster.gpu_memory_gb * GB)
+    host = int(cfg.cluster.host_memory_gb * GB)
+    train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.devices
+    devices = []
+    for role, fp, rc in (("rollout", policy, cfg.rollout), ("reward", genrm, cfg.reward)):
+        e = rc.engine
+        devices.append(inference_usage(role, fp, rc.tp, e.kv_capacity_tokens, e.max_prefill_tokens,
+                                       e.max_running_seqs, gpu))
+    if train_devices:
+        devices.append(training_usage(policy, train_devices, cfg.train.micro_batch_tokens, gpu))
+    problems = [_problem(u, cfg.cluster.gpu_memory_gb) for u in devices if u.over]
+
+    models = {"policy": policy.specs, "genrm": genrm.specs}
+    try:
+        k, gps = gps_group_size(models, nnodes, host if host else 1 << 62, GPS_BUFFERS)
+    except ValueError:  # not even one shard per host fits: show the smallest need (k = all hosts)
+        k, gps = nnodes, gps_host_bytes(models, nnodes, GPS_BUFFERS)
+    kind = "replicated" if k == 1 else f"grouped, k={k}"
+    items = [Item(f"GPS buffers ({kind}, {GPS_BUFFERS} per model)", gps)]
+    if train_devices:
+        trainers_here = min(train_devices, devices_per_node)
+        items.append(Item(f"trainer offload ({trainers_here} devices)", trainers_here * offload_bytes(devices[-1])))
+    pinned = sum(i.nbytes for i in items[0 if cfg.cluster.device == "cuda" else 1:])
+    hosts = (Usage(f"host (each of {nnodes})", tuple(items), host, "cluster.host_memory_gb"),)
+    problems += [_problem(u, cfg.cluster.host_memory_gb) for u in hosts if u.over]
+    return MemoryPlan(tuple(devices), hosts, k, pinned, tuple(problems))

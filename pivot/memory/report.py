@@ -1,0 +1,93 @@
+"""`pivot/main.py --dry-run`: print the memory plan of a configuration and say what does not fit.
+
+Runs without torchrun and without a GPU. The cluster is `--cluster.nnodes` hosts of
+`--cluster.devices-per-node` devices (a preset sets both; when 0, one host holding the role pools).
+Model folders that exist are read (config.json and safetensors headers); absent ones are
+estimated from `--model.policy-params-b` / `--model.genrm-params-b`.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from pivot.config import ConfigError, PivotConfig
+from pivot.memory.footprint import ModelFootprint, from_folder, from_params
+from pivot.memory.plan import GB, MemoryPlan, Usage, plan_memory
+
+
+def dry_run_shape(cfg: PivotConfig) -> tuple[int, int]:
+    """(nnodes, devices_per_node) of the planned cluster."""
+    c = cfg.cluster
+    if c.nnodes and c.devices_per_node:
+        return c.nnodes, c.devices_per_node
+    pools = cfg.train.devices + cfg.rollout.replicas * cfg.rollout.tp + cfg.reward.replicas * cfg.reward.tp
+    return c.nnodes or 1, c.devices_per_node or max(1, -(-pools // (c.nnodes or 1)))
+
+
+def _tiny_folder(cfg: PivotConfig, which: str) -> Path:
+    from pivot.tiny.models import MARKER, TinyRecipe, cache_root
+
+    root = cache_root(cfg.model.tiny_cache or None, 0, TinyRecipe())
+    if not (root / MARKER).is_file():
+        raise ConfigError(f"model.{which}='': the embedded tiny model is not built yet (run Pivot once), "
+                          f"or give --model.{which} or --model.{which}-params-b")
+    return root / which
+
+
+def footprint(cfg: PivotConfig, which: str) -> ModelFootprint:
+    """The policy's or the GenRM's footprint: its folder when present, else the preset's size."""
+    m = cfg.model
+    path = getattr(m, which)
+    params_b = m.policy_params_b if which == "policy" else m.genrm_params_b
+    active_b = 0.0 if which == "policy" else m.genrm_active_params_b
+    if path and (Path(path) / "config.json").is_file():
+        return from_folder(path, m.dtype)
+    if params_b > 0:
+        return from_params(path, params_b, active_b, m.dtype)
+    if path:
+        raise ConfigError(f"model.{which}={path!r}: no config.json there and model.{which}_params_b is 0")
+    return from_folder(_tiny_folder(cfg, which), m.dtype)
+
+
+def _gb(n: int) -> str:
+    return f"{n / GB:9.2f} GB"
+
+
+def _usage_lines(u: Usage) -> list[str]:
+    cap = f"of {u.capacity / GB:.2f} GB" if u.capacity else f"(capacity unknown: set --{u.field.replace('_', '-')})"
+    status = "" if not u.capacity else ("  DOES NOT FIT" if u.over else "  fits")
+    lines = [f"  {u.where}"]
+    lines += [f"    {i.what:<44}{_gb(i.nbytes)}" for i in u.items]
+    lines.append(f"    {'total':<44}{_gb(u.total)} {cap}{status}")
+    return lines
+
+
+def format_plan(cfg: PivotConfig, plan: MemoryPlan, models: list[ModelFootprint], nnodes: int, dpn: int) -> str:
+    lines = [f"pivot: memory plan of preset {cfg.preset}, mode {cfg.cluster.mode}, "
+             f"{nnodes} hosts x {dpn} devices, dtype {cfg.model.dtype}"]
+    for fp in models:
+        lines.append(f"  model {fp.name}: {fp.params / 1e9:.2f}B parameters, {fp.nbytes / GB:.2f} GB ({fp.source})")
+    lines.append("per device")
+    for u in plan.devices:
+        lines += _usage_lines(u)
+    lines.append("per host")
+    for u in plan.hosts:
+        lines += _usage_lines(u)
+    lines.append(f"    {'pinned':<44}{_gb(plan.host_pinned)}")
+    return "\n".join(lines)
+
+
+def dry_run(cfg: PivotConfig, out: TextIO | None = None) -> int:
+    """Print the plan; 0 when everything fits, 2 (and one line per problem on stderr) otherwise."""
+    nnodes, dpn = dry_run_shape(cfg)
+    try:
+        policy, genrm = footprint(cfg, "policy"), footprint(cfg, "genrm")
+    except (ConfigError, OSError, ValueError, KeyError) as e:
+        print(f"pivot: config error: {e}", file=sys.stderr)
+        return 2
+    plan = plan_memory(cfg, policy, genrm, nnodes, dpn)
+    print(format_plan(cfg, plan, [policy, genrm], nnodes, dpn), file=out or sys.stdout)
+    for problem in plan.problems:
+        print(f"pivot: does not fit: {problem}", file=sys.stderr)
+    return 2 if plan.problems else 0

@@ -1,0 +1,56 @@
+"""Build a model without storage, then give storage only to what this rank keeps.
+
+`params_on_meta()` creates every parameter on the meta device while buffers (rotary tables) stay
+real, so a 72B model costs nothing to construct; TP sharding or `fully_shard` then shrinks the
+meta parameters to this rank's slice, and `materialize` allocates exactly that (uninitialised:
+the caller loads the values, from GPS or from safetensors slices).
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+
+@contextlib.contextmanager
+def params_on_meta() -> Iterator[None]:
+    """Parameters registered inside are moved to the meta device as they are registered. Their
+    construction-time `torch.empty` never touches its pages and the initialisers then run on
+    meta, so nothing is resident. Not thread-safe: it patches `nn.Module.register_parameter`."""
+    register = nn.Module.register_parameter
+
+    def on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        register(module, name, param)
+        if param is not None and not param.is_meta:
+            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+    nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register  # type: ignore[method-assign]
+
+
+def is_meta(model: nn.Module) -> bool:
+    return any(p.is_meta for p in model.parameters())
+
+
+@torch.no_grad()
+def materialize(model: nn.Module, device: torch.device | str) -> None:
+    """Uninitialised storage on `device` for every (possibly sharded) meta parameter; buffers keep
+    their values and tied parameters stay tied."""
+    first: dict[int, str] = {}
+    ties: list[tuple[str, str]] = []  # (alias, the name it shares a parameter with)
+    for name, p in model.named_parameters(remove_duplicate=False):
+        source = first.setdefault(id(p), name)
+        if source != name:
+            ties.append((name, source))
+    buffers = {name: b.detach().to(device) for name, b in model.named_buffers()}
+    model.to_empty(device=device)
+    for name, b in model.named_buffers():
+        b.copy_(buffers[name])
+    for name, source in ties:
+        owner, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(owner), attr, model.get_parameter(source))
