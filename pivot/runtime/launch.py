@@ -154,7 +154,7 @@ def run(cfg: PivotConfig) -> int:
     # every rank needs the tensor list, only rank 0 the tensors: read headers, not weights
     specs = {"policy": specs_from_checkpoint(policy_src), "genrm": specs_from_checkpoint(genrm_path)}
     weights = WeightService(gps, specs, host_of, table.train, start_step, device, cfg.cluster.host_memory_gb,
-                            verify=cfg.log.verify_weights)
+                            verify=cfg.log.verify_weights, dtype=cfg.model.dtype)
     if spec.rank == 0:
         weights.publish("policy", load_state_dict(policy_src))
         weights.publish("genrm", load_state_dict(genrm_path))

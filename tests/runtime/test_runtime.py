@@ -84,6 +84,8 @@ MODES = {
     "rule_based": ["--planner.strategy", "rule_based"],
     # replicas over two ranks: the leader schedules, the follower mirrors each step (lockstep)
     "pivot_tp2": ["--rollout.tp", "2", "--reward.tp", "2"],
+    # bf16 end to end: engines and GPS buffers in the model dtype, fp32 master weights in the trainer
+    "pivot_bf16": ["--model.dtype", "bfloat16"],
 }
 
 
