@@ -1,6 +1,7 @@
 """Start-up shared by every rank: distributed init, slots and groups, then the worker loop."""
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import signal
@@ -124,8 +125,8 @@ def resume_point(cfg: PivotConfig, ckpt: Checkpointer, spec: ClusterSpec) -> tup
 def run(cfg: PivotConfig) -> int:
     spec = ClusterSpec.from_env()
     device = resolve_device(cfg)
-    if cfg.cluster.mode == "colocated":  # every role on every device, on-policy phases
-        cfg.train.devices, cfg.train.staleness = spec.world_size, 0
+    if cfg.cluster.mode == "colocated":  # every role on every device, on-policy phases (a copy: the caller's config stays)
+        cfg = cfg.replace(train=dataclasses.replace(cfg.train, devices=spec.world_size, staleness=0))
     table = SlotTable.build(spec, cfg.rollout.tp, cfg.reward.tp, cfg.train.devices)
     init_distributed(device, spec)
     groups = create_groups(table)
