@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
-from torch.distributed._composable import checkpoint
+from torch.distributed._composable import checkpoint as checkpoint_activations
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -87,7 +87,7 @@ class Trainer:
             if config.activation_checkpointing:
                 # composable AC keeps the HF parameter names (a wrapper module would prefix them);
                 # applied before FSDP, as torchtitan does, so recompute re-gathers the layer
-                checkpoint(layer)
+                checkpoint_activations(layer)
             fully_shard(layer, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
         if meta:
