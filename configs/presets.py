@@ -20,6 +20,13 @@ from pivot.config import (
     TrainConfig,
 )
 
+PROMPT_TOKENS, RESPONSE_TOKENS = 2048, 15360
+# A micro-batch never holds less than one sample, so a budget of at least the longest sample keeps
+# the memory plan's bound true. Train-device totals of `--dry-run` (96 GB H20, checkpointing on):
+# 1.5B 48.9 GB and 7B 72.1 GB at 32768 tokens; 32B 59.5 GB and 72B 74.4 GB at 17408 (one longest
+# sample: at 32768 the 32B would leave 0.2 GB and the 72B would need 121 GB).
+LONGEST_SAMPLE = PROMPT_TOKENS + RESPONSE_TOKENS
+
 
 def tiny_cpu() -> PivotConfig:
     """Embedded tiny policy + tiny GenRM, 4 CPU ranks: 1 rollout, 1 reward, 1 training, 1 spare to shift."""
@@ -40,8 +47,10 @@ def _paper_group(
     genrm: tuple[str, float, float, int],
     world: int,
     train_devices: int,
+    micro_batch_tokens: int,
 ) -> PivotConfig:
-    """One of the paper's groups on 8-GPU H20 nodes (96 GB, NVLink, 50 GB/s InfiniBand)."""
+    """One of the paper's groups on 8-GPU H20 nodes (96 GB, NVLink, 50 GB/s InfiniBand), training
+    with activation checkpointing."""
     p_name, p_b, p_tp = policy
     g_name, g_b, g_active_b, g_tp = genrm
     gpu_engine = EngineConfig(kv_capacity_tokens=262144, max_running_seqs=256, max_prefill_tokens=16384)
@@ -57,9 +66,11 @@ def _paper_group(
             attention="flash",
         ),
         # the paper caps prompt/policy/GenRM at 2K/15K/20K tokens
-        rollout=RolloutConfig(tp=p_tp, replicas=1, max_new_tokens=15360, max_prompt_tokens=2048, engine=gpu_engine),
+        rollout=RolloutConfig(tp=p_tp, replicas=1, max_new_tokens=RESPONSE_TOKENS, max_prompt_tokens=PROMPT_TOKENS,
+                              engine=gpu_engine),
         reward=RewardConfig(tp=g_tp, replicas=1, max_new_tokens=20480, engine=_with_backend(gpu_engine, "sglang")),
-        train=TrainConfig(devices=train_devices, batch_prompts=512 // 16, group_size=16, lr=1e-6, micro_batch_tokens=32768),
+        train=TrainConfig(devices=train_devices, batch_prompts=512 // 16, group_size=16, lr=1e-6,
+                          micro_batch_tokens=micro_batch_tokens, activation_checkpointing=True),
         cluster=ClusterConfig(nnodes=world // 8, devices_per_node=8, device="cuda", gpu_memory_gb=96, host_memory_gb=1800),
     )
 
@@ -71,16 +82,16 @@ def _with_backend(engine: EngineConfig, backend: str) -> EngineConfig:
 PRESETS: dict[str, Callable[[], PivotConfig]] = {
     "tiny-cpu": tiny_cpu,
     "qwen2.5-1.5b+glm-z1-9b": lambda: _paper_group(
-        "qwen2.5-1.5b+glm-z1-9b", ("Qwen2.5-1.5B", 1.5, 1), ("GLM-Z1-9B-0414", 9.0, 9.0, 1), 32, 16
+        "qwen2.5-1.5b+glm-z1-9b", ("Qwen2.5-1.5B", 1.5, 1), ("GLM-Z1-9B-0414", 9.0, 9.0, 1), 32, 16, 32768
     ),
     "qwen2.5-7b+qwen3-30b-a3b": lambda: _paper_group(
-        "qwen2.5-7b+qwen3-30b-a3b", ("Qwen2.5-7B", 7.6, 1), ("Qwen3-30B-A3B", 30.5, 3.3, 4), 32, 8
+        "qwen2.5-7b+qwen3-30b-a3b", ("Qwen2.5-7B", 7.6, 1), ("Qwen3-30B-A3B", 30.5, 3.3, 4), 32, 8, 32768
     ),
     "qwen2.5-32b+qwen3-30b-a3b": lambda: _paper_group(
-        "qwen2.5-32b+qwen3-30b-a3b", ("Qwen2.5-32B", 32.8, 4), ("Qwen3-30B-A3B", 30.5, 3.3, 4), 64, 32
+        "qwen2.5-32b+qwen3-30b-a3b", ("Qwen2.5-32B", 32.8, 4), ("Qwen3-30B-A3B", 30.5, 3.3, 4), 64, 32, LONGEST_SAMPLE
     ),
     "qwen2.5-72b+qwen3.5-122b-a10b": lambda: _paper_group(
-        "qwen2.5-72b+qwen3.5-122b-a10b", ("Qwen2.5-72B", 72.7, 8), ("Qwen3.5-122B-A10B", 122.0, 10.0, 8), 128, 64
+        "qwen2.5-72b+qwen3.5-122b-a10b", ("Qwen2.5-72B", 72.7, 8), ("Qwen3.5-122B-A10B", 122.0, 10.0, 8), 128, 64, LONGEST_SAMPLE
     ),
 }
 

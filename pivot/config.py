@@ -175,6 +175,10 @@ class TrainConfig:
     """Gradient-norm clip."""
     micro_batch_tokens: int = 4096
     """Token budget of one micro-batch (gradient accumulation splits by it)."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them:
+    the micro-batch then holds only every layer's input plus one layer's activations (about one
+    more forward of compute)."""
     clip_eps_low: float = 0.2
     """PPO ratio clip, lower side."""
     clip_eps_high: float = 0.28

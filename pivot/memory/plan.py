@@ -14,6 +14,11 @@ Per device of the training pool of D devices (FSDP2, fp32 master parameters, Ada
     all-gather   2 * largest layer * b  (the layer computing and the one prefetched)
     activations  micro_batch_tokens * (layers * (8 * hidden + 4 * intermediate) * b + vocab * 8)
                  (saved tensors of every layer without recomputation; fp32 logits and log-softmax)
+                 or, with train.activation_checkpointing,
+                 micro_batch_tokens * ((layers * hidden + 8 * hidden + 4 * intermediate) * b + vocab * 8)
+                 (every layer's input kept for the recompute, one layer's saved tensors while it
+                 is recomputed, and the same logits: the trainer takes log-probs of the whole
+                 micro-batch's fp32 logits at once)
 Per host:
     GPS          2 buffers of every model at the model dtype, replicated on each host or, when the
                  budget is short, sharded over groups of k hosts (`gps_group_size`, the runtime's rule)
@@ -92,10 +97,12 @@ def inference_usage(role: str, fp: ModelFootprint, tp: int, kv_tokens: int, pref
     return Usage(f"{role} device (TP={tp}, {fp.name})", items, capacity, "cluster.gpu_memory_gb")
 
 
-def training_usage(fp: ModelFootprint, devices: int, micro_batch_tokens: int, capacity: int) -> Usage:
+def training_usage(fp: ModelFootprint, devices: int, micro_batch_tokens: int, recompute: bool, capacity: int) -> Usage:
     b = fp.dtype_bytes
     shard = _ceil_div(fp.params, devices)
-    act = micro_batch_tokens * (fp.layers * (8 * fp.hidden + 4 * fp.intermediate) * b + fp.vocab * 8)
+    layer_act = (8 * fp.hidden + 4 * fp.intermediate) * b
+    kept = fp.layers * fp.hidden * b + layer_act if recompute else fp.layers * layer_act
+    act = micro_batch_tokens * (kept + fp.vocab * 8)
     items = (Item("master weights fp32", 4 * shard), Item("gradients fp32", 4 * shard),
              Item("optimizer fp32", 8 * shard), Item("FSDP all-gather", 2 * fp.layer_params() * b),
              Item("activations", act))
@@ -119,7 +126,8 @@ def plan_memory(cfg: PivotConfig, policy: ModelFootprint, genrm: ModelFootprint,
         devices.append(inference_usage(role, fp, rc.tp, e.kv_capacity_tokens, e.max_prefill_tokens,
                                        e.max_running_seqs, gpu))
     if train_devices:
-        devices.append(training_usage(policy, train_devices, cfg.train.micro_batch_tokens, gpu))
+        t = cfg.train
+        devices.append(training_usage(policy, train_devices, t.micro_batch_tokens, t.activation_checkpointing, gpu))
     problems = [_problem(u, cfg.cluster.gpu_memory_gb) for u in devices if u.over]
 
     models = {"policy": policy.specs, "genrm": genrm.specs}

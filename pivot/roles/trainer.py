@@ -4,6 +4,8 @@ Layout: every decoder layer and then the root are `fully_shard`-ed on
 `DeviceMesh.from_group(group)`, so each parameter (HF name) is split on dim 0 exactly as
 `pivot.model.tp_plan.fsdp_range` says; `policy_shards()` returns this rank's pieces for the GPS
 Write. Parameters are fp32 master weights; on CUDA the compute copy is bf16 (reduce in fp32).
+With `train.activation_checkpointing` each layer is checkpointed (non-reentrant, composable
+`torch.distributed._composable.checkpoint`, names unchanged) before it is sharded.
 A model built on the meta device (`pivot.model.meta_init`) gets storage for this rank's shards
 only, after `fully_shard`; `from_pretrained` then reads just those rows from safetensors.
 
@@ -33,6 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
+from torch.distributed._composable import checkpoint as checkpoint_activations
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -81,6 +84,10 @@ class Trainer:
         cuda = self.device.type == "cuda"
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cuda else MixedPrecisionPolicy()
         for layer in model.model.layers:
+            if config.activation_checkpointing:
+                # composable AC keeps the HF parameter names (a wrapper module would prefix them);
+                # applied before FSDP, as torchtitan does, so recompute re-gathers the layer
+                checkpoint_activations(layer)
             fully_shard(layer, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
         if meta:

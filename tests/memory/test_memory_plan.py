@@ -53,6 +53,17 @@ def test_device_lines(qwen2_folder: Path) -> None:
     assert plan.host_pinned == 2 * 2 * 2 * PARAMS + 2 * 12 * 11408  # CUDA: GPS pinned too
 
 
+def test_training_activations_with_recompute(qwen2_folder: Path) -> None:
+    """Layer inputs 100 x 2 x 32 x 2 B, one layer's saved tensors 100 x (8 x 32 + 4 x 64) x 2 B,
+    fp32 logits 100 x 64 x 8 B."""
+    fp = from_folder(qwen2_folder, "bfloat16")
+    cfg = _cfg(gpu_memory_gb=1.0)
+    cfg = cfg.replace(train=TrainConfig(devices=2, micro_batch_tokens=100, activation_checkpointing=True))
+    train = {i.what: i.nbytes for i in plan_memory(cfg, fp, fp, nnodes=1, devices_per_node=4).devices[-1].items}
+    assert train["activations"] == 12800 + 102400 + 51200
+    assert train["master weights fp32"] == 4 * 11408  # only the activations change
+
+
 def test_device_overflow_names_role_and_amount(qwen2_folder: Path) -> None:
     fp = from_folder(qwen2_folder, "bfloat16")
     plan = plan_memory(_cfg(gpu_memory_gb=250e-6), fp, fp, nnodes=1, devices_per_node=4)

@@ -1,4 +1,5 @@
-"""FSDP2 trainer on 2 gloo ranks: shift bit-exactness, shards, reference math, checkpoints, NaN."""
+"""FSDP2 trainer on 2 gloo ranks: shift bit-exactness, shards, reference math, activation recompute,
+checkpoints, NaN."""
 from __future__ import annotations
 
 import copy
@@ -134,6 +135,31 @@ def _shards_and_reference(rank: int, world: int, group: dist.ProcessGroup, famil
 @pytest.mark.parametrize("family", ["qwen2", "qwen3_moe"])
 def test_shards_logprobs_and_step_match_reference(family: str) -> None:
     spawn(_shards_and_reference, 2, family)
+
+
+def _recompute_matches_plain(rank: int, world: int, group: dist.ProcessGroup) -> None:
+    batch = make_batch(7, n=5)
+    for family in ("qwen2", "qwen3_moe"):  # layer 0 of the MoE model routes over experts
+        plain = Trainer(tiny_model(family=family), group, config(micro_batch_tokens=12))
+        ckpt = Trainer(tiny_model(family=family), group, config(micro_batch_tokens=12, activation_checkpointing=True))
+        assert ckpt.params.keys() == plain.params.keys()  # HF names survive the checkpointing
+        lp1, lp2 = (t.compute_logprobs(batch.prompt_ids, batch.response_ids) for t in (plain, ckpt))
+        assert sum(lp2, []) == pytest.approx(sum(lp1, []), abs=1e-6)
+        calls: list[str] = []
+        for name, t in (("plain", plain), ("ckpt", ckpt)):
+            t.model.model.layers[0].mlp.register_forward_pre_hook(lambda *_, name=name: calls.append(name))
+        m1, m2 = plain.train_step(batch), ckpt.train_step(batch)
+        assert m2.micro_batches >= 2 and not m2.skipped
+        assert calls.count("ckpt") == 2 * calls.count("plain")  # each layer really ran again in the backward
+        assert m2.loss == pytest.approx(m1.loss, abs=1e-6) and m2.grad_norm == pytest.approx(m1.grad_norm, abs=1e-6)
+        # after one AdamW step exp_avg = (1 - beta1) * clipped gradient: the gradients agree
+        for a, b in zip(optim_state(plain), optim_state(ckpt)):
+            assert torch.allclose(a, b, rtol=0, atol=1e-7), family
+
+
+@pytest.mark.slow
+def test_activation_checkpointing_matches_plain_step() -> None:
+    spawn(_recompute_matches_plain, 2)
 
 
 def _checkpoint_and_nan(rank: int, world: int, group: dist.ProcessGroup, tmp: str) -> None:
