@@ -176,9 +176,9 @@ class Engine:
         if step is None:
             return []
         logits = runner.run(step)
-        for p in plan:
-            p.seq.num_computed = p.start + p.num_tokens
-        sampled = [plan[i].seq for i in step.sample_seqs]
+        self.blocks.copies_done()
+        self.scheduler.commit(plan)
+        sampled = [p.seq for p in plan if p.samples]
         tokens, logprobs = sample(
             logits, [s.params for s in sampled], [s.num_generated for s in sampled], self.generator
         )
@@ -224,6 +224,8 @@ class Engine:
             tokens_generated=self._tokens_generated,
             last_step_latency_s=self._last_latency,
             weights_version=self._version,
+            prefill_tokens=self.scheduler.prefill_tokens,
+            prefix_hit_tokens=self.scheduler.prefix_hit_tokens,
         )
 
     # ---- weights and memory ----------------------------------------------------------------
@@ -235,6 +237,7 @@ class Engine:
         """Copy full (unsharded) HF-named tensors in place; validated before anything is copied."""
         tensors = self.runner.validate(named_tensors)
         self.runner.load(tensors)
+        self.blocks.reset_cache()  # cached K/V were computed with the old weights
         self._version = version
         self._weights_ready = True
 
@@ -246,6 +249,7 @@ class Engine:
         """Shift down: abort everything, free parameters and the KV cache."""
         partials = self.abort(list(self._seqs))
         self.runner.release()
+        self.blocks.reset_cache()
         self._weights_ready = False
         return partials
 
