@@ -86,7 +86,7 @@ class _Group:
     block_ids: torch.Tensor
     """[G * blocks] key blocks (padding points at block 0, masked)."""
     mask: torch.Tensor
-    """[G, 1, Qmax, blocks * block_size]"""
+    """[G, 1, Qmax * q_per_kv or 1, blocks * block_size] additive: 0 where a query sees a key, -inf elsewhere."""
     out_pick: torch.Tensor | None
     """Entries of the [G * Qmax] outputs that are real queries (None: all are)."""
     out_rows: torch.Tensor
@@ -94,11 +94,14 @@ class _Group:
 
 
 class PagedAttention:
-    """Per-step attention backend; build with `PagedAttention(cache, step, kernel, device)`.
+    """Per-step attention backend; build with `PagedAttention(cache, step, kernel, device, q_per_kv)`.
 
-    `positions` holds each packed token's position (the model's RoPE input)."""
+    `positions` holds each packed token's position (the model's RoPE input). The query heads
+    sharing a K/V head are laid out as extra queries of that head (GQA without repeating K/V)."""
 
-    def __init__(self, cache: KVCache, step: StepInput, kernel: str, device: torch.device | str) -> None:
+    def __init__(
+        self, cache: KVCache, step: StepInput, kernel: str, device: torch.device | str, q_per_kv: int = 1
+    ) -> None:
         self.cache, self.kernel = cache, kernel
         bs = cache.block_size
         q_lens, ctx = step.q_lens.cpu(), step.ctx_lens.cpu()
@@ -114,19 +117,39 @@ class PagedAttention:
         first_block[1:] = n_blocks.cumsum(0)[:-1]
         self.positions = pos.to(device)
         self.slot_mapping = (block_ids[first_block[seq_of_tok] + pos // bs] * bs + pos % bs).to(device)
+        j = torch.arange(int(n_blocks.max()))
+        tables = torch.where(j < n_blocks[:, None], block_ids[(first_block[:, None] + j).clamp(max=len(block_ids) - 1)], 0)
         if kernel == "flash":
             cu_k = torch.zeros(s + 1, dtype=torch.int32)
             cu_k[1:] = ctx.cumsum(0)
             self.cu_q = cu_q.to(torch.int32).to(device)
             self.cu_k = cu_k.to(device)
             self.max_q, self.max_k = int(q_lens.max()), int(ctx.max())
-            self.block_table = _padded_tables(block_ids, first_block, n_blocks).to(torch.int32).to(device)
+            self.block_table = tables.to(torch.int32).to(device)
             return
-        self.num_tokens = n
-        self.groups = [
-            _group(rows, q_lens, ctx, cu_q, block_ids, first_block, n_blocks, bs, device)
-            for rows in _partition(q_lens, n_blocks)
-        ]
+        self.num_tokens, self.q_per_kv = n, q_per_kv
+        dtype = cache.k.dtype
+        self.groups = []
+        for rows, width, decoding in _partition(q_lens, n_blocks):
+            keys = torch.arange(width * bs)
+            ids = tables[rows, :width].flatten().to(device)
+            if decoding:
+                q_rows = cu_q[rows].to(device)
+                seen = keys < ctx[rows, None]
+                self.groups.append(_Group(q_rows, ids, _additive(seen[:, None, None], dtype, device), None, q_rows))
+                continue
+            ql = q_lens[rows]
+            i = torch.arange(int(ql.max()))
+            real = (i < ql[:, None]).flatten()
+            i = torch.minimum(i, ql[:, None] - 1)  # padding repeats the last query
+            q_rows = (cu_q[rows, None] + i).flatten()
+            # query i sits at position ctx - q_len + i and sees the keys up to it
+            seen = keys <= ((ctx[rows] - ql)[:, None] + i)[:, :, None]
+            pick = real.nonzero()[:, 0]
+            self.groups.append(_Group(
+                q_rows.to(device), ids, _additive(seen.repeat_interleave(q_per_kv, 1)[:, None], dtype, device),
+                pick.to(device), q_rows[pick].to(device),
+            ))
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         kc, vc = self.cache.k[layer_idx], self.cache.v[layer_idx]
@@ -135,20 +158,18 @@ class PagedAttention:
         if self.kernel == "flash":
             return self._flash(q, kc, vc)
         q0 = q[0]
-        bs, heads, dim = self.cache.block_size, q0.shape[1], q0.shape[2]
-        kb = kc.view(-1, bs * kc.shape[1] * kc.shape[2])  # one row per block
-        vb = vc.view(-1, bs * vc.shape[1] * vc.shape[2])
+        heads, dim, kv_heads, rep = q0.shape[1], q0.shape[2], kc.shape[1], self.q_per_kv
+        kb = kc.view(-1, self.cache.block_size * kv_heads * dim)  # one row per block
+        vb = vc.view(-1, self.cache.block_size * kv_heads * dim)
         out = q0.new_empty(self.num_tokens, heads, dim)
         for g in self.groups:
             size = g.mask.shape[0]
-            qg = q0.index_select(0, g.q_rows).view(size, -1, heads, dim)
-            kk = kb.index_select(0, g.block_ids).view(size, -1, *kc.shape[1:])
-            vv = vb.index_select(0, g.block_ids).view(size, -1, *vc.shape[1:])
-            o = F.scaled_dot_product_attention(
-                qg.transpose(1, 2), kk.transpose(1, 2).to(q0.dtype), vv.transpose(1, 2).to(q0.dtype),
-                attn_mask=g.mask, enable_gqa=True,
-            )  # [G, Hq, Qmax, D]
-            o = o.transpose(1, 2).reshape(-1, heads, dim)
+            # [G, Qmax, Hkv, rep, D] -> [G, Hkv, Qmax * rep, D]
+            qg = q0.index_select(0, g.q_rows).view(size, -1, kv_heads, rep, dim).transpose(1, 2).reshape(size, kv_heads, -1, dim)
+            kk = kb.index_select(0, g.block_ids).view(size, -1, kv_heads, dim).transpose(1, 2).to(q0.dtype)
+            vv = vb.index_select(0, g.block_ids).view(size, -1, kv_heads, dim).transpose(1, 2).to(q0.dtype)
+            o = F.scaled_dot_product_attention(qg, kk, vv, attn_mask=g.mask.to(q0.dtype))
+            o = o.view(size, kv_heads, -1, rep, dim).transpose(1, 2).reshape(-1, heads, dim)
             if g.out_pick is not None:
                 o = o.index_select(0, g.out_pick)
             out.index_copy_(0, g.out_rows, o)
@@ -165,11 +186,16 @@ class PagedAttention:
         return out[None]
 
 
-def _partition(q_lens: torch.Tensor, n_blocks: torch.Tensor) -> list[torch.Tensor]:
-    """Sequence indices in groups: decoding apart from prefilling, then by context length."""
+def _additive(seen: torch.Tensor, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    return torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float("-inf")).to(device)
+
+
+def _partition(q_lens: torch.Tensor, n_blocks: torch.Tensor) -> list[tuple[torch.Tensor, int, bool]]:
+    """(sequence indices, their most blocks, decoding) per group: decoding sequences apart from
+    prefilling ones, each kind cut by context length."""
     groups = []
     decoding = q_lens == 1
-    for kind in (decoding, ~decoding):
+    for kind, is_decoding in ((decoding, True), (~decoding, False)):
         rows = kind.nonzero()[:, 0]
         if not len(rows):
             continue
@@ -178,36 +204,7 @@ def _partition(q_lens: torch.Tensor, n_blocks: torch.Tensor) -> list[torch.Tenso
         start = 0
         for i, nb in enumerate(sizes):
             if nb > SPLIT_RATIO * sizes[start] and nb - sizes[start] >= SPLIT_MIN_BLOCKS:
-                groups.append(rows[start:i])
+                groups.append((rows[start:i], sizes[i - 1], is_decoding))
                 start = i
-        groups.append(rows[start:])
+        groups.append((rows[start:], sizes[-1], is_decoding))
     return groups
-
-
-def _padded_tables(block_ids: torch.Tensor, first: torch.Tensor, n_blocks: torch.Tensor) -> torch.Tensor:
-    """[S, max blocks] block tables, padded with block 0."""
-    j = torch.arange(int(n_blocks.max()))
-    index = (first[:, None] + j).clamp(max=len(block_ids) - 1)
-    return torch.where(j < n_blocks[:, None], block_ids[index], 0)
-
-
-def _group(
-    rows: torch.Tensor, q_lens: torch.Tensor, ctx: torch.Tensor, cu_q: torch.Tensor, block_ids: torch.Tensor,
-    first_block: torch.Tensor, n_blocks: torch.Tensor, bs: int, device: torch.device | str,
-) -> _Group:
-    ql, cl = q_lens[rows], ctx[rows]
-    q_max = int(ql.max())
-    i = torch.arange(q_max)
-    valid = i < ql[:, None]  # [G, Qmax]
-    i = torch.minimum(i, ql[:, None] - 1)  # padding repeats the last query
-    q_rows = (cu_q[rows][:, None] + i).flatten()
-    tables = _padded_tables(block_ids, first_block[rows], n_blocks[rows])
-    j = torch.arange(tables.shape[1] * bs)
-    # query i sits at position ctx - q_len + i and sees the keys up to it
-    mask = j <= ((cl - ql)[:, None] + i)[:, :, None]
-    pick = None if bool(valid.all()) else valid.flatten().nonzero()[:, 0]
-    out_rows = q_rows if pick is None else q_rows[pick]
-    return _Group(
-        q_rows.to(device), tables.flatten().to(device), mask[:, None].to(device),
-        None if pick is None else pick.to(device), out_rows.to(device),
-    )
