@@ -31,17 +31,20 @@ def sample(
     """One token per row of `logits` [S, V]; returns (token ids, log-probs)."""
     logits = logits.float()
     device = logits.device
-    temps = torch.tensor([p.temperature for p in params], device=device)
-    greedy = temps == 0
-    lp = torch.log_softmax(logits / torch.where(greedy, 1.0, temps)[:, None], dim=-1)
-    tokens = lp.argmax(-1)
-    if not bool(greedy.all()):
+    temps = [p.temperature for p in params]
+    if not any(temps):  # all greedy
+        lp = torch.log_softmax(logits, dim=-1)
+        tokens = lp.argmax(-1)
+    else:
+        greedy = torch.tensor([t == 0 for t in temps], device=device)
+        scale = torch.tensor([t or 1.0 for t in temps], device=device)
+        lp = torch.log_softmax(logits / scale[:, None], dim=-1)
         u = torch.rand(len(params), generator=generator, device=device)
         seeded = [(i, seeded_uniform(p.seed, n)) for i, (p, n) in enumerate(zip(params, num_generated)) if p.seed is not None]
         if seeded:
             rows, values = zip(*seeded)
             u[list(rows)] = torch.tensor(values, dtype=u.dtype, device=device)
-        tokens = torch.where(greedy, tokens, _draw(lp, params, u))
+        tokens = torch.where(greedy, lp.argmax(-1), _draw(lp, params, u))
     picked = lp.gather(1, tokens[:, None])[:, 0]
     return tokens.tolist(), picked.tolist()
 
