@@ -1,5 +1,9 @@
 """The embedded inference engine: continuous batching over a paged KV cache.
 
+Sequences that share a token prefix share its KV blocks (`BlockManager`): a GRPO group's G
+copies of a prompt, or judge prompts that share the question, are prefilled once. New
+weights (`load_weights`) drop every cached prefix.
+
 Protocol (shared with the sglang adapter): `add`, `step`, `abort`, `stats`, `can_admit`,
 `load_weights`, `release` / `resume`, `weights_version`, `named_parameters_hf`.
 
