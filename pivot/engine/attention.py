@@ -10,7 +10,7 @@ kernel can be used instead (untested here).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 import torch.nn.functional as F
@@ -86,22 +86,31 @@ class _Group:
     block_ids: torch.Tensor
     """[G * blocks] key blocks (padding points at block 0, masked)."""
     mask: torch.Tensor
-    """[G, 1, Qmax * q_per_kv or 1, blocks * block_size] additive: 0 where a query sees a key, -inf elsewhere."""
+    """[G, 1, Qmax, blocks * block_size] additive: 0 where a query sees a key, -inf elsewhere."""
     out_pick: torch.Tensor | None
     """Entries of the [G * Qmax] outputs that are real queries (None: all are)."""
     out_rows: torch.Tensor
     """Packed rows those outputs go to."""
+    every_row: bool = False
+    """The group is every packed row, in order: no gathering of queries nor scattering of outputs."""
+    _per_head: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def mask_for(self, q_per_kv: int) -> torch.Tensor:
+        """The mask for queries laid out as [Qmax * q_per_kv] (each query once per head it serves)."""
+        if self.mask.shape[2] == 1:  # one query: broadcasts over the heads
+            return self.mask
+        if q_per_kv not in self._per_head:
+            self._per_head[q_per_kv] = self.mask.repeat_interleave(q_per_kv, dim=2)
+        return self._per_head[q_per_kv]
 
 
 class PagedAttention:
-    """Per-step attention backend; build with `PagedAttention(cache, step, kernel, device, q_per_kv)`.
+    """Per-step attention backend; build with `PagedAttention(cache, step, kernel, device)`.
 
     `positions` holds each packed token's position (the model's RoPE input). The query heads
     sharing a K/V head are laid out as extra queries of that head (GQA without repeating K/V)."""
 
-    def __init__(
-        self, cache: KVCache, step: StepInput, kernel: str, device: torch.device | str, q_per_kv: int = 1
-    ) -> None:
+    def __init__(self, cache: KVCache, step: StepInput, kernel: str, device: torch.device | str) -> None:
         self.cache, self.kernel = cache, kernel
         bs = cache.block_size
         q_lens, ctx = step.q_lens.cpu(), step.ctx_lens.cpu()
@@ -110,8 +119,11 @@ class PagedAttention:
         cu_q = torch.zeros(s + 1, dtype=torch.long)
         cu_q[1:] = q_lens.cumsum(0)
         n = int(cu_q[-1])
-        seq_of_tok = torch.repeat_interleave(torch.arange(s), q_lens, output_size=n)
-        pos = (ctx - q_lens - cu_q[:-1])[seq_of_tok] + torch.arange(n)
+        if n == s:  # decoding only: one token per sequence
+            seq_of_tok, pos = torch.arange(s), ctx - 1
+        else:
+            seq_of_tok = torch.repeat_interleave(torch.arange(s), q_lens, output_size=n)
+            pos = (ctx - q_lens - cu_q[:-1])[seq_of_tok] + torch.arange(n)
         n_blocks = -(-ctx // bs)
         first_block = torch.zeros(s, dtype=torch.long)
         first_block[1:] = n_blocks.cumsum(0)[:-1]
@@ -127,7 +139,7 @@ class PagedAttention:
             self.max_q, self.max_k = int(q_lens.max()), int(ctx.max())
             self.block_table = tables.to(torch.int32).to(device)
             return
-        self.num_tokens, self.q_per_kv = n, q_per_kv
+        self.num_tokens = n
         dtype = cache.k.dtype
         self.groups = []
         for rows, width, decoding in _partition(q_lens, n_blocks):
@@ -136,7 +148,8 @@ class PagedAttention:
             if decoding:
                 q_rows = cu_q[rows].to(device)
                 seen = keys < ctx[rows, None]
-                self.groups.append(_Group(q_rows, ids, _additive(seen[:, None, None], dtype, device), None, q_rows))
+                mask = _additive(seen[:, None, None], dtype, device)
+                self.groups.append(_Group(q_rows, ids, mask, None, q_rows, every_row=len(rows) == n))
                 continue
             ql = q_lens[rows]
             i = torch.arange(int(ql.max()))
@@ -146,10 +159,9 @@ class PagedAttention:
             # query i sits at position ctx - q_len + i and sees the keys up to it
             seen = keys <= ((ctx[rows] - ql)[:, None] + i)[:, :, None]
             pick = real.nonzero()[:, 0]
-            self.groups.append(_Group(
-                q_rows.to(device), ids, _additive(seen.repeat_interleave(q_per_kv, 1)[:, None], dtype, device),
-                pick.to(device), q_rows[pick].to(device),
-            ))
+            self.groups.append(
+                _Group(q_rows.to(device), ids, _additive(seen[:, None], dtype, device), pick.to(device), q_rows[pick].to(device))
+            )
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         kc, vc = self.cache.k[layer_idx], self.cache.v[layer_idx]
@@ -158,18 +170,22 @@ class PagedAttention:
         if self.kernel == "flash":
             return self._flash(q, kc, vc)
         q0 = q[0]
-        heads, dim, kv_heads, rep = q0.shape[1], q0.shape[2], kc.shape[1], self.q_per_kv
+        heads, dim, kv_heads = q0.shape[1], q0.shape[2], kc.shape[1]
+        rep = heads // kv_heads
         kb = kc.view(-1, self.cache.block_size * kv_heads * dim)  # one row per block
         vb = vc.view(-1, self.cache.block_size * kv_heads * dim)
-        out = q0.new_empty(self.num_tokens, heads, dim)
+        out = None if self.groups[0].every_row else q0.new_empty(self.num_tokens, heads, dim)
         for g in self.groups:
             size = g.mask.shape[0]
+            qg = q0 if g.every_row else q0.index_select(0, g.q_rows)
             # [G, Qmax, Hkv, rep, D] -> [G, Hkv, Qmax * rep, D]
-            qg = q0.index_select(0, g.q_rows).view(size, -1, kv_heads, rep, dim).transpose(1, 2).reshape(size, kv_heads, -1, dim)
+            qg = qg.view(size, -1, kv_heads, rep, dim).transpose(1, 2).reshape(size, kv_heads, -1, dim)
             kk = kb.index_select(0, g.block_ids).view(size, -1, kv_heads, dim).transpose(1, 2).to(q0.dtype)
             vv = vb.index_select(0, g.block_ids).view(size, -1, kv_heads, dim).transpose(1, 2).to(q0.dtype)
-            o = F.scaled_dot_product_attention(qg, kk, vv, attn_mask=g.mask.to(q0.dtype))
+            o = F.scaled_dot_product_attention(qg, kk, vv, attn_mask=g.mask_for(rep).to(q0.dtype))
             o = o.view(size, kv_heads, -1, rep, dim).transpose(1, 2).reshape(-1, heads, dim)
+            if g.every_row:
+                return o[None]
             if g.out_pick is not None:
                 o = o.index_select(0, g.out_pick)
             out.index_copy_(0, g.out_rows, o)
@@ -199,12 +215,13 @@ def _partition(q_lens: torch.Tensor, n_blocks: torch.Tensor) -> list[tuple[torch
         rows = kind.nonzero()[:, 0]
         if not len(rows):
             continue
-        rows = rows[torch.argsort(n_blocks[rows], stable=True)]
-        sizes = n_blocks[rows].tolist()
+        order = torch.argsort(n_blocks[rows], stable=True)
+        sizes = n_blocks[rows[order]].tolist()
         start = 0
         for i, nb in enumerate(sizes):
             if nb > SPLIT_RATIO * sizes[start] and nb - sizes[start] >= SPLIT_MIN_BLOCKS:
-                groups.append((rows[start:i], sizes[i - 1], is_decoding))
+                groups.append((rows[order[start:i]], sizes[i - 1], is_decoding))
                 start = i
-        groups.append((rows[start:], sizes[-1], is_decoding))
+        # one group keeps the packed order (a lone decoding group then needs no re-packing)
+        groups.append((rows[order[start:]] if start else rows, sizes[-1], is_decoding))
     return groups

@@ -91,8 +91,7 @@ class ModelRunner:
         if self.cache is None:
             raise RuntimeError("engine is released: call resume() and load_weights() first")
         self.cache.copy_blocks(step.copies)
-        q_per_kv = self.args.num_attention_heads // self.args.num_key_value_heads
-        attn = PagedAttention(self.cache, step, self.kernel, self.device, q_per_kv)
+        attn = PagedAttention(self.cache, step, self.kernel, self.device)
         ids = step.token_ids.to(self.device)[None]
         hidden = self.model.model(ids, attn.positions[None], attn)[0]
         return self.model.lm_head(hidden[step.sample_rows.to(self.device)]).float()

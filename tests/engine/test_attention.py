@@ -31,7 +31,7 @@ def test_packed_groups_equal_dense_per_sequence() -> None:
     q = torch.randn(1, total, HQ, D, generator=g)
     k = torch.randn(1, total, HKV, D, generator=g)
     v = torch.randn(1, total, HKV, D, generator=g)
-    attn = PagedAttention(cache, step, "sdpa", "cpu", HQ // HKV)
+    attn = PagedAttention(cache, step, "sdpa", "cpu")
     assert len(attn.groups) >= 4
     out = attn(0, q, k, v)[0]
     row = 0
