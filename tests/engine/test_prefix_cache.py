@@ -95,7 +95,7 @@ class Shadow:
         assert bm.num_free_blocks == NUM_BLOCKS - len(held)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_shared_prefixes_hold_the_right_tokens(data: st.DataObject) -> None:
     sh = Shadow()
