@@ -2,12 +2,15 @@
 
 The model runner packs every scheduled token of a step into one row (B=1, T=N). Per layer
 the backend writes the new K/V into the cache at each token's slot, then attends each query
-to its own sequence's cached context: with torch SDPA over a padded [S, Qmax] x [S, Lmax]
-batch (any device), or with flash-attn's paged varlen kernel on CUDA (untested here).
+to its own sequence's cached context. With torch SDPA (any device) the sequences are grouped
+by context length (decoding and prefilling sequences apart) and each group gathers its keys a
+whole block at a time, padded only to the group's longest context: the cost follows the
+contexts' sum, not the batch size times the longest. On CUDA, flash-attn's paged varlen
+kernel can be used instead (untested here).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 import torch.nn.functional as F
@@ -19,24 +22,43 @@ try:  # optional GPU kernel, never required on CPU
 except ImportError:
     flash_attn_varlen_func = None
 
+SPLIT_RATIO = 2
+"""A group's longest context is at most this times its shortest (in blocks) ..."""
+SPLIT_MIN_BLOCKS = 4
+"""... unless they differ by fewer blocks than this: smaller groups cost more calls than padding."""
+
 
 @dataclass
 class StepInput:
-    """Everything a rank needs to run one step; the TP leader broadcasts it. Plain lists."""
+    """Everything a rank needs to run one step; the TP leader broadcasts it. 1-D int64 tensors."""
 
-    token_ids: list[int]
-    positions: list[int]
-    q_lens: list[int]
-    """Tokens computed this step, per scheduled sequence."""
-    ctx_lens: list[int]
-    """Context length after this step (cached + new), per scheduled sequence."""
-    block_tables: list[list[int]]
-    sample_seqs: list[int]
-    """Indices of the sequences whose last token's logits are needed."""
-    seq_ids: list[int] = field(default_factory=list)
-    """Request id of each scheduled sequence (keys of linear-attention state)."""
-    dropped: list[int] = field(default_factory=list)
+    token_ids: torch.Tensor
+    """[N] the tokens computed this step, packed sequence after sequence."""
+    q_lens: torch.Tensor
+    """[S] tokens computed this step, per scheduled sequence."""
+    ctx_lens: torch.Tensor
+    """[S] context length after this step (cached + new), per scheduled sequence."""
+    block_ids: torch.Tensor
+    """Each sequence's block table (ceil(ctx / block_size) blocks), concatenated."""
+    sample_rows: torch.Tensor
+    """Packed rows whose logits are needed (each sampling sequence's last token)."""
+    copies: torch.Tensor
+    """[2C] (source, destination) block pairs to copy before the step (copy-on-write)."""
+    seq_ids: torch.Tensor
+    """[S] request id of each scheduled sequence (keys of linear-attention state)."""
+    dropped: torch.Tensor
     """Sequences finished or aborted since the last step: their linear-attention state goes."""
+
+    def pack(self) -> torch.Tensor:
+        """One tensor: the field lengths, then the fields (for a single broadcast)."""
+        parts = [getattr(self, f.name) for f in fields(self)]
+        return torch.cat([torch.tensor([len(p) for p in parts]), *parts])
+
+    @classmethod
+    def unpack(cls, packed: torch.Tensor) -> StepInput:
+        n = len(fields(cls))
+        lens = packed[:n].tolist()
+        return cls(*torch.split(packed[n:], lens))
 
 
 class KVCache:
@@ -56,27 +78,75 @@ class KVCache:
         self.index = {layer: i for i, layer in enumerate(attention_layers)}
         self.num_blocks, self.block_size = num_blocks, block_size
 
+    def copy_blocks(self, pairs: torch.Tensor) -> None:
+        """Copy whole blocks in every attention layer's cache: `pairs` is [2C] (source, destination, ...)."""
+        if not len(pairs):
+            return
+        src, dst = pairs.view(-1, 2).to(self.k.device).unbind(1)
+        for c in (self.k, self.v):
+            blocks = c.view(c.shape[0], self.num_blocks, -1)
+            blocks.index_copy_(1, dst, blocks.index_select(1, src))
+
+
+@dataclass
+class _Group:
+    """Sequences attended together, padded to the group's longest query and context."""
+
+    q_rows: torch.Tensor
+    """[G * Qmax] packed rows of the queries (padding repeats a valid row)."""
+    block_ids: torch.Tensor
+    """[G * blocks] key blocks (padding points at block 0, masked)."""
+    mask: torch.Tensor
+    """[G, 1, Qmax, blocks * block_size] additive: 0 where a query sees a key, -inf elsewhere."""
+    out_pick: torch.Tensor | None
+    """Entries of the [G * Qmax] outputs that are real queries (None: all are)."""
+    out_rows: torch.Tensor
+    """Packed rows those outputs go to."""
+    every_row: bool = False
+    """The group is every packed row, in order: no gathering of queries nor scattering of outputs."""
+    _per_head: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def mask_for(self, q_per_kv: int) -> torch.Tensor:
+        """The mask for queries laid out as [Qmax * q_per_kv] (each query once per head it serves)."""
+        if self.mask.shape[2] == 1:  # one query: broadcasts over the heads
+            return self.mask
+        if q_per_kv not in self._per_head:
+            self._per_head[q_per_kv] = self.mask.repeat_interleave(q_per_kv, dim=2)
+        return self._per_head[q_per_kv]
+
 
 class PagedAttention:
-    """Per-step attention backend; build with `PagedAttention(cache, step, kernel, device)`."""
+    """Per-step attention backend; build with `PagedAttention(cache, step, kernel, device)`, and
+    `linear_states` for a model with linear-attention layers (`linear_attention`).
+
+    `positions` holds each packed token's position (the model's RoPE input). The query heads
+    sharing a K/V head are laid out as extra queries of that head (GQA without repeating K/V)."""
 
     def __init__(
         self, cache: KVCache, step: StepInput, kernel: str, device: torch.device | str,
         linear_states: LinearStates | None = None,
     ) -> None:
         self.cache, self.kernel, self.step, self.linear_states = cache, kernel, step, linear_states
+        self._segments: tuple[list[int], list[int], list[int]] | None = None
         bs = cache.block_size
-        s = len(step.q_lens)
-        q_lens = torch.tensor(step.q_lens, dtype=torch.long)
-        ctx = torch.tensor(step.ctx_lens, dtype=torch.long)
-        max_blocks = max(len(t) for t in step.block_tables)
-        tables = torch.tensor([t + [0] * (max_blocks - len(t)) for t in step.block_tables], dtype=torch.long)
+        q_lens, ctx = step.q_lens.cpu(), step.ctx_lens.cpu()
+        block_ids = step.block_ids.cpu()
+        s = len(q_lens)
         cu_q = torch.zeros(s + 1, dtype=torch.long)
         cu_q[1:] = q_lens.cumsum(0)
         n = int(cu_q[-1])
-        seq_of_tok = torch.repeat_interleave(torch.arange(s), q_lens)
-        pos = torch.tensor(step.positions, dtype=torch.long)
-        self.slot_mapping = (tables[seq_of_tok, pos // bs] * bs + pos % bs).to(device)
+        if n == s:  # decoding only: one token per sequence
+            seq_of_tok, pos = torch.arange(s), ctx - 1
+        else:
+            seq_of_tok = torch.repeat_interleave(torch.arange(s), q_lens, output_size=n)
+            pos = (ctx - q_lens - cu_q[:-1])[seq_of_tok] + torch.arange(n)
+        n_blocks = -(-ctx // bs)
+        first_block = torch.zeros(s, dtype=torch.long)
+        first_block[1:] = n_blocks.cumsum(0)[:-1]
+        self.positions = pos.to(device)
+        self.slot_mapping = (block_ids[first_block[seq_of_tok] + pos // bs] * bs + pos % bs).to(device)
+        j = torch.arange(int(n_blocks.max()))
+        tables = torch.where(j < n_blocks[:, None], block_ids[(first_block[:, None] + j).clamp(max=len(block_ids) - 1)], 0)
         if kernel == "flash":
             cu_k = torch.zeros(s + 1, dtype=torch.int32)
             cu_k[1:] = ctx.cumsum(0)
@@ -85,19 +155,29 @@ class PagedAttention:
             self.max_q, self.max_k = int(q_lens.max()), int(ctx.max())
             self.block_table = tables.to(torch.int32).to(device)
             return
-        # keys are gathered a whole block at a time (one contiguous row per block: far cheaper
-        # than per-token indexing), so each sequence's key axis is max_blocks * block_size long
-        q_max, l_max = int(q_lens.max()), max_blocks * bs
-        i = torch.arange(q_max)
-        j = torch.arange(l_max)
-        self.decode_only = q_max == 1  # packed rows are already one per sequence: no re-packing
-        self.q_index = (cu_q[:-1, None] + i).clamp(max=n - 1).to(device)  # [S, Qmax] into packed rows
-        self.out_index = (seq_of_tok * q_max + torch.arange(n) - cu_q[seq_of_tok]).to(device)
-        self.block_ids = tables.flatten().to(device)  # padding entries point at block 0, masked
-        self.num_seqs = s
-        # query i of sequence s sits at position ctx - q_len + i and sees keys up to it
-        last = (ctx - q_lens)[:, None] + i  # [S, Qmax]
-        self.mask = ((j[None, None] <= last[:, :, None]) & (j[None, None] < ctx[:, None, None]))[:, None].to(device)
+        self.num_tokens = n
+        dtype = cache.k.dtype
+        self.groups = []
+        for rows, width, decoding in _partition(q_lens, n_blocks):
+            keys = torch.arange(width * bs)
+            ids = tables[rows, :width].flatten().to(device)
+            if decoding:
+                q_rows = cu_q[rows].to(device)
+                seen = keys < ctx[rows, None]
+                mask = _additive(seen[:, None, None], dtype, device)
+                self.groups.append(_Group(q_rows, ids, mask, None, q_rows, every_row=len(rows) == n))
+                continue
+            ql = q_lens[rows]
+            i = torch.arange(int(ql.max()))
+            real = (i < ql[:, None]).flatten()
+            i = torch.minimum(i, ql[:, None] - 1)  # padding repeats the last query
+            q_rows = (cu_q[rows, None] + i).flatten()
+            # query i sits at position ctx - q_len + i and sees the keys up to it
+            seen = keys <= ((ctx[rows] - ql)[:, None] + i)[:, :, None]
+            pick = real.nonzero()[:, 0]
+            self.groups.append(
+                _Group(q_rows.to(device), ids, _additive(seen[:, None], dtype, device), pick.to(device), q_rows[pick].to(device))
+            )
 
     def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         row = self.cache.index[layer_idx]
@@ -106,33 +186,68 @@ class PagedAttention:
         vc.index_copy_(0, self.slot_mapping, v[0].to(vc.dtype))
         if self.kernel == "flash":
             return self._flash(q, kc, vc)
-        qp = q[0][:, None] if self.decode_only else q[0][self.q_index]  # [S, Qmax, Hq, D]
-        bs = self.cache.block_size
-        kk = kc.view(-1, bs * kc.shape[1] * kc.shape[2]).index_select(0, self.block_ids).view(self.num_seqs, -1, *kc.shape[1:])
-        vv = vc.view(-1, bs * vc.shape[1] * vc.shape[2]).index_select(0, self.block_ids).view(self.num_seqs, -1, *vc.shape[1:])
-        out = F.scaled_dot_product_attention(
-            qp.transpose(1, 2), kk.transpose(1, 2).to(qp.dtype), vv.transpose(1, 2).to(qp.dtype),
-            attn_mask=self.mask, enable_gqa=True,
-        )  # [S, Hq, Qmax, D]
-        out = out.transpose(1, 2).reshape(-1, q.shape[2], q.shape[3])
-        if not self.decode_only:
-            out = out[self.out_index]
+        q0 = q[0]
+        heads, dim, kv_heads = q0.shape[1], q0.shape[2], kc.shape[1]
+        rep = heads // kv_heads
+        kb = kc.view(-1, self.cache.block_size * kv_heads * dim)  # one row per block
+        vb = vc.view(-1, self.cache.block_size * kv_heads * dim)
+        out = None if self.groups[0].every_row else q0.new_empty(self.num_tokens, heads, dim)
+        for g in self.groups:
+            size = g.mask.shape[0]
+            qg = q0 if g.every_row else q0.index_select(0, g.q_rows)
+            # [G, Qmax, Hkv, rep, D] -> [G, Hkv, Qmax * rep, D]
+            qg = qg.view(size, -1, kv_heads, rep, dim).transpose(1, 2).reshape(size, kv_heads, -1, dim)
+            kk = kb.index_select(0, g.block_ids).view(size, -1, kv_heads, dim).transpose(1, 2).to(q0.dtype)
+            vv = vb.index_select(0, g.block_ids).view(size, -1, kv_heads, dim).transpose(1, 2).to(q0.dtype)
+            o = F.scaled_dot_product_attention(qg, kk, vv, attn_mask=g.mask_for(rep).to(q0.dtype))
+            o = o.view(size, kv_heads, -1, rep, dim).transpose(1, 2).reshape(-1, heads, dim)
+            if g.every_row:
+                return o[None]
+            if g.out_pick is not None:
+                o = o.index_select(0, g.out_pick)
+            out.index_copy_(0, g.out_rows, o)
         return out[None]
 
     def linear_attention(self, layer_idx: int, layer: LinearLayer, x: torch.Tensor) -> torch.Tensor:
         """A linear-attention layer over the packed step, each sequence continuing its own state."""
         if self.linear_states is None:
             raise RuntimeError("this engine keeps no linear-attention state")
-        st = self.step
-        starts = [c - q for c, q in zip(st.ctx_lens, st.q_lens)]
-        return self.linear_states.run(layer_idx, layer, x, st.seq_ids, starts, st.q_lens)
+        if self._segments is None:  # the same for every layer of the step
+            st = self.step
+            self._segments = (st.seq_ids.tolist(), (st.ctx_lens - st.q_lens).tolist(), st.q_lens.tolist())
+        return self.linear_states.run(layer_idx, layer, x, *self._segments)
 
     def _flash(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
         if flash_attn_varlen_func is None:
-            raise RuntimeError("EngineConfig.attention='flash' but flash_attn is not installed")
+            raise RuntimeError("ModelConfig.attention='flash' but flash_attn is not installed")
         bs = self.cache.block_size
         out = flash_attn_varlen_func(
             q[0], kc.view(-1, bs, *kc.shape[1:]), vc.view(-1, bs, *vc.shape[1:]),
             self.cu_q, self.cu_k, self.max_q, self.max_k, causal=True, block_table=self.block_table,
         )
         return out[None]
+
+
+def _additive(seen: torch.Tensor, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    return torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float("-inf")).to(device)
+
+
+def _partition(q_lens: torch.Tensor, n_blocks: torch.Tensor) -> list[tuple[torch.Tensor, int, bool]]:
+    """(sequence indices, their most blocks, decoding) per group: decoding sequences apart from
+    prefilling ones, each kind cut by context length."""
+    groups = []
+    decoding = q_lens == 1
+    for kind, is_decoding in ((decoding, True), (~decoding, False)):
+        rows = kind.nonzero()[:, 0]
+        if not len(rows):
+            continue
+        order = torch.argsort(n_blocks[rows], stable=True)
+        sizes = n_blocks[rows[order]].tolist()
+        start = 0
+        for i, nb in enumerate(sizes):
+            if nb > SPLIT_RATIO * sizes[start] and nb - sizes[start] >= SPLIT_MIN_BLOCKS:
+                groups.append((rows[order[start:i]], sizes[i - 1], is_decoding))
+                start = i
+        # one group keeps the packed order (a lone decoding group then needs no re-packing)
+        groups.append((rows[order[start:]] if start else rows, sizes[-1], is_decoding))
+    return groups

@@ -1,5 +1,11 @@
 """The embedded inference engine: continuous batching over a paged KV cache.
 
+Sequences that share a token prefix share its KV blocks (`BlockManager`): a GRPO group's G
+copies of a prompt, or judge prompts that share the question, are prefilled once. New
+weights (`load_weights`) drop every cached prefix. Models with linear-attention layers (the
+Qwen3.5 hybrid) share no prefix: a reused KV prefix would skip the tokens' recurrent state,
+which lives per sequence (`LinearStates`), so every sequence is computed from its first token.
+
 Protocol (shared with the sglang adapter): `add`, `step`, `abort`, `stats`, `can_admit`,
 `load_weights`, `release` / `resume`, `weights_version`, `named_parameters_hf`.
 
@@ -55,7 +61,7 @@ class Engine:
         self.tokenizer = tokenizer
         num_blocks = config.kv_capacity_tokens // config.block_size
         self.runner = ModelRunner(model, num_blocks, config.block_size, attention, tp_group, device)
-        self.blocks = BlockManager(num_blocks, config.block_size)
+        self.blocks = BlockManager(num_blocks, config.block_size, share_prefixes=not self.args.has_linear_attention)
         self.scheduler = Scheduler(self.blocks, config.max_running_seqs, config.max_prefill_tokens)
         self.max_len = min(self.args.max_position_embeddings, self.blocks.total_tokens)
         eos = set(self.args.eos_ids)
@@ -182,9 +188,9 @@ class Engine:
             return []
         self._dropped.clear()
         logits = runner.run(step)
-        for p in plan:
-            p.seq.num_computed = p.start + p.num_tokens
-        sampled = [plan[i].seq for i in step.sample_seqs]
+        self.blocks.copies_done()
+        self.scheduler.commit(plan)
+        sampled = [p.seq for p in plan if p.samples]
         tokens, logprobs = sample(
             logits, [s.params for s in sampled], [s.num_generated for s in sampled], self.generator
         )
@@ -238,6 +244,8 @@ class Engine:
             tokens_generated=self._tokens_generated,
             last_step_latency_s=self._last_latency,
             weights_version=self._version,
+            prefill_tokens=self.scheduler.prefill_tokens,
+            prefix_hit_tokens=self.scheduler.prefix_hit_tokens,
         )
 
     # ---- weights and memory ----------------------------------------------------------------
@@ -250,6 +258,7 @@ class Engine:
         validated before anything is copied."""
         tensors = self.runner.validate(named_tensors)
         self.runner.load(tensors)
+        self.blocks.reset_cache()  # cached K/V were computed with the old weights
         self._version = version
         self._weights_ready = True
 
@@ -266,6 +275,7 @@ class Engine:
         """Shift down: abort everything, free parameters and the KV cache."""
         partials = self.abort(list(self._seqs))
         self.runner.release()
+        self.blocks.reset_cache()
         self._weights_ready = False
         return partials
 

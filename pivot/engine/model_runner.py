@@ -7,6 +7,7 @@ tensors (sharded here under TP), gathering them back, and release / re-creation.
 """
 from __future__ import annotations
 
+from itertools import chain
 from typing import Iterable
 
 import torch
@@ -60,47 +61,53 @@ class ModelRunner:
 
     @staticmethod
     def build_input(plan: list[ScheduledSeq], blocks: BlockManager, dropped: list[int]) -> StepInput:
-        tokens: list[int] = []
-        positions: list[int] = []
-        for p in plan:
-            tokens += p.seq.token_ids[p.start : p.start + p.num_tokens]
-            positions += range(p.start, p.start + p.num_tokens)
+        tables = blocks.tables
+        if all(p.num_tokens == 1 for p in plan):  # decoding: one token per sequence
+            tokens = [p.seq.token_ids[p.start] for p in plan]
+        else:
+            tokens = list(chain.from_iterable(p.seq.token_ids[p.start : p.start + p.num_tokens] for p in plan))
+        q_lens = torch.tensor([p.num_tokens for p in plan])
+        last = q_lens.cumsum(0) - 1
         return StepInput(
-            token_ids=tokens,
-            positions=positions,
-            q_lens=[p.num_tokens for p in plan],
-            ctx_lens=[p.start + p.num_tokens for p in plan],
-            block_tables=[list(blocks.tables[p.seq.id]) for p in plan],
-            sample_seqs=[i for i, p in enumerate(plan) if p.samples],
-            seq_ids=[p.seq.id for p in plan],
-            dropped=list(dropped),
+            token_ids=torch.tensor(tokens),
+            q_lens=q_lens,
+            ctx_lens=torch.tensor([p.start + p.num_tokens for p in plan]),
+            block_ids=torch.tensor(list(chain.from_iterable(tables[p.seq.id] for p in plan))),
+            sample_rows=last[torch.tensor([p.samples for p in plan])],
+            copies=torch.tensor(list(chain.from_iterable(blocks.copies)), dtype=torch.long),
+            seq_ids=torch.tensor([p.seq.id for p in plan]),
+            dropped=torch.tensor(dropped, dtype=torch.long),
         )
 
     def share(self, step: StepInput | None) -> StepInput | None:
-        """The leader's step input on every rank of the TP group (None: nothing to run)."""
+        """The leader's step input on every rank of the TP group (None: nothing to run).
+
+        Two tensor broadcasts (size, then the packed fields); nothing is pickled."""
         if self.group is None:
             return step
-        box = [step]
-        dist.broadcast_object_list(box, group_src=0, group=self.group, device=self._comm_device())
-        return box[0]
-
-    def _comm_device(self) -> torch.device | None:
-        return self.device if self.device.type == "cuda" else None
+        device = self.device if self.device.type == "cuda" else torch.device("cpu")
+        packed = None if step is None else step.pack().to(device)
+        size = torch.tensor([0 if packed is None else len(packed)], device=device)
+        dist.broadcast(size, group_src=0, group=self.group)
+        if int(size) == 0:
+            return None
+        if packed is None:
+            packed = torch.empty(int(size), dtype=torch.long, device=device)
+        dist.broadcast(packed, group_src=0, group=self.group)
+        return step if step is not None else StepInput.unpack(packed.cpu())
 
     @torch.inference_mode()
     def run(self, step: StepInput) -> torch.Tensor:
-        """Logits [len(step.sample_seqs), vocab] in fp32."""
+        """Logits [len(step.sample_rows), vocab] in fp32."""
         if self.cache is None:
             raise RuntimeError("engine is released: call resume() and load_weights() first")
         if self.linear_states is not None:
-            self.linear_states.drop(step.dropped)
+            self.linear_states.drop(step.dropped.tolist())
+        self.cache.copy_blocks(step.copies)
         attn = PagedAttention(self.cache, step, self.kernel, self.device, self.linear_states)
-        ids = torch.tensor(step.token_ids, dtype=torch.long, device=self.device)[None]
-        pos = torch.tensor(step.positions, dtype=torch.long, device=self.device)[None]
-        hidden = self.model.model(ids, pos, attn)[0]
-        last = torch.tensor(step.q_lens).cumsum(0) - 1
-        rows = last[step.sample_seqs].to(self.device)
-        return self.model.lm_head(hidden[rows]).float()
+        ids = step.token_ids.to(self.device)[None]
+        hidden = self.model.model(ids, attn.positions[None], attn)[0]
+        return self.model.lm_head(hidden[step.sample_rows.to(self.device)]).float()
 
     # ---- weights -------------------------------------------------------------------------
     def validate(self, named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,9 +1,11 @@
 """Token sampling: greedy, temperature, top-k, top-p, with per-request reproducible seeds.
 
-A seeded request draws its token at generated index n from a generator seeded by
-(seed, n) alone, so a sequence aborted on one replica and resumed on another samples the
-same tokens an uninterrupted run would. The returned log-prob is that of the sampled token
-under the temperature-scaled distribution before top-k/top-p truncation (the raw model
+One vectorised pass over every sequence of a step, whatever their parameters. A token is
+drawn by inverting the (filtered) cumulative distribution at a uniform number u. A seeded
+request's u at generated index n is a hash of (seed, n) alone, so a sequence aborted on one
+replica and resumed on another samples the same tokens an uninterrupted run would; other
+requests draw u from the engine's generator. The returned log-prob is that of the sampled
+token under the temperature-scaled distribution before top-k/top-p truncation (the raw model
 distribution for greedy), which is what the RL loss's behaviour policy needs.
 """
 from __future__ import annotations
@@ -12,51 +14,54 @@ import torch
 
 from pivot.engine.sequence import SamplingParams
 
-_MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: decorrelates consecutive indices
+_MASK64 = (1 << 64) - 1
 
 
-def seed_for(seed: int, index: int) -> int:
-    return (seed * _MIX + index * 0xBF58476D1CE4E5B9 + 1) % (1 << 63)
-
-
-def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask (to -inf) everything outside the top-k / nucleus of a 1-D logits row."""
-    if top_k > 0 and top_k < logits.numel():
-        kth = torch.topk(logits, top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True)
-        probs = sorted_logits.softmax(-1)
-        # drop a token when the mass before it already reaches top_p (keeps at least one)
-        drop = (probs.cumsum(-1) - probs) >= top_p
-        logits = logits.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
-    return logits
+def seeded_uniform(seed: int, index: int) -> float:
+    """A uniform number in [0, 1) determined by (seed, index): splitmix64 of their mix."""
+    z = (seed * 0x9E3779B97F4A7C15 + (index + 1) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return ((z ^ (z >> 31)) >> 11) * 2.0**-53
 
 
 def sample(
     logits: torch.Tensor, params: list[SamplingParams], num_generated: list[int], generator: torch.Generator
 ) -> tuple[list[int], list[float]]:
-    """One token per row of `logits` [S, V] (fp32); returns (token ids, log-probs)."""
+    """One token per row of `logits` [S, V]; returns (token ids, log-probs)."""
     logits = logits.float()
-    greedy = [p.temperature == 0 for p in params]
-    tokens: list[int] = [0] * len(params)
-    logprobs: list[float] = [0.0] * len(params)
-    if any(greedy):
-        rows = [i for i, g in enumerate(greedy) if g]
-        lp = torch.log_softmax(logits[rows], dim=-1)
-        best = lp.argmax(-1)
-        picked = lp.gather(1, best[:, None])[:, 0]
-        for r, t, l in zip(rows, best.tolist(), picked.tolist()):
-            tokens[r], logprobs[r] = t, l
-    for i, p in enumerate(params):
-        if greedy[i]:
-            continue
-        scaled = logits[i] / p.temperature
-        lp = torch.log_softmax(scaled, -1)
-        probs = filter_logits(scaled, p.top_k, p.top_p).softmax(-1)
-        gen = generator
-        if p.seed is not None:
-            gen = torch.Generator(device=logits.device).manual_seed(seed_for(p.seed, num_generated[i]))
-        t = int(torch.multinomial(probs, 1, generator=gen).item())
-        tokens[i], logprobs[i] = t, float(lp[t])
-    return tokens, logprobs
+    device = logits.device
+    temps = [p.temperature for p in params]
+    if not any(temps):  # all greedy
+        lp = torch.log_softmax(logits, dim=-1)
+        tokens = lp.argmax(-1)
+    else:
+        greedy = torch.tensor([t == 0 for t in temps], device=device)
+        scale = torch.tensor([t or 1.0 for t in temps], device=device)
+        lp = torch.log_softmax(logits / scale[:, None], dim=-1)
+        u = torch.rand(len(params), generator=generator, device=device)
+        seeded = [(i, seeded_uniform(p.seed, n)) for i, (p, n) in enumerate(zip(params, num_generated)) if p.seed is not None]
+        if seeded:
+            rows, values = zip(*seeded)
+            u[list(rows)] = torch.tensor(values, dtype=u.dtype, device=device)
+        tokens = torch.where(greedy, lp.argmax(-1), _draw(lp, params, u))
+    picked = lp.gather(1, tokens[:, None])[:, 0]
+    return tokens.tolist(), picked.tolist()
+
+
+def _draw(lp: torch.Tensor, params: list[SamplingParams], u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw per row of log-probs `lp` after each row's top-k / top-p filter."""
+    vocab, device = lp.shape[1], lp.device
+    top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], device=device)
+    top_p = torch.tensor([p.top_p for p in params], device=device)
+    if bool((top_k == vocab).all()) and bool((top_p >= 1).all()):
+        probs, order = lp.exp(), None
+    else:
+        sorted_lp, order = lp.sort(dim=-1, descending=True)
+        probs = sorted_lp.exp() * (torch.arange(vocab, device=device) < top_k[:, None])
+        probs = probs / probs.sum(-1, keepdim=True)
+        # drop a token when the mass before it already reaches top_p (keeps at least one)
+        probs = probs.masked_fill((probs.cumsum(-1) - probs) >= top_p[:, None], 0.0)
+    cdf = probs.cumsum(-1)
+    index = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp(max=vocab - 1)
+    return (index if order is None else order.gather(1, index))[:, 0]

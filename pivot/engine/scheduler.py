@@ -3,7 +3,9 @@
 Pure Python. Every step it (1) keeps every running sequence going (one decode token, or the
 next prefill chunk), preempting the newest running sequence by recompute when the KV cache
 is full, then (2) admits waiting sequences in arrival order while the running-sequence cap,
-the prefill-token budget and the free blocks allow.
+the prefill-token budget and the free blocks allow. An admitted sequence starts after the
+longest cached prefix it shares (`BlockManager.match`); one whose prefix is being computed
+this step waits for it while later sequences are admitted.
 """
 from __future__ import annotations
 
@@ -34,6 +36,10 @@ class Scheduler:
         self.max_prefill_tokens = max_prefill_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.prefill_tokens = 0
+        """Prefill tokens computed (`commit`)."""
+        self.prefix_hit_tokens = 0
+        """Prefill tokens reused from the cache at admission."""
 
     def add(self, seq: Sequence) -> None:
         seq.status = SeqStatus.WAITING
@@ -48,7 +54,7 @@ class Scheduler:
             self.running.remove(seq)
         elif seq.status is SeqStatus.WAITING:
             self.waiting.remove(seq)
-        self.blocks.free(seq.id)
+        self.blocks.free(seq)
         seq.num_computed = 0
 
     def schedule(self) -> list[ScheduledSeq]:
@@ -64,7 +70,7 @@ class Scheduler:
                 if n == 0:
                     i += 1
                     continue
-            if not self.blocks.ensure(seq.id, seq.num_computed + n):
+            if not self.blocks.allocate(seq, seq.num_computed + n):
                 self._preempt(self.running[-1])  # newest goes back to waiting, recomputed later
                 if seq.status is not SeqStatus.RUNNING:  # preempted itself
                     break
@@ -74,21 +80,37 @@ class Scheduler:
             plan.append(ScheduledSeq(seq, seq.num_computed, n))
             i += 1
         plan = [p for p in plan if p.seq.status is SeqStatus.RUNNING]
-        while self.waiting and len(self.running) < self.max_running_seqs and budget > 0:
-            seq = self.waiting[0]
-            n = min(seq.num_uncomputed, budget)
-            if not self.blocks.ensure(seq.id, seq.num_computed + n):
+        i = 0
+        while i < len(self.waiting) and len(self.running) < self.max_running_seqs and budget > 0:
+            seq = self.waiting[i]
+            match = self.blocks.match(seq)
+            if match is None:  # its prefix is being computed: reuse it next step
+                i += 1
+                continue
+            n = min(len(seq.token_ids) - match.num_tokens, budget)
+            if not self.blocks.allocate(seq, match.num_tokens + n, match):
                 break
-            self.waiting.popleft()
+            del self.waiting[i]
             seq.status = SeqStatus.RUNNING
+            seq.num_computed, seq.prefill_end = match.num_tokens, len(seq.token_ids)
+            self.prefix_hit_tokens += match.num_tokens
             self.running.append(seq)
             plan.append(ScheduledSeq(seq, seq.num_computed, n))
             budget -= n
         return plan
 
+    def commit(self, plan: list[ScheduledSeq]) -> None:
+        """The step ran: its tokens' K/V are in the cache."""
+        for p in plan:
+            seq, end = p.seq, p.start + p.num_tokens
+            seq.num_computed = end
+            self.blocks.commit(seq, p.start, p.num_tokens)
+            if p.start < seq.prefill_end:
+                self.prefill_tokens += min(end, seq.prefill_end) - p.start
+
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
-        self.blocks.free(seq.id)
+        self.blocks.free(seq)
         seq.num_computed = 0
         seq.status = SeqStatus.WAITING
         self.waiting.appendleft(seq)

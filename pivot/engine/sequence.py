@@ -82,6 +82,10 @@ class EngineStats:
     """Tokens sampled by this engine since it was built."""
     last_step_latency_s: float
     weights_version: int
+    prefill_tokens: int = 0
+    """Prompt (and resumed-output) tokens computed since the engine was built."""
+    prefix_hit_tokens: int = 0
+    """Prompt tokens whose cached K/V were reused instead of computed."""
 
 
 class SeqStatus(enum.Enum):
@@ -104,6 +108,8 @@ class Sequence:
     """Admission order; the scheduler preempts the newest first."""
     num_computed: int = 0
     """Tokens whose K/V are in the cache."""
+    prefill_end: int = 0
+    """Length when last placed in the cache: tokens before it are prefill, after it decode."""
     status: SeqStatus = SeqStatus.WAITING
     finish_reason: str | None = None
 

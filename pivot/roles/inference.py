@@ -37,10 +37,13 @@ class InferenceRole:
         assert self.slot is not None, f"{self.role} role is not up on this rank"
         return self.engines[self.slot]
 
-    def shift_up(self, slot: int, group: object, read: Callable[[dict[str, torch.Tensor]], int]) -> tuple[int, dict[str, float]]:
+    def shift_up(
+        self, slot: int, group: object, read: Callable[[dict[str, torch.Tensor]], tuple[dict[str, torch.Tensor], int]]
+    ) -> tuple[int, dict[str, float]]:
         """Take slot `slot`: its engine (built on the meta device the first time, else resumed)
         gets storage for this rank's TP slices only, and `read` (a GPS Read) fills those tensors
-        in place and returns their version. Returns the version and phase timings (s)."""
+        in place and returns what it read (full tensors where GPS keeps a tensor whole) and the
+        version. Returns the version and phase timings (s)."""
         t0 = time.perf_counter()
         if slot not in self.engines:
             with torch.device(self.device), params_on_meta():  # storage comes with the TP slice
@@ -54,9 +57,9 @@ class InferenceRole:
         self.slot = slot
         buffers = self.engine.weight_buffers()
         t1 = time.perf_counter()
-        version = read(buffers)
+        tensors, version = read(buffers)
         t2 = time.perf_counter()
-        self.engine.load_weights(buffers, version)  # validates; the values are in place already
+        self.engine.load_weights({**buffers, **tensors}, version)  # validates; slices what came whole
         return version, {"allocate": t1 - t0, "gps_read": t2 - t1, "load": time.perf_counter() - t2}
 
     def shift_down(self) -> tuple[AbortResult, dict[str, float]]:

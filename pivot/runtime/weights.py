@@ -72,7 +72,9 @@ class WeightService:
              out: Mapping[str, torch.Tensor] | None = None) -> tuple[dict[str, torch.Tensor], int]:
         """This rank's part of `model` for `slot`: its TP slices or its FSDP shards, read straight
         into `out` (e.g. the engine's parameters) where a tensor's shape and dtype match GPS's,
-        else into fresh tensors (then copied into `out`, casting)."""
+        else into fresh tensors (then copied into `out`, casting, and returned as `out`'s).
+        A tensor GPS keeps whole that `out` holds a slice of (a fused tensor, see `tp_plan`)
+        comes back full, for the engine's `load_weights` to slice."""
         layout = self.layout(model, slot)
         device = self.device if slot.role != "train" else "cpu"
         targets = None
@@ -85,8 +87,10 @@ class WeightService:
         gps_version = None if version is None else version - self.offset[model]
         tensors, got = self.store.read(model, layout, gps_version, out=targets, device=device)
         for name, t in tensors.items() if out is not None else ():
-            if name in out and out[name] is not t:
-                out[name].copy_(t)
+            given = out.get(name)
+            if given is not None and given is not t and given.shape == t.shape:
+                given.copy_(t)
+                tensors[name] = given
         return tensors, got + self.offset[model]
 
     def write_policy(self, shards: Mapping[str, torch.Tensor], group: object) -> int:

@@ -120,8 +120,8 @@ class Worker:
             t0 = time.perf_counter()
             engine = self.inference["rollout"].engine
             buffers = engine.weight_buffers()  # read in place, between steps
-            _, version = self.weights.read("policy", self.table.get("rollout", msg.slot), None, out=buffers)
-            engine.load_weights(buffers, version)
+            tensors, version = self.weights.read("policy", self.table.get("rollout", msg.slot), None, out=buffers)
+            engine.load_weights({**buffers, **tensors}, version)
             self.endpoint.send(m.WeightsUpdated(rank, msg.slot, version, time.perf_counter() - t0))
         elif isinstance(msg, m.TrainStep):
             t0 = time.perf_counter()
@@ -161,7 +161,7 @@ class Worker:
             checksum = 0.0
         else:
             version, phases = self.inference[msg.role].shift_up(
-                msg.slot, group, lambda out: self.weights.read(model, slot, None, out=out)[1])
+                msg.slot, group, lambda out: self.weights.read(model, slot, None, out=out))
             checksum = self.inference[msg.role].checksum() if self.weights.verify else 0.0
         self.role, self.slot = msg.role, msg.slot  # join the slot's sub-communicator
         self.endpoint.send(m.ShiftDone(self.spec.rank, msg.role, msg.slot, True, version, phases, checksum=checksum))

@@ -13,19 +13,22 @@ def _seq(i: int, n: int) -> Sequence:
     return Sequence(id=i, token_ids=list(range(n)), prompt_len=n, params=SamplingParams(), logprobs=[], arrival=i)
 
 
-def test_blocks_all_or_nothing_and_slots() -> None:
+def test_blocks_all_or_nothing() -> None:
     bm = BlockManager(num_blocks=4, block_size=4)
-    assert bm.ensure(0, 9) and bm.num_free_blocks == 1  # 3 blocks
-    assert not bm.ensure(1, 8) and 1 not in bm.tables and bm.num_free_blocks == 1
-    assert bm.slots(0, 3, 6) == [bm.tables[0][0] * 4 + 3, bm.tables[0][1] * 4, bm.tables[0][1] * 4 + 1]
-    bm.free(0)
-    assert bm.num_free_blocks == 4 and bm.free_tokens == 16
+    a, b = _seq(0, 9), _seq(1, 8)
+    assert bm.allocate(a, 9) and bm.num_free_blocks == 1  # 3 blocks
+    assert not bm.allocate(b, 8) and 1 not in bm.tables and bm.num_free_blocks == 1
+    assert bm.allocate(a, 12) and len(bm.tables[0]) == 3 and bm.allocate(a, 16) and not bm.allocate(a, 17)
+    bm.free(a)
+    assert bm.num_free_blocks == 4 and bm.free_tokens == 16 and bm.ref == [0] * 4
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(1, 30), min_size=1, max_size=12), st.integers(1, 40), st.integers(1, 5))
 def test_scheduler_invariants(lens: list[int], budget: int, max_running: int) -> None:
-    """Simulated decoding: budgets and caps hold, blocks never leak, every sequence completes."""
+    """Simulated decoding: budgets and caps hold, blocks never leak, every sequence completes.
+
+    The prompts are prefixes of one another, so they share cached blocks."""
     bm = BlockManager(num_blocks=16, block_size=4)
     sched = Scheduler(bm, max_running_seqs=max_running, max_prefill_tokens=budget)
     seqs = [_seq(i, n) for i, n in enumerate(lens)]
@@ -39,16 +42,20 @@ def test_scheduler_invariants(lens: list[int], budget: int, max_running: int) ->
         assert len(sched.running) <= max_running
         prefill = sum(p.num_tokens for p in plan if p.num_tokens > 1 or p.start == 0)
         assert prefill <= budget
-        used = sum(len(t) for t in bm.tables.values())
-        assert used + bm.num_free_blocks == 16
+        used = {b for t in bm.tables.values() for b in t} | set(bm._pinned)
+        assert len(used) + bm.num_free_blocks == 16
+        assert all(bm.ref[b] > 0 for b in used)
         for p in plan:
             assert p.seq.status is SeqStatus.RUNNING and p.start == p.seq.num_computed
             assert len(bm.tables[p.seq.id]) * 4 >= p.start + p.num_tokens
-            p.seq.num_computed += p.num_tokens
+        bm.copies_done()
+        sched.commit(plan)
+        for p in plan:
             if p.samples:
                 p.seq.token_ids.append(0)
                 if len(p.seq.token_ids) >= target[p.seq.id]:
                     sched.remove(p.seq)
                     p.seq.status = SeqStatus.FINISHED
     assert all(s.status is SeqStatus.FINISHED for s in seqs)
-    assert bm.num_free_blocks == 16
+    assert bm.num_free_blocks == 16 and bm.ref == [0] * 16
+    assert sched.prefill_tokens + sched.prefix_hit_tokens >= sum(lens)

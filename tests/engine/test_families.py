@@ -66,3 +66,22 @@ def test_hybrid_abort_resume_on_another_engine(tmp_path_factory: pytest.TempPath
     got.update(run_all(b))
     assert {i: o.output_ids for i, o in got.items()} == {i: o.output_ids for i, o in want.items()}
     assert len(b.runner.linear_states) == 0  # finished sequences left no state behind
+
+
+def test_hybrid_groups_share_no_prefix(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """GRPO-style copies of a prompt, one a prefix of another: the hybrid computes every token of
+    every sequence (a shared KV prefix would skip its recurrent state) and each output still equals
+    transformers' greedy tokens for that prompt."""
+    path, hf = hf_folder("qwen3_5_moe", tmp_path_factory.getbasetemp())
+    base = prompts(2, seed=6, lo=9, hi=14)
+    ps = [base[0]] * 3 + [base[1]] * 2 + [base[1] + base[0][:5]]
+    engine = Engine.from_pretrained(path, CHUNKED)
+    for i, p in enumerate(ps):
+        engine.add(Request(i, p, SamplingParams(temperature=0, max_new_tokens=8)))
+    outs = run_all(engine)
+    for i, p in enumerate(ps):
+        ref = hf.generate(torch.tensor([p]), max_new_tokens=8, do_sample=False, eos_token_id=EOS, pad_token_id=0)
+        assert outs[i].output_ids == ref[0, len(p):].tolist(), i
+    s = engine.stats()
+    assert s.prefix_hit_tokens == 0 and s.prefill_tokens == sum(map(len, ps))
+    assert not engine.blocks.index and engine.blocks.num_free_blocks == engine.blocks.num_blocks

@@ -23,7 +23,8 @@ PARAMS = SamplingParams(temperature=0, max_new_tokens=10, ignore_eos=True)
 
 
 def _requests() -> list[Request]:
-    return [Request(i, p, PARAMS) for i, p in enumerate(prompts(6, seed=8))]
+    """Each prompt twice: the copies share its blocks, so followers run copy-on-write too."""
+    return [Request(i, p, PARAMS) for i, p in enumerate(prompts(3, seed=8) * 2)]
 
 
 def _run_tp(engine: Engine, group: dist.ProcessGroup) -> dict:

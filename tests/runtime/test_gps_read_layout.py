@@ -57,3 +57,25 @@ def test_tp2_replica_reads_exactly_its_slice(dtype: str) -> None:
     finally:
         for st in reversed(stores):
             st.close()
+
+
+def test_read_into_buffers_returns_whole_tensors_the_buffer_only_slices() -> None:
+    """Reading into an engine's parameters: slices land in place (and come back as the buffers);
+    a tensor GPS keeps whole whose buffer is a slice (a fused tensor the engine cuts per section)
+    comes back full and leaves the buffer alone."""
+    kv, ns, host_of = dist.HashStore(), "gpsw" + uuid.uuid4().hex[:8], (0,)
+    full = {s.name: torch.randn(s.shape, generator=torch.Generator().manual_seed(1)) for s in SPECS}
+    store = GPSStore(kv, HostInfo(0, 0, 0, host_of), namespace=ns)
+    try:
+        service = WeightService(store, {"policy": SPECS, "genrm": SPECS}, host_of, Slot("train", 0, ()), 0, "cpu")
+        service.publish("policy", full)
+        fused = "model.norm.weight"  # kept whole by GPS; pretend the reader holds half of it
+        buffers = {name: torch.zeros(t.shape) for name, t in full.items()}
+        buffers[fused] = torch.zeros(full[fused].shape[0] // 2)
+        got, _ = service.read("policy", Slot("rollout", 0, (0,)), None, out=buffers)
+        assert torch.equal(got[fused], full[fused]) and not buffers[fused].any()
+        for name, t in full.items():
+            if name != fused:
+                assert got[name] is buffers[name] and torch.equal(buffers[name], t), name
+    finally:
+        store.close()
