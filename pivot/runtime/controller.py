@@ -37,6 +37,7 @@ class ShiftRecord:
     start: float
     ranks: set[int]
     phases: dict[str, float] = field(default_factory=dict)
+    read_bytes: dict[int, int] = field(default_factory=dict)  # rank -> bytes it Read from GPS
 
 
 class Controller:
@@ -257,6 +258,7 @@ class Controller:
         rec.ranks.discard(msg.rank)
         for phase, secs in msg.phases.items():
             rec.phases[phase] = max(rec.phases.get(phase, 0.0), secs)
+        rec.read_bytes[msg.rank] = msg.read_bytes
         if msg.partials:
             self.on_partials(msg.partials, rid)
         if rec.ranks:
@@ -269,6 +271,7 @@ class Controller:
         if msg.up:
             self.versions[rid] = msg.version
             event["version"], event["checksum"] = msg.version, msg.checksum
+            event["gps_read_bytes"] = [rec.read_bytes[d] for d in self.replicas[rid].devices]
             if msg.role != "train":
                 self.apply(self.sched[msg.role].shift_up([rid]))
         self.log.shift(**event)

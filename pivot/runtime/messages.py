@@ -100,6 +100,7 @@ class ShiftDone:
     phases: dict[str, float] = field(default_factory=dict)  # phase name -> seconds
     checksum: float = 0.0  # sum of the weights after the shift (tests compare with GPS)
     partials: list[Any] = field(default_factory=list)  # sequences still held at shift down
+    read_bytes: int = 0  # bytes this rank Read from GPS (shift up): its share of the model
 
 
 @dataclass

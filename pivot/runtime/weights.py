@@ -40,6 +40,7 @@ class WeightService:
         self.store, self.host_of, self.train = store, host_of, train
         self.device, self.verify = device, verify
         self.offset = {"policy": start_version - 1, "genrm": -1}  # first Write is GPS version 1
+        self.last_read_bytes = 0  # of the latest `read`, for the shift-up record
         hosts = sorted(set(host_of))
         # replication-first; a host budget too small for every model falls back to groups of k hosts
         budget = int(host_memory_gb * 1e9) if host_memory_gb > 0 else 1 << 62
@@ -86,6 +87,7 @@ class WeightService:
                 targets[name] = given if fits else torch.empty(piece.shape, dtype=dtype, device=device)
         gps_version = None if version is None else version - self.offset[model]
         tensors, got = self.store.read(model, layout, gps_version, out=targets, device=device)
+        self.last_read_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
         for name, t in tensors.items() if out is not None else ():
             given = out.get(name)
             if given is not None and given is not t and given.shape == t.shape:

@@ -164,5 +164,6 @@ class Worker:
                 msg.slot, group, lambda out: self.weights.read(model, slot, None, out=out))
             checksum = self.inference[msg.role].checksum() if self.weights.verify else 0.0
         self.role, self.slot = msg.role, msg.slot  # join the slot's sub-communicator
-        self.endpoint.send(m.ShiftDone(self.spec.rank, msg.role, msg.slot, True, version, phases, checksum=checksum))
+        self.endpoint.send(m.ShiftDone(self.spec.rank, msg.role, msg.slot, True, version, phases, checksum=checksum,
+                                       read_bytes=self.weights.last_read_bytes))
         self._maybe_stats(force=True)

@@ -94,6 +94,14 @@ def test_every_mode_runs(models: tuple[Path, Path], tmp_path: Path, mode: str) -
     flags = MODES[mode]
     torchrun(models, tmp_path, "--train.steps", "2", *flags)
     check_exactly_once(tmp_path, 2)
+    scale = 0.5 if mode == "pivot_bf16" else 1.0  # fp32 files, GPS in the model dtype
+    model_bytes = {role: scale * sum(t.numel() * t.element_size() for t in load_file(str(folder / "model.safetensors")).values())
+                   for role, folder in (("rollout", models[0]), ("reward", models[1]))}
+    for e in rows(tmp_path, "timeline.jsonl"):  # a shift up Reads each rank's share, a TP=2 rank less than all
+        if e.get("event") == "shift_up" and e["role"] != "train":
+            tp = 2 if mode == "pivot_tp2" else 1
+            assert len(e["gps_read_bytes"]) == tp and sum(e["gps_read_bytes"]) >= model_bytes[e["role"]], e
+            assert tp == 1 or max(e["gps_read_bytes"]) < model_bytes[e["role"]], e
     evals = rows(tmp_path, "eval.jsonl")  # the held-out evaluation before the first step and after the last
     assert [(r["step"], r["prompts"]) for r in evals] == [(0, 6), (2, 6)]
     assert evals[0]["versions"] == [0, 0]
