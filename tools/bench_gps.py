@@ -23,7 +23,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pivot.gps.layout import parallel_layout, replicated_layout  # noqa: E402
-from pivot.gps.plan import PlanCache  # noqa: E402
+from pivot.gps.transfer_plan import PlanCache  # noqa: E402
 from pivot.gps.spec import model_bytes, qwen2_specs, qwen25_72b_specs  # noqa: E402
 from pivot.gps.store import GPSStore, HostInfo  # noqa: E402
 from pivot.gps.torch_specs import TORCH_DTYPES  # noqa: E402

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from pivot.gps.layout import Box, Layout, Place
-from pivot.gps.plan import LinkProfile, PlanCache
+from pivot.gps.transfer_plan import LinkProfile, PlanCache
 from pivot.gps.runs import paired_runs, runs
 from pivot.gps.shm import (HEADER_BYTES, HEADER_WORDS, W_PUB_SLOT, W_PUB_VERSION, W_SEQ,
                            SharedBuffer, header_values_after_begin, header_values_after_publish,

@@ -25,7 +25,7 @@ def specs_from_state_dict(state: Mapping[str, torch.Tensor]) -> list[TensorSpec]
 def specs_from_checkpoint(path: str | Path) -> list[TensorSpec]:
     """TensorSpecs of a HF checkpoint folder from its safetensors headers, in file order (the
     order `pivot.model.load_state_dict` returns), without reading any tensor data."""
-    from pivot.model.checkpoint import tensor_headers
+    from pivot.model.hf_folder import tensor_headers
 
     return _specs((name, shape, dtype) for name, (shape, dtype) in tensor_headers(path).items())
 

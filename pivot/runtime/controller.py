@@ -156,7 +156,7 @@ class Controller:
         batches: dict[int, list] = {}
         for cmd in cmds:
             if isinstance(cmd, Abort):
-                self.send_slot(cmd.replica_id, m.Abort(self.slot_of[cmd.replica_id][1], [cmd.seq_id]), leader_only=True)
+                self.send_slot(cmd.replica_id, m.AbortSequences(self.slot_of[cmd.replica_id][1], [cmd.seq_id]), leader_only=True)
                 self.sent_to.pop(cmd.seq_id, None)
                 self.awaiting.add(cmd.seq_id)
             elif isinstance(cmd, Dispatch):

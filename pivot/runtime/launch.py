@@ -17,7 +17,7 @@ from pivot.dist import ClusterSpec, SlotTable, WorkerEndpoint, create_groups, de
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, TextTokenizer, load_state_dict
-from pivot.model.checkpoint import check_folder
+from pivot.model.hf_folder import check_folder
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
 from pivot.runtime.checkpoint import Checkpointer

@@ -28,7 +28,7 @@ class Generate:
 
 
 @dataclass
-class Abort:
+class AbortSequences:
     slot: int
     ids: list[int]
 
@@ -87,7 +87,6 @@ class Aborted:
     role: str
     slot: int
     partials: list[Any]  # pivot.engine.Request with the tokens generated so far
-    unknown: list[int] = field(default_factory=list)  # ids it no longer had (finished meanwhile)
 
 
 @dataclass

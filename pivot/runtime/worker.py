@@ -109,9 +109,9 @@ class Worker:
             engine = self.inference[self.role].engine
             for req in msg.requests:
                 engine.add(req)
-        elif isinstance(msg, m.Abort):
+        elif isinstance(msg, m.AbortSequences):
             result = self.inference[self.role].engine.abort(msg.ids)
-            self.endpoint.send(m.Aborted(rank, self.role, self.slot, list(result), list(result.unknown_ids)))
+            self.endpoint.send(m.Aborted(rank, self.role, self.slot, list(result)))
         elif isinstance(msg, m.ShiftDown):
             self._shift_down(msg)
         elif isinstance(msg, m.ShiftUp):

@@ -17,7 +17,7 @@ import copy
 from dataclasses import dataclass
 
 from pivot.config import PivotConfig
-from pivot.sim.engine import SimOptions, simulate
+from pivot.sim.simulator import SimOptions, simulate
 
 DEPLOYMENTS = ("colocated", "disaggregated", "rr_colocated", "pivot", "static", "rule_based", "vanilla", "vanilla+tm")
 

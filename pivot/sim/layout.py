@@ -26,7 +26,7 @@ class RoleCosts:
 
 
 @dataclass(frozen=True)
-class Layout:
+class SimLayout:
     world: int
     replicas: tuple[Replica, ...]
     train_rid: int
@@ -59,7 +59,7 @@ def _role_costs(spec: ModelSpec, hw: HardwareProfile, tp: int, field: str, kv_li
     )
 
 
-def build_layout(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = True) -> Layout:
+def build_layout(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = True) -> SimLayout:
     """Slots and costs for `cfg` on `hw`; raises `SimConfigError`/`ConfigError` naming the field.
     A replica's KV capacity is its engine's `kv_capacity_tokens` (what the runtime gives both the
     engine and the scheduler) where the device memory holds it; `kv_from_engine=False` gives it
@@ -93,7 +93,7 @@ def build_layout(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = T
             reps.append(Replica(len(reps), role, devs, c.kv_capacity, c.throughput))
     train_rid = len(reps)
     reps.append(Replica(train_rid, Role.TRAIN, tuple(range(world - train_devices, world))))
-    return Layout(
+    return SimLayout(
         world, tuple(reps), train_rid, costs, policy,
         hwm.train_shift_s(policy, hw, train_devices, True), hwm.train_shift_s(policy, hw, train_devices, False),
     )

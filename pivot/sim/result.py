@@ -6,8 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from pivot.plan import ClusterSnapshot, ShiftPlan
-from pivot.sim.layout import Layout
-from pivot.sim.workload import Sample
+from pivot.sim.layout import SimLayout
+from pivot.sim.workload import SimSample
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class SimResult:
     preset: str
     hardware: str
     steps: int
-    layout: Layout
+    layout: SimLayout
     staleness: int
     sim_time_s: float = 0.0
     tokens: int = 0
@@ -54,7 +54,7 @@ class SimResult:
     rollout_done: Counter = field(default_factory=Counter)
     reward_done: Counter = field(default_factory=Counter)
     plans: list[tuple[ClusterSnapshot, ShiftPlan | None]] = field(default_factory=list)
-    samples: dict[int, list[Sample]] = field(default_factory=dict)
+    samples: dict[int, list[SimSample]] = field(default_factory=dict)
     busy_s: dict[int, float] = field(default_factory=dict)
     """Seconds each slot computed: decode steps and prefills of a replica, training steps."""
     aborts: int = 0

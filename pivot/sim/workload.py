@@ -78,7 +78,7 @@ class Workload:
 
 
 @dataclass(frozen=True)
-class Sample:
+class SimSample:
     """One response of one prompt of one step, with every length it will have."""
 
     step: int
@@ -98,13 +98,13 @@ class Sample:
         return self.prompt_len + self.response_len
 
 
-def step_samples(w: Workload, seed: int, step: int, devices: int) -> list[Sample]:
+def step_samples(w: Workload, seed: int, step: int, devices: int) -> list[SimSample]:
     """The prompts x group_size samples of `step` on a cluster of `devices` (a group shares its prompt)."""
     rng = random.Random(f"{seed}/{step}")
-    out: list[Sample] = []
+    out: list[SimSample] = []
     for _ in range(w.prompts(devices)):
         p = w.prompt.draw(rng)
         for _ in range(w.group_size):
             r, j = w.response.draw(rng), w.judge.draw(rng)
-            out.append(Sample(step, len(out), p, r, j, w.judge_template_tokens + p + r))
+            out.append(SimSample(step, len(out), p, r, j, w.judge_template_tokens + p + r))
     return out

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from pivot.model.args import ModelArgs
-from pivot.model.checkpoint import save_pretrained
+from pivot.model.hf_folder import save_pretrained
 from pivot.model.tokenizer import TextTokenizer
 from pivot.model.transformer import CausalLM
 from pivot.rl.reward import parse_verdict, verify

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import pivot.model as pm
-from pivot.model.checkpoint import check_folder, tensor_headers
+from pivot.model.hf_folder import check_folder, tensor_headers
 
 ARGS = pm.ModelArgs(
     family="qwen2", vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,

@@ -39,7 +39,7 @@ class Transfer(NamedTuple):
 
 
 @dataclass(eq=False)
-class Plan:
+class TransferPlan:
     """Demands are enumerated slice by slice, receivers in piece order; `sources[d]` serves demand d."""
 
     src: Layout
@@ -74,7 +74,7 @@ class Plan:
         return self._by[key]
 
 
-def plan(src: Layout, dst: Layout, profile: LinkProfile = LinkProfile(), balanced: bool = True) -> Plan:
+def plan(src: Layout, dst: Layout, profile: LinkProfile = LinkProfile(), balanced: bool = True) -> TransferPlan:
     """Plan the re-partitioning src -> dst. `balanced=False` gives the naive first-holder plan."""
     gc_was_on = gc.isenabled()
     gc.disable()  # planning allocates many small records; cyclic GC passes would dominate
@@ -85,19 +85,19 @@ def plan(src: Layout, dst: Layout, profile: LinkProfile = LinkProfile(), balance
             gc.enable()
 
 
-def _plan(src: Layout, dst: Layout, profile: LinkProfile, balanced: bool) -> Plan:
+def _plan(src: Layout, dst: Layout, profile: LinkProfile, balanced: bool) -> TransferPlan:
     slices = refine(src, dst)
     if not balanced:
         sources = [s.holders[0] for s in slices for _ in s.receivers]
-        return Plan(src, dst, slices, sources, _loads(slices, sources, profile))
+        return TransferPlan(src, dst, slices, sources, _loads(slices, sources, profile))
     indexed = _holder_classes(slices)
     if indexed is not None and profile.local_bw >= profile.remote_bw:
         classes, by_id = indexed
         sources = _greedy_classes(slices, by_id, profile)
         load = {h: a for members, (acc, _, _) in classes.items() for h, a in zip(members, acc) if a}
-        return Plan(src, dst, slices, sources, load)
+        return TransferPlan(src, dst, slices, sources, load)
     sources = _greedy_generic(slices, profile)
-    return Plan(src, dst, slices, sources, _loads(slices, sources, profile))
+    return TransferPlan(src, dst, slices, sources, _loads(slices, sources, profile))
 
 
 def _loads(slices: list[AtomicSlice], sources: list[Place], profile: LinkProfile) -> dict[Place, float]:
@@ -216,11 +216,11 @@ class PlanCache:
 
     def __init__(self, profile: LinkProfile = LinkProfile()) -> None:
         self.profile = profile
-        self._plans: dict[tuple, Plan] = {}
+        self._plans: dict[tuple, TransferPlan] = {}
         self.hits = 0
         self.misses = 0
 
-    def get(self, src: Layout, dst: Layout) -> Plan:
+    def get(self, src: Layout, dst: Layout) -> TransferPlan:
         key = (src.signature, dst.signature)
         found = self._plans.get(key)
         if found is not None:

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from pivot.gps.layout import (Place, Layout, fsdp_layout, gps_layouts, grouped_layout,
                               parallel_layout, replicated_layout)
-from pivot.gps.plan import LinkProfile, PlanCache, plan
+from pivot.gps.transfer_plan import LinkProfile, PlanCache, plan
 from pivot.gps.refine import refine
 from pivot.gps.runs import paired_runs, runs
 from pivot.gps.spec import TensorSpec, qwen2_specs, qwen25_72b_specs

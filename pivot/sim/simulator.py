@@ -36,10 +36,10 @@ from pivot.plan.modes import Shiftable, make_mode
 from pivot.sched import INFERENCE_ROLES, Abort, Command, Replica, Role, SeqState, ShiftAwareScheduler
 from pivot.sim import hardware as hwm
 from pivot.sim.hardware import H20, HardwareProfile
-from pivot.sim.layout import Layout, build_layout
+from pivot.sim.layout import SimLayout, build_layout
 from pivot.sim.replica import SimReplica
 from pivot.sim.result import ShiftEvent, SimResult, TimelinePoint
-from pivot.sim.workload import Sample, Workload, step_samples
+from pivot.sim.workload import SimSample, Workload, step_samples
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class SimOptions:
 @dataclass
 class _Seq:
     role: Role
-    sample: Sample
+    sample: SimSample
     prompt_len: int
     target: int
     generated: int = 0
@@ -81,7 +81,7 @@ class Simulator:
     def __init__(self, cfg: PivotConfig, opts: SimOptions = SimOptions()) -> None:
         self.cfg, self.opts = copy.deepcopy(cfg), opts
         self.steps = opts.steps if opts.steps is not None else cfg.train.steps
-        self.layout: Layout = build_layout(self.cfg, opts.hardware, opts.kv_from_engine)
+        self.layout: SimLayout = build_layout(self.cfg, opts.hardware, opts.kv_from_engine)
         lay, migrate = self.layout, self.cfg.planner.migration
         self.sched = {r: ShiftAwareScheduler(lay.slots(r), active=[], migrate=migrate) for r in INFERENCE_ROLES}
         engines = {Role.ROLLOUT: self.cfg.rollout.engine, Role.REWARD: self.cfg.reward.engine}
@@ -101,7 +101,7 @@ class Simulator:
         self.staleness = 0 if self.cfg.cluster.mode == "colocated" else self.cfg.train.staleness
         self.group = opts.workload.prompts(lay.world) * opts.workload.group_size
         self.seqs: dict[int, _Seq] = {}
-        self.samples: dict[int, list[Sample]] = {}
+        self.samples: dict[int, list[SimSample]] = {}
         self.rewarded: Counter = Counter()
         self.now = 0.0
         self._events: list[tuple[float, int, str, tuple]] = []
