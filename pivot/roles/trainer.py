@@ -25,31 +25,27 @@ state, the GPS copy may be bf16) and `params` is only checked for names and shap
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file, save_file
-from torch.distributed._composable import checkpoint as checkpoint_activations
-from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from pivot.config import TrainConfig
 from pivot.model import CausalLM, ModelArgs, save_pretrained
-from pivot.model.meta_init import is_meta, materialize, params_on_meta
+from pivot.model.meta_init import params_on_meta
 from pivot.model.sliced_load import iter_boxes
 from pivot.model.tp_plan import fsdp_range
 from pivot.rl.algo import ppo_clip_loss
 from pivot.rl.batch import TrainBatch
 from pivot.rl.logprobs import plan_micro_batches, response_logprobs
+from pivot.roles.parallelize import parallelize
+from pivot.roles.trainer_checkpoint import STATE_FILE, TrainerCheckpoint
 
 log = logging.getLogger(__name__)
-STATE_FILE = "trainer.json"
+__all__ = ["STATE_FILE", "StepMetrics", "Trainer"]
 
 
 @dataclass
@@ -65,7 +61,7 @@ class StepMetrics:
     version: int
 
 
-class Trainer:
+class Trainer(TrainerCheckpoint):
     """One rank of the training role (see the module docstring). All public methods that touch
     parameters are collective over `group` unless said otherwise."""
 
@@ -78,21 +74,7 @@ class Trainer:
         # the engine's log-probs are of the temperature-scaled distribution (raw for greedy)
         self.temperature = temperature if temperature > 0 else 1.0
         self.args = model.args
-        meta = is_meta(model)  # built without storage: only this rank's shards get some, uninitialised
-        model = model.to(dtype=torch.float32) if meta else model.to(device=self.device, dtype=torch.float32)
-        mesh = DeviceMesh.from_group(group, device_type=self.device.type)
-        cuda = self.device.type == "cuda"
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cuda else MixedPrecisionPolicy()
-        for layer in model.model.layers:
-            if config.activation_checkpointing:
-                # composable AC keeps the HF parameter names (a wrapper module would prefix them);
-                # applied before FSDP, as torchtitan does, so recompute re-gathers the layer
-                checkpoint_activations(layer)
-            fully_shard(layer, mesh=mesh, mp_policy=mp)
-        fully_shard(model, mesh=mesh, mp_policy=mp)
-        if meta:
-            materialize(model, self.device)
-        self.model = model
+        self.model = model = parallelize(model, group, self.device, config.activation_checkpointing)
         self.params = dict(model.named_parameters())  # tied weights appear once, under the embedding
         self.aliases = set(model.state_dict()) - set(self.params)
         self.optimizer = torch.optim.AdamW(
@@ -316,79 +298,3 @@ class Trainer:
             model.load_state_dict(state, strict=False)
             save_pretrained(model, path, tokenizer_file)
         dist.barrier(group=self.group)
-
-    # ---- checkpoints ---------------------------------------------------------------------
-
-    def _rank_file(self, path: Path, rank: int) -> Path:
-        return path / f"rank{rank:05d}-of-{self.world:05d}.safetensors"
-
-    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> list[Path]:
-        """Each rank writes its parameter and AdamW shards; rank 0 writes `trainer.json`
-        (version, counters, shapes, JSON-able `extra` such as the data cursor). Collective;
-        returns the files this rank wrote."""
-        self._check_up()
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        tensors, steps = {}, {}
-        for name, p in self.params.items():
-            tensors[f"param/{name}"] = p.to_local().detach().contiguous().cpu()
-            state = self.optimizer.state.get(p, {})
-            for key in ("exp_avg", "exp_avg_sq"):
-                if key in state:
-                    tensors[f"{key}/{name}"] = state[key].to_local().detach().contiguous().cpu()
-            if "step" in state:
-                steps[name] = float(state["step"])
-        written = [self._rank_file(path, self.rank)]
-        save_file(tensors, str(written[0]))
-        if self.rank == 0:
-            meta = {
-                "world": self.world, "version": self.version, "bad_steps": self.bad_steps, "optimizer_steps": steps,
-                "shapes": {n: list(p.shape) for n, p in self.params.items()}, "config": asdict(self.config),
-                "extra": extra or {},
-            }  # fmt: skip
-            (path / STATE_FILE).write_text(json.dumps(meta, indent=1))
-            written.append(path / STATE_FILE)
-        dist.barrier(group=self.group)
-        return written
-
-    def load(self, path: str | Path) -> dict[str, Any]:
-        """Restore what `save` wrote (same world size); returns `extra`. Local reads + barrier."""
-        self._check_up()
-        path = Path(path)
-        meta_file = path / STATE_FILE
-        if not meta_file.is_file():
-            raise FileNotFoundError(f"checkpoint {path}: missing {STATE_FILE}")
-        meta = json.loads(meta_file.read_text())
-        if meta["world"] != self.world:
-            raise ValueError(f"checkpoint {path} was saved by {meta['world']} training ranks, this group has {self.world}")
-        file = self._rank_file(path, self.rank)
-        if not file.is_file():
-            raise FileNotFoundError(f"checkpoint {path}: missing {file.name}")
-        tensors = load_file(str(file))
-        for name, p in self.params.items():
-            if tuple(meta["shapes"].get(name, ())) != tuple(p.shape):
-                raise ValueError(f"checkpoint {path}: tensor {name!r} has shape {meta['shapes'].get(name)}, expected {list(p.shape)}")
-            for key in ("param", "exp_avg", "exp_avg_sq"):
-                if key != "param" and name not in meta["optimizer_steps"]:
-                    continue
-                t = tensors.get(f"{key}/{name}")
-                local = p.to_local()
-                if t is None:
-                    raise ValueError(f"checkpoint {file}: tensor {key}/{name!r} missing")
-                if t.shape != local.shape:
-                    raise ValueError(f"checkpoint {file}: tensor {key}/{name!r} has shape {tuple(t.shape)}, expected {tuple(local.shape)}")
-        with torch.no_grad():
-            for name, p in self.params.items():
-                p.to_local().copy_(tensors[f"param/{name}"])
-                if name in meta["optimizer_steps"]:
-                    state = self.optimizer.state[p]
-                    state["step"] = torch.tensor(meta["optimizer_steps"][name])
-                    for key in ("exp_avg", "exp_avg_sq"):
-                        if key not in state:
-                            state[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                        state[key].to_local().copy_(tensors[f"{key}/{name}"])
-                else:
-                    self.optimizer.state.pop(p, None)
-        self.version, self.bad_steps = int(meta["version"]), int(meta["bad_steps"])
-        dist.barrier(group=self.group)
-        return meta["extra"]

@@ -1,0 +1,32 @@
+"""FSDP2 (and activation checkpointing) applied to a policy from outside the model, torchtitan's way."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed._composable import checkpoint as checkpoint_activations
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from pivot.model import CausalLM
+from pivot.model.meta_init import is_meta, materialize
+
+
+def parallelize(model: CausalLM, group: dist.ProcessGroup, device: torch.device, activation_checkpointing: bool) -> CausalLM:
+    """Every decoder layer, then the root, `fully_shard`-ed on `group` with fp32 parameters (bf16
+    compute and fp32 reduce on CUDA). With `activation_checkpointing` each layer is checkpointed
+    first (composable AC keeps the HF parameter names, a wrapper module would prefix them; before
+    FSDP, so recompute re-gathers the layer). A model built on the meta device gets storage for
+    this rank's shards only, uninitialised."""
+    meta = is_meta(model)
+    model = model.to(dtype=torch.float32) if meta else model.to(device=device, dtype=torch.float32)
+    mesh = DeviceMesh.from_group(group, device_type=device.type)
+    cuda = device.type == "cuda"
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cuda else MixedPrecisionPolicy()
+    for layer in model.model.layers:
+        if activation_checkpointing:
+            checkpoint_activations(layer)
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    if meta:
+        materialize(model, device)
+    return model

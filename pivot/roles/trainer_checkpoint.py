@@ -1,0 +1,105 @@
+"""The trainer's own checkpoint: each rank's parameter and AdamW shards in one safetensors file,
+plus `trainer.json` (version, counters, shapes, the caller's `extra`) from rank 0. Restoring
+needs the same training world size."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file, save_file
+
+STATE_FILE = "trainer.json"
+
+
+class TrainerCheckpoint:
+    """Save/load for `pivot.roles.trainer.Trainer` (its params, optimizer, counters and group)."""
+
+    params: dict[str, Any]
+    optimizer: torch.optim.Optimizer
+    config: Any
+    group: dist.ProcessGroup
+    rank: int
+    world: int
+    version: int
+    bad_steps: int
+
+    def _check_up(self) -> None:
+        raise NotImplementedError  # the trainer says whether its state is on device
+
+    def _rank_file(self, path: Path, rank: int) -> Path:
+        return path / f"rank{rank:05d}-of-{self.world:05d}.safetensors"
+
+    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> list[Path]:
+        """Each rank writes its parameter and AdamW shards; rank 0 writes `trainer.json`
+        (version, counters, shapes, JSON-able `extra` such as the data cursor). Collective;
+        returns the files this rank wrote."""
+        self._check_up()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        tensors, steps = {}, {}
+        for name, p in self.params.items():
+            tensors[f"param/{name}"] = p.to_local().detach().contiguous().cpu()
+            state = self.optimizer.state.get(p, {})
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in state:
+                    tensors[f"{key}/{name}"] = state[key].to_local().detach().contiguous().cpu()
+            if "step" in state:
+                steps[name] = float(state["step"])
+        written = [self._rank_file(path, self.rank)]
+        save_file(tensors, str(written[0]))
+        if self.rank == 0:
+            meta = {
+                "world": self.world, "version": self.version, "bad_steps": self.bad_steps, "optimizer_steps": steps,
+                "shapes": {n: list(p.shape) for n, p in self.params.items()}, "config": asdict(self.config),
+                "extra": extra or {},
+            }  # fmt: skip
+            (path / STATE_FILE).write_text(json.dumps(meta, indent=1))
+            written.append(path / STATE_FILE)
+        dist.barrier(group=self.group)
+        return written
+
+    def load(self, path: str | Path) -> dict[str, Any]:
+        """Restore what `save` wrote (same world size); returns `extra`. Local reads + barrier."""
+        self._check_up()
+        path = Path(path)
+        meta_file = path / STATE_FILE
+        if not meta_file.is_file():
+            raise FileNotFoundError(f"checkpoint {path}: missing {STATE_FILE}")
+        meta = json.loads(meta_file.read_text())
+        if meta["world"] != self.world:
+            raise ValueError(f"checkpoint {path} was saved by {meta['world']} training ranks, this group has {self.world}")
+        file = self._rank_file(path, self.rank)
+        if not file.is_file():
+            raise FileNotFoundError(f"checkpoint {path}: missing {file.name}")
+        tensors = load_file(str(file))
+        for name, p in self.params.items():
+            if tuple(meta["shapes"].get(name, ())) != tuple(p.shape):
+                raise ValueError(f"checkpoint {path}: tensor {name!r} has shape {meta['shapes'].get(name)}, expected {list(p.shape)}")
+            for key in ("param", "exp_avg", "exp_avg_sq"):
+                if key != "param" and name not in meta["optimizer_steps"]:
+                    continue
+                t = tensors.get(f"{key}/{name}")
+                local = p.to_local()
+                if t is None:
+                    raise ValueError(f"checkpoint {file}: tensor {key}/{name!r} missing")
+                if t.shape != local.shape:
+                    raise ValueError(f"checkpoint {file}: tensor {key}/{name!r} has shape {tuple(t.shape)}, expected {tuple(local.shape)}")
+        with torch.no_grad():
+            for name, p in self.params.items():
+                p.to_local().copy_(tensors[f"param/{name}"])
+                if name in meta["optimizer_steps"]:
+                    state = self.optimizer.state[p]
+                    state["step"] = torch.tensor(meta["optimizer_steps"][name])
+                    for key in ("exp_avg", "exp_avg_sq"):
+                        if key not in state:
+                            state[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                        state[key].to_local().copy_(tensors[f"{key}/{name}"])
+                else:
+                    self.optimizer.state.pop(p, None)
+        self.version, self.bad_steps = int(meta["version"]), int(meta["bad_steps"])
+        dist.barrier(group=self.group)
+        return meta["extra"]
