@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from pivot.config import EngineConfig, ModelConfig
-from pivot.engine import AbortResult, Engine
+from pivot.engine import AbortResult, Engine, EngineStats, Output, Request
 from pivot.model import CausalLM, ModelArgs, TextTokenizer
 from pivot.model.meta_init import params_on_meta
 
@@ -55,12 +55,37 @@ class InferenceRole:
         else:
             self.engines[slot].resume()
         self.slot = slot
-        buffers = self.engine.weight_buffers()
         t1 = time.perf_counter()
+        version, read_s = self.update_weights(read)
+        return version, {"allocate": t1 - t0, "gps_read": read_s, "load": time.perf_counter() - t1 - read_s}
+
+    def update_weights(self, read: Callable[[dict[str, torch.Tensor]], tuple[dict[str, torch.Tensor], int]]) -> tuple[int, float]:
+        """New weights between engine steps: `read` fills the engine's parameters in place (see
+        `shift_up`); returns the version and the seconds `read` took."""
+        buffers = self.engine.weight_buffers()
+        t0 = time.perf_counter()
         tensors, version = read(buffers)
-        t2 = time.perf_counter()
+        read_s = time.perf_counter() - t0
         self.engine.load_weights({**buffers, **tensors}, version)  # validates; slices what came whole
-        return version, {"allocate": t1 - t0, "gps_read": t2 - t1, "load": time.perf_counter() - t2}
+        return version, read_s
+
+    # ---- the engine, as the worker loop drives it ------------------------------------------
+    def add(self, requests: list[Request]) -> None:
+        for req in requests:
+            self.engine.add(req)
+
+    def abort(self, ids: list[int]) -> AbortResult:
+        return self.engine.abort(ids)
+
+    def step(self) -> list[Output]:
+        return self.engine.step()
+
+    def has_work(self) -> bool:
+        return self.slot is not None and self.engine.has_work()
+
+    def stats(self) -> tuple[EngineStats, dict[int, int]]:
+        """The engine's counters and each running sequence's generated-token count."""
+        return self.engine.stats(), self.engine.progress()
 
     def shift_down(self) -> tuple[AbortResult, dict[str, float]]:
         """Abort what is left (the controller aborted and migrated it already) and release."""

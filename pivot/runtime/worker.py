@@ -57,11 +57,11 @@ class Worker:
                 break
             if lockstep and (self.role, self.slot) == held:  # followers mirror every leader step
                 time.sleep(0 if self._engine_busy() or not self._leader() else 0.01)
-                outputs = self.inference[self.role].engine.step()
+                outputs = self.inference[self.role].step()
                 if outputs:
                     self.endpoint.send(m.Finished(self.spec.rank, self.role, self.slot, outputs))
             elif self._engine_busy():
-                outputs = self.inference[self.role].engine.step()
+                outputs = self.inference[self.role].step()
                 if outputs:
                     self.endpoint.send(m.Finished(self.spec.rank, self.role, self.slot, outputs))
             self._maybe_stats()
@@ -89,7 +89,7 @@ class Worker:
         return msgs if self._leader() else box[0]
 
     def _engine_busy(self) -> bool:
-        return self.role in self.inference and self.inference[self.role].engine.has_work()
+        return self.role in self.inference and self.inference[self.role].has_work()
 
     def _leader(self) -> bool:
         return self.role is not None and self.table.get(self.role, self.slot).leader == self.spec.rank
@@ -99,18 +99,16 @@ class Worker:
         if self.role not in self.inference or not self._leader():
             return
         if force or now - self._last_stats >= STATS_EVERY_S:
-            engine = self.inference[self.role].engine
-            self.endpoint.send(m.Stats(self.spec.rank, self.role, self.slot, engine.stats(), time.time(), engine.progress()))
+            stats, progress = self.inference[self.role].stats()
+            self.endpoint.send(m.Stats(self.spec.rank, self.role, self.slot, stats, time.time(), progress))
             self._last_stats = now
 
     def handle(self, msg: object) -> None:
         rank = self.spec.rank
         if isinstance(msg, m.Generate):
-            engine = self.inference[self.role].engine
-            for req in msg.requests:
-                engine.add(req)
+            self.inference[self.role].add(msg.requests)
         elif isinstance(msg, m.AbortSequences):
-            result = self.inference[self.role].engine.abort(msg.ids)
+            result = self.inference[self.role].abort(msg.ids)
             self.endpoint.send(m.Aborted(rank, self.role, self.slot, list(result)))
         elif isinstance(msg, m.ShiftDown):
             self._shift_down(msg)
@@ -118,10 +116,8 @@ class Worker:
             self._shift_up(msg)
         elif isinstance(msg, m.UpdateWeights):
             t0 = time.perf_counter()
-            engine = self.inference["rollout"].engine
-            buffers = engine.weight_buffers()  # read in place, between steps
-            tensors, version = self.weights.read("policy", self.table.get("rollout", msg.slot), None, out=buffers)
-            engine.load_weights({**buffers, **tensors}, version)
+            slot = self.table.get("rollout", msg.slot)
+            version, _ = self.inference["rollout"].update_weights(lambda out: self.weights.read("policy", slot, None, out=out))
             self.endpoint.send(m.WeightsUpdated(rank, msg.slot, version, time.perf_counter() - t0))
         elif isinstance(msg, m.TrainStep):
             t0 = time.perf_counter()
