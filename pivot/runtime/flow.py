@@ -156,8 +156,12 @@ class RLFlow:
         if self.cfg.reward.w_genrm == 0:  # no judge: the verifiable reward is the reward
             self.buffer.on_reward(info.key, total_reward(r_v, None, self.cfg.reward))
             return []
-        judge = self.scorer.prompt(sample.prompt.text, text)
-        return [self._new_seq("reward", info.key, self.judge_ids(judge), self._rm_params, r_verifiable=r_v)]
+        return [self.judge_seq(info.key, text, r_v)]
+
+    def judge_seq(self, key: Key, response: str, r_verifiable: float) -> SeqInfo:
+        """The GenRM sequence judging `response` to sample `key`'s prompt."""
+        judge = self.scorer.prompt(self.buffer.sample(key).prompt.text, response)
+        return self._new_seq("reward", key, self.judge_ids(judge), self._rm_params, r_verifiable=r_verifiable)
 
     # ---- reward side -----------------------------------------------------------------------
     def on_reward(self, out: Output) -> None:
@@ -266,6 +270,5 @@ class RLFlow:
             sample = self.buffer.sample(key)
             r_v = self.verify(sample.text, sample.prompt.ground_truth)
             self.verifiable[key] = r_v
-            judge = self.scorer.prompt(sample.prompt.text, sample.text)
-            out.append(self._new_seq("reward", key, self.judge_ids(judge), self._rm_params, r_verifiable=r_v))
+            out.append(self.judge_seq(key, sample.text, r_v))
         return out
