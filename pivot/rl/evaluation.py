@@ -10,11 +10,12 @@ records the policy versions that generated it, because a replica can lag the tra
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
 from pivot.config import DataConfig, EvalConfig
-from pivot.rl.data import Prompt, PromptDataset, load_dataset, rows_to_dataset
+from pivot.rl.data import Prompt, PromptDataset, load_dataset, synthetic_dataset
 
 _HELDOUT_SEED = 0x5EED_E7A1  # keeps the synthetic held-out draw apart from any training seed
 
@@ -39,13 +40,11 @@ def split_heldout(data: DataConfig, config: EvalConfig, train: PromptDataset, se
 
 
 def _fresh_synthetic(data: DataConfig, n: int, seen: set[str], seed: int) -> list[Prompt]:
-    from pivot.tiny import synthetic  # lazy: only the embedded default needs it
-
     out: list[Prompt] = []
     draw = 0
+    pool = dataclasses.replace(data, synthetic_size=4 * n)
     while len(out) < n and draw < 8:  # the 1-3 digit space is large; a few draws always suffice
-        problems = synthetic.generate_problems(4 * n, _HELDOUT_SEED + 31 * seed + draw, data.min_digits, data.max_digits)
-        for p in rows_to_dataset(synthetic.to_rows(problems), DataConfig(), "heldout").prompts:
+        for p in synthetic_dataset(pool, _HELDOUT_SEED + 31 * seed + draw).prompts:
             if p.text not in seen and len(out) < n:
                 seen.add(p.text)
                 out.append(Prompt(len(out), p.text, p.ground_truth, p.messages))
