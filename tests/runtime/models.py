@@ -22,12 +22,29 @@ def char_tokenizer(path: Path) -> Path:
     return path / "tokenizer.json"
 
 
-# the GenRM families beyond the dense default: their extra hyper-parameters
-GENRM_EXTRA = {
-    "qwen2": {},
-    "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": True},
-    "glm4": {"partial_rotary_factor": 0.5},
+# the GenRM families beyond the dense default, written by transformers' own classes as the hub
+# lays them out: (config class, model class, their extra hyper-parameters)
+HF_GENRMS = {
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                  {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": True}),
+    "glm4": ("Glm4Config", "Glm4ForCausalLM", {"partial_rotary_factor": 0.5}),
 }
+
+
+def hf_genrm(path: Path, family: str, tokenizer_file: Path, seed: int) -> Path:
+    """A tiny GenRM folder of `family` written by transformers."""
+    import torch
+    import transformers
+
+    config_cls, model_cls, extra = HF_GENRMS[family]
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, config_cls)(
+        vocab_size=len(CHARS) + 2, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, tie_word_embeddings=True, eos_token_id=0, pad_token_id=1,
+        max_position_embeddings=512, **extra)
+    getattr(transformers, model_cls)(cfg).save_pretrained(path)
+    (path / "tokenizer.json").write_bytes(tokenizer_file.read_bytes())
+    return path
 
 
 def hybrid_genrm(path: Path, tokenizer_file: Path, seed: int) -> Path:
@@ -54,18 +71,18 @@ def random_models(root: Path, seed: int = 0, genrm_family: str = "qwen2") -> tup
     import torch
 
     tok = char_tokenizer(root / "tok")
-    hybrid = genrm_family == "qwen3_5_moe"  # written by transformers: Pivot cannot write that folder
     out = []
-    for name, layers, family in (("policy", 2, "qwen2"), ("genrm", 1, genrm_family))[: 1 if hybrid else 2]:
+    for name, layers in (("policy", 2), ("genrm", 1))[: 1 if genrm_family != "qwen2" else 2]:
         torch.manual_seed(seed + layers)
-        args = ModelArgs(family=family, vocab_size=len(CHARS) + 2, hidden_size=32, intermediate_size=64,
+        args = ModelArgs(family="qwen2", vocab_size=len(CHARS) + 2, hidden_size=32, intermediate_size=64,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                         tie_word_embeddings=True, eos_token_id=0, pad_token_id=1, max_position_embeddings=512,
-                         **GENRM_EXTRA[family])
+                         tie_word_embeddings=True, eos_token_id=0, pad_token_id=1, max_position_embeddings=512)
         save_pretrained(CausalLM(args), root / name, tokenizer_file=tok)
         out.append(root / name)
-    if hybrid:
+    if genrm_family == "qwen3_5_moe":
         out.append(hybrid_genrm(root / "genrm", tok, seed))
+    elif genrm_family != "qwen2":
+        out.append(hf_genrm(root / "genrm", genrm_family, tok, seed + 1))
     return out[0], out[1]
 
 
