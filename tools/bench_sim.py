@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from configs.presets import get_preset  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment, search, table4, world_of  # noqa: E402
-from pivot.sim.layout import build_layout  # noqa: E402
+from pivot.sim.costs import build_cluster  # noqa: E402
 from pivot.sim.report import breakdown, critical_path_s  # noqa: E402
 from pivot.sim.timeline import render_timeline  # noqa: E402
 
@@ -130,10 +130,10 @@ def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:
     kv = "engine.kv_capacity_tokens" if opts.kv_from_engine else "all memory the weights leave"
     print(f"  replica KV: {kv}")
     for g in groups:
-        lay = build_layout(preset(g, seed), opts.hardware, opts.kv_from_engine)
-        c = lay.costs
+        _, costs = build_cluster(preset(g, seed), opts.hardware, opts.kv_from_engine)
+        c = costs.roles
         print(f"  {g}: rollout up {c['rollout'].up_s:.1f} down {c['rollout'].down_s:.1f} | reward up {c['reward'].up_s:.1f} "
-              f"down {c['reward'].down_s:.1f} | train up {lay.train_up_s:.1f} down {lay.train_down_s:.1f}")
+              f"down {c['reward'].down_s:.1f} | train up {costs.train_up_s:.1f} down {costs.train_down_s:.1f}")
         for role in ("rollout", "reward"):
             m = c[role].throughput
             print(f"     {role}: A={m.A:.2e} B={m.B:.2e} C={m.C:.2e} D={m.D:.2e} kv={c[role].kv_capacity:,} tokens "

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pivot.sched import Role
-from pivot.sim.layout import RoleCosts
+from pivot.sim.costs import RoleCosts
 from pivot.sim.result import SimResult
 
 
@@ -37,7 +37,7 @@ def chain_s(c: RoleCosts, prompt: int, out: int) -> float:
 
 def critical_path_s(res: SimResult) -> float:
     """The time below which no run of these steps with this staleness and training can finish."""
-    ro, rm = res.layout.costs[Role.ROLLOUT], res.layout.costs[Role.REWARD]
+    ro, rm = res.costs.roles[Role.ROLLOUT], res.costs.roles[Role.REWARD]
     end: list[float] = []
     for st in range(res.steps):
         longest = max(chain_s(ro, s.prompt_len, s.response_len) + chain_s(rm, s.judge_prompt_len, s.judge_len)
@@ -70,7 +70,7 @@ class Breakdown:
 
 
 def breakdown(res: SimResult) -> Breakdown:
-    lay, end = res.layout, res.sim_time_s
+    lay, end = res.table, res.sim_time_s
     up_since = dict.fromkeys(res.initial_up, 0.0)
     up = dict.fromkeys(range(len(lay.replicas)), 0.0)
     shifting = {role: 0.0 for role in (Role.ROLLOUT, Role.REWARD, Role.TRAIN)}

@@ -6,7 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from pivot.plan import ClusterSnapshot, ShiftPlan
-from pivot.sim.layout import SimLayout
+from pivot.shift import ReplicaTable
+from pivot.sim.costs import SimCosts
 from pivot.sim.workload import SimSample
 
 
@@ -36,7 +37,8 @@ class SimResult:
     preset: str
     hardware: str
     steps: int
-    layout: SimLayout
+    table: ReplicaTable
+    costs: SimCosts
     staleness: int
     sim_time_s: float = 0.0
     tokens: int = 0

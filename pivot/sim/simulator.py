@@ -3,13 +3,15 @@
     res = simulate(get_preset("qwen2.5-7b+qwen3-30b-a3b"), SimOptions(steps=4))
     res.throughput, res.step_end_s, res.timeline
 
-It mirrors the runtime controller (pivot/runtime/controller.py): prompts of step s are
+It drives the same cluster as the runtime controller (pivot/runtime/controller.py): both are a
+`ClusterHost` (pivot/shift/host.py), with the same replica table, replica states, shift
+executor, schedulers and deployment mode; the simulator's shift effects are timed events. Prompts of step s are
 submitted once `s - version <= staleness` (0 in colocated mode); every finished rollout
 becomes a GenRM sequence (its prompt holds the response); the scheduler's Dispatch/Abort
 commands move sequences between simulated replicas (an abort keeps the generated tokens and
 the next replica re-prefills them); a step trains when all B x G samples are rewarded and
-the training slot is up; a plan shifts every `down` replica now (the scheduler migrates its
-sequences) and every `up` slot once its devices are free, after the shift costs.
+the training slot is up; a plan releases every `down` replica now (the scheduler migrates its
+sequences) and acquires every `up` slot once its devices are free, each after its shift cost.
 
 The planner runs under the runtime's gating (no shift in flight, no training step) at a
 bounded rate: at ticks every `plan_every_s` of simulated time, and right after events
@@ -28,44 +30,19 @@ import copy
 import heapq
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pivot.config import PivotConfig
 from pivot.plan import ClusterSnapshot, ShiftPlan, overall_throughput
 from pivot.plan.modes import Shiftable, make_mode
-from pivot.sched import INFERENCE_ROLES, Abort, Command, Replica, Role, SeqState, ShiftAwareScheduler
+from pivot.sched import INFERENCE_ROLES, Abort, Command, Role, SeqState
+from pivot.shift import ClusterHost
 from pivot.sim import hardware as hwm
-from pivot.sim.hardware import H20, HardwareProfile
-from pivot.sim.layout import SimLayout, build_layout
+from pivot.sim.costs import build_cluster
+from pivot.sim.options import SimOptions
 from pivot.sim.replica import SimReplica
 from pivot.sim.result import ShiftEvent, SimResult, TimelinePoint
-from pivot.sim.workload import SimSample, Workload, step_samples
-
-
-@dataclass(frozen=True)
-class SimOptions:
-    hardware: HardwareProfile = H20
-    workload: Workload = field(default_factory=Workload)
-    steps: int | None = None
-    """RL steps to run; None = cfg.train.steps."""
-    plan_every_s: float = 5.0
-    """Planner tick (simulated seconds); it also runs right after shifts and training steps."""
-    plan_during_training: bool = True
-    """Let the planner run while a training step runs (its plans may not shift training down),
-    as the paper's planner and the runtime controller do; False is the ablation that does not
-    plan while training, which leaves rollout without devices across back-to-back steps.
-    While training, the snapshot says `train_batch_ready=True`: that is how the planner's pairs
-    lock the trainer (otherwise its best plans all shift the running trainer down and are dropped)."""
-    kv_from_engine: bool = True
-    """A replica's KV holds `engine.kv_capacity_tokens` (the runtime's engine and scheduler
-    capacity, bounded by the device memory); False: all the memory its weights leave."""
-    kv_headroom: float = 0.1
-    """Share of a replica's KV kept free when it admits a sequence, for the running ones to grow
-    into (a serving engine reserves decode room at admission); without it a full replica
-    preempts and re-prefills on nearly every step."""
-    record_plans: bool = False
-    """Keep every (snapshot, plan) the planner saw (tests compare with a fresh planner)."""
-    max_sim_s: float = 1e7
+from pivot.sim.workload import SimSample, step_samples
 
 
 @dataclass
@@ -77,29 +54,26 @@ class _Seq:
     generated: int = 0
 
 
-class Simulator:
+class Simulator(ClusterHost):
     def __init__(self, cfg: PivotConfig, opts: SimOptions = SimOptions()) -> None:
         self.cfg, self.opts = copy.deepcopy(cfg), opts
         self.steps = opts.steps if opts.steps is not None else cfg.train.steps
-        self.layout: SimLayout = build_layout(self.cfg, opts.hardware, opts.kv_from_engine)
-        lay, migrate = self.layout, self.cfg.planner.migration
-        self.sched = {r: ShiftAwareScheduler(lay.slots(r), active=[], migrate=migrate) for r in INFERENCE_ROLES}
+        table, self.costs = build_cluster(self.cfg, opts.hardware, opts.kv_from_engine)
+        self.init_cluster(table, self.cfg.planner.migration)
         engines = {Role.ROLLOUT: self.cfg.rollout.engine, Role.REWARD: self.cfg.reward.engine}
         self.reps = {
-            s.replica_id: SimReplica(s.replica_id, s.model, s.kv_capacity, lay.costs[s.role].prefill_s_per_token,
+            s.replica_id: SimReplica(s.replica_id, s.model, s.kv_capacity, self.costs.roles[s.role].prefill_s_per_token,
                                      engines[s.role].max_running_seqs, opts.kv_headroom)
-            for s in lay.replicas if s.role != Role.TRAIN
+            for s in table.replicas if s.role != Role.TRAIN
         }
-        self._role_reps = {role: [self.reps[s.replica_id] for s in lay.slots(role)] for role in INFERENCE_ROLES}
+        self._role_reps = {role: [self.reps[s.replica_id] for s in table.slots(role)] for role in INFERENCE_ROLES}
         self._stale: dict[str, set[int]] = {role: set() for role in INFERENCE_ROLES}  # progress not yet reported
-        self.state = {s.replica_id: "down" for s in lay.replicas}
-        self.dev_free_at = [0.0] * lay.world
-        self.in_flight = 0
+        self.dev_free_at = [0.0] * table.world
         self.training = False
         self.train_tps = 0.0
         self.step = self.version = self.next_step = 0
         self.staleness = 0 if self.cfg.cluster.mode == "colocated" else self.cfg.train.staleness
-        self.group = opts.workload.prompts(lay.world) * opts.workload.group_size
+        self.group = opts.workload.prompts(table.world) * opts.workload.group_size
         self.seqs: dict[int, _Seq] = {}
         self.samples: dict[int, list[SimSample]] = {}
         self.rewarded: Counter = Counter()
@@ -111,17 +85,14 @@ class Simulator:
         self._cheap_mode = not isinstance(self.mode, Shiftable)
         self._plan_due, self._last_plan = True, float("-inf")
         self.res = SimResult(self.cfg.cluster.mode, self.cfg.planner.strategy, self.cfg.preset, opts.hardware.name,
-                             self.steps, lay, self.staleness)
+                             self.steps, table, self.costs, self.staleness)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> SimResult:
         t0 = time.perf_counter()
         initial = self.mode.initial(self).up
         self.res.initial_up = tuple(initial)
-        for rid in initial:
-            self.state[rid] = "up"
-        for role in INFERENCE_ROLES:
-            self._apply(role, self.sched[role].shift_up([rid for rid in initial if self.layout.role_of(rid) == role]))
+        self.shifts.bring_up(initial)
         self._push(0.0, "tick", ())
         while self.step < self.steps:
             if not self._events:
@@ -145,7 +116,7 @@ class Simulator:
         res.preemptions = sum(r.preemptions for r in self.reps.values())
         res.prefill_tokens = sum(r.prefilled for r in self.reps.values())
         res.busy_s = {rid: r.busy_s for rid, r in self.reps.items()}
-        res.busy_s[self.layout.train_rid] = sum(res.train_s)
+        res.busy_s[self.train_rid] = sum(res.train_s)
         res.samples = self.samples
         res.wall_s = time.perf_counter() - t0
         return res
@@ -169,7 +140,7 @@ class Simulator:
             self._apply(role, self.sched[role].dispatch())
         self._maybe_train()
         blocked = self.training and (self._cheap_mode or not self.opts.plan_during_training)
-        if self.in_flight or blocked or not (self._plan_due or self._cheap_mode):
+        if self.shifts.states.in_flight or blocked or not (self._plan_due or self._cheap_mode):
             return
         if self.now - self._last_plan < self.cfg.planner.interval_s and not self._cheap_mode:
             return
@@ -187,7 +158,7 @@ class Simulator:
     def _fill(self) -> None:
         while self.next_step < self.steps and self.next_step - self.version <= self.staleness:
             st = self.next_step
-            self.samples[st] = step_samples(self.opts.workload, self.cfg.seed, st, self.layout.world)
+            self.samples[st] = step_samples(self.opts.workload, self.cfg.seed, st, self.world)
             for s in self.samples[st]:
                 self._submit(_Seq(Role.ROLLOUT, s, s.prompt_len, s.response_len))
             self.next_step += 1
@@ -229,7 +200,7 @@ class Simulator:
             return  # superseded by a later change of this replica
         del self._pending[rid]
         rep.advance(self.now)
-        role = self.layout.role_of(rid)
+        role = self.role_of(rid)
         for sid in rep.finished():
             self._on_finish(role, sid)
         self._stale[role].add(rid)  # its progress reaches the scheduler before the next dispatch
@@ -269,14 +240,21 @@ class Simulator:
             self._sync_replica(role, rid)
 
     # ------------------------------------------------------------------ training
+    @property
+    def training_in_flight(self) -> bool:
+        return self.training
+
     def train_ready(self) -> bool:
         return not self.training and self.step < self.steps and self.rewarded[self.step] == self.group
 
+    def train_throughput(self) -> float:
+        return self.train_tps
+
     def _maybe_train(self) -> None:
-        if self.train_ready() and self.state[self.layout.train_rid] == "up":
+        if self.train_ready() and self.is_up(self.train_rid):
             tokens = sum(s.train_tokens for s in self.samples[self.step])
-            devices = len(self.layout.replicas[self.layout.train_rid].devices)
-            dur = hwm.train_s(self.layout.policy, self.opts.hardware, devices, tokens)
+            devices = len(self.table.replicas[self.train_rid].devices)
+            dur = hwm.train_s(self.costs.policy, self.opts.hardware, devices, tokens)
             self.training, self.train_tps = True, tokens / dur
             self.res.train_s.append(dur)
             self._push(self.now + dur, "train", ())
@@ -288,43 +266,11 @@ class Simulator:
         self.res.step_end_s.append(self.now)
         self._plan_due = True
 
-    # ------------------------------------------------------------------ ModeHost (pivot/plan/modes.py)
-    @property
-    def world(self) -> int:
-        return self.layout.world
-
-    @property
-    def train_rid(self) -> int:
-        return self.layout.train_rid
-
-    @property
-    def training_in_flight(self) -> bool:
-        return self.training
-
-    def slots(self, role: str) -> list[Replica]:
-        return self.layout.slots(role)
-
-    def role_of(self, rid: int) -> str:
-        return self.layout.role_of(rid)
-
-    # ------------------------------------------------------------------ shifts
-    def up_slots(self) -> list[int]:
-        return [rid for rid, s in self.state.items() if s == "up"]
-
+    # ------------------------------------------------------------------ planning and shifts
     def snapshot(self) -> ClusterSnapshot:
         for role in INFERENCE_ROLES:
             self._sync(role)
-        active = frozenset(self.up_slots())
-        running = {rid: tuple(self.sched[self.layout.role_of(rid)].running(rid)) for rid in active if rid != self.layout.train_rid}
-        return ClusterSnapshot(
-            replicas=self.layout.replicas, active=active, running=running,
-            queues={role: tuple(self.sched[role].queued()) for role in INFERENCE_ROLES},
-            # a running training step cannot shift down; the planner locks a trainer only when
-            # its batch is ready, so a running step is reported that way (see plan_during_training)
-            train_batch_ready=(self.train_ready() and self.layout.train_rid not in active)
-            or (self.training and self.opts.plan_during_training),
-            train_throughput=self.train_tps if self.training else 0.0, devices=tuple(range(self.layout.world)),
-        )
+        return super().snapshot()
 
     def on_planned(self, snap: ClusterSnapshot, plan: ShiftPlan | None, wall_s: float) -> None:
         self.res.planner_calls += 1
@@ -332,60 +278,47 @@ class Simulator:
         if self.opts.record_plans:
             self.res.plans.append((snap, plan))
 
-    def _shift_s(self, rid: int, up: bool) -> float:
-        role = self.layout.role_of(rid)
-        if role == Role.TRAIN:
-            return self.layout.train_up_s if up else self.layout.train_down_s
-        c = self.layout.costs[role]
-        return c.up_s if up else c.down_s
-
     def _execute(self, plan: ShiftPlan) -> None:
         self.res.num_plans += 1
-        for rid in plan.down:
-            role = self.layout.role_of(rid)
-            if role != Role.TRAIN:
-                self._sync_stale(role)
-                self._apply(role, self.sched[role].shift_down([rid]))
-            self._start_shift(rid, False, self.now)
-        for rid in plan.up:
-            devs = self.layout.replicas[rid].devices
-            self._start_shift(rid, True, max([self.now] + [self.dev_free_at[d] for d in devs]))
+        self.shifts.execute(plan)
+
+    # ShiftHost (pivot/shift/executor.py): each shift is a timed event
+    def migrate_off(self, role: str, rid: int) -> None:
+        self._sync_stale(role)
+        self._apply(role, self.sched[role].shift_down([rid]))
+
+    def release(self, rid: int) -> None:
+        self._start_shift(rid, False, self.now)
+
+    def acquire(self, rid: int) -> None:
+        devs = self.table.replicas[rid].devices
+        self._start_shift(rid, True, max([self.now] + [self.dev_free_at[d] for d in devs]))
+
+    def migrate_on(self, role: str, rids: list[int]) -> None:
+        self._sync(role)
+        self._apply(role, self.sched[role].shift_up(rids))
 
     def _start_shift(self, rid: int, up: bool, start: float) -> None:
-        end = start + self._shift_s(rid, up)
-        self.state[rid] = "going_up" if up else "going_down"
-        for d in self.layout.replicas[rid].devices:
+        role = self.role_of(rid)
+        end = start + self.costs.shift_s(role, up)
+        for d in self.table.replicas[rid].devices:
             self.dev_free_at[d] = max(self.dev_free_at[d], end)
-        self.in_flight += 1
-        self.res.shifts.append(ShiftEvent(start, end, rid, self.layout.role_of(rid), up))
+        self.res.shifts.append(ShiftEvent(start, end, rid, role, up))
         self._push(end, "shift", (rid, up))
 
     def _on_shifts_done(self, done: list[tuple[int, bool]]) -> None:
-        """Shifts that complete at the same instant are applied together: the replicas that came
-        up join their scheduler in one `shift_up`, so the queue is dispatched over all of them
-        (one replica first would take the whole queue, pay its prefill, then migrate it away)."""
-        joining: dict[str, list[int]] = {}
-        for rid, up in done:
-            self.in_flight -= 1
-            self.state[rid] = "up" if up else "down"
-            role = self.layout.role_of(rid)
-            if up and role != Role.TRAIN:
-                joining.setdefault(role, []).append(rid)
-        for role, rids in joining.items():
-            self._sync(role)
-            self._apply(role, self.sched[role].shift_up(rids))
+        """Shifts that complete at the same instant complete together (see `ShiftExecutor.complete`)."""
+        self.shifts.complete([rid for rid, _ in done])
         self._plan_due = True
 
     # ------------------------------------------------------------------ timeline
     def _sample(self) -> None:
-        devices = {"rollout": 0, "reward": 0, "train": 0}
+        devices = self.shifts.states.devices_per_role()
         tps = {Role.ROLLOUT: 0.0, Role.REWARD: 0.0}
         for rid in self.up_slots():
-            role = self.layout.role_of(rid)
-            devices[role] += len(self.layout.replicas[rid].devices)
             if rid in self.reps:
                 rep = self.reps[rid]
-                tps[role] += rep.m.throughput(rep.n, rep.tok)
+                tps[self.role_of(rid)] += rep.m.throughput(rep.n, rep.tok)
         n_ro, n_rm = (self.sched[r].num_sequences() for r in INFERENCE_ROLES)
         overall = overall_throughput(n_ro, tps[Role.ROLLOUT], n_rm, tps[Role.REWARD])
         self.res.timeline.append(TimelinePoint(self.now, devices, tps[Role.ROLLOUT], tps[Role.REWARD], overall, self.training))

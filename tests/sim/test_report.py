@@ -7,7 +7,7 @@ import pytest
 
 from pivot.sim import LengthDist, SimOptions, Workload, simulate
 from pivot.sim.deploy import DEPLOYMENTS, Allocation, deployment
-from pivot.sim.layout import build_layout
+from pivot.sim.costs import build_cluster
 from pivot.sim.report import breakdown, chain_s, critical_path_s
 from tests.sim.conftest import small_cfg
 
@@ -17,7 +17,7 @@ def _alloc(name: str) -> Allocation | None:
 
 
 def test_chain_is_the_sum_of_single_sequence_steps(opts: SimOptions) -> None:
-    c = build_layout(small_cfg(), opts.hardware).costs["rollout"]
+    c = build_cluster(small_cfg(), opts.hardware)[1].roles["rollout"]
     m = c.throughput
     want = c.prefill_s_per_token * 100 + sum(m.latency(1, 100 + k) for k in range(37))
     assert chain_s(c, 100, 37) == pytest.approx(want)

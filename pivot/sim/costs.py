@@ -1,15 +1,15 @@
-"""The simulated cluster: replica slots of every role with their derived costs.
-
-Slots are laid out as the runtime lays them out (pivot/dist.py): rollout and reward slots tile
-the whole cluster host by host with their TP size, the training slot is the last
-`train.devices` devices. Slot ids: rollout 0..R-1, reward R..R+M-1, training R+M.
+"""The simulated cluster: its replica table (pivot/shift/, tiled by pivot/dist.py as the runtime
+tiles it) and the costs the hardware model derives for each role: decode throughput model, KV
+capacity, prefill time, shift up and down times.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from pivot.config import ConfigError, PivotConfig
-from pivot.sched import Replica, Role, ThroughputModel
+from pivot.dist import ClusterSpec, SlotTable
+from pivot.sched import Role, ThroughputModel
+from pivot.shift import ReplicaTable
 from pivot.sim import hardware as hwm
 from pivot.sim.hardware import HardwareProfile, ModelSpec, SimConfigError
 
@@ -26,28 +26,17 @@ class RoleCosts:
 
 
 @dataclass(frozen=True)
-class SimLayout:
-    world: int
-    replicas: tuple[Replica, ...]
-    train_rid: int
-    costs: dict[str, RoleCosts]
+class SimCosts:
+    roles: dict[str, RoleCosts]
+    """Costs of each inference role."""
     policy: ModelSpec
     train_up_s: float
     train_down_s: float
 
-    def role_of(self, rid: int) -> str:
-        return str(self.replicas[rid].role)
-
-    def slots(self, role: str) -> list[Replica]:
-        return [r for r in self.replicas if r.role == role]
-
-
-def _tile(tp: int, world: int, per_node: int) -> list[tuple[int, ...]]:
-    if tp <= per_node:
-        starts = [h * per_node + k * tp for h in range(world // per_node) for k in range(per_node // tp)]
-    else:
-        starts = list(range(0, world - tp + 1, tp))
-    return [tuple(range(s, s + tp)) for s in starts]
+    def shift_s(self, role: str, up: bool) -> float:
+        if role == Role.TRAIN:
+            return self.train_up_s if up else self.train_down_s
+        return self.roles[role].up_s if up else self.roles[role].down_s
 
 
 def _role_costs(spec: ModelSpec, hw: HardwareProfile, tp: int, field: str, kv_limit: int | None) -> RoleCosts:
@@ -59,8 +48,8 @@ def _role_costs(spec: ModelSpec, hw: HardwareProfile, tp: int, field: str, kv_li
     )
 
 
-def build_layout(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = True) -> SimLayout:
-    """Slots and costs for `cfg` on `hw`; raises `SimConfigError`/`ConfigError` naming the field.
+def build_cluster(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = True) -> tuple[ReplicaTable, SimCosts]:
+    """Replica table and costs for `cfg` on `hw`; raises `SimConfigError`/`ConfigError` naming the field.
     A replica's KV capacity is its engine's `kv_capacity_tokens` (what the runtime gives both the
     engine and the scheduler) where the device memory holds it; `kv_from_engine=False` gives it
     all the memory its weights leave, as a serving engine sized by memory fraction would."""
@@ -86,14 +75,8 @@ def build_layout(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = T
     }
     train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.devices
     hwm.check_train_fits(policy, hw, train_devices)
-    reps: list[Replica] = []
-    for role in (Role.ROLLOUT, Role.REWARD):
-        c = costs[role]
-        for devs in _tile(c.tp, world, per_node):
-            reps.append(Replica(len(reps), role, devs, c.kv_capacity, c.throughput))
-    train_rid = len(reps)
-    reps.append(Replica(train_rid, Role.TRAIN, tuple(range(world - train_devices, world))))
-    return SimLayout(
-        world, tuple(reps), train_rid, costs, policy,
-        hwm.train_shift_s(policy, hw, train_devices, True), hwm.train_shift_s(policy, hw, train_devices, False),
-    )
+    slots = SlotTable.build(ClusterSpec(world, 0, per_node), cfg.rollout.tp, cfg.reward.tp, train_devices)
+    table = ReplicaTable.build(slots, world, {r: c.kv_capacity for r, c in costs.items()},
+                               {r: c.throughput for r, c in costs.items()})
+    return table, SimCosts(costs, policy, hwm.train_shift_s(policy, hw, train_devices, True),
+                           hwm.train_shift_s(policy, hw, train_devices, False))

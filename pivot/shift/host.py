@@ -1,0 +1,74 @@
+"""`ClusterHost`: what the runtime controller and the simulator share as the host of a
+deployment mode (`ModeHost`, pivot/plan/modes.py) and of the shift executor (`ShiftHost`).
+
+It owns the replica table, the shift executor with the replica states, and the rollout and
+reward schedulers, and answers the mode's questions from them (slots, up slots, the planner's
+snapshot). A subclass says how training stands (`training_in_flight`, `train_ready`,
+`train_throughput`) and supplies the shift effects (`migrate_off`, `release`, `acquire`,
+`migrate_on`): real messages in pivot/runtime/controller.py, timed events in pivot/sim/simulator.py.
+"""
+from __future__ import annotations
+
+from pivot.plan.snapshot import ClusterSnapshot
+from pivot.sched.records import INFERENCE_ROLES, Replica
+from pivot.sched.scheduler import ShiftAwareScheduler
+from pivot.shift.executor import ShiftExecutor
+from pivot.shift.table import ReplicaTable, State
+
+
+class ClusterHost:
+    def init_cluster(self, table: ReplicaTable, migrate: bool) -> None:
+        """Every replica down, one scheduler per inference role over its slots (none active)."""
+        self.table = table
+        self.shifts = ShiftExecutor(table, self)  # type: ignore[arg-type]  # the subclass is the ShiftHost
+        self.sched = {role: ShiftAwareScheduler(table.slots(role), active=[], migrate=migrate) for role in INFERENCE_ROLES}
+
+    # ---- training, as the subclass runs it ----------------------------------------------------
+    @property
+    def training_in_flight(self) -> bool:
+        """A training step is running (it must not be shifted down)."""
+        raise NotImplementedError
+
+    def train_ready(self) -> bool:
+        """The next step's batch is complete and no step is running."""
+        raise NotImplementedError
+
+    def train_throughput(self) -> float:
+        """Tokens/s of the running training step."""
+        raise NotImplementedError
+
+    # ---- ModeHost ----------------------------------------------------------------------------
+    @property
+    def world(self) -> int:
+        return self.table.world
+
+    @property
+    def train_rid(self) -> int:
+        return self.table.train_rid
+
+    def slots(self, role: str) -> list[Replica]:
+        return self.table.slots(role)
+
+    def role_of(self, rid: int) -> str:
+        return self.table.role_of(rid)
+
+    def up_slots(self) -> list[int]:
+        return self.shifts.states.up()
+
+    def is_up(self, rid: int) -> bool:
+        return self.shifts.states.state.get(rid) == State.UP
+
+    def snapshot(self) -> ClusterSnapshot:
+        active = frozenset(self.up_slots())
+        training = self.training_in_flight
+        return ClusterSnapshot(
+            replicas=self.table.replicas, active=active,
+            running={rid: tuple(self.sched[self.role_of(rid)].running(rid)) for rid in active if rid != self.train_rid},
+            queues={role: tuple(self.sched[role].queued()) for role in INFERENCE_ROLES},
+            # the planner locks the trainer (never shifts it down) when its batch is ready, so a
+            # running step is reported as ready; a trainer that is down with its batch ready
+            # makes training the shift-up role
+            train_batch_ready=training or self.train_ready(),
+            train_throughput=self.train_throughput() if training else 0.0,
+            devices=tuple(range(self.table.world)),
+        )
