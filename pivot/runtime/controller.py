@@ -3,44 +3,34 @@ every 200 ms), the rollout and reward `ShiftAwareScheduler`s, the planner (throu
 deployment mode), the shift executor, the RL sample flow with its buffer, and the training
 trigger. It talks to workers only through the asynchronous control plane.
 
-Shift execution per replica (DESIGN.md): the scheduler aborts and migrates its sequences
-(`shift_down`), the worker releases its context (`ShiftDown`), then the new slot's ranks Read
-GPS and join their slot (`ShiftUp`), and once every rank reports ready the scheduler runs its
-shift-up migration. A worker handles its messages in order, so a device's ShiftDown always
-precedes its ShiftUp. A sequence aborted on one replica is dispatched elsewhere only once its
-partial (the tokens generated so far) has come back, so nothing runs twice.
+The replica table, the replica states and the order of a shift's phases are pivot/shift/'s
+(the controller is its `ClusterHost`, as the simulator is); the controller supplies the real
+effects: a release is a `ShiftDown` message, an acquire a `ShiftUp` (the worker Reads GPS and
+joins the slot), and a shift completes once every rank of the slot has sent its `ShiftDone`.
+A worker handles its messages in order, so a device's ShiftDown always precedes its ShiftUp.
+A sequence aborted on one replica is dispatched elsewhere only once its partial (the tokens
+generated so far) has come back, so nothing runs twice.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 from pivot.config import PivotConfig
 from pivot.dist import ControllerEndpoint, SlotTable
-from pivot.plan import ClusterSnapshot, ShiftPlan
+from pivot.plan import ShiftPlan
 from pivot.rl.evaluation import eval_due
 from pivot.runtime import messages as m
 from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog
-from pivot.sched.records import Abort, Dispatch, Replica
-from pivot.sched.scheduler import ShiftAwareScheduler
+from pivot.runtime.shift_record import ShiftRecord
+from pivot.sched.records import Abort, Dispatch
 from pivot.sched.throughput import ThroughputModel
+from pivot.shift import ClusterHost, ReplicaTable
 
 MONITOR_EVERY_S = 0.2
 
 
-@dataclass
-class ShiftRecord:
-    role: str
-    slot: int
-    up: bool
-    start: float
-    ranks: set[int]
-    phases: dict[str, float] = field(default_factory=dict)
-    read_bytes: dict[int, int] = field(default_factory=dict)  # rank -> bytes it Read from GPS
-
-
-class Controller:
+class Controller(ClusterHost):
     def __init__(
         self,
         cfg: PivotConfig,
@@ -55,27 +45,13 @@ class Controller:
         progress: object,
         checkpointer: object,
     ) -> None:
-        self.cfg, self.table, self.world, self.ep = cfg, table, world_size, endpoint
+        self.cfg, self.ep = cfg, endpoint
         self.flow, self.mode, self.log, self.progress, self.ckpt = flow, mode, log, progress, checkpointer
-        self.replicas: list[Replica] = []
-        self.rid: dict[tuple[str, int], int] = {}
-        for role, kv in (("rollout", cfg.rollout.engine.kv_capacity_tokens), ("reward", cfg.reward.engine.kv_capacity_tokens)):
-            for s in table.of(role):
-                self.rid[(role, s.index)] = len(self.replicas)
-                self.replicas.append(Replica(len(self.replicas), role, s.ranks, kv, profile))
-        self.train_rid = len(self.replicas)
-        self.rid[("train", 0)] = self.train_rid
-        if table.train.ranks:
-            self.replicas.append(Replica(self.train_rid, "train", table.train.ranks))
-        self.slot_of = {rid: key for key, rid in self.rid.items()}
-        migrate = cfg.planner.migration
-        self.sched = {
-            role: ShiftAwareScheduler([r for r in self.replicas if r.role == role], active=[], migrate=migrate)
-            for role in ("rollout", "reward")
-        }
-        self.state: dict[int, str] = {r.replica_id: "down" for r in self.replicas}  # down|going_up|up
+        kv = {"rollout": cfg.rollout.engine.kv_capacity_tokens, "reward": cfg.reward.engine.kv_capacity_tokens}
+        self.init_cluster(ReplicaTable.build(table, world_size, kv, {"rollout": profile, "reward": profile}),
+                          cfg.planner.migration)
         self.versions: dict[int, int] = {}  # rid -> weights version it reported
-        self.shifts: dict[int, ShiftRecord] = {}  # in flight, by rid
+        self.pending: dict[int, ShiftRecord] = {}  # rid -> its shift in flight
         self.awaiting: set[int] = set()  # aborted, partial not back yet
         self.deferred: dict[int, int] = {}  # seq id -> rid, dispatched once its partial is back
         self.sent_to: dict[int, int] = {}  # seq id -> rid running it
@@ -96,7 +72,7 @@ class Controller:
 
     # ---- messaging -------------------------------------------------------------------------
     def send_slot(self, rid: int, msg: object, leader_only: bool = False) -> None:
-        ranks = self.replicas[rid].devices
+        ranks = self.table.replicas[rid].devices
         for rank in ranks[:1] if leader_only else ranks:
             self.ep.send(rank, msg)
 
@@ -133,7 +109,7 @@ class Controller:
         if now - self._last_monitor >= MONITOR_EVERY_S:
             self._last_monitor = now
             self.monitor()
-        if not self.shifts and now - self._last_plan >= self.mode.interval_s:
+        if not self.shifts.states.in_flight and now - self._last_plan >= self.mode.interval_s:
             self._last_plan = now
             plan = self.mode.plan(self)
             if plan is not None:
@@ -156,7 +132,7 @@ class Controller:
         batches: dict[int, list] = {}
         for cmd in cmds:
             if isinstance(cmd, Abort):
-                self.send_slot(cmd.replica_id, m.AbortSequences(self.slot_of[cmd.replica_id][1], [cmd.seq_id]), leader_only=True)
+                self.send_slot(cmd.replica_id, m.AbortSequences(self.table.slot_of(cmd.replica_id)[1], [cmd.seq_id]), leader_only=True)
                 self.sent_to.pop(cmd.seq_id, None)
                 self.awaiting.add(cmd.seq_id)
             elif isinstance(cmd, Dispatch):
@@ -171,7 +147,7 @@ class Controller:
         reqs = [self.flow.seqs[i].request for i in ids]
         for i in ids:
             self.sent_to[i] = rid
-        self.send_slot(rid, m.Generate(self.slot_of[rid][1], reqs), leader_only=True)
+        self.send_slot(rid, m.Generate(self.table.slot_of(rid)[1], reqs), leader_only=True)
 
     # ---- messages from workers -------------------------------------------------------------
     def handle(self, rank: int, msg: object) -> None:
@@ -180,13 +156,13 @@ class Controller:
         elif isinstance(msg, m.Stats):
             self.on_stats(msg)
         elif isinstance(msg, m.Aborted):
-            self.on_partials(msg.partials, self.rid[(msg.role, msg.slot)])
+            self.on_partials(msg.partials, self.table.rid(msg.role, msg.slot))
         elif isinstance(msg, m.ShiftDone):
             self.on_shift_done(msg)
         elif isinstance(msg, m.Trained):
             self.on_trained(msg)
         elif isinstance(msg, m.WeightsUpdated):
-            self.versions[self.rid[("rollout", msg.slot)]] = msg.version
+            self.versions[self.table.rid("rollout", msg.slot)] = msg.version
         elif isinstance(msg, m.Saved):
             self.saving.discard(msg.rank)
             self.saved_files += msg.files
@@ -203,7 +179,7 @@ class Controller:
             if info is None:
                 continue
             role = info.role
-            if self.sent_to.get(out.id) == self.rid[(msg.role, msg.slot)] or out.id in self.awaiting:
+            if self.sent_to.get(out.id) == self.table.rid(msg.role, msg.slot) or out.id in self.awaiting:
                 self.sent_to.pop(out.id, None)
                 self.awaiting.discard(out.id)  # it finished before the abort reached it
                 self.deferred.pop(out.id, None)
@@ -222,7 +198,7 @@ class Controller:
                 self.generate(target, [req.id])
 
     def on_stats(self, msg: m.Stats) -> None:
-        rid = self.rid[(msg.role, msg.slot)]
+        rid = self.table.rid(msg.role, msg.slot)
         self.stats[rid] = msg
         self.versions[rid] = msg.stats.weights_version
         sched = self.sched[msg.role]
@@ -230,72 +206,60 @@ class Controller:
             if self.sent_to.get(sid) == rid:
                 sched.on_progress(sid, generated)
 
-    # ---- shifts ----------------------------------------------------------------------------
+    # ---- shifts (pivot/shift/executor.py) -----------------------------------------------------
     def execute(self, plan: ShiftPlan) -> None:
-        """Start a plan: every shift down now, then every shift up (queued behind them per rank)."""
-        now = time.monotonic()
-        for rid in plan.down:
-            role, slot = self.slot_of[rid]
-            if role != "train":
-                self.apply(self.sched[role].shift_down([rid]))
-            self.state[rid] = "going_down"
-            self.shifts[-1 - rid] = ShiftRecord(role, slot, False, now, set(self.replicas[rid].devices))
-            # an inference leader forwards slot-wide messages to its followers (lockstep)
-            self.send_slot(rid, m.ShiftDown(role, slot), leader_only=role != "train")
-        for rid in plan.up:
-            role, slot = self.slot_of[rid]
-            self.state[rid] = "going_up"
-            self.shifts[rid] = ShiftRecord(role, slot, True, now, set(self.replicas[rid].devices))
-            self.send_slot(rid, m.ShiftUp(role, slot, self.version))
+        self.shifts.execute(plan)
         self.num_shifts += 1
-        self.log.shift(event="plan", up=[self.slot_of[r] for r in plan.up], down=[self.slot_of[r] for r in plan.down],
-                       benefit=plan.benefit, planner_s=plan.timings.total_s)
+        self.log.shift(event="plan", up=[self.table.slot_of(r) for r in plan.up],
+                       down=[self.table.slot_of(r) for r in plan.down], benefit=plan.benefit, planner_s=plan.timings.total_s)
+
+    def migrate_off(self, role: str, rid: int) -> None:
+        self.apply(self.sched[role].shift_down([rid]))
+
+    def release(self, rid: int) -> None:
+        role, slot = self._begin(rid, up=False)
+        # an inference leader forwards slot-wide messages to its followers (lockstep)
+        self.send_slot(rid, m.ShiftDown(role, slot), leader_only=role != "train")
+
+    def acquire(self, rid: int) -> None:
+        role, slot = self._begin(rid, up=True)
+        self.send_slot(rid, m.ShiftUp(role, slot, self.version))
+
+    def _begin(self, rid: int, up: bool) -> tuple[str, int]:
+        role, slot = self.table.slot_of(rid)
+        self.pending[rid] = ShiftRecord(role, slot, up, time.monotonic(), set(self.table.replicas[rid].devices))
+        return role, slot
+
+    def migrate_on(self, role: str, rids: list[int]) -> None:
+        self.apply(self.sched[role].shift_up(rids))
 
     def on_shift_done(self, msg: m.ShiftDone) -> None:
-        rid = self.rid[(msg.role, msg.slot)]
-        key = rid if msg.up else -1 - rid
-        rec = self.shifts[key]
-        rec.ranks.discard(msg.rank)
-        for phase, secs in msg.phases.items():
-            rec.phases[phase] = max(rec.phases.get(phase, 0.0), secs)
-        rec.read_bytes[msg.rank] = msg.read_bytes
+        rid = self.table.rid(msg.role, msg.slot)
+        rec = self.pending[rid]
+        complete = rec.add(msg)
         if msg.partials:
             self.on_partials(msg.partials, rid)
-        if rec.ranks:
+        if not complete:
             return
-        del self.shifts[key]
-        rec.phases["total"] = time.monotonic() - rec.start
-        self.state[rid] = "up" if msg.up else "down"
-        event = {"event": "shift_up" if msg.up else "shift_down", "role": msg.role, "slot": msg.slot,
-                 "devices": list(self.replicas[rid].devices), "phases": rec.phases}
+        del self.pending[rid]
         if msg.up:
             self.versions[rid] = msg.version
-            event["version"], event["checksum"] = msg.version, msg.checksum
-            event["gps_read_bytes"] = [rec.read_bytes[d] for d in self.replicas[rid].devices]
-            if msg.role != "train":
-                self.apply(self.sched[msg.role].shift_up([rid]))
-        self.log.shift(**event)
+        self.shifts.complete([rid])
+        self.log.shift(**rec.event(msg, self.table.replicas[rid].devices))
 
-    # ---- ModeHost (pivot/plan/modes.py) ------------------------------------------------------
-    def slots(self, role: str) -> list[Replica]:
-        return [r for r in self.replicas if r.role == role]
-
-    def up_slots(self) -> list[int]:
-        return [rid for rid, s in self.state.items() if s == "up"]
-
-    def role_of(self, rid: int) -> str:
-        return self.slot_of[rid][0]
-
+    # ---- training --------------------------------------------------------------------------
     @property
     def training_in_flight(self) -> bool:
         return self.training is not None
 
-    # ---- training --------------------------------------------------------------------------
+    def train_throughput(self) -> float:
+        return self.train_tokens_per_s
+
     def train_ready(self) -> bool:
         return self.training is None and self.step < self.cfg.train.steps and self.flow.buffer.ready(self.step)
 
     def maybe_train(self) -> None:
-        if self.train_ready() and self.state.get(self.train_rid) == "up":
+        if self.train_ready() and self.is_up(self.train_rid):
             batch, self.batch_summary, records = self.flow.batch(self.step)
             self.log.samples(records)
             self.training, self.train_acks = self.step, {}
@@ -304,27 +268,28 @@ class Controller:
 
     def on_trained(self, msg: m.Trained) -> None:
         self.train_acks[msg.rank] = msg
-        if len(self.train_acks) < len(self.replicas[self.train_rid].devices):
+        train_ranks = self.table.replicas[self.train_rid].devices
+        if len(self.train_acks) < len(train_ranks):
             return
-        lead = self.train_acks[self.replicas[self.train_rid].devices[0]]
+        lead = self.train_acks[train_ranks[0]]
         secs = time.monotonic() - self._train_t0
         self.train_tokens_per_s = lead.metrics.get("tokens", 0.0) / max(secs, 1e-9)
         self.version, self.training = lead.version, None
         self.step += 1
-        for rid, state in self.state.items():
-            if state == "up" and self.slot_of[rid][0] == "rollout":
-                self.send_slot(rid, m.UpdateWeights(self.slot_of[rid][1], self.version), leader_only=True)
+        for rid in self.up_slots():
+            if self.role_of(rid) == "rollout":
+                self.send_slot(rid, m.UpdateWeights(self.table.slot_of(rid)[1], self.version), leader_only=True)
         self.report_step(lead.step, lead.metrics, secs)
         if eval_due(self.step, self.cfg.train.steps, self.cfg.eval.every):
             self.submit(self.flow.start_eval(self.step))
         if self.ckpt.due(self.step, self.cfg.train.steps):
             path = self.ckpt.snapshot(self.step, {"step": self.step, "version": self.version, **self.flow.state_dict()})
-            self.saving, self.saved_files = set(self.replicas[self.train_rid].devices), []
+            self.saving, self.saved_files = set(train_ranks), []
             self.send_slot(self.train_rid, m.SaveCheckpoint(self.step, str(path)))
 
     def report_step(self, step: int, train_metrics: dict[str, float], train_s: float) -> None:
         now = time.monotonic()
-        devices = self.devices_per_role()
+        devices = self.shifts.states.devices_per_role()
         metrics = {**{f"train/{k}": v for k, v in train_metrics.items()},
                    "time/step_s": now - self._step_t0, "time/train_s": train_s, "policy_version": self.version,
                    "shifts": self.num_shifts, **{f"devices/{k}": v for k, v in devices.items()},
@@ -334,32 +299,12 @@ class Controller:
         self.progress.update(step + 1, metrics, devices)
 
     # ---- monitor ---------------------------------------------------------------------------
-    def devices_per_role(self) -> dict[str, int]:
-        out = {"rollout": 0, "reward": 0, "train": 0}
-        for rid, state in self.state.items():
-            if state == "up":
-                out[self.slot_of[rid][0]] += len(self.replicas[rid].devices)
-        return out
-
     def monitor(self) -> None:
         rates = {"rollout": 0.0, "reward": 0.0}
         for rid, st in self.stats.items():
-            role = self.slot_of[rid][0]
+            role = self.role_of(rid)
             prev = self.tok_hist.get(rid)
             self.tok_hist[rid] = (st.time, st.stats.tokens_generated)
-            if prev and st.time > prev[0] and self.state[rid] == "up":
+            if prev and st.time > prev[0] and self.is_up(rid):
                 rates[role] += max(0, st.stats.tokens_generated - prev[1]) / (st.time - prev[0])
-        self.log.sample(self.devices_per_role(), rates, step=self.step)
-
-    def snapshot(self) -> ClusterSnapshot:
-        active = {rid for rid, s in self.state.items() if s == "up"}
-        running = {rid: tuple(self.sched[self.slot_of[rid][0]].running(rid)) for rid in active if rid != self.train_rid}
-        queues = {role: tuple(s.queued()) for role, s in self.sched.items()}
-        return ClusterSnapshot(
-            replicas=tuple(self.replicas), active=frozenset(active), running=running, queues=queues,
-            # a running or fed trainer is locked (the planner never shifts it down); a trainer
-            # that is down with its batch ready makes training the shift-up role
-            train_batch_ready=self.training is not None or self.train_ready(),
-            train_throughput=self.train_tokens_per_s if self.training is not None else 0.0,
-            devices=tuple(range(self.world)),
-        )
+        self.log.sample(self.shifts.states.devices_per_role(), rates, step=self.step)
