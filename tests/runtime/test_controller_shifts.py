@@ -1,0 +1,96 @@
+"""The runtime controller as the shift executor's host: a plan becomes ShiftDown/ShiftUp messages
+in the executor's order (on every rank, the shift down it leaves precedes the shift up it takes),
+and a shift completes only when every rank of the slot has sent its ShiftDone. No workers: a
+recording endpoint stands in for the control plane."""
+from __future__ import annotations
+
+import pytest
+
+from configs.presets import get_preset
+from pivot.dist import ClusterSpec, SlotTable
+from pivot.plan.planner import PlanTimings, ShiftPlan
+from pivot.runtime import messages as m
+from pivot.runtime.controller import Controller
+from pivot.sched import ThroughputModel
+from pivot.shift import ShiftError, State
+
+# 4 ranks on one host: rollout TP1 slots are replicas 0-3 (ranks 0..3), reward TP1 replicas 4-7,
+# training replica 8 on ranks 2-3
+
+
+class Endpoint:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, object]] = []
+
+    def send(self, rank: int, msg: object) -> None:
+        self.sent.append((rank, msg))
+
+    def take(self) -> list[tuple[int, str, str, int]]:
+        out = [(rank, type(msg).__name__, msg.role, msg.slot) for rank, msg in self.sent]
+        self.sent.clear()
+        return out
+
+
+class Log:
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+
+    def shift(self, **event: object) -> None:
+        self.events.append(event)
+
+
+def plan(up: tuple[int, ...] = (), down: tuple[int, ...] = ()) -> ShiftPlan:
+    return ShiftPlan(None, up, down, 0.0, 0.0, PlanTimings())
+
+
+@pytest.fixture
+def ctrl() -> Controller:
+    cfg = get_preset("tiny-cpu")
+    table = SlotTable.build(ClusterSpec(4, 0, 4), 1, 1, 2)
+    return Controller(cfg, table, 4, Endpoint(), None, None, Log(), ThroughputModel(1e-8, 1e-3, 1e-4, 1e-2), 0, None, None)
+
+
+def done(ctrl: Controller, rank: int, role: str, slot: int, up: bool) -> None:
+    ctrl.handle(rank, m.ShiftDone(rank, role, slot, up, 0, {"gps_read": 0.1 * rank}, read_bytes=100 + rank))
+
+
+def test_a_plan_becomes_messages_and_completes_on_the_last_rank(ctrl: Controller) -> None:
+    ctrl.execute(plan(up=(0, 5, 8)))
+    assert ctrl.ep.take() == [(0, "ShiftUp", "rollout", 0), (1, "ShiftUp", "reward", 1),
+                              (2, "ShiftUp", "train", 0), (3, "ShiftUp", "train", 0)]
+    done(ctrl, 0, "rollout", 0, True)
+    done(ctrl, 1, "reward", 1, True)
+    done(ctrl, 2, "train", 0, True)
+    assert ctrl.shifts.states[8] == State.GOING_UP  # rank 3 has not reported yet
+    done(ctrl, 3, "train", 0, True)
+    assert ctrl.up_slots() == [0, 5, 8] and ctrl.pending == {}
+    assert ctrl.sched["rollout"].active_ids == [0] and ctrl.sched["reward"].active_ids == [5]
+    train = ctrl.log.events[-1]
+    assert train["event"] == "shift_up" and train["devices"] == [2, 3] and train["gps_read_bytes"] == [102, 103]
+    assert train["phases"]["gps_read"] == pytest.approx(0.3)  # the slowest rank's
+
+
+def test_each_rank_leaves_its_role_before_it_takes_the_next(ctrl: Controller) -> None:
+    ctrl.execute(plan(up=(0, 5, 8)))
+    for rank, role, slot in ((0, "rollout", 0), (1, "reward", 1), (2, "train", 0), (3, "train", 0)):
+        done(ctrl, rank, role, slot, True)
+    ctrl.ep.take()
+    ctrl.execute(plan(up=(2, 7), down=(8,)))  # training hands ranks 2 and 3 to rollout2 and reward3
+    assert ctrl.ep.take() == [(2, "ShiftDown", "train", 0), (3, "ShiftDown", "train", 0),
+                              (2, "ShiftUp", "rollout", 2), (3, "ShiftUp", "reward", 3)]
+    done(ctrl, 2, "train", 0, False)  # each rank reports in the order it handled the messages
+    done(ctrl, 2, "rollout", 2, True)
+    assert ctrl.shifts.states[2] == State.UP and ctrl.sched["rollout"].active_ids == [0, 2]
+    assert ctrl.shifts.states[8] == State.GOING_DOWN  # rank 3 still leaving training
+    done(ctrl, 3, "train", 0, False)
+    assert ctrl.shifts.states[8] == State.DOWN and ctrl.log.events[-1]["event"] == "shift_down"
+    done(ctrl, 3, "reward", 3, True)
+    assert ctrl.up_slots() == [0, 2, 5, 7] and ctrl.shifts.states.devices_per_role() == {"rollout": 2, "reward": 2, "train": 0}
+
+
+def test_an_illegal_plan_sends_nothing(ctrl: Controller) -> None:
+    ctrl.execute(plan(up=(0,)))
+    ctrl.ep.take()
+    with pytest.raises(ShiftError, match=r"reward0 \(replica 4\): cannot shift up, device 0 is held by rollout0"):
+        ctrl.execute(plan(up=(4,)))
+    assert ctrl.ep.take() == []
