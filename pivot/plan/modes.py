@@ -1,5 +1,5 @@
 """Deployment modes: where roles start and when devices change hands. One implementation serves
-the runtime's `Controller` and the simulator's `Simulator`; both satisfy `ModeHost`.
+the runtime's `Controller` and the simulator's `Simulator`; both satisfy `ModeHost` as a `pivot.shift.ClusterHost`.
 
 - pivot: shiftable; the planner (`make_planner(cfg.planner)`: pivot, static or rule_based, plus
   ablation flags) decides on a `ClusterSnapshot`; starts with every device on inference.
