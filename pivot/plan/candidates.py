@@ -48,7 +48,7 @@ class CandidateTable:
         best = np.full(K + 1, np.inf)
         best[0] = 0.0
         creator = np.full(K + 1, -1, dtype=np.int64)  # pair that set the current plan of each count
-        self._e: list[np.ndarray] = []  # per pair: e it used to reach each count (0: not updated)
+        self._e: list[np.ndarray] = []  # per pair: the e that reached each count (0: not updated)
         self._parent: list[np.ndarray] = []  # per pair: creator of the plan it extended
         for p in self.pairs:
             r = min(len(p.up), K)

@@ -100,8 +100,14 @@ class ShiftExecutor:
         leaving = frozenset(plan.down)
         for rid in plan.down:
             self.states.check_start(rid, up=False)
+        taken: dict[int, int] = {}
         for rid in plan.up:
             self.states.check_start(rid, up=True, leaving=leaving)
+            for d in self.table.replicas[rid].devices:
+                if d in taken:
+                    raise ShiftError(f"plan shifts up {self.table.name(taken[d])} and {self.table.name(rid)}, "
+                                     f"both on device {d}")
+                taken[d] = rid
         for a in actions:
             if a.phase == Phase.MIGRATE_OFF:
                 self.host.migrate_off(a.role, a.rid)

@@ -69,6 +69,8 @@ class ReplicaTable:
         ids = [r.replica_id for r in self.replicas]
         if ids != list(range(len(ids))):
             raise ValueError(f"ReplicaTable.replicas: ids must be 0..{len(ids) - 1} in order, got {ids}")
+        if len(self.slot_index) != len(ids):
+            raise ValueError(f"ReplicaTable.slot_index: {len(self.slot_index)} entries for {len(ids)} replicas")
         for r in self.replicas:
             if not all(0 <= d < self.world for d in r.devices):
                 raise ValueError(f"ReplicaTable: replica {r.replica_id} devices {r.devices} outside 0..{self.world - 1}")
@@ -137,10 +139,10 @@ class ReplicaStates:
 
     def finish(self, rid: int) -> bool:
         """Complete `rid`'s shift in flight; returns whether it was a shift up."""
-        now = self.state.get(rid)
-        if now not in (State.GOING_UP, State.GOING_DOWN):
-            raise ShiftError(f"replica {rid}: no shift in flight to finish (state {now})")
-        up = now == State.GOING_UP
+        current = self.state.get(rid)
+        if current not in (State.GOING_UP, State.GOING_DOWN):
+            raise ShiftError(f"replica {rid}: no shift in flight to finish (state {current})")
+        up = current == State.GOING_UP
         self.state[rid] = State.UP if up else State.DOWN
         self.in_flight -= 1
         if not up:

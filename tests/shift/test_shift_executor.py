@@ -90,6 +90,7 @@ def test_a_trainer_coming_up_joins_no_scheduler() -> None:
     ((5,), (), r"reward1 \(replica 5\): cannot shift up, device 4 is held by rollout2 \(replica 2\) \(up\)"),
     ((2,), (5,), r"reward1 \(replica 5\): cannot shift down while down"),
     ((0,), (), r"rollout0 \(replica 0\): cannot shift up while up"),
+    ((1, 4), (0,), r"plan shifts up rollout1 \(replica 1\) and reward0 \(replica 4\), both on device 2"),
 ])
 def test_an_illegal_plan_changes_nothing(up: tuple, down: tuple, message: str) -> None:
     ex, host = executor(up=(0, 2, 3))
