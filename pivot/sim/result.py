@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from pivot.plan import ClusterSnapshot, ShiftPlan
 from pivot.shift import ReplicaTable
 from pivot.sim.costs import SimCosts
+from pivot.sim.replica import SimReplica
 from pivot.sim.workload import SimSample
 
 
@@ -65,6 +67,16 @@ class SimResult:
     """Sequences the replicas preempted on a full KV cache (recomputed later)."""
     prefill_tokens: int = 0
     """Tokens prefilled, re-prefills after aborts and preemptions included."""
+
+    def finish(self, end_s: float, samples: dict[int, list[SimSample]], reps: Mapping[int, SimReplica],
+               train_rid: int, wall_s: float) -> None:
+        """Totals of a run that ended at `end_s` (simulated) after `wall_s` (real) seconds."""
+        self.sim_time_s, self.samples, self.wall_s = end_s, samples, wall_s
+        self.tokens = sum(s.tokens for st in range(self.steps) for s in samples[st])
+        self.preemptions = sum(r.preemptions for r in reps.values())
+        self.prefill_tokens = sum(r.prefilled for r in reps.values())
+        self.busy_s = {rid: r.busy_s for rid, r in reps.items()}
+        self.busy_s[train_rid] = sum(self.train_s)
 
     @property
     def throughput(self) -> float:

@@ -27,7 +27,6 @@ the same samples, so throughput ratios are inverse time ratios.
 from __future__ import annotations
 
 import copy
-import heapq
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from pivot.sched import INFERENCE_ROLES, Abort, Command, Role, SeqState
 from pivot.shift import ClusterHost
 from pivot.sim import hardware as hwm
 from pivot.sim.costs import build_cluster
+from pivot.sim.events import EventQueue
 from pivot.sim.options import SimOptions
 from pivot.sim.replica import SimReplica
 from pivot.sim.result import ShiftEvent, SimResult, TimelinePoint
@@ -78,8 +78,8 @@ class Simulator(ClusterHost):
         self.samples: dict[int, list[SimSample]] = {}
         self.rewarded: Counter = Counter()
         self.now = 0.0
-        self._events: list[tuple[float, int, str, tuple]] = []
-        self._n_events = self._next_sid = 0
+        self.events = EventQueue()
+        self._next_sid = 0
         self._pending: dict[int, int] = {}  # replica -> version of its queued event
         self.mode = make_mode(self.cfg, on_planned=self.on_planned)
         self._cheap_mode = not isinstance(self.mode, Shiftable)
@@ -93,44 +93,25 @@ class Simulator(ClusterHost):
         initial = self.mode.initial(self).up
         self.res.initial_up = tuple(initial)
         self.shifts.bring_up(initial)
-        self._push(0.0, "tick", ())
+        self.events.push(0.0, "tick", ())
         while self.step < self.steps:
-            if not self._events:
+            if not self.events:
                 raise RuntimeError(f"simulation stalled at t={self.now:.1f}s, step {self.step} (no event left)")
-            t, _, kind, payload = heapq.heappop(self._events)
+            t, kind, payload = self.events.pop()
             if t > self.opts.max_sim_s:
                 raise RuntimeError(f"simulation exceeded max_sim_s={self.opts.max_sim_s} at step {self.step}")
             self.now = t
             if kind == "rep":
                 self._on_replica(*payload)
             elif kind == "shift":
-                self._on_shifts_done([payload] + self._pop_same("shift", t))
+                self._on_shifts_done([payload] + self.events.pop_same("shift", t))
             elif kind == "train":
                 self._on_trained()
             elif kind == "tick":
                 self._on_tick()
             self._after_event()
-        res = self.res
-        res.sim_time_s = self.now
-        res.tokens = sum(s.tokens for st in range(self.steps) for s in self.samples[st])
-        res.preemptions = sum(r.preemptions for r in self.reps.values())
-        res.prefill_tokens = sum(r.prefilled for r in self.reps.values())
-        res.busy_s = {rid: r.busy_s for rid, r in self.reps.items()}
-        res.busy_s[self.train_rid] = sum(res.train_s)
-        res.samples = self.samples
-        res.wall_s = time.perf_counter() - t0
-        return res
-
-    def _push(self, t: float, kind: str, payload: tuple) -> None:
-        self._n_events += 1
-        heapq.heappush(self._events, (t, self._n_events, kind, payload))
-
-    def _pop_same(self, kind: str, t: float) -> list[tuple]:
-        """Payloads of the other `kind` events due at `t` (taken off the queue)."""
-        out = []
-        while self._events and self._events[0][0] == t and self._events[0][2] == kind:
-            out.append(heapq.heappop(self._events)[3])
-        return out
+        self.res.finish(self.now, self.samples, self.reps, self.train_rid, time.perf_counter() - t0)
+        return self.res
 
     def _after_event(self) -> None:
         self._fill()
@@ -147,12 +128,13 @@ class Simulator(ClusterHost):
         self._plan_due, self._last_plan = False, self.now
         plan = self.mode.plan(self)
         if plan is not None and (plan.up or plan.down):
-            self._execute(plan)
+            self.res.num_plans += 1
+            self.shifts.execute(plan)
 
     def _on_tick(self) -> None:
         self._plan_due = True
         self._sample()
-        self._push(self.now + self.opts.plan_every_s, "tick", ())
+        self.events.push(self.now + self.opts.plan_every_s, "tick", ())
 
     # ------------------------------------------------------------------ sequences
     def _fill(self) -> None:
@@ -192,7 +174,7 @@ class Simulator(ClusterHost):
         t = rep.next_event()
         if t is not None:
             self._pending[rid] = rep.ver
-            self._push(t, "rep", (rid, rep.ver))
+            self.events.push(t, "rep", (rid, rep.ver))
 
     def _on_replica(self, rid: int, ver: int) -> None:
         rep = self.reps[rid]
@@ -257,7 +239,7 @@ class Simulator(ClusterHost):
             dur = hwm.train_s(self.costs.policy, self.opts.hardware, devices, tokens)
             self.training, self.train_tps = True, tokens / dur
             self.res.train_s.append(dur)
-            self._push(self.now + dur, "train", ())
+            self.events.push(self.now + dur, "train", ())
 
     def _on_trained(self) -> None:
         self.training, self.train_tps = False, 0.0
@@ -277,10 +259,6 @@ class Simulator(ClusterHost):
         self.res.planner_wall_s += wall_s
         if self.opts.record_plans:
             self.res.plans.append((snap, plan))
-
-    def _execute(self, plan: ShiftPlan) -> None:
-        self.res.num_plans += 1
-        self.shifts.execute(plan)
 
     # ShiftHost (pivot/shift/executor.py): each shift is a timed event
     def migrate_off(self, role: str, rid: int) -> None:
@@ -304,7 +282,7 @@ class Simulator(ClusterHost):
         for d in self.table.replicas[rid].devices:
             self.dev_free_at[d] = max(self.dev_free_at[d], end)
         self.res.shifts.append(ShiftEvent(start, end, rid, role, up))
-        self._push(end, "shift", (rid, up))
+        self.events.push(end, "shift", (rid, up))
 
     def _on_shifts_done(self, done: list[tuple[int, bool]]) -> None:
         """Shifts that complete at the same instant complete together (see `ShiftExecutor.complete`)."""
