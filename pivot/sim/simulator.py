@@ -5,17 +5,19 @@
 
 It drives the same cluster as the runtime controller (pivot/runtime/controller.py): both are a
 `ClusterHost` (pivot/shift/host.py), with the same replica table, replica states, shift
-executor, schedulers and deployment mode; the simulator's shift effects are timed events. Prompts of step s are
-submitted once `s - version <= staleness` (0 in colocated mode); every finished rollout
-becomes a GenRM sequence (its prompt holds the response); the scheduler's Dispatch/Abort
-commands move sequences between simulated replicas (an abort keeps the generated tokens and
-the next replica re-prefills them); a step trains when all B x G samples are rewarded and
-the training slot is up; a plan releases every `down` replica now (the scheduler migrates its
-sequences) and acquires every `up` slot once its devices are free, each after its shift cost.
+executor, schedulers and deployment mode; the simulator's shift effects are timed events.
+Prompts of step s are submitted once `s - version <= staleness` (0 in colocated mode); every
+finished rollout becomes a GenRM sequence (its prompt holds the response); the scheduler's
+Dispatch/Abort commands move sequences between simulated replicas (an abort keeps the
+generated tokens and the next replica re-prefills them); a step trains when all B x G samples
+are rewarded and the training slot is up; a plan releases every `down` replica now (the
+scheduler migrates its sequences) and acquires every `up` slot once its devices are free,
+each after its shift cost.
 
-The planner runs under the runtime's gating (no shift in flight, no training step) at a
-bounded rate: at ticks every `plan_every_s` of simulated time, and right after events
-(a shift or a training step finished, a batch became ready), never twice within
+The planner runs under the runtime's gating (no shift in flight; during a training step the
+mode keeps the trainer up, or with `plan_during_training=False` nothing is planned) at a
+bounded rate: at ticks every `plan_every_s` of simulated time, and right after events (a
+shift or a training step finished, a batch became ready), never twice within
 `planner.interval_s`. The scheduler learns sequence progress at those points and, for the
 replicas that finished a sequence since, before a dispatch with sequences waiting, like the
 runtime's monitor: dispatch sees slightly stale loads (never staler than the replica's last event).
