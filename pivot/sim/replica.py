@@ -11,8 +11,9 @@ Preemption stays inside the replica, as in the engine: the shift-aware scheduler
 sequence there. At least one sequence always runs, so a replica never stalls.
 
 Each decode step every running sequence gains one token and the step takes
-`A * n_tok + max(B, C * n_seq) + D` seconds (the scheduler's own model, so the planner's
-estimate and the simulated speed agree, as they would after a good profile fit). Between two
+`ThroughputModel.latency(n_seq, n_tok)` seconds (pivot/sched/throughput.py, the scheduler's own
+model, so the planner's estimate and the simulated speed agree, as they would after a good
+profile fit). Between two
 changes of the running set, n_tok grows by n_seq per step, so the time of k steps has a closed
 form and the replica is advanced in O(1), not step by step:
 
@@ -66,8 +67,8 @@ class SimReplica:
         return g0 + self.steps - s0
 
     def _step_time(self, k: int) -> float:
-        n, m = len(self.seqs), self.m
-        return k * (m.A * self.tok + max(m.B, m.C * n) + m.D) + m.A * n * k * (k - 1) / 2
+        n = len(self.seqs)
+        return k * self.m.latency(n, self.tok) + self.m.A * n * k * (k - 1) / 2
 
     def advance(self, now: float) -> None:
         """Run every whole step that ends by `now`."""
@@ -78,8 +79,8 @@ class SimReplica:
         dt = now - self.clock
         if dt <= 0:
             return
-        m = self.m
-        a, b = m.A * n / 2, m.A * self.tok + max(m.B, m.C * n) + m.D - m.A * n / 2  # t(k) = a k^2 + b k
+        a = self.m.A * n / 2
+        b = self.m.latency(n, self.tok) - a  # t(k) = a k^2 + b k
         k = int((-b + math.sqrt(b * b + 4 * a * dt)) / (2 * a)) if a > 0 else int(dt / b)
         cap_k = min(self._next_finish_steps(), self._room_steps())
         k = min(k, cap_k)

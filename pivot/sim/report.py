@@ -13,8 +13,10 @@ once its longest chain is done, and steps train one after another for `train_s` 
     end[s] = max(end[s-1], end[s-staleness-1] + max chain of step s) + train_s[s]
 
 No deployment with that staleness and that training pool can finish sooner, however many
-devices it has or how it shifts them (shift costs and queueing only add). `bound_s / sim_time_s`
-is the fraction of the bound a run reached.
+devices it has or how it shifts them (shift costs and queueing only add). With a warm-up
+(steady-state window) the warm-up steps keep the ends the run gave them and the recurrence
+bounds the measured steps from there. `critical_path_s / measured_s` is the fraction of the
+bound a run reached.
 
 Device-time breakdown: each role's device-seconds split into busy (decoding, prefilling,
 training), idle (up without work) and shifting (its shifts up and down in flight); the devices
@@ -32,19 +34,20 @@ from pivot.sim.result import SimResult
 def chain_s(c: RoleCosts, prompt: int, out: int) -> float:
     """Least time to prefill `prompt` tokens and decode `out` tokens alone on one replica."""
     m = c.throughput
-    return c.prefill_s_per_token * prompt + out * (m.A * prompt + max(m.B, m.C) + m.D) + m.A * out * (out - 1) / 2
+    return c.prefill_s_per_token * prompt + out * m.latency(1, prompt) + m.A * out * (out - 1) / 2
 
 
 def critical_path_s(res: SimResult) -> float:
-    """The time below which no run of these steps with this staleness and training can finish."""
+    """The time below which no run of these steps with this staleness and training can finish
+    the measured window (after the warm-up steps as they ran)."""
     ro, rm = res.costs.roles[Role.ROLLOUT], res.costs.roles[Role.REWARD]
-    end: list[float] = []
-    for st in range(res.steps):
+    end: list[float] = list(res.step_end_s[:res.warmup_steps])
+    for st in range(res.warmup_steps, res.steps):
         longest = max(chain_s(ro, s.prompt_len, s.response_len) + chain_s(rm, s.judge_prompt_len, s.judge_len)
                       for s in res.samples[st])
         release = end[st - res.staleness - 1] if st - res.staleness - 1 >= 0 else 0.0
         end.append(max(end[-1] if end else 0.0, release + longest) + res.train_s[st])
-    return end[-1]
+    return end[-1] - res.window_start_s
 
 
 @dataclass(frozen=True)
