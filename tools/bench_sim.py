@@ -73,12 +73,13 @@ def report_line(name: str, r: SimResult, paper: dict[str, float], piv: float) ->
     bound = critical_path_s(r)
     sp = f"PivotRL x{piv / r.throughput:.2f} (paper x{paper['pivot'] / paper[name]:.2f})" if name != "pivot" else " " * 29
     print(f"  {name:14s} {r.throughput:9,.0f} | {paper[name]:7,} | {r.throughput / paper[name]:5.2f}  {sp}  "
-          f"bound {r.tokens / bound:9,.0f} reached {bound / r.sim_time_s:4.0%}  aborts {r.aborts} preempt {r.preemptions}")
+          f"bound {r.tokens / bound:9,.0f} reached {bound / r.measured_s:4.0%}  aborts {r.aborts} preempt {r.preemptions}")
     print(f"  {'':14s} busy/idle/shifting: {breakdown(r).line()}")
 
 
 def fig9(groups: list[str], opts: SimOptions, args: argparse.Namespace) -> dict[str, dict[str, tuple[Allocation, SimResult]]]:
     how = "Table 4 (paper)" if args.alloc == "table4" else f"best of a search over pool sizes ({args.search_steps} steps each)"
+    how += f"; measured: steps {args.warmup}..{args.steps - 1}" + (" (steady state)" if args.warmup else " (whole run)")
     print(f"\n== Figure 9: end-to-end tokens/s (sim | paper | sim/paper); allocations: {how} ==")
     out = {}
     for g in groups:
@@ -145,6 +146,8 @@ def main() -> None:
     ap.add_argument("--groups", nargs="+", default=list(GROUPS))
     ap.add_argument("--hardware", default="h20", choices=sorted(HARDWARE))
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="steps left out of the throughput (steady state: prompts keep coming past the last step)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prompts", type=int, default=None, help="prompts per step (default: 4 per device, DAPO's ratio)")
     ap.add_argument("--group-size", type=int, default=16)
@@ -162,7 +165,7 @@ def main() -> None:
     args.search_steps = args.search_steps or args.steps
     workload = Workload(prompts_per_step=args.prompts, group_size=args.group_size)
     opts = SimOptions(hardware=HARDWARE[args.hardware], steps=args.steps, workload=workload,
-                      kv_from_engine=args.kv == "engine")
+                      kv_from_engine=args.kv == "engine", warmup_steps=args.warmup)
     t0 = time.perf_counter()
     shift_costs(args.groups, opts, args.seed)
     runs = fig9(args.groups, opts, args)

@@ -28,6 +28,16 @@ class SimOptions:
     """Share of a replica's KV kept free when it admits a sequence, for the running ones to grow
     into (a serving engine reserves decode room at admission); without it a full replica
     preempts and re-prefills on nearly every step."""
+    warmup_steps: int = 0
+    """Steps left out of the throughput: with w > 0 the run measures the steady state, tokens of
+    steps w.. over the time from the end of step w-1 to the end of the last step, and prompts
+    keep being released past the last step within the staleness bound, as in a long run (the
+    last steps' inference and training overlap their successors' instead of draining alone).
+    0: the whole run, start-up and drain included."""
     record_plans: bool = False
     """Keep every (snapshot, plan) the planner saw (tests compare with a fresh planner)."""
     max_sim_s: float = 1e7
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 0 or (self.steps is not None and self.warmup_steps >= self.steps):
+            raise ValueError(f"SimOptions.warmup_steps={self.warmup_steps}: need 0 <= it < steps={self.steps}")

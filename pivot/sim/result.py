@@ -42,8 +42,11 @@ class SimResult:
     table: ReplicaTable
     costs: SimCosts
     staleness: int
+    warmup_steps: int = 0
+    """Steps before the measured window (`SimOptions.warmup_steps`)."""
     sim_time_s: float = 0.0
     tokens: int = 0
+    """Tokens of the measured steps."""
     step_end_s: list[float] = field(default_factory=list)
     train_s: list[float] = field(default_factory=list)
     """Duration of each step's training."""
@@ -72,12 +75,22 @@ class SimResult:
                train_rid: int, wall_s: float) -> None:
         """Totals of a run that ended at `end_s` (simulated) after `wall_s` (real) seconds."""
         self.sim_time_s, self.samples, self.wall_s = end_s, samples, wall_s
-        self.tokens = sum(s.tokens for st in range(self.steps) for s in samples[st])
+        self.tokens = sum(s.tokens for st in range(self.warmup_steps, self.steps) for s in samples[st])
         self.preemptions = sum(r.preemptions for r in reps.values())
         self.prefill_tokens = sum(r.prefilled for r in reps.values())
         self.busy_s = {rid: r.busy_s for rid, r in reps.items()}
         self.busy_s[train_rid] = sum(self.train_s)
 
     @property
+    def window_start_s(self) -> float:
+        """Start of the measured window: the end of the last warm-up step (0 without warm-up)."""
+        return self.step_end_s[self.warmup_steps - 1] if self.warmup_steps else 0.0
+
+    @property
+    def measured_s(self) -> float:
+        return self.sim_time_s - self.window_start_s
+
+    @property
     def throughput(self) -> float:
-        return self.tokens / self.sim_time_s if self.sim_time_s > 0 else 0.0
+        """Tokens of the measured steps per second of the measured window."""
+        return self.tokens / self.measured_s if self.measured_s > 0 else 0.0

@@ -60,6 +60,8 @@ class Simulator(ClusterHost):
     def __init__(self, cfg: PivotConfig, opts: SimOptions = SimOptions()) -> None:
         self.cfg, self.opts = copy.deepcopy(cfg), opts
         self.steps = opts.steps if opts.steps is not None else cfg.train.steps
+        if opts.warmup_steps >= self.steps:
+            raise ValueError(f"SimOptions.warmup_steps={opts.warmup_steps}: need < steps={self.steps}")
         table, self.costs = build_cluster(self.cfg, opts.hardware, opts.kv_from_engine)
         self.init_cluster(table, self.cfg.planner.migration)
         engines = {Role.ROLLOUT: self.cfg.rollout.engine, Role.REWARD: self.cfg.reward.engine}
@@ -87,7 +89,9 @@ class Simulator(ClusterHost):
         self._cheap_mode = not isinstance(self.mode, Shiftable)
         self._plan_due, self._last_plan = True, float("-inf")
         self.res = SimResult(self.cfg.cluster.mode, self.cfg.planner.strategy, self.cfg.preset, opts.hardware.name,
-                             self.steps, table, self.costs, self.staleness)
+                             self.steps, table, self.costs, self.staleness, warmup_steps=opts.warmup_steps)
+        # steady state: later steps' prompts keep coming, as the steps after the last one would
+        self.released = self.steps + (self.staleness if opts.warmup_steps else 0)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> SimResult:
@@ -140,7 +144,7 @@ class Simulator(ClusterHost):
 
     # ------------------------------------------------------------------ sequences
     def _fill(self) -> None:
-        while self.next_step < self.steps and self.next_step - self.version <= self.staleness:
+        while self.next_step < self.released and self.next_step - self.version <= self.staleness:
             st = self.next_step
             self.samples[st] = step_samples(self.opts.workload, self.cfg.seed, st, self.world)
             for s in self.samples[st]:
