@@ -47,6 +47,12 @@ from pivot.sim.result import ShiftEvent, SimResult, TimelinePoint
 from pivot.sim.workload import SimSample, step_samples
 
 
+STEP_ID_SHIFT = 40
+"""A sequence id is (step << STEP_ID_SHIFT) + a counter: the schedulers queue by id, so the
+oldest step's sequences (the batch training waits for) go first, also the judges of its late
+rollouts, which would otherwise queue behind every younger step's judges."""
+
+
 @dataclass
 class _Seq:
     role: Role
@@ -152,7 +158,7 @@ class Simulator(ClusterHost):
             self.next_step += 1
 
     def _submit(self, seq: _Seq) -> None:
-        sid = self._next_sid
+        sid = (seq.sample.step << STEP_ID_SHIFT) + self._next_sid  # queue order (by id): oldest step first
         self._next_sid += 1
         self.seqs[sid] = seq
         self.sched[seq.role].submit(SeqState(sid, seq.prompt_len, 0))
