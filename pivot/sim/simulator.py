@@ -23,8 +23,10 @@ replicas that finished a sequence since, before a dispatch with sequences waitin
 runtime's monitor: dispatch sees slightly stale loads (never staler than the replica's last event).
 
 Throughput = tokens of the trained samples (rollout prompt + response, judge prompt +
-response) / time until the last training step ends; the same seed gives every deployment
-the same samples, so throughput ratios are inverse time ratios.
+response) / time until the last training step ends, or with `SimOptions.warmup_steps` over
+the steady-state window after the warm-up steps; the same seed gives every deployment the
+same samples, so throughput ratios are inverse time ratios. Sequence ids lead with their
+step (`STEP_ID_SHIFT`), so the schedulers, which queue by id, serve the oldest step first.
 """
 from __future__ import annotations
 
