@@ -3,6 +3,7 @@ each beside the paper's numbers, plus a Figure 10 style timeline PNG.
 
     python tools/bench_sim.py                                  # Figure 9, every deployment tuned
     python tools/bench_sim.py --alloc table4                   # the paper's Table 4 allocations
+    python tools/bench_sim.py --steps 7 --warmup 3             # steady state: steps 3..6 measured
     python tools/bench_sim.py --ablations --hsweep qwen2.5-7b+qwen3-30b-a3b --timeline runs/sim/timeline.png
     python tools/bench_sim.py --groups qwen2.5-7b+qwen3-30b-a3b --hardware h200 --prompts 64
 
