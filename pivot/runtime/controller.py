@@ -349,7 +349,7 @@ class Controller:
             self.tok_hist[rid] = (st.time, st.stats.tokens_generated)
             if prev and st.time > prev[0] and self.state[rid] == "up":
                 rates[role] += max(0, st.stats.tokens_generated - prev[1]) / (st.time - prev[0])
-        self.log.sample(self.devices_per_role(), rates, step=self.step)
+        self.log.sample(self.devices_per_role(), rates, step=self.step, aborted=self.flow.stats.aborted, migrated=self.flow.stats.migrated)
 
     def snapshot(self) -> ClusterSnapshot:
         active = {rid for rid, s in self.state.items() if s == "up"}
