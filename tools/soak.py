@@ -74,12 +74,11 @@ def workers(agent: int) -> list[int]:
         return []
 
 
-def rank_of(pid: int) -> int:
+def environ(pid: int) -> dict[str, str]:
     try:
-        env = dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in kv)
-        return int(env.get("RANK", -1))
+        return dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in kv)
     except OSError:
-        return -1
+        return {}
 
 
 def launch(args: argparse.Namespace, policy: Path, genrm: Path, log: Path) -> subprocess.Popen:
@@ -95,13 +94,14 @@ def launch(args: argparse.Namespace, policy: Path, genrm: Path, log: Path) -> su
     return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def drive(args: argparse.Namespace, proc: subprocess.Popen, timeline: Timeline) -> list[dict]:
-    """Kills ranks while the job runs; returns the kills (time, rank, step)."""
+def drive(args: argparse.Namespace, proc: subprocess.Popen, timeline: Timeline) -> tuple[list[dict], str]:
+    """Kills ranks while the job runs; returns the kills (time, rank, step) and torchrun's run id."""
     rng = random.Random(args.seed)
     kills: list[dict] = []
     t0 = last_progress = time.monotonic()
     gap = rng.uniform(*args.gap_s)
     armed_at: float | None = None  # when the current attempt first had a checkpoint of its own
+    run_id = ""
     while proc.poll() is None:
         time.sleep(0.5)
         now = time.monotonic()
@@ -109,6 +109,7 @@ def drive(args: argparse.Namespace, proc: subprocess.Popen, timeline: Timeline) 
             os.killpg(proc.pid, signal.SIGKILL)
             raise TimeoutError(f"the job ran past --timeout-s {args.timeout_s}")
         timeline.poll()
+        run_id = run_id or next((environ(p).get("TORCHELASTIC_RUN_ID", "") for p in workers(proc.pid)), "")
         n_attempts, start, newest = timeline.attempt()
         if n_attempts != len(kills) + 1:  # the killed attempt is not back yet
             armed_at = None
@@ -118,7 +119,7 @@ def drive(args: argparse.Namespace, proc: subprocess.Popen, timeline: Timeline) 
             pids = workers(proc.pid)
             if pids:
                 victim = rng.choice(pids)
-                rank = rank_of(victim)
+                rank = int(environ(victim).get("RANK", -1))
                 os.kill(victim, signal.SIGKILL)
                 kills.append({"time": round(now - t0, 1), "rank": rank, "pid": victim, "after_checkpoint": newest})
                 print(f"soak: [{now - t0:7.1f}s] SIGKILL rank {rank} (pid {victim}) after checkpoint {newest}", flush=True)
@@ -129,10 +130,10 @@ def drive(args: argparse.Namespace, proc: subprocess.Popen, timeline: Timeline) 
             print(f"soak: [{now - t0:7.1f}s] attempt {n_attempts}, checkpoint {newest}/{args.steps}, plans {f.plans}, "
                   f"shifts {f.shifts} (up {f.shifts_up}, down {f.shifts_down}), kills {len(kills)}/{args.kills}, "
                   f"aborted {f.aborted}, migrated {f.migrated}", flush=True)
-    return kills
+    return kills, run_id
 
 
-def check(args: argparse.Namespace, policy: Path, genrm: Path, kills: list[dict], rc: int) -> int:
+def check(args: argparse.Namespace, policy: Path, genrm: Path, kills: list[dict], rc: int, leaked: list[str]) -> int:
     run = args.run_dir
     timeline = audit.read_rows(run / "timeline.jsonl")
     cfg = json.loads((run / "config.json").read_text())
@@ -143,6 +144,8 @@ def check(args: argparse.Namespace, policy: Path, genrm: Path, kills: list[dict]
     problems += acc.violations + audit.resumes(timeline)
     weights = audit.shift_up_weights(timeline, checkpoints, policy, genrm)
     problems += weights.mismatched
+    if leaked:
+        problems.append(f"{len(leaked)} GPS shared-memory files of this run left in /dev/shm: {leaked[:4]}")
     figures = audit.figures(timeline)
     if figures.restarts != len(kills):
         problems.append(f"{len(kills)} kills but {figures.restarts} restarts resumed from a checkpoint")
@@ -199,18 +202,15 @@ def main() -> int:
 
     tiny = ensure_tiny_models(seed=0)
     policy, genrm = Path(tiny.policy), Path(tiny.genrm)
-    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     proc = launch(args, policy, genrm, args.run_dir / "soak.log")
     timeline = Timeline(args.run_dir / "timeline.jsonl")
     try:
-        kills = drive(args, proc, timeline)
+        kills, run_id = drive(args, proc, timeline)
     except TimeoutError as e:
         print(f"soak: FAILED: {e}", flush=True)
         return 1
-    leaked = sorted(set(os.listdir("/dev/shm")) - shm_before) if shm_before else []
-    if leaked:
-        print(f"soak: {len(leaked)} shared-memory segments left in /dev/shm by killed attempts: {leaked[:4]}...")
-    return check(args, policy, genrm, kills, proc.returncode)
+    leaked = sorted(n for n in os.listdir("/dev/shm") if run_id and n.startswith(f"pivot-{run_id}-")) if os.path.isdir("/dev/shm") else []
+    return check(args, policy, genrm, kills, proc.returncode, leaked)
 
 
 if __name__ == "__main__":
