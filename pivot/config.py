@@ -391,6 +391,8 @@ class PivotConfig:
         if self.cluster.mode in ("disaggregated", "pivot"):
             _check(self.rollout.replicas >= 1, "rollout.replicas", self.rollout.replicas, f"mode {self.cluster.mode} needs at least one")
             _check(self.reward.replicas >= 1, "reward.replicas", self.reward.replicas, f"mode {self.cluster.mode} needs at least one")
+        _check(self.planner.strategy == "pivot" or self.cluster.mode == "pivot", "planner.strategy", self.planner.strategy,
+               f"picks shifts in cluster.mode pivot only, not {self.cluster.mode}")
 
     def replace(self, **sections: object) -> PivotConfig:
         return dataclasses.replace(self, **sections)

@@ -78,6 +78,11 @@ class RLFlow:
         self.verify = CheckedVerifier(load_verifier(reward.verifier))
         limit = self.cfg.rollout.max_prompt_tokens
         self.heldout = [p for p in self.heldout if len(self.policy_ids(p)) <= limit]
+        data = self.cursor.dataset
+        if not any(len(self.policy_ids(p)) <= limit for p in data.prompts):  # fill() would wait for one forever
+            shortest = min(len(self.policy_ids(p)) for p in data.prompts)
+            raise ValueError(f"rollout.max_prompt_tokens={limit}: no prompt of {data.source or 'the dataset'} fits "
+                             f"(the shortest has {shortest} tokens)")
         ro, rm = self.cfg.rollout, self.cfg.reward
         self._ro_params = dict(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k, max_new_tokens=ro.max_new_tokens)
         self._rm_params = dict(temperature=rm.temperature, max_new_tokens=rm.max_new_tokens)

@@ -163,9 +163,18 @@ def run(cfg: PivotConfig) -> int:
     if spec.rank == 0:
         weights.publish("policy", load_state_dict(policy_src))
         weights.publish("genrm", load_state_dict(genrm_path))
-    controller = None
+    controller, error = None, [None]
     if spec.rank == 0:
-        controller = start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step)
+        try:  # the dataset is read here: a bad one stops every rank in one line
+            controller = start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step)
+        except (OSError, ValueError) as e:
+            error = [str(e)]
+            print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
+    dist.broadcast_object_list(error, src=0)
+    if error[0] is not None:
+        gps.close()
+        dist.destroy_process_group()
+        return 2
     dist.barrier()  # the controller's address is in the store, GPS holds both models
     tok_file = policy_path / "tokenizer.json"
     inference = {

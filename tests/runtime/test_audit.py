@@ -51,6 +51,9 @@ def test_resumes_from_the_newest_checkpoint_without_gaps() -> None:
     assert resumes(good) == []
     older = [shift("checkpoint", step=1), shift("checkpoint", step=2), shift("resume", step=1), shift("checkpoint", step=2)]
     assert resumes(older) == ["attempt 1 resumed from step 1, the newest committed checkpoint was 2"]
+    # killed between checkpoint 3's manifest and its row: resuming from 3 is right, from 4 is not
+    unlogged = [shift("checkpoint", step=1), shift("checkpoint", step=2), shift("resume", step=3)]
+    assert resumes(unlogged) == [] and len(resumes(unlogged[:2] + [shift("resume", step=4)])) == 1
     gap = [shift("checkpoint", step=1), shift("checkpoint", step=3)]
     assert len(resumes(gap)) == 1 and resumes(gap, every=2) == []
 
