@@ -160,7 +160,8 @@ def check(args: argparse.Namespace, policy: Path, genrm: Path, kills: list[dict]
     if not replays:
         problems.append("no checkpoint held its step's whole batch: nothing could be replayed")
     print(f"\nsoak: {args.steps} steps, {len(timeline)} timeline rows, exit code {rc}")
-    print(f"  shifts executed     {figures.shifts} (up {figures.shifts_up}, down {figures.shifts_down}) in {figures.plans} plans")
+    print(f"  shifts executed     {figures.shifts} (up {figures.shifts_up}, down {figures.shifts_down}) in {figures.plans} plans, "
+          f"{figures.plans_mid_step} of them while a training step ran")
     print(f"  kills survived      {len(kills) if rc == 0 else 0} of {len(kills)} (requested {args.kills}); ranks "
           f"{sorted(k['rank'] for k in kills)}")
     print(f"  restarts            {figures.restarts} (each from the newest complete checkpoint)")

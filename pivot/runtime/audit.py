@@ -150,6 +150,8 @@ def shift_up_weights(timeline: list[Row], checkpoints: Path, policy: Path, genrm
 class Figures:
     plans: int = 0
     """Shift plans the planner issued."""
+    plans_mid_step: int = 0
+    """Of those, the ones issued while a training step ran."""
     shifts_up: int = 0
     shifts_down: int = 0
     restarts: int = 0
@@ -169,6 +171,7 @@ def figures(timeline: list[Row]) -> Figures:
     for rows in attempts(timeline):
         events = Counter(r.get("event") for r in rows)
         out.plans += events["plan"]
+        out.plans_mid_step += sum(1 for r in rows if r.get("event") == "plan" and r.get("training"))
         out.shifts_up += events["shift_up"]
         out.shifts_down += events["shift_down"]
         out.restarts += events["resume"]

@@ -249,7 +249,7 @@ class Controller:
             self.send_slot(rid, m.ShiftUp(role, slot, self.version))
         self.num_shifts += 1
         self.log.shift(event="plan", up=[self.slot_of[r] for r in plan.up], down=[self.slot_of[r] for r in plan.down],
-                       benefit=plan.benefit, planner_s=plan.timings.total_s)
+                       benefit=plan.benefit, planner_s=plan.timings.total_s, training=self.training is not None)
 
     def on_shift_done(self, msg: m.ShiftDone) -> None:
         rid = self.rid[(msg.role, msg.slot)]

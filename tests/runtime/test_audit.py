@@ -82,11 +82,12 @@ def test_shift_up_checksums_against_the_version_they_report(tmp_path: Path) -> N
 
 
 def test_figures_add_up_over_attempts() -> None:
-    timeline = [shift("plan"), shift("shift_up"), shift("shift_down"), {"kind": "sample", "aborted": 3, "migrated": 2},
+    timeline = [shift("plan", training=True), shift("shift_up"), shift("shift_down"), {"kind": "sample", "aborted": 3, "migrated": 2},
                 {"kind": "sample", "aborted": 5, "migrated": 4}, shift("resume", step=1), shift("plan"), shift("shift_up"),
                 {"kind": "sample", "aborted": 1, "migrated": 0}]
     f = figures(timeline)
-    assert (f.plans, f.shifts_up, f.shifts_down, f.shifts, f.restarts, f.aborted, f.migrated) == (2, 2, 1, 3, 1, 6, 4)
+    assert (f.plans, f.plans_mid_step, f.shifts_up, f.shifts_down, f.shifts, f.restarts, f.aborted, f.migrated) == \
+           (2, 1, 2, 1, 3, 1, 6, 4)
 
 
 @pytest.mark.parametrize("name", ["samples.jsonl", "metrics.jsonl"])
