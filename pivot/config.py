@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Mode = Literal["pivot", "colocated", "disaggregated", "rr_colocated"]
-Strategy = Literal["pivot", "static", "rule_based"]
+Strategy = Literal["pivot", "static", "rule_based", "chaos"]
 
 
 class ConfigError(ValueError):
@@ -211,7 +211,8 @@ class TrainConfig:
 @dataclass
 class PlannerConfig:
     strategy: Strategy = "pivot"
-    """Shift strategy in pivot mode: the five-step planner, static split, or rule-based."""
+    """Shift strategy in pivot mode: the five-step planner, static split, rule-based, or chaos (a
+    random valid plan every planner tick, for soak tests: pivot/plan/chaos.py)."""
     horizon_s: float = 60.0
     """H in the benefit B = H * (T_cand - T_cur) - phi, in seconds."""
     tau_shift_s: float = 3.0
@@ -234,6 +235,8 @@ class PlannerConfig:
     """Most candidates whose migration the planner simulates (step 4). Up to this count the
     search is the paper's exhaustive one; beyond it a coarse-to-fine search over the replica
     count k (geometric spread, then bisection around the best benefit) approximates it."""
+    chaos_seed: int = 0
+    """Seed of the chaos strategy's random plans."""
 
     def __post_init__(self) -> None:
         _check(self.horizon_s > 0, "planner.horizon_s", self.horizon_s, "must be > 0")
@@ -388,6 +391,8 @@ class PivotConfig:
         if self.cluster.mode in ("disaggregated", "pivot"):
             _check(self.rollout.replicas >= 1, "rollout.replicas", self.rollout.replicas, f"mode {self.cluster.mode} needs at least one")
             _check(self.reward.replicas >= 1, "reward.replicas", self.reward.replicas, f"mode {self.cluster.mode} needs at least one")
+        _check(self.planner.strategy == "pivot" or self.cluster.mode == "pivot", "planner.strategy", self.planner.strategy,
+               f"picks shifts in cluster.mode pivot only, not {self.cluster.mode}")
 
     def replace(self, **sections: object) -> PivotConfig:
         return dataclasses.replace(self, **sections)

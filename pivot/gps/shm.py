@@ -26,6 +26,17 @@ def shm_path(namespace: str, host: int, model: str) -> str:
     return f"/dev/shm/{namespace}_h{host}_{safe}"
 
 
+def remove_namespaces(namespaces: list[str], host: int) -> list[str]:
+    """Delete `host`'s files of every namespace in `namespaces` (those of a job attempt that was
+    killed before it could close them); returns the paths removed."""
+    removed = []
+    for name in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
+        if any(name.startswith(f"{ns}_h{host}_") for ns in namespaces):
+            os.unlink(f"/dev/shm/{name}")
+            removed.append(f"/dev/shm/{name}")
+    return removed
+
+
 class SharedBuffer:
     """A mapped shm file: `header` (int64 words) and `slot(i)` (uint8) views into it."""
 

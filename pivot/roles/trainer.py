@@ -80,7 +80,7 @@ class Trainer(TrainerCheckpoint):
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.lr, betas=(config.beta1, config.beta2), weight_decay=config.weight_decay
         )
-        self.version = 0  # successful optimizer steps: the policy version
+        self.version = 0  # steps taken, skipped ones included: the policy version (= the RL step, for staleness)
         self.bad_steps = 0  # consecutive skipped steps
         self._host: dict[str, list[torch.Tensor]] | None = None  # offloaded bytes while shifted down
 
@@ -184,7 +184,9 @@ class Trainer(TrainerCheckpoint):
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.bad_steps = 0
-            self.version += 1
+        # a skipped step still advances the version: were it to lag the step count, the staleness
+        # bound (step - version) would shrink with every skip until no rollout may start
+        self.version += 1
         tokens = max(float(sums[1]), 1.0)
         return StepMetrics(
             loss=loss_value, grad_norm=norm_value, clip_frac=float(sums[2]) / tokens, approx_kl=float(sums[3]) / tokens,

@@ -50,6 +50,8 @@ class FlowStats:
     duplicates_dropped: int = 0  # outputs of sequences that had already finished (the buffer counts its own)
     stale_regenerated: int = 0
     genrm_sum: float = 0.0
+    aborted: int = 0  # sequences aborted (shift down or migration) and returned to the queue
+    migrated: int = 0  # of those, the ones that carried generated tokens to resume from elsewhere
 
 
 @dataclass
@@ -76,6 +78,11 @@ class RLFlow:
         self.verify = CheckedVerifier(load_verifier(reward.verifier))
         limit = self.cfg.rollout.max_prompt_tokens
         self.heldout = [p for p in self.heldout if len(self.policy_ids(p)) <= limit]
+        data = self.cursor.dataset
+        if not any(len(self.policy_ids(p)) <= limit for p in data.prompts):  # fill() would wait for one forever
+            shortest = min(len(self.policy_ids(p)) for p in data.prompts)
+            raise ValueError(f"rollout.max_prompt_tokens={limit}: no prompt of {data.source or 'the dataset'} fits "
+                             f"(the shortest has {shortest} tokens)")
         ro, rm = self.cfg.rollout, self.cfg.reward
         self._ro_params = dict(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k, max_new_tokens=ro.max_new_tokens)
         self._rm_params = dict(temperature=rm.temperature, max_new_tokens=rm.max_new_tokens)
@@ -210,6 +217,8 @@ class RLFlow:
         info = self.seqs.get(partial.id)
         if info is None:
             return
+        self.stats.aborted += 1
+        self.stats.migrated += bool(partial.output_ids)
         info.request = partial
         if info.role == "rollout" and partial.output_ids and info.eval_step < 0:
             info.version = version if info.version < 0 else min(info.version, version)
@@ -241,6 +250,8 @@ class RLFlow:
             "tokens/reward": st.tokens_reward,
             "count/duplicates_dropped": st.duplicates_dropped + buf.duplicates_dropped,
             "count/stale_regenerated": st.stale_regenerated,
+            "count/aborted": st.aborted,
+            "count/migrated": st.migrated,
             "count/unparsable_verdicts": self.scorer.stats.unparsable_verdicts,
             "count/verifier_errors": self.verify.errors,
             "count/prompts_skipped_too_long": st.prompts_skipped_too_long,

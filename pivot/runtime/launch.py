@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable, WorkerEndpoint, create_groups, describe
+from pivot.gps.shm import remove_namespaces
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, TextTokenizer, load_state_dict
@@ -149,7 +150,10 @@ def run(cfg: PivotConfig) -> int:
         return 2
     start_step = resume[1]["step"] if resume else 0
     store = dist.distributed_c10d._get_default_store()
-    run_id = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    elastic_id, restart = os.environ.get("TORCHELASTIC_RUN_ID", "local"), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    run_id = f"{elastic_id}-{restart}"
+    if spec.local_rank == 0 and restart:  # killed attempts never closed their GPS files: one copy of each model apiece
+        remove_namespaces([f"pivot-{elastic_id}-{k}" for k in range(restart)], spec.host)
     host_of = tuple(spec.host_of(r) for r in range(spec.world_size))
     gps = GPSStore(store, HostInfo(spec.rank, spec.host, spec.local_rank, host_of), namespace=f"pivot-{run_id}")
     # every rank needs the tensor list, only rank 0 the tensors: read headers, not weights
@@ -159,9 +163,18 @@ def run(cfg: PivotConfig) -> int:
     if spec.rank == 0:
         weights.publish("policy", load_state_dict(policy_src))
         weights.publish("genrm", load_state_dict(genrm_path))
-    controller = None
+    controller, error = None, [None]
     if spec.rank == 0:
-        controller = start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step)
+        try:  # the dataset is read here: a bad one stops every rank in one line
+            controller = start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step)
+        except (OSError, ValueError) as e:
+            error = [str(e)]
+            print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
+    dist.broadcast_object_list(error, src=0)
+    if error[0] is not None:
+        gps.close()
+        dist.destroy_process_group()
+        return 2
     dist.barrier()  # the controller's address is in the store, GPS holds both models
     tok_file = policy_path / "tokenizer.json"
     inference = {
