@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from pivot.engine.block_manager import BlockManager
-from pivot.engine.config import ATTENTIONS, EngineConfig
+from pivot.engine.config import ATTENTIONS, FLASH_BLOCK_MULTIPLE, EngineConfig
 from pivot.engine.model_runner import ModelRunner
 from pivot.engine.sampler import sample
 from pivot.engine.scheduler import Scheduler
@@ -53,15 +53,16 @@ class Engine:
         self.config = config = config or EngineConfig()
         if attention not in ATTENTIONS:
             raise ValueError(f"attention={attention!r} is not one of {ATTENTIONS}")
-        if config.kv_capacity_tokens < config.block_size:
-            raise ValueError(
-                f"engine.kv_capacity_tokens={config.kv_capacity_tokens} is less than one block ({config.block_size})"
-            )
+        block_size = config.kv_block_size(attention)
+        if attention == "flash" and block_size % FLASH_BLOCK_MULTIPLE:
+            raise ValueError(f"engine.block_size={block_size}: flash attention's paged KV needs a multiple of {FLASH_BLOCK_MULTIPLE}")
+        if config.kv_capacity_tokens < block_size:
+            raise ValueError(f"engine.kv_capacity_tokens={config.kv_capacity_tokens} is less than one block ({block_size})")
         self.args = model.args
         self.tokenizer = tokenizer
-        num_blocks = config.kv_capacity_tokens // config.block_size
-        self.runner = ModelRunner(model, num_blocks, config.block_size, attention, tp_group, device)
-        self.blocks = BlockManager(num_blocks, config.block_size, share_prefixes=not self.args.has_linear_attention)
+        num_blocks = config.kv_capacity_tokens // block_size
+        self.runner = ModelRunner(model, num_blocks, block_size, attention, tp_group, device)
+        self.blocks = BlockManager(num_blocks, block_size, share_prefixes=not self.args.has_linear_attention)
         self.scheduler = Scheduler(self.blocks, config.max_running_seqs, config.max_prefill_tokens)
         self.max_len = min(self.args.max_position_embeddings, self.blocks.total_tokens)
         eos = set(self.args.eos_ids)
