@@ -113,6 +113,10 @@ class RolloutConfig:
     """Longest response, in tokens (the paper caps policy responses at 15K)."""
     max_prompt_tokens: int = 64
     """Longest prompt, in tokens; longer prompts are skipped and counted (the paper: 2K)."""
+    throughput_profile: str = ""
+    """JSON of the fitted throughput constants A, B, C, D of this role's model on its replicas
+    (tools/profile_engine.py writes it); empty = the profile cached for this model, hardware and
+    TP size, else the embedded tiny model's (configs/throughput_tiny_cpu_rollout.json)."""
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
@@ -152,6 +156,10 @@ class RewardConfig:
     """Weight of the verifiable (answer-checking) reward."""
     w_genrm: float = 1.0
     """Weight of the GenRM reward."""
+    throughput_profile: str = ""
+    """JSON of the fitted throughput constants A, B, C, D of this role's model on its replicas
+    (tools/profile_engine.py writes it); empty = the profile cached for this model, hardware and
+    TP size, else the embedded tiny model's (configs/throughput_tiny_cpu_reward.json)."""
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
@@ -240,8 +248,6 @@ class PlannerConfig:
     """Rule-based: shift up a role whose KV utilisation is above this."""
     rule_low: float = 0.1
     """Rule-based: shift down a role whose KV utilisation is below this."""
-    throughput_profile: str = ""
-    """JSON of fitted throughput constants A, B, C, D; empty = configs/throughput_tiny_cpu.json."""
     max_evaluated: int = 8
     """Most candidates whose migration the planner simulates (step 4). Up to this count the
     search is the paper's exhaustive one; beyond it a coarse-to-fine search over the replica
