@@ -91,7 +91,8 @@ class Engine:
         device: str = "cpu",
         seed: int = 0,
     ):
-        """Load a HF-layout model folder; `config.backend == 'sglang'` returns the adapter.
+        """Load a HF-layout model folder; `config.backend == 'sglang'` returns the adapter (an
+        sglang engine over `tp_group`'s size of devices from `device`'s index on).
 
         `dtype` and `attention` are `ModelConfig`'s; `device` is this rank's device;
         `seed` seeds sampling for requests without a seed of their own.
@@ -100,9 +101,9 @@ class Engine:
         if config.backend == "sglang":
             from pivot.engine.sglang_adapter import SglangEngine
 
-            return SglangEngine.from_pretrained(
-                path, config, tp_group=tp_group, tokenizer=tokenizer, dtype=dtype, attention=attention, seed=seed
-            )
+            tp_size = dist.get_world_size(tp_group) if tp_group is not None else 1
+            return SglangEngine.from_pretrained(path, config, tokenizer, tp_size=tp_size,
+                                                base_gpu_id=torch.device(device).index or 0, dtype=dtype, seed=seed)
         model = load_model(path, dtype=getattr(torch, dtype), device=device)
         if tokenizer is None and (Path(path) / "tokenizer.json").is_file():
             tokenizer = TextTokenizer.from_pretrained(path)
