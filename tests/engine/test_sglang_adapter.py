@@ -21,7 +21,6 @@ from pivot.engine.sglang_adapter import SglangEngine, _buckets
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, load_state_dict
 from pivot.roles.inference import InferenceRole
-from tests.engine.conftest import make_model
 from tests.engine.hf_models import save_hf_model
 
 
@@ -85,21 +84,14 @@ def fake_sglang(monkeypatch: pytest.MonkeyPatch) -> type[FakeSglang]:
     return FakeSglang
 
 
-@pytest.fixture(scope="module")
-def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("sgl_policy")
-    make_model(path)
-    return path
-
-
 def gps_read(folder: Path, version: int):
     """A GPS Read's stand-in: the checkpoint's tensors, whole."""
     state = load_state_dict(folder)
     return lambda buffers: (dict(state), version)
 
 
-def test_adapter_protocol(fake_sglang: type[FakeSglang], policy: Path) -> None:
-    eng = SglangEngine.from_pretrained(policy, EngineConfig(kv_capacity_tokens=4096))
+def test_adapter_protocol(fake_sglang: type[FakeSglang], tiny_path: Path) -> None:
+    eng = SglangEngine.from_pretrained(tiny_path, EngineConfig(kv_capacity_tokens=4096))
     fake = fake_sglang.built[0]
     assert fake.kwargs["load_format"] == "dummy" and fake.kwargs["max_total_tokens"] == 4096
     assert eng.stats().kv_total_tokens == 1000
@@ -119,14 +111,14 @@ def test_adapter_protocol(fake_sglang: type[FakeSglang], policy: Path) -> None:
         eng.add(Request(3, [1] * 300, SamplingParams()))
     with pytest.raises(ValueError, match="missing"):
         eng.load_weights({"model.norm.weight": torch.ones(64)}, version=1)
-    eng.load_weights(load_state_dict(policy), version=4)
+    eng.load_weights(load_state_dict(tiny_path), version=4)
     assert eng.weights_version == 4 and set(fake.updates[-1][0]) <= set(eng.full_shapes)
     assert sum(len(names) for names, _ in fake.updates) == len(eng.full_shapes)
 
 
-def test_weights_go_in_buckets_and_come_back_by_name(fake_sglang: type[FakeSglang], policy: Path) -> None:
-    state = load_state_dict(policy)
-    eng = SglangEngine.from_pretrained(policy, EngineConfig())
+def test_weights_go_in_buckets_and_come_back_by_name(fake_sglang: type[FakeSglang], tiny_path: Path) -> None:
+    state = load_state_dict(tiny_path)
+    eng = SglangEngine.from_pretrained(tiny_path, EngineConfig())
     eng.bucket_bytes = 64 * 1024
     eng.load_weights(state, version=1)
     fake = fake_sglang.built[0]
@@ -141,38 +133,38 @@ def test_buckets_keep_order_and_limit() -> None:
     assert got == [["0", "1"], ["2"], ["3", "4", "5"]]  # 12 + 12 bytes fill 24; 40 bytes go alone
 
 
-def test_engine_from_pretrained_passes_the_device_index(fake_sglang: type[FakeSglang], policy: Path) -> None:
-    Engine.from_pretrained(policy, EngineConfig(backend="sglang"), device="cuda:5", dtype="bfloat16")
+def test_engine_from_pretrained_passes_the_device_index(fake_sglang: type[FakeSglang], tiny_path: Path) -> None:
+    Engine.from_pretrained(tiny_path, EngineConfig(backend="sglang"), device="cuda:5", dtype="bfloat16")
     assert fake_sglang.built[0].kwargs["base_gpu_id"] == 5 and fake_sglang.built[0].kwargs["tp_size"] == 1
 
 
 def test_role_leader_serves_sglang_from_its_slots_first_device(
-    fake_sglang: type[FakeSglang], policy: Path, monkeypatch: pytest.MonkeyPatch
+    fake_sglang: type[FakeSglang], tiny_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(inference, "group_position", lambda group: (0, 4))  # leader of a 4-device slot
-    role = InferenceRole("rollout", policy, EngineConfig(backend="sglang"), ModelConfig(dtype="bfloat16"), "cuda", 0,
+    role = InferenceRole("rollout", tiny_path, EngineConfig(backend="sglang"), ModelConfig(dtype="bfloat16"), "cuda", 0,
                          local_device=4)
-    version, phases = role.shift_up(1, object(), gps_read(policy, 7))
+    version, phases = role.shift_up(1, object(), gps_read(tiny_path, 7))
     fake = fake_sglang.built[0]
     assert (fake.kwargs["tp_size"], fake.kwargs["base_gpu_id"], fake.kwargs["dtype"]) == (4, 4, "bfloat16")
     assert version == 7 and isinstance(role.engine, SglangEngine) and "gps_read" in phases
-    assert sum(len(names) for names, _ in fake.updates) == len(load_state_dict(policy))
+    assert sum(len(names) for names, _ in fake.updates) == len(load_state_dict(tiny_path))
     role.add([Request(11, [3, 4, 5], SamplingParams(max_new_tokens=500))])
     while not role.stats()[1].get(11):
         role.step()
     partials, _ = role.shift_down()  # abort (partials keep their tokens) + release
     assert [p.id for p in partials] == [11] and len(partials[0].output_ids) >= 1
     assert fake.calls == ["release"] and not role.has_work()
-    version, _ = role.shift_up(1, object(), gps_read(policy, 8))  # resume + the Read again, no new engine
+    version, _ = role.shift_up(1, object(), gps_read(tiny_path, 8))  # resume + the Read again, no new engine
     assert fake.calls == ["release", "resume"] and len(fake_sglang.built) == 1 and version == 8
     role.add(partials)  # migration: the partial resumes where it stopped
     assert role.abort([11])[0].output_ids[: len(partials[0].output_ids)] == partials[0].output_ids
-    assert role.checksum() == pytest.approx(sum(float(t.double().sum()) for t in load_state_dict(policy).values()))
+    assert role.checksum() == pytest.approx(sum(float(t.double().sum()) for t in load_state_dict(tiny_path).values()))
 
 
-def test_role_follower_is_parked(fake_sglang: type[FakeSglang], policy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_role_follower_is_parked(fake_sglang: type[FakeSglang], tiny_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(inference, "group_position", lambda group: (2, 4))
-    role = InferenceRole("reward", policy, EngineConfig(backend="sglang"), ModelConfig(), "cuda", 0, local_device=6)
+    role = InferenceRole("reward", tiny_path, EngineConfig(backend="sglang"), ModelConfig(), "cuda", 0, local_device=6)
     version, _ = role.shift_up(0, object(), lambda buffers: ({}, 3))  # a parked rank's Read holds nothing
     assert version == 3 and role.parked and fake_sglang.built == []
     assert role.step() == [] and not role.has_work() and role.checksum() == 0.0
