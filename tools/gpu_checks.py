@@ -89,7 +89,7 @@ def check_engine(a: argparse.Namespace) -> None:
     cfg = EngineConfig(kv_capacity_tokens=a.seqs * (a.prompt_tokens + a.new_tokens + 512), max_running_seqs=a.seqs)
     ref: dict[str, object] = {}
     for attention, linear in (("sdpa", "torch"), ("flash", "torch"), ("flash", "te")):
-        def run() -> str:
+        def run(attention: str = attention, linear: str = linear) -> str:
             with torch.device("cuda"):
                 model = CausalLM(args, linear=linear).to(torch.bfloat16)
             model.load_state_dict(state, strict=False)  # TE linears add only `_extra_state`

@@ -21,6 +21,7 @@ from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog
 from pivot.plan.modes import make_mode
 from pivot.runtime.progress import StepProgress
+from pivot.runtime.startup_profile import profile_at_startup
 from pivot.sched.profile import ROOT, ReplicaShape, hardware_name, resolve_profile
 from pivot.sched.throughput import ThroughputModel
 
@@ -31,18 +32,21 @@ log = logging.getLogger(__name__)
 
 def role_profiles(cfg: PivotConfig, policy_path: Path, genrm_path: Path, device: str) -> dict[str, ThroughputModel]:
     """Each inference role's own throughput constants (`pivot.sched.profile.resolve_profile`):
-    rollout's of the policy, reward's of the GenRM, each on its replica shape."""
+    rollout's of the policy, reward's of the GenRM, each on its replica shape; a model given
+    without a profile is profiled on this rank's device first (`startup_profile`) where it can be."""
     out = {}
     for role, rcfg, folder, given in (("rollout", cfg.rollout, policy_path, cfg.model.policy),
                                       ("reward", cfg.reward, genrm_path, cfg.model.genrm)):
         shape = ReplicaShape(str(folder), hardware_name(device), rcfg.tp, cfg.model.dtype, cfg.model.attention,
                              rcfg.engine.backend) if given else None
         prof = resolve_profile(role, rcfg.throughput_profile, shape, PROFILE_CACHE)
-        if prof.fallback:
-            log.warning("%s: no throughput profile for %s on %s (tp=%d); planning with the tiny CPU constants, so "
-                        "T_i and the planner's benefit are only relative. Fit one: python tools/profile_engine.py "
-                        "--model %s --role %s", role, folder, shape.hardware, rcfg.tp, folder, role)
-        out[role] = prof.model
+        fitted = profile_at_startup(role, shape, rcfg.engine, cfg.model, device, PROFILE_CACHE) if prof.fallback else None
+        if prof.fallback and fitted is None:
+            log.warning("%s: no throughput profile for %s on %s (tp=%d, %s); planning with the tiny CPU constants, so "
+                        "T_i and the planner's benefit are only relative. Give one: --%s.throughput-profile PATH "
+                        "(tools/profile_engine.py writes it)", role, folder, shape.hardware, rcfg.tp,
+                        rcfg.engine.backend, role)
+        out[role] = fitted or prof.model
     return out
 
 
