@@ -18,6 +18,12 @@ Mode = Literal["pivot", "colocated", "disaggregated", "rr_colocated"]
 Strategy = Literal["pivot", "static", "rule_based", "chaos"]
 
 
+DEFAULT_BLOCK_SIZE = {"sdpa": 16, "flash": 256}
+"""KV-cache block size per attention kernel when `EngineConfig.block_size` is 0."""
+FLASH_BLOCK_MULTIPLE = 256
+"""flash-attn's paged KV (`block_table`) takes only blocks of a multiple of this many tokens."""
+
+
 class ConfigError(ValueError):
     """A bad configuration value; the message names the field (dotted path) and the value."""
 
@@ -73,16 +79,22 @@ class EngineConfig:
     """Inference backend: Pivot's embedded engine (CPU and GPU) or sglang (GPU only)."""
     kv_capacity_tokens: int = 16384
     """KV-cache capacity of one replica, in tokens."""
-    block_size: int = 16
-    """Tokens per KV-cache block."""
+    block_size: int = 0
+    """Tokens per KV-cache block; 0 = the attention kernel's default (16 for sdpa, 256 for flash,
+    whose paged KV needs a multiple of 256)."""
     max_running_seqs: int = 32
     """Most sequences decoding at once on one replica."""
     max_prefill_tokens: int = 2048
     """Prefill chunk size in tokens (chunked prefill)."""
 
     def __post_init__(self) -> None:
-        for name in ("kv_capacity_tokens", "block_size", "max_running_seqs", "max_prefill_tokens"):
+        for name in ("kv_capacity_tokens", "max_running_seqs", "max_prefill_tokens"):
             _check(getattr(self, name) > 0, f"engine.{name}", getattr(self, name), "must be > 0")
+        _check(self.block_size >= 0, "engine.block_size", self.block_size, "must be >= 0 (0 = the kernel's default)")
+
+    def kv_block_size(self, attention: str) -> int:
+        """The block size this engine uses with attention kernel `attention`."""
+        return self.block_size or DEFAULT_BLOCK_SIZE[attention]
 
 
 @dataclass
@@ -101,6 +113,10 @@ class RolloutConfig:
     """Longest response, in tokens (the paper caps policy responses at 15K)."""
     max_prompt_tokens: int = 64
     """Longest prompt, in tokens; longer prompts are skipped and counted (the paper: 2K)."""
+    throughput_profile: str = ""
+    """JSON of the fitted throughput constants A, B, C, D of this role's model on its replicas
+    (tools/profile_engine.py writes it); empty = the profile cached for this model, hardware and
+    TP size, else the embedded tiny model's (configs/throughput_tiny_cpu_rollout.json)."""
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
@@ -140,6 +156,10 @@ class RewardConfig:
     """Weight of the verifiable (answer-checking) reward."""
     w_genrm: float = 1.0
     """Weight of the GenRM reward."""
+    throughput_profile: str = ""
+    """JSON of the fitted throughput constants A, B, C, D of this role's model on its replicas
+    (tools/profile_engine.py writes it); empty = the profile cached for this model, hardware and
+    TP size, else the embedded tiny model's (configs/throughput_tiny_cpu_reward.json)."""
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
@@ -229,8 +249,6 @@ class PlannerConfig:
     """Rule-based: shift up a role whose KV utilisation is above this."""
     rule_low: float = 0.1
     """Rule-based: shift down a role whose KV utilisation is below this."""
-    throughput_profile: str = ""
-    """JSON of fitted throughput constants A, B, C, D; empty = configs/throughput_tiny_cpu.json."""
     max_evaluated: int = 8
     """Most candidates whose migration the planner simulates (step 4). Up to this count the
     search is the paper's exhaustive one; beyond it a coarse-to-fine search over the replica
@@ -363,11 +381,17 @@ class PivotConfig:
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
+    def __post_init__(self) -> None:
+        for role, engine in (("rollout", self.rollout.engine), ("reward", self.reward.engine)):
+            size = engine.kv_block_size(self.model.attention)
+            _check(self.model.attention != "flash" or size % FLASH_BLOCK_MULTIPLE == 0, f"{role}.engine.block_size",
+                   size, f"flash attention's paged KV needs a multiple of {FLASH_BLOCK_MULTIPLE} (or 0 for the default)")
+
     def validate(self, world_size: int, local_world_size: int) -> None:
         """Every section's checks, then whole-tree checks against the job's size (torchrun's
         WORLD_SIZE and LOCAL_WORLD_SIZE)."""
         for section in (self.model, self.rollout, self.rollout.engine, self.reward, self.reward.engine, self.train,
-                        self.planner, self.data, self.eval, self.cluster, self.checkpoint):
+                        self.planner, self.data, self.eval, self.cluster, self.checkpoint, self):
             section.__post_init__()
         c = self.cluster
         _check(world_size % local_world_size == 0, "cluster.devices_per_node", local_world_size, f"does not divide world size {world_size}")

@@ -40,7 +40,7 @@ class Controller(ClusterHost):
         flow: RLFlow,
         mode: object,
         log: RunLog,
-        profile: ThroughputModel,
+        profiles: dict[str, ThroughputModel],
         start_step: int,
         progress: object,
         checkpointer: object,
@@ -48,7 +48,7 @@ class Controller(ClusterHost):
         self.cfg, self.ep = cfg, endpoint
         self.flow, self.mode, self.log, self.progress, self.ckpt = flow, mode, log, progress, checkpointer
         kv = {"rollout": cfg.rollout.engine.kv_capacity_tokens, "reward": cfg.reward.engine.kv_capacity_tokens}
-        self.init_cluster(ReplicaTable.build(table, world_size, kv, {"rollout": profile, "reward": profile}),
+        self.init_cluster(ReplicaTable.build(table, world_size, kv, profiles),
                           cfg.planner.migration)
         self.versions: dict[int, int] = {}  # rid -> weights version it reported
         self.pending: dict[int, ShiftRecord] = {}  # rid -> its shift in flight

@@ -138,8 +138,9 @@ def run(cfg: PivotConfig) -> int:
     try:  # the same answer on every rank (model folders: headers only): all stop, rank 0 says why
         resume = resume_point(cfg, ckpt, spec)
         policy_src = resume[0] / "policy" if resume else policy_path
-        for folder in (policy_src, genrm_path):
-            check_folder(folder)
+        check_folder(policy_src)  # the trainer builds the policy with Pivot's model classes
+        if cfg.reward.engine.backend == "embedded":  # sglang serves what its own model classes load
+            check_folder(genrm_path)
         if cfg.data.chat_template and TextTokenizer.from_pretrained(policy_path).chat_template is None:
             raise ValueError(f"data.chat_template=True: {policy_path} has no chat template "
                              "(no chat_template.jinja, none in tokenizer_config.json)")
@@ -158,15 +159,16 @@ def run(cfg: PivotConfig) -> int:
     gps = GPSStore(store, HostInfo(spec.rank, spec.host, spec.local_rank, host_of), namespace=f"pivot-{run_id}")
     # every rank needs the tensor list, only rank 0 the tensors: read headers, not weights
     specs = {"policy": specs_from_checkpoint(policy_src), "genrm": specs_from_checkpoint(genrm_path)}
+    served_by_sglang = frozenset(r for r, c in (("rollout", cfg.rollout), ("reward", cfg.reward)) if c.engine.backend == "sglang")
     weights = WeightService(gps, specs, host_of, table.train, start_step, device, cfg.cluster.host_memory_gb,
-                            verify=cfg.log.verify_weights, dtype=cfg.model.dtype)
+                            verify=cfg.log.verify_weights, dtype=cfg.model.dtype, whole=served_by_sglang)
     if spec.rank == 0:
         weights.publish("policy", load_state_dict(policy_src))
         weights.publish("genrm", load_state_dict(genrm_path))
     controller, error = None, [None]
     if spec.rank == 0:
         try:  # the dataset is read here: a bad one stops every rank in one line
-            controller = start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step)
+            controller = start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step, device)
         except (OSError, ValueError) as e:
             error = [str(e)]
             print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
@@ -178,12 +180,15 @@ def run(cfg: PivotConfig) -> int:
     dist.barrier()  # the controller's address is in the store, GPS holds both models
     tok_file = policy_path / "tokenizer.json"
     inference = {
-        "rollout": InferenceRole("rollout", policy_path, cfg.rollout.engine, cfg.model, device, cfg.seed + spec.rank),
-        "reward": InferenceRole("reward", genrm_path, cfg.reward.engine, cfg.model, device, cfg.seed + spec.rank),
+        "rollout": InferenceRole("rollout", policy_path, cfg.rollout.engine, cfg.model, device, cfg.seed + spec.rank,
+                                 spec.local_rank),
+        "reward": InferenceRole("reward", genrm_path, cfg.reward.engine, cfg.model, device, cfg.seed + spec.rank,
+                                spec.local_rank),
     }
     trainer = TrainingRole(
         ModelArgs.load(policy_path), groups[table.train.name] if spec.rank in table.train.ranks else None,
         cfg.train, device, cfg.rollout.temperature, resume[0] if resume else None, tok_file if tok_file.is_file() else None,
+        cfg.model.dtype,
     )
     worker = Worker(spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights)
     if spec.rank == 0:
