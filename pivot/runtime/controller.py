@@ -50,7 +50,7 @@ class Controller:
         flow: RLFlow,
         mode: object,
         log: RunLog,
-        profile: ThroughputModel,
+        profile: ThroughputModel | dict[str, ThroughputModel],
         start_step: int,
         progress: object,
         checkpointer: object,
@@ -62,7 +62,8 @@ class Controller:
         for role, kv in (("rollout", cfg.rollout.engine.kv_capacity_tokens), ("reward", cfg.reward.engine.kv_capacity_tokens)):
             for s in table.of(role):
                 self.rid[(role, s.index)] = len(self.replicas)
-                self.replicas.append(Replica(len(self.replicas), role, s.ranks, kv, profile))
+                model = profile[role] if isinstance(profile, dict) else profile  # one per role, or shared
+                self.replicas.append(Replica(len(self.replicas), role, s.ranks, kv, model))
         self.train_rid = len(self.replicas)
         self.rid[("train", 0)] = self.train_rid
         if table.train.ranks:
