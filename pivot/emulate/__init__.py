@@ -23,7 +23,7 @@ from pivot.sched.throughput import ThroughputModel
 from pivot.sim.workload import Workload
 
 __all__ = ["EmulatedClock", "EmulatedCosts", "EmulatedFlow", "controller_parts", "emulated_workload", "install",
-           "paper_config", "runtime_config", "tally_lines", "write_tally"]
+           "paper_config", "read_tallies", "runtime_config", "tally_lines", "write_tally"]
 
 
 def install(cfg: PivotConfig, spec: ClusterSpec, inference: dict[str, Any], trainer: Any) -> tuple[dict[str, Any], Any, EmulatedClock]:

@@ -31,7 +31,8 @@ class EmulatedInference:
             decoded += [len(o.prompt_ids) + len(o.output_ids) for o in outputs]
             emulated = self.costs.engine_step_s(self.inner.role, len(decoded), sum(decoded) - len(decoded),
                                                 engine.scheduler.prefill_tokens - prefilled)
-            self.clock.wait(self.inner.role, t0, emulated, self.costs.tp(self.inner.role))
+            if emulated > 0:  # an empty step (a lockstep leader with nothing to run) is no device work
+                self.clock.wait(self.inner.role, t0, emulated, self.costs.tp(self.inner.role))
         return outputs
 
     def shift_up(self, slot: int, group: object, read: Callable) -> tuple[int, dict[str, float]]:
