@@ -46,6 +46,7 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--group-size", type=int, default=16)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--out", default="runs/bench_emulated")
+    g.add_argument("--sim-only", action="store_true", help="only the simulator's figures (to choose a configuration)")
 
 
 def base_config(args: argparse.Namespace) -> PivotConfig:
@@ -124,11 +125,16 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     for name in args.modes.split(","):
         sim_cfg = deployment(paper, name, Allocation(args.train_devices, rollout_devices if name == "disaggregated" else 0))
         sim = simulate(sim_cfg, opts)
+        if args.sim_only:
+            print(f"  {name}: sim {sim.throughput:,.0f} tok/s, {sim.sim_time_s:,.0f} s, {sim.num_plans} plans, "
+                  f"busy% ro/rm/tr/shift {shares_sim(sim)}")
+            continue
         real = run_runtime(name, sim_cfg, world, out, extra)
         results[name] = (real, sim)
         print(f"  {name}: {real.emulated_s:,.0f} emulated s (sim {sim.sim_time_s:,.0f}), "
               f"compute {real.compute_share:.0%} of the windows, overrun {real.overrun_s:.2f} s", flush=True)
-    report(results, world, args.length_scale)
+    if results:
+        report(results, world, args.length_scale)
 
 
 def report(results: dict[str, tuple[EmulatedRun, SimResult]], world: int, length_scale: int) -> None:
