@@ -159,6 +159,7 @@ class Controller:
             if isinstance(cmd, Abort):
                 self.send_slot(cmd.replica_id, m.AbortSequences(self.slot_of[cmd.replica_id][1], [cmd.seq_id]), leader_only=True)
                 self.sent_to.pop(cmd.seq_id, None)
+                self.deferred.pop(cmd.seq_id, None)  # its deferred target is leaving: dispatched anew later
                 self.awaiting.add(cmd.seq_id)
             elif isinstance(cmd, Dispatch):
                 if cmd.seq_id in self.awaiting:
