@@ -20,14 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from configs.presets import tiny_cpu  # noqa: E402
-from pivot.config import PivotConfig  # noqa: E402
-from pivot.emulate import emulated_workload, paper_config, runtime_config  # noqa: E402
-from pivot.emulate import read_tallies  # noqa: E402
-from pivot.emulate.measure import EmulatedRun, measure  # noqa: E402
-from pivot.sim import HARDWARE, SimOptions, SimResult, simulate  # noqa: E402
-from pivot.sim.deploy import Allocation, deployment  # noqa: E402
-from pivot.sim.report import breakdown  # noqa: E402
+from configs.presets import tiny_cpu
+from pivot.config import PivotConfig
+from pivot.emulate import emulated_workload, paper_config, read_tallies, runtime_config
+from pivot.emulate.measure import EmulatedRun, measure
+from pivot.sim import HARDWARE, SimOptions, SimResult, simulate
+from pivot.sim.deploy import Allocation, deployment
+from pivot.sim.report import breakdown
 
 MODES = ("colocated", "disaggregated", "rr_colocated", "pivot", "static", "rule_based")
 
@@ -91,7 +90,7 @@ def run_runtime(name: str, cfg: PivotConfig, nproc: int, out: Path, extra: list[
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
            str(ROOT / "pivot" / "main.py"), *flags_of(cfg), "--log.dir", str(run_dir), *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return measure(run_dir, cfg.cluster.time_scale, read_tallies(run_dir))

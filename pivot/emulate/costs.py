@@ -44,10 +44,10 @@ def _scaled_planner(cfg: PivotConfig, factor: float) -> PivotConfig:
     return cfg.replace(planner=planner)
 
 
-def runtime_config(cfg: PivotConfig, workload: Workload = Workload()) -> PivotConfig:
+def runtime_config(cfg: PivotConfig, workload: Workload | None = None) -> PivotConfig:
     """The configuration the emulated ranks run: the preset's engines with KV and prefill budgets
     over L, caps on response lengths over L, planner seconds times the time scale."""
-    preset, L = _preset(cfg), cfg.cluster.length_scale
+    preset, L, workload = _preset(cfg), cfg.cluster.length_scale, workload or Workload()
     rollout = dataclasses.replace(cfg.rollout, engine=_scaled_engine(preset.rollout.engine, 1 / L),
                                   max_new_tokens=math.ceil(workload.response.cap / L))
     reward = dataclasses.replace(cfg.reward, engine=_scaled_engine(preset.reward.engine, 1 / L),

@@ -36,12 +36,13 @@ class EmulatedFlow(RLFlow):
 
 
 def emulated_workload(batch_prompts: int, group_size: int, prompt_tokens: float, judge_template_tokens: float,
-                      length_scale: int, base: Workload = Workload()) -> Workload:
+                      length_scale: int, base: Workload | None = None) -> Workload:
     """The simulator's workload for the emulated run: its response and judge distributions, the
     run's batch, and the run's real prompt and judge-template lengths in paper tokens (the tiny
     task's prompts are all about the same length)."""
     from pivot.sim.workload import LengthDist
 
+    base = base or Workload()
     p = max(1.0, prompt_tokens * length_scale)
     return Workload(prompt=LengthDist(p, 0.0, int(p) + 1, low=1), response=base.response, judge=base.judge,
                     judge_template_tokens=int(judge_template_tokens * length_scale),

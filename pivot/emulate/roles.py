@@ -3,7 +3,6 @@ training step, shift) and then waits until the device time the hardware profile 
 work has passed (`EmulatedClock`). Everything else is the wrapped role's own."""
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 

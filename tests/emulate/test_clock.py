@@ -55,7 +55,7 @@ def test_time_scale_must_be_positive() -> None:
         EmulatedClock(0.0)
 
 
-def emulated_cfg(length_scale: int = 100, time_scale: float = 0.01):  # noqa: ANN201
+def emulated_cfg(length_scale: int = 100, time_scale: float = 0.01):
     cfg = tiny_cpu()
     cfg.cluster.device, cfg.cluster.length_scale, cfg.cluster.time_scale = "emulated", length_scale, time_scale
     cfg.train.devices = 2
@@ -104,7 +104,7 @@ def test_training_and_shifts_wait_the_profiles_time() -> None:
     ft = FakeTime()
     clock = EmulatedClock(0.02, now=ft.now, sleep=ft.sleep)
     batch = SimpleNamespace(prompt_ids=[[1] * 10, [1] * 12], response_ids=[[2] * 30, [2] * 8])  # 60 real tokens
-    trainer = EmulatedTrainer(SimpleNamespace(train_step=lambda b: {}, shift_up=lambda s: {}, shift_down=lambda: {}), costs, clock)
+    trainer = EmulatedTrainer(SimpleNamespace(train_step=lambda b: {}, shift_up=lambda s: {}, shift_down=dict), costs, clock)
     t0 = ft.now()
     trainer.train_step(batch)
     assert ft.t - t0 == pytest.approx(0.02 * 6 * P7B * 60 * 50 / (2 * FLOPS * MFU))
