@@ -25,10 +25,15 @@ class EmulatedRun:
     """Real compute / wall window of all emulated work (small: the devices are emulated faithfully)."""
     overrun_s: float
     """Wall seconds compute ran past a deadline, over all ranks."""
+    train_overrun_s: float
+    """Emulated seconds the training slot's real compute ran past its steps' windows (its ranks
+    step together, so this is what the slot, and every role waiting for the step, lost)."""
 
 
 def measure(run_dir: str | Path, time_scale: float, tallies: dict[str, WorkTally]) -> EmulatedRun:
     run = Path(run_dir)
+    train_ranks = sum('"train"' in f.read_text() for f in (run / "emulated").glob("rank_*.json"))
+    train = tallies.get("train", WorkTally())
     metrics = read_jsonl(run / "metrics.jsonl")
     plans = [r for r in read_jsonl(run / "timeline.jsonl") if r.get("kind") == "shift" and r.get("event") == "plan"]
     start, end = plans[0]["time"], metrics[-1]["time"]
@@ -39,4 +44,5 @@ def measure(run_dir: str | Path, time_scale: float, tallies: dict[str, WorkTally
         emulated_s=(end - start) / time_scale, real_tokens=int(last["tokens/rollout"] + last["tokens/reward"]),
         plans=len(plans) - 1, steps=len(metrics), device_s={k: t.device_s for k, t in tallies.items()},
         compute_share=compute / max(window, 1e-9), overrun_s=sum(t.overrun_s for t in tallies.values()),
+        train_overrun_s=train.overrun_s / max(train_ranks, 1) / time_scale,
     )
