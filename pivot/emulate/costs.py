@@ -14,7 +14,7 @@ import copy
 import dataclasses
 import math
 
-from pivot.config import EngineConfig, PivotConfig
+from pivot.config import ConfigError, EngineConfig, PivotConfig
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.hardware import HARDWARE, decode_steps_s, train_s
 from pivot.sim.layout import SimLayout, build_layout
@@ -26,9 +26,13 @@ a 16-token block would strand a large share of the scaled KV capacity."""
 
 
 def _preset(cfg: PivotConfig) -> PivotConfig:
-    from configs.presets import get_preset
+    from configs.presets import PRESETS
 
-    return get_preset(cfg.cluster.emulate)
+    name = cfg.cluster.emulate
+    if name not in PRESETS or PRESETS[name]().model.policy_params_b <= 0:
+        paper = ", ".join(n for n, make in PRESETS.items() if make().model.policy_params_b > 0)
+        raise ConfigError(f"cluster.emulate={name!r}: not a paper preset with model sizes (known: {paper})")
+    return PRESETS[name]()
 
 
 def _scaled_engine(e: EngineConfig, factor: float) -> EngineConfig:

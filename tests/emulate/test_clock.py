@@ -115,3 +115,11 @@ def test_training_and_shifts_wait_the_profiles_time() -> None:
     rollout = EmulatedInference(SimpleNamespace(role="rollout", shift_down=lambda: ([], {"release": 0.0})), costs, clock)
     _, phases = rollout.shift_down()
     assert phases["emulated_s"] == pytest.approx(0.5 + 2 * P7B / 1e9 * 0.02)  # discard: fixed + per-GB
+
+
+def test_an_unknown_or_tiny_preset_is_named() -> None:
+    cfg = tiny_cpu()
+    for name in ("nope", "tiny-cpu"):
+        cfg.cluster.emulate = name
+        with pytest.raises(ValueError, match=f"cluster.emulate='{name}'"):
+            runtime_config(cfg)
