@@ -313,8 +313,19 @@ class ClusterConfig:
     """Hosts in the job; 0 = from torchrun's environment."""
     devices_per_node: int = 0
     """Devices (ranks) per host; 0 = from torchrun's environment."""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    """Where roles run; auto = cuda when available (NCCL), else cpu (gloo)."""
+    device: Literal["auto", "cpu", "cuda", "emulated"] = "auto"
+    """Where roles run; auto = cuda when available (NCCL), else cpu (gloo). emulated: CPU ranks
+    that run the real runtime and tiny models but take the device time a hardware profile
+    predicts for the paper-scale models of --cluster.emulate (pivot/emulate/)."""
+    hardware: Literal["h20", "h200"] = "h20"
+    """Emulated device: the hardware profile of pivot/sim/hardware.py whose costs it takes."""
+    emulate: str = "qwen2.5-7b+qwen3-30b-a3b"
+    """Emulated device: the paper preset whose policy and GenRM sizes (and engine KV) it emulates."""
+    time_scale: float = 0.01
+    """Emulated device: wall seconds per emulated second (0.01: a 1,000 s run takes 10 s)."""
+    length_scale: int = 100
+    """Emulated device: paper tokens per real token. Responses are drawn from the simulator's
+    workload and divided by it; each real engine step stands for this many decode steps."""
     gpu_memory_gb: float = 0.0
     """Memory per device in GB (simulator and fit checks); 0 = unknown."""
     host_memory_gb: float = 0.0
@@ -326,6 +337,8 @@ class ClusterConfig:
         _check(self.host_memory_gb >= 0, "cluster.host_memory_gb", self.host_memory_gb, "must be >= 0")
         _check(self.nnodes >= 0, "cluster.nnodes", self.nnodes, "must be >= 0")
         _check(self.devices_per_node >= 0, "cluster.devices_per_node", self.devices_per_node, "must be >= 0")
+        _check(self.time_scale > 0, "cluster.time_scale", self.time_scale, "must be > 0")
+        _check(self.length_scale >= 1, "cluster.length_scale", self.length_scale, "must be >= 1")
 
 
 @dataclass

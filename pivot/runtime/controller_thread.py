@@ -11,6 +11,7 @@ from typing import Any
 
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, ControllerEndpoint, SlotTable
+from pivot.emulate import EmulatedFlow, controller_parts
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor, load_dataset
@@ -76,17 +77,21 @@ def start_controller(
 ) -> ControllerThread:
     endpoint = ControllerEndpoint(store)
     dataset, heldout = split_heldout(cfg.data, cfg.eval, load_dataset(cfg.data, seed=cfg.seed), cfg.seed)
-    flow = RLFlow(
+    if cfg.cluster.device == "emulated":  # drawn response lengths, the emulated devices' speeds
+        flow_cls = EmulatedFlow
+        flow_fields, profiles = controller_parts(cfg, spec)
+    else:
+        flow_cls, flow_fields, profiles = RLFlow, {}, role_profiles(cfg, policy_path, genrm_path, device)
+    flow = flow_cls(
         cfg, PromptCursor(dataset, seed=cfg.data.shuffle_seed), TextTokenizer.from_pretrained(policy_path),
         TextTokenizer.from_pretrained(genrm_path), SampleBuffer(cfg.train.group_size, cfg.train.staleness),
-        cfg.train.staleness, heldout,
+        cfg.train.staleness, heldout, **flow_fields,
     )
     log = RunLog(cfg.log.dir, cfg.log.tensorboard, start_step if resume is not None else None,
                  cfg.log.wandb_project if cfg.log.wandb else None, _asdict(cfg))
     (Path(cfg.log.dir) / "config.json").write_text(json.dumps(_asdict(cfg), indent=1))
     progress = StepProgress(cfg.train.steps, start_step, cfg.log.progress)
-    ctrl = Controller(cfg, table, spec.world_size, endpoint, flow, make_mode(cfg), log,
-                      role_profiles(cfg, policy_path, genrm_path, device), start_step, progress, ckpt)
+    ctrl = Controller(cfg, table, spec.world_size, endpoint, flow, make_mode(cfg), log, profiles, start_step, progress, ckpt)
     if resume is not None:
         ctrl.version = resume[1]["version"]
         for info in flow.load_state_dict(resume[1]):

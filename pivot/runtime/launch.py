@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from pathlib import Path
 
+from pivot import emulate
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable, WorkerEndpoint, create_groups, describe
 from pivot.gps.shm import remove_namespaces
@@ -30,6 +31,8 @@ from pivot.runtime.worker import Worker
 
 
 def resolve_device(cfg: PivotConfig) -> str:
+    if cfg.cluster.device == "emulated":  # CPU ranks, device time from pivot/emulate/
+        return "cpu"
     if cfg.cluster.device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return cfg.cluster.device
@@ -126,6 +129,9 @@ def resume_point(cfg: PivotConfig, ckpt: Checkpointer, spec: ClusterSpec) -> tup
 def run(cfg: PivotConfig) -> int:
     spec = ClusterSpec.from_env()
     device = resolve_device(cfg)
+    emulated = cfg.cluster.device == "emulated"
+    if emulated:
+        cfg = emulate.runtime_config(cfg)
     if cfg.cluster.mode == "colocated":  # every role on every device, on-policy phases (a copy: the caller's config stays)
         cfg = cfg.replace(train=dataclasses.replace(cfg.train, devices=spec.world_size, staleness=0))
     table = SlotTable.build(spec, cfg.rollout.tp, cfg.reward.tp, cfg.train.devices)
@@ -190,10 +196,16 @@ def run(cfg: PivotConfig) -> int:
         cfg.train, device, cfg.rollout.temperature, resume[0] if resume else None, tok_file if tok_file.is_file() else None,
         cfg.model.dtype,
     )
+    clock = None
+    if emulated:
+        inference, trainer, clock = emulate.install(cfg, spec, inference, trainer)
     worker = Worker(spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights)
     if spec.rank == 0:
         signal.signal(signal.SIGTERM, lambda *_: _stopped_by_torchrun(ckpt))
     worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
+    if clock is not None:  # every rank's device time is on disk before rank 0 sums it up
+        emulate.write_tally(cfg.log.dir, spec.rank, clock)
+        dist.barrier()
     if controller is not None:
         controller.join()
         print(run_summary(cfg.log.dir, ckpt.dir, f"failed: {controller.failed}" if controller.failed else "done"), flush=True)

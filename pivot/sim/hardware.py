@@ -126,6 +126,13 @@ def decode_constants(m: ModelSpec, hw: HardwareProfile, tp: int) -> tuple[float,
             hw.step_overhead_s + hw.tp_overhead_s * (tp - 1))
 
 
+def decode_steps_s(a: float, b: float, c: float, d: float, n: int, tok: int, k: int) -> float:
+    """Seconds of `k` decode steps of `n` running sequences holding `tok` KV tokens at the first
+    (each step adds n): the throughput model's step time summed in closed form,
+    k * (A * tok + max(B, C * n) + D) + A * n * k * (k - 1) / 2."""
+    return k * (a * tok + max(b, c * n) + d) + a * n * k * (k - 1) / 2
+
+
 def kv_capacity_tokens(m: ModelSpec, hw: HardwareProfile, tp: int, field: str) -> int:
     """KV tokens one replica holds; raises naming `field` when the weights do not fit."""
     free = tp * hw.memory_gb * 1e9 * hw.mem_fraction - m.weight_bytes
