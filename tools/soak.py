@@ -67,11 +67,15 @@ class Timeline:
 
 
 def workers(agent: int) -> list[int]:
-    """The worker processes torchrun's agent started (its children)."""
-    try:
-        return [int(p) for p in Path(f"/proc/{agent}/task/{agent}/children").read_text().split()]
-    except OSError:
-        return []
+    """The worker processes torchrun's agent started: the children of any of its threads (the
+    agent may start them from a thread other than its main one)."""
+    pids: list[int] = []
+    for task in Path(f"/proc/{agent}/task").glob("*"):
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return sorted(set(pids))
 
 
 def environ(pid: int) -> dict[str, str]:

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_short_soak_with_one_kill(tmp_path: Path) -> None:
-    cmd = [sys.executable, str(ROOT / "tools" / "soak.py"), "--steps", "12", "--kills", "1", "--gap-s", "1", "3",
+    cmd = [sys.executable, str(ROOT / "tools" / "soak.py"), "--steps", "20", "--kills", "1", "--gap-s", "0.2", "1",
            "--seed", "1", "--run-dir", str(tmp_path / "run")]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=480, env={**os.environ, "OMP_NUM_THREADS": "1"})
     text = out.stdout + out.stderr
