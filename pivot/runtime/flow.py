@@ -25,6 +25,8 @@ from pivot.rl.plugins import CheckedVerifier, judge_template, load_verifier
 from pivot.rl.reward import GenRMScorer, total_reward
 from pivot.sched.records import SeqState
 
+_PROMPT_CACHE = 4096  # tokenized prompts kept: a few steps' worth, each used G + 1 times
+
 
 @dataclass
 class SeqInfo:
@@ -71,6 +73,7 @@ class RLFlow:
     evals: dict[int, EvalRun] = field(default_factory=dict)  # in flight, by step
     eval_results: list[EvalResult] = field(default_factory=list)  # finished, not yet logged
     _next_id: int = 0
+    _policy_ids: dict[str, list[int]] = field(default_factory=dict)  # tokenized prompts by text and messages
 
     def __post_init__(self) -> None:
         reward = self.cfg.reward
@@ -99,10 +102,18 @@ class RLFlow:
     def policy_ids(self, prompt: Prompt) -> list[int]:
         """The policy's input: the raw prompt text, or with --data.chat-template the policy's chat
         template over the prompt's messages (a plain-text prompt is one user message)."""
-        if not self.cfg.data.chat_template:
-            return self.policy_tok.encode(prompt.text)
-        messages = prompt.messages or [{"role": "user", "content": prompt.text}]
-        return self.policy_tok.apply_chat_template(messages, add_generation_prompt=True)
+        key = f"{prompt.text}\0{prompt.messages}"
+        ids = self._policy_ids.get(key)
+        if ids is None:
+            if len(self._policy_ids) >= _PROMPT_CACHE:
+                self._policy_ids.clear()
+            if not self.cfg.data.chat_template:
+                ids = self.policy_tok.encode(prompt.text)
+            else:
+                messages = prompt.messages or [{"role": "user", "content": prompt.text}]
+                ids = self.policy_tok.apply_chat_template(messages, add_generation_prompt=True)
+            self._policy_ids[key] = ids
+        return list(ids)
 
     def judge_ids(self, judge_text: str) -> list[int]:
         """The GenRM's input: the filled judge template, inside the GenRM's chat template when it
