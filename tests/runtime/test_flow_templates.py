@@ -71,13 +71,14 @@ def test_a_thinking_block_opened_by_the_prompt_is_restored(folder: Path) -> None
 
 
 def test_a_prompt_is_tokenized_once_for_its_group(folder: Path) -> None:
-    flow = _flow(folder, True)
+    tok = TextTokenizer.from_pretrained(folder)
     calls = []
-    render = flow.policy_tok.apply_chat_template
-    flow.policy_tok.apply_chat_template = lambda *a, **k: calls.append(1) or render(*a, **k)
+    render = tok.apply_chat_template
+    tok.apply_chat_template = lambda *a, **k: calls.append(1) or render(*a, **k)
+    cfg = PivotConfig(data=DataConfig(synthetic_size=8, chat_template=True))
+    flow = RLFlow(cfg, PromptCursor(load_dataset(cfg.data)), tok, tok, SampleBuffer(2, 1), 1)
     seqs = flow.fill(version=0, total_steps=1)
-    assert len(seqs) == flow.cfg.train.batch_prompts * 2  # group size 2 (SampleBuffer(2, 1))
+    assert len(seqs) == cfg.train.batch_prompts * 2  # group size 2
     assert len(calls) == len({flow.buffer.sample(s.key).prompt.text for s in seqs})  # once per distinct prompt
-    first = seqs[0].request.prompt_ids
-    first.append(-1)  # a caller's edit does not reach the cache
+    seqs[0].request.prompt_ids.append(-1)  # a caller's edit does not reach the cache
     assert flow.policy_ids(flow.buffer.sample(seqs[0].key).prompt)[-1] != -1
