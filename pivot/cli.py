@@ -66,6 +66,14 @@ def parse(argv: list[str], world_size: int | None = None, local_world_size: int 
     world = world_size if world_size is not None else int(os.environ.get("WORLD_SIZE", "1"))
     local = local_world_size if local_world_size is not None else int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     cfg.validate(world, local)
+    if cfg.cluster.device == "emulated":  # the emulated models must fit this cluster as the simulator sees it
+        from pivot.emulate import EmulatedCosts, runtime_config
+        from pivot.sim import SimConfigError
+
+        try:
+            EmulatedCosts(runtime_config(cfg), world, local)
+        except SimConfigError as e:
+            raise ConfigError(str(e)) from None
     check_plugins(cfg.reward)
     if cfg.log.wandb and importlib.util.find_spec("wandb") is None:
         raise ConfigError("log.wandb=True: wandb is not installed (pip install wandb)")

@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Mode = Literal["pivot", "colocated", "disaggregated", "rr_colocated"]
-Strategy = Literal["pivot", "static", "rule_based"]
+Strategy = Literal["pivot", "static", "rule_based", "chaos"]
+
+
+DEFAULT_BLOCK_SIZE = {"sdpa": 16, "flash": 256}
+"""KV-cache block size per attention kernel when `EngineConfig.block_size` is 0."""
+FLASH_BLOCK_MULTIPLE = 256
+"""flash-attn's paged KV (`block_table`) takes only blocks of a multiple of this many tokens."""
 
 
 class ConfigError(ValueError):
@@ -73,16 +79,22 @@ class EngineConfig:
     """Inference backend: Pivot's embedded engine (CPU and GPU) or sglang (GPU only)."""
     kv_capacity_tokens: int = 16384
     """KV-cache capacity of one replica, in tokens."""
-    block_size: int = 16
-    """Tokens per KV-cache block."""
+    block_size: int = 0
+    """Tokens per KV-cache block; 0 = the attention kernel's default (16 for sdpa, 256 for flash,
+    whose paged KV needs a multiple of 256)."""
     max_running_seqs: int = 32
     """Most sequences decoding at once on one replica."""
     max_prefill_tokens: int = 2048
     """Prefill chunk size in tokens (chunked prefill)."""
 
     def __post_init__(self) -> None:
-        for name in ("kv_capacity_tokens", "block_size", "max_running_seqs", "max_prefill_tokens"):
+        for name in ("kv_capacity_tokens", "max_running_seqs", "max_prefill_tokens"):
             _check(getattr(self, name) > 0, f"engine.{name}", getattr(self, name), "must be > 0")
+        _check(self.block_size >= 0, "engine.block_size", self.block_size, "must be >= 0 (0 = the kernel's default)")
+
+    def kv_block_size(self, attention: str) -> int:
+        """The block size this engine uses with attention kernel `attention`."""
+        return self.block_size or DEFAULT_BLOCK_SIZE[attention]
 
 
 @dataclass
@@ -101,6 +113,10 @@ class RolloutConfig:
     """Longest response, in tokens (the paper caps policy responses at 15K)."""
     max_prompt_tokens: int = 64
     """Longest prompt, in tokens; longer prompts are skipped and counted (the paper: 2K)."""
+    throughput_profile: str = ""
+    """JSON of the fitted throughput constants A, B, C, D of this role's model on its replicas
+    (tools/profile_engine.py writes it); empty = the profile cached for this model, hardware and
+    TP size, else the embedded tiny model's (configs/throughput_tiny_cpu_rollout.json)."""
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
@@ -140,6 +156,10 @@ class RewardConfig:
     """Weight of the verifiable (answer-checking) reward."""
     w_genrm: float = 1.0
     """Weight of the GenRM reward."""
+    throughput_profile: str = ""
+    """JSON of the fitted throughput constants A, B, C, D of this role's model on its replicas
+    (tools/profile_engine.py writes it); empty = the profile cached for this model, hardware and
+    TP size, else the embedded tiny model's (configs/throughput_tiny_cpu_reward.json)."""
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
@@ -211,7 +231,8 @@ class TrainConfig:
 @dataclass
 class PlannerConfig:
     strategy: Strategy = "pivot"
-    """Shift strategy in pivot mode: the five-step planner, static split, or rule-based."""
+    """Shift strategy in pivot mode: the five-step planner, static split, rule-based, or chaos (a
+    random valid plan every planner tick, for soak tests: pivot/plan/chaos.py)."""
     horizon_s: float = 60.0
     """H in the benefit B = H * (T_cand - T_cur) - phi, in seconds."""
     tau_shift_s: float = 3.0
@@ -228,12 +249,12 @@ class PlannerConfig:
     """Rule-based: shift up a role whose KV utilisation is above this."""
     rule_low: float = 0.1
     """Rule-based: shift down a role whose KV utilisation is below this."""
-    throughput_profile: str = ""
-    """JSON of fitted throughput constants A, B, C, D; empty = configs/throughput_tiny_cpu.json."""
     max_evaluated: int = 8
     """Most candidates whose migration the planner simulates (step 4). Up to this count the
     search is the paper's exhaustive one; beyond it a coarse-to-fine search over the replica
     count k (geometric spread, then bisection around the best benefit) approximates it."""
+    chaos_seed: int = 0
+    """Seed of the chaos strategy's random plans."""
 
     def __post_init__(self) -> None:
         _check(self.horizon_s > 0, "planner.horizon_s", self.horizon_s, "must be > 0")
@@ -292,8 +313,19 @@ class ClusterConfig:
     """Hosts in the job; 0 = from torchrun's environment."""
     devices_per_node: int = 0
     """Devices (ranks) per host; 0 = from torchrun's environment."""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    """Where roles run; auto = cuda when available (NCCL), else cpu (gloo)."""
+    device: Literal["auto", "cpu", "cuda", "emulated"] = "auto"
+    """Where roles run; auto = cuda when available (NCCL), else cpu (gloo). emulated: CPU ranks
+    that run the real runtime and tiny models but take the device time a hardware profile
+    predicts for the paper-scale models of --cluster.emulate (pivot/emulate/)."""
+    hardware: Literal["h20", "h200"] = "h20"
+    """Emulated device: the hardware profile of pivot/sim/hardware.py whose costs it takes."""
+    emulate: str = "qwen2.5-7b+qwen3-30b-a3b"
+    """Emulated device: the paper preset whose policy and GenRM sizes (and engine KV) it emulates."""
+    time_scale: float = 0.01
+    """Emulated device: wall seconds per emulated second (0.01: a 1,000 s run takes 10 s)."""
+    length_scale: int = 100
+    """Emulated device: paper tokens per real token. Responses are drawn from the simulator's
+    workload and divided by it; each real engine step stands for this many decode steps."""
     gpu_memory_gb: float = 0.0
     """Memory per device in GB (simulator and fit checks); 0 = unknown."""
     host_memory_gb: float = 0.0
@@ -305,6 +337,8 @@ class ClusterConfig:
         _check(self.host_memory_gb >= 0, "cluster.host_memory_gb", self.host_memory_gb, "must be >= 0")
         _check(self.nnodes >= 0, "cluster.nnodes", self.nnodes, "must be >= 0")
         _check(self.devices_per_node >= 0, "cluster.devices_per_node", self.devices_per_node, "must be >= 0")
+        _check(self.time_scale > 0, "cluster.time_scale", self.time_scale, "must be > 0")
+        _check(self.length_scale >= 1, "cluster.length_scale", self.length_scale, "must be >= 1")
 
 
 @dataclass
@@ -360,11 +394,17 @@ class PivotConfig:
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
+    def __post_init__(self) -> None:
+        for role, engine in (("rollout", self.rollout.engine), ("reward", self.reward.engine)):
+            size = engine.kv_block_size(self.model.attention)
+            _check(self.model.attention != "flash" or size % FLASH_BLOCK_MULTIPLE == 0, f"{role}.engine.block_size",
+                   size, f"flash attention's paged KV needs a multiple of {FLASH_BLOCK_MULTIPLE} (or 0 for the default)")
+
     def validate(self, world_size: int, local_world_size: int) -> None:
         """Every section's checks, then whole-tree checks against the job's size (torchrun's
         WORLD_SIZE and LOCAL_WORLD_SIZE)."""
         for section in (self.model, self.rollout, self.rollout.engine, self.reward, self.reward.engine, self.train,
-                        self.planner, self.data, self.eval, self.cluster, self.checkpoint):
+                        self.planner, self.data, self.eval, self.cluster, self.checkpoint, self):
             section.__post_init__()
         c = self.cluster
         _check(world_size % local_world_size == 0, "cluster.devices_per_node", local_world_size, f"does not divide world size {world_size}")
@@ -388,6 +428,8 @@ class PivotConfig:
         if self.cluster.mode in ("disaggregated", "pivot"):
             _check(self.rollout.replicas >= 1, "rollout.replicas", self.rollout.replicas, f"mode {self.cluster.mode} needs at least one")
             _check(self.reward.replicas >= 1, "reward.replicas", self.reward.replicas, f"mode {self.cluster.mode} needs at least one")
+        _check(self.planner.strategy == "pivot" or self.cluster.mode == "pivot", "planner.strategy", self.planner.strategy,
+               f"picks shifts in cluster.mode pivot only, not {self.cluster.mode}")
 
     def replace(self, **sections: object) -> PivotConfig:
         return dataclasses.replace(self, **sections)

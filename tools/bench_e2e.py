@@ -1,10 +1,17 @@
 """End-to-end throughput of every deployment mode on the same tiny workload, in one invocation.
 
     python tools/bench_e2e.py [--steps 6] [--nproc 4] [extra pivot flags...]
+    python tools/bench_e2e.py --emulated [--nproc 8] [--steps 2] [--hardware h20] ...   (see below)
 
 Each mode runs the main job (torchrun, CPU ranks) on the same data, models and seed. Throughput
 follows the paper: total tokens processed (rollout prompt+response plus GenRM prompt+response)
 over the time from the first step's start to the last step's end. Ratios are against pivot.
+
+On plain CPU ranks that share a few cores, giving a role more ranks gives it no more compute,
+so these ratios measure oversubscription, not shifting. `--emulated` runs every deployment on
+emulated devices (pivot/emulate/: the real runtime and tiny models, with the device time of the
+paper-scale models on --hardware) and prints the simulator's prediction for the identical
+configuration beside each figure (tools/bench_e2e_emulated.py).
 """
 from __future__ import annotations
 
@@ -17,6 +24,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import bench_e2e_emulated  # noqa: E402
 MODES = {
     "colocated": ["--cluster.mode", "colocated"],
     "disaggregated": ["--cluster.mode", "disaggregated"],
@@ -47,8 +57,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--nproc", type=int, default=4)
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", default=None, help="comma-separated; default: every mode")
+    ap.add_argument("--emulated", action="store_true", help="emulated devices, beside the simulator")
+    bench_e2e_emulated.add_args(ap)
     args, extra = ap.parse_known_args()
+    if args.emulated:
+        args.modes = args.modes or ",".join(bench_e2e_emulated.MODES)
+        bench_e2e_emulated.run(args, extra)
+        return
+    args.modes = args.modes or ",".join(MODES)
     with tempfile.TemporaryDirectory() as tmp:
         results = [run_mode(m, MODES[m], args.steps, args.nproc, extra, Path(tmp)) for m in args.modes.split(",")]
     ref = next((r for r in results if r["mode"] == "pivot"), results[0])

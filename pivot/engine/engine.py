@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from pivot.engine.block_manager import BlockManager
-from pivot.engine.config import ATTENTIONS, EngineConfig
+from pivot.engine.config import ATTENTIONS, FLASH_BLOCK_MULTIPLE, EngineConfig
 from pivot.engine.model_runner import ModelRunner
 from pivot.engine.sampler import sample
 from pivot.engine.scheduler import Scheduler
@@ -53,15 +53,16 @@ class Engine:
         self.config = config = config or EngineConfig()
         if attention not in ATTENTIONS:
             raise ValueError(f"attention={attention!r} is not one of {ATTENTIONS}")
-        if config.kv_capacity_tokens < config.block_size:
-            raise ValueError(
-                f"engine.kv_capacity_tokens={config.kv_capacity_tokens} is less than one block ({config.block_size})"
-            )
+        block_size = config.kv_block_size(attention)
+        if attention == "flash" and block_size % FLASH_BLOCK_MULTIPLE:
+            raise ValueError(f"engine.block_size={block_size}: flash attention's paged KV needs a multiple of {FLASH_BLOCK_MULTIPLE}")
+        if config.kv_capacity_tokens < block_size:
+            raise ValueError(f"engine.kv_capacity_tokens={config.kv_capacity_tokens} is less than one block ({block_size})")
         self.args = model.args
         self.tokenizer = tokenizer
-        num_blocks = config.kv_capacity_tokens // config.block_size
-        self.runner = ModelRunner(model, num_blocks, config.block_size, attention, tp_group, device)
-        self.blocks = BlockManager(num_blocks, config.block_size, share_prefixes=not self.args.has_linear_attention)
+        num_blocks = config.kv_capacity_tokens // block_size
+        self.runner = ModelRunner(model, num_blocks, block_size, attention, tp_group, device)
+        self.blocks = BlockManager(num_blocks, block_size, share_prefixes=not self.args.has_linear_attention)
         self.scheduler = Scheduler(self.blocks, config.max_running_seqs, config.max_prefill_tokens)
         self.max_len = min(self.args.max_position_embeddings, self.blocks.total_tokens)
         eos = set(self.args.eos_ids)
@@ -90,7 +91,8 @@ class Engine:
         device: str = "cpu",
         seed: int = 0,
     ):
-        """Load a HF-layout model folder; `config.backend == 'sglang'` returns the adapter.
+        """Load a HF-layout model folder; `config.backend == 'sglang'` returns the adapter (an
+        sglang engine over `tp_group`'s size of devices from `device`'s index on).
 
         `dtype` and `attention` are `ModelConfig`'s; `device` is this rank's device;
         `seed` seeds sampling for requests without a seed of their own.
@@ -99,9 +101,9 @@ class Engine:
         if config.backend == "sglang":
             from pivot.engine.sglang_adapter import SglangEngine
 
-            return SglangEngine.from_pretrained(
-                path, config, tp_group=tp_group, tokenizer=tokenizer, dtype=dtype, attention=attention, seed=seed
-            )
+            tp_size = dist.get_world_size(tp_group) if tp_group is not None else 1
+            return SglangEngine.from_pretrained(path, config, tokenizer, tp_size=tp_size,
+                                                base_gpu_id=torch.device(device).index or 0, dtype=dtype, seed=seed)
         model = load_model(path, dtype=getattr(torch, dtype), device=device)
         if tokenizer is None and (Path(path) / "tokenizer.json").is_file():
             tokenizer = TextTokenizer.from_pretrained(path)

@@ -1,26 +1,41 @@
 """The engine protocol over an in-process `sglang.Engine` (GPU only).
 
-UNTESTED HERE: no GPU and no sglang on the development machines; written against the
-sglang 0.5.x Python API (`sglang.Engine`: `async_generate`, `update_weights_from_tensor`,
-`release_memory_occupation` / `resume_memory_occupation`, `get_server_info`,
-`tokenizer_manager.abort_request`). The module imports sglang only when instantiated, so a
-CPU install never imports it.
+UNTESTED ON A GPU: the development machines have no GPU and no sglang; the tests drive this
+adapter through a fake `sglang` module that records calls. Written against sglang 0.5.x's
+Python API: `sglang.Engine(**ServerArgs)`, `async_generate(input_ids=..., return_logprob=True,
+stream=True, rid=...)`, `tokenizer_manager.abort_request(rid=...)`,
+`update_weights_from_tensor(named_tensors, load_format=None, flush_cache=True)`,
+`release_memory_occupation()` / `resume_memory_occupation()`, `get_server_info()`,
+`get_weights_by_name(name, truncate_size)`. sglang is imported only when an engine is built.
 
+Process model: one sglang `Engine` per replica, built by the replica's leader rank with
+`tp_size` = the replica's devices and `base_gpu_id` = the leader's local device (a slot's
+devices are consecutive on one host); sglang starts its own TP scheduler processes on those
+devices, so the slot's other ranks stay parked (see `pivot.roles.inference`).
 Mapping to the protocol:
   add / step        one streaming `async_generate` task per request, on the engine's event
                     loop; `step()` runs the loop for `poll_s` and returns what finished
-  abort             `tokenizer_manager.abort_request(rid)`; tokens streamed so far are kept
-  load_weights      `update_weights_from_tensor` (sglang shards under its own TP)
-  release / resume  `release_memory_occupation` / `resume_memory_occupation`
-  KV usage          `get_server_info()` (`max_total_num_tokens`) and the running sequences
-Differences from the embedded engine: a resumed request is re-sent as prompt + generated
-tokens with the remaining budget, so greedy resumes match exactly but seeded sampling does
-not; `tp_group` is unused (sglang builds its own TP workers: pass `tp_size`).
+  abort             `tokenizer_manager.abort_request(rid)`; tokens streamed so far are kept, so
+                    the partial resumes elsewhere like the embedded engine's
+  load_weights      full HF-named tensors (sglang shards them under its own TP), validated
+                    against the checkpoint's tensor list, pushed in buckets of `bucket_bytes`
+                    through `staging_device` with `update_weights_from_tensor`
+  release / resume  `release_memory_occupation` / `resume_memory_occupation` (needs
+                    `enable_memory_saver`): weights and KV cache leave the devices, the
+                    engine's processes, CUDA contexts and NCCL groups stay
+  KV usage          `max_total_tokens` is the config's `kv_capacity_tokens`, so the planner and
+                    sglang agree on a replica's capacity
+The served model is described by its checkpoint (safetensors headers), never by Pivot's own
+`ModelArgs`: sglang serves families (MoE, hybrid) Pivot's engine may not. The engine is built
+with `load_format="dummy"`: its weights always come from the GPS Read that follows.
+A resumed request is re-sent as prompt + generated tokens with the remaining budget, so greedy
+resumes match exactly but seeded sampling does not.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +46,10 @@ import torch
 from pivot.engine.config import EngineConfig
 from pivot.engine.model_runner import validate_weights
 from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, SamplingParams
-from pivot.model import CausalLM, ModelArgs
+from pivot.gps.torch_specs import specs_from_checkpoint
+
+BUCKET_BYTES = 1 << 30
+"""Most bytes of one `update_weights_from_tensor` call (bounds the staging memory)."""
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +66,12 @@ class _Live:
 
 class SglangEngine:
     def __init__(
-        self, engine: Any, config: EngineConfig, args: ModelArgs, tokenizer: Any = None, poll_s: float = 0.005
+        self, engine: Any, config: EngineConfig, full_shapes: dict[str, tuple[int, ...]], tokenizer: Any = None,
+        poll_s: float = 0.005, staging_device: str = "cpu", bucket_bytes: int = BUCKET_BYTES,
     ) -> None:
+        """`full_shapes`: HF name -> shape of every tensor a weight update must bring (the checkpoint's)."""
         self.engine, self.config, self.tokenizer, self.poll_s = engine, config, tokenizer, poll_s
-        self.args = args
-        with torch.device("meta"):  # full HF shapes for validation, no memory
-            self.full_shapes = {n: tuple(p.shape) for n, p in CausalLM(args).named_parameters()}
+        self.full_shapes, self.staging_device, self.bucket_bytes = full_shapes, staging_device, bucket_bytes
         self.loop: asyncio.AbstractEventLoop = getattr(engine, "loop", None) or asyncio.get_event_loop()
         self._live: dict[int, _Live] = {}
         self._version = 0
@@ -65,17 +83,23 @@ class SglangEngine:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, config: EngineConfig, tp_group: Any = None, tokenizer: Any = None,
-        *, dtype: str = "bfloat16", attention: str = "flash", seed: int = 0, tp_size: int = 1, **server_args: Any,
+        cls, path: str | Path, config: EngineConfig, tokenizer: Any = None, *, tp_size: int = 1, base_gpu_id: int = 0,
+        dtype: str = "bfloat16", seed: int = 0, **server_args: Any,
     ) -> SglangEngine:
+        """An sglang engine over devices base_gpu_id .. base_gpu_id + tp_size - 1 of this host,
+        serving the model in folder `path` (random weights until the first `load_weights`)."""
         import sglang  # guarded: only the sglang backend needs it
 
-        engine = sglang.Engine(
-            model_path=str(path), tp_size=tp_size, dtype=dtype, random_seed=seed, skip_tokenizer_init=True,
-            enable_memory_saver=True, max_running_requests=config.max_running_seqs,
-            chunked_prefill_size=config.max_prefill_tokens, page_size=config.block_size, **server_args,
+        kwargs = dict(
+            model_path=str(path), tp_size=tp_size, base_gpu_id=base_gpu_id, dtype=dtype, random_seed=seed,
+            skip_tokenizer_init=True, enable_memory_saver=True, load_format="dummy",
+            max_running_requests=config.max_running_seqs, chunked_prefill_size=config.max_prefill_tokens,
+            max_total_tokens=config.kv_capacity_tokens,
         )
-        return cls(engine, config, ModelArgs.load(path), tokenizer)
+        engine = sglang.Engine(**{**kwargs, **server_args})
+        shapes = {s.name: tuple(s.shape) for s in specs_from_checkpoint(path)}
+        staging = f"cuda:{base_gpu_id}" if torch.cuda.is_available() else "cpu"
+        return cls(engine, config, shapes, tokenizer, staging_device=staging)
 
     def _server_info(self) -> dict[str, Any]:
         info = dict(self.engine.get_server_info())
@@ -166,6 +190,10 @@ class SglangEngine:
     def has_work(self) -> bool:
         return bool(self._live)
 
+    def progress(self) -> dict[int, int]:
+        """Tokens generated so far by each running request."""
+        return {rid: len(live.output_ids) for rid, live in self._live.items()}
+
     def _n_tok(self) -> int:
         return sum(len(lv.request.prompt_ids) + len(lv.output_ids) for lv in self._live.values())
 
@@ -186,16 +214,34 @@ class SglangEngine:
         return self._version
 
     def load_weights(self, named_tensors: dict[str, Any] | Iterable[tuple[str, Any]], version: int) -> None:
-        tensors = validate_weights(named_tensors, self.full_shapes, self.args.tie_word_embeddings)
-        pairs = list(tensors.items())
-        result = self.engine.update_weights_from_tensor(pairs, flush_cache=True)
-        ok = result[0] if isinstance(result, tuple) else getattr(result, "success", True)
-        if not ok:
-            raise ValueError(f"load_weights: sglang refused the update: {result}")
+        """Full HF-named tensors (every one the checkpoint has), pushed bucket by bucket; the
+        prefix cache is flushed with the last bucket (a cached prefix of old weights is stale)."""
+        tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
+        buckets = _buckets(list(tensors.items()), self.bucket_bytes)
+        for i, bucket in enumerate(buckets):
+            staged = [(n, t.to(self.staging_device, non_blocking=True)) for n, t in bucket]
+            result = self.engine.update_weights_from_tensor(staged, flush_cache=i == len(buckets) - 1)
+            ok = result[0] if isinstance(result, tuple) else getattr(result, "success", True)
+            if not ok:
+                raise ValueError(f"load_weights: sglang refused the update: {result}")
         self._version = version
 
-    def named_parameters_hf(self) -> dict[str, Any]:
-        raise NotImplementedError("sglang exposes weights only by name (get_weights_by_name), truncated")
+    def weight_buffers(self) -> dict[str, torch.Tensor]:
+        """None to fill in place: sglang owns its (sharded) parameters; Reads come in fresh."""
+        return {}
+
+    def named_parameters_hf(self) -> dict[str, torch.Tensor]:
+        """Every weight as sglang holds it now, HF-named and full (`get_weights_by_name` gathers
+        TP shards; slow: for --log.verify-weights)."""
+        out = {}
+        for name, shape in self.full_shapes.items():
+            rows = shape[0] if shape else 1
+            got = self.engine.get_weights_by_name(name, truncate_size=rows)
+            t = torch.as_tensor(got if got is not None else [], dtype=torch.float32)
+            if t.numel() != math.prod(shape):
+                raise ValueError(f"sglang returned {t.numel()} values for {name!r}, expected shape {shape}")
+            out[name] = t.reshape(shape)
+        return out
 
     def release(self) -> AbortResult:
         partials = self.abort(list(self._live))
@@ -207,3 +253,18 @@ class SglangEngine:
 
     def shutdown(self) -> None:
         self.engine.shutdown()
+
+
+def _buckets(pairs: list[tuple[str, torch.Tensor]], limit: int) -> list[list[tuple[str, torch.Tensor]]]:
+    """Consecutive groups of at most `limit` bytes (a larger tensor goes alone)."""
+    out: list[list[tuple[str, torch.Tensor]]] = []
+    size = limit
+    for name, t in pairs:
+        n = t.numel() * t.element_size()
+        if size + n > limit:
+            out.append([])
+            size = 0
+        out[-1].append((name, t))
+        size += n
+    return out
+

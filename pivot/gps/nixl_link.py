@@ -7,9 +7,11 @@ agent, and post one-sided READ / WRITE transfers of (address, length) runs.
 """
 from __future__ import annotations
 
+import importlib
 import pickle
 import time
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 import torch.distributed as dist
@@ -34,16 +36,32 @@ def _dev_id(t: torch.Tensor) -> int:
     return 0 if t.device.type == "cpu" else t.device.index or 0
 
 
+NIXL_MODULES = ("nixl", "nixl_cu13", "nixl_cu12")
+"""Where NIXL's Python API lives, by wheel: `nixl` (source build), `nixl-cu13`, `nixl-cu12`."""
+
+
+def nixl_api() -> ModuleType:
+    """The `_api` module of whichever NIXL wheel is installed (the CUDA 13 and CUDA 12 wheels
+    ship the same API under different top-level names)."""
+    for name in NIXL_MODULES:
+        try:
+            return importlib.import_module(f"{name}._api")
+        except ModuleNotFoundError as e:
+            if e.name not in (name, f"{name}._api"):  # the wheel is there but broken: say so
+                raise
+    raise ModuleNotFoundError(
+        "NIXL is needed for GPS transfers between hosts: pip install nixl-cu13 (CUDA 13) or nixl-cu12 (CUDA 12)")
+
+
 class NixlLink:
     """One process's NIXL agent."""
 
     def __init__(self, name: str, kv: dist.Store, timeout_s: float = 60.0) -> None:
-        from nixl_cu12._api import nixl_agent, nixl_agent_config  # heavy; only when remote is used
-
+        api = nixl_api()  # heavy; only when remote is used
         self.name = name
         self.kv = kv
         self.timeout_s = timeout_s
-        self.agent = nixl_agent(name, nixl_agent_config(backends=["UCX"]))
+        self.agent = api.nixl_agent(name, api.nixl_agent_config(backends=["UCX"]))
         self._peers: dict[str, str] = {}
         self._remote: dict[str, RemoteBuffer] = {}
         self._regs: dict[tuple[int, int], object] = {}

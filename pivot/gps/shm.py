@@ -26,6 +26,27 @@ def shm_path(namespace: str, host: int, model: str) -> str:
     return f"/dev/shm/{namespace}_h{host}_{safe}"
 
 
+def remove_namespaces(namespaces: list[str], host: int) -> list[str]:
+    """Delete `host`'s files of every namespace in `namespaces` (those of a job attempt that was
+    killed before it could close them); returns the paths removed."""
+    removed = []
+    for name in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
+        if any(name.startswith(f"{ns}_h{host}_") for ns in namespaces):
+            os.unlink(f"/dev/shm/{name}")
+            removed.append(f"/dev/shm/{name}")
+    return removed
+
+
+def pin(raw: torch.Tensor) -> bool:
+    """Page-lock this process's mapping of a GPS buffer (async, full-bandwidth H2D copies);
+    False without CUDA or when the driver refuses. Registration is per process and per mapping:
+    each rank registers the mapping it made, once (`GPSStore.register` maps each model once)."""
+    if not torch.cuda.is_available():
+        return False
+    err = torch.cuda.cudart().cudaHostRegister(raw.data_ptr(), raw.numel() * raw.element_size(), 0)
+    return int(err) == 0
+
+
 class SharedBuffer:
     """A mapped shm file: `header` (int64 words) and `slot(i)` (uint8) views into it."""
 
@@ -42,10 +63,7 @@ class SharedBuffer:
             self.header.zero_()
             self.header[W_PUB_SLOT] = -1
             self.header[W_MAGIC] = MAGIC
-        self._pinned = False
-        if torch.cuda.is_available():  # pinned host memory: async, full-bandwidth H2D copies
-            err = torch.cuda.cudart().cudaHostRegister(self.raw.data_ptr(), self.size, 0)
-            self._pinned = int(err) == 0
+        self._pinned = pin(self.raw)
 
     def slot(self, i: int) -> torch.Tensor:
         start = HEADER_BYTES + i * self.slot_bytes

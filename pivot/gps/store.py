@@ -84,8 +84,14 @@ class GPSStore:
         return self._link
 
     def register(self, layout: Layout) -> None:
-        """Adopt `layout` (a GPS host layout) for its model; local rank 0 creates the buffer."""
+        """Adopt `layout` (a GPS host layout) for its model; local rank 0 creates the buffer.
+        Once per model: a second call with the same layout is a no-op (no second mapping, no
+        second page-locking, no zeroed header), with another layout an error."""
         model, host = layout.model, self.info.host
+        if model in self.layouts:
+            if self.layouts[model].signature != layout.signature:
+                raise ValueError(f"GPS model {model!r} is already registered with another layout")
+            return
         for p in layout.places:
             offsets, size = layout.packing(Place(p.host))
             self._offsets[(model, p.host)], self._slot_bytes[(model, p.host)] = offsets, size

@@ -1,5 +1,5 @@
 """Comparison strategies behind the `Planner` interface (paper §8.4), and `make_planner(cfg)`,
-which picks the planner `cfg.strategy` names (pivot, static or rule_based).
+which picks the planner `cfg.strategy` names (pivot, static, rule_based or chaos).
 
 - `StaticPlanner`: training shifts up when its batch is ready; when it is not, its devices
   are split evenly: reward slots inside the pool (ascending id) take up to half of its
@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable
 
 from pivot.config import PlannerConfig
+from pivot.plan.chaos import ChaosPlanner
 from pivot.plan.pairs import build_pairs, training_pair
 from pivot.plan.planner import PivotPlanner, Planner, PlanTimings, ShiftPlan
 from pivot.plan.snapshot import ClusterSnapshot
@@ -113,11 +114,13 @@ class RuleBasedPlanner(Planner):
 
 
 def make_planner(cfg: PlannerConfig, priority: Callable[[SeqState], Any] | None = None) -> Planner:
-    """The planner named by `cfg.strategy` ("pivot", "static", "rule_based")."""
+    """The planner named by `cfg.strategy` ("pivot", "static", "rule_based", "chaos")."""
     if cfg.strategy == "pivot":
         return PivotPlanner(cfg, priority)
     if cfg.strategy == "static":
         return StaticPlanner(cfg)
     if cfg.strategy == "rule_based":
         return RuleBasedPlanner(cfg)
-    raise ValueError(f"planner.strategy={cfg.strategy!r}: expected pivot, static or rule_based")
+    if cfg.strategy == "chaos":
+        return ChaosPlanner(cfg)
+    raise ValueError(f"planner.strategy={cfg.strategy!r}: expected pivot, static, rule_based or chaos")

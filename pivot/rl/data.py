@@ -9,8 +9,9 @@ Chat prompts are kept as messages (for a tokenizer with a chat template) and als
 text: a lone user message is its content verbatim (what the tiny tokenizer expects), several
 messages are joined as "role: content" lines.
 
-Rows with a missing field, a wrong type or broken JSON are skipped and counted in
-`DataStats`; a dataset with no valid row is an error. With `path` empty, the built-in
+Rows with a missing field, an empty prompt, a wrong type, broken JSON or bytes that are not
+UTF-8 are skipped and counted in `DataStats`; a dataset with no valid row, or a file that is not
+readable as its format, is an error naming the file. With `path` empty, the built-in
 synthetic arithmetic set (`pivot.tiny.synthetic`, the one the tiny models learn) is used.
 """
 from __future__ import annotations
@@ -49,6 +50,7 @@ class DataStats:
     missing_prompt: int = 0
     missing_answer: int = 0
     bad_type: int = 0
+    bad_utf8: int = 0
     first_error: str = ""
     """The first skipped row's reason, for the log."""
 
@@ -115,11 +117,7 @@ def rows_to_dataset(rows: list[Any], config: DataConfig, source: str) -> PromptD
     stats = DataStats(rows=len(rows))
     prompts: list[Prompt] = []
     for i, row in enumerate(rows):
-        if row is _BAD_JSON:
-            stats.bad_json += 1
-            stats.first_error = stats.first_error or f"row {i}: not valid JSON"
-            continue
-        parsed = parse_row(row, i, config)
+        parsed = parse_row(row, i, config) if not isinstance(row, _Unreadable) else (row.counter, f"row {i}: {row.reason}")
         if isinstance(parsed, Prompt):
             prompts.append(parsed)
             continue
@@ -135,26 +133,36 @@ def rows_to_dataset(rows: list[Any], config: DataConfig, source: str) -> PromptD
     return PromptDataset(prompts, stats, source)
 
 
-_BAD_JSON = object()
+@dataclass(frozen=True)
+class _Unreadable:
+    """A line of a JSONL file that is no row: the `DataStats` counter it goes to, and why."""
+
+    counter: str
+    reason: str
+
+
+def _jsonl_row(line: bytes) -> Any:
+    try:
+        return json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return _Unreadable("bad_utf8", f"not UTF-8 ({e.reason} at byte {e.start})")
+    except json.JSONDecodeError:
+        return _Unreadable("bad_json", "not valid JSON")
 
 
 def _read_rows(path: Path) -> list[Any]:
     if not path.is_file():
         raise FileNotFoundError(f"dataset {path}: no such file")
     if path.suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
+        try:
+            return pq.read_table(path).to_pylist()
+        except (pa.ArrowException, OSError) as e:
+            raise ValueError(f"dataset {path}: not a readable parquet file ({' '.join(str(e).split())})") from None
     if path.suffix in (".jsonl", ".json"):
-        rows: list[Any] = []
-        for line in path.read_text().splitlines():
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                rows.append(_BAD_JSON)
-        return rows
+        return [_jsonl_row(line) for line in path.read_bytes().splitlines() if line.strip()]
     raise ValueError(f"dataset {path}: unknown format {path.suffix!r} (use .parquet or .jsonl)")
 
 

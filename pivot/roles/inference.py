@@ -1,4 +1,4 @@
-"""Rollout and reward replicas: an embedded (or sglang) engine whose parameters come from GPS.
+"""Rollout and reward replicas: an embedded or sglang engine whose parameters come from GPS.
 
 Context categories (DESIGN.md): on shift down the KV cache (temporary) and the parameters
 are discarded (`Engine.release`); the engine object, its process group and descriptors are
@@ -7,66 +7,105 @@ slices straight into the engine's parameters. The model is built on the meta dev
 this rank's slices ever get storage, and no second copy of them is made. One engine per slot
 this rank has held, so a rank that returns to a slot finds its preserved context. Rollout and
 reward differ only in which model they serve.
+
+With `engine.backend == "sglang"` (GPU only) the slot's leader (group rank 0) builds one sglang
+engine for the whole replica, `tp_size` = the slot's ranks, `base_gpu_id` = the leader's local
+device (slots are consecutive devices of one host), and serves it alone: sglang runs its own TP
+processes on the slot's devices. The other ranks of the slot are parked: they keep their CUDA
+context and process groups, follow the leader's lockstep (a step of a parked rank does nothing)
+and hold no engine. The leader's GPS Read brings the whole model (sglang shards it itself,
+`pivot.runtime.weights`); shift down is abort (partials keep their tokens) + release, shift up
+is resume + the Read pushed with `update_weights_from_tensor`.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
+
+import torch.distributed as dist
 
 from pivot.config import EngineConfig, ModelConfig
 from pivot.engine import AbortResult, Engine, EngineStats, Output, Request
 from pivot.model import CausalLM, ModelArgs, TextTokenizer
 from pivot.model.meta_init import params_on_meta
 
+Read = Callable[[dict[str, torch.Tensor]], tuple[dict[str, torch.Tensor], int]]
+
+
+def group_position(group: object) -> tuple[int, int]:
+    """(this rank's position in the slot's group, the group's size); (0, 1) without a group."""
+    if group is None:
+        return 0, 1
+    return dist.get_rank(group), dist.get_world_size(group)
+
 
 class InferenceRole:
-    def __init__(self, role: str, model_path: Path, engine_cfg: EngineConfig, model_cfg: ModelConfig, device: str, seed: int) -> None:
+    def __init__(self, role: str, model_path: Path, engine_cfg: EngineConfig, model_cfg: ModelConfig, device: str, seed: int,
+                 local_device: int = 0) -> None:
+        """`local_device`: this rank's device index on its host (an sglang replica's base_gpu_id when it leads)."""
         self.role, self.model_path = role, Path(model_path)
         self.engine_cfg, self.model_cfg, self.device, self.seed = engine_cfg, model_cfg, device, seed
-        self.args = ModelArgs.load(self.model_path)
+        self.local_device = local_device
+        self.sglang = engine_cfg.backend == "sglang"
+        # sglang serves what its checkpoint says; Pivot's model classes are not involved
+        self.args = None if self.sglang else ModelArgs.load(self.model_path)
         tok = self.model_path / "tokenizer.json"
         self.tokenizer = TextTokenizer.from_pretrained(self.model_path) if tok.is_file() else None
-        self.engines: dict[int, Engine] = {}
+        self.engines: dict[int, Any] = {}  # slot -> Engine or SglangEngine; None where this rank is parked
         self.slot: int | None = None
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> Any:
         assert self.slot is not None, f"{self.role} role is not up on this rank"
         return self.engines[self.slot]
 
-    def shift_up(
-        self, slot: int, group: object, read: Callable[[dict[str, torch.Tensor]], tuple[dict[str, torch.Tensor], int]]
-    ) -> tuple[int, dict[str, float]]:
-        """Take slot `slot`: its engine (built on the meta device the first time, else resumed)
-        gets storage for this rank's TP slices only, and `read` (a GPS Read) fills those tensors
-        in place and returns what it read (full tensors where GPS keeps a tensor whole) and the
-        version. Returns the version and phase timings (s)."""
+    @property
+    def parked(self) -> bool:
+        """Up in a slot whose engine another rank (the sglang leader) runs."""
+        return self.slot is not None and self.engines[self.slot] is None
+
+    def shift_up(self, slot: int, group: object, read: Read) -> tuple[int, dict[str, float]]:
+        """Take slot `slot`: its engine (built the first time, else resumed) gets storage, and
+        `read` (a GPS Read) fills it: in place for the embedded engine (this rank's TP slices),
+        whole tensors for an sglang leader, nothing for a parked rank (it returns the version).
+        Returns the version and phase timings (s)."""
         t0 = time.perf_counter()
         if slot not in self.engines:
-            with torch.device(self.device), params_on_meta():  # storage comes with the TP slice
-                model = CausalLM(self.args, linear=self.model_cfg.linear).to(getattr(torch, self.model_cfg.dtype))
-            self.engines[slot] = Engine(
-                model, self.engine_cfg, tp_group=group, tokenizer=self.tokenizer,
-                attention=self.model_cfg.attention, seed=self.seed, device=self.device,
-            )
-        else:
+            self.engines[slot] = self._build(group)
+        elif self.engines[slot] is not None:
             self.engines[slot].resume()
         self.slot = slot
         t1 = time.perf_counter()
         version, read_s = self.update_weights(read)
         return version, {"allocate": t1 - t0, "gps_read": read_s, "load": time.perf_counter() - t1 - read_s}
 
-    def update_weights(self, read: Callable[[dict[str, torch.Tensor]], tuple[dict[str, torch.Tensor], int]]) -> tuple[int, float]:
+    def _build(self, group: object) -> Any:
+        if self.sglang:
+            position, size = group_position(group)
+            if position:
+                return None  # parked: the leader's sglang engine uses this rank's device
+            from pivot.engine.sglang_adapter import SglangEngine
+
+            return SglangEngine.from_pretrained(self.model_path, self.engine_cfg, self.tokenizer, tp_size=size,
+                                                base_gpu_id=self.local_device, dtype=self.model_cfg.dtype, seed=self.seed)
+        with torch.device(self.device), params_on_meta():  # storage comes with the TP slice
+            model = CausalLM(self.args, linear=self.model_cfg.linear).to(getattr(torch, self.model_cfg.dtype))
+        return Engine(model, self.engine_cfg, tp_group=group, tokenizer=self.tokenizer,
+                      attention=self.model_cfg.attention, seed=self.seed, device=self.device)
+
+    def update_weights(self, read: Read) -> tuple[int, float]:
         """New weights between engine steps: `read` fills the engine's parameters in place (see
         `shift_up`); returns the version and the seconds `read` took."""
-        buffers = self.engine.weight_buffers()
+        buffers = {} if self.parked else self.engine.weight_buffers()
         t0 = time.perf_counter()
         tensors, version = read(buffers)
         read_s = time.perf_counter() - t0
-        self.engine.load_weights({**buffers, **tensors}, version)  # validates; slices what came whole
+        if not self.parked:
+            self.engine.load_weights({**buffers, **tensors}, version)  # validates; slices what came whole
         return version, read_s
 
     # ---- the engine, as the worker loop drives it ------------------------------------------
@@ -78,10 +117,10 @@ class InferenceRole:
         return self.engine.abort(ids)
 
     def step(self) -> list[Output]:
-        return self.engine.step()
+        return [] if self.parked else self.engine.step()
 
     def has_work(self) -> bool:
-        return self.slot is not None and self.engine.has_work()
+        return self.slot is not None and not self.parked and self.engine.has_work()
 
     def stats(self) -> tuple[EngineStats, dict[int, int]]:
         """The engine's counters and each running sequence's generated-token count."""
@@ -90,9 +129,12 @@ class InferenceRole:
     def shift_down(self) -> tuple[AbortResult, dict[str, float]]:
         """Abort what is left (the controller aborted and migrated it already) and release."""
         t0 = time.perf_counter()
-        partials = self.engine.release()
+        partials = AbortResult([], []) if self.parked else self.engine.release()
         self.slot = None
         return partials, {"release": time.perf_counter() - t0}
 
     def checksum(self) -> float:
+        """Sum of the weights this rank serves (0 when parked)."""
+        if self.parked:
+            return 0.0
         return float(sum(t.double().sum() for t in self.engine.named_parameters_hf().values()))

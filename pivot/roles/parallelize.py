@@ -11,17 +11,20 @@ from pivot.model import CausalLM
 from pivot.model.meta_init import is_meta, materialize
 
 
-def parallelize(model: CausalLM, group: dist.ProcessGroup, device: torch.device, activation_checkpointing: bool) -> CausalLM:
-    """Every decoder layer, then the root, `fully_shard`-ed on `group` with fp32 parameters (bf16
-    compute and fp32 reduce on CUDA). With `activation_checkpointing` each layer is checkpointed
+def parallelize(model: CausalLM, group: dist.ProcessGroup, device: torch.device, activation_checkpointing: bool,
+                compute_dtype: torch.dtype = torch.float32) -> CausalLM:
+    """Every decoder layer, then the root, `fully_shard`-ed on `group` with fp32 parameters (the
+    master); a `compute_dtype` below fp32 (`--model.dtype bfloat16`) is FSDP2 mixed precision:
+    parameters gathered in that dtype for forward and backward, gradients reduced in fp32 into the
+    fp32 master, so AdamW steps in fp32 (on CPU and CUDA alike). With `activation_checkpointing` each layer is checkpointed
     first (composable AC keeps the HF parameter names, a wrapper module would prefix them; before
     FSDP, so recompute re-gathers the layer). A model built on the meta device gets storage for
     this rank's shards only, uninitialised."""
     meta = is_meta(model)
     model = model.to(dtype=torch.float32) if meta else model.to(device=device, dtype=torch.float32)
     mesh = DeviceMesh.from_group(group, device_type=device.type)
-    cuda = device.type == "cuda"
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cuda else MixedPrecisionPolicy()
+    mp = (MixedPrecisionPolicy() if compute_dtype == torch.float32
+          else MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32))
     for layer in model.model.layers:
         if activation_checkpointing:
             checkpoint_activations(layer)

@@ -3,7 +3,8 @@
 Layout: every decoder layer and then the root are `fully_shard`-ed on
 `DeviceMesh.from_group(group)`, so each parameter (HF name) is split on dim 0 exactly as
 `pivot.model.tp_plan.fsdp_range` says; `policy_shards()` returns this rank's pieces for the GPS
-Write. Parameters are fp32 master weights; on CUDA the compute copy is bf16 (reduce in fp32).
+Write. Parameters are fp32 master weights; with a `compute_dtype` below fp32 (the model dtype,
+bfloat16 on GPU clusters) forward and backward run in it and gradients reduce in fp32.
 With `train.activation_checkpointing` each layer is checkpointed (non-reentrant, composable
 `torch.distributed._composable.checkpoint`, names unchanged) before it is sharded.
 A model built on the meta device (`pivot.model.meta_init`) gets storage for this rank's shards
@@ -66,7 +67,8 @@ class Trainer(TrainerCheckpoint):
     parameters are collective over `group` unless said otherwise."""
 
     def __init__(
-        self, model: CausalLM, group: dist.ProcessGroup, config: TrainConfig, device: str = "cpu", temperature: float = 1.0
+        self, model: CausalLM, group: dist.ProcessGroup, config: TrainConfig, device: str = "cpu", temperature: float = 1.0,
+        compute_dtype: torch.dtype = torch.float32,
     ) -> None:
         self.config, self.group = config, group
         self.device = torch.device(device)
@@ -74,24 +76,24 @@ class Trainer(TrainerCheckpoint):
         # the engine's log-probs are of the temperature-scaled distribution (raw for greedy)
         self.temperature = temperature if temperature > 0 else 1.0
         self.args = model.args
-        self.model = model = parallelize(model, group, self.device, config.activation_checkpointing)
+        self.model = model = parallelize(model, group, self.device, config.activation_checkpointing, compute_dtype)
         self.params = dict(model.named_parameters())  # tied weights appear once, under the embedding
         self.aliases = set(model.state_dict()) - set(self.params)
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.lr, betas=(config.beta1, config.beta2), weight_decay=config.weight_decay
         )
-        self.version = 0  # successful optimizer steps: the policy version
+        self.version = 0  # steps taken, skipped ones included: the policy version (= the RL step, for staleness)
         self.bad_steps = 0  # consecutive skipped steps
         self._host: dict[str, list[torch.Tensor]] | None = None  # offloaded bytes while shifted down
 
     @classmethod
     def from_pretrained(cls, path: str | Path, group: dist.ProcessGroup, config: TrainConfig, device: str = "cpu",
-                        temperature: float = 1.0) -> Trainer:  # fmt: skip
+                        temperature: float = 1.0, compute_dtype: torch.dtype = torch.float32) -> Trainer:  # fmt: skip
         """Built on the meta device; each rank reads only its dim-0 rows of every tensor from the
         safetensors files. Collective (FSDP set-up)."""
         with torch.device(device), params_on_meta():
             model = CausalLM(ModelArgs.load(path))
-        trainer = cls(model, group, config, device, temperature)
+        trainer = cls(model, group, config, device, temperature, compute_dtype)
         boxes = {}
         for name, p in trainer.params.items():
             start, stop = fsdp_range(p.shape[0], trainer.rank, trainer.world)
@@ -184,7 +186,9 @@ class Trainer(TrainerCheckpoint):
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.bad_steps = 0
-            self.version += 1
+        # a skipped step still advances the version: were it to lag the step count, the staleness
+        # bound (step - version) would shrink with every skip until no rollout may start
+        self.version += 1
         tokens = max(float(sums[1]), 1.0)
         return StepMetrics(
             loss=loss_value, grad_norm=norm_value, clip_frac=float(sums[2]) / tokens, approx_kl=float(sums[3]) / tokens,

@@ -40,7 +40,7 @@ class Controller(ClusterHost):
         flow: RLFlow,
         mode: object,
         log: RunLog,
-        profile: ThroughputModel,
+        profiles: dict[str, ThroughputModel],
         start_step: int,
         progress: object,
         checkpointer: object,
@@ -48,7 +48,7 @@ class Controller(ClusterHost):
         self.cfg, self.ep = cfg, endpoint
         self.flow, self.mode, self.log, self.progress, self.ckpt = flow, mode, log, progress, checkpointer
         kv = {"rollout": cfg.rollout.engine.kv_capacity_tokens, "reward": cfg.reward.engine.kv_capacity_tokens}
-        self.init_cluster(ReplicaTable.build(table, world_size, kv, {"rollout": profile, "reward": profile}),
+        self.init_cluster(ReplicaTable.build(table, world_size, kv, profiles),
                           cfg.planner.migration)
         self.versions: dict[int, int] = {}  # rid -> weights version it reported
         self.pending: dict[int, ShiftRecord] = {}  # rid -> its shift in flight
@@ -134,6 +134,7 @@ class Controller(ClusterHost):
             if isinstance(cmd, Abort):
                 self.send_slot(cmd.replica_id, m.AbortSequences(self.table.slot_of(cmd.replica_id)[1], [cmd.seq_id]), leader_only=True)
                 self.sent_to.pop(cmd.seq_id, None)
+                self.deferred.pop(cmd.seq_id, None)  # its target is leaving: the scheduler queues it or names another
                 self.awaiting.add(cmd.seq_id)
             elif isinstance(cmd, Dispatch):
                 if cmd.seq_id in self.awaiting:
@@ -211,7 +212,8 @@ class Controller(ClusterHost):
         self.shifts.execute(plan)
         self.num_shifts += 1
         self.log.shift(event="plan", up=[self.table.slot_of(r) for r in plan.up],
-                       down=[self.table.slot_of(r) for r in plan.down], benefit=plan.benefit, planner_s=plan.timings.total_s)
+                       down=[self.table.slot_of(r) for r in plan.down], benefit=plan.benefit, planner_s=plan.timings.total_s,
+                       training=self.training is not None)
 
     def migrate_off(self, role: str, rid: int) -> None:
         self.apply(self.sched[role].shift_down([rid]))
@@ -307,4 +309,5 @@ class Controller(ClusterHost):
             self.tok_hist[rid] = (st.time, st.stats.tokens_generated)
             if prev and st.time > prev[0] and self.is_up(rid):
                 rates[role] += max(0, st.stats.tokens_generated - prev[1]) / (st.time - prev[0])
-        self.log.sample(self.shifts.states.devices_per_role(), rates, step=self.step)
+        self.log.sample(self.shifts.states.devices_per_role(), rates, step=self.step,
+                        aborted=self.flow.stats.aborted, migrated=self.flow.stats.migrated)

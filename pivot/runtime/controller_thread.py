@@ -3,6 +3,7 @@ never stalls rank 0's own role work."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import traceback
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, ControllerEndpoint, SlotTable
+from pivot.emulate import EmulatedFlow, controller_parts
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor, load_dataset
@@ -20,19 +22,33 @@ from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog
 from pivot.plan.modes import make_mode
 from pivot.runtime.progress import StepProgress
+from pivot.runtime.startup_profile import profile_at_startup
+from pivot.sched.profile import ROOT, ReplicaShape, hardware_name, resolve_profile
 from pivot.sched.throughput import ThroughputModel
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_PROFILE = ROOT / "configs" / "throughput_tiny_cpu.json"
+PROFILE_CACHE = ROOT / ".cache"
+
+log = logging.getLogger(__name__)
 
 
-def load_profile(path: str) -> ThroughputModel:
-    """Fitted A, B, C, D (tools/profile_engine.py); falls back to tiny-CPU magnitudes."""
-    file = Path(path) if path else DEFAULT_PROFILE
-    if file.is_file():
-        c = json.loads(file.read_text())
-        return ThroughputModel(c["A"], c["B"], c["C"], c["D"])
-    return ThroughputModel(A=2e-6, B=0.01, C=2e-4, D=0.002)
+def role_profiles(cfg: PivotConfig, policy_path: Path, genrm_path: Path, device: str) -> dict[str, ThroughputModel]:
+    """Each inference role's own throughput constants (`pivot.sched.profile.resolve_profile`):
+    rollout's of the policy, reward's of the GenRM, each on its replica shape; a model given
+    without a profile is profiled on this rank's device first (`startup_profile`) where it can be."""
+    out = {}
+    for role, rcfg, folder, given in (("rollout", cfg.rollout, policy_path, cfg.model.policy),
+                                      ("reward", cfg.reward, genrm_path, cfg.model.genrm)):
+        shape = ReplicaShape(str(folder), hardware_name(device), rcfg.tp, cfg.model.dtype, cfg.model.attention,
+                             rcfg.engine.backend) if given else None
+        prof = resolve_profile(role, rcfg.throughput_profile, shape, PROFILE_CACHE)
+        fitted = profile_at_startup(role, shape, rcfg.engine, cfg.model, device, PROFILE_CACHE) if prof.fallback else None
+        if prof.fallback and fitted is None:
+            log.warning("%s: no throughput profile for %s on %s (tp=%d, %s); planning with the tiny CPU constants, so "
+                        "T_i and the planner's benefit are only relative. Give one: --%s.throughput-profile PATH "
+                        "(tools/profile_engine.py writes it)", role, folder, shape.hardware, rcfg.tp,
+                        rcfg.engine.backend, role)
+        out[role] = fitted or prof.model
+    return out
 
 
 class ControllerThread(threading.Thread):
@@ -57,21 +73,25 @@ class ControllerThread(threading.Thread):
 
 def start_controller(
     cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, store: Any, policy_path: Path, genrm_path: Path,
-    ckpt: Checkpointer, resume: tuple[Path, dict] | None, start_step: int,
+    ckpt: Checkpointer, resume: tuple[Path, dict] | None, start_step: int, device: str = "cpu",
 ) -> ControllerThread:
     endpoint = ControllerEndpoint(store)
     dataset, heldout = split_heldout(cfg.data, cfg.eval, load_dataset(cfg.data, seed=cfg.seed), cfg.seed)
-    flow = RLFlow(
+    if cfg.cluster.device == "emulated":  # drawn response lengths, the emulated devices' speeds
+        flow_cls = EmulatedFlow
+        flow_fields, profiles = controller_parts(cfg, spec)
+    else:
+        flow_cls, flow_fields, profiles = RLFlow, {}, role_profiles(cfg, policy_path, genrm_path, device)
+    flow = flow_cls(
         cfg, PromptCursor(dataset, seed=cfg.data.shuffle_seed), TextTokenizer.from_pretrained(policy_path),
         TextTokenizer.from_pretrained(genrm_path), SampleBuffer(cfg.train.group_size, cfg.train.staleness),
-        cfg.train.staleness, heldout,
+        cfg.train.staleness, heldout, **flow_fields,
     )
     log = RunLog(cfg.log.dir, cfg.log.tensorboard, start_step if resume is not None else None,
                  cfg.log.wandb_project if cfg.log.wandb else None, _asdict(cfg))
     (Path(cfg.log.dir) / "config.json").write_text(json.dumps(_asdict(cfg), indent=1))
     progress = StepProgress(cfg.train.steps, start_step, cfg.log.progress)
-    ctrl = Controller(cfg, table, spec.world_size, endpoint, flow, make_mode(cfg), log,
-                      load_profile(cfg.planner.throughput_profile), start_step, progress, ckpt)
+    ctrl = Controller(cfg, table, spec.world_size, endpoint, flow, make_mode(cfg), log, profiles, start_step, progress, ckpt)
     if resume is not None:
         ctrl.version = resume[1]["version"]
         for info in flow.load_state_dict(resume[1]):

@@ -25,6 +25,8 @@ from pivot.rl.plugins import CheckedVerifier, judge_template, load_verifier
 from pivot.rl.reward import GenRMScorer, total_reward
 from pivot.sched.records import SeqState
 
+_PROMPT_CACHE = 4096  # tokenized prompts kept: a few steps' worth, each used G + 1 times
+
 
 @dataclass
 class SeqInfo:
@@ -50,6 +52,8 @@ class FlowStats:
     duplicates_dropped: int = 0  # outputs of sequences that had already finished (the buffer counts its own)
     stale_regenerated: int = 0
     genrm_sum: float = 0.0
+    aborted: int = 0  # sequences aborted (shift down or migration) and returned to the queue
+    migrated: int = 0  # of those, the ones that carried generated tokens to resume from elsewhere
 
 
 @dataclass
@@ -69,6 +73,7 @@ class RLFlow:
     evals: dict[int, EvalRun] = field(default_factory=dict)  # in flight, by step
     eval_results: list[EvalResult] = field(default_factory=list)  # finished, not yet logged
     _next_id: int = 0
+    _policy_ids: dict[str, list[int]] = field(default_factory=dict)  # tokenized prompts by text and messages
 
     def __post_init__(self) -> None:
         reward = self.cfg.reward
@@ -76,6 +81,11 @@ class RLFlow:
         self.verify = CheckedVerifier(load_verifier(reward.verifier))
         limit = self.cfg.rollout.max_prompt_tokens
         self.heldout = [p for p in self.heldout if len(self.policy_ids(p)) <= limit]
+        data = self.cursor.dataset
+        if not any(len(self.policy_ids(p)) <= limit for p in data.prompts):  # fill() would wait for one forever
+            shortest = min(len(self.policy_ids(p)) for p in data.prompts)
+            raise ValueError(f"rollout.max_prompt_tokens={limit}: no prompt of {data.source or 'the dataset'} fits "
+                             f"(the shortest has {shortest} tokens)")
         ro, rm = self.cfg.rollout, self.cfg.reward
         self._ro_params = dict(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k, max_new_tokens=ro.max_new_tokens)
         self._rm_params = dict(temperature=rm.temperature, max_new_tokens=rm.max_new_tokens)
@@ -92,10 +102,18 @@ class RLFlow:
     def policy_ids(self, prompt: Prompt) -> list[int]:
         """The policy's input: the raw prompt text, or with --data.chat-template the policy's chat
         template over the prompt's messages (a plain-text prompt is one user message)."""
-        if not self.cfg.data.chat_template:
-            return self.policy_tok.encode(prompt.text)
-        messages = prompt.messages or [{"role": "user", "content": prompt.text}]
-        return self.policy_tok.apply_chat_template(messages, add_generation_prompt=True)
+        key = f"{prompt.text}\0{prompt.messages}"
+        ids = self._policy_ids.get(key)
+        if ids is None:
+            if len(self._policy_ids) >= _PROMPT_CACHE:
+                self._policy_ids.clear()
+            if not self.cfg.data.chat_template:
+                ids = self.policy_tok.encode(prompt.text)
+            else:
+                messages = prompt.messages or [{"role": "user", "content": prompt.text}]
+                ids = self.policy_tok.apply_chat_template(messages, add_generation_prompt=True)
+            self._policy_ids[key] = ids
+        return list(ids)
 
     def judge_ids(self, judge_text: str) -> list[int]:
         """The GenRM's input: the filled judge template, inside the GenRM's chat template when it
@@ -210,6 +228,8 @@ class RLFlow:
         info = self.seqs.get(partial.id)
         if info is None:
             return
+        self.stats.aborted += 1
+        self.stats.migrated += bool(partial.output_ids)
         info.request = partial
         if info.role == "rollout" and partial.output_ids and info.eval_step < 0:
             info.version = version if info.version < 0 else min(info.version, version)
@@ -241,6 +261,8 @@ class RLFlow:
             "tokens/reward": st.tokens_reward,
             "count/duplicates_dropped": st.duplicates_dropped + buf.duplicates_dropped,
             "count/stale_regenerated": st.stale_regenerated,
+            "count/aborted": st.aborted,
+            "count/migrated": st.migrated,
             "count/unparsable_verdicts": self.scorer.stats.unparsable_verdicts,
             "count/verifier_errors": self.verify.errors,
             "count/prompts_skipped_too_long": st.prompts_skipped_too_long,

@@ -12,8 +12,10 @@ import torch.distributed as dist
 
 from pathlib import Path
 
+from pivot import emulate
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable, WorkerEndpoint, create_groups, describe
+from pivot.gps.shm import remove_namespaces
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, TextTokenizer, load_state_dict
@@ -29,6 +31,8 @@ from pivot.runtime.worker import Worker
 
 
 def resolve_device(cfg: PivotConfig) -> str:
+    if cfg.cluster.device == "emulated":  # CPU ranks, device time from pivot/emulate/
+        return "cpu"
     if cfg.cluster.device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return cfg.cluster.device
@@ -125,6 +129,9 @@ def resume_point(cfg: PivotConfig, ckpt: Checkpointer, spec: ClusterSpec) -> tup
 def run(cfg: PivotConfig) -> int:
     spec = ClusterSpec.from_env()
     device = resolve_device(cfg)
+    emulated = cfg.cluster.device == "emulated"
+    if emulated:
+        cfg = emulate.runtime_config(cfg)
     if cfg.cluster.mode == "colocated":  # every role on every device, on-policy phases (a copy: the caller's config stays)
         cfg = cfg.replace(train=dataclasses.replace(cfg.train, devices=spec.world_size, staleness=0))
     table = SlotTable.build(spec, cfg.rollout.tp, cfg.reward.tp, cfg.train.devices)
@@ -137,8 +144,9 @@ def run(cfg: PivotConfig) -> int:
     try:  # the same answer on every rank (model folders: headers only): all stop, rank 0 says why
         resume = resume_point(cfg, ckpt, spec)
         policy_src = resume[0] / "policy" if resume else policy_path
-        for folder in (policy_src, genrm_path):
-            check_folder(folder)
+        check_folder(policy_src)  # the trainer builds the policy with Pivot's model classes
+        if cfg.reward.engine.backend == "embedded":  # sglang serves what its own model classes load
+            check_folder(genrm_path)
         if cfg.data.chat_template and TextTokenizer.from_pretrained(policy_path).chat_template is None:
             raise ValueError(f"data.chat_template=True: {policy_path} has no chat template "
                              "(no chat_template.jinja, none in tokenizer_config.json)")
@@ -149,33 +157,55 @@ def run(cfg: PivotConfig) -> int:
         return 2
     start_step = resume[1]["step"] if resume else 0
     store = dist.distributed_c10d._get_default_store()
-    run_id = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    elastic_id, restart = os.environ.get("TORCHELASTIC_RUN_ID", "local"), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    run_id = f"{elastic_id}-{restart}"
+    if spec.local_rank == 0 and restart:  # killed attempts never closed their GPS files: one copy of each model apiece
+        remove_namespaces([f"pivot-{elastic_id}-{k}" for k in range(restart)], spec.host)
     host_of = tuple(spec.host_of(r) for r in range(spec.world_size))
     gps = GPSStore(store, HostInfo(spec.rank, spec.host, spec.local_rank, host_of), namespace=f"pivot-{run_id}")
     # every rank needs the tensor list, only rank 0 the tensors: read headers, not weights
     specs = {"policy": specs_from_checkpoint(policy_src), "genrm": specs_from_checkpoint(genrm_path)}
+    served_by_sglang = frozenset(r for r, c in (("rollout", cfg.rollout), ("reward", cfg.reward)) if c.engine.backend == "sglang")
     weights = WeightService(gps, specs, host_of, table.train, start_step, device, cfg.cluster.host_memory_gb,
-                            verify=cfg.log.verify_weights, dtype=cfg.model.dtype)
+                            verify=cfg.log.verify_weights, dtype=cfg.model.dtype, whole=served_by_sglang)
     if spec.rank == 0:
         weights.publish("policy", load_state_dict(policy_src))
         weights.publish("genrm", load_state_dict(genrm_path))
-    controller = None
+    controller, error = None, [None]
     if spec.rank == 0:
-        controller = start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step)
+        try:  # the dataset is read here: a bad one stops every rank in one line
+            controller = start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step, device)
+        except (OSError, ValueError) as e:
+            error = [str(e)]
+            print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
+    dist.broadcast_object_list(error, src=0)
+    if error[0] is not None:
+        gps.close()
+        dist.destroy_process_group()
+        return 2
     dist.barrier()  # the controller's address is in the store, GPS holds both models
     tok_file = policy_path / "tokenizer.json"
     inference = {
-        "rollout": InferenceRole("rollout", policy_path, cfg.rollout.engine, cfg.model, device, cfg.seed + spec.rank),
-        "reward": InferenceRole("reward", genrm_path, cfg.reward.engine, cfg.model, device, cfg.seed + spec.rank),
+        "rollout": InferenceRole("rollout", policy_path, cfg.rollout.engine, cfg.model, device, cfg.seed + spec.rank,
+                                 spec.local_rank),
+        "reward": InferenceRole("reward", genrm_path, cfg.reward.engine, cfg.model, device, cfg.seed + spec.rank,
+                                spec.local_rank),
     }
     trainer = TrainingRole(
         ModelArgs.load(policy_path), groups[table.train.name] if spec.rank in table.train.ranks else None,
         cfg.train, device, cfg.rollout.temperature, resume[0] if resume else None, tok_file if tok_file.is_file() else None,
+        cfg.model.dtype,
     )
+    clock = None
+    if emulated:
+        inference, trainer, clock = emulate.install(cfg, spec, inference, trainer)
     worker = Worker(spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights)
     if spec.rank == 0:
         signal.signal(signal.SIGTERM, lambda *_: _stopped_by_torchrun(ckpt))
     worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
+    if clock is not None:  # every rank's device time is on disk before rank 0 sums it up
+        emulate.write_tally(cfg.log.dir, spec.rank, clock)
+        dist.barrier()
     if controller is not None:
         controller.join()
         print(run_summary(cfg.log.dir, ckpt.dir, f"failed: {controller.failed}" if controller.failed else "done"), flush=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from pivot.emulate import tally_lines
 from pivot.runtime.metrics import read_jsonl
 
 
@@ -33,6 +34,7 @@ def run_summary(run_dir: str | Path, checkpoint_dir: str | Path, status: str) ->
     if ups or downs:
         per_role = ", ".join(f"{role} +{ups[role]}/-{downs[role]}" for role in ("rollout", "reward", "train"))
         lines.append(f"  shifts (up/down): {per_role}")
+    lines += tally_lines(run)
     lines += [
         f"  records:     {run}/metrics.jsonl, eval.jsonl, samples.jsonl, timeline.jsonl"
         + (f", tb/ (tensorboard --logdir {run}/tb)" if (run / "tb").is_dir() else ""),

@@ -2,7 +2,9 @@
 
 Every shift up is one GPS Read whatever the role, in the destination's real layout: each rank of
 an inference replica of TP=k reads exactly its TP slice (`parallel_layout` over the slot's ranks,
-the split the embedded engine shards by), the trainer reads its FSDP dim-0 shards. The trainer Writes its shards after every step. GPS counts Writes; the RL loop
+the split the embedded engine shards by), the trainer reads its FSDP dim-0 shards. A replica
+served by sglang reads the whole model on its leader, into host memory (sglang shards it under
+its own TP; the adapter stages it to the device in buckets), and nothing on its parked ranks. The trainer Writes its shards after every step. GPS counts Writes; the RL loop
 counts policy versions (= training steps done), so `offset` maps one onto the other, also
 after a resume (the first Write of a resumed job carries the checkpoint's version).
 """
@@ -31,9 +33,12 @@ class WeightService:
         host_memory_gb: float = 0.0,
         verify: bool = False,
         dtype: str = "",
+        whole: frozenset[str] = frozenset(),
     ) -> None:
         """`dtype`: what GPS holds floating tensors in (the model dtype, e.g. bfloat16, so buffers
-        and Reads are that size); empty = as the checkpoint stores them."""
+        and Reads are that size); empty = as the checkpoint stores them. `whole`: the roles whose
+        replicas read the model whole on their leader (those served by sglang)."""
+        self.whole = whole
         floats = ("float32", "float16", "bfloat16", "float64")
         self.specs = {model: [TensorSpec(s.name, s.shape, dtype if dtype and s.dtype in floats else s.dtype) for s in ss]
                       for model, ss in specs.items()}
@@ -65,8 +70,9 @@ class WeightService:
             return self._train_layout
         key = (model, slot.name)
         if key not in self._replica_layouts:
-            self._replica_layouts[key] = parallel_layout(model, self.specs[model], slot.ranks, self.host_of,
-                                                         tp=len(slot.ranks))
+            whole = slot.role in self.whole
+            self._replica_layouts[key] = parallel_layout(model, self.specs[model], slot.ranks[:1] if whole else slot.ranks,
+                                                         self.host_of, tp=1 if whole else len(slot.ranks))
         return self._replica_layouts[key]
 
     def read(self, model: str, slot: Slot, version: int | None,
@@ -77,7 +83,7 @@ class WeightService:
         A tensor GPS keeps whole that `out` holds a slice of (a fused tensor, see `tp_plan`)
         comes back full, for the engine's `load_weights` to slice."""
         layout = self.layout(model, slot)
-        device = self.device if slot.role != "train" else "cpu"
+        device = "cpu" if slot.role == "train" or slot.role in self.whole else self.device
         targets = None
         if out is not None:
             targets = {}

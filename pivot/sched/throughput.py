@@ -5,8 +5,10 @@
     dT(l)                 = (N_seq + 1) / latency(N_seq + 1, N_tok + l) - T
 
 `A` prices the KV-cache reads of attention, `max(B, C * N_seq)` the FFN (weight loading vs
-compute bound) and `D` the rest. `load_terms` is the one place T_i and dT are computed from a
-replica's load: the model's methods, the scheduler and the planner's what-if runs all call it,
+compute bound) and `D` the rest. `step_latency` is the one latency formula (the model, the
+simulated replicas and the emulated devices call it; `load_terms` inlines the same terms for
+speed). `load_terms` is the one place T_i and dT are computed from a replica's load: the
+model's methods, the scheduler and the planner's what-if runs all call it,
 so they agree bit for bit. `ThroughputModel.fit` recovers A, B, C, D from profiled
 (n_seq, n_tok, latency) samples; it is pure Python (least squares over the knee n* = B / C).
 """
@@ -18,6 +20,12 @@ from typing import Iterable, Sequence
 
 MIGRATION_MIN_GAIN = 1e-12
 """A migration step is kept only if it raises Σ T_i by more than this (relative): float noise."""
+
+
+def step_latency(a: float, b: float, c: float, d: float, n: int, tok: int) -> float:
+    """Seconds of one decode step with `n` running sequences holding `tok` tokens: the model's
+    `A * N_tok + max(B, C * N_seq) + D`, for callers that hold the constants, not a model."""
+    return a * tok + max(b, c * n) + d
 
 
 def load_terms(a: float, b: float, c: float, d: float, n: int, tok: int) -> tuple[float, float]:
@@ -48,7 +56,7 @@ class ThroughputModel:
 
     def latency(self, n_seq: int, n_tok: int) -> float:
         """Seconds per decode step with `n_seq` running sequences holding `n_tok` tokens."""
-        return self.A * n_tok + max(self.B, self.C * n_seq) + self.D
+        return step_latency(self.A, self.B, self.C, self.D, n_seq, n_tok)
 
     def throughput(self, n_seq: int, n_tok: int) -> float:
         """Generated tokens per second; 0 when no sequence runs."""

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pivot.sched.throughput import step_latency
+
 
 class SimConfigError(ValueError):
     """An impossible simulated deployment; the message names the field and the value."""
@@ -124,6 +126,13 @@ def decode_constants(m: ModelSpec, hw: HardwareProfile, tp: int) -> tuple[float,
     flops = tp * hw.peak_tflops * 1e12 * hw.dec_eff
     return (m.kv_bytes_per_token / bw, m.weight_bytes / bw, 2.0 * m.active_params_b * 1e9 / flops,
             hw.step_overhead_s + hw.tp_overhead_s * (tp - 1))
+
+
+def decode_steps_s(a: float, b: float, c: float, d: float, n: int, tok: int, k: int) -> float:
+    """Seconds of `k` decode steps of `n` running sequences holding `tok` KV tokens at the first
+    (each step adds n): the throughput model's step time summed in closed form,
+    k * (A * tok + max(B, C * n) + D) + A * n * k * (k - 1) / 2."""
+    return k * step_latency(a, b, c, d, n, tok) + a * n * k * (k - 1) / 2
 
 
 def kv_capacity_tokens(m: ModelSpec, hw: HardwareProfile, tp: int, field: str) -> int:

@@ -29,6 +29,7 @@ import heapq
 import math
 
 from pivot.sched import ThroughputModel
+from pivot.sim.hardware import decode_steps_s
 
 
 class SimReplica:
@@ -67,8 +68,8 @@ class SimReplica:
         return g0 + self.steps - s0
 
     def _step_time(self, k: int) -> float:
-        n = len(self.seqs)
-        return k * self.m.latency(n, self.tok) + self.m.A * n * k * (k - 1) / 2
+        m = self.m
+        return decode_steps_s(m.A, m.B, m.C, m.D, len(self.seqs), self.tok, k)
 
     def advance(self, now: float) -> None:
         """Run every whole step that ends by `now`."""

@@ -1,9 +1,13 @@
 """Paged attention over packed sequences of mixed lengths equals per-sequence dense attention."""
 from __future__ import annotations
 
+import pytest
 import torch
 
+from pivot.engine import Engine, EngineConfig
 from pivot.engine.attention import KVCache, PagedAttention, StepInput
+from pivot.model import CausalLM
+from tests.engine.conftest import tiny_args
 
 BS, HQ, HKV, D = 4, 4, 2, 8
 
@@ -65,3 +69,12 @@ def test_copy_blocks_in_every_attention_layer_of_a_hybrid() -> None:
         want_v[:, dst * BS : (dst + 1) * BS] = v0[:, src * BS : (src + 1) * BS]
     assert cache.k.shape[0] == 2 and cache.index == {1: 0, 3: 1}
     assert torch.equal(cache.k, want_k) and torch.equal(cache.v, want_v)
+
+
+def test_engine_refuses_a_flash_block_size_flash_attn_cannot_page() -> None:
+    """flash-attn's paged KV needs blocks of a multiple of 256 tokens; the check runs before any
+    kernel is touched (so it fires on CPU too), naming the field and value."""
+    with torch.device("meta"):
+        model = CausalLM(tiny_args())
+    with pytest.raises(ValueError, match="engine.block_size=16"):
+        Engine(model, EngineConfig(kv_capacity_tokens=1024, block_size=16), attention="flash", device="cpu")

@@ -1,25 +1,44 @@
-"""The sglang adapter's protocol mapping against a fake in-process engine (no sglang here)."""
+"""The sglang backend on CPU: the adapter's protocol mapping and the role's process model,
+against a fake `sglang` module (in sys.modules) whose Engine records every call. Nothing here
+runs sglang itself (no GPU, no sglang on the development machines)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
-from pivot.engine import Request, SamplingParams
+import pivot.roles.inference as inference
+from pivot.config import ModelConfig
+from pivot.engine import Engine, Request, SamplingParams
 from pivot.engine.config import EngineConfig
-from pivot.engine.sglang_adapter import SglangEngine
-from tests.engine.conftest import tiny_args
+from pivot.engine.sglang_adapter import SglangEngine, _buckets
+from pivot.gps.torch_specs import specs_from_checkpoint
+from pivot.model import ModelArgs, load_state_dict
+from pivot.roles.inference import InferenceRole
+from tests.engine.hf_models import save_hf_model
 
 
 class FakeSglang:
-    """Streams token (prompt length + i) % 50 with log-prob -i, one per 1 ms, cumulatively."""
+    """Streams token (prompt length + i) % 50 with log-prob -i, one per 1 ms, cumulatively; keeps
+    the weights it was sent and hands them back by name, truncated by rows as sglang does."""
 
-    def __init__(self) -> None:
+    built: list[FakeSglang] = []
+
+    def __init__(self, **kwargs: object) -> None:
+        self.kwargs = kwargs
         self.loop = asyncio.new_event_loop()
         self.aborted: set[str] = set()
-        self.updates: list = []
+        self.updates: list[tuple[list[str], bool]] = []
+        self.weights: dict[str, torch.Tensor] = {}
+        self.calls: list[str] = []
         self.tokenizer_manager = self
+        FakeSglang.built.append(self)
 
     def get_server_info(self) -> dict:
         return {"context_length": 256, "internal_states": [{"max_total_num_tokens": 1000}]}
@@ -41,14 +60,40 @@ class FakeSglang:
                                      "finish_reason": {"type": "length"} if done else None}}
         return gen()
 
-    def update_weights_from_tensor(self, pairs, flush_cache):
-        self.updates.append([n for n, _ in pairs])
+    def update_weights_from_tensor(self, named_tensors, flush_cache=True, load_format=None):
+        self.updates.append(([n for n, _ in named_tensors], flush_cache))
+        self.weights.update({n: t.clone() for n, t in named_tensors})
         return True, "ok"
 
+    def get_weights_by_name(self, name: str, truncate_size: int = 100):
+        return self.weights[name][:truncate_size].tolist()
 
-def test_adapter_protocol() -> None:
-    fake = FakeSglang()
-    eng = SglangEngine(fake, EngineConfig(), tiny_args())
+    def release_memory_occupation(self, tags=None) -> None:
+        self.calls.append("release")
+
+    def resume_memory_occupation(self, tags=None) -> None:
+        self.calls.append("resume")
+
+
+@pytest.fixture
+def fake_sglang(monkeypatch: pytest.MonkeyPatch) -> type[FakeSglang]:
+    module = ModuleType("sglang")
+    module.Engine = FakeSglang
+    monkeypatch.setitem(sys.modules, "sglang", module)
+    FakeSglang.built = []
+    return FakeSglang
+
+
+def gps_read(folder: Path, version: int):
+    """A GPS Read's stand-in: the checkpoint's tensors, whole."""
+    state = load_state_dict(folder)
+    return lambda buffers: (dict(state), version)
+
+
+def test_adapter_protocol(fake_sglang: type[FakeSglang], tiny_path: Path) -> None:
+    eng = SglangEngine.from_pretrained(tiny_path, EngineConfig(kv_capacity_tokens=4096))
+    fake = fake_sglang.built[0]
+    assert fake.kwargs["load_format"] == "dummy" and fake.kwargs["max_total_tokens"] == 4096
     assert eng.stats().kv_total_tokens == 1000
     eng.add(Request(1, [5, 6, 7], SamplingParams(max_new_tokens=4)))
     eng.add(Request(2, [5] * 10, SamplingParams(max_new_tokens=200)))
@@ -57,16 +102,88 @@ def test_adapter_protocol() -> None:
         outs = eng.step()
     assert outs[0].id == 1 and outs[0].output_ids == [3, 4, 5, 6] and outs[0].finish_reason == "length"
     assert outs[0].output_logprobs == [0.0, -1.0, -2.0, -3.0]
+    assert eng.progress()[2] >= 1
     parts = eng.abort([2, 9])
     assert parts.unknown_ids == [9] and len(parts[0].output_ids) == len(parts[0].output_logprobs) >= 1
-    assert not eng.has_work()
+    assert parts[0].output_ids == [(10 + i) % 50 for i in range(len(parts[0].output_ids))]  # the tokens streamed
+    assert fake.aborted == {"2"} and not eng.has_work()
     with pytest.raises(ValueError, match="exceed"):
         eng.add(Request(3, [1] * 300, SamplingParams()))
     with pytest.raises(ValueError, match="missing"):
         eng.load_weights({"model.norm.weight": torch.ones(64)}, version=1)
-    with torch.device("meta"):
-        from pivot.model import CausalLM
+    eng.load_weights(load_state_dict(tiny_path), version=4)
+    assert eng.weights_version == 4 and set(fake.updates[-1][0]) <= set(eng.full_shapes)
+    assert sum(len(names) for names, _ in fake.updates) == len(eng.full_shapes)
 
-        full = dict(CausalLM(tiny_args()).named_parameters())
-    eng.load_weights(full, version=4)
-    assert eng.weights_version == 4 and len(fake.updates) == 1
+
+def test_weights_go_in_buckets_and_come_back_by_name(fake_sglang: type[FakeSglang], tiny_path: Path) -> None:
+    state = load_state_dict(tiny_path)
+    eng = SglangEngine.from_pretrained(tiny_path, EngineConfig())
+    eng.bucket_bytes = 64 * 1024
+    eng.load_weights(state, version=1)
+    fake = fake_sglang.built[0]
+    assert len(fake.updates) > 1 and [flush for _, flush in fake.updates] == [False] * (len(fake.updates) - 1) + [True]
+    back = eng.named_parameters_hf()  # what --log.verify-weights sums
+    assert back.keys() == state.keys() and all(torch.equal(back[k], state[k].float()) for k in state)
+
+
+def test_buckets_keep_order_and_limit() -> None:
+    pairs = [(str(i), torch.zeros(n)) for i, n in enumerate([3, 3, 10, 1, 1, 1])]  # float32: 4 B each
+    got = [[name for name, _ in b] for b in _buckets(pairs, 24)]
+    assert got == [["0", "1"], ["2"], ["3", "4", "5"]]  # 12 + 12 bytes fill 24; 40 bytes go alone
+
+
+def test_engine_from_pretrained_passes_the_device_index(fake_sglang: type[FakeSglang], tiny_path: Path) -> None:
+    Engine.from_pretrained(tiny_path, EngineConfig(backend="sglang"), device="cuda:5", dtype="bfloat16")
+    assert fake_sglang.built[0].kwargs["base_gpu_id"] == 5 and fake_sglang.built[0].kwargs["tp_size"] == 1
+
+
+def test_role_leader_serves_sglang_from_its_slots_first_device(
+    fake_sglang: type[FakeSglang], tiny_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inference, "group_position", lambda group: (0, 4))  # leader of a 4-device slot
+    role = InferenceRole("rollout", tiny_path, EngineConfig(backend="sglang"), ModelConfig(dtype="bfloat16"), "cuda", 0,
+                         local_device=4)
+    version, phases = role.shift_up(1, object(), gps_read(tiny_path, 7))
+    fake = fake_sglang.built[0]
+    assert (fake.kwargs["tp_size"], fake.kwargs["base_gpu_id"], fake.kwargs["dtype"]) == (4, 4, "bfloat16")
+    assert version == 7 and isinstance(role.engine, SglangEngine) and "gps_read" in phases
+    assert sum(len(names) for names, _ in fake.updates) == len(load_state_dict(tiny_path))
+    role.add([Request(11, [3, 4, 5], SamplingParams(max_new_tokens=500))])
+    while not role.stats()[1].get(11):
+        role.step()
+    partials, _ = role.shift_down()  # abort (partials keep their tokens) + release
+    assert [p.id for p in partials] == [11] and len(partials[0].output_ids) >= 1
+    assert fake.calls == ["release"] and not role.has_work()
+    version, _ = role.shift_up(1, object(), gps_read(tiny_path, 8))  # resume + the Read again, no new engine
+    assert fake.calls == ["release", "resume"] and len(fake_sglang.built) == 1 and version == 8
+    role.add(partials)  # migration: the partial resumes where it stopped
+    assert role.abort([11])[0].output_ids[: len(partials[0].output_ids)] == partials[0].output_ids
+    assert role.checksum() == pytest.approx(sum(float(t.double().sum()) for t in load_state_dict(tiny_path).values()))
+
+
+def test_role_follower_is_parked(fake_sglang: type[FakeSglang], tiny_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inference, "group_position", lambda group: (2, 4))
+    role = InferenceRole("reward", tiny_path, EngineConfig(backend="sglang"), ModelConfig(), "cuda", 0, local_device=6)
+    version, _ = role.shift_up(0, object(), lambda buffers: ({}, 3))  # a parked rank's Read holds nothing
+    assert version == 3 and role.parked and fake_sglang.built == []
+    assert role.step() == [] and not role.has_work() and role.checksum() == 0.0
+    partials, _ = role.shift_down()
+    assert list(partials) == [] and role.slot is None
+
+
+def test_sglang_genrm_needs_no_pivot_model_class(fake_sglang: type[FakeSglang], tmp_path: Path) -> None:
+    """A MoE GenRM with a config Pivot's own model classes refuse (yarn RoPE) is served by sglang:
+    the role and the adapter read the checkpoint's tensor list, not ModelArgs."""
+    save_hf_model(tmp_path, "qwen3_moe", 0)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["rope_parameters"] = {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="rope_type"):
+        ModelArgs.load(tmp_path)
+    role = InferenceRole("reward", tmp_path, EngineConfig(backend="sglang"), ModelConfig(), "cpu", 0)
+    version, _ = role.shift_up(0, None, gps_read(tmp_path, 2))
+    names = {n for names, _ in fake_sglang.built[0].updates for n in names}
+    assert version == 2 and names == {s.name for s in specs_from_checkpoint(tmp_path)}
+    assert any(".mlp.experts." in n for n in names)
+    assert math.isfinite(role.checksum())

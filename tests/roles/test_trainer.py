@@ -182,7 +182,7 @@ def _checkpoint_and_nan(rank: int, world: int, group: dist.ProcessGroup, tmp: st
     bad = make_batch(2)
     bad.advantages[0] = math.nan
     m = a.train_step(bad)
-    assert m.skipped and a.bad_steps == 1 and a.version == 2
+    assert m.skipped and a.bad_steps == 1 and a.version == 3  # the version counts steps, a skipped one too
     assert_same(before, a.full_state_dict())
     assert not a.train_step(make_batch(3)).skipped and a.bad_steps == 0
     a.train_step(bad)
@@ -213,20 +213,41 @@ def test_checkpoint_export_and_nan_skip(tmp_path: Path) -> None:
     spawn(_checkpoint_and_nan, 2, str(tmp_path))
 
 
-def _cuda_step_and_shift(rank: int, world: int, group: dist.ProcessGroup) -> None:
-    trainer = Trainer(tiny_model(), group, config(), device=f"cuda:{rank}")
-    before = trainer.full_state_dict()
-    m = trainer.train_step(make_batch(0))
+def _bf16_step_and_shift(rank: int, world: int, group: dist.ProcessGroup, device: str) -> None:
+    """--model.dtype bfloat16: FSDP2 gathers bf16 parameters for the forward, reduces gradients
+    in fp32 into the fp32 master; the loss is the fp32 trainer's within bf16 rounding."""
+    trainer = Trainer(tiny_model(), group, config(), device=device, compute_dtype=torch.bfloat16)
+    reference = Trainer(tiny_model(), group, config(), device=device)
+    seen: list[torch.dtype] = []
+    mlp = trainer.model.model.layers[0].mlp
+    hook = mlp.register_forward_pre_hook(lambda mod, _: seen.append(next(mod.parameters()).dtype))
+    before = {k: v.clone() for k, v in trainer.full_state_dict().items()}  # one rank: no gather, no copy
+    m, ref = trainer.train_step(make_batch(0)), reference.train_step(make_batch(0))
+    hook.remove()
+    assert seen and set(seen) == {torch.bfloat16}
     assert not m.skipped and math.isfinite(m.loss)
-    after = trainer.full_state_dict()
-    assert all(t.dtype == torch.float32 for t in after.values())  # fp32 master, bf16 compute
+    assert m.loss != ref.loss and abs(m.loss - ref.loss) <= 0.05 * abs(ref.loss) + 1e-3, (m.loss, ref.loss)
+    after = {k: v.clone() for k, v in trainer.full_state_dict().items()}
+    assert all(t.dtype == torch.float32 for t in after.values())  # fp32 master
     assert any(not torch.equal(before[k], after[k]) for k in before)
+    trainer.shift_down()
+    trainer.shift_up()
+    assert_same(after, trainer.full_state_dict())
+    assert math.isfinite(trainer.train_step(make_batch(1)).loss)
+
+
+def _cuda_step_and_shift(rank: int, world: int, group: dist.ProcessGroup) -> None:
+    _bf16_step_and_shift(rank, world, group, f"cuda:{rank}")
+    trainer = Trainer(tiny_model(), group, config(), device=f"cuda:{rank}", compute_dtype=torch.bfloat16)
+    trainer.train_step(make_batch(0))
     free_before = torch.cuda.memory_allocated()
     trainer.shift_down()
     assert torch.cuda.memory_allocated() < free_before
-    trainer.shift_up()
-    assert_same(after, trainer.full_state_dict())
-    trainer.train_step(make_batch(1))
+
+
+@pytest.mark.slow
+def test_bf16_mixed_precision_step_on_cpu() -> None:
+    spawn(_bf16_step_and_shift, 1, "cpu")
 
 
 @pytest.mark.gpu

@@ -47,7 +47,7 @@ def plan(up: tuple[int, ...] = (), down: tuple[int, ...] = ()) -> ShiftPlan:
 def ctrl() -> Controller:
     cfg = get_preset("tiny-cpu")
     table = SlotTable.build(ClusterSpec(4, 0, 4), 1, 1, 2)
-    return Controller(cfg, table, 4, Endpoint(), None, None, Log(), ThroughputModel(1e-8, 1e-3, 1e-4, 1e-2), 0, None, None)
+    return Controller(cfg, table, 4, Endpoint(), None, None, Log(), dict.fromkeys(("rollout", "reward"), ThroughputModel(1e-8, 1e-3, 1e-4, 1e-2)), 0, None, None)
 
 
 def done(ctrl: Controller, rank: int, role: str, slot: int, up: bool) -> None:

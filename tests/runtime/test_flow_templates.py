@@ -68,3 +68,17 @@ def test_a_thinking_block_opened_by_the_prompt_is_restored(folder: Path) -> None
     done = tok.encode("considering Verdict: 0 </think> Verdict: 1")
     assert parse_verdict(flow.judge_output(Output(0, opened, done, [], "stop", 0))) == 1.0
     assert parse_verdict(flow.judge_output(Output(0, closed, tok.encode("Verdict: 1"), [], "stop", 0))) == 1.0
+
+
+def test_a_prompt_is_tokenized_once_for_its_group(folder: Path) -> None:
+    tok = TextTokenizer.from_pretrained(folder)
+    calls = []
+    render = tok.apply_chat_template
+    tok.apply_chat_template = lambda *a, **k: calls.append(1) or render(*a, **k)
+    cfg = PivotConfig(data=DataConfig(synthetic_size=8, chat_template=True))
+    flow = RLFlow(cfg, PromptCursor(load_dataset(cfg.data)), tok, tok, SampleBuffer(2, 1), 1)
+    seqs = flow.fill(version=0, total_steps=1)
+    assert len(seqs) == cfg.train.batch_prompts * 2  # group size 2
+    assert len(calls) == len({flow.buffer.sample(s.key).prompt.text for s in seqs})  # once per distinct prompt
+    seqs[0].request.prompt_ids.append(-1)  # a caller's edit does not reach the cache
+    assert flow.policy_ids(flow.buffer.sample(seqs[0].key).prompt)[-1] != -1

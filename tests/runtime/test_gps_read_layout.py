@@ -79,3 +79,24 @@ def test_read_into_buffers_returns_whole_tensors_the_buffer_only_slices() -> Non
                 assert got[name] is buffers[name] and torch.equal(buffers[name], t), name
     finally:
         store.close()
+
+
+def test_sglang_replica_reads_whole_on_its_leader_and_nothing_elsewhere() -> None:
+    """A TP=2 replica served by sglang: sglang shards the model under its own TP, so the leader
+    Reads every tensor whole (into host memory) and the parked rank reads nothing, same version."""
+    kv, ns, host_of = dist.HashStore(), "gpsw" + uuid.uuid4().hex[:8], (0, 0)
+    full = {s.name: torch.randn(s.shape, generator=torch.Generator().manual_seed(2)) for s in SPECS}
+    stores = [GPSStore(kv, HostInfo(r, 0, r, host_of), namespace=ns) for r in (0, 1)]
+    try:
+        services = [WeightService(st, {"policy": SPECS, "genrm": SPECS}, host_of, Slot("train", 0, ()), 0, "cpu",
+                                  whole=frozenset({"reward"})) for st in stores]
+        services[0].publish("genrm", full)
+        replica = Slot("reward", 0, (0, 1))
+        got, version = services[0].read("genrm", replica, None)
+        assert version == 0 and got.keys() == full.keys() and all(torch.equal(got[k], full[k]) for k in full)
+        assert services[0].last_read_bytes == sum(t.numel() * t.element_size() for t in full.values())
+        got, version = services[1].read("genrm", replica, None)
+        assert got == {} and version == 0 and services[1].last_read_bytes == 0
+    finally:
+        for st in reversed(stores):
+            st.close()

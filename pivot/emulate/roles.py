@@ -1,0 +1,76 @@
+"""The emulated device around the real roles: each wrapper runs the real work (engine step,
+training step, shift) and then waits until the device time the hardware profile gives that
+work has passed (`EmulatedClock`). Everything else is the wrapped role's own."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pivot.emulate.clock import EmulatedClock
+from pivot.emulate.costs import EmulatedCosts
+from pivot.engine import AbortResult, Output
+from pivot.roles.inference import InferenceRole
+
+
+class EmulatedInference:
+    def __init__(self, inner: InferenceRole, costs: EmulatedCosts, clock: EmulatedClock) -> None:
+        self.inner, self.costs, self.clock = inner, costs, clock
+
+    def __getattr__(self, name: str) -> Any:  # add, abort, has_work, stats, update_weights, checksum
+        return getattr(self.inner, name)
+
+    def step(self) -> list[Output]:
+        """One engine step, then its device time: L decode steps of the sequences it advanced
+        and the prefill it did. TP followers mirror the leader's steps and are paced by it."""
+        engine = self.inner.engine
+        t0, prefilled = self.clock.now(), engine.scheduler.prefill_tokens
+        outputs = self.inner.step()
+        if engine.runner.is_leader:
+            decoded = [len(s.token_ids) for s in engine.scheduler.running]
+            decoded += [len(o.prompt_ids) + len(o.output_ids) for o in outputs]
+            emulated = self.costs.engine_step_s(self.inner.role, len(decoded), sum(decoded) - len(decoded),
+                                                engine.scheduler.prefill_tokens - prefilled)
+            if emulated > 0:  # an empty step (a lockstep leader with nothing to run) is no device work
+                self.clock.wait(self.inner.role, t0, emulated, self.costs.tp(self.inner.role))
+        return outputs
+
+    def shift_up(self, slot: int, group: object, read: Callable) -> tuple[int, dict[str, float]]:
+        t0 = self.clock.now()
+        version, phases = self.inner.shift_up(slot, group, read)
+        return version, shifted(self.clock, self.costs, self.inner.role, True, t0, phases)
+
+    def shift_down(self) -> tuple[AbortResult, dict[str, float]]:
+        t0 = self.clock.now()
+        partials, phases = self.inner.shift_down()
+        return partials, shifted(self.clock, self.costs, self.inner.role, False, t0, phases)
+
+
+class EmulatedTrainer:
+    def __init__(self, inner: Any, costs: EmulatedCosts, clock: EmulatedClock) -> None:
+        self.inner, self.costs, self.clock = inner, costs, clock
+
+    def __getattr__(self, name: str) -> Any:  # shards, save
+        return getattr(self.inner, name)
+
+    def train_step(self, batch: Any) -> dict[str, float]:
+        t0 = self.clock.now()
+        metrics = self.inner.train_step(batch)
+        tokens = sum(len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids))
+        self.clock.wait("train", t0, self.costs.train_step_s(tokens))
+        return metrics
+
+    def shift_up(self, shards: Any) -> dict[str, float]:
+        t0 = self.clock.now()
+        return shifted(self.clock, self.costs, "train", True, t0, self.inner.shift_up(shards))
+
+    def shift_down(self) -> dict[str, float]:
+        t0 = self.clock.now()
+        return shifted(self.clock, self.costs, "train", False, t0, self.inner.shift_down())
+
+
+def shifted(clock: EmulatedClock, costs: EmulatedCosts, role: str, up: bool, t0: float,
+            phases: dict[str, float]) -> dict[str, float]:
+    """Wait out a shift's device time (begun at wall time `t0`); its phases plus what was emulated."""
+    emulated = costs.shift_s(role, up)
+    waited = clock.wait("shift", t0, emulated)  # every rank of the slot waits: one device each
+    return {**phases, "emulated_s": emulated, "emulated_wait": waited}

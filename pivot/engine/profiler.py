@@ -1,0 +1,105 @@
+"""Fit the paper's throughput model to the embedded engine's measured decode steps.
+
+`profile_engine` runs the engine over a grid of (N_seq running sequences, context length)
+points, times decode steps (the fastest of a few, over shuffled passes), fits
+
+    latency = A * N_tok + max(B, C * N_seq) + D
+
+with `ThroughputModel.fit` on all but a held-out quarter of the points, and writes the profile
+(`pivot.sched.profile.write_profile`) with R^2 and the mean relative error on the held-out
+points and on all. `tools/profile_engine.py` runs it offline over a large grid; the runtime runs
+it at start-up over a small one for a role that has no profile yet.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pivot.engine.engine import Engine
+from pivot.engine.sequence import Request, SamplingParams
+from pivot.sched.profile import write_profile
+from pivot.sched.throughput import ThroughputModel
+
+Row = tuple[float, float, float]  # (n_seq, n_tok, latency s)
+
+
+def measure(engine: Engine, n_seq: int, ctx: int, steps: int, rng: random.Random) -> tuple[float, float]:
+    """(mean N_tok, fastest decode-step latency) with `n_seq` sequences of `ctx` prompt tokens.
+
+    The fastest of `steps` steps, not the median: on a shared machine other processes only
+    ever add time, so the minimum is the engine's own cost. Sequences get a token budget up to
+    the engine's max length so none finishes while timed: every timed step decodes all of them."""
+    vocab = engine.args.vocab_size
+    for i in range(n_seq):
+        prompt = [rng.randrange(2, vocab) for _ in range(ctx)]
+        engine.add(Request(i, prompt, SamplingParams(temperature=0, max_new_tokens=engine.max_len - ctx - 1,
+                                                     ignore_eos=True)))
+    while any(s.num_uncomputed > 1 or s.num_computed == 0 for s in engine._seqs.values()):
+        engine.step()  # prefill (chunked) until every sequence decodes
+    toks, lats = [], []
+    for _ in range(steps):
+        stats = engine.stats()
+        if not stats.n_seq == n_seq == len(engine.scheduler.running):
+            raise RuntimeError(f"profile point ({n_seq} seqs, {ctx} tokens) is not fully decoding: engine too small")
+        t0 = time.perf_counter()
+        engine.step()
+        lats.append(time.perf_counter() - t0)
+        toks.append(stats.n_tok)
+    engine.abort(list(range(n_seq)))
+    return statistics.mean(toks), min(lats)
+
+
+def r2_and_mre(model: ThroughputModel, rows: Sequence[Row]) -> tuple[float, float]:
+    ys = [r[2] for r in rows]
+    pred = [model.latency(r[0], r[1]) for r in rows]
+    mean = statistics.mean(ys)
+    ss_tot = sum((y - mean) ** 2 for y in ys) or 1e-30
+    ss_res = sum((y - p) ** 2 for y, p in zip(ys, pred))
+    return 1 - ss_res / ss_tot, statistics.mean(abs(p - y) / y for y, p in zip(ys, pred))
+
+
+def grid_fits(engine: Engine, seqs: Sequence[int], ctxs: Sequence[int], steps: int) -> bool:
+    """Whether every grid point fits the engine (running slots, max length, KV capacity)."""
+    return (max(seqs) <= engine.config.max_running_seqs and max(ctxs) + steps + 2 < engine.max_len
+            and max(seqs) * (max(ctxs) + steps + 2) <= engine.blocks.total_tokens)
+
+
+def profile_engine(engine: Engine, out: str | Path, seqs: Sequence[int], ctxs: Sequence[int], steps: int = 7,
+                   passes: int = 2, seed: int = 0, log: Any = None, **meta: Any) -> ThroughputModel:
+    """Measure the grid, fit, write the profile to `out` (with `meta`); returns the constants.
+    `log(line)` gets one line per point and the fit's quality."""
+    if not grid_fits(engine, seqs, ctxs, steps):
+        raise ValueError(f"profile grid (up to {max(seqs)} seqs of {max(ctxs)} tokens) does not fit the engine "
+                         f"({engine.config.max_running_seqs} seqs, max length {engine.max_len})")
+    say = log or (lambda line: None)
+    rng = random.Random(seed)
+    measure(engine, min(4, max(seqs)), min(32, max(ctxs)), 3, rng)  # warm-up
+    t_start = time.perf_counter()
+    points = [(n, c) for n in seqs for c in ctxs]
+    best: dict[tuple[int, int], tuple[float, float]] = {}
+    for _ in range(passes):  # shuffled passes: a burst of outside load hits different points
+        rng.shuffle(points)
+        for n_seq, ctx in points:
+            n_tok, lat = measure(engine, n_seq, ctx, steps, rng)
+            if (n_seq, ctx) not in best or lat < best[n_seq, ctx][1]:
+                best[n_seq, ctx] = (n_tok, lat)
+    rows: list[Row] = [(n_seq, n_tok, lat) for (n_seq, _), (n_tok, lat) in sorted(best.items())]
+    for n_seq, n_tok, lat in rows:
+        say(f"N_seq={n_seq:>4} N_tok={n_tok:>8.0f} latency={lat * 1e3:8.2f} ms")
+    order = list(range(len(rows)))
+    random.Random(seed + 1).shuffle(order)
+    held = set(order[: max(len(rows) // 4, 1)])
+    model = ThroughputModel.fit([r for i, r in enumerate(rows) if i not in held])
+    r2, mre = r2_and_mre(model, [rows[i] for i in sorted(held)])
+    r2_all, mre_all = r2_and_mre(model, rows)
+    say(f"fit: A={model.A:.3e} s/token  B={model.B:.3e} s  C={model.C:.3e} s/seq  D={model.D:.3e} s")
+    say(f"held-out ({len(held)} points): R^2={r2:.4f}  mean relative error={mre:.3%}")
+    say(f"all ({len(rows)} points):      R^2={r2_all:.4f}  mean relative error={mre_all:.3%}")
+    write_profile(out, model, **meta, r2_heldout=r2, mre_heldout=mre, r2_all=r2_all, mre_all=mre_all,
+                  grid={"n_seq": list(seqs), "ctx": list(ctxs), "steps": steps, "passes": passes},
+                  samples=[list(r) for r in rows], profile_seconds=time.perf_counter() - t_start)
+    return model

@@ -1,0 +1,181 @@
+"""Checks a finished run against its own records (metrics.jsonl, samples.jsonl, timeline.jsonl,
+checkpoints), across restarts: what tests and `tools/soak.py` assert.
+
+A run killed and restarted is a sequence of *attempts* in one timeline: each restarted attempt
+begins with a `resume` row (the step of the checkpoint it continued from). Rows of steps after
+that checkpoint were removed from metrics.jsonl and samples.jsonl by the resumed attempt, so
+those two files hold exactly the lineage that produced the final policy.
+
+- `exactly_once`: every prompt of every step has exactly G samples, each trained once and
+  judged once; metrics has one row per step, in order.
+- `resumes`: every attempt resumed from the newest checkpoint any attempt before it committed,
+  and each attempt's checkpoints follow on from there without a gap.
+- `shift_up_weights`: a shift up's checksum (`--log.verify-weights`) equals the checksum of the
+  model version it reports: the GenRM folder, the initial policy (version 0) or the policy of the
+  checkpoint of that step. A policy version whose checkpoint the same attempt did not write (or
+  resume from) died with a killed attempt: its weights exist nowhere any more, so the shift up
+  is counted as unverifiable instead (`--checkpoint.every 1` keeps these to the tail of each
+  killed attempt).
+- `figures`: what happened: plans, replica shifts, restarts, sequences aborted and migrated.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Row = dict[str, Any]
+
+
+def read_rows(path: Path) -> list[Row]:
+    if not path.is_file():
+        return []
+    with path.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def attempts(timeline: list[Row]) -> list[list[Row]]:
+    """The timeline's shift rows split into attempts (a `resume` row opens a new one)."""
+    out: list[list[Row]] = [[]]
+    for row in timeline:
+        if row.get("event") == "resume":
+            out.append([])
+        out[-1].append(row)
+    return out
+
+
+@dataclass
+class Accounting:
+    lost: int = 0
+    """(step, prompt, sample) keys never trained."""
+    duplicated: int = 0
+    """Extra trainings of a key, plus keys that do not belong to the run."""
+    misjudged: int = 0
+    """Trained samples judged other than exactly once."""
+    violations: list[str] = field(default_factory=list)
+
+
+def exactly_once(run_dir: Path, steps: int, prompts: int, group: int) -> Accounting:
+    acc = Accounting()
+    samples = read_rows(run_dir / "samples.jsonl")
+    keys = Counter((r["step"], r["prompt"], r["sample"]) for r in samples)
+    expected = {(s, p, g) for s in range(steps) for p in range(prompts) for g in range(group)}
+    acc.lost = len(expected - set(keys))
+    acc.duplicated = sum(n - 1 for n in keys.values()) + sum(keys[k] for k in set(keys) - expected)
+    acc.misjudged = sum(1 for r in samples if r["judgings"] != 1)
+    if acc.lost:
+        acc.violations.append(f"{acc.lost} samples never trained, e.g. {sorted(expected - set(keys))[:3]}")
+    if acc.duplicated:
+        acc.violations.append(f"{acc.duplicated} samples trained twice or not of this run")
+    if acc.misjudged:
+        bad = [(r["step"], r["prompt"], r["sample"], r["judgings"]) for r in samples if r["judgings"] != 1]
+        acc.violations.append(f"{acc.misjudged} samples judged other than once (step, prompt, sample, judgings): {bad[:3]}")
+    logged = [r["step"] for r in read_rows(run_dir / "metrics.jsonl")]
+    if logged != list(range(steps)):
+        acc.violations.append(f"metrics.jsonl steps are not 0..{steps - 1} in order: {logged[:10]}...")
+    return acc
+
+
+def resumes(timeline: list[Row], every: int = 1) -> list[str]:
+    """Each attempt starts at the newest committed checkpoint and commits the steps after it in
+    ascending order, none twice, never more than `every` steps apart (`--checkpoint.every`).
+    The controller logs a checkpoint right after its manifest lands, so a kill between the two
+    leaves one complete checkpoint without its row: a resume from the next due step is right."""
+    out: list[str] = []
+    committed: list[int] = []
+    for i, rows in enumerate(attempts(timeline)):
+        start = rows[0]["step"] if rows and rows[0].get("event") == "resume" else 0
+        newest = max(committed, default=0)
+        if i > 0 and not newest <= start <= newest + every:
+            out.append(f"attempt {i} resumed from step {start}, the newest committed checkpoint was {newest}")
+        steps = [r["step"] for r in rows if r.get("event") == "checkpoint"]
+        if any(b - a not in range(1, every + 1) for a, b in zip([start, *steps], steps)):
+            out.append(f"attempt {i} (from step {start}) committed checkpoints {steps}: a gap or out of order")
+        committed += steps
+    return out
+
+
+def model_checksum(folder: Path) -> float:
+    """The sum of every weight in float64, as a shift up reports it (`--log.verify-weights`)."""
+    from safetensors.torch import load_file
+
+    return sum(float(t.double().sum()) for f in sorted(folder.glob("*.safetensors")) for t in load_file(str(f)).values())
+
+
+@dataclass
+class WeightCheck:
+    verified: int = 0
+    unverifiable: int = 0
+    """Shift ups of a policy version whose only copy died with a killed attempt."""
+    mismatched: list[str] = field(default_factory=list)
+
+
+def shift_up_weights(timeline: list[Row], checkpoints: Path, policy: Path, genrm: Path) -> WeightCheck:
+    out = WeightCheck()
+    sums: dict[Path, float] = {}
+
+    def expected(folder: Path) -> float:
+        if folder not in sums:
+            sums[folder] = model_checksum(folder)
+        return sums[folder]
+
+    for rows in attempts(timeline):
+        own = {r["step"] for r in rows if r.get("event") in ("checkpoint", "resume")}
+        for e in rows:
+            if e.get("event") != "shift_up" or e["role"] == "train":
+                continue
+            v = e["version"]
+            if e["role"] == "reward":
+                folder = genrm
+            elif v == 0:
+                folder = policy
+            elif v in own:
+                folder = checkpoints / f"step_{v:06d}" / "policy"
+            else:
+                out.unverifiable += 1
+                continue
+            want = expected(folder)
+            if not math.isclose(e["checksum"], want, rel_tol=1e-9, abs_tol=1e-6):
+                out.mismatched.append(f"{e['role']}{e['slot']} at t={e['time']} reports version {v}, checksum "
+                                      f"{e['checksum']!r}; {folder} has {want!r}")
+            else:
+                out.verified += 1
+    return out
+
+
+@dataclass
+class Figures:
+    plans: int = 0
+    """Shift plans the planner issued."""
+    plans_mid_step: int = 0
+    """Of those, the ones issued while a training step ran."""
+    shifts_up: int = 0
+    shifts_down: int = 0
+    restarts: int = 0
+    """Attempts that resumed from a checkpoint."""
+    aborted: int = 0
+    """Sequences aborted by a shift (down, or migration after a shift up), over every attempt."""
+    migrated: int = 0
+    """Of those, the ones resumed elsewhere from the tokens they had generated."""
+
+    @property
+    def shifts(self) -> int:
+        return self.shifts_up + self.shifts_down
+
+
+def figures(timeline: list[Row]) -> Figures:
+    out = Figures()
+    for rows in attempts(timeline):
+        events = Counter(r.get("event") for r in rows)
+        out.plans += events["plan"]
+        out.plans_mid_step += sum(1 for r in rows if r.get("event") == "plan" and r.get("training"))
+        out.shifts_up += events["shift_up"]
+        out.shifts_down += events["shift_down"]
+        out.restarts += events["resume"]
+        # counters restart with each attempt; the newest sample row of an attempt has its total
+        out.aborted += max((r.get("aborted", 0) for r in rows), default=0)
+        out.migrated += max((r.get("migrated", 0) for r in rows), default=0)
+    return out

@@ -1,0 +1,287 @@
+"""The checks `tools/gpu_check.sh` runs, one subcommand each. Every check prints one line per
+result, `PASS <name>: <figure>` or `FAIL <name>: <why>`, and exits 1 on any FAIL. Without CUDA
+a GPU check prints `SKIP <name>: no CUDA` and exits 0; `job` only reads a finished main job's
+run folder and works anywhere.
+
+    python tools/gpu_checks.py engine   # embedded engine on a random Qwen2.5-0.5B-shaped model:
+                                        # SDPA, flash-attn, flash-attn + transformer-engine linears
+    python tools/gpu_checks.py sglang   # an sglang replica vs the embedded engine (greedy tokens),
+                                        # abort + release / resume + GPS weight update, GPS Read GB/s
+    python tools/gpu_checks.py train    # FSDP2 bf16 train steps, shift down / up bit-exact
+    python tools/gpu_checks.py job DIR --steps N --name NAME   # a main job's records: steps, shifts
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pivot.engine import Engine, EngineConfig, Request, SamplingParams  # noqa: E402
+from pivot.model import CausalLM, ModelArgs  # noqa: E402
+
+QWEN25_05B = dict(family="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                  num_attention_heads=14, num_key_value_heads=2, head_dim=64, max_position_embeddings=32768,
+                  tie_word_embeddings=True)
+"""Qwen2.5-0.5B's shape (random weights: nothing is downloaded)."""
+SMALL = dict(QWEN25_05B, vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+             num_attention_heads=4, num_key_value_heads=2)
+"""A small random model for the sglang and training checks (written to disk by transformers)."""
+FAILED: list[str] = []
+
+
+def report(ok: bool, name: str, text: str) -> None:
+    print(f"{'PASS' if ok else 'FAIL'} {name}: {text}", flush=True)
+    if not ok:
+        FAILED.append(name)
+
+
+def guarded(name: str, fn: Callable[[], str]) -> None:
+    """Run one check; its figure on success, the exception on failure."""
+    try:
+        report(True, name, fn())
+    except Exception as e:  # a failed check is a FAIL line, the others still run
+        report(False, name, f"{type(e).__name__}: {e}".splitlines()[0][:300])
+
+
+def prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(2, vocab) for _ in range(length)] for _ in range(n)]
+
+
+def generate(engine: object, batch: list[list[int]], new_tokens: int, first_id: int = 0) -> tuple[list[list[int]], float]:
+    """Greedy generations of `batch` (ids first_id..) and generated tokens per second."""
+    for i, p in enumerate(batch):
+        engine.add(Request(first_id + i, p, SamplingParams(temperature=0, max_new_tokens=new_tokens, ignore_eos=True)))
+    done: dict[int, list[int]] = {}
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    while engine.has_work():
+        for out in engine.step():
+            done[out.id] = out.output_ids
+    torch.cuda.synchronize()
+    tokens = [done[first_id + i] for i in range(len(batch))]
+    return tokens, sum(map(len, tokens)) / (time.perf_counter() - t0)
+
+
+def agreement(a: list[list[int]], b: list[list[int]]) -> float:
+    """Fraction of sequences whose greedy tokens are equal."""
+    return sum(x == y for x, y in zip(a, b)) / max(len(a), 1)
+
+
+# ---- engine --------------------------------------------------------------------------------
+def check_engine(a: argparse.Namespace) -> None:
+    args = ModelArgs(**QWEN25_05B)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        state = {k: v.to(torch.bfloat16) for k, v in CausalLM(args).state_dict().items()}
+    batch = prompts(a.seqs, a.prompt_tokens, args.vocab_size)
+    cfg = EngineConfig(kv_capacity_tokens=a.seqs * (a.prompt_tokens + a.new_tokens + 512), max_running_seqs=a.seqs)
+    ref: dict[str, object] = {}
+    for attention, linear in (("sdpa", "torch"), ("flash", "torch"), ("flash", "te")):
+        def run(attention: str = attention, linear: str = linear) -> str:
+            with torch.device("cuda"):
+                model = CausalLM(args, linear=linear).to(torch.bfloat16)
+            model.load_state_dict(state, strict=False)  # TE linears add only `_extra_state`
+            engine = Engine(model, cfg, attention=attention, device="cuda")
+            generate(engine, batch[:2], 4, first_id=10_000)  # warm-up
+            tokens, tps = generate(engine, batch, a.new_tokens)
+            if any(len(t) != a.new_tokens for t in tokens):
+                raise RuntimeError("a sequence stopped early")
+            ref.setdefault("tokens", tokens)
+            ref.setdefault("tps", tps)
+            return (f"{tps:,.0f} tokens/s ({tps / ref['tps']:.2f}x sdpa; {a.seqs} seqs x {a.new_tokens} new tokens, bf16), "
+                    f"greedy equal to sdpa's on {agreement(tokens, ref['tokens']):.0%} of sequences")
+        guarded(f"engine-{attention}-{linear}", run)
+        torch.cuda.empty_cache()
+
+
+# ---- sglang --------------------------------------------------------------------------------
+def small_folder(path: Path) -> Path:
+    """A random small qwen2 written by transformers (what sglang's loader expects), sharp logits."""
+    import transformers
+
+    torch.manual_seed(0)
+    s = SMALL
+    model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=s["vocab_size"], hidden_size=s["hidden_size"], intermediate_size=s["intermediate_size"],
+        num_hidden_layers=s["num_hidden_layers"], num_attention_heads=s["num_attention_heads"],
+        num_key_value_heads=s["num_key_value_heads"], max_position_embeddings=4096, tie_word_embeddings=True))
+    with torch.no_grad():  # clear greedy winners, so bf16 kernels of two engines agree
+        model.model.embed_tokens.weight.mul_(8.0)
+    model.save_pretrained(path)
+    return path
+
+
+def check_sglang(a: argparse.Namespace) -> None:
+    import torch.distributed as dist
+
+    from pivot.engine.sglang_adapter import SglangEngine
+    from pivot.gps.layout import parallel_layout, replicated_layout
+    from pivot.gps.store import GPSStore, HostInfo
+    from pivot.gps.torch_specs import specs_from_checkpoint
+    from pivot.model import load_state_dict
+
+    folder = small_folder(Path(tempfile.mkdtemp(prefix="gpu_check_sglang_")))
+    batch = prompts(8, 32, SMALL["vocab_size"])
+    embedded = Engine.from_pretrained(folder, EngineConfig(kv_capacity_tokens=8192), dtype="bfloat16", device="cuda")
+    ref, _ = generate(embedded, batch, a.new_tokens)
+    del embedded
+    torch.cuda.empty_cache()
+    specs = specs_from_checkpoint(folder)
+    store = GPSStore(dist.HashStore(), HostInfo(0, 0, 0, (0,)), namespace="gpuchk" + uuid.uuid4().hex[:8])
+    state: dict[str, torch.Tensor] = {}
+    try:
+        store.register(replicated_layout("genrm", specs, [0]))
+        full = parallel_layout("genrm", specs, [0], [0])
+        store.write("genrm", full, load_state_dict(folder))
+
+        def gps_read() -> str:
+            store.read("genrm", full, device="cuda")  # warm-up: plan, pages
+            t0 = time.perf_counter()
+            got, _ = store.read("genrm", full, device="cuda")
+            dt = time.perf_counter() - t0
+            n = sum(t.numel() * t.element_size() for t in got.values())
+            state.update(store.read("genrm", full, device="cpu")[0])
+            return f"{n / dt / 1e9:.1f} GB/s pinned host -> GPU ({n / 1e6:.0f} MB, pinned={store.buffers['genrm']._pinned})"
+        guarded("gps-read", gps_read)
+        eng = SglangEngine.from_pretrained(folder, EngineConfig(kv_capacity_tokens=16384, max_running_seqs=16),
+                                           tp_size=1, base_gpu_id=torch.cuda.current_device(), dtype="bfloat16",
+                                           mem_fraction_static=0.3)
+
+        def greedy() -> str:
+            eng.load_weights(state, version=1)  # dummy-loaded engine: the GPS copy is the only source
+            tokens, tps = generate(eng, batch, a.new_tokens)
+            if tokens != ref:
+                raise AssertionError(f"greedy tokens equal on {agreement(tokens, ref):.0%} of sequences only")
+            return f"greedy tokens equal to the embedded engine's on {len(batch)} sequences ({tps:,.0f} tokens/s)"
+        guarded("sglang-greedy", greedy)
+
+        def shift() -> str:
+            for i, p in enumerate(batch):
+                eng.add(Request(100 + i, p, SamplingParams(temperature=0, max_new_tokens=a.new_tokens, ignore_eos=True)))
+            while min(eng.progress().values(), default=0) < 4:
+                eng.step()
+            partials = eng.release()  # shift down: abort + release
+            kept = sum(len(p.output_ids) for p in partials)
+            t0 = time.perf_counter()
+            eng.resume()  # shift up: resume + the GPS Read pushed in
+            got, version = store.read("genrm", full, device="cpu")
+            eng.load_weights(got, version + 1)
+            up_s = time.perf_counter() - t0
+            for p in partials:
+                eng.add(p)  # migration back: re-prefill prompt + kept tokens
+            done: dict[int, list[int]] = {}
+            while eng.has_work():
+                done.update({o.id: o.output_ids for o in eng.step()})
+            resumed = [done[100 + i] for i in range(len(batch))]
+            if resumed != ref:
+                raise AssertionError(f"resumed greedy tokens equal on {agreement(resumed, ref):.0%} of sequences only")
+            return f"shift up {up_s:.2f} s (resume + GPS Read + update_weights_from_tensor); {len(partials)} partials " \
+                   f"kept {kept} tokens and resumed to the reference tokens"
+        guarded("sglang-shift", shift)
+        eng.shutdown()
+    finally:
+        store.close()
+
+
+# ---- training ------------------------------------------------------------------------------
+def check_train(a: argparse.Namespace) -> None:
+    """One NCCL rank: the trainer's FSDP2 mesh over a real NCCL group, bf16 compute."""
+    import torch.distributed as dist
+
+    from pivot.config import TrainConfig
+    from pivot.rl.batch import TrainBatch
+    from pivot.roles.trainer import Trainer
+
+    if not dist.is_initialized():
+        torch.cuda.set_device(0)
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    group, steps = dist.new_group([0]), a.steps
+
+    def run() -> str:
+        torch.manual_seed(0)
+        trainer = Trainer(CausalLM(ModelArgs(**SMALL)), group, TrainConfig(lr=1e-4, micro_batch_tokens=4096),
+                          device="cuda:0", compute_dtype=torch.bfloat16)
+        rng = random.Random(0)
+        batch = TrainBatch(prompts(16, 64, SMALL["vocab_size"]), prompts(16, 192, SMALL["vocab_size"], seed=1),
+                           [rng.uniform(-1, 1) for _ in range(16)])
+        t0, losses = time.perf_counter(), []
+        for _ in range(steps):
+            m = trainer.train_step(batch)
+            if m.skipped:
+                raise RuntimeError(f"step skipped (loss {m.loss}, grad norm {m.grad_norm})")
+            losses.append(m.loss)
+        step_s = (time.perf_counter() - t0) / steps
+        before = {k: v.clone() for k, v in trainer.full_state_dict().items()}
+        trainer.shift_down()
+        trainer.shift_up()
+        if any(not torch.equal(before[k], v) for k, v in trainer.full_state_dict().items()):
+            raise AssertionError("weights changed across shift down / up")
+        return f"{steps} steps, {16 * 256 / step_s:,.0f} tokens/s, losses {', '.join(f'{x:.4f}' for x in losses)}; " \
+               f"shift down/up bit-exact"
+    guarded("fsdp-bf16", run)
+    dist.destroy_process_group()
+
+
+# ---- a finished main job --------------------------------------------------------------------
+def check_job(a: argparse.Namespace) -> None:
+    """A main job's run folder: every step recorded; shift ups with their timings."""
+    def run() -> str:
+        rows = [json.loads(line) for line in (Path(a.dir) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        events = [json.loads(line) for line in (Path(a.dir) / "timeline.jsonl").read_text().splitlines() if line.strip()]
+        ups = [e for e in events if e.get("event") == "shift_up"]
+        if len(rows) != a.steps:
+            raise AssertionError(f"{len(rows)} steps recorded, expected {a.steps}")
+        roles = sorted({e["role"] for e in ups})
+        if len(roles) < a.min_roles:
+            raise AssertionError(f"shift ups of {roles} only, expected at least {a.min_roles} roles")
+        slowest = max((e["phases"]["total"] for e in ups), default=0.0)
+        return f"{len(rows)} steps, {len(ups)} shift ups ({', '.join(roles)}), slowest {slowest:.2f} s"
+    guarded(a.name, run)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="check", required=True)
+    eng = sub.add_parser("engine", help="embedded engine throughput: sdpa, flash-attn, transformer-engine")
+    eng.add_argument("--seqs", type=int, default=64)
+    eng.add_argument("--prompt-tokens", type=int, default=128)
+    eng.add_argument("--new-tokens", type=int, default=128)
+    sgl = sub.add_parser("sglang", help="sglang replica: greedy vs embedded, abort/release/resume, GPS weight update")
+    sgl.add_argument("--new-tokens", type=int, default=24)
+    train = sub.add_parser("train", help="FSDP2 bf16 train steps and a shift down/up")
+    train.add_argument("--steps", type=int, default=3)
+    job = sub.add_parser("job", help="a finished main job's run folder")
+    job.add_argument("dir")
+    job.add_argument("--steps", type=int, required=True, help="steps the job was asked for")
+    job.add_argument("--name", default="main-job", help="name on the result line")
+    job.add_argument("--min-roles", type=int, default=1, help="fewest roles that must have shifted up")
+    a = ap.parse_args(argv)
+    for name in ("seqs", "prompt_tokens", "new_tokens", "steps"):
+        if getattr(a, name, 1) < 1:
+            ap.error(f"--{name.replace('_', '-')} {getattr(a, name)}: must be >= 1")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    if a.check != "job" and not torch.cuda.is_available():
+        print(f"SKIP {a.check}: no CUDA device visible to torch", flush=True)
+        return 0
+    {"engine": check_engine, "sglang": check_sglang, "train": check_train, "job": check_job}[a.check](a)
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
