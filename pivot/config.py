@@ -211,6 +211,10 @@ class TrainConfig:
     """Loss aggregation: token-level (DAPO) or sequence-level mean."""
     max_bad_steps: int = 3
     """Abort after this many consecutive steps with NaN/inf loss or gradients."""
+    filter_groups: int = 0
+    """DAPO's dynamic sampling: a group whose G rewards are all equal has zero advantage, so it is
+    dropped and a fresh prompt rolled out in its place, up to this many times per step (then
+    such groups are kept); 0 = off. Rollouts and judgings of dropped groups are counted, not trained."""
     beta1: float = 0.9
     """AdamW beta1."""
     beta2: float = 0.999
@@ -222,6 +226,7 @@ class TrainConfig:
         _check(self.devices >= 0, "train.devices", self.devices, "must be >= 0")
         _check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "train.beta1", (self.beta1, self.beta2), "betas must be in [0, 1)")
         _check(self.staleness >= 0, "train.staleness", self.staleness, "must be >= 0")
+        _check(self.filter_groups >= 0, "train.filter_groups", self.filter_groups, "must be >= 0")
         for name in ("steps", "batch_prompts", "group_size", "micro_batch_tokens", "max_bad_steps"):
             _check(getattr(self, name) > 0, f"train.{name}", getattr(self, name), "must be > 0")
         _check(self.lr > 0, "train.lr", self.lr, "must be > 0")

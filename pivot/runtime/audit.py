@@ -62,12 +62,21 @@ def exactly_once(run_dir: Path, steps: int, prompts: int, group: int) -> Account
     acc = Accounting()
     samples = read_rows(run_dir / "samples.jsonl")
     keys = Counter((r["step"], r["prompt"], r["sample"]) for r in samples)
-    expected = {(s, p, g) for s in range(steps) for p in range(prompts) for g in range(group)}
-    acc.lost = len(expected - set(keys))
-    acc.duplicated = sum(n - 1 for n in keys.values()) + sum(keys[k] for k in set(keys) - expected)
+    foreign = {k for k in keys if not (0 <= k[0] < steps and 0 <= k[2] < group)}
+    # a step trains `prompts` whole groups; which prompt ids they have depends on the groups that
+    # dynamic sampling (train.filter_groups) replaced
+    groups: dict[tuple[int, int], set[int]] = {}
+    for k in set(keys) - foreign:
+        groups.setdefault(k[:2], set()).add(k[2])
+    per_step = Counter(s for s, _ in groups)
+    missing = [(s, p, g) for (s, p), got in groups.items() for g in range(group) if g not in got]
+    missing += [(s, -1, -1) for s in range(steps) for _ in range(max(0, prompts - per_step[s])) for _ in range(group)]
+    acc.lost = len(missing)
+    acc.duplicated = (sum(n - 1 for n in keys.values()) + sum(keys[k] for k in foreign)
+                      + group * sum(max(0, per_step[s] - prompts) for s in range(steps)))
     acc.misjudged = sum(1 for r in samples if r["judgings"] != 1)
     if acc.lost:
-        acc.violations.append(f"{acc.lost} samples never trained, e.g. {sorted(expected - set(keys))[:3]}")
+        acc.violations.append(f"{acc.lost} samples never trained (step, prompt, sample; -1: a whole group), e.g. {sorted(missing)[:3]}")
     if acc.duplicated:
         acc.violations.append(f"{acc.duplicated} samples trained twice or not of this run")
     if acc.misjudged:

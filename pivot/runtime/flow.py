@@ -69,6 +69,7 @@ class RLFlow:
     seqs: dict[int, SeqInfo] = field(default_factory=dict)
     verifiable: dict[Key, float] = field(default_factory=dict)  # R_verifiable per sample, for metrics
     judgings: dict[Key, int] = field(default_factory=dict)  # GenRM verdicts received per sample
+    replaced: dict[int, int] = field(default_factory=dict)  # step -> groups dropped by dynamic sampling
     stats: FlowStats = field(default_factory=FlowStats)
     evals: dict[int, EvalRun] = field(default_factory=dict)  # in flight, by step
     eval_results: list[EvalResult] = field(default_factory=list)  # finished, not yet logged
@@ -136,18 +137,35 @@ class RLFlow:
         """Rollout sequences for every step that `version` may generate (staleness bound)."""
         out: list[SeqInfo] = []
         while self.next_step < total_steps and self.next_step - version <= self.staleness:
-            step = self.next_step
-            prompts = []
-            while len(prompts) < self.cfg.train.batch_prompts:
-                for p in self.cursor.next_batch(self.cfg.train.batch_prompts - len(prompts)):
-                    if len(self.policy_ids(p)) <= self.cfg.rollout.max_prompt_tokens:
-                        prompts.append(p)
-                    else:
-                        self.stats.prompts_skipped_too_long += 1
-            for key in self.buffer.add_prompts(step, prompts):
+            for key in self.buffer.add_prompts(self.next_step, self._next_prompts(self.cfg.train.batch_prompts)):
                 out.append(self.rollout_seq(key))
             self.next_step += 1
         return out
+
+    def _next_prompts(self, n: int) -> list[Prompt]:
+        prompts: list[Prompt] = []
+        while len(prompts) < n:
+            for p in self.cursor.next_batch(n - len(prompts)):
+                if len(self.policy_ids(p)) <= self.cfg.rollout.max_prompt_tokens:
+                    prompts.append(p)
+                else:
+                    self.stats.prompts_skipped_too_long += 1
+        return prompts
+
+    def _refill(self, key: Key) -> list[SeqInfo]:
+        """DAPO's dynamic sampling (`train.filter_groups`): once `key`'s group has all its rewards
+        and they are all equal, it is replaced by a fresh prompt's group while the step has
+        replacements left."""
+        step, prompt_id, _ = key
+        rewards = self.buffer.group_rewards(step, prompt_id)
+        if rewards is None or min(rewards) != max(rewards) or self.replaced.get(step, 0) >= self.cfg.train.filter_groups:
+            return []
+        self.replaced[step] = self.replaced.get(step, 0) + 1
+        for g in range(self.buffer.group_size):
+            self.verifiable.pop((step, prompt_id, g), None)
+            self.judgings.pop((step, prompt_id, g), None)
+        keys = self.buffer.replace_group(step, prompt_id, self._next_prompts(1)[0])
+        return [self.rollout_seq(k) for k in keys]
 
     def rollout_seq(self, key: Key) -> SeqInfo:
         sample = self.buffer.sample(key)
@@ -172,9 +190,12 @@ class RLFlow:
         r_v = self.verify(text, sample.prompt.ground_truth)
         self.verifiable[info.key] = r_v
         if self.cfg.reward.w_genrm == 0:  # no judge: the verifiable reward is the reward
-            self.buffer.on_reward(info.key, total_reward(r_v, None, self.cfg.reward))
-            return []
+            return self._rewarded(info.key, total_reward(r_v, None, self.cfg.reward))
         return [self.judge_seq(info.key, text, r_v)]
+
+    def _rewarded(self, key: Key, reward: float) -> list[SeqInfo]:
+        accepted = self.buffer.on_reward(key, reward) == Outcome.ACCEPTED  # duplicates counted there
+        return self._refill(key) if accepted and self.cfg.train.filter_groups else []
 
     def judge_seq(self, key: Key, response: str, r_verifiable: float) -> SeqInfo:
         """The GenRM sequence judging `response` to sample `key`'s prompt."""
@@ -182,14 +203,14 @@ class RLFlow:
         return self._new_seq("reward", key, self.judge_ids(judge), self._rm_params, r_verifiable=r_verifiable)
 
     # ---- reward side -----------------------------------------------------------------------
-    def on_reward(self, out: Output) -> None:
+    def on_reward(self, out: Output) -> list[SeqInfo]:
         info = self.seqs.pop(out.id)
         self.stats.rewards_finished += 1
         self.stats.tokens_reward += len(out.prompt_ids) + len(out.output_ids)
         r_g = self.scorer.score(self.judge_output(out))
         self.judgings[info.key] = self.judgings.get(info.key, 0) + 1
         self.stats.genrm_sum += r_g
-        self.buffer.on_reward(info.key, total_reward(info.r_verifiable, r_g, self.cfg.reward))  # duplicates counted there
+        return self._rewarded(info.key, total_reward(info.r_verifiable, r_g, self.cfg.reward))
 
     def on_output(self, out: Output) -> list[SeqInfo]:
         info = self.seqs.get(out.id)
@@ -201,8 +222,7 @@ class RLFlow:
             return []
         if info.role == "rollout":
             return self.on_rollout(out)
-        self.on_reward(out)
-        return []
+        return self.on_reward(out)
 
     # ---- held-out evaluation -----------------------------------------------------------------
     def start_eval(self, step: int) -> list[SeqInfo]:
@@ -238,6 +258,7 @@ class RLFlow:
         """Step `step`'s B x G samples as a training batch with GRPO advantages, what they say
         about the policy that made them, and one record per sample (samples.jsonl)."""
         groups = self.buffer.take_batch(step)
+        self.replaced.pop(step, None)
         flat = [s for g in groups for s in g]
         n = max(len(flat), 1)
         records = [
@@ -260,6 +281,7 @@ class RLFlow:
             "tokens/rollout": st.tokens_rollout,
             "tokens/reward": st.tokens_reward,
             "count/duplicates_dropped": st.duplicates_dropped + buf.duplicates_dropped,
+            "count/groups_dropped": buf.groups_dropped,
             "count/stale_regenerated": st.stale_regenerated,
             "count/aborted": st.aborted,
             "count/migrated": st.migrated,
@@ -273,7 +295,7 @@ class RLFlow:
     # ---- checkpoint ------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"buffer": self.buffer.state_dict(), "cursor": self.cursor.state_dict(),
-                "next_step": self.next_step, "next_id": self._next_id,
+                "next_step": self.next_step, "next_id": self._next_id, "replaced": self.replaced,
                 "per_sample": [[*k, self.verifiable.get(k, 0.0), self.judgings.get(k, 0)]
                                for k in set(self.verifiable) | set(self.judgings)]}
 
@@ -283,6 +305,7 @@ class RLFlow:
         self.buffer.load_state_dict(state["buffer"])
         self.cursor.load_state_dict(state["cursor"])
         self.next_step, self._next_id = state["next_step"], state["next_id"]
+        self.replaced = {int(k): v for k, v in state["replaced"].items()}
         for step, prompt, sample, r_v, judged in state["per_sample"]:
             self.verifiable[(step, prompt, sample)] = r_v
             if judged:

@@ -1,0 +1,94 @@
+"""DAPO's dynamic sampling (`train.filter_groups`): a group whose rewards are all equal is dropped
+and a fresh prompt rolled out in its place, at most `filter_groups` times per step; the step
+trains B whole groups, every dropped sample is counted and none is trained. Oracle: the
+rewards are chosen by the test (the verifier's answer is right or wrong by construction)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pivot.config import DataConfig, PivotConfig, RewardConfig
+from pivot.engine import Output
+from pivot.model import TextTokenizer
+from pivot.rl.buffer import SampleBuffer
+from pivot.rl.data import Prompt, PromptCursor, load_dataset
+from pivot.runtime.flow import RLFlow, SeqInfo
+from tests.model.test_tokenizer import QWEN3_TEMPLATE, _write_folder
+
+G = 2
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory: pytest.TempPathFactory) -> TextTokenizer:
+    path = tmp_path_factory.mktemp("tok")
+    _write_folder(path, QWEN3_TEMPLATE, None)
+    return TextTokenizer.from_pretrained(path)
+
+
+def make_flow(tok: TextTokenizer, tmp_path: Path, limit: int) -> RLFlow:
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"q{i}", "ground_truth": "1"}) + "\n" for i in range(40)))
+    cfg = PivotConfig(data=DataConfig(path=str(path)), reward=RewardConfig(w_genrm=0.0))
+    cfg.train.batch_prompts, cfg.train.group_size, cfg.train.filter_groups = 2, G, limit
+    return RLFlow(cfg, PromptCursor(load_dataset(cfg.data), shuffle=False), tok, tok, SampleBuffer(G, 1), 1)
+
+
+def answer(f: RLFlow, seq: SeqInfo, right: bool) -> list[SeqInfo]:
+    ids = f.policy_tok.encode("Answer: 1" if right else "Answer: 7")
+    return f.on_output(Output(seq.seq_id, seq.request.prompt_ids, ids, [0.0] * len(ids), "stop", 0))
+
+
+def test_uniform_groups_are_replaced_until_the_limit_then_kept(tok: TextTokenizer, tmp_path: Path) -> None:
+    f = make_flow(tok, tmp_path, limit=2)
+    first = f.fill(version=0, total_steps=1)
+    a, b = first[:G], first[G:]
+    assert answer(f, a[0], True) == [] and answer(f, a[1], False) == []  # mixed: kept
+    assert answer(f, b[0], True) == []
+    fresh = answer(f, b[1], True)  # all right: dropped, a fresh prompt's group replaces it
+    assert [s.key for s in fresh] == [(0, 2, g) for g in range(G)]
+    assert answer(f, fresh[0], False) == []
+    again = answer(f, fresh[1], False)  # all wrong: the second and last replacement
+    assert [s.key for s in again] == [(0, 3, g) for g in range(G)]
+    assert answer(f, again[0], True) == [] and answer(f, again[1], True) == []  # limit reached: kept
+    assert f.buffer.ready(0)
+    _, _, records = f.batch(0)
+    assert sorted({(r["prompt"], r["sample"]) for r in records}) == [(0, 0), (0, 1), (3, 0), (3, 1)]
+    assert [r["prompt_row"] for r in records if r["prompt"] == 3] == [3, 3]  # the fourth row of the data
+    assert f.metrics()["count/groups_dropped"] == 2
+
+
+def test_off_keeps_every_group(tok: TextTokenizer, tmp_path: Path) -> None:
+    f = make_flow(tok, tmp_path, limit=0)
+    seqs = f.fill(version=0, total_steps=1)
+    assert all(answer(f, s, True) == [] for s in seqs)
+    assert f.buffer.ready(0) and f.metrics()["count/groups_dropped"] == 0
+
+
+def test_a_checkpoint_between_replacements_resumes_with_the_same_ids(tok: TextTokenizer, tmp_path: Path) -> None:
+    f = make_flow(tok, tmp_path, limit=3)
+    seqs = f.fill(version=0, total_steps=1)
+    answer(f, seqs[0], True)
+    fresh = answer(f, seqs[1], True)
+    state = json.loads(json.dumps(f.state_dict()))
+    g = make_flow(tok, tmp_path, limit=3)
+    resubmitted = g.load_state_dict(state)
+    assert sorted(s.key for s in resubmitted) == sorted([s.key for s in fresh] + [s.key for s in seqs[G:]])
+    assert g.replaced == {0: 1}
+    answer(g, next(s for s in resubmitted if s.key == (0, 2, 0)), True)
+    more = answer(g, next(s for s in resubmitted if s.key == (0, 2, 1)), True)
+    assert [s.key for s in more] == [(0, 3, gi) for gi in range(G)]  # ids are never reused
+
+
+def test_buffer_replace_group() -> None:
+    buf = SampleBuffer(G, 1)
+    buf.add_prompts(0, [Prompt(0, "a", "1"), Prompt(1, "b", "1")])
+    with pytest.raises(KeyError, match="no open group 5"):
+        buf.replace_group(0, 5, Prompt(2, "c", "1"))
+    assert buf.replace_group(0, 1, Prompt(2, "c", "1")) == [(0, 2, 0), (0, 2, 1)]
+    assert buf.group_rewards(0, 2) is None
+    restored = SampleBuffer(G, 1)
+    restored.load_state_dict(json.loads(json.dumps(buf.state_dict())))
+    assert restored.replace_group(0, 2, Prompt(3, "d", "1")) == [(0, 3, 0), (0, 3, 1)]
+    assert restored.stats.groups_dropped == 2
