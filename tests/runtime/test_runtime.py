@@ -54,10 +54,14 @@ def check_exactly_once(run_dir: Path, steps: int) -> None:
 
 def test_many_shifts_exactly_once_and_weights_match_gps(models: tuple[Path, Path], tmp_path: Path) -> None:
     # a long horizon makes every small throughput gain worth a shift; checkpoints every step
-    # export each policy version, so shift-up checksums can be compared with what GPS held
+    # export each policy version, so shift-up checksums can be compared with what GPS held;
+    # dynamic sampling replaces groups while their sequences are being shifted around
     torchrun(models, tmp_path, "--train.steps", "4", "--planner.horizon-s", "100000", "--planner.interval-s", "0.05",
-             "--checkpoint.every", "1", "--log.verify-weights")
+             "--checkpoint.every", "1", "--log.verify-weights", "--train.filter-groups", "2")
     check_exactly_once(tmp_path, 4)
+    dropped = rows(tmp_path, "metrics.jsonl")[-1]["count/groups_dropped"]
+    assert 0 < dropped <= 2 * 4
+    assert len({(r["step"], r["prompt"]) for r in rows(tmp_path, "samples.jsonl")}) == 4 * B
     events = [r for r in rows(tmp_path, "timeline.jsonl") if r.get("kind") == "shift"]
     ups = [e for e in events if e.get("event") == "shift_up" and e["role"] != "train"]
     assert sum(e.get("event") in ("shift_up", "shift_down") for e in events) >= 8
