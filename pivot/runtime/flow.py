@@ -23,7 +23,7 @@ from pivot.rl.data import Prompt, PromptCursor
 from pivot.rl.evaluation import EvalResult, EvalRun
 from pivot.rl.plugins import CheckedVerifier, judge_template, load_verifier
 from pivot.rl.reward import GenRMScorer, total_reward
-from pivot.sched.records import SeqState
+from pivot.sched.records import SeqState, step_major_id
 
 _PROMPT_CACHE = 4096  # tokenized prompts kept: a few steps' worth, each used G + 1 times
 
@@ -92,7 +92,7 @@ class RLFlow:
         self._rm_params = dict(temperature=rm.temperature, max_new_tokens=rm.max_new_tokens)
 
     def _new_seq(self, role: str, key: Key, prompt_ids: list[int], params: dict, **extra: float) -> SeqInfo:
-        sid = self._next_id
+        sid = step_major_id(key[0], self._next_id)
         self._next_id += 1
         seed = zlib.crc32(repr((self.cfg.seed, role, key, sid)).encode())  # stable across processes
         info = SeqInfo(sid, role, key, Request(sid, prompt_ids, SamplingParams(seed=seed, **params)), **extra)

@@ -9,6 +9,8 @@
   single slot of role "train" with no KV capacity and no throughput model.
 - Commands `Dispatch(seq_id, replica_id)` and `Abort(seq_id, replica_id)`, emitted by the
   scheduler and executed by the runtime (or the simulator).
+- `step_major_id(step, counter)`: the sequence id the runtime and the simulator give a new
+  sequence of an RL step.
 """
 from __future__ import annotations
 
@@ -25,6 +27,15 @@ class Role(enum.StrEnum):
 
 
 INFERENCE_ROLES: tuple[Role, Role] = (Role.ROLLOUT, Role.REWARD)
+
+STEP_ID_SHIFT = 40
+
+
+def step_major_id(step: int, counter: int) -> int:
+    """(step << STEP_ID_SHIFT) + a unique counter: the schedulers queue by ascending id, so the
+    oldest step's sequences (the batch training waits for) go first, the judges of its late
+    rollouts included, which would otherwise queue behind every younger step's judges."""
+    return (step << STEP_ID_SHIFT) + counter
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ Throughput = tokens of the trained samples (rollout prompt + response, judge pro
 response) / time until the last training step ends, or with `SimOptions.warmup_steps` over
 the steady-state window after the warm-up steps; the same seed gives every deployment the
 same samples, so throughput ratios are inverse time ratios. Sequence ids lead with their
-step (`STEP_ID_SHIFT`), so the schedulers, which queue by id, serve the oldest step first.
+step (`pivot.sched.records.step_major_id`), so the schedulers, which queue by id, serve the oldest step first.
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ from pivot.config import PivotConfig
 from pivot.plan import ClusterSnapshot, ShiftPlan, overall_throughput
 from pivot.plan.modes import Shiftable, make_mode
 from pivot.sched import INFERENCE_ROLES, Abort, Command, Role, SeqState
+from pivot.sched.records import step_major_id
 from pivot.shift import ClusterHost
 from pivot.sim import hardware as hwm
 from pivot.sim.costs import build_cluster
@@ -47,12 +48,6 @@ from pivot.sim.options import SimOptions
 from pivot.sim.replica import SimReplica
 from pivot.sim.result import ShiftEvent, SimResult, TimelinePoint
 from pivot.sim.workload import SimSample, step_samples
-
-
-STEP_ID_SHIFT = 40
-"""A sequence id is (step << STEP_ID_SHIFT) + a counter: the schedulers queue by id, so the
-oldest step's sequences (the batch training waits for) go first, also the judges of its late
-rollouts, which would otherwise queue behind every younger step's judges."""
 
 
 @dataclass
@@ -160,7 +155,7 @@ class Simulator(ClusterHost):
             self.next_step += 1
 
     def _submit(self, seq: _Seq) -> None:
-        sid = (seq.sample.step << STEP_ID_SHIFT) + self._next_sid  # queue order (by id): oldest step first
+        sid = step_major_id(seq.sample.step, self._next_sid)
         self._next_sid += 1
         self.seqs[sid] = seq
         self.sched[seq.role].submit(SeqState(sid, seq.prompt_len, 0))
