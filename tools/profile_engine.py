@@ -72,6 +72,13 @@ def model_folder(a: argparse.Namespace) -> Path:
     return Path(tiny.policy if a.tiny == "rollout" else tiny.genrm)
 
 
+def describe(a: argparse.Namespace, path: Path) -> str:
+    """The model as the profile names it; the tiny cache folder differs between machines."""
+    if not a.tiny:
+        return str(path)
+    return f"the embedded tiny {'policy' if a.tiny == 'rollout' else 'GenRM'} (.cache/tiny/<key>/{path.name})"
+
+
 def out_path(a: argparse.Namespace, path: Path) -> Path:
     if a.out:
         return Path(a.out)
@@ -94,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--ctx {max(ctxs)}: leaves no room to decode within the model's max length {engine.max_len}")
     out = out_path(a, path)
     profile_engine(engine, out, seqs, ctxs, a.steps, a.passes, a.seed, log=lambda line: print(line, flush=True),
-                   role=a.role, model=str(path), hardware=hardware_name(a.device), tp=1, device=a.device,
+                   role=a.role, model=describe(a, path), hardware=hardware_name(a.device), tp=1, device=a.device,
                    dtype=a.dtype, attention=a.attention, threads=a.threads)
     print(f"wrote {out}")
 
