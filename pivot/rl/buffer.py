@@ -95,7 +95,7 @@ class SampleBuffer:
             raise ValueError(f"staleness must be >= 0, got {self.staleness}")
         self._steps: dict[int, dict[Key, Sample]] = {}
         self._closed: set[int] = set()
-        self._next_prompt: dict[int, int] = {}  # per open step: the prompt_id a replacement group gets
+        self._replaced: dict[int, int] = {}  # per open step: groups replaced so far
 
     def add_prompts(self, step: int, prompts: list[Prompt]) -> list[Key]:
         if step in self._steps or step in self._closed:
@@ -104,8 +104,12 @@ class SampleBuffer:
             (step, p, g): Sample(step, p, g, prompt) for p, prompt in enumerate(prompts) for g in range(self.group_size)
         }
         self._steps[step] = samples
-        self._next_prompt[step] = len(prompts)
+        self._replaced[step] = 0
         return list(samples)
+
+    def replaced(self, step: int) -> int:
+        """Groups of open step `step` replaced so far (`replace_group`)."""
+        return self._replaced[step]
 
     def group_rewards(self, step: int, prompt_id: int) -> list[float] | None:
         """The rewards of a prompt's G samples, or None while any is missing."""
@@ -118,10 +122,10 @@ class SampleBuffer:
         samples = self._steps.get(step)
         if samples is None or (step, prompt_id, 0) not in samples:
             raise KeyError(f"step {step} has no open group {prompt_id}")
+        pid = len(samples) // self.group_size + self._replaced[step]  # B, B + 1, ...: never reused
         for g in range(self.group_size):
             del samples[(step, prompt_id, g)]
-        pid = self._next_prompt[step]
-        self._next_prompt[step] = pid + 1
+        self._replaced[step] += 1
         self.stats.groups_dropped += 1
         new = {(step, pid, g): Sample(step, pid, g, prompt) for g in range(self.group_size)}
         samples.update(new)
@@ -189,7 +193,7 @@ class SampleBuffer:
         if not self.ready(step):
             raise ValueError(f"step {step} is not ready: {self.missing(step)} samples lack a reward")
         samples = self._steps.pop(step)
-        self._next_prompt.pop(step, None)
+        self._replaced.pop(step, None)
         self._closed.add(step)
         self.stats.trained_samples += len(samples)
         groups: dict[int, list[Sample]] = {}
@@ -222,7 +226,7 @@ class SampleBuffer:
             "closed": sorted(self._closed),
             "samples": [asdict(s) for step in sorted(self._steps) for s in self._steps[step].values()],
             "steps": sorted(self._steps),
-            "next_prompt": {str(k): v for k, v in self._next_prompt.items()},
+            "replaced": {str(k): v for k, v in self._replaced.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -235,4 +239,4 @@ class SampleBuffer:
         for d in state["samples"]:
             s = Sample.from_dict(d)
             self._steps[s.step][s.key] = s
-        self._next_prompt = {int(k): v for k, v in state["next_prompt"].items()}
+        self._replaced = {int(k): v for k, v in state["replaced"].items()}

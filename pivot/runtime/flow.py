@@ -69,7 +69,6 @@ class RLFlow:
     seqs: dict[int, SeqInfo] = field(default_factory=dict)
     verifiable: dict[Key, float] = field(default_factory=dict)  # R_verifiable per sample, for metrics
     judgings: dict[Key, int] = field(default_factory=dict)  # GenRM verdicts received per sample
-    replaced: dict[int, int] = field(default_factory=dict)  # step -> groups dropped by dynamic sampling
     stats: FlowStats = field(default_factory=FlowStats)
     evals: dict[int, EvalRun] = field(default_factory=dict)  # in flight, by step
     eval_results: list[EvalResult] = field(default_factory=list)  # finished, not yet logged
@@ -158,9 +157,8 @@ class RLFlow:
         replacements left."""
         step, prompt_id, _ = key
         rewards = self.buffer.group_rewards(step, prompt_id)
-        if rewards is None or min(rewards) != max(rewards) or self.replaced.get(step, 0) >= self.cfg.train.filter_groups:
+        if rewards is None or min(rewards) != max(rewards) or self.buffer.replaced(step) >= self.cfg.train.filter_groups:
             return []
-        self.replaced[step] = self.replaced.get(step, 0) + 1
         for g in range(self.buffer.group_size):
             self.verifiable.pop((step, prompt_id, g), None)
             self.judgings.pop((step, prompt_id, g), None)
@@ -258,7 +256,6 @@ class RLFlow:
         """Step `step`'s B x G samples as a training batch with GRPO advantages, what they say
         about the policy that made them, and one record per sample (samples.jsonl)."""
         groups = self.buffer.take_batch(step)
-        self.replaced.pop(step, None)
         flat = [s for g in groups for s in g]
         n = max(len(flat), 1)
         records = [
@@ -295,7 +292,7 @@ class RLFlow:
     # ---- checkpoint ------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"buffer": self.buffer.state_dict(), "cursor": self.cursor.state_dict(),
-                "next_step": self.next_step, "next_id": self._next_id, "replaced": self.replaced,
+                "next_step": self.next_step, "next_id": self._next_id,
                 "per_sample": [[*k, self.verifiable.get(k, 0.0), self.judgings.get(k, 0)]
                                for k in set(self.verifiable) | set(self.judgings)]}
 
@@ -305,7 +302,6 @@ class RLFlow:
         self.buffer.load_state_dict(state["buffer"])
         self.cursor.load_state_dict(state["cursor"])
         self.next_step, self._next_id = state["next_step"], state["next_id"]
-        self.replaced = {int(k): v for k, v in state["replaced"].items()}
         for step, prompt, sample, r_v, judged in state["per_sample"]:
             self.verifiable[(step, prompt, sample)] = r_v
             if judged:
