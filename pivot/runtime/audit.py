@@ -20,21 +20,15 @@ those two files hold exactly the lineage that produced the final policy.
 """
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pivot.runtime.metrics import read_rows
+
 Row = dict[str, Any]
-
-
-def read_rows(path: Path) -> list[Row]:
-    if not path.is_file():
-        return []
-    with path.open() as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def attempts(timeline: list[Row]) -> list[list[Row]]:

@@ -97,6 +97,11 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a run's JSONL file; none when the run has not written it."""
+    return read_jsonl(path) if Path(path).is_file() else []
+
+
 def _start_wandb(project: str, run_dir: Path, config: dict[str, Any] | None) -> Any:
     """A W&B run writing under the run folder; offline unless the user set WANDB_MODE (clusters
     often have no route out, and a run must never wait on one)."""

@@ -8,14 +8,14 @@ from collections import Counter
 from pathlib import Path
 
 from pivot.emulate import tally_lines
-from pivot.runtime.metrics import read_jsonl
+from pivot.runtime.metrics import read_rows
 
 
 def run_summary(run_dir: str | Path, checkpoint_dir: str | Path, status: str) -> str:
     run = Path(run_dir)
-    metrics = _rows(run / "metrics.jsonl")
-    evals = _rows(run / "eval.jsonl")
-    timeline = _rows(run / "timeline.jsonl")
+    metrics = read_rows(run / "metrics.jsonl")
+    evals = read_rows(run / "eval.jsonl")
+    timeline = read_rows(run / "timeline.jsonl")
     lines = [f"pivot: {status}"]
     if metrics:
         first, last = metrics[0], metrics[-1]
@@ -42,7 +42,3 @@ def run_summary(run_dir: str | Path, checkpoint_dir: str | Path, status: str) ->
         f"  timeline plot: python tools/plot_timeline.py {run}/timeline.jsonl",
     ]
     return "\n".join(lines)
-
-
-def _rows(path: Path) -> list[dict]:
-    return read_jsonl(path) if path.is_file() else []
