@@ -215,6 +215,10 @@ class TrainConfig:
     """DAPO's dynamic sampling: a group whose G rewards are all equal has zero advantage, so it is
     dropped and a fresh prompt rolled out in its place, up to this many times per step (then
     such groups are kept); 0 = off. Rollouts and judgings of dropped groups are counted, not trained."""
+    filter_metric: Literal["reward", "verifiable"] = "reward"
+    """What dynamic sampling compares within a group: the reward trained on, or only its verifiable
+    part (DAPO's `acc`): with a GenRM whose verdicts are noisy, a group whose answers are all right
+    or all wrong otherwise looks mixed and trains on the judge's noise."""
     beta1: float = 0.9
     """AdamW beta1."""
     beta2: float = 0.999

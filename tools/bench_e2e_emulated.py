@@ -85,6 +85,7 @@ def flags_of(cfg: PivotConfig) -> list[str]:
             "--train.group-size", str(cfg.train.group_size), "--rollout.tp", str(cfg.rollout.tp),
             "--reward.tp", str(cfg.reward.tp), "--rollout.replicas", str(cfg.rollout.replicas),
             "--reward.replicas", str(cfg.reward.replicas), "--seed", str(cfg.seed), "--eval.every", "0",
+            "--train.filter-groups", str(cfg.train.filter_groups),  # the simulator has no dynamic sampling
             "--checkpoint.every", "0", "--log.no-progress", "--log.no-tensorboard"]
 
 

@@ -1,6 +1,6 @@
 """Learning curves per deployment mode (the paper's Figure 15): does shifting change what is learned?
 
-    python tools/bench_learning.py [--steps 60] [--seeds 0,1] [--out runs/learning] [extra pivot flags...]
+    python tools/bench_learning.py [--steps 80] [--seeds 0,1] [--out runs/learning] [extra pivot flags...]
 
 Runs the main job (torchrun, 4 CPU ranks, the embedded tiny models unless flags say otherwise)
 once per mode with the same seed and data, and the reference mode (pivot) once more per extra
@@ -10,7 +10,10 @@ reference's curve against the run-to-run spread of the reference across seeds, m
 same invocation. A mode agrees when its distance is within that spread.
 
 Distance between two curves: mean over steps of |a - b| after a centred moving average (window
-`--smooth`) of the batch reward, and the mean |a - b| of held-out accuracy over the evaluations.
+`--smooth`) of the batch reward, and the mean |a - b| of the held-out gain (accuracy minus the
+run's own first evaluation: another seed draws another held-out set, whose level differs) over
+the evaluations. A run learned when its last evaluation beats its first by more than twice the
+paired standard error (`pivot.rl.evaluation.paired_gain`: the same prompts, compared one by one).
 """
 from __future__ import annotations
 
@@ -23,6 +26,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from pivot.rl.evaluation import paired_gain
+from pivot.runtime.metrics import read_rows
+
 MODES = ("pivot", "colocated", "disaggregated", "rr_colocated")
 REFERENCE = "pivot"
 
@@ -36,16 +43,13 @@ def run(mode: str, seed: int, steps: int, out: Path, extra: list[str]) -> dict[s
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if proc.returncode != 0:
         raise SystemExit(f"{mode} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    metrics = _rows(run_dir / "metrics.jsonl")
-    evals = _rows(run_dir / "eval.jsonl")
+    metrics = read_rows(run_dir / "metrics.jsonl")
+    evals = read_rows(run_dir / "eval.jsonl")
     print(f"  {mode:14s} seed {seed}: {time.monotonic() - t0:5.0f} s, held-out "
           f"{evals[0]['accuracy']:.3f} -> {evals[-1]['accuracy']:.3f}", flush=True)
     return {"step": [r["step"] for r in metrics], "reward": [r["reward/mean"] for r in metrics],
-            "eval_step": [r["step"] for r in evals], "eval": [r["accuracy"] for r in evals]}
-
-
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            "eval_step": [r["step"] for r in evals], "eval": [r["accuracy"] for r in evals],
+            "eval_scores": [evals[0]["scores"], evals[-1]["scores"]]}
 
 
 def smooth(values: list[float], window: int) -> list[float]:
@@ -56,6 +60,10 @@ def smooth(values: list[float], window: int) -> list[float]:
 def distance(a: list[float], b: list[float]) -> float:
     n = min(len(a), len(b))
     return sum(abs(x - y) for x, y in zip(a[:n], b[:n])) / max(n, 1)
+
+
+def gains(curve: dict[str, list]) -> list[float]:
+    return [a - curve["eval"][0] for a in curve["eval"]]
 
 
 def plot(curves: dict[str, dict[str, list]], window: int, path: Path) -> None:
@@ -80,7 +88,7 @@ def plot(curves: dict[str, dict[str, list]], window: int, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--seeds", default="0,1", help="the first seeds every mode; the others the reference mode only")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--smooth", type=int, default=9, help="moving-average window of the reward curve, in steps")
@@ -89,7 +97,7 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     modes = args.modes.split(",")
     out = Path(args.out)
-    extra = ["--eval.every", "5", "--eval.prompts", "128", *extra]
+    extra = ["--eval.every", "20", "--eval.prompts", "1024", *extra]
     print(f"learning curves: {args.steps} steps per run, modes {modes}, seeds {seeds} ({REFERENCE} only beyond the first)")
     curves: dict[str, dict[str, list]] = {}
     for mode in modes:
@@ -105,23 +113,24 @@ def main() -> None:
     for seed in seeds[1:]:
         other = curves[f"{REFERENCE}-seed{seed}"]
         spread["reward"] = max(spread["reward"], distance(ref_r, smooth(other["reward"], args.smooth)))
-        spread["eval"] = max(spread["eval"], distance(ref["eval"], other["eval"]))
+        spread["eval"] = max(spread["eval"], distance(gains(ref), gains(other)))
     print(f"\nheld-out accuracy (greedy, {len(ref['eval'])} evaluations) and distance to {REFERENCE} seed {seeds[0]}; "
           f"reference spread across seeds: reward {spread['reward']:.3f}, held-out {spread['eval']:.3f}")
-    print(f"{'run':22s} {'before':>7s} {'after':>7s} {'gain':>7s} {'d(reward)':>10s} {'/spread':>8s} {'d(held-out)':>12s} {'/spread':>8s}  verdict")
+    print(f"{'run':22s} {'before':>7s} {'after':>7s} {'gain':>7s} {'+-2se':>6s} {'d(reward)':>10s} {'/spread':>8s} {'d(held-out)':>12s} {'/spread':>8s}  verdict")
     ok = True
     for name, c in curves.items():
         d_r = distance(ref_r, smooth(c["reward"], args.smooth))
-        d_e = distance(ref["eval"], c["eval"])
+        d_e = distance(gains(ref), gains(c))
         ratio_r = d_r / spread["reward"] if spread["reward"] else float("nan")
         ratio_e = d_e / spread["eval"] if spread["eval"] else float("nan")
         agree = name.startswith(REFERENCE) or (ratio_r <= 1.0 and ratio_e <= 1.0)
-        learned = c["eval"][-1] > c["eval"][0]
+        gain, se = paired_gain(*c["eval_scores"])
+        learned = gain > 2 * se
         ok = ok and agree and learned
-        verdict = ("agrees" if agree else "DIFFERS") + ("" if learned else ", did NOT improve")
-        print(f"{name:22s} {c['eval'][0]:7.3f} {c['eval'][-1]:7.3f} {c['eval'][-1] - c['eval'][0]:+7.3f} "
+        verdict = ("agrees" if agree else "DIFFERS") + ("" if learned else ", no gain beyond 2 se")
+        print(f"{name:22s} {c['eval'][0]:7.3f} {c['eval'][-1]:7.3f} {gain:+7.3f} {2 * se:6.3f} "
               f"{d_r:10.3f} {ratio_r:7.2f}x {d_e:12.3f} {ratio_e:7.2f}x  {verdict}")
-    print(f"\nfigure: {png}\n{'PASS' if ok else 'MISS'}: every mode within the reference's seed spread and above its starting accuracy")
+    print(f"\nfigure: {png}\n{'PASS' if ok else 'MISS'}: every mode within the reference's seed spread and above its starting accuracy by more than 2 se")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ from pivot.config import TrainConfig  # noqa: E402
 from pivot.runtime import audit  # noqa: E402
 from pivot.runtime.replay import replay_step, replayable  # noqa: E402
 
-SMALL = ["--rollout.max-new-tokens", "12", "--reward.max-new-tokens", "8", "--data.max-digits", "2", "--eval.prompts", "6"]
+SMALL = ["--rollout.max-new-tokens", "12", "--reward.max-new-tokens", "8", "--data.max-digits", "2", "--eval.prompts", "6",
+         "--train.filter-groups", "0"]  # random models: every group is uniform
 REPLAYS = 3
 """Training steps replayed at the end (the last ones whose batch their checkpoint holds)."""
 PROGRESS_EVERY_S = 15.0

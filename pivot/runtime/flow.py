@@ -153,11 +153,15 @@ class RLFlow:
 
     def _refill(self, key: Key) -> list[SeqInfo]:
         """DAPO's dynamic sampling (`train.filter_groups`): once `key`'s group has all its rewards
-        and they are all equal, it is replaced by a fresh prompt's group while the step has
-        replacements left."""
+        and they (or their verifiable parts: `train.filter_metric`) are all equal, it is replaced by
+        a fresh prompt's group while the step has replacements left."""
         step, prompt_id, _ = key
         rewards = self.buffer.group_rewards(step, prompt_id)
-        if rewards is None or min(rewards) != max(rewards) or self.buffer.replaced(step) >= self.cfg.train.filter_groups:
+        if rewards is None or self.buffer.replaced(step) >= self.cfg.train.filter_groups:
+            return []
+        if self.cfg.train.filter_metric == "verifiable":
+            rewards = [self.verifiable.get((step, prompt_id, g), 0.0) for g in range(self.buffer.group_size)]
+        if min(rewards) != max(rewards):
             return []
         for g in range(self.buffer.group_size):
             self.verifiable.pop((step, prompt_id, g), None)
@@ -237,7 +241,7 @@ class RLFlow:
         run = self.evals[info.eval_step]
         prompt = self.heldout[info.key[1]]
         score = self.verify(self.policy_tok.decode(out.output_ids), prompt.ground_truth)
-        run.add(score, len(out.output_ids), out.weights_version)
+        run.add(info.key[1], score, len(out.output_ids), out.weights_version)
         if run.finished:
             self.eval_results.append(self.evals.pop(run.step).result(time.monotonic()))
 

@@ -85,6 +85,12 @@ def ensure_tiny_models(
     return TinyModels(root=root, policy=root / "policy", genrm=root / "genrm", tokenizer=root / "tokenizer.json", **metrics)
 
 
+def sft_problems(seed: int = 0, recipe: TinyRecipe | None = None) -> list[syn.Problem]:
+    """The problems the embedded tiny policy (and, from its weights, the GenRM) learnt from."""
+    recipe = recipe or TinyRecipe()
+    return syn.generate_problems(recipe.train_problems, seed, max_digits=recipe.max_digits)
+
+
 def build_once(root: Path, key: str, build: Callable[[Path], None]) -> None:
     """Run `build(tmp)` unless `root` is complete; publish by renaming tmp to `root` atomically.
     A crash leaves no `root` (rebuilt next time); when builders race, the first rename wins and
@@ -268,7 +274,7 @@ def _build(out: Path, seed: int, recipe: TinyRecipe, log: Callable[[str], None])
     try:
         torch.manual_seed(seed)
         rng = random.Random(seed)
-        train = syn.generate_problems(recipe.train_problems, seed, max_digits=recipe.max_digits)
+        train = sft_problems(seed, recipe)
         seen = {p.question for p in train}
         fresh = syn.generate_problems(recipe.eval_problems * 4, seed + 1_000_003, max_digits=recipe.max_digits)
         held = [p for p in fresh if p.question not in seen][: recipe.eval_problems]

@@ -27,7 +27,7 @@ def test_emulated_run_exactly_once_with_drawn_lengths(tmp_path: Path) -> None:
            str(ROOT / "pivot" / "main.py"), "--model.policy", str(policy), "--model.genrm", str(genrm),
            "--cluster.device", "emulated", "--cluster.time-scale", "0.001", "--cluster.length-scale", str(L),
            "--train.devices", "2", "--train.steps", "2", "--train.batch-prompts", str(B), "--train.group-size", str(G),
-           "--data.max-digits", "2", "--eval.every", "0", "--checkpoint.every", "0", "--log.no-progress",
+           "--data.max-digits", "2", "--eval.every", "0", "--train.filter-groups", "0", "--checkpoint.every", "0", "--log.no-progress",
            "--log.no-tensorboard", "--log.dir", str(tmp_path / "run")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
     out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300, env=env)

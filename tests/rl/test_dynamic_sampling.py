@@ -27,11 +27,12 @@ def tok(tmp_path_factory: pytest.TempPathFactory) -> TextTokenizer:
     return TextTokenizer.from_pretrained(path)
 
 
-def make_flow(tok: TextTokenizer, tmp_path: Path, limit: int) -> RLFlow:
+def make_flow(tok: TextTokenizer, tmp_path: Path, limit: int, w_genrm: float = 0.0, metric: str = "reward") -> RLFlow:
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps({"prompt": f"q{i}", "ground_truth": "1"}) + "\n" for i in range(40)))
-    cfg = PivotConfig(data=DataConfig(path=str(path)), reward=RewardConfig(w_genrm=0.0))
+    cfg = PivotConfig(data=DataConfig(path=str(path)), reward=RewardConfig(w_genrm=w_genrm))
     cfg.train.batch_prompts, cfg.train.group_size, cfg.train.filter_groups = 2, G, limit
+    cfg.train.filter_metric = metric
     return RLFlow(cfg, PromptCursor(load_dataset(cfg.data), shuffle=False), tok, tok, SampleBuffer(G, 1), 1)
 
 
@@ -57,6 +58,27 @@ def test_uniform_groups_are_replaced_until_the_limit_then_kept(tok: TextTokenize
     assert sorted({(r["prompt"], r["sample"]) for r in records}) == [(0, 0), (0, 1), (3, 0), (3, 1)]
     assert [r["prompt_row"] for r in records if r["prompt"] == 3] == [3, 3]  # the fourth row of the data
     assert f.metrics()["count/groups_dropped"] == 2
+
+
+def judge(f: RLFlow, seq: SeqInfo, verdict: int) -> list[SeqInfo]:
+    ids = f.policy_tok.encode(f"Verdict: {verdict}")
+    return f.on_output(Output(seq.seq_id, seq.request.prompt_ids, ids, [0.0] * len(ids), "stop", 0))
+
+
+@pytest.mark.parametrize("metric", ["reward", "verifiable"])
+def test_a_noisy_judge_hides_a_uniform_group_unless_filtering_on_the_verifiable_reward(
+    tok: TextTokenizer, tmp_path: Path, metric: str
+) -> None:
+    f = make_flow(tok, tmp_path, limit=2, w_genrm=1.0, metric=metric)
+    first = f.fill(version=0, total_steps=1)
+    judges = [answer(f, s, True)[0] for s in first[:G]]  # both answers right: verifiable 1, 1
+    assert judge(f, judges[0], 1) == []
+    fresh = judge(f, judges[1], 0)  # the judge disagrees once: rewards 2, 1
+    if metric == "reward":
+        assert fresh == []  # looks mixed: trained on the judge's noise
+    else:
+        assert [s.key for s in fresh] == [(0, 2, g) for g in range(G)]
+        assert f.metrics()["count/groups_dropped"] == 1
 
 
 def test_off_keeps_every_group(tok: TextTokenizer, tmp_path: Path) -> None:

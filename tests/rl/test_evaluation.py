@@ -4,9 +4,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pivot.config import DataConfig, EvalConfig
 from pivot.rl.data import load_dataset
-from pivot.rl.evaluation import EvalRun, eval_due, split_heldout
+from pivot.rl.evaluation import EvalRun, eval_due, paired_gain, split_heldout
+from pivot.tiny.synthetic import generate_problems
 
 
 def test_synthetic_heldout_is_disjoint_from_training_and_deterministic() -> None:
@@ -23,6 +26,17 @@ def test_synthetic_heldout_is_disjoint_from_training_and_deterministic() -> None
     for p in held:  # the ground truth is the arithmetic answer of the question
         a, op, b = p.text.split("\n")[0].split("=")[0].replace("-", " - ").replace("+", " + ").split()[-3:]
         assert int(p.ground_truth) == (int(a) + int(b) if op == "+" else int(a) - int(b))
+
+
+def test_synthetic_heldout_avoids_the_tiny_policys_finetuning_problems_while_it_can() -> None:
+    # the tiny policy's fine-tuning set: TinyRecipe's 8,000 problems of 1-3 digits, seed 0
+    fine_tuned = {f"Problem: {p.question}\n" for p in generate_problems(8000, 0, max_digits=3)}
+    data = DataConfig(synthetic_size=64)
+    held = split_heldout(data, EvalConfig(prompts=200), load_dataset(data, seed=0), seed=0)[1]
+    assert len(held) == 200 and not {p.text for p in held} & fine_tuned
+    one_digit = DataConfig(synthetic_size=8, max_digits=1)  # 200 problems, all fine-tuned on
+    held = split_heldout(one_digit, EvalConfig(prompts=20), load_dataset(one_digit, seed=0), seed=0)[1]
+    assert len(held) == 20 and {p.text for p in held} <= fine_tuned  # better recalled than none
 
 
 def _jsonl(path: Path, n: int) -> Path:
@@ -61,10 +75,25 @@ def test_eval_due_before_first_every_k_and_after_last() -> None:
 
 def test_eval_run_accuracy_and_versions() -> None:
     run = EvalRun(step=4, total=3, started=10.0)
-    for score, tokens, version in ((1.0, 5, 4), (0.0, 7, 3), (1.0, 6, 4)):
+    for prompt, score, tokens, version in ((2, 1.0, 5, 4), (0, 0.0, 7, 3), (1, 1.0, 6, 4)):  # in finishing order
         assert not run.finished
-        run.add(score, tokens, version)
+        run.add(prompt, score, tokens, version)
     assert run.finished
     r = run.result(now=12.5)
     assert (r.step, r.prompts, r.versions, r.seconds) == (4, 3, (3, 4), 2.5)
     assert abs(r.accuracy - 2 / 3) < 1e-12 and r.response_len == 6.0
+    assert r.scores == [0.0, 1.0, 1.0]  # prompt order
+
+
+def test_paired_gain_counts_only_prompts_that_changed() -> None:
+    # 100 prompts: 40 right both times, 50 wrong both times, 8 newly right, 2 newly wrong;
+    # diffs: eight +1, two -1, ninety 0 -> mean 0.06, sample variance (8*0.94^2 + 2*1.06^2 + 90*0.06^2)/99
+    before = [1.0] * 40 + [0.0] * 50 + [0.0] * 8 + [1.0] * 2
+    after = [1.0] * 40 + [0.0] * 50 + [1.0] * 8 + [0.0] * 2
+    gain, se = paired_gain(before, after)
+    var = (8 * 0.94**2 + 2 * 1.06**2 + 90 * 0.06**2) / 99
+    assert abs(gain - 0.06) < 1e-12 and abs(se - (var / 100) ** 0.5) < 1e-12
+    unpaired = ((0.42 * 0.58 + 0.48 * 0.52) / 100) ** 0.5  # the same accuracies as independent draws
+    assert se < unpaired / 2
+    with pytest.raises(ValueError, match="one length"):
+        paired_gain([1.0, 0.0], [1.0])
