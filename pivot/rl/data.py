@@ -166,6 +166,9 @@ def _read_rows(path: Path) -> list[Any]:
     raise ValueError(f"dataset {path}: unknown format {path.suffix!r} (use .parquet or .jsonl)")
 
 
+_RL_SEED = 0x5EED_DA7A
+
+
 def synthetic_dataset(config: DataConfig, seed: int = 0) -> PromptDataset:
     from pivot.tiny import synthetic  # lazy: only the embedded default needs it
 
@@ -176,7 +179,9 @@ def synthetic_dataset(config: DataConfig, seed: int = 0) -> PromptDataset:
 def load_dataset(config: DataConfig, seed: int = 0) -> PromptDataset:
     """The dataset at `config.path`, or the synthetic set (seeded by `seed`) when it is empty."""
     if not config.path:
-        return synthetic_dataset(config, seed)
+        # the tiny policy was fine-tuned on seed 0's draw (`pivot.tiny.models.sft_problems`): RL
+        # draws elsewhere, so it shares only the small problems any two draws share
+        return synthetic_dataset(config, _RL_SEED + seed)
     path = Path(config.path)
     return rows_to_dataset(_read_rows(path), config, str(path))
 

@@ -10,7 +10,7 @@ import pytest
 
 from pivot.config import DataConfig
 from pivot.tiny import synthetic
-from pivot.rl.data import PromptCursor, load_dataset, stats_dict
+from pivot.rl.data import PromptCursor, load_dataset, stats_dict, synthetic_dataset
 
 DAPO_ROWS = [
     {"prompt": [{"role": "user", "content": "What is 2+2?"}], "reward_model": {"style": "rule", "ground_truth": "4"}},
@@ -63,10 +63,20 @@ def test_no_valid_rows_is_an_error(tmp_path: Path) -> None:
 
 
 def test_synthetic_source_matches_generator() -> None:
-    ds = load_dataset(DataConfig(synthetic_size=10, min_digits=1, max_digits=3), seed=5)
+    ds = synthetic_dataset(DataConfig(synthetic_size=10, min_digits=1, max_digits=3), seed=5)
     problems = synthetic.generate_problems(10, 5, 1, 3)
     assert [p.text for p in ds.prompts] == [synthetic.policy_prompt(p) for p in problems]
     assert [p.ground_truth for p in ds.prompts] == [p.answer for p in problems]
+
+
+def test_rl_draws_are_not_the_tiny_policys_finetuning_draw() -> None:
+    # the tiny policy learnt from generate_problems(8000, seed 0, 1-3 digits); RL at seed 0 must
+    # not replay its first 4,096 problems (a fresh draw shares only small problems with it)
+    tuned = [synthetic.policy_prompt(p) for p in synthetic.generate_problems(8000, 0, 1, 3)]
+    for seed in (0, 1):
+        texts = [p.text for p in load_dataset(DataConfig(synthetic_size=4096), seed=seed).prompts]
+        assert texts != tuned[:4096]
+        assert sum(t in set(tuned) for t in texts) / len(texts) < 0.5
 
 
 def test_cursor_epochs_and_resume() -> None:
