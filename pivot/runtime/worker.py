@@ -40,7 +40,9 @@ class Worker:
         self.endpoint.send(m.Hello(self.spec.rank, self.spec.host))
         while not self.stopped:
             lockstep, held = self._lockstep(), (self.role, self.slot)
-            busy = lockstep or self._engine_busy()
+            # an idle rank waits for its next message; a follower in lockstep never does: it waits
+            # in the leader's broadcast instead, so an idle replica loops once per leader wait
+            busy = self._engine_busy() or (lockstep and not self._leader())
             msgs = self.endpoint.recv_all(timeout_ms=0 if busy or self._later else 20)
             if not lockstep and self._later:
                 msgs, self._later = self._later + msgs, []
@@ -56,7 +58,6 @@ class Worker:
             if self.stopped:
                 break
             if lockstep and (self.role, self.slot) == held:  # followers mirror every leader step
-                time.sleep(0 if self._engine_busy() or not self._leader() else 0.01)
                 outputs = self.inference[self.role].step()
                 if outputs:
                     self.endpoint.send(m.Finished(self.spec.rank, self.role, self.slot, outputs))
