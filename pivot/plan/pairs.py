@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import INFERENCE_ROLES, Role
@@ -32,24 +32,23 @@ class ShiftPair:
     """phi = sum over `down` of (tau_shift + tau_refill_i) * T_i (`penalty`)."""
 
 
-def refill_s(snap: ClusterSnapshot, rid: int) -> float:
-    """Seconds to re-prefill the KV that replica `rid` holds (prompt plus generated tokens of its
-    running sequences), at its throughput model's compute cost per token C: a shift down aborts
-    those sequences and their next replica recomputes them. 0 for the training slot."""
-    rep = snap.by_id[rid]
-    if rep.model is None:
-        return 0.0
-    return rep.model.C * sum(s.length for s in snap.running.get(rid, ()))
+def refill_s(snap: ClusterSnapshot, rids: Iterable[int]) -> dict[int, float]:
+    """Seconds to re-prefill the KV each replica of `rids` holds (prompt plus generated tokens of
+    its running sequences), at its throughput model's compute cost per token C: a shift down
+    aborts those sequences and their next replica recomputes them. The training slot has none."""
+    want = set(rids)
+    return {r.replica_id: r.model.C * sum(s.length for s in snap.running.get(r.replica_id, ()))
+            for r in snap.replicas if r.replica_id in want and r.model is not None}
 
 
-def penalty(snap: ClusterSnapshot, down: tuple[int, ...], rates: Mapping[int, float], tau_shift: float) -> float:
+def penalty(down: tuple[int, ...], rates: Mapping[int, float], refill: Mapping[int, float], tau_shift: float) -> float:
     """phi of shifting `down` replicas: each stops serving for tau_shift (the measured duration of
-    the shift, pivot/shift/timing.py) and its discarded KV costs tau_refill_i (`refill_s`) of
-    recompute. The paper's phi is tau_shift * T_i alone, which departs here because with it the
+    the shift, pivot/shift/timing.py) and its discarded KV costs `refill` seconds of recompute.
+    The paper's phi is tau_shift * T_i alone, which departs here because with it the
     simulated 32B group shifted TP4 replicas out and back within seconds (1,305 shift-ups in
     7 steps, 85% within 30 s of a shift-down of the same role) and re-prefilled 4x its prompts,
     25% slower than with the re-prefill priced (README, Simulator)."""
-    return sum((tau_shift + refill_s(snap, h)) * rates.get(h, 0.0) for h in down)
+    return sum((tau_shift + refill.get(h, 0.0)) * rates.get(h, 0.0) for h in down)
 
 
 def role_rate(sched: ShiftAwareScheduler, binary: bool) -> float:
@@ -89,7 +88,7 @@ def training_pair(snap: ClusterSnapshot, rates: Mapping[int, float], tau_shift: 
     assert slot is not None
     held = snap.holders()
     down = tuple(sorted({held[d] for d in slot.devices if d in held}))
-    return ShiftPair((slot.replica_id,), down, penalty(snap, down, rates, tau_shift))
+    return ShiftPair((slot.replica_id,), down, penalty(down, rates, refill_s(snap, down), tau_shift))
 
 
 def build_pairs(
@@ -127,8 +126,9 @@ def build_pairs(
         u, d = groups.setdefault(find(key), ([], []))
         (u if key[0] == "u" else d).append(key[1])
     pairs = [ShiftPair(tuple(free), (), 0.0)] if free else []
+    refill = refill_s(snap, (rid for _, d in groups.values() for rid in d))
     for u, d in groups.values():
         down = tuple(sorted(d))
-        pairs.append(ShiftPair(tuple(sorted(u)), down, penalty(snap, down, rates, tau_shift)))
+        pairs.append(ShiftPair(tuple(sorted(u)), down, penalty(down, rates, refill, tau_shift)))
     pairs.sort(key=lambda p: (p.penalty, p.up[0]))
     return pairs
