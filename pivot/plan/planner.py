@@ -98,7 +98,7 @@ class PivotPlanner(Planner):
         rates = replica_rates(snap, scheds, binary)
         up_role = choose_up_role(snap, scheds, binary)
         pairs = []
-        tau = snap.shift_s.get(up_role, cfg.tau_shift_s) if up_role is not None else cfg.tau_shift_s
+        tau = snap.shift_s.get(up_role, cfg.tau_shift_s)  # measured once that role's shifts were timed
         if up_role == Role.TRAIN:
             pairs = [training_pair(snap, rates, tau)]
         elif up_role is not None:
