@@ -245,7 +245,9 @@ class PlannerConfig:
     horizon_s: float = 60.0
     """H in the benefit B = H * (T_cand - T_cur) - phi, in seconds."""
     tau_shift_s: float = 3.0
-    """tau_shift: assumed duration of one shift in seconds; a pair's penalty is sum tau_shift * T_i."""
+    """tau_shift in seconds until a shift bringing a role up has been timed; from then on the
+    planner uses the mean measured duration of that role's shifts (pivot/shift/timing.py). A pair's
+    penalty is sum (tau_shift + re-prefill time of the replica's KV) * T_i."""
     interval_s: float = 0.5
     """Least time between two planner runs."""
     throughput_model: bool = True

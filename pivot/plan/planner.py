@@ -98,10 +98,11 @@ class PivotPlanner(Planner):
         rates = replica_rates(snap, scheds, binary)
         up_role = choose_up_role(snap, scheds, binary)
         pairs = []
+        tau = snap.shift_s.get(up_role, cfg.tau_shift_s)  # measured once that role's shifts were timed
         if up_role == Role.TRAIN:
-            pairs = [training_pair(snap, rates, cfg.tau_shift_s)]
+            pairs = [training_pair(snap, rates, tau)]
         elif up_role is not None:
-            pairs = build_pairs(snap, up_role, rates, cfg.tau_shift_s)
+            pairs = build_pairs(snap, up_role, rates, tau)
         t1, c1 = time.perf_counter(), time.process_time()
         table = CandidateTable(pairs, sum(len(p.up) for p in pairs))
         ks = table.ks

@@ -3,7 +3,8 @@
 It lists every replica *slot* of every role (rollout and reward slots with their devices,
 KV capacity and throughput model; training as one slot of role "train" over its pool), which
 slots are up now, the sequences running on each up slot, each inference role's waiting queue,
-whether the next training batch is ready and the trainer's current token rate.
+whether the next training batch is ready, the trainer's current token rate and the measured
+duration of each role's shifts.
 
 Construction validates consistency and raises `ValueError` naming the item: a device held by
 two up replicas, two slots of one role overlapping, a sequence on two replicas (or queued and
@@ -33,6 +34,10 @@ class ClusterSnapshot:
     """Tokens/s the trainer processes now (0 when idle): its penalty if shifted down."""
     devices: tuple[int, ...] | None = None
     """All devices of the cluster; default: the union of the slots' devices."""
+    shift_s: Mapping[str, float] = field(default_factory=dict)
+    """Measured tau_shift of each role brought up so far: mean seconds from the start of a plan
+    that shifted replicas down for it to its last completed shift (pivot/shift/timing.py); the
+    planner uses `planner.tau_shift_s` for a role not measured yet."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replicas", tuple(sorted(self.replicas, key=lambda r: r.replica_id)))
@@ -142,5 +147,8 @@ class ClusterSnapshot:
                 raise ValueError(f"ClusterSnapshot: queue of unknown role {role!r}")
             for seq in self.queues[role]:
                 note(seq, f"{role} queue")
+        for role, tau in self.shift_s.items():
+            if role not in tuple(Role) or not 0 <= tau < float("inf"):
+                raise ValueError(f"ClusterSnapshot: shift_s[{role!r}] = {tau!r}: need a role and a finite time >= 0")
         if not self.train_throughput >= 0:
             raise ValueError(f"ClusterSnapshot: train_throughput must be >= 0, got {self.train_throughput}")

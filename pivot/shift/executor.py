@@ -25,13 +25,15 @@ the replica states on and runs `MIGRATE_ON`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from pivot.plan.planner import ShiftPlan
 from pivot.sched.records import INFERENCE_ROLES, Role
 from pivot.shift.table import ReplicaStates, ReplicaTable, ShiftError
+from pivot.shift.timing import ShiftTimer
 
 
 class Phase(enum.StrEnum):
@@ -87,11 +89,13 @@ def plan_actions(plan: ShiftPlan, table: ReplicaTable) -> list[ShiftAction]:
 
 
 class ShiftExecutor:
-    """Runs plans on `host` and keeps the replica states; one per cluster."""
+    """Runs plans on `host` and keeps the replica states and the measured shift durations
+    (`timer`, read by `clock`: the runtime's monotonic one, the simulator's simulated one)."""
 
-    def __init__(self, table: ReplicaTable, host: ShiftHost) -> None:
-        self.table, self.host = table, host
+    def __init__(self, table: ReplicaTable, host: ShiftHost, clock: Callable[[], float] = time.monotonic) -> None:
+        self.table, self.host, self.clock = table, host, clock
         self.states = ReplicaStates(table)
+        self.timer = ShiftTimer()
 
     def execute(self, plan: ShiftPlan) -> list[ShiftAction]:
         """Check the whole plan against the states, then start it; raises `ShiftError` (and
@@ -108,6 +112,9 @@ class ShiftExecutor:
                     raise ShiftError(f"plan shifts up {self.table.name(taken[d])} and {self.table.name(rid)}, "
                                      f"both on device {d}")
                 taken[d] = rid
+        up_roles = {self.table.role_of(rid) for rid in plan.up}
+        if plan.down and len(up_roles) == 1:
+            self.timer.started(up_roles.pop(), (*plan.up, *plan.down), self.clock())
         for a in actions:
             if a.phase == Phase.MIGRATE_OFF:
                 self.host.migrate_off(a.role, a.rid)
@@ -123,6 +130,7 @@ class ShiftExecutor:
         """Shifts of `rids` finished (at the same instant): move their states on, then the
         replicas that came up join their scheduler together, one `migrate_on` per role (one
         replica at a time would take the whole queue first, then migrate it away)."""
+        self.timer.completed(rids, self.clock())
         joining: dict[str, list[int]] = {}
         for rid in rids:
             if self.states.finish(rid) and self.table.role_of(rid) != Role.TRAIN:

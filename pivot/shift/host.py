@@ -9,6 +9,9 @@ snapshot). A subclass says how training stands (`training_in_flight`, `train_rea
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import INFERENCE_ROLES, Replica
 from pivot.sched.scheduler import ShiftAwareScheduler
@@ -17,10 +20,11 @@ from pivot.shift.table import ReplicaTable, State
 
 
 class ClusterHost:
-    def init_cluster(self, table: ReplicaTable, migrate: bool) -> None:
-        """Every replica down, one scheduler per inference role over its slots (none active)."""
+    def init_cluster(self, table: ReplicaTable, migrate: bool, clock: Callable[[], float] = time.monotonic) -> None:
+        """Every replica down, one scheduler per inference role over its slots (none active);
+        `clock` times the shifts (the simulator passes its simulated time)."""
         self.table = table
-        self.shifts = ShiftExecutor(table, self)  # type: ignore[arg-type]  # the subclass is the ShiftHost
+        self.shifts = ShiftExecutor(table, self, clock)  # type: ignore[arg-type]  # the subclass is the ShiftHost
         self.sched = {role: ShiftAwareScheduler(table.slots(role), active=[], migrate=migrate) for role in INFERENCE_ROLES}
 
     # ---- training, as the subclass runs it ----------------------------------------------------
@@ -70,5 +74,6 @@ class ClusterHost:
             # makes training the shift-up role
             train_batch_ready=training or self.train_ready(),
             train_throughput=self.train_throughput() if training else 0.0,
+            shift_s=self.shifts.timer.means(),
             devices=tuple(range(self.table.world)),
         )

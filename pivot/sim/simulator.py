@@ -66,7 +66,7 @@ class Simulator(ClusterHost):
         if opts.warmup_steps >= self.steps:
             raise ValueError(f"SimOptions.warmup_steps={opts.warmup_steps}: need < steps={self.steps}")
         table, self.costs = build_cluster(self.cfg, opts.hardware, opts.kv_from_engine)
-        self.init_cluster(table, self.cfg.planner.migration)
+        self.init_cluster(table, self.cfg.planner.migration, clock=lambda: self.now)
         engines = {Role.ROLLOUT: self.cfg.rollout.engine, Role.REWARD: self.cfg.reward.engine}
         self.reps = {
             s.replica_id: SimReplica(s.replica_id, s.model, s.kv_capacity, self.costs.roles[s.role].prefill_s_per_token,

@@ -1,6 +1,8 @@
 """The five-step planner: Figure 8, the no-positive-benefit rule, training, ablations."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -54,6 +56,23 @@ def test_figure8_pairs_and_candidates_in_paper_order() -> None:
     assert plan is not None and plan.up_role == Role.REWARD and plan.benefit > 0
     assert plan.benefit == max(b for _, b in planner.last_candidates)
     assert planner.last_timings.total_s > 0
+
+
+def test_penalty_prices_the_measured_shift_time_and_the_discarded_kv() -> None:
+    """phi of Figure 8's cheaper rollout pair by hand: each of its replicas 16-19 runs 4 sequences
+    of 300 + 200 tokens, so T_i = 4 / (1e-6 * 2000 + max(0.010, 2e-4 * 4) + 0.005) = 4 / 0.017 and
+    re-prefilling its 2000 KV tokens takes C * 2000 = 0.4 s: phi = 4 * (tau_shift + 0.4) * 4 / 0.017."""
+    snap = figure8()
+    rates = replica_rates(snap, scheds_of(snap), binary=False)
+    pair = build_pairs(snap, Role.REWARD, rates, tau_shift=3.0)[1]
+    assert pair.down == (16, 17, 18, 19)
+    assert pair.penalty == pytest.approx(4 * 3.4 * 4 / 0.017)
+    # a measured shift time for the role brought up replaces planner.tau_shift_s; another role's does not
+    planner = PivotPlanner(PlannerConfig(tau_shift_s=3.0))
+    planner.plan(dataclasses.replace(snap, shift_s={"reward": 10.0, "rollout": 1.0}))
+    cand = planner.last_candidates[2][0]  # the training pair (phi 0) and the rollout pair above
+    assert cand.down == (16, 17, 18, 19, TRAIN_ID)
+    assert cand.penalty == pytest.approx(4 * 10.4 * 4 / 0.017)
 
 
 def test_training_goes_up_when_batch_ready() -> None:

@@ -50,6 +50,10 @@ def test_other_inconsistencies() -> None:
         ClusterSnapshot(slots, frozenset(), {0: (SeqState(1, 1),)})
     with pytest.raises(ValueError, match="unknown devices \\[0\\]"):
         ClusterSnapshot(slots, frozenset(), devices=(5,))
+    with pytest.raises(ValueError, match="shift_s\\['judge'\\] = 1.0"):
+        ClusterSnapshot(slots, frozenset(), shift_s={"judge": 1.0})
+    with pytest.raises(ValueError, match="shift_s\\['reward'\\] = -1.0"):
+        ClusterSnapshot(slots, frozenset(), shift_s={"reward": -1.0})
 
 
 def test_bad_snapshot_gives_no_plan() -> None:

@@ -113,3 +113,30 @@ def test_bring_up_starts_up_and_hands_each_role_its_replicas() -> None:
     ex.bring_up([0, 1, 6])
     assert ex.states.up() == [0, 1, 6] and ex.states.in_flight == 0
     assert host.calls == [("migrate_on", "rollout", [0, 1]), ("migrate_on", "reward", [])]
+
+
+def test_executor_times_each_plan_that_shifts_down_per_role_brought_up() -> None:
+    now = [0.0]
+    ex = ShiftExecutor(table(), Recorder(), clock=lambda: now[0])
+    ex.bring_up([0, 1])
+    ex.execute(plan(up=(5,)))  # onto free devices 4-7: nothing given up, not timed
+    now[0] = 3.0
+    ex.complete([5])
+    assert ex.timer.means() == {}
+    now[0] = 10.0
+    ex.execute(plan(up=(2, 3), down=(5,)))
+    now[0] = 11.0
+    ex.complete([5])
+    assert ex.timer.means() == {}  # timed when its last shift completes
+    now[0] = 14.0
+    ex.complete([2, 3])
+    assert ex.timer.means() == {"rollout": 4.0}
+    now[0] = 20.0
+    ex.execute(plan(up=(5,), down=(2, 3)))
+    now[0] = 28.0
+    ex.complete([2, 3, 5])
+    now[0] = 30.0
+    ex.execute(plan(up=(2, 3), down=(5,)))
+    now[0] = 36.0
+    ex.complete([5, 2, 3])
+    assert ex.timer.means() == {"rollout": 5.0, "reward": 8.0}  # (4 + 6) / 2 and 8

@@ -71,6 +71,18 @@ def test_pivot_shifts_training_up_and_back(opts: SimOptions) -> None:
     assert len(res.train_s) == opts.steps
 
 
+def test_planner_sees_shift_times_on_the_simulated_clock(opts: SimOptions) -> None:
+    """A timed plan lasts one release (of whichever role gave up the devices) plus the acquire of
+    the role brought up, both at the cost model's times, so each role's mean lies between."""
+    res = simulate(deployment(small_cfg(), "pivot"), dataclasses.replace(opts, steps=5, record_plans=True))
+    measured = res.plans[-1][0].shift_s
+    assert measured
+    downs = [res.costs.shift_s(role, False) for role in ("rollout", "reward", "train")]
+    for role, tau in measured.items():
+        up = res.costs.shift_s(role, True)
+        assert min(downs) + up - 1e-9 <= tau <= max(downs) + up + 1e-9
+
+
 def test_model_too_big_for_tp_group_fails_clearly() -> None:
     cfg = get_preset("qwen2.5-72b+qwen3.5-122b-a10b")
     cfg.rollout.tp = 1
