@@ -58,7 +58,8 @@ def base_config(args: argparse.Namespace) -> PivotConfig:
                                       time_scale=args.time_scale, length_scale=args.length_scale)
     cfg.rollout.tp, cfg.reward.tp = args.rollout_tp, args.reward_tp
     cfg.train = dataclasses.replace(cfg.train, devices=args.train_devices, steps=args.steps,
-                                    batch_prompts=args.batch_prompts, group_size=args.group_size)
+                                    batch_prompts=args.batch_prompts, group_size=args.group_size,
+                                    filter_groups=0)  # the simulator has no dynamic sampling
     return runtime_config(cfg)
 
 
@@ -85,7 +86,7 @@ def flags_of(cfg: PivotConfig) -> list[str]:
             "--train.group-size", str(cfg.train.group_size), "--rollout.tp", str(cfg.rollout.tp),
             "--reward.tp", str(cfg.reward.tp), "--rollout.replicas", str(cfg.rollout.replicas),
             "--reward.replicas", str(cfg.reward.replicas), "--seed", str(cfg.seed), "--eval.every", "0",
-            "--train.filter-groups", str(cfg.train.filter_groups),  # the simulator has no dynamic sampling
+            "--train.filter-groups", str(cfg.train.filter_groups),
             "--checkpoint.every", "0", "--log.no-progress", "--log.no-tensorboard"]
 
 
