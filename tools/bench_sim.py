@@ -26,7 +26,7 @@ from configs.presets import get_preset  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment, search, table4, world_of  # noqa: E402
 from pivot.sim.costs import build_cluster  # noqa: E402
-from pivot.sim.report import breakdown, critical_path_s  # noqa: E402
+from pivot.sim.report import breakdown, critical_path_s, shift_ups_per_step  # noqa: E402
 from pivot.sim.timeline import render_timeline  # noqa: E402
 
 GROUPS = ("qwen2.5-1.5b+glm-z1-9b", "qwen2.5-7b+qwen3-30b-a3b", "qwen2.5-32b+qwen3-30b-a3b", "qwen2.5-72b+qwen3.5-122b-a10b")
@@ -70,18 +70,28 @@ def choose_allocation(base, name: str, args: argparse.Namespace, opts: SimOption
     return best
 
 
-def report_line(name: str, r: SimResult, paper: dict[str, float], piv: float) -> None:
+def regime(args: argparse.Namespace) -> str:
+    """The allocations and the measured window, for every figure's heading."""
+    how = "Table 4 (paper)" if args.alloc == "table4" else f"best of a search over pool sizes ({args.search_steps} steps each)"
+    return f"allocations: {how}; measured: steps {args.warmup}..{args.steps - 1}" + (
+        " (steady state)" if args.warmup else " (whole run)")
+
+
+def run_details(r: SimResult) -> str:
+    """Share of the critical-path bound reached, shifts and churn, and device time by role."""
     bound = critical_path_s(r)
+    return (f"bound {r.tokens / bound:9,.0f} reached {bound / r.measured_s:4.0%}  shift-ups/step "
+            f"{shift_ups_per_step(r):.1f}  aborts {r.aborts} preempt {r.preemptions}\n"
+            f"  {'':14s} busy/idle/shifting: {breakdown(r).line()}")
+
+
+def report_line(name: str, r: SimResult, paper: dict[str, float], piv: float) -> None:
     sp = f"PivotRL x{piv / r.throughput:.2f} (paper x{paper['pivot'] / paper[name]:.2f})" if name != "pivot" else " " * 29
-    print(f"  {name:14s} {r.throughput:9,.0f} | {paper[name]:7,} | {r.throughput / paper[name]:5.2f}  {sp}  "
-          f"bound {r.tokens / bound:9,.0f} reached {bound / r.measured_s:4.0%}  aborts {r.aborts} preempt {r.preemptions}")
-    print(f"  {'':14s} busy/idle/shifting: {breakdown(r).line()}")
+    print(f"  {name:14s} {r.throughput:9,.0f} | {paper[name]:7,} | {r.throughput / paper[name]:5.2f}  {sp}  {run_details(r)}")
 
 
 def fig9(groups: list[str], opts: SimOptions, args: argparse.Namespace) -> dict[str, dict[str, tuple[Allocation, SimResult]]]:
-    how = "Table 4 (paper)" if args.alloc == "table4" else f"best of a search over pool sizes ({args.search_steps} steps each)"
-    how += f"; measured: steps {args.warmup}..{args.steps - 1}" + (" (steady state)" if args.warmup else " (whole run)")
-    print(f"\n== Figure 9: end-to-end tokens/s (sim | paper | sim/paper); allocations: {how} ==")
+    print(f"\n== Figure 9: end-to-end tokens/s (sim | paper | sim/paper); {regime(args)} ==")
     out = {}
     for g in groups:
         t0 = time.perf_counter()
@@ -101,7 +111,8 @@ def fig9(groups: list[str], opts: SimOptions, args: argparse.Namespace) -> dict[
 
 
 def fig11(groups: list[str], opts: SimOptions, args: argparse.Namespace, runs: dict) -> None:
-    print("\n== Figure 11: throughput over disaggregated (sim | paper); ablations on PivotRL's training slot ==")
+    print(f"\n== Figure 11: throughput over disaggregated (sim | paper); ablations on PivotRL's training slot; "
+          f"{regime(args)} ==")
     for g in groups:
         if g not in PAPER_FIG11:
             continue
@@ -111,20 +122,19 @@ def fig11(groups: list[str], opts: SimOptions, args: argparse.Namespace, runs: d
         print(g)
         for name, paper in PAPER_FIG11[g].items():
             r = piv if name == "pivot" else simulate(deployment(base, name, alloc), opts)
-            print(f"  {name:12s} x{r.throughput / dis:.2f} | x{paper:.2f}   ({r.num_plans} shifts)")
+            print(f"  {name:14s} {r.throughput:9,.0f}  x{r.throughput / dis:.2f} | x{paper:.2f}  {run_details(r)}")
 
 
 def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict) -> None:
     print(f"\n== Figure 14: H sweep on {group} (paper: lower throughput and fewer shifts at small H, stable "
-          "for 60 <= H <= 120, lower again at 600) ==")
+          f"for 60 <= H <= 120, lower again at 600); {regime(args)} ==")
     base = preset(group, args.seed)
-    alloc = runs[group]["pivot"][0] if group in runs else table4(base, "pivot")
+    alloc = runs[group]["pivot"][0] if group in runs else choose_allocation(base, "pivot", args, opts)
     ref = None
     for h in H_VALUES:
         r = simulate(deployment(base, "pivot", alloc, horizon_s=h), opts)
         ref = ref or r.throughput
-        print(f"  H={h:>6}: {r.throughput:9,.0f} tok/s (x{r.throughput / ref:.2f} of H={H_VALUES[0]}), "
-              f"{r.num_plans / r.steps:.1f} shifts per step")
+        print(f"  H={h:>6}: {r.throughput:9,.0f} tok/s (x{r.throughput / ref:.2f} of H={H_VALUES[0]})  {run_details(r)}")
 
 
 def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:

@@ -18,6 +18,9 @@ devices it has or how it shifts them (shift costs and queueing only add). With a
 bounds the measured steps from there. `critical_path_s / measured_s` is the fraction of the
 bound a run reached.
 
+Shift-ups per step: the inference roles' replicas brought up in the measured window, per measured
+step (Figure 14's shift count; training's slot moves with every step whatever H is).
+
 Device-time breakdown: each role's device-seconds split into busy (decoding, prefilling,
 training), idle (up without work) and shifting (its shifts up and down in flight); the devices
 of no role at a moment are unassigned. The parts add up to devices x run time.
@@ -48,6 +51,12 @@ def critical_path_s(res: SimResult) -> float:
         release = end[st - res.staleness - 1] if st - res.staleness - 1 >= 0 else 0.0
         end.append(max(end[-1] if end else 0.0, release + longest) + res.train_s[st])
     return end[-1] - res.window_start_s
+
+
+def shift_ups_per_step(res: SimResult) -> float:
+    """Inference replicas brought up from the window's start on, per measured step."""
+    ups = sum(1 for ev in res.shifts if ev.up and ev.role != Role.TRAIN and ev.t_start >= res.window_start_s)
+    return ups / (res.steps - res.warmup_steps)
 
 
 @dataclass(frozen=True)

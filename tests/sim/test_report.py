@@ -8,7 +8,8 @@ import pytest
 from pivot.sim import LengthDist, SimOptions, Workload, simulate
 from pivot.sim.deploy import DEPLOYMENTS, Allocation, deployment
 from pivot.sim.costs import build_cluster
-from pivot.sim.report import breakdown, chain_s, critical_path_s
+from pivot.sim.report import breakdown, chain_s, critical_path_s, shift_ups_per_step
+from pivot.sim.result import ShiftEvent
 from tests.sim.conftest import small_cfg
 
 
@@ -51,3 +52,14 @@ def test_static_deployment_neither_shifts_nor_leaves_devices_unassigned(opts: Si
 def test_pivot_spends_device_time_shifting(opts: SimOptions) -> None:
     b = breakdown(simulate(deployment(small_cfg(), "pivot"), dataclasses.replace(opts, steps=5)))
     assert b.roles["train"].shifting > 0 and b.roles["rollout"].shifting + b.roles["reward"].shifting > 0
+
+
+def test_shift_ups_per_step_counts_inference_ups_in_the_window(opts: SimOptions) -> None:
+    res = simulate(deployment(small_cfg(), "disaggregated", Allocation(2, 3)), opts)
+    # window from the end of step 0 (t=10) over steps 1-2: the rollout and reward ups at or after
+    # 10 s count; the earlier up, the shift-down and training's up do not
+    events = [ShiftEvent(5.0, 6.0, 0, "rollout", True), ShiftEvent(10.0, 11.0, 1, "rollout", True),
+              ShiftEvent(12.0, 13.0, 2, "reward", True), ShiftEvent(15.0, 16.0, 1, "rollout", False),
+              ShiftEvent(16.0, 20.0, 3, "train", True)]
+    res = dataclasses.replace(res, shifts=events, step_end_s=[10.0, 20.0, 30.0], warmup_steps=1)
+    assert shift_ups_per_step(res) == 1.0
