@@ -24,8 +24,12 @@ def run_summary(run_dir: str | Path, checkpoint_dir: str | Path, status: str) ->
         tokens = last.get("tokens/rollout", 0) + last.get("tokens/reward", 0)
         lines.append(f"  steps {first['step']}..{last['step']} ({len(metrics)} trained) in {seconds:.0f} s: "
                      f"{tokens / seconds:,.0f} tokens/s (rollout + GenRM, prompt + response)")
-        lines.append(f"  batch reward {first.get('reward/mean', 0):.3f} -> {last.get('reward/mean', 0):.3f}, "
-                     f"batch accuracy {first.get('reward/accuracy', 0):.3f} -> {last.get('reward/accuracy', 0):.3f}")
+        # one step's batch is 8-16 prompts: its reward swings more than a run moves it
+        k = max(1, min(10, len(metrics) // 4))
+        head, tail = metrics[:k], metrics[-k:]
+        over = f" (means of the first and last {k} steps)" if k > 1 else ""
+        lines.append(f"  batch reward {_mean(head, 'reward/mean'):.3f} -> {_mean(tail, 'reward/mean'):.3f}, "
+                     f"batch accuracy {_mean(head, 'reward/accuracy'):.3f} -> {_mean(tail, 'reward/accuracy'):.3f}{over}")
     if evals:
         lines.append(f"  held-out accuracy (greedy, {evals[-1]['prompts']} prompts) "
                      f"{evals[0]['accuracy']:.3f} at step {evals[0]['step']} -> {evals[-1]['accuracy']:.3f} at step {evals[-1]['step']}")
@@ -42,3 +46,7 @@ def run_summary(run_dir: str | Path, checkpoint_dir: str | Path, status: str) ->
         f"  timeline plot: python tools/plot_timeline.py {run}/timeline.jsonl",
     ]
     return "\n".join(lines)
+
+
+def _mean(rows: list[dict], key: str) -> float:
+    return sum(r.get(key, 0.0) for r in rows) / len(rows)

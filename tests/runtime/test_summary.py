@@ -30,6 +30,15 @@ def test_summary_of_a_run(tmp_path: Path) -> None:
     assert f"python tools/plot_timeline.py {tmp_path}/timeline.jsonl" in text
 
 
+def test_summary_averages_the_first_and_last_steps_of_a_longer_run(tmp_path: Path) -> None:
+    # 40 steps: windows of 10; rewards 0..39 / 10 -> means 0.45 and 3.45
+    _write(tmp_path / "metrics.jsonl", [
+        {"step": i, "time": float(i + 1), "time/step_s": 1.0, "reward/mean": i / 10, "reward/accuracy": 0.5} for i in range(40)
+    ])
+    text = run_summary(tmp_path, tmp_path / "ck", "done")
+    assert "batch reward 0.450 -> 3.450, batch accuracy 0.500 -> 0.500 (means of the first and last 10 steps)" in text
+
+
 def test_summary_of_a_run_that_trained_nothing(tmp_path: Path) -> None:
     text = run_summary(tmp_path, tmp_path / "ck", "failed: rank 2 failed: boom")
     assert text.startswith("pivot: failed: rank 2 failed: boom") and "checkpoints: " in text
