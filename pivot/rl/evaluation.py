@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import statistics
 from dataclasses import dataclass, field
 
 from pivot.config import DataConfig, EvalConfig
@@ -43,9 +44,8 @@ def _fresh_synthetic(data: DataConfig, n: int, seen: set[str], seed: int) -> lis
     """n problems of the synthetic task outside the RL set `seen`, and outside the embedded tiny
     policy's own training set while there are enough of those: a problem it was fine-tuned on
     is recalled, not solved (0.75 greedy accuracy on those against 0.40 on new ones)."""
-    from pivot.tiny.models import (
-        sft_problems,  # lazy: only the synthetic task needs them
-    )
+    # lazy: only the synthetic task needs them
+    from pivot.tiny.models import sft_problems
     from pivot.tiny.synthetic import policy_prompt
 
     fine_tuned = {policy_prompt(p) for p in sft_problems()}
@@ -84,26 +84,24 @@ class EvalRun:
     step: int
     total: int
     started: float
-    correct: float = 0.0
-    done: int = 0
     tokens: int = 0
     versions: list[int] = field(default_factory=list)
     scores: dict[int, float] = field(default_factory=dict)
+    """Score of each held-out prompt evaluated so far, by prompt index."""
 
     def add(self, prompt: int, score: float, response_tokens: int, version: int) -> None:
         self.scores[prompt] = score
-        self.correct += score
-        self.done += 1
         self.tokens += response_tokens
         self.versions.append(version)
 
     @property
     def finished(self) -> bool:
-        return self.done >= self.total
+        return len(self.scores) >= self.total
 
     def result(self, now: float) -> EvalResult:
-        n = max(self.done, 1)
-        return EvalResult(self.step, self.correct / n, self.done, self.tokens / n,
+        done = len(self.scores)
+        n = max(done, 1)
+        return EvalResult(self.step, sum(self.scores.values()) / n, done, self.tokens / n,
                           (min(self.versions, default=-1), max(self.versions, default=-1)), now - self.started,
                           [self.scores[i] for i in sorted(self.scores)])
 
@@ -115,10 +113,7 @@ def paired_gain(before: list[float], after: list[float]) -> tuple[float, float]:
     if len(before) != len(after) or len(before) < 2:
         raise ValueError(f"paired_gain needs two score lists of one length >= 2, got {len(before)} and {len(after)}")
     diffs = [b - a for a, b in zip(before, after)]
-    n = len(diffs)
-    mean = sum(diffs) / n
-    var = sum((d - mean) ** 2 for d in diffs) / (n - 1)
-    return mean, (var / n) ** 0.5
+    return statistics.fmean(diffs), statistics.stdev(diffs) / len(diffs) ** 0.5
 
 
 def eval_due(step: int, total_steps: int, every: int) -> bool:
