@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from configs.presets import tiny_cpu
 from pivot.config import PivotConfig
-from pivot.emulate import emulated_workload, paper_config, read_tallies, runtime_config
+from pivot.emulate import PromptShape, emulated_workload, paper_config, read_tallies, runtime_config
+from pivot.emulate.costs import BLOCK_SIZE
 from pivot.emulate.measure import EmulatedRun, measure
 from pivot.sim import HARDWARE, SimOptions, SimResult, simulate
 from pivot.sim.deploy import Allocation, deployment
@@ -63,8 +64,11 @@ def base_config(args: argparse.Namespace) -> PivotConfig:
     return runtime_config(cfg)
 
 
-def tiny_lengths(cfg: PivotConfig) -> tuple[float, float]:
-    """Mean real tokens of a tiny-task prompt and of the judge template around it."""
+def tiny_shape(cfg: PivotConfig) -> PromptShape:
+    """The tiny task's prompts and judge template as the engines see them (real tokens), with the
+    prefixes they share in whole KV blocks (pivot/engine/block_manager.py keys whole blocks)."""
+    from os.path import commonprefix
+
     from pivot.model import TextTokenizer
     from pivot.rl.data import load_dataset
     from pivot.rl.plugins import judge_template
@@ -72,9 +76,18 @@ def tiny_lengths(cfg: PivotConfig) -> tuple[float, float]:
     from pivot.tiny.models import ensure_tiny_models
 
     tok = TextTokenizer.from_pretrained(ensure_tiny_models(None, seed=0).policy)
-    prompts = load_dataset(cfg.data, seed=cfg.seed).prompts
+    prompts = [p.text for p in load_dataset(cfg.data, seed=cfg.seed).prompts]
+    ids = [tok.encode(p) for p in prompts]
     scorer = GenRMScorer(dataclasses.replace(cfg.reward, judge_template=judge_template(cfg.reward), judge_template_file=""))
-    return sum(len(tok.encode(p.text)) for p in prompts) / len(prompts), len(tok.encode(scorer.prompt("", "")))
+    judges = [tok.encode(scorer.prompt(q, f"{i * 37 % 101}")) for i, q in enumerate(prompts[:64])]  # tiny answers
+
+    def blocks(n: int) -> int:
+        return n // BLOCK_SIZE * BLOCK_SIZE
+
+    text = scorer.prompt("QUESTION", "RESPONSE")
+    return PromptShape(sum(map(len, ids)) / len(ids), len(tok.encode(scorer.prompt("", ""))),
+                       blocks(len(commonprefix(ids))), blocks(len(commonprefix(judges))),
+                       text.index("QUESTION") < text.index("RESPONSE"))
 
 
 def flags_of(cfg: PivotConfig) -> list[str]:
@@ -116,8 +129,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     base = base_config(args)
     world = args.nproc
     paper = paper_config(base, world, world)
-    prompt_tokens, template_tokens = tiny_lengths(base)
-    workload = emulated_workload(args.batch_prompts, args.group_size, prompt_tokens, template_tokens, args.length_scale)
+    workload = emulated_workload(args.batch_prompts, args.group_size, tiny_shape(base), args.length_scale)
     opts = SimOptions(hardware=HARDWARE[args.hardware], workload=workload, steps=args.steps)
     inference = world - args.train_devices
     unit = max(args.rollout_tp, args.reward_tp)
@@ -146,7 +158,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
 def report(results: dict[str, tuple[EmulatedRun, SimResult]], world: int, length_scale: int) -> None:
     ref = results.get("pivot")
     print(f"\n{'mode':14s} {'tok/s real':>10s} {'sim':>8s} {'real/sim':>8s} {'w/o tr.overrun':>14s} {'pivot/mode':>10s} "
-          f"{'sim':>6s} {'plans':>5s} {'sim':>4s}  busy% ro/rm/tr/shift real | sim      tokens real/sim")
+          f"{'sim':>6s} {'plans':>5s} {'sim':>4s}  busy% ro/rm/tr/shift real | sim      tokens real/sim  "
+          f"prefilled real/sim  reused% real | sim")
     for name, (real, sim) in results.items():
         tps = sim.tokens / real.emulated_s  # the same trained samples (drawn from the simulator's workload)
         ratio = f"x{ref[1].tokens / ref[0].emulated_s / tps:.2f}" if ref else "-"
@@ -154,4 +167,10 @@ def report(results: dict[str, tuple[EmulatedRun, SimResult]], world: int, length
         fair = sim.tokens / (real.emulated_s - real.train_overrun_s) / sim.throughput
         print(f"{name:14s} {tps:10,.0f} {sim.throughput:8,.0f} {tps / sim.throughput:8.2f} {fair:14.2f} {ratio:>10s} {ratio_sim:>6s} "
               f"{real.plans:5d} {sim.num_plans:4d}  {shares_real(real, world)} | {shares_sim(sim)}   "
-              f"{real.real_tokens * length_scale / sim.tokens:.2f}")
+              f"{real.real_tokens * length_scale / sim.tokens:15.2f}  {real.prefill_tokens * length_scale / sim.prefill_tokens:18.2f}  "
+              f"{reused(real.prefill_tokens, real.prefix_hit_tokens):8.0f} | {reused(sim.prefill_tokens, sim.prefix_hit_tokens):3.0f}")
+
+
+def reused(prefilled: int, hits: int) -> float:
+    """Percent of the prompt tokens to (re)compute that a shared prefix saved."""
+    return 100 * hits / max(prefilled + hits, 1)

@@ -17,12 +17,12 @@ from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec
 from pivot.emulate.clock import EmulatedClock, WorkTally
 from pivot.emulate.costs import EmulatedCosts, paper_config, runtime_config
-from pivot.emulate.flow import EmulatedFlow, emulated_workload
+from pivot.emulate.flow import EmulatedFlow, PromptShape, emulated_workload
 from pivot.emulate.roles import EmulatedInference, EmulatedTrainer
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.workload import Workload
 
-__all__ = ["EmulatedClock", "EmulatedCosts", "EmulatedFlow", "controller_parts", "emulated_workload", "install",
+__all__ = ["EmulatedClock", "EmulatedCosts", "EmulatedFlow", "PromptShape", "controller_parts", "emulated_workload", "install",
            "paper_config", "read_tallies", "runtime_config", "tally_lines", "write_tally"]
 
 

@@ -29,6 +29,10 @@ class WorkTally:
     """Wall seconds slept to reach the deadlines."""
     overrun_s: float = 0.0
     """Wall seconds by which compute passed a deadline."""
+    prefill_tokens: int = 0
+    """Real tokens an engine prefilled (inference work; re-prefills included)."""
+    prefix_hit_tokens: int = 0
+    """Real prompt tokens an engine reused from a shared prefix instead of prefilling."""
 
 
 @dataclass

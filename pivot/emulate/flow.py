@@ -34,16 +34,43 @@ class EmulatedFlow(RLFlow):
             params = {**params, "max_new_tokens": self.real_length(drawn), "ignore_eos": True}
         return super()._new_seq(role, key, prompt_ids, params, **extra)
 
+    def judge_seq(self, key: Key, response: str, r_verifiable: float) -> SeqInfo:
+        """The judge reads every token of the drawn response, as the simulator's GenRM prompt
+        holds it: with EOS ignored, the tiny policy writes EOS tokens inside its drawn length,
+        which the usual decoding drops (22% of the response tokens on the tiny task)."""
+        ids = self.buffer.sample(key).response_ids
+        if key[2] >= 0 and ids is not None:
+            response = self.policy_tok.decode(ids, keep_special=True)
+        return super().judge_seq(key, response, r_verifiable)
 
-def emulated_workload(batch_prompts: int, group_size: int, prompt_tokens: float, judge_template_tokens: float,
-                      length_scale: int, base: Workload | None = None) -> Workload:
+
+@dataclass(frozen=True)
+class PromptShape:
+    """The emulated run's real prompts, in real tokens, as the simulator's workload copies them."""
+
+    prompt: float
+    """Mean rollout prompt (the tiny task's prompts are all about the same length)."""
+    template: int
+    """The judge template around the question and the response."""
+    prompt_common: int = 0
+    """Leading tokens every rollout prompt shares, in whole KV blocks (what the engine can reuse)."""
+    judge_common: int = 0
+    """Leading tokens every judge prompt shares, in whole KV blocks."""
+    judge_question_first: bool = False
+    """The judge template puts the question before the response (a group's judges share it)."""
+
+
+def emulated_workload(batch_prompts: int, group_size: int, shape: PromptShape, length_scale: int,
+                      base: Workload | None = None) -> Workload:
     """The simulator's workload for the emulated run: its response and judge distributions, the
-    run's batch, and the run's real prompt and judge-template lengths in paper tokens (the tiny
-    task's prompts are all about the same length)."""
+    run's batch, and the run's real prompts and judge template in paper tokens."""
     from pivot.sim.workload import LengthDist
 
     base = base or Workload()
-    p = max(1.0, prompt_tokens * length_scale)
+    p = max(1.0, shape.prompt * length_scale)
     return Workload(prompt=LengthDist(p, 0.0, int(p) + 1, low=1), response=base.response, judge=base.judge,
-                    judge_template_tokens=int(judge_template_tokens * length_scale),
+                    judge_template_tokens=shape.template * length_scale,
+                    prompt_common_tokens=shape.prompt_common * length_scale,
+                    judge_common_tokens=shape.judge_common * length_scale,
+                    judge_question_first=shape.judge_question_first,
                     prompts_per_step=batch_prompts, group_size=group_size)

@@ -26,6 +26,10 @@ class EmulatedRun:
     overrun_s: float
     """Wall seconds compute ran past a deadline, over all ranks."""
     train_overrun_s: float
+    prefill_tokens: int
+    """Real tokens the engines prefilled (re-prefills included)."""
+    prefix_hit_tokens: int
+    """Real prompt tokens the engines reused from shared prefixes."""
     """Emulated seconds the training slot's real compute ran past its steps' windows (its ranks
     step together, so this is what the slot, and every role waiting for the step, lost)."""
 
@@ -45,4 +49,6 @@ def measure(run_dir: str | Path, time_scale: float, tallies: dict[str, WorkTally
         plans=len(plans) - 1, steps=len(metrics), device_s={k: t.device_s for k, t in tallies.items()},
         compute_share=compute / max(window, 1e-9), overrun_s=sum(t.overrun_s for t in tallies.values()),
         train_overrun_s=train.overrun_s / max(train_ranks, 1) / time_scale,
+        prefill_tokens=sum(t.prefill_tokens for t in tallies.values()),
+        prefix_hit_tokens=sum(t.prefix_hit_tokens for t in tallies.values()),
     )

@@ -22,16 +22,19 @@ class EmulatedInference:
     def step(self) -> list[Output]:
         """One engine step, then its device time: L decode steps of the sequences it advanced
         and the prefill it did. TP followers mirror the leader's steps and are paced by it."""
-        engine = self.inner.engine
-        t0, prefilled = self.clock.now(), engine.scheduler.prefill_tokens
+        engine, role = self.inner.engine, self.inner.role
+        t0, prefilled, hits = self.clock.now(), engine.scheduler.prefill_tokens, engine.scheduler.prefix_hit_tokens
         outputs = self.inner.step()
         if engine.runner.is_leader:
             decoded = [len(s.token_ids) for s in engine.scheduler.running]
             decoded += [len(o.prompt_ids) + len(o.output_ids) for o in outputs]
-            emulated = self.costs.engine_step_s(self.inner.role, len(decoded), sum(decoded) - len(decoded),
-                                                engine.scheduler.prefill_tokens - prefilled)
+            prefilled = engine.scheduler.prefill_tokens - prefilled
+            emulated = self.costs.engine_step_s(role, len(decoded), sum(decoded) - len(decoded), prefilled)
             if emulated > 0:  # an empty step (a lockstep leader with nothing to run) is no device work
-                self.clock.wait(self.inner.role, t0, emulated, self.costs.tp(self.inner.role))
+                self.clock.wait(role, t0, emulated, self.costs.tp(role))
+                tally = self.clock.tally[role]
+                tally.prefill_tokens += prefilled
+                tally.prefix_hit_tokens += engine.scheduler.prefix_hit_tokens - hits
         return outputs
 
     def shift_up(self, slot: int, group: object, read: Callable) -> tuple[int, dict[str, float]]:

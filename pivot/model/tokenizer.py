@@ -77,8 +77,9 @@ class TextTokenizer:
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
 
-    def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(ids, skip_special_tokens=True)
+    def decode(self, ids: list[int], keep_special: bool = False) -> str:
+        """The text of `ids`; special tokens (EOS, padding) are dropped unless `keep_special`."""
+        return self.tok.decode(ids, skip_special_tokens=not keep_special)
 
     def render_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
         """The chat template's text for `messages`; extra keywords are template switches."""

@@ -21,7 +21,12 @@ form and the replica is advanced in O(1), not step by step:
 
 A running sequence stores the replica step at which it started and its generated count then;
 its progress is read off the step counter. Starting costs a prefill of its whole length (prompt
-plus tokens generated before an abort or preemption: re-prefill), paid as a stall of the replica.
+plus tokens generated before an abort or preemption: re-prefill), paid as a stall of the replica,
+less the longest shared prefix (`prefixes`: (key, tokens) pairs, such as a GRPO group's prompt)
+that a sequence running on this replica already holds: the engine computes a shared prefix once
+(radix cache, keyed blocks). Its last token is always computed. KV is still counted per sequence
+(as the shift-aware scheduler counts it), and a prefix held only by finished sequences is not
+reused (under load, an engine evicts those blocks first).
 """
 from __future__ import annotations
 
@@ -34,7 +39,8 @@ from pivot.sim.hardware import decode_steps_s
 
 class SimReplica:
     __slots__ = ("rid", "m", "cap", "limit", "max_running", "steps", "clock", "tok", "seqs", "waiting", "_finish", "ver",
-                 "prefill_per_tok", "prefilled", "preemptions", "busy_s", "_arrivals")
+                 "prefill_per_tok", "prefilled", "prefix_hits", "preemptions", "busy_s", "_arrivals", "_prefixes",
+                 "_holders")
 
     def __init__(self, rid: int, model: ThroughputModel, cap: int, prefill_per_tok: float, max_running: int = 1 << 30,
                  headroom: float = 0.0) -> None:
@@ -53,6 +59,9 @@ class SimReplica:
         self._finish: list[tuple[int, int, int]] = []  # (step at which it finishes, sid, ver), lazy deletion
         self.ver = 0
         self.prefilled = 0  # tokens prefilled (first prefills and re-prefills)
+        self.prefix_hits = 0  # tokens of shared prefixes reused instead of prefilled
+        self._prefixes: dict[int, tuple[tuple[object, int], ...]] = {}  # waiting and running: sid -> its prefixes
+        self._holders: dict[object, int] = {}  # prefix key -> running sequences holding it
         self.preemptions = 0
         self.busy_s = 0.0  # seconds spent in decode steps and prefills
 
@@ -133,22 +142,28 @@ class SimReplica:
         self._admit()
         return sorted(out)
 
-    def add(self, sid: int, prompt_len: int, generated: int, target: int, now: float) -> None:
-        """A dispatched sequence joins the waiting list (call `advance(now)` first)."""
+    def add(self, sid: int, prompt_len: int, generated: int, target: int, now: float,
+            prefixes: tuple[tuple[object, int], ...] = ()) -> None:
+        """A dispatched sequence joins the waiting list (call `advance(now)` first); `prefixes`:
+        the (key, tokens) prefixes of its prompt that other sequences share."""
         if not self.seqs:
             self.clock = max(self.clock, now)
         self._arrivals += 1
         self.waiting[sid] = (prompt_len, generated, target, self._arrivals)
+        self._prefixes[sid] = prefixes
         self.ver += 1
         self._admit()
 
     def remove(self, sid: int) -> int:
         """Take a sequence off (running or waiting); returns its generated count."""
         self.ver += 1
+        prefixes = self._prefixes.pop(sid)
         if sid in self.waiting:
             return self.waiting.pop(sid)[1]
         gen = self.generated(sid)
         p = self.seqs.pop(sid)[2]
+        for key, _ in prefixes:
+            self._holders[key] -= 1
         self.tok -= p + gen
         return gen
 
@@ -164,14 +179,22 @@ class SimReplica:
             self.seqs[sid] = (self.steps, gen, prompt, self.ver, target, arrival)
             self.tok += length
             heapq.heappush(self._finish, (self.steps + max(target - gen, 0), sid, self.ver))
-            self.clock += self.prefill_per_tok * length
-            self.busy_s += self.prefill_per_tok * length
-            self.prefilled += length
+            shared = 0
+            for key, tokens in self._prefixes[sid]:
+                if self._holders.get(key, 0) > 0:
+                    shared = max(shared, min(tokens, length - 1))
+                self._holders[key] = self._holders.get(key, 0) + 1
+            self.clock += self.prefill_per_tok * (length - shared)
+            self.busy_s += self.prefill_per_tok * (length - shared)
+            self.prefilled += length - shared
+            self.prefix_hits += shared
 
     def _preempt(self) -> None:
         while len(self.seqs) > 1 and self.tok + len(self.seqs) > self.cap:
             sid = max(self.seqs, key=lambda s: self.seqs[s][5])  # the newest arrival
             _, _, prompt, _, target, arrival = self.seqs[sid]
+            prefixes = self._prefixes[sid]
             gen = self.remove(sid)
             self.waiting = {sid: (prompt, gen, target, arrival), **self.waiting}  # first to be readmitted
+            self._prefixes[sid] = prefixes
             self.preemptions += 1

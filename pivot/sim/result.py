@@ -70,6 +70,8 @@ class SimResult:
     """Sequences the replicas preempted on a full KV cache (recomputed later)."""
     prefill_tokens: int = 0
     """Tokens prefilled, re-prefills after aborts and preemptions included."""
+    prefix_hit_tokens: int = 0
+    """Prompt tokens a replica reused from a shared prefix instead of prefilling."""
 
     def finish(self, end_s: float, samples: dict[int, list[SimSample]], reps: Mapping[int, SimReplica],
                train_rid: int, wall_s: float) -> None:
@@ -78,6 +80,7 @@ class SimResult:
         self.tokens = sum(s.tokens for st in range(self.warmup_steps, self.steps) for s in samples[st])
         self.preemptions = sum(r.preemptions for r in reps.values())
         self.prefill_tokens = sum(r.prefilled for r in reps.values())
+        self.prefix_hit_tokens = sum(r.prefix_hits for r in reps.values())
         self.busy_s = {rid: r.busy_s for rid, r in reps.items()}
         self.busy_s[train_rid] = sum(self.train_s)
 

@@ -172,7 +172,9 @@ class Simulator(ClusterHost):
                 self.res.aborts += 1
                 self.sched[role].on_progress(sid, seq.generated)
             else:
-                rep.add(sid, seq.prompt_len, seq.generated, seq.target, self.now)
+                w = self.opts.workload
+                prefixes = w.rollout_prefixes(seq.sample) if role == Role.ROLLOUT else w.judge_prefixes(seq.sample)
+                rep.add(sid, seq.prompt_len, seq.generated, seq.target, self.now, prefixes)
         for rid in touched:
             self._schedule(rid)
 

@@ -18,6 +18,11 @@ says, DAPO's recipe where it does not.
 - GenRM responses: the judge reasons before it scores (GLM-Z1 and Qwen3 are thinking models):
   median 2,500 tokens, sigma 0.8 (mean ~3,400), clipped at the paper's 20K cap (~0.5% reach it).
   Its prompt is a 200-token judge template plus the question plus the policy's response.
+- Shared prefixes, which a serving engine prefills once per replica (sglang's radix cache, the
+  embedded engine's keyed blocks): a group's 16 rollouts share their whole prompt, and every
+  rollout prompt opens with DAPO's answer-format instruction (about 40 tokens with the chat
+  template's header). Every judge prompt opens with the template's instructions (150 of its 200
+  tokens), followed by the question, so a group's judges share those and the question too.
 - Staleness 2 (the paper's setting for every asynchronous deployment) is `cfg.train.staleness`;
   colocated runs on-policy.
 
@@ -55,6 +60,12 @@ class Workload:
     response: LengthDist = field(default_factory=lambda: LengthDist(1500, 1.0, 15360))
     judge: LengthDist = field(default_factory=lambda: LengthDist(2500, 0.8, 20480))
     judge_template_tokens: int = 200
+    prompt_common_tokens: int = 40
+    """Leading tokens every rollout prompt shares (a group's prompts are identical)."""
+    judge_common_tokens: int = 150
+    """Leading tokens of the judge template every judge prompt shares."""
+    judge_question_first: bool = True
+    """The question follows those tokens (before the response): a group's judges share it too."""
     prompts_per_step: int | None = None
     """Prompts of one RL step; None = `DAPO_PROMPTS_PER_DEVICE` per device of the cluster."""
     group_size: int = 16
@@ -65,6 +76,22 @@ class Workload:
             raise ValueError(f"Workload.prompts_per_step={self.prompts_per_step}: need >= 1 (or None)")
         if self.group_size < 1:
             raise ValueError(f"Workload.group_size={self.group_size}: need >= 1")
+        if not 0 <= self.judge_common_tokens <= self.judge_template_tokens:
+            raise ValueError(f"Workload.judge_common_tokens={self.judge_common_tokens}: need 0..judge_template_tokens")
+        if self.prompt_common_tokens < 0:
+            raise ValueError(f"Workload.prompt_common_tokens={self.prompt_common_tokens}: need >= 0")
+
+    def rollout_prefixes(self, s: "SimSample") -> tuple[tuple[object, int], ...]:
+        """(key, tokens) of the prefixes `s`'s rollout prompt shares with others, shortest first."""
+        common = min(self.prompt_common_tokens, s.prompt_len)
+        return (("rollout",), common), (("rollout", s.step, s.group), s.prompt_len)
+
+    def judge_prefixes(self, s: "SimSample") -> tuple[tuple[object, int], ...]:
+        """(key, tokens) of the prefixes `s`'s judge prompt shares with others, shortest first."""
+        out: tuple[tuple[object, int], ...] = ((("reward",), self.judge_common_tokens),)
+        if self.judge_question_first:
+            out += ((("reward", s.step, s.group), self.judge_common_tokens + s.prompt_len),)
+        return out
 
     def prompts(self, devices: int) -> int:
         return self.prompts_per_step if self.prompts_per_step is not None else DAPO_PROMPTS_PER_DEVICE * devices
@@ -83,6 +110,8 @@ class SimSample:
 
     step: int
     index: int
+    group: int
+    """The prompt it answers (its GRPO group) within the step."""
     prompt_len: int
     response_len: int
     judge_len: int
@@ -102,9 +131,9 @@ def step_samples(w: Workload, seed: int, step: int, devices: int) -> list[SimSam
     """The prompts x group_size samples of `step` on a cluster of `devices` (a group shares its prompt)."""
     rng = random.Random(f"{seed}/{step}")
     out: list[SimSample] = []
-    for _ in range(w.prompts(devices)):
+    for group in range(w.prompts(devices)):
         p = w.prompt.draw(rng)
         for _ in range(w.group_size):
             r, j = w.response.draw(rng), w.judge.draw(rng)
-            out.append(SimSample(step, len(out), p, r, j, w.judge_template_tokens + p + r))
+            out.append(SimSample(step, len(out), group, p, r, j, w.judge_template_tokens + p + r))
     return out

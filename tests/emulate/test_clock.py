@@ -83,12 +83,13 @@ def test_engine_step_waits_the_profiles_decode_and_prefill_time() -> None:
     ft = FakeTime()
     clock = EmulatedClock(0.01, now=ft.now, sleep=ft.sleep)
     seqs = [SimpleNamespace(token_ids=[0] * 40) for _ in range(2)]
-    sched = SimpleNamespace(running=seqs, prefill_tokens=0)
+    sched = SimpleNamespace(running=seqs, prefill_tokens=0, prefix_hit_tokens=0)
     engine = SimpleNamespace(scheduler=sched, runner=SimpleNamespace(is_leader=True))
 
     def step() -> list:  # 3 ms of compute; prefills 40 tokens; one sequence (41 tokens now) finishes
         ft.t += 0.003
         sched.prefill_tokens += 40
+        sched.prefix_hit_tokens += 8
         return [SimpleNamespace(prompt_ids=[0] * 10, output_ids=[0] * 31)]
 
     role = EmulatedInference(SimpleNamespace(engine=engine, role="rollout", step=step), costs, clock)
@@ -97,6 +98,7 @@ def test_engine_step_waits_the_profiles_decode_and_prefill_time() -> None:
     # sequences advanced: 2 running (40 tokens each) + 1 finished (41): n = 3, KV before the step = 121 - 3
     expected = costs.engine_step_s("rollout", 3, 118, 40)
     assert ft.t - t0 == pytest.approx(expected * 0.01) and ft.slept == [pytest.approx(expected * 0.01 - 0.003)]
+    assert (clock.tally["rollout"].prefill_tokens, clock.tally["rollout"].prefix_hit_tokens) == (40, 8)
 
 
 def test_training_and_shifts_wait_the_profiles_time() -> None:

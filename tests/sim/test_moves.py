@@ -14,7 +14,8 @@ from tests.sim.conftest import small_cfg
 
 
 def _first_prefill_tokens(cfg: object, opts: SimOptions) -> int:
-    """Tokens prefilled if every rollout and judge sequence is prefilled exactly once."""
+    """Tokens prefilled if every rollout and judge sequence is prefilled exactly once, shared
+    prefixes counted for each sequence (what the replicas prefill plus what they reuse)."""
     return sum(s.prompt_len + s.judge_prompt_len for st in range(opts.steps)
                for s in step_samples(opts.workload, cfg.seed, st, 8))
 
@@ -27,7 +28,7 @@ def test_phase_switch_brings_replicas_up_together(name: str, opts: SimOptions) -
     res = simulate(cfg, opts)
     assert any(s.up and s.role == "reward" for s in res.shifts)
     assert res.aborts == 0 and res.preemptions == 0
-    assert res.prefill_tokens == _first_prefill_tokens(cfg, opts)
+    assert res.prefill_tokens + res.prefix_hit_tokens == _first_prefill_tokens(cfg, opts)
 
 
 LONG = Workload(prompt=LengthDist(200, 0.3, 1024), response=LengthDist(1500, 1.0, 8000), judge=LengthDist(1000, 1.0, 8000),
@@ -46,7 +47,7 @@ def test_full_kv_cache_preempts_a_few_sequences_and_recomputes_little() -> None:
     res = simulate(cfg, opts)
     assert 0 < res.preemptions <= 0.02 * N_SEQS  # the caches do fill, the replicas do not thrash
     assert res.aborts == 0  # nothing shifts, so the schedulers never abort
-    assert res.prefill_tokens <= 1.02 * _first_prefill_tokens(cfg, opts)
+    assert res.prefill_tokens + res.prefix_hit_tokens <= 1.02 * _first_prefill_tokens(cfg, opts)
 
 
 def test_shifting_under_kv_pressure_moves_each_sequence_about_once() -> None:
@@ -55,4 +56,4 @@ def test_shifting_under_kv_pressure_moves_each_sequence_about_once() -> None:
     res = simulate(cfg, opts)
     assert res.num_plans > 0
     assert res.aborts + res.preemptions <= N_SEQS
-    assert res.prefill_tokens <= 2 * _first_prefill_tokens(cfg, opts)
+    assert res.prefill_tokens + res.prefix_hit_tokens <= 2 * _first_prefill_tokens(cfg, opts)

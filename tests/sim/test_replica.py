@@ -101,3 +101,30 @@ def test_admission_and_readmission_pay_the_prefill() -> None:
         rep.advance(rep.next_event())
         rep.finished()
     assert rep.preemptions == 1 and rep.prefilled == 90 + 30 + gen  # prompt and generated tokens recomputed
+
+
+def _prefill_of(rep: SimReplica, sid: int, prompt: int, prefixes: tuple, generated: int = 0) -> float:
+    """Seconds the replica stalls to admit one more sequence."""
+    before = rep.clock
+    rep.add(sid, prompt, generated, 100, rep.clock, prefixes)
+    return rep.clock - before
+
+
+def test_a_prefix_held_by_a_running_sequence_is_prefilled_once() -> None:
+    rep = SimReplica(0, M, cap=10_000, prefill_per_tok=1.0)
+    group = ((("common",), 10), (("group", 0), 300))
+    assert _prefill_of(rep, 1, 300, group) == 300  # nothing to share yet
+    assert _prefill_of(rep, 2, 300, group) == 1  # its last token is always computed
+    other = ((("common",), 10), (("group", 1), 250))
+    assert _prefill_of(rep, 3, 250, other) == 240  # only the common head is held
+    assert _prefill_of(rep, 4, 300, group, generated=50) == 50  # a re-prefill shares the prompt
+    assert (rep.prefilled, rep.prefix_hits) == (300 + 1 + 240 + 50, 299 + 10 + 300)
+
+
+def test_a_prefix_is_not_shared_across_replicas_nor_after_its_holders_leave() -> None:
+    a, b = (SimReplica(i, M, cap=10_000, prefill_per_tok=1.0) for i in range(2))
+    group = ((("group", 0), 300),)
+    assert _prefill_of(a, 1, 300, group) == 300
+    assert _prefill_of(b, 2, 300, group) == 300  # another replica computes it again
+    a.remove(1)
+    assert _prefill_of(a, 3, 300, group) == 300  # its only holder left
