@@ -5,8 +5,12 @@ costs), for the paper-scale models of `cluster.emulate` on this job's devices.
 The runtime moves real tokens, `length_scale` times fewer than the paper's: one real decode
 step stands for `L = length_scale` paper decode steps, and a replica holding `tok` real KV
 tokens holds `L * tok` paper ones. Its config is scaled once at start (`runtime_config`):
-engine KV and prefill budgets by 1/L, planner seconds by the time scale; `paper_config` undoes
-it, so the simulator and the emulated runtime see one configuration.
+engine KV by 1/L, planner seconds by the time scale; `paper_config` undoes it, so the
+simulator and the emulated runtime see one configuration. The prefill budget per step stays as
+it is: each of the L paper steps a real step stands for may prefill a chunk of
+`max_prefill_tokens` paper tokens, L chunks are that many real tokens (scaled by 1/L, a replica
+that comes up with a full queue would admit about one judge per real step and take minutes of
+emulated time to fill, where the simulator, like a serving engine, fills it in one prefill).
 """
 from __future__ import annotations
 
@@ -37,8 +41,7 @@ def _preset(cfg: PivotConfig) -> PivotConfig:
 
 def _scaled_engine(e: EngineConfig, factor: float) -> EngineConfig:
     return dataclasses.replace(e, backend="embedded", block_size=BLOCK_SIZE,
-                               kv_capacity_tokens=max(BLOCK_SIZE, int(e.kv_capacity_tokens * factor)),
-                               max_prefill_tokens=max(1, int(e.max_prefill_tokens * factor)))
+                               kv_capacity_tokens=max(BLOCK_SIZE, int(e.kv_capacity_tokens * factor)))
 
 
 def _scaled_planner(cfg: PivotConfig, factor: float) -> PivotConfig:
@@ -49,8 +52,8 @@ def _scaled_planner(cfg: PivotConfig, factor: float) -> PivotConfig:
 
 
 def runtime_config(cfg: PivotConfig, workload: Workload | None = None) -> PivotConfig:
-    """The configuration the emulated ranks run: the preset's engines with KV and prefill budgets
-    over L, caps on response lengths over L, planner seconds times the time scale."""
+    """The configuration the emulated ranks run: the preset's engines with KV over L, caps on
+    response lengths over L, planner seconds times the time scale."""
     preset, L, workload = _preset(cfg), cfg.cluster.length_scale, workload or Workload()
     rollout = dataclasses.replace(cfg.rollout, engine=_scaled_engine(preset.rollout.engine, 1 / L),
                                   max_new_tokens=math.ceil(workload.response.cap / L))
@@ -64,10 +67,8 @@ def paper_config(cfg: PivotConfig, world: int, per_node: int) -> PivotConfig:
     L = cfg.cluster.length_scale
     out = _scaled_planner(copy.deepcopy(cfg), 1 / cfg.cluster.time_scale)
     out.model = copy.deepcopy(_preset(cfg).model)
-    out.rollout.engine = dataclasses.replace(out.rollout.engine, kv_capacity_tokens=out.rollout.engine.kv_capacity_tokens * L,
-                                             max_prefill_tokens=out.rollout.engine.max_prefill_tokens * L)
-    out.reward.engine = dataclasses.replace(out.reward.engine, kv_capacity_tokens=out.reward.engine.kv_capacity_tokens * L,
-                                            max_prefill_tokens=out.reward.engine.max_prefill_tokens * L)
+    out.rollout.engine = dataclasses.replace(out.rollout.engine, kv_capacity_tokens=out.rollout.engine.kv_capacity_tokens * L)
+    out.reward.engine = dataclasses.replace(out.reward.engine, kv_capacity_tokens=out.reward.engine.kv_capacity_tokens * L)
     out.cluster = dataclasses.replace(out.cluster, nnodes=world // per_node, devices_per_node=per_node, device="cuda")
     return out
 

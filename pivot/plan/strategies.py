@@ -8,7 +8,10 @@ which picks the planner `cfg.strategy` names (pivot, static, rule_based or chaos
   its up replicas; 1 if it has work but no replica) is above `rule_high` shifts up through
   the cheapest pair whose down side is only idle devices, an idle trainer or replicas of a
   role below `rule_low`; otherwise a role below `rule_low` shifts down its empty replicas
-  (keeping one). Pair cost here counts sequences, not modelled throughput.
+  (keeping one). Pair cost here counts sequences, not modelled throughput. Neither rule takes
+  the last replica of a role that still has sequences: they would wait, unserved, until the
+  role's utilisation rose again, which it cannot without a replica (a long rollout of the step
+  the trainer waits for, stranded for most of a step).
 """
 from __future__ import annotations
 
@@ -92,7 +95,7 @@ class RuleBasedPlanner(Planner):
             if util[role] <= cfg.rule_high:
                 continue
             for pair in build_pairs(snap, role, counts, 1.0):
-                if all(role_of[d] in low or role_of[d] == Role.TRAIN for d in pair.down):
+                if all(role_of[d] in low or role_of[d] == Role.TRAIN for d in pair.down) and not self._strands(snap, pair.down):
                     return ShiftPlan(role, pair.up, pair.down, 0.0, pair.penalty, PlanTimings())
         for role in sorted(low):
             up = [r.replica_id for r in snap.slots(role) if r.replica_id in snap.active]
@@ -102,6 +105,16 @@ class RuleBasedPlanner(Planner):
             if empty:
                 return ShiftPlan(None, (), tuple(empty), 0.0, 0.0, PlanTimings())
         return None
+
+    @staticmethod
+    def _strands(snap: ClusterSnapshot, down: tuple[int, ...]) -> bool:
+        """Whether shifting `down` leaves a role with sequences and no replica up."""
+        for role in INFERENCE_ROLES:
+            up = [r.replica_id for r in snap.slots(role) if r.replica_id in snap.active]
+            has_work = bool(snap.queues.get(role)) or any(snap.running.get(rid) for rid in up)
+            if has_work and up and set(up) <= set(down):
+                return True
+        return False
 
     @staticmethod
     def _util(snap: ClusterSnapshot, role: Role) -> float:

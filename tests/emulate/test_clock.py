@@ -65,10 +65,12 @@ def emulated_cfg(length_scale: int = 100, time_scale: float = 0.01):
 def test_runtime_config_scales_engines_and_planner_and_paper_config_undoes_it() -> None:
     cfg = emulated_cfg()
     assert cfg.rollout.engine.kv_capacity_tokens == 262144 // 100 and cfg.rollout.engine.max_running_seqs == 256
+    assert cfg.reward.engine.max_prefill_tokens == 16384  # a real step is 100 paper steps of one chunk each
     assert cfg.reward.engine.backend == "embedded" and cfg.rollout.max_new_tokens == 154  # 15,360 / 100 up
     assert cfg.planner.horizon_s == pytest.approx(0.6) and cfg.planner.tau_shift_s == pytest.approx(0.03)
     paper = paper_config(cfg, 8, 8)
     assert paper.planner.horizon_s == pytest.approx(60.0) and paper.rollout.engine.kv_capacity_tokens == 262100
+    assert paper.reward.engine.max_prefill_tokens == 16384
     assert paper.model.policy_params_b == 7.6 and paper.cluster.nnodes == 1
 
 

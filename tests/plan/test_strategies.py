@@ -37,3 +37,16 @@ def test_rule_based_shifts_down_an_idle_role() -> None:
     snap = ClusterSnapshot(snap.replicas, snap.active, running, snap.queues, train_batch_ready=True)
     plan = make_planner(PlannerConfig(strategy="rule_based")).plan(snap)
     assert plan is not None and plan.down == tuple(range(17, 24)) and plan.up == ()
+
+
+def test_rule_based_never_takes_the_last_replica_of_a_role_with_sequences() -> None:
+    snap = figure8(train_batch_ready=True)  # training runs: the trainer cannot be taken
+    full = (100, 101, 102, 103, 105)  # reward on GPUs 0-15 and 20-23, KV > rule_high
+    running = {rid: tuple(SeqState(10_000 * rid + j, 1700) for j in range(100)) for rid in full}
+    active = (snap.active - set(range(17, 24))) | {105}  # rollout keeps one replica, GPU 16; 17-19 free
+    planner = make_planner(PlannerConfig(strategy="rule_based"))
+    lone = {**running, 16: (SeqState(1, 300, 9000),)}  # one long rollout: utilisation far below rule_low
+    assert planner.plan(ClusterSnapshot(snap.replicas, active, lone, {}, train_batch_ready=True)) is None
+    idle = {**running, 16: ()}
+    plan = planner.plan(ClusterSnapshot(snap.replicas, active, idle, {}, train_batch_ready=True))
+    assert plan is not None and plan.up_role == Role.REWARD and plan.down == (16,)
