@@ -26,12 +26,12 @@ class EmulatedRun:
     overrun_s: float
     """Wall seconds compute ran past a deadline, over all ranks."""
     train_overrun_s: float
+    """Emulated seconds the training slot's real compute ran past its steps' windows (its ranks
+    step together, so this is what the slot, and every role waiting for the step, lost)."""
     prefill_tokens: int
     """Real tokens the engines prefilled (re-prefills included)."""
     prefix_hit_tokens: int
     """Real prompt tokens the engines reused from shared prefixes."""
-    """Emulated seconds the training slot's real compute ran past its steps' windows (its ranks
-    step together, so this is what the slot, and every role waiting for the step, lost)."""
 
 
 def measure(run_dir: str | Path, time_scale: float, tallies: dict[str, WorkTally]) -> EmulatedRun:

@@ -162,8 +162,11 @@ class SimReplica:
             return self.waiting.pop(sid)[1]
         gen = self.generated(sid)
         p = self.seqs.pop(sid)[2]
-        for key, _ in prefixes:
-            self._holders[key] -= 1
+        for key, _ in prefixes:  # a key no running sequence holds is dropped: groups come and go
+            if self._holders[key] == 1:
+                del self._holders[key]
+            else:
+                self._holders[key] -= 1
         self.tok -= p + gen
         return gen
 
