@@ -149,7 +149,9 @@ class RewardConfig:
     do not use it ignore it. The verdict is read after the thinking block."""
     verifier: str = ""
     """Your answer check replacing the built-in one: `module:function` or `path/to/file.py:function`,
-    called as function(response, ground_truth) -> float in [0, 1]. Empty = the DAPO-Math check."""
+    called as function(response, ground_truth), or veRL's compute_score(data_source, solution_str,
+    ground_truth, extra_info=None); a float, or a dict whose "score" is the reward and whose other
+    keys are logged. `math_verify` = Hugging Face's math-verify. Empty = the DAPO-Math rule."""
     fallback_score: float = 0.0
     """Score given when the judge's verdict cannot be parsed (counted in metrics)."""
     w_verifiable: float = 1.0
@@ -284,8 +286,12 @@ class DataConfig:
     answer_key: str = "reward_model.ground_truth"
     """Column holding the ground-truth answer (dots reach into nested fields)."""
     chat_template: bool = False
-    """Render each prompt with the policy's chat template (chat messages as they are, plain text as
-    one user message). Off by default: DAPO-style RL of a base model feeds the raw prompt."""
+    """Render every prompt with the policy's chat template, plain text as one user message (the
+    policy must have a template). Without it, a prompt given as chat messages (veRL's layout) goes
+    through the policy's chat template when the policy has one, as veRL does; plain text, or any
+    prompt for a policy with no template, is fed as its text (`pivot.rl.data`)."""
+    raw_prompts: bool = False
+    """Feed every prompt as its text, even chat messages to a policy with a chat template."""
     shuffle_seed: int = 0
     """Shuffle seed of the data cursor."""
     synthetic_size: int = 4096
@@ -298,6 +304,8 @@ class DataConfig:
     def __post_init__(self) -> None:
         _check(1 <= self.min_digits <= self.max_digits, "data.min_digits", self.min_digits, "need 1 <= min_digits <= max_digits")
         _check(self.synthetic_size > 0, "data.synthetic_size", self.synthetic_size, "must be > 0")
+        _check(not (self.chat_template and self.raw_prompts), "data.raw_prompts", self.raw_prompts,
+               "give either --data.chat-template or --data.raw-prompts, not both")
 
 
 @dataclass

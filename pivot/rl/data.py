@@ -1,13 +1,21 @@
-"""Prompt datasets in DAPO-Math format (parquet or jsonl) and a resumable, shuffling cursor.
+"""Prompt datasets in DAPO-Math / veRL format (parquet or jsonl) and a resumable, shuffling cursor.
 
 A row holds a prompt (plain text, or chat messages `[{"role", "content"}, ...]`) and a
 ground-truth answer. Field names come from `pivot.config.DataConfig`; dots reach into nested
 fields, so DAPO's `reward_model.ground_truth` and a flat `ground_truth` both work: the
 configured `answer_key` is tried first, then `reward_model.ground_truth`, then `ground_truth`.
 
-Chat prompts are kept as messages (for a tokenizer with a chat template) and also rendered to
-text: a lone user message is its content verbatim (what the tiny tokenizer expects), several
-messages are joined as "role: content" lines.
+veRL's layout loads as it is, without flags: the columns its preprocessing scripts write
+(`examples/data_preprocess/gsm8k.py`, `math_dataset.py`; DAPO-Math-17k has the same) are
+`data_source`, `prompt` (chat messages), `ability`, `reward_model` {`style`, `ground_truth`} and
+`extra_info` (a struct). `data_source` and `extra_info` ride along with each prompt to a
+veRL-style verifier (`pivot.rl.plugins`); `extra_info` is kept as plain JSON (a value JSON cannot
+hold, such as a timestamp, becomes its str) because prompts are checkpointed as JSON.
+
+Chat prompts are kept as messages (the RL flow renders them with the policy's chat template when
+it has one, see `DataConfig.chat_template`) and also rendered to text, the form a policy without
+a template is fed and the judge sees: a lone user message is its content verbatim (what the tiny
+tokenizer expects), several messages are joined as "role: content" lines.
 
 Rows with a missing field, an empty prompt, a wrong type, broken JSON or bytes that are not
 UTF-8 are skipped and counted in `DataStats`; a dataset with no valid row, or a file that is not
@@ -36,6 +44,10 @@ class Prompt:
     ground_truth: str
     messages: list[dict[str, str]] | None = None
     """The original chat messages, None for a plain-text prompt."""
+    data_source: str = ""
+    """The row's `data_source` (veRL routes a row to its scorer by it); "" when it has none."""
+    extra_info: dict[str, Any] | None = None
+    """The row's `extra_info` object (JSON values), None when it has none."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Prompt:
@@ -110,7 +122,11 @@ def parse_row(row: Any, index: int, config: DataConfig) -> Prompt | tuple[str, s
         return "bad_type", f"{where}: prompt is neither text nor a list of {{role, content}} messages"
     if not text.strip():
         return "missing_prompt", f"{where}: empty prompt"
-    return Prompt(id=index, text=text, ground_truth=str(answer).strip(), messages=messages)
+    source = row.get("data_source")
+    extra = row.get("extra_info")
+    return Prompt(id=index, text=text, ground_truth=str(answer).strip(), messages=messages,
+                  data_source="" if source is None else str(source),
+                  extra_info=json.loads(json.dumps(extra, default=str)) if isinstance(extra, dict) else None)
 
 
 def rows_to_dataset(rows: list[Any], config: DataConfig, source: str) -> PromptDataset:

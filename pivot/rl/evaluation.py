@@ -60,7 +60,7 @@ def _fresh_synthetic(data: DataConfig, n: int, seen: set[str], seed: int) -> lis
                 (recalled if p.text in fine_tuned else fresh).append(p)
         draw += 1
     chosen = (fresh + recalled)[:n]
-    return [Prompt(i, p.text, p.ground_truth, p.messages) for i, p in enumerate(chosen)]
+    return [dataclasses.replace(p, id=i) for i, p in enumerate(chosen)]
 
 
 @dataclass

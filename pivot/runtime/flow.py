@@ -21,7 +21,7 @@ from pivot.rl.batch import TrainBatch, batch_from_groups
 from pivot.rl.buffer import Key, Outcome, SampleBuffer
 from pivot.rl.data import Prompt, PromptCursor
 from pivot.rl.evaluation import EvalResult, EvalRun
-from pivot.rl.plugins import CheckedVerifier, judge_template, load_verifier
+from pivot.rl.plugins import CheckedVerifier, extra_means, judge_template, load_verifier
 from pivot.rl.reward import GenRMScorer, total_reward
 from pivot.sched.records import SeqState, step_major_id
 
@@ -68,6 +68,7 @@ class RLFlow:
     next_step: int = 0  # next step whose prompts are not submitted yet
     seqs: dict[int, SeqInfo] = field(default_factory=dict)
     verifiable: dict[Key, float] = field(default_factory=dict)  # R_verifiable per sample, for metrics
+    reward_extra: dict[Key, dict] = field(default_factory=dict)  # a dict verifier result's other keys (not checkpointed)
     judgings: dict[Key, int] = field(default_factory=dict)  # GenRM verdicts received per sample
     stats: FlowStats = field(default_factory=FlowStats)
     evals: dict[int, EvalRun] = field(default_factory=dict)  # in flight, by step
@@ -100,14 +101,17 @@ class RLFlow:
 
     # ---- prompts as token ids ---------------------------------------------------------------
     def policy_ids(self, prompt: Prompt) -> list[int]:
-        """The policy's input: the raw prompt text, or with --data.chat-template the policy's chat
-        template over the prompt's messages (a plain-text prompt is one user message)."""
+        """The policy's input: the policy's chat template over the prompt's chat messages when it has
+        one (every prompt with --data.chat-template, plain text as one user message), else the
+        prompt's text (always with --data.raw-prompts)."""
         key = f"{prompt.text}\0{prompt.messages}"
         ids = self._policy_ids.get(key)
         if ids is None:
             if len(self._policy_ids) >= _PROMPT_CACHE:
                 self._policy_ids.clear()
-            if not self.cfg.data.chat_template:
+            data = self.cfg.data
+            templated = data.chat_template or (prompt.messages is not None and self.policy_tok.chat_template is not None)
+            if data.raw_prompts or not templated:
                 ids = self.policy_tok.encode(prompt.text)
             else:
                 messages = prompt.messages or [{"role": "user", "content": prompt.text}]
@@ -166,6 +170,7 @@ class RLFlow:
         for g in range(self.buffer.group_size):
             self.verifiable.pop((step, prompt_id, g), None)
             self.judgings.pop((step, prompt_id, g), None)
+            self.reward_extra.pop((step, prompt_id, g), None)
         keys = self.buffer.replace_group(step, prompt_id, self._next_prompts(1)[0])
         return [self.rollout_seq(k) for k in keys]
 
@@ -189,11 +194,17 @@ class RLFlow:
         self.stats.rollouts_finished += 1
         self.stats.tokens_rollout += len(out.prompt_ids) + len(out.output_ids)
         sample = self.buffer.sample(info.key)
-        r_v = self.verify(text, sample.prompt.ground_truth)
-        self.verifiable[info.key] = r_v
+        r_v = self._verify(info.key, text, sample.prompt)
         if self.cfg.reward.w_genrm == 0:  # no judge: the verifiable reward is the reward
             return self._rewarded(info.key, total_reward(r_v, None, self.cfg.reward))
         return [self.judge_seq(info.key, text, r_v)]
+
+    def _verify(self, key: Key, response: str, prompt: Prompt) -> float:
+        score = self.verify.check(response, prompt)
+        self.verifiable[key] = score.value
+        if score.extras:
+            self.reward_extra[key] = score.extras
+        return score.value
 
     def _rewarded(self, key: Key, reward: float) -> list[SeqInfo]:
         accepted = self.buffer.on_reward(key, reward) == Outcome.ACCEPTED  # duplicates counted there
@@ -240,7 +251,7 @@ class RLFlow:
         info = self.seqs.pop(out.id)
         run = self.evals[info.eval_step]
         prompt = self.heldout[info.key[1]]
-        score = self.verify(self.policy_tok.decode(out.output_ids), prompt.ground_truth)
+        score = self.verify.check(self.policy_tok.decode(out.output_ids), prompt).value
         run.add(info.key[1], score, len(out.output_ids), out.weights_version)
         if run.finished:
             self.eval_results.append(self.evals.pop(run.step).result(time.monotonic()))
@@ -266,6 +277,7 @@ class RLFlow:
             {"step": s.step, "prompt": s.prompt_id, "sample": s.sample_idx, "prompt_row": s.prompt.id,
              "version": s.version, "reward": s.reward, "verifiable": self.verifiable.get(s.key, 0.0),
              "judgings": self.judgings.pop(s.key, 0), "response_tokens": len(s.response_ids or ()), "response": s.text}
+            | ({"reward_extra": self.reward_extra[s.key]} if s.key in self.reward_extra else {})
             for s in flat
         ]
         summary = {
@@ -273,6 +285,7 @@ class RLFlow:
             "reward/accuracy": sum(self.verifiable.pop(s.key, 0.0) for s in flat) / n,
             "rollout/response_len": sum(len(s.response_ids or ()) for s in flat) / n,
             "rollout/staleness": sum(step - s.version for s in flat) / n,
+            **extra_means([self.reward_extra.pop(s.key, {}) for s in flat]),
         }
         return batch_from_groups(groups, self.policy_tok.encode), summary, records
 
@@ -313,7 +326,6 @@ class RLFlow:
         out = [self.rollout_seq(key) for key in self.buffer.pending_keys()]
         for key in self.buffer.unrewarded_keys():
             sample = self.buffer.sample(key)
-            r_v = self.verify(sample.text, sample.prompt.ground_truth)
-            self.verifiable[key] = r_v
+            r_v = self._verify(key, sample.text, sample.prompt)
             out.append(self.judge_seq(key, sample.text, r_v))
         return out

@@ -3,6 +3,7 @@ the judge's prompt inside the GenRM's template, and the verdict read after the t
 Oracle: transformers' apply_chat_template on the same tokenizer folder."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -26,18 +27,22 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _flow(folder: Path, data_template: bool, **reward: object) -> RLFlow:
+def _flow(folder: Path, data_template: bool, raw_prompts: bool = False, **reward: object) -> RLFlow:
     tok = TextTokenizer.from_pretrained(folder)
-    cfg = PivotConfig(data=DataConfig(synthetic_size=8, chat_template=data_template), reward=RewardConfig(**reward))
+    data = DataConfig(synthetic_size=8, chat_template=data_template, raw_prompts=raw_prompts)
+    cfg = PivotConfig(data=data, reward=RewardConfig(**reward))
     return RLFlow(cfg, PromptCursor(load_dataset(cfg.data)), tok, tok, SampleBuffer(2, 1), 1)
 
 
-def test_policy_prompt_raw_by_default_and_templated_on_request(folder: Path) -> None:
-    prompt = load_dataset(DataConfig(synthetic_size=8)).prompts[0]
-    raw = _flow(folder, False)
-    assert raw.policy_ids(prompt) == TextTokenizer.from_pretrained(folder).encode(prompt.text)
-    templated = _flow(folder, True).policy_ids(prompt)
-    assert templated == _hf_ids(folder, prompt.messages, add_generation_prompt=True)
+def test_chat_prompts_through_the_policy_template_plain_text_raw_unless_asked(folder: Path) -> None:
+    prompt = load_dataset(DataConfig(synthetic_size=8)).prompts[0]  # chat messages, veRL's layout
+    templated = _hf_ids(folder, prompt.messages, add_generation_prompt=True)
+    raw = TextTokenizer.from_pretrained(folder).encode(prompt.text)
+    assert _flow(folder, False).policy_ids(prompt) == templated  # the policy has a template: veRL's rule
+    assert _flow(folder, False, raw_prompts=True).policy_ids(prompt) == raw
+    plain = dataclasses.replace(prompt, messages=None)
+    assert _flow(folder, False).policy_ids(plain) == raw  # plain text stays text by default
+    assert _flow(folder, True).policy_ids(plain) == templated  # ... and is one user message on request
 
 
 @pytest.mark.parametrize("thinking", [True, False])
