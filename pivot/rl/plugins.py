@@ -143,6 +143,18 @@ class Score:
     value: float
     extras: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def accuracy(self) -> float:
+        """What accuracy figures count: a numeric `acc` extra when the verifier gives one (veRL's
+        validation takes "acc" over the reward: `_val_metrics_update` in ray_trainer.py), else the
+        reward (so math_dapo's -1/+1 rule, which gives `acc`, reports accuracy in [0, 1])."""
+        return accuracy(self.value, self.extras)
+
+
+def accuracy(value: float, extras: dict[str, Any]) -> float:
+    acc = extras.get("acc")
+    return float(acc) if isinstance(acc, (bool, int, float)) else value
+
 
 @dataclass
 class CheckedVerifier:
@@ -191,7 +203,9 @@ def _score(result: Any) -> Score:
 def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, str)):
         return value
-    if isinstance(value, numbers.Real):  # numpy and torch scalars too
+    if isinstance(value, numbers.Integral):  # numpy and torch scalars too
+        return int(value)
+    if isinstance(value, numbers.Real):
         number = float(value)
         return number if math.isfinite(number) else None
     return str(value)

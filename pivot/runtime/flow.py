@@ -21,7 +21,7 @@ from pivot.rl.batch import TrainBatch, batch_from_groups
 from pivot.rl.buffer import Key, Outcome, SampleBuffer
 from pivot.rl.data import Prompt, PromptCursor
 from pivot.rl.evaluation import EvalResult, EvalRun
-from pivot.rl.plugins import CheckedVerifier, extra_means, judge_template, load_verifier
+from pivot.rl.plugins import CheckedVerifier, accuracy, extra_means, judge_template, load_verifier
 from pivot.rl.reward import GenRMScorer, total_reward
 from pivot.sched.records import SeqState, step_major_id
 
@@ -251,7 +251,7 @@ class RLFlow:
         info = self.seqs.pop(out.id)
         run = self.evals[info.eval_step]
         prompt = self.heldout[info.key[1]]
-        score = self.verify.check(self.policy_tok.decode(out.output_ids), prompt).value
+        score = self.verify.check(self.policy_tok.decode(out.output_ids), prompt).accuracy
         run.add(info.key[1], score, len(out.output_ids), out.weights_version)
         if run.finished:
             self.eval_results.append(self.evals.pop(run.step).result(time.monotonic()))
@@ -282,7 +282,7 @@ class RLFlow:
         ]
         summary = {
             "reward/mean": sum(s.reward or 0.0 for s in flat) / n,
-            "reward/accuracy": sum(self.verifiable.pop(s.key, 0.0) for s in flat) / n,
+            "reward/accuracy": sum(accuracy(self.verifiable.pop(s.key, 0.0), self.reward_extra.get(s.key, {})) for s in flat) / n,
             "rollout/response_len": sum(len(s.response_ids or ()) for s in flat) / n,
             "rollout/staleness": sum(step - s.version for s in flat) / n,
             **extra_means([self.reward_extra.pop(s.key, {}) for s in flat]),

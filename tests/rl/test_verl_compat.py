@@ -178,6 +178,8 @@ def test_dict_result_score_is_the_reward_other_keys_are_extras(user_file: Path) 
     wrong = check.check("#### 70", row)
     assert wrong.value == -1.0 and wrong.extras["acc"] is False
     assert check("Answer: 42", "42") == 0.0 and check.errors == 1  # no data_source: its NotImplementedError is counted
+    assert (right.accuracy, wrong.accuracy) == (1.0, 0.0)  # "acc" over the -1/+1 score
+    assert check.check("Answer: 42", Prompt(0, "q", "42", data_source="math_dapo")).extras["pred"] == "42"
     no_score = CheckedVerifier(lambda response, ground_truth: {"acc": 1.0})
     assert no_score.check("r", row).value == 0.0 and "without 'score'" in no_score.first_error
 
@@ -211,6 +213,8 @@ def test_dict_extras_reach_metrics_and_samples(tmp_path: Path, user_file: Path) 
     # gsm8k: one right, one wrong; MATH: not routed by this function (raises, counted, 0.0, no extras); dapo: both right
     assert [r["reward"] for r in records] == [1.0, -1.0, 0.0, 0.0, 1.0, 1.0]
     assert summary["reward_extra/acc"] == pytest.approx(3 / 4)  # over the 4 samples that reported it
+    assert summary["reward/mean"] == pytest.approx(2 / 6)
+    assert summary["reward/accuracy"] == pytest.approx(3 / 6)  # "acc" where given (veRL's core metric), else the score
     assert "reward_extra/pred" not in summary and "reward_extra/split_seen" not in summary  # strings: samples only
     assert records[0]["reward_extra"] == {"acc": True, "pred": "72", "split_seen": "train"}
     assert "reward_extra" not in records[2] and flow.metrics()["count/verifier_errors"] == 2
@@ -230,3 +234,14 @@ def test_math_verify_by_name_in_the_flow(tmp_path: Path) -> None:
     ids = flow.policy_tok.encode("so it is \\boxed{0.75}")
     flow.on_output(Output(seq.seq_id, seq.request.prompt_ids, ids, [0.0] * len(ids), "stop", 0))
     assert flow.verifiable[seq.key] == 1.0 and flow.verify.style == "pivot"
+
+
+def test_heldout_accuracy_counts_acc_not_the_minus_one_score(tmp_path: Path, user_file: Path) -> None:
+    flow = _flow(tmp_path, f"{user_file}:compute_score")
+    flow.heldout = [p for p in flow.cursor.dataset.prompts if p.data_source == "math_dapo"] * 2
+    seqs = flow.start_eval(0)
+    for seq, reply in zip(seqs, ["Answer: 42", "Answer: 41"]):  # one right (+1), one wrong (-1)
+        ids = flow.policy_tok.encode(reply)
+        flow.on_output(Output(seq.seq_id, seq.request.prompt_ids, ids, [0.0] * len(ids), "stop", 0))
+    (result,) = flow.eval_results
+    assert result.scores == [1.0, 0.0] and result.accuracy == 0.5  # the mean score would say 0.0
