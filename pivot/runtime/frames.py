@@ -33,6 +33,26 @@ def session_key(secret: bytes, nonce: bytes) -> bytes:
     return hmac.digest(secret, b"pivot-control-v1|" + nonce, hashlib.sha256)
 
 
+class Hmac:
+    """HMAC-SHA256 under one key (RFC 2104) with the padded-key hash states computed once:
+    OpenSSL 3's one-shot `hmac.digest` sets up a keyed context on every call (~9 us per small
+    frame here vs ~2 us; tools/bench_control.py). The tests check it against `hmac.new`."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) > 64:  # the SHA-256 block; session keys are 32 bytes
+            key = hashlib.sha256(key).digest()
+        key = key.ljust(64, b"\0")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
+
+    def tag(self, data: bytes | memoryview) -> bytes:
+        inner = self._inner.copy()
+        inner.update(data)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+
 @dataclass(frozen=True)
 class Opened:
     src: int
@@ -49,14 +69,14 @@ class Sealer:
     """One sender's frames: numbered in the order they are sealed."""
 
     def __init__(self, key: bytes, direction: int, src: int) -> None:
-        self.key, self.direction, self.src = key, direction, src
+        self.mac, self.direction, self.src = Hmac(key), direction, src
         self.seq = 0
 
     def seal(self, dst: int, msg: object) -> bytes:
         code, payload = wire.encode(msg)
         body = HEADER.pack(MAGIC, self.direction, code, self.src, dst, self.seq) + payload
         self.seq += 1
-        return body + hmac.digest(self.key, body, hashlib.sha256)
+        return body + self.mac.tag(body)
 
 
 class Opener:
@@ -64,7 +84,7 @@ class Opener:
     the source ranks it accepts."""
 
     def __init__(self, key: bytes, direction: int, dst: int | None, world: int) -> None:
-        self.key, self.direction, self.dst, self.world = key, direction, dst, world
+        self.mac, self.direction, self.dst, self.world = Hmac(key), direction, dst, world
         self.last: dict[int, int] = {}  # source rank -> last sequence number accepted
 
     def open(self, frame: bytes | memoryview) -> Opened | Rejected:
@@ -79,7 +99,7 @@ class Opener:
         if frame[:4] != MAGIC:
             return Rejected("not a Pivot control frame")
         body, tag = frame[:-TAG_BYTES], frame[-TAG_BYTES:]
-        if not hmac.compare_digest(hmac.digest(self.key, body, hashlib.sha256), tag):
+        if not hmac.compare_digest(self.mac.tag(body), tag):
             return Rejected("bad authentication tag")
         _, direction, code, src, dst, seq = HEADER.unpack_from(frame)
         if direction != self.direction:

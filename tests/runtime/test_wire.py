@@ -193,3 +193,9 @@ def test_header_layout_is_the_documented_one() -> None:
     frame = frames.Sealer(KEY, frames.TO_WORKER, 0).seal(3, m.Stop())
     assert struct.unpack_from("<4sBBIIQ", frame) == (b"PVC1", 1, m.MESSAGE_TYPES.index(m.Stop), 0, 3, 0)
     assert frame[-32:] == hmac.new(KEY, frame[:-32], "sha256").digest()  # the stdlib's HMAC, spelled out
+
+
+@settings(max_examples=100, deadline=None)
+@given(key=st.binary(min_size=1, max_size=100), data=st.binary(max_size=300))
+def test_precomputed_hmac_is_the_stdlib_hmac(key: bytes, data: bytes) -> None:
+    assert frames.Hmac(key).tag(data) == hmac.new(key, data, hashlib.sha256).digest()
