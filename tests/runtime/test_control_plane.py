@@ -33,6 +33,19 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
+def own_addresses() -> set[str]:
+    """This host's non-loopback IPv4 addresses: its name's, and the source of its default route
+    (a UDP connect sends nothing)."""
+    found = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.254.254.254", 9))
+            found.add(s.getsockname()[0])
+    except OSError:
+        pass
+    return {ip for ip in found if not ip.startswith("127.")}
+
+
 def start(world: int, spec: ClusterSpec | None = None) -> tuple[dist.Store, ControllerEndpoint, list[WorkerEndpoint]]:
     store = dist.HashStore()
     ctrl = ControllerEndpoint(store, spec or ClusterSpec(world, 0, world))
@@ -65,8 +78,7 @@ def test_single_host_listens_on_loopback_only(env: pytest.MonkeyPatch) -> None:
     _, ctrl, workers = start(2)
     assert ctrl.address.startswith("tcp://127.0.0.1:")
     port = int(ctrl.address.rsplit(":", 1)[1])
-    others = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)} - {"127.0.0.1"}
-    for ip in others:  # every non-loopback address of this host refuses the port
+    for ip in own_addresses():  # every non-loopback address of this host refuses the port
         with socket.socket() as s, pytest.raises(OSError):
             s.settimeout(2)
             s.connect((ip, port))
@@ -78,6 +90,21 @@ def test_multi_node_interface_is_the_one_that_reaches_the_rendezvous(env: pytest
     spec = ClusterSpec(16, 0, 8)
     env.setenv("MASTER_ADDR", "127.0.0.1")
     assert control_host(spec) == "127.0.0.1"
+    ips = own_addresses()
+    if ips:  # a rendezvous on this host's own address: the controller listens there, and only there
+        ip = sorted(ips)[0]
+        env.setenv("MASTER_ADDR", ip)
+        env.setenv(ENV, SECRET)
+        store = dist.HashStore()
+        ctrl = ControllerEndpoint(store, spec)
+        assert ctrl.address.startswith(f"tcp://{ip}:")
+        with socket.socket() as s, pytest.raises(OSError):
+            s.settimeout(2)
+            s.connect(("127.0.0.1", int(ctrl.address.rsplit(":", 1)[1])))
+        worker = WorkerEndpoint(store, 9)
+        worker.send(m.Hello(9, 1))
+        assert recv(ctrl) == (9, m.Hello(9, 1))
+        env.delenv(ENV)
     env.setenv("PIVOT_CONTROL_HOST", "0.0.0.0")
     with pytest.raises(ValueError, match="not all of them"):
         control_host(spec)
