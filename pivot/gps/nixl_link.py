@@ -4,17 +4,26 @@ Each process owns one agent. A host's buffer is served by the agent of the proce
 it (local rank 0): it registers the shm mapping and publishes its agent metadata and descriptors
 under a store key. Readers and writers on other hosts look the key up once, add the remote
 agent, and post one-sided READ / WRITE transfers of (address, length) runs.
+
+The store record is typed MessagePack decoded into `RemoteBuffer` (never a pickle), and with a
+job secret (`PIVOT_JOB_SECRET`, which every multi-node run has) it carries an HMAC-SHA256 tag
+bound to its key: a record planted by someone who can write to the store is refused instead of
+pointing this job's weight transfers at a foreign agent.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import importlib
-import pickle
 import time
 from dataclasses import dataclass
 from types import ModuleType
 
+import msgspec
 import torch
 import torch.distributed as dist
+
+from pivot.runtime.secret import from_env
 
 
 @dataclass(frozen=True)
@@ -25,7 +34,39 @@ class RemoteBuffer:
     metadata: bytes
     addr: int
     size: int
-    descs: bytes  # serialized NIXL descriptor list of the whole buffer
+    # No NIXL descriptor list: NIXL serializes those with pickle (nixl_cu12/_api.py 1.5.1,
+    # get_serialized_descs / deserialize_descs, lines 1223 and 1234). `serve` registers the
+    # buffer as one region, so (addr, size) says all a peer needs.
+
+
+_MAGIC = b"PVN1"
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(RemoteBuffer)
+
+
+def _tag(secret: bytes, key: str, payload: bytes) -> bytes:
+    return hmac.digest(hmac.digest(secret, b"pivot-nixl-v1", hashlib.sha256), key.encode() + b"|" + payload, hashlib.sha256)
+
+
+def pack_remote(key: str, info: RemoteBuffer, secret: bytes | None) -> bytes:
+    """The store value for `info` under `key`: magic, tag (empty without a secret), payload."""
+    payload = _ENCODER.encode(info)
+    return _MAGIC + (_tag(secret, key, payload) if secret else b"") + payload
+
+
+def unpack_remote(key: str, raw: bytes, secret: bytes | None) -> RemoteBuffer:
+    """The RemoteBuffer stored under `key`; a forged, foreign or malformed record raises ValueError."""
+    if raw[:4] != _MAGIC:
+        raise ValueError(f"NIXL: store record {key!r} is not a Pivot buffer record")
+    body = raw[4:]
+    if secret:
+        tag, body = body[:32], body[32:]
+        if not hmac.compare_digest(tag, _tag(secret, key, body)):
+            raise ValueError(f"NIXL: store record {key!r} fails authentication (not written by this job)")
+    try:
+        return _DECODER.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise ValueError(f"NIXL: malformed store record {key!r}: {e}") from None
 
 
 def _mem_type(t: torch.Tensor) -> str:
@@ -61,6 +102,7 @@ class NixlLink:
         self.name = name
         self.kv = kv
         self.timeout_s = timeout_s
+        self.secret = from_env()
         self.agent = api.nixl_agent(name, api.nixl_agent_config(backends=["UCX"]))
         self._peers: dict[str, str] = {}
         self._remote: dict[str, RemoteBuffer] = {}
@@ -76,17 +118,13 @@ class NixlLink:
     def serve(self, key: str, buf: torch.Tensor) -> None:
         """Register `buf` and publish how to reach it under store key `key`."""
         self.register(buf)
-        descs = self.agent.get_serialized_descs(self.agent.get_xfer_descs(buf))
-        info = RemoteBuffer(self.name, self.agent.get_agent_metadata(), buf.data_ptr(),
-                            buf.numel() * buf.element_size(), descs)
-        self.kv.set(key, pickle.dumps(info))
+        info = RemoteBuffer(self.name, self.agent.get_agent_metadata(), buf.data_ptr(), buf.numel() * buf.element_size())
+        self.kv.set(key, pack_remote(key, info, self.secret))
 
     def remote(self, key: str) -> RemoteBuffer:
         info = self._remote.get(key)
         if info is None:
-            info = self._remote[key] = pickle.loads(self.kv.get(key))
-            if self.agent.deserialize_descs(info.descs).descCount() != 1:
-                raise RuntimeError(f"NIXL: buffer {key!r} must be served as one region")
+            info = self._remote[key] = unpack_remote(key, self.kv.get(key), self.secret)
             if info.agent not in self._peers:
                 self._peers[info.agent] = self.agent.add_remote_agent(info.metadata)
         return info

@@ -295,7 +295,7 @@ class Controller(ClusterHost):
         metrics = {**{f"train/{k}": v for k, v in train_metrics.items()},
                    "time/step_s": now - self._step_t0, "time/train_s": train_s, "policy_version": self.version,
                    "shifts": self.num_shifts, **{f"devices/{k}": v for k, v in devices.items()},
-                   **self.batch_summary, **self.flow.metrics()}
+                   **self.batch_summary, **self.flow.metrics(), "count/rejected_frames": self.ep.rejected}
         self._step_t0 = now
         self.log.step(step, metrics)
         self.progress.update(step + 1, metrics, devices)

@@ -75,7 +75,8 @@ def start_controller(
     cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, store: Any, policy_path: Path, genrm_path: Path,
     ckpt: Checkpointer, resume: tuple[Path, dict] | None, start_step: int, device: str = "cpu",
 ) -> ControllerThread:
-    endpoint = ControllerEndpoint(store)
+    endpoint = ControllerEndpoint(store, spec)
+    print(f"pivot: control plane listening on {endpoint.address} (authenticated frames)", flush=True)
     dataset, heldout = split_heldout(cfg.data, cfg.eval, load_dataset(cfg.data, seed=cfg.seed), cfg.seed)
     if cfg.cluster.device == "emulated":  # drawn response lengths, the emulated devices' speeds
         flow_cls = EmulatedFlow

@@ -22,6 +22,7 @@ from pivot.model import ModelArgs, TextTokenizer, load_state_dict
 from pivot.model.hf_folder import check_folder
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
+from pivot.runtime import secret as job_secret
 from pivot.runtime.checkpoint import Checkpointer
 from pivot.runtime.controller_thread import start_controller
 from pivot.runtime.summary import run_summary
@@ -135,6 +136,12 @@ def run(cfg: PivotConfig) -> int:
     if cfg.cluster.mode == "colocated":  # every role on every device, on-policy phases (a copy: the caller's config stays)
         cfg = cfg.replace(train=dataclasses.replace(cfg.train, devices=spec.world_size, staleness=0))
     table = SlotTable.build(spec, cfg.rollout.tp, cfg.reward.tp, cfg.train.devices)
+    try:  # before any model is loaded: a multi-node run without PIVOT_JOB_SECRET stops here
+        job_secret.require_for(spec.nnodes)
+    except ValueError as e:
+        if spec.local_rank == 0:  # one line per host
+            print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
+        return 2
     init_distributed(device, spec)
     groups = create_groups(table)
     if spec.rank == 0:

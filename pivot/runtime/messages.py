@@ -1,10 +1,14 @@
-"""Control-plane messages between the controller (rank 0) and the workers. All dataclasses,
-pickled over zmq. Controller -> worker messages name the slot they concern; a worker answers
-with the records at the bottom."""
+"""Control-plane messages between the controller (rank 0) and the workers. All dataclasses
+with concrete field types: pivot/runtime/wire.py encodes them as MessagePack and decodes each
+back into its own class, checked against these annotations (nothing is pickled). Controller ->
+worker messages name the slot they concern; a worker answers with the records at the bottom."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from pivot.engine.sequence import EngineStats, Output, Request
+from pivot.rl.batch import TrainBatch
+from pivot.runtime.manifest import FileDigest
 
 
 # ---- controller -> worker ------------------------------------------------------------------
@@ -24,7 +28,7 @@ class ShiftDown:
 @dataclass
 class Generate:
     slot: int
-    requests: list[Any]  # pivot.engine.Request
+    requests: list[Request]
 
 
 @dataclass
@@ -42,7 +46,7 @@ class UpdateWeights:
 @dataclass
 class TrainStep:
     step: int
-    batch: Any  # pivot.rl.batch.TrainBatch (prompts, responses, behaviour log-probs, advantages)
+    batch: TrainBatch  # prompts, responses, behaviour log-probs, advantages
 
 
 @dataclass
@@ -68,7 +72,7 @@ class Stats:
     rank: int
     role: str
     slot: int
-    stats: Any  # pivot.engine.EngineStats
+    stats: EngineStats
     time: float
     progress: dict[int, int] = field(default_factory=dict)  # seq id -> tokens generated so far
 
@@ -78,7 +82,7 @@ class Finished:
     rank: int
     role: str
     slot: int
-    outputs: list[Any]  # pivot.engine.Output
+    outputs: list[Output]
 
 
 @dataclass
@@ -86,7 +90,7 @@ class Aborted:
     rank: int
     role: str
     slot: int
-    partials: list[Any]  # pivot.engine.Request with the tokens generated so far
+    partials: list[Request]  # with the tokens generated so far
 
 
 @dataclass
@@ -98,7 +102,7 @@ class ShiftDone:
     version: int
     phases: dict[str, float] = field(default_factory=dict)  # phase name -> seconds
     checksum: float = 0.0  # sum of the weights after the shift (tests compare with GPS)
-    partials: list[Any] = field(default_factory=list)  # sequences still held at shift down
+    partials: list[Request] = field(default_factory=list)  # sequences still held at shift down
     read_bytes: int = 0  # bytes this rank Read from GPS (shift up): its share of the model
 
 
@@ -122,10 +126,18 @@ class Trained:
 class Saved:
     rank: int
     step: int
-    files: list[Any]  # pivot.runtime.manifest.FileDigest of the files this rank wrote, fsynced
+    files: list[FileDigest]  # of the files this rank wrote, fsynced
 
 
 @dataclass
 class Failed:
     rank: int
     error: str
+
+
+# Wire codes: a frame names its message type by index in this tuple, so only these classes can
+# ever be built from a frame. Append new types at the end; never reorder (codes would change).
+MESSAGE_TYPES: tuple[type, ...] = (
+    ShiftUp, ShiftDown, Generate, AbortSequences, UpdateWeights, TrainStep, SaveCheckpoint, Stop,
+    Hello, Stats, Finished, Aborted, ShiftDone, WeightsUpdated, Trained, Saved, Failed,
+)

@@ -11,6 +11,7 @@ from typing import Any
 from pivot.dist import ClusterSpec, SlotTable
 from pivot.roles.inference import InferenceRole
 from pivot.runtime import messages as m
+from pivot.runtime import wire
 from pivot.runtime.manifest import seal
 from pivot.dist import WorkerEndpoint
 
@@ -74,20 +75,27 @@ class Worker:
         return self.role in self.inference and len(self.table.get(self.role, self.slot).ranks) > 1
 
     def _forward(self, msgs: list[object]) -> list[object]:
+        import torch
         import torch.distributed as dist
 
         slot_wide = (m.ShiftDown, m.UpdateWeights, m.Stop)
         group = self.groups[self.table.get(self.role, self.slot).name]
         if self._leader():
-            box = [[msg for msg in msgs if isinstance(msg, slot_wide)]]
+            data = torch.frombuffer(bytearray(wire.encode_many([msg for msg in msgs if isinstance(msg, slot_wide)])),
+                                    dtype=torch.uint8)
+            size = torch.tensor([data.numel()], dtype=torch.int64)
         else:
             # a follower acts on slot-wide messages only as the leader forwards them (its own
             # copy of a Stop is dropped); anything else (its next ShiftUp) waits until the
             # forwarded ShiftDown has taken it out of the slot
             self._later += [msg for msg in msgs if not isinstance(msg, slot_wide)]
-            box = [None]
-        dist.broadcast_object_list(box, group_src=0, group=group)
-        return msgs if self._leader() else box[0]
+            size = torch.zeros(1, dtype=torch.int64)
+        # typed bytes (the wire codec), not broadcast_object_list: nothing here is unpickled
+        dist.broadcast(size, group_src=0, group=group)
+        if not self._leader():
+            data = torch.empty(int(size), dtype=torch.uint8)
+        dist.broadcast(data, group_src=0, group=group)
+        return msgs if self._leader() else wire.decode_many(data.numpy().tobytes())
 
     def _engine_busy(self) -> bool:
         return self.role in self.inference and self.inference[self.role].has_work()

@@ -101,11 +101,37 @@ def test_sbatch_real_path_calls_srun_once(tmp_path: Path) -> None:
     (tmp_path / "pivot").mkdir()
     (tmp_path / "pivot" / "main.py").write_text("")
     env["PIVOT_ROOT"] = str(tmp_path)
+    env["HOME"] = str(tmp_path / "home")  # the job secret's file is made here, not in the real home
     res = _run(SBATCH, FLAGS, env)
     assert res.returncode == 0, res.stderr
     called = record.read_text().splitlines()
     assert called == _rendered(res.stdout)
     assert _opt(called, "--rdzv-endpoint") == "node-x17:29500"
+
+
+def test_sbatch_makes_a_per_job_secret_from_a_private_file(tmp_path: Path) -> None:
+    record = tmp_path / "srun.env"
+    _stub(tmp_path / "srun", f'printf "%s" "$PIVOT_JOB_SECRET" > {shlex.quote(str(record))}\n')
+    (tmp_path / "pivot").mkdir()
+    (tmp_path / "pivot" / "main.py").write_text("")
+    home = tmp_path / "home"
+    env = _slurm_env(PATH=f"{tmp_path}:{os.environ['PATH']}", PIVOT_ROOT=str(tmp_path), HOME=str(home))
+    assert _run(SBATCH, [], env).returncode == 0
+    secret_file = home / ".pivot" / "job_secret"
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600 and stat.S_IMODE(secret_file.parent.stat().st_mode) == 0o700
+    file_secret = secret_file.read_bytes()
+    assert len(file_secret) == 64 and int(file_secret, 16) >= 0
+    import hashlib
+
+    first = record.read_text()
+    assert first == hashlib.sha256(file_secret + b"|pivot-job|4242").hexdigest()  # the srun environment has it
+    assert _run(SBATCH, [], {**env, "SLURM_JOB_ID": "4243"}).returncode == 0
+    assert record.read_text() not in ("", first) and secret_file.read_bytes() == file_secret  # per job, same file
+    assert _run(SBATCH, [], {**env, "PIVOT_JOB_SECRET": "given-one-0123456789"}).returncode == 0
+    assert record.read_text() == "given-one-0123456789"
+    secret_file.chmod(0o644)
+    res = _run(SBATCH, [], env)
+    assert res.returncode == 2 and "must be yours with mode 600" in res.stderr and res.stderr.count("\n") == 1
 
 
 def test_local_renders(tmp_path: Path) -> None:
