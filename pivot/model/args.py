@@ -50,6 +50,10 @@ class ModelArgs:
     decoder_sparse_step: int = 1  # layer i is MoE when (i + 1) % step == 0 ...
     mlp_only_layers: list[int] = dataclasses.field(default_factory=list)  # ... and i is not listed here
     shared_expert_intermediate_size: int = 0  # 0: no shared expert
+    # the folder stores each layer's experts fused (`mlp.experts.gate_up_proj` [E, 2I, H] and
+    # `mlp.experts.down_proj` [E, H, I]: Qwen3.5 on the hub) instead of one module per expert;
+    # not a config.json field: `load` reads it from the folder's tensor names
+    fused_experts: bool = False
     # per layer "full_attention" or "linear_attention" (Gated DeltaNet); empty: all full attention
     layer_types: list[str] = dataclasses.field(default_factory=list)
     linear_num_key_heads: int = 0
@@ -83,6 +87,8 @@ class ModelArgs:
                 f"moe_intermediate_size={self.moe_intermediate_size} and "
                 f"decoder_sparse_step={self.decoder_sparse_step} must be positive for an MoE model"
             )
+        if self.fused_experts and not self.num_experts:
+            raise ValueError("fused_experts=True: the model has no experts (num_experts=0)")
         if self.layer_types and len(self.layer_types) != self.num_hidden_layers:
             raise ValueError(f"layer_types has {len(self.layer_types)} entries, num_hidden_layers={self.num_hidden_layers}")
         bad = sorted(set(self.layer_types) - {"full_attention", "linear_attention"})
@@ -155,10 +161,7 @@ class ModelArgs:
                 f"{source}: unsupported architecture model_type={model_type!r} architectures={archs} "
                 f"(supported: {', '.join(FAMILIES.values())})"
             )
-        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in ("default", None):
-            raise ValueError(f"{source}: rope_type={rope_type!r} is not supported (only default RoPE)")
+        rope, rope_field = _rope(cfg, source)
         act = cfg.get("hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"{source}: hidden_act={act!r} is not supported (only silu)")
@@ -172,7 +175,7 @@ class ModelArgs:
             layer_types = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
                            for i in range(cfg["num_hidden_layers"])]
         experts = cfg.get("num_experts", cfg.get("num_local_experts", 0)) or 0
-        return cls(
+        args = cls(
             family=model_type,
             vocab_size=cfg["vocab_size"],
             hidden_size=cfg["hidden_size"],
@@ -201,6 +204,11 @@ class ModelArgs:
             eos_token_id=cfg.get("eos_token_id"),
             pad_token_id=cfg.get("pad_token_id"),
         )
+        section = rope.get("mrope_section")
+        if section is not None and sum(section) != args.rotary_dim // 2:
+            raise ValueError(f"{source}: {rope_field}.mrope_section={section} does not sum to rotary_dim/2="
+                             f"{args.rotary_dim // 2} (head_dim={head_dim} x partial_rotary_factor)")
+        return args
 
     def to_hf(self, dtype: str = "float32") -> dict[str, Any]:
         if self.qwen35_layout:  # Pivot serves it as a GenRM only, and GenRM weights are never written
@@ -246,6 +254,7 @@ class ModelArgs:
 
     @classmethod
     def load(cls, path: str | Path) -> ModelArgs:
+        """config.json, plus the expert layout the folder's tensor names show (`fused_experts`)."""
         file = Path(path) / "config.json"
         if not file.is_file():
             raise FileNotFoundError(f"{file}: missing (not a Hugging Face model folder?)")
@@ -254,6 +263,50 @@ class ModelArgs:
         except json.JSONDecodeError as e:
             raise ValueError(f"{file}: invalid JSON ({e})") from e
         try:
-            return cls.from_hf(cfg, source=str(file))
+            args = cls.from_hf(cfg, source=str(file))
         except KeyError as e:
             raise ValueError(f"{file}: missing required field {e.args[0]!r}") from e
+        if args.num_experts and has_fused_experts(Path(path)):
+            args = dataclasses.replace(args, fused_experts=True)
+        return args
+
+
+_FUSED_SUFFIX = ".mlp.experts.gate_up_proj"
+
+
+def has_fused_experts(folder: Path) -> bool:
+    """Whether the folder's tensors name fused experts, from the index or the single file's
+    header (names only, no tensor data). A folder without weights reads as per-expert."""
+    index, single = folder / "model.safetensors.index.json", folder / "model.safetensors"
+    if index.is_file():
+        names = json.loads(index.read_text()).get("weight_map", {})
+    elif single.is_file():
+        with single.open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            names = json.loads(f.read(size)) if 0 < size < 1 << 30 else {}
+    else:
+        return False
+    return any(n.endswith(_FUSED_SUFFIX) for n in names)
+
+
+# rope types whose cos/sin Pivot computes: the default one. Qwen3.5's multimodal RoPE
+# (`mrope_section`, `mrope_interleaved`) gives text tokens the same position on all three axes,
+# so for text it is the default RoPE (transformers 5.24
+# `Qwen3_5MoeTextRotaryEmbedding.forward` expands one position id to 3 identical rows).
+_ROPE_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
+
+
+def _rope(cfg: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
+    """The RoPE parameters and the field they came from (`rope_parameters`, the newer spelling,
+    else `rope_scaling`); an unsupported type or key is one line naming the field."""
+    field = "rope_parameters" if cfg.get("rope_parameters") else "rope_scaling"
+    rope = cfg.get(field) or {}
+    if not isinstance(rope, dict):
+        raise ValueError(f"{source}: {field}={rope!r} is not an object")
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in ("default", None):
+        raise ValueError(f"{source}: {field}.rope_type={rope_type!r} is not supported (only 'default' RoPE)")
+    unknown = sorted(set(rope) - _ROPE_KEYS)
+    if unknown:
+        raise ValueError(f"{source}: {field}.{unknown[0]} is not supported (only default RoPE: {', '.join(sorted(_ROPE_KEYS))})")
+    return rope, field
