@@ -73,3 +73,29 @@ def test_fused_experts_tp2_equals_tp1(tmp_path: Path) -> None:
         for i, (ids, lps) in want.items():
             assert got[phase][str(i)][0] == ids, (phase, i)
             assert got[phase][str(i)][1] == pytest.approx(lps, abs=1e-4)
+
+
+def _trainer_worker(rank: int, port: int, root: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    from pivot.config import TrainConfig
+    from pivot.model import from_pretrained
+    from pivot.roles.trainer import Trainer
+
+    trainer = Trainer.from_pretrained(Path(root) / "a", dist.group.WORLD, TrainConfig(), "cpu")  # dim-0 sliced reads
+    ref = from_pretrained(Path(root) / "a").state_dict()
+    ok = all(torch.equal(p.full_tensor(), ref[n]) for n, p in trainer.params.items())
+    if rank == 0:
+        (Path(root) / "trainer.json").write_text(json.dumps({"ok": ok, "names": sorted(trainer.params)}))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_trainer_reads_fused_experts_by_fsdp_rows(tmp_path: Path) -> None:
+    write_tiny("Qwen3.5-122B-A10B", tmp_path / "a", seed=0)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_trainer_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
+    got = json.loads((tmp_path / "trainer.json").read_text())
+    assert got["ok"] and "model.layers.0.mlp.experts.gate_up_proj" in got["names"]
