@@ -41,25 +41,40 @@ def test_layout_boxes_of_fused_experts(folder: Path) -> None:
         parallel_layout("genrm", specs, [0, 1], [0, 0], tp=2)
 
 
+def _halves(t: torch.Tensor, rank: int) -> torch.Tensor:
+    """Rank `rank` of 2's part of a fused gate_up [E, 2I, H], by hand: the gate's and the up's slice."""
+    i = t.shape[1] // 2
+    lo, hi = rank * i // 2, (rank + 1) * i // 2
+    return torch.cat([t[:, lo:hi], t[:, i + lo:i + hi]], dim=1)
+
+
 def test_read_gives_each_rank_its_halves(folder: Path) -> None:
     full = load_state_dict(folder)
     specs = specs_from_checkpoint(folder)
-    store = GPSStore(dist.HashStore(), HostInfo(0, 0, 0, (0, 0)), namespace="gpsf" + uuid.uuid4().hex[:8])
+    kv, ns, host_of = dist.HashStore(), "gpsf" + uuid.uuid4().hex[:8], (0, 0)
+    stores = [GPSStore(kv, HostInfo(r, 0, r, host_of), namespace=ns) for r in (0, 1)]  # both ranks of one host
     try:
-        service = WeightService(store, {"policy": specs, "genrm": specs}, (0, 0), Slot("train", 0, ()), 0, "cpu",
-                                whole=frozenset({"rollout"}))
-        service.publish("genrm", full)
-        reward = Slot("reward", 0, (0, 1))  # this process is rank 0 of the TP=2 replica
-        out = {n: torch.empty(shard_tensor(n, t, 0, 2).shape, dtype=t.dtype) for n, t in full.items()}
-        got, _ = service.read("genrm", reward, None, out=out)
-        for name, t in full.items():
-            assert got[name] is out[name], name  # filled in place, in the engine's shape
-            assert torch.equal(got[name], shard_tensor(name, t, 0, 2)), name
-        whole, _ = service.read("genrm", Slot("rollout", 0, (0, 1)), None)  # an sglang replica's leader
+        services = [WeightService(st, {"policy": specs, "genrm": specs}, host_of, Slot("train", 0, ()), 0, "cpu",
+                                  whole=frozenset({"rollout"})) for st in stores]
+        services[0].publish("genrm", full)
+        reward = Slot("reward", 0, (0, 1))
+        for rank, service in enumerate(services):
+            out = {n: torch.empty(shard_tensor(n, t, rank, 2).shape, dtype=t.dtype) for n, t in full.items()}
+            got, _ = service.read("genrm", reward, None, out=out)
+            for name, t in full.items():
+                assert got[name] is out[name], name  # filled in place, in the engine's shape
+                if name.endswith("experts.gate_up_proj"):
+                    assert torch.equal(got[name], _halves(t, rank)), name
+                elif name.endswith("experts.down_proj"):
+                    assert torch.equal(got[name], t.chunk(2, dim=2)[rank]), name
+                else:  # the dense split, checked against its own oracle in tests/runtime/test_gps_read_layout.py
+                    assert torch.equal(got[name], shard_tensor(name, t, rank, 2)), name
+        whole, _ = services[0].read("genrm", Slot("rollout", 0, (0, 1)), None)  # an sglang replica's leader
         assert all(torch.equal(whole[n], full[n]) for n in full)
         assert whole[GATE_UP].shape == full[GATE_UP].shape  # the hub's [E, 2I, H], as sglang loads it
     finally:
-        store.close()
+        for st in reversed(stores):
+            st.close()
 
 
 def test_memory_plan_charges_each_device_its_slice(folder: Path) -> None:
