@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pivot.model.names import has_fused_experts
+from pivot.model.rope_config import read_rope as _rope
+
 FAMILIES = {
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
@@ -269,44 +272,3 @@ class ModelArgs:
         if args.num_experts and has_fused_experts(Path(path)):
             args = dataclasses.replace(args, fused_experts=True)
         return args
-
-
-_FUSED_SUFFIX = ".mlp.experts.gate_up_proj"
-
-
-def has_fused_experts(folder: Path) -> bool:
-    """Whether the folder's tensors name fused experts, from the index or the single file's
-    header (names only, no tensor data). A folder without weights reads as per-expert."""
-    index, single = folder / "model.safetensors.index.json", folder / "model.safetensors"
-    if index.is_file():
-        names = json.loads(index.read_text()).get("weight_map", {})
-    elif single.is_file():
-        with single.open("rb") as f:
-            size = int.from_bytes(f.read(8), "little")
-            names = json.loads(f.read(size)) if 0 < size < 1 << 30 else {}
-    else:
-        return False
-    return any(n.endswith(_FUSED_SUFFIX) for n in names)
-
-
-# rope types whose cos/sin Pivot computes: the default one. Qwen3.5's multimodal RoPE
-# (`mrope_section`, `mrope_interleaved`) gives text tokens the same position on all three axes,
-# so for text it is the default RoPE (transformers 5.24
-# `Qwen3_5MoeTextRotaryEmbedding.forward` expands one position id to 3 identical rows).
-_ROPE_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
-
-
-def _rope(cfg: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
-    """The RoPE parameters and the field they came from (`rope_parameters`, the newer spelling,
-    else `rope_scaling`); an unsupported type or key is one line naming the field."""
-    field = "rope_parameters" if cfg.get("rope_parameters") else "rope_scaling"
-    rope = cfg.get(field) or {}
-    if not isinstance(rope, dict):
-        raise ValueError(f"{source}: {field}={rope!r} is not an object")
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type not in ("default", None):
-        raise ValueError(f"{source}: {field}.rope_type={rope_type!r} is not supported (only 'default' RoPE)")
-    unknown = sorted(set(rope) - _ROPE_KEYS)
-    if unknown:
-        raise ValueError(f"{source}: {field}.{unknown[0]} is not supported (only default RoPE: {', '.join(sorted(_ROPE_KEYS))})")
-    return rope, field

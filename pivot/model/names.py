@@ -10,6 +10,9 @@ not drafting).
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 LANGUAGE_PREFIX = "model.language_model."
 SKIPPED_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")
 
@@ -21,3 +24,21 @@ def decoder_name(name: str) -> str | None:
     if name.startswith(LANGUAGE_PREFIX):
         return "model." + name.removeprefix(LANGUAGE_PREFIX)
     return name
+
+
+_FUSED_SUFFIX = ".mlp.experts.gate_up_proj"
+
+
+def has_fused_experts(folder: Path) -> bool:
+    """Whether the folder's tensors name fused experts, from the index or the single file's
+    header (names only, no tensor data). A folder without weights reads as per-expert."""
+    index, single = folder / "model.safetensors.index.json", folder / "model.safetensors"
+    if index.is_file():
+        names = json.loads(index.read_text()).get("weight_map", {})
+    elif single.is_file():
+        with single.open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            names = json.loads(f.read(size)) if 0 < size < 1 << 30 else {}
+    else:
+        return False
+    return any(n.endswith(_FUSED_SUFFIX) for n in names)
