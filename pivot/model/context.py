@@ -43,7 +43,7 @@ def context_needs(policy: str, policy_limit: int, genrm: str, genrm_limit: int, 
     """The rollout's and the reward's needs; `judge_overhead` = tokens of the judge prompt with an
     empty question and response (the template, inside the GenRM's chat template when used)."""
     rollout = ContextNeed("rollout", policy, policy_limit, max_prompt_tokens,
-                          f"rollout.max_prompt_tokens", rollout_new, "rollout.max_new_tokens")
+                          "rollout.max_prompt_tokens", rollout_new, "rollout.max_new_tokens")
     judge = judge_overhead + max_prompt_tokens + rollout_new
     reward = ContextNeed("reward", genrm, genrm_limit, judge,
                          f"judge template {judge_overhead} + question {max_prompt_tokens} + response {rollout_new}",

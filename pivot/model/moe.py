@@ -31,8 +31,9 @@ class FusedExperts(nn.Module):
         super().__init__()
         self.gate_up_proj = nn.Parameter(torch.empty(experts, 2 * intermediate, hidden))
         self.down_proj = nn.Parameter(torch.empty(experts, hidden, intermediate))
-        for p in self.parameters():  # nn.Linear's default init, so a fresh model is not all-zero
-            nn.init.kaiming_uniform_(p, a=5 ** 0.5)
+        for p in self.parameters():  # nn.Linear's default bound per expert (1/sqrt(fan_in)): a fresh model is usable
+            bound = p.shape[-1] ** -0.5
+            nn.init.uniform_(p, -bound, bound)
 
     def __len__(self) -> int:
         return self.gate_up_proj.shape[0]
