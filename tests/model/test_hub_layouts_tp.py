@@ -161,3 +161,21 @@ def test_shift_up_from_gps_at_tp2_equals_tp1(tmp_path: Path) -> None:
     for i, (ids, lps) in _run(engine, None).items():
         assert got["outs"][str(i)][0] == ids, i
         assert got["outs"][str(i)][1] == pytest.approx(lps, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_job_runs_with_the_hubs_fused_genrm(tmp_path: Path) -> None:
+    """The main job on 4 CPU ranks with a GenRM folder laid out as the hub ships Qwen3.5-122B-A10B
+    (fused experts, language_model prefix, MTP and vision), served over TP=2: it starts (folder and
+    context checks), publishes to GPS, generates, judges and trains, every sequence exactly once."""
+    from tests.runtime.models import CHARS, random_models
+    from tests.runtime.test_runtime import check_exactly_once, torchrun
+
+    policy, _ = random_models(tmp_path / "models")
+    genrm = write_tiny("Qwen3.5-122B-A10B", tmp_path / "models" / "q35", seed=4,
+                       text={"vocab_size": len(CHARS) + 2, "eos_token_id": 0, "pad_token_id": 1,
+                             "max_position_embeddings": 512})
+    (genrm / "tokenizer.json").write_bytes((policy / "tokenizer.json").read_bytes())
+    (genrm / "tokenizer_config.json").unlink()  # the character tokenizer's own specials, not Qwen's
+    torchrun((policy, genrm), tmp_path / "run", "--train.steps", "2", "--reward.tp", "2")
+    check_exactly_once(tmp_path / "run", 2)
