@@ -26,6 +26,12 @@ PROMPT_TOKENS, RESPONSE_TOKENS = 2048, 15360
 # 1.5B 48.9 GB and 7B 72.1 GB at 32768 tokens; 32B 59.5 GB and 72B 74.4 GB at 17408 (one longest
 # sample: at 32768 the 32B would leave 0.2 GB and the 72B would need 121 GB).
 LONGEST_SAMPLE = PROMPT_TOKENS + RESPONSE_TOKENS
+GENRM_TOKENS = 20480  # the paper's GenRM cap
+# GLM-Z1-9B-0414's context is 32768 (max_position_embeddings; Qwen3-30B-A3B's is 40960, Qwen3.5's
+# 262144): a judge prompt holding a 2K question and a 15K response leaves 15360 tokens, so its
+# reasoning is capped at 14336, keeping 1024 for the judge template and the chat template.
+GLM_Z1_CONTEXT = 32768
+GLM_GENRM_TOKENS = GLM_Z1_CONTEXT - LONGEST_SAMPLE - 1024
 
 
 def tiny_cpu() -> PivotConfig:
@@ -51,6 +57,7 @@ def _paper_group(
     world: int,
     train_devices: int,
     micro_batch_tokens: int,
+    genrm_tokens: int = GENRM_TOKENS,
 ) -> PivotConfig:
     """One of the paper's groups on 8-GPU H20 nodes (96 GB, NVLink, 50 GB/s InfiniBand), training
     with activation checkpointing."""
@@ -68,10 +75,10 @@ def _paper_group(
             dtype="bfloat16",
             attention="flash",
         ),
-        # the paper caps prompt/policy/GenRM at 2K/15K/20K tokens
+        # the paper caps prompt/policy/GenRM at 2K/15K/20K tokens (the GenRM less where its context is shorter)
         rollout=RolloutConfig(tp=p_tp, replicas=1, max_new_tokens=RESPONSE_TOKENS, max_prompt_tokens=PROMPT_TOKENS,
                               engine=gpu_engine),
-        reward=RewardConfig(tp=g_tp, replicas=1, max_new_tokens=20480, engine=_with_backend(gpu_engine, "sglang")),
+        reward=RewardConfig(tp=g_tp, replicas=1, max_new_tokens=genrm_tokens, engine=_with_backend(gpu_engine, "sglang")),
         train=TrainConfig(devices=train_devices, batch_prompts=512 // 16, group_size=16, lr=1e-6,
                           micro_batch_tokens=micro_batch_tokens, activation_checkpointing=True),
         cluster=ClusterConfig(nnodes=world // 8, devices_per_node=8, device="cuda", gpu_memory_gb=96, host_memory_gb=1800),
@@ -85,7 +92,8 @@ def _with_backend(engine: EngineConfig, backend: str) -> EngineConfig:
 PRESETS: dict[str, Callable[[], PivotConfig]] = {
     "tiny-cpu": tiny_cpu,
     "qwen2.5-1.5b+glm-z1-9b": lambda: _paper_group(
-        "qwen2.5-1.5b+glm-z1-9b", ("Qwen2.5-1.5B", 1.5, 1), ("GLM-Z1-9B-0414", 9.0, 9.0, 1), 32, 16, 32768
+        "qwen2.5-1.5b+glm-z1-9b", ("Qwen2.5-1.5B", 1.5, 1), ("GLM-Z1-9B-0414", 9.0, 9.0, 1), 32, 16, 32768,
+        genrm_tokens=GLM_GENRM_TOKENS,
     ),
     "qwen2.5-7b+qwen3-30b-a3b": lambda: _paper_group(
         "qwen2.5-7b+qwen3-30b-a3b", ("Qwen2.5-7B", 7.6, 1), ("Qwen3-30B-A3B", 30.5, 3.3, 4), 32, 8, 32768

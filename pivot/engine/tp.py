@@ -3,7 +3,8 @@
 Column-parallel q/k/v/gate/up and row-parallel o/down keep their HF names and only hold
 this rank's shard; attention and feed-forward outputs are all-reduced by forward hooks (an
 MoE block slices every expert, see `pivot.model.moe`, so it reduces once like a dense MLP);
-linear-attention layers split by heads like attention; fused tensors (GLM-4's gate_up_proj,
+linear-attention layers split by heads like attention; fused experts split their intermediate
+dimension (`tp_plan.split_view`: gate and up halves each sliced); fused tensors (GLM-4's gate_up_proj,
 the linear attention's q|k|v) give each rank a slice of every section;
 the embedding and lm_head are vocabulary-parallel (masked lookup + all-reduce, all-gathered
 logits). The group is passed in explicitly (gloo on CPU, NCCL on GPU).
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pivot.model import CausalLM, ModelArgs
-from pivot.model.tp_plan import shard_range, tp_split
+from pivot.model.tp_plan import merge_view, shard_range, split_view, tp_split
 
 
 def fused_sections(name: str, args: ModelArgs) -> tuple[int, ...] | None:
@@ -51,8 +52,10 @@ def shard_tensor(
     dim = tp_split(name).dim
     if dim is None:
         return full
-    start, stop = _range(name, full.shape[dim], rank, world)
-    return full.narrow(dim, start, stop - start)
+    view = split_view(name, tuple(full.shape))  # fused experts' gate_up: a slice of each half
+    start, stop = _range(name, view[dim], rank, world)
+    local = full.view(view).narrow(dim, start, stop - start)
+    return local if len(view) == full.dim() else local.reshape(merge_view(name, tuple(local.shape)))
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -134,7 +137,11 @@ def gather_tensor(
     parts = [torch.empty_like(local) for _ in range(world)]
     dist.all_gather(parts, local.detach().contiguous(), group=group)
     if sections is None:
-        return torch.cat(parts, dim=dim)
+        view = split_view(name, tuple(local.shape))
+        if len(view) == local.dim():
+            return torch.cat(parts, dim=dim)
+        whole = torch.cat([p.view(view) for p in parts], dim=dim)
+        return whole.reshape(merge_view(name, tuple(whole.shape)))
     local_sections = [size // world for size in sections]
     per_rank = [p.split(local_sections) for p in parts]  # rank -> its slice of each section
     return torch.cat([torch.cat([r[i] for r in per_rank]) for i in range(len(sections))])

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple, Sequence
 
 from pivot.gps.spec import TensorSpec
-from pivot.model.tp_plan import Split, fsdp_range, shard_range, tp_split
+from pivot.model.tp_plan import Split, fsdp_range, shard_range, split_view, tp_split
 
 Box = tuple[tuple[int, int], ...]  # [start, stop) per dimension
 HOST_MEMORY = -1
@@ -106,6 +106,14 @@ class Layout:
             nbytes = math.prod(piece.shape) * self.spec(name).itemsize
             size += -(-nbytes // align) * align
         return offsets, size
+
+
+def split_views(specs: Sequence[TensorSpec]) -> list[TensorSpec]:
+    """`specs` with each tensor in its `tp_plan.split_view` (same bytes), the shape GPS stores
+    and plans in: a fused experts' gate_up_proj [E, 2I, H] becomes [E, 2, I, H], so a TP rank's
+    share (a slice of the gate half and of the up half) is one box. Tensors cross GPS's boundary
+    reshaped (`pivot.runtime.weights`); every other tensor is unchanged."""
+    return [s if (v := split_view(s.name, s.shape)) == s.shape else TensorSpec(s.name, v, s.dtype) for s in specs]
 
 
 def full_box(shape: Sequence[int]) -> Box:
@@ -208,6 +216,9 @@ def parallel_layout(model: str, specs: Sequence[TensorSpec], ranks: Sequence[int
     for s in specs:
         p = stage(s.name)
         split = tp_split(s.name)
+        if split_view(s.name, s.shape) != s.shape:
+            raise ValueError(f"model {model!r}: tensor {s.name!r} {s.shape} is not in its split view "
+                             f"{split_view(s.name, s.shape)} (build layouts over `split_views(specs)`)")
         if split is Split.REPLICATE or tp == 1 or split.dim >= len(s.shape):
             pieces[s.name] = (Piece(full_box(s.shape), whole[p]),)
             continue

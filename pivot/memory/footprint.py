@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pivot.gps.spec import DTYPE_BYTES, TensorSpec
-from pivot.model.tp_plan import tp_split
+from pivot.model.names import decoder_name
+from pivot.model.tp_plan import split_view, tp_split
 from pivot.sim.hardware import model_spec
 
 INDEX = "model.safetensors.index.json"
@@ -57,7 +58,8 @@ class ModelFootprint:
         total = 0
         for s in self.specs:
             dim = tp_split(s.name).dim if s.name != "params" else 0
-            if dim is None or dim >= len(s.shape) or s.shape[dim] % tp:
+            shape = split_view(s.name, s.shape)  # fused experts: gate and up halves each split
+            if dim is None or dim >= len(shape) or shape[dim] % tp:
                 total += s.nbytes
             else:
                 total += s.nbytes // tp
@@ -105,7 +107,9 @@ def from_folder(folder: str | Path, dtype: str) -> ModelFootprint:
     folder = Path(folder)
     cfg = json.loads((folder / "config.json").read_text())
     cfg = cfg.get("text_config", cfg)  # multimodal wrappers keep the decoder's numbers here
-    specs = tuple(TensorSpec(n, shape, _dtype(n, dt, dtype)) for n, shape, dt in read_headers(folder))
+    # the decoder's tensors only (a vision tower and an MTP head are not loaded), by Pivot's names
+    specs = tuple(TensorSpec(ours, shape, _dtype(n, dt, dtype)) for n, shape, dt in read_headers(folder)
+                  if (ours := decoder_name(n)) is not None)
     heads = cfg["num_attention_heads"]
     layers = cfg["num_hidden_layers"]
     kinds = cfg.get("layer_types") or []

@@ -14,6 +14,7 @@ from typing import TextIO
 from pivot.config import ConfigError, PivotConfig
 from pivot.memory.footprint import ModelFootprint, from_folder, from_params
 from pivot.memory.plan import GB, MemoryPlan, Usage, plan_memory
+from pivot.model.context import ContextNeed, context_needs
 
 
 def dry_run_shape(cfg: PivotConfig) -> tuple[int, int]:
@@ -78,6 +79,48 @@ def format_plan(cfg: PivotConfig, plan: MemoryPlan, models: list[ModelFootprint]
     return "\n".join(lines)
 
 
+def _max_positions(path: str) -> int | None:
+    """max_position_embeddings from a folder's config.json (a VL folder's text_config), or None."""
+    import json
+
+    file = Path(path) / "config.json" if path else None
+    if file is None or not file.is_file():
+        return None
+    cfg = json.loads(file.read_text())
+    return cfg.get("text_config", cfg).get("max_position_embeddings")
+
+
+def _judge_overhead(cfg: PivotConfig) -> tuple[int, str]:
+    """The judge template's tokens: measured with the GenRM's tokenizer when its folder has one,
+    else bounded by the template's UTF-8 bytes (a byte-level BPE token covers at least one byte;
+    the chat template's own tokens are then not counted)."""
+    from pivot.rl.plugins import judge_template
+    from pivot.rl.reward import judge_prompt
+
+    genrm = Path(cfg.model.genrm) if cfg.model.genrm else None
+    if genrm is not None and (genrm / "tokenizer.json").is_file():
+        from pivot.runtime.context_check import judge_overhead
+
+        return judge_overhead(cfg, genrm), "measured with the GenRM's tokenizer"
+    return len(judge_prompt("", "", judge_template(cfg.reward)).encode()), "bounded by the template's bytes"
+
+
+def context_lines(cfg: PivotConfig) -> tuple[list[str], list[str]]:
+    """Lines of the context check and one line per role that overruns its model's limit."""
+    limits = {w: _max_positions(getattr(cfg.model, w)) for w in ("policy", "genrm")}
+    if None in limits.values():
+        missing = [w for w, v in limits.items() if v is None]
+        return [f"context: not checked for {', '.join(missing)} (no config.json)"], []
+    overhead, how = _judge_overhead(cfg)
+    needs: tuple[ContextNeed, ...] = context_needs(
+        Path(cfg.model.policy).name, limits["policy"], Path(cfg.model.genrm).name, limits["genrm"],
+        cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens, cfg.reward.max_new_tokens, overhead)
+    lines = [f"context (judge template {how})"]
+    lines += [f"  {n.role:<8} {n.prompt:>7} prompt + {n.new_tokens:>6} new = {n.total:>7} of {n.limit} ({n.model})"
+              f"{'  DOES NOT FIT' if n.problem else '  fits'}" for n in needs]
+    return lines, [n.problem for n in needs if n.problem]
+
+
 def dry_run(cfg: PivotConfig, out: TextIO | None = None) -> int:
     """Print the plan; 0 when everything fits, 2 (and one line per problem on stderr) otherwise."""
     nnodes, dpn = dry_run_shape(cfg)
@@ -87,7 +130,14 @@ def dry_run(cfg: PivotConfig, out: TextIO | None = None) -> int:
         print(f"pivot: config error: {e}", file=sys.stderr)
         return 2
     plan = plan_memory(cfg, policy, genrm, nnodes, dpn)
-    print(format_plan(cfg, plan, [policy, genrm], nnodes, dpn), file=out or sys.stdout)
+    try:
+        ctx_lines, ctx_problems = context_lines(cfg)
+    except (ConfigError, OSError, ValueError) as e:
+        print(f"pivot: config error: {e}", file=sys.stderr)
+        return 2
+    print(format_plan(cfg, plan, [policy, genrm], nnodes, dpn) + "\n" + "\n".join(ctx_lines), file=out or sys.stdout)
     for problem in plan.problems:
         print(f"pivot: does not fit: {problem}", file=sys.stderr)
-    return 2 if plan.problems else 0
+    for problem in ctx_problems:
+        print(f"pivot: context too long: {problem}", file=sys.stderr)
+    return 2 if plan.problems or ctx_problems else 0

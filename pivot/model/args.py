@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pivot.model.names import has_fused_experts
+from pivot.model.rope_config import read_rope as _rope
+
 FAMILIES = {
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
@@ -50,6 +53,10 @@ class ModelArgs:
     decoder_sparse_step: int = 1  # layer i is MoE when (i + 1) % step == 0 ...
     mlp_only_layers: list[int] = dataclasses.field(default_factory=list)  # ... and i is not listed here
     shared_expert_intermediate_size: int = 0  # 0: no shared expert
+    # the folder stores each layer's experts fused (`mlp.experts.gate_up_proj` [E, 2I, H] and
+    # `mlp.experts.down_proj` [E, H, I]: Qwen3.5 on the hub) instead of one module per expert;
+    # not a config.json field: `load` reads it from the folder's tensor names
+    fused_experts: bool = False
     # per layer "full_attention" or "linear_attention" (Gated DeltaNet); empty: all full attention
     layer_types: list[str] = dataclasses.field(default_factory=list)
     linear_num_key_heads: int = 0
@@ -83,6 +90,8 @@ class ModelArgs:
                 f"moe_intermediate_size={self.moe_intermediate_size} and "
                 f"decoder_sparse_step={self.decoder_sparse_step} must be positive for an MoE model"
             )
+        if self.fused_experts and not self.num_experts:
+            raise ValueError("fused_experts=True: the model has no experts (num_experts=0)")
         if self.layer_types and len(self.layer_types) != self.num_hidden_layers:
             raise ValueError(f"layer_types has {len(self.layer_types)} entries, num_hidden_layers={self.num_hidden_layers}")
         bad = sorted(set(self.layer_types) - {"full_attention", "linear_attention"})
@@ -155,10 +164,7 @@ class ModelArgs:
                 f"{source}: unsupported architecture model_type={model_type!r} architectures={archs} "
                 f"(supported: {', '.join(FAMILIES.values())})"
             )
-        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in ("default", None):
-            raise ValueError(f"{source}: rope_type={rope_type!r} is not supported (only default RoPE)")
+        rope, rope_field = _rope(cfg, source)
         act = cfg.get("hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"{source}: hidden_act={act!r} is not supported (only silu)")
@@ -172,7 +178,7 @@ class ModelArgs:
             layer_types = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
                            for i in range(cfg["num_hidden_layers"])]
         experts = cfg.get("num_experts", cfg.get("num_local_experts", 0)) or 0
-        return cls(
+        args = cls(
             family=model_type,
             vocab_size=cfg["vocab_size"],
             hidden_size=cfg["hidden_size"],
@@ -201,6 +207,11 @@ class ModelArgs:
             eos_token_id=cfg.get("eos_token_id"),
             pad_token_id=cfg.get("pad_token_id"),
         )
+        section = rope.get("mrope_section")
+        if section is not None and sum(section) != args.rotary_dim // 2:
+            raise ValueError(f"{source}: {rope_field}.mrope_section={section} does not sum to rotary_dim/2="
+                             f"{args.rotary_dim // 2} (head_dim={head_dim} x partial_rotary_factor)")
+        return args
 
     def to_hf(self, dtype: str = "float32") -> dict[str, Any]:
         if self.qwen35_layout:  # Pivot serves it as a GenRM only, and GenRM weights are never written
@@ -246,6 +257,7 @@ class ModelArgs:
 
     @classmethod
     def load(cls, path: str | Path) -> ModelArgs:
+        """config.json, plus the expert layout the folder's tensor names show (`fused_experts`)."""
         file = Path(path) / "config.json"
         if not file.is_file():
             raise FileNotFoundError(f"{file}: missing (not a Hugging Face model folder?)")
@@ -254,6 +266,9 @@ class ModelArgs:
         except json.JSONDecodeError as e:
             raise ValueError(f"{file}: invalid JSON ({e})") from e
         try:
-            return cls.from_hf(cfg, source=str(file))
+            args = cls.from_hf(cfg, source=str(file))
         except KeyError as e:
             raise ValueError(f"{file}: missing required field {e.args[0]!r}") from e
+        if args.num_experts and has_fused_experts(Path(path)):
+            args = dataclasses.replace(args, fused_experts=True)
+        return args

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import torch
@@ -9,23 +10,25 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from pivot.model.args import ModelArgs
+from pivot.model.names import SKIPPED_PREFIXES as _SKIPPED_PREFIXES
+from pivot.model.names import decoder_name
 from pivot.model.transformer import CausalLM
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
-# vision-language folders (Qwen3.5) nest the language model; their vision tower and multi-token
-# prediction head are not part of the decoder Pivot serves
-_LANGUAGE_PREFIX = "model.language_model."
-_SKIPPED_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")
+
+log = logging.getLogger(__name__)
+_told: set[Path] = set()  # folders whose skipped tensors were already named in the log
 
 
-def decoder_name(name: str) -> str | None:
-    """Pivot's name for checkpoint tensor `name`, or None when the decoder does not use it."""
-    if name.startswith(_SKIPPED_PREFIXES):
-        return None
-    if name.startswith(_LANGUAGE_PREFIX):
-        return "model." + name.removeprefix(_LANGUAGE_PREFIX)
-    return name
+def _note_skipped(path: Path, names: list[str]) -> None:
+    """Name the skipped parts (vision tower, MTP head) once per folder: skipping is on purpose."""
+    skipped = [n for n in names if n.startswith(_SKIPPED_PREFIXES)]
+    if skipped and path.resolve() not in _told:
+        _told.add(path.resolve())
+        counts = {p: sum(n.startswith(p) for n in skipped) for p in _SKIPPED_PREFIXES}
+        parts = ", ".join(f"{p}* ({c} tensors)" for p, c in counts.items() if c)
+        log.info("%s: not loading %s: the decoder Pivot serves does not use them", path, parts)
 
 
 def _weight_files(path: Path) -> dict[str, list[str]]:
@@ -33,6 +36,7 @@ def _weight_files(path: Path) -> dict[str, list[str]]:
     index = path / INDEX
     if index.is_file():
         weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
+        _note_skipped(path, list(weight_map))
         files: dict[str, list[str]] = {}
         for name, file in weight_map.items():
             files.setdefault(file, []).append(name)
@@ -53,6 +57,7 @@ def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
         try:
             with safe_open(str(full), framework="pt") as f:
                 names = list(f.keys())
+                _note_skipped(path, names)
                 for name in names:
                     if (ours := decoder_name(name)) is not None:
                         tensors[ours] = f.get_tensor(name)
@@ -80,6 +85,7 @@ def tensor_headers(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch.d
             raise FileNotFoundError(f"{full}: listed in {INDEX} but missing")
         try:
             with safe_open(str(full), framework="pt") as f:
+                _note_skipped(path, list(f.keys()))
                 for name in f.keys():
                     if (ours := decoder_name(name)) is not None:
                         sliced = f.get_slice(name)

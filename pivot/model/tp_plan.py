@@ -15,12 +15,41 @@ class Split(str, enum.Enum):
     ROW = "row"  # input features split: dim 1 of a Linear weight; output all-reduced
     VOCAB = "vocab"  # vocabulary rows split: dim 0 of embeddings and lm_head
     REPLICATE = "replicate"  # every rank holds the whole tensor (norms)
+    EXPERTS_GATE_UP = "experts_gate_up"  # fused [E, 2I, H]: dim 2 of its view [E, 2, I, H]
+    EXPERTS_DOWN = "experts_down"  # fused [E, H, I]: the intermediate dim 2
 
     @property
     def dim(self) -> int | None:
-        return {Split.COLUMN: 0, Split.ROW: 1, Split.VOCAB: 0, Split.REPLICATE: None}[self]
+        """The split dimension of the tensor's `split_view`."""
+        return {Split.COLUMN: 0, Split.ROW: 1, Split.VOCAB: 0, Split.REPLICATE: None,
+                Split.EXPERTS_GATE_UP: 2, Split.EXPERTS_DOWN: 2}[self]
 
 
+def split_view(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape in which tensor `name`'s TP share is one box on `tp_split(name).dim`: its own
+    shape, except a fused experts' gate_up_proj [E, 2I, H] viewed as [E, 2, I, H] (same bytes,
+    row-major). Idempotent: a shape already viewed is returned as it is."""
+    if name.endswith(_EXPERTS_GATE_UP) and len(shape) == 3:
+        e, two_i, h = shape
+        if two_i % 2:
+            raise ValueError(f"tensor {name!r}: gate_up_proj rows {two_i} are not two equal halves")
+        return (e, 2, two_i // 2, h)
+    return tuple(shape)
+
+
+def merge_view(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The inverse of `split_view`: a viewed [E, 2, I', H] back to the tensor's [E, 2I', H]."""
+    if name.endswith(_EXPERTS_GATE_UP) and len(shape) == 4:
+        e, two, i, h = shape
+        return (e, two * i, h)
+    return tuple(shape)
+
+
+# Fused experts (Qwen3.5 on the hub, transformers 5's `Qwen3_5MoeExperts`): one 3-D tensor per
+# layer. down_proj [E, H, I] splits its intermediate dim 2 like a row-parallel Linear; gate_up_proj
+# [E, 2I, H] stacks the gate's I rows on the up's, so a rank keeps a slice of each half: in the
+# view [E, 2, I, H] (`split_view`) that share is one box on dim 2.
+_EXPERTS_GATE_UP, _EXPERTS_DOWN = ".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"
 _COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "in_proj_z", "in_proj_b", "in_proj_a")
 _ROW = ("o_proj", "down_proj", "out_proj")
 _VOCAB = ("embed_tokens", "lm_head")
@@ -32,6 +61,10 @@ _HEAD_VECTORS = ("dt_bias", "A_log")  # one entry per linear-attention value hea
 
 def tp_split(name: str) -> Split:
     """The TP split of HF parameter `name` (e.g. 'model.layers.3.self_attn.q_proj.weight')."""
+    if name.endswith(_EXPERTS_GATE_UP):
+        return Split.EXPERTS_GATE_UP
+    if name.endswith(_EXPERTS_DOWN):
+        return Split.EXPERTS_DOWN
     parts = name.split(".")
     module = parts[-2] if len(parts) >= 2 else name
     if parts[-1] in _HEAD_VECTORS:

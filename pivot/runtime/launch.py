@@ -20,6 +20,7 @@ from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, TextTokenizer, load_state_dict
 from pivot.model.hf_folder import check_folder
+from pivot.runtime.context_check import check_context
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
 from pivot.runtime import secret as job_secret
@@ -152,8 +153,9 @@ def run(cfg: PivotConfig) -> int:
         resume = resume_point(cfg, ckpt, spec)
         policy_src = resume[0] / "policy" if resume else policy_path
         check_folder(policy_src)  # the trainer builds the policy with Pivot's model classes
-        if cfg.reward.engine.backend == "embedded":  # sglang serves what its own model classes load
-            check_folder(genrm_path)
+        # also when sglang serves it: GPS holds the GenRM in Pivot's names and shapes, read from this folder
+        check_folder(genrm_path)
+        check_context(cfg, policy_src, genrm_path)  # a role whose longest sequence overruns its model stops here
         if cfg.data.chat_template and TextTokenizer.from_pretrained(policy_path).chat_template is None:
             raise ValueError(f"data.chat_template=True: {policy_path} has no chat template "
                              "(no chat_template.jinja, none in tokenizer_config.json)")

@@ -15,10 +15,11 @@ from collections.abc import Mapping
 import torch
 
 from pivot.dist import Slot
-from pivot.gps.layout import Layout, fsdp_layout, gps_layouts, parallel_layout
+from pivot.gps.layout import Layout, fsdp_layout, gps_layouts, parallel_layout, split_views
 from pivot.gps.spec import TensorSpec
 from pivot.gps.store import GPSStore
 from pivot.gps.torch_specs import TORCH_DTYPES
+from pivot.model.tp_plan import merge_view, split_view
 
 
 class WeightService:
@@ -40,8 +41,10 @@ class WeightService:
         replicas read the model whole on their leader (those served by sglang)."""
         self.whole = whole
         floats = ("float32", "float16", "bfloat16", "float64")
-        self.specs = {model: [TensorSpec(s.name, s.shape, dtype if dtype and s.dtype in floats else s.dtype) for s in ss]
-                      for model, ss in specs.items()}
+        # GPS holds each tensor in its split view (a fused experts' gate_up_proj [E, 2, I, H], so a
+        # TP rank's slice of both halves is one box); tensors are reshaped as they cross (`_cast`, `read`)
+        self.specs = {model: split_views([TensorSpec(s.name, s.shape, dtype if dtype and s.dtype in floats else s.dtype)
+                                          for s in ss]) for model, ss in specs.items()}
         self.store, self.host_of, self.train = store, host_of, train
         self.device, self.verify = device, verify
         self.offset = {"policy": start_version - 1, "genrm": -1}  # first Write is GPS version 1
@@ -61,7 +64,7 @@ class WeightService:
 
     def _cast(self, model: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         dtypes = {s.name: TORCH_DTYPES[s.dtype] for s in self.specs[model]}
-        return {name: t.to(dtypes[name]) for name, t in tensors.items()}
+        return {name: t.to(dtypes[name]).reshape(split_view(name, tuple(t.shape))) for name, t in tensors.items()}
 
     def layout(self, model: str, slot: Slot) -> Layout:
         """The layout `slot` reads `model` in: FSDP shards for the trainer, TP slices for a replica
@@ -89,14 +92,19 @@ class WeightService:
             targets = {}
             for name, _, piece in layout.held_by(self.store.info.place):
                 given, dtype = out.get(name), TORCH_DTYPES[layout.spec(name).dtype]
+                if given is not None and given.dim() != len(piece.shape) and given.is_contiguous():
+                    given = given.view(split_view(name, tuple(given.shape)))  # same storage, GPS's view
                 fits = given is not None and tuple(given.shape) == piece.shape and given.dtype == dtype
                 targets[name] = given if fits else torch.empty(piece.shape, dtype=dtype, device=device)
         gps_version = None if version is None else version - self.offset[model]
         tensors, got = self.store.read(model, layout, gps_version, out=targets, device=device)
         self.last_read_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
-        for name, t in tensors.items() if out is not None else ():
-            given = out.get(name)
-            if given is not None and given is not t and given.shape == t.shape:
+        for name, t in list(tensors.items()):
+            tensors[name] = t = t.view(merge_view(name, tuple(t.shape)))  # back to the model's shape
+            given = out.get(name) if out is not None else None
+            if given is not None and given.data_ptr() == t.data_ptr() and given.shape == t.shape:
+                tensors[name] = given  # read in place
+            elif given is not None and given.shape == t.shape:
                 given.copy_(t)
                 tensors[name] = given
         return tensors, got + self.offset[model]

@@ -57,3 +57,15 @@ def test_nan_steps_are_skipped_then_abort_with_checkpoints_intact(models: tuple[
     checkpoints = sorted((tmp_path / "run" / "checkpoints").iterdir())
     assert [p.name for p in checkpoints] == ["step_000001", "step_000002"]
     assert [problem(p) for p in checkpoints] == [None, None]
+
+
+def test_context_overrun_is_refused_at_startup(models: tuple[Path, Path], tmp_path: Path) -> None:
+    """A judge sequence longer than the GenRM's context stops every rank before anything loads."""
+    from pivot.model import ModelArgs
+
+    limit = ModelArgs.load(models[1]).max_position_embeddings
+    code, out = run(models, tmp_path / "run", "--reward.max-new-tokens", str(limit))
+    said = [line for line in out.splitlines() if line.startswith("pivot: cannot start")]
+    assert code != 0 and len(said) == 1, out[-3000:]
+    assert said[0].startswith("pivot: cannot start: reward: longest prompt ") and f"reward.max_new_tokens={limit}" in said[0]
+    assert f"max_position_embeddings={limit}" in said[0], said[0]
