@@ -34,6 +34,12 @@ import torch
 
 INFLIGHT_S = 0.02
 """How long the fake scheduler stays busy after its last stream ended (the overlap batch)."""
+# sglang's own refusal messages (weight_updater.py:123-133, 235-238, 311-316, 325-329)
+SESSION_OPEN = "a weight-update session is already open; call end_weight_update() first"
+NO_SESSION = "no weight-update session is open; call begin_weight_update() first"
+UPDATE_OUTSIDE = "update_weights_from_tensor must run between begin_weight_update() and end_weight_update()"
+FLUSH_REFUSED = ("Weights were updated, but the cache was not flushed because requests are still running or queued. "
+                 "Retract or finish them, then call /flush_cache.")
 
 
 @dataclass
@@ -120,27 +126,25 @@ class FakeSglang:
     def begin_weight_update(self, selector: str = "all") -> tuple[bool, str]:
         self._wait_streams()
         if self.session:
-            return self._reply("begin", False, "a weight-update session is already open; call end_weight_update() first")
+            return self._reply("begin", False, SESSION_OPEN)
         self.session = True
         return self._reply("begin", True, "Success")
 
     def end_weight_update(self) -> tuple[bool, str]:
         self._wait_streams()
         if not self.session:
-            return self._reply("end", False, "no weight-update session is open; call begin_weight_update() first")
+            return self._reply("end", False, NO_SESSION)
         self.session = False
         return self._reply("end", True, "Success")
 
     def update_weights_from_tensor(self, named_tensors, load_format=None, flush_cache=True) -> tuple[bool, str]:
         self._wait_streams()
         if not self.session:
-            return self._reply("update", False, "update_weights_from_tensor must run between begin_weight_update() "
-                                                "and end_weight_update()")
+            return self._reply("update", False, UPDATE_OUTSIDE)
         self.updates.append(([n for n, _ in named_tensors], flush_cache))
         self.weights.update({n: t.clone() for n, t in named_tensors})
         if flush_cache and not self.idle():
-            return self._reply("update", False, "Weights were updated, but the cache was not flushed because requests "
-                                                "are still running or queued. Retract or finish them, then call /flush_cache.")
+            return self._reply("update", False, FLUSH_REFUSED)
         return self._reply("update", True, "Success")
 
     def get_weights_by_name(self, name: str, truncate_size: int = 100) -> Any:
