@@ -1,8 +1,9 @@
-"""sglang 0.5.23's own source, read from its wheel with `ast` (never imported): the oracle of the
-contract tests. The wheel is fetched once with `pip download --no-deps` into .cache/wheels."""
+"""Pinned libraries' own source, read from their wheel or sdist with `ast` (never imported): the
+oracle of the contract tests. Fetched once with `pip download --no-deps` into .cache/wheels."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 import zipfile
@@ -34,6 +35,27 @@ def fetch_wheel(name: str, version: str) -> Path:
     if any(e in out for e in NETWORK_ERRORS):
         pytest.skip(f"package registry unreachable, cannot fetch {name}=={version}: {out.strip().splitlines()[-1]}")
     raise RuntimeError(f"pip download {name}=={version} failed (exit {res.returncode}): {out[-2000:]}")
+
+
+def fetch_sdist(name: str, version: str) -> Path:
+    """The pinned source archive under .cache/wheels (downloaded if absent). pip prepares its
+    metadata with the venv's torch (`--no-build-isolation`) and no CUDA build."""
+    prefix = f"{name.replace('-', '_')}-{version}"
+    found = sorted(WHEELS.glob(prefix + ".tar.gz"))
+    if found:
+        return found[0]
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"}
+    res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                          "--no-build-isolation", f"{name}=={version}", "-d", str(WHEELS)],
+                         capture_output=True, text=True, timeout=900, env=env)
+    found = sorted(WHEELS.glob(prefix + ".tar.gz"))
+    if found:
+        return found[0]
+    out = res.stdout + res.stderr
+    if any(e in out for e in NETWORK_ERRORS):
+        pytest.skip(f"package registry unreachable, cannot fetch {name}=={version}: {out.strip().splitlines()[-1]}")
+    raise RuntimeError(f"pip download {name}=={version} (sdist) failed (exit {res.returncode}): {out[-2000:]}")
 
 
 class Source:
