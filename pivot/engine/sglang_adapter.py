@@ -248,8 +248,15 @@ class SglangEngine:
         of old weights is stale). Requests still running are aborted first and resumed after,
         with the tokens they had (their remaining tokens come from the new weights)."""
         tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
-        running = [rid for rid, lv in self._live.items() if lv.task is None or not lv.task.done()]
-        partials = self.abort(running).partials if running else []
+        running = [lv for lv in self._live.values() if lv.task is not None and not lv.task.done()]
+        for lv in running:
+            self.engine.tokenizer_manager.abort_request(rid=str(lv.request.id))
+        if running:
+            self.loop.run_until_complete(asyncio.wait([lv.task for lv in running], timeout=5.0))
+        # a stream that ended on its own before the abort reached it stays, finished, for step()
+        resumed = [lv for lv in running if lv.finish_reason not in ("stop", "length")]
+        for lv in resumed:
+            del self._live[lv.request.id]
         self._wait_idle("load_weights")
         buckets = _buckets(list(tensors.items()), self.bucket_bytes)
         _check_reply("begin_weight_update", self.engine.begin_weight_update())
@@ -262,8 +269,9 @@ class SglangEngine:
             ended = self.engine.end_weight_update()
         _check_reply("end_weight_update", ended)
         self._version = version
-        for p in partials:
-            self.add(p)
+        for lv in resumed:
+            req = lv.request
+            self.add(Request(req.id, list(req.prompt_ids), req.params, lv.output_ids, lv.logprobs))
 
     def _wait_idle(self, what: str) -> None:
         """Block until sglang's scheduler has nothing running or queued (its in-flight batch
