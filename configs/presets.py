@@ -60,7 +60,12 @@ def _paper_group(
     genrm_tokens: int = GENRM_TOKENS,
 ) -> PivotConfig:
     """One of the paper's groups on 8-GPU H20 nodes (96 GB, NVLink, 50 GB/s InfiniBand), training
-    with activation checkpointing."""
+    with activation checkpointing.
+
+    Backends (docs/gpu.md): the policy's rollout runs on the embedded engine (its weights change
+    every step and a GPS Read fills its TP slices in place; the profiler fits the planner's
+    constants for it; it has no CUDA graphs), the GenRM on sglang (never written; MoE and hybrid
+    GenRMs get sglang's fused kernels), training on FSDP2."""
     p_name, p_b, p_tp = policy
     g_name, g_b, g_active_b, g_tp = genrm
     gpu_engine = EngineConfig(kv_capacity_tokens=262144, max_running_seqs=256, max_prefill_tokens=16384)

@@ -71,6 +71,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("policy_params_b", "genrm_params_b", "genrm_active_params_b"):
             _check(getattr(self, name) >= 0, f"model.{name}", getattr(self, name), "must be >= 0")
+        # flash-attn 2.8.3 has fp16 and bf16 kernels only (flash_attn/flash_attn_interface.py checks q.dtype)
+        _check(self.attention != "flash" or self.dtype in ("bfloat16", "float16"), "model.attention", self.attention,
+               f"needs --model.dtype bfloat16 or float16 (flash-attn has no {self.dtype} kernels)")
 
 
 @dataclass
@@ -414,6 +417,11 @@ class PivotConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def __post_init__(self) -> None:
+        served = [r for r, c in (("rollout", self.rollout), ("reward", self.reward)) if c.engine.backend == "sglang"]
+        # sglang 0.5.23: no get_weights_by_name for Qwen2/Qwen3/Qwen3-MoE/GLM-4, TP shards for Llama
+        # (pivot/engine/sglang_adapter.py WHOLE_WEIGHTS_BY_NAME)
+        _check(not (self.log.verify_weights and served), "log.verify_weights", self.log.verify_weights,
+               f"{' and '.join(served)} served by sglang, which cannot hand back whole weights to checksum")
         for role, engine in (("rollout", self.rollout.engine), ("reward", self.reward.engine)):
             size = engine.kv_block_size(self.model.attention)
             _check(self.model.attention != "flash" or size % FLASH_BLOCK_MULTIPLE == 0, f"{role}.engine.block_size",

@@ -24,6 +24,13 @@ def main(argv: list[str] | None = None) -> int:
         from pivot.memory.report import dry_run
 
         return dry_run(cfg)
+    from pivot.kernels import missing_kernels
+
+    missing = missing_kernels(cfg.model)  # before torchrun work: one line each, nothing falls back
+    for line in missing:
+        print(f"pivot: cannot start: {line}", file=sys.stderr, flush=True)
+    if missing:
+        return 2
     from pivot.runtime.launch import run
 
     return run(cfg)

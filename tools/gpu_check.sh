@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for a machine with CUDA (sized for one H200, under 8 minutes): every GPU path of
-# Pivot, one result line each, `PASS <check>: <figure>` or `FAIL <check>: <why>`:
+# Pivot, one result line each, `PASS|FAIL|SKIP <check>: <figure or why>`:
 #   gpu-tests         the @pytest.mark.gpu tests
 #   engine-*          embedded engine on a random Qwen2.5-0.5B-shaped model, bf16: SDPA,
 #                     flash-attn, flash-attn + transformer-engine linears (tokens/s)
@@ -10,12 +10,17 @@
 #   fsdp-bf16         FSDP2 bf16 train steps over an NCCL group, shift down / up bit-exact
 #   nccl-shift        the main job on min(GPUs, 2) ranks over NCCL: roles shift on the devices
 #   main-job          a 3-step main job with --cluster.device cuda on min(GPUs, 4) ranks
-# Exit 1 on any FAIL; without CUDA it says so and exits 0.
+# plus `PASS|FAIL|SKIP python|torch|cuda: ...` for the environment itself. A check whose library
+# (sglang, flash-attn, transformer-engine, transformers) is not installed is a SKIP line, not a
+# FAIL. Exit 1 on any FAIL. A broken environment is a FAIL: no python, a torch that does not
+# import or is older than 2.11, a GPU that nvidia-smi sees but torch cannot use (driver too old
+# for torch's CUDA build, a CPU-only torch). Only a machine with no NVIDIA GPU at all gets
+# `SKIP cuda` and exit 0. It never installs anything: it uses the torch and libraries present.
 #
 #   tools/gpu_check.sh
 #
 # Env: PYTHON (default python), TORCHRUN (default torchrun), GPU_CHECK_TIMEOUT (seconds per
-# check, default 300).
+# check, default 300), NVIDIA_SMI (default nvidia-smi), GPU_CHECK_DEV (default /dev/nvidia0).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,19 +28,72 @@ cd "$ROOT"
 PY="${PYTHON:-python}"
 read -r -a TR <<<"${TORCHRUN:-torchrun}"
 LIMIT="${GPU_CHECK_TIMEOUT:-300}"
-
-if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  echo "gpu_check: no CUDA device visible to torch ($("$PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo "torch not importable")); nothing to check."
-  exit 0
-fi
-
+SMI="${NVIDIA_SMI:-nvidia-smi}"
+MIN_TORCH="2.11"
 LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/pivot-gpu-check.XXXXXX")"
+RESULTS="$LOG_DIR/results.txt"
+: >"$RESULTS"
+note() { echo "$1" | tee -a "$RESULTS"; }
+
+if ! command -v "$PY" >/dev/null 2>&1; then
+  echo "FAIL python: '$PY' not found (set PYTHON to the environment's interpreter)"
+  exit 1
+fi
+# one line: "ok <torch> <cuda build|none> <available 0|1> <devices> <warning>" or "error <why>"
+probe="$("$PY" - <<'PYEOF' 2>&1 | tail -n 1
+import warnings
+try:
+    import torch
+except BaseException as e:
+    print("error", f"{type(e).__name__}: {e}".splitlines()[0][:300])
+    raise SystemExit(0)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        available, count = torch.cuda.is_available(), torch.cuda.device_count()
+    except BaseException as e:
+        available, count = False, 0
+        caught.append(type("W", (), {"message": f"{type(e).__name__}: {e}"})())
+why = " ".join(str(w.message).replace(chr(10), " ") for w in caught)[:300] or "-"
+print("ok", torch.__version__, torch.version.cuda or "none", int(bool(available) and count > 0), count, why)
+PYEOF
+)"
+read -r status torch_v cuda_v usable ndev warn <<<"$probe"
+if [[ "$status" != ok ]]; then
+  echo "FAIL torch: $PY cannot import torch: ${probe#error }"
+  exit 1
+fi
+PRE_FAIL=0
+if [[ "$(printf '%s\n%s\n' "$MIN_TORCH" "${torch_v%%+*}" | sort -V | head -n 1)" != "$MIN_TORCH" ]]; then
+  note "FAIL torch: $torch_v is older than $MIN_TORCH (Pivot supports torch 2.11-2.14)"
+  PRE_FAIL=1
+else
+  note "PASS torch: $torch_v (CUDA build $cuda_v; Pivot supports torch 2.11-2.14)"
+fi
+gpu_seen=""
+if command -v "$SMI" >/dev/null 2>&1 && "$SMI" -L 2>/dev/null | grep -q '^GPU '; then
+  gpu_seen="$("$SMI" -L 2>/dev/null | grep -c '^GPU ') GPU(s) listed by $SMI"
+elif [[ -e "${GPU_CHECK_DEV:-/dev/nvidia0}" ]]; then
+  gpu_seen="${GPU_CHECK_DEV:-/dev/nvidia0} exists"
+fi
+if [[ "$usable" != 1 ]]; then
+  if [[ -z "$gpu_seen" ]]; then
+    echo "SKIP cuda: no NVIDIA GPU on this machine (no $SMI listing, no ${GPU_CHECK_DEV:-/dev/nvidia0}) and torch $torch_v sees no CUDA device: nothing to check"
+    exit "$PRE_FAIL"
+  fi
+  if [[ "$cuda_v" == none ]]; then
+    echo "FAIL cuda: $gpu_seen, but torch $torch_v is a CPU-only build"
+  else
+    echo "FAIL cuda: $gpu_seen, but torch $torch_v (CUDA $cuda_v) cannot use it (driver too old for CUDA $cuda_v? CUDA_VISIBLE_DEVICES?): ${warn}"
+  fi
+  exit 1
+fi
+note "PASS cuda: $ndev device(s), torch $torch_v, CUDA $cuda_v"
+
 NGPU="$("$PY" -c 'import torch; print(torch.cuda.device_count())')"
 echo "== environment"
 "$PY" -c 'import torch; print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}")'
-command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L
-RESULTS="$LOG_DIR/results.txt"
-: >"$RESULTS"
+command -v "$SMI" >/dev/null 2>&1 && "$SMI" -L
 
 # run_check NAME CMD...: runs CMD under the time limit, keeps its PASS/FAIL lines; a command that
 # fails without saying which check failed is one FAIL line for NAME
@@ -52,6 +110,9 @@ run_check() {
 }
 
 echo "== gpu-tests: $PY -m pytest -m gpu -q -rA"
+if ! "$PY" -c 'import pytest' >/dev/null 2>&1; then
+  note "SKIP gpu-tests: pytest is not installed (it is in requirements-dev.txt)"
+else
 timeout "$LIMIT" "$PY" -m pytest -m gpu -q -rA >"$LOG_DIR/pytest.log" 2>&1
 pytest_rc=$?
 count() { grep -c "^$1 " "$LOG_DIR/pytest.log" || true; }
@@ -61,6 +122,7 @@ case "$pytest_rc" in
   *) echo "FAIL gpu-tests: $figure (pytest exit $pytest_rc; log $LOG_DIR/pytest.log)" | tee -a "$RESULTS"
      grep -E '^(FAILED|ERROR) ' "$LOG_DIR/pytest.log" | sed 's/^/  /' ;;
 esac
+fi
 
 run_check engine "$PY" tools/gpu_checks.py engine
 run_check sglang "$PY" tools/gpu_checks.py sglang

@@ -1,7 +1,9 @@
 """The checks `tools/gpu_check.sh` runs, one subcommand each. Every check prints one line per
-result, `PASS <name>: <figure>` or `FAIL <name>: <why>`, and exits 1 on any FAIL. Without CUDA
-a GPU check prints `SKIP <name>: no CUDA` and exits 0; `job` only reads a finished main job's
-run folder and works anywhere.
+result, `PASS <name>: <figure>`, `FAIL <name>: <why>` or `SKIP <name>: <why>`, and exits 1 on any
+FAIL. Without CUDA a GPU check prints `SKIP <name>: no CUDA` and exits 0; a check whose library
+(flash-attn, transformer-engine, sglang, transformers) is not installed is a SKIP line naming it,
+and the other checks still run. Nothing is installed. `job` only reads a finished main job's run
+folder and works anywhere.
 
     python tools/gpu_checks.py engine   # embedded engine on a random Qwen2.5-0.5B-shaped model:
                                         # SDPA, flash-attn, flash-attn + transformer-engine linears
@@ -38,6 +40,22 @@ SMALL = dict(QWEN25_05B, vocab_size=4096, hidden_size=256, intermediate_size=512
              num_attention_heads=4, num_key_value_heads=2)
 """A small random model for the sglang and training checks (written to disk by transformers)."""
 FAILED: list[str] = []
+
+
+def missing(*modules: str) -> str:
+    """'' when every module imports, else which one does not and why (for a SKIP line)."""
+    import importlib
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # not installed, or built against another torch / CUDA
+            return f"{module} is not usable ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})"
+    return ""
+
+
+def skip(name: str, why: str) -> None:
+    print(f"SKIP {name}: {why}", flush=True)
 
 
 def report(ok: bool, name: str, text: str) -> None:
@@ -89,6 +107,11 @@ def check_engine(a: argparse.Namespace) -> None:
     cfg = EngineConfig(kv_capacity_tokens=a.seqs * (a.prompt_tokens + a.new_tokens + 512), max_running_seqs=a.seqs)
     ref: dict[str, object] = {}
     for attention, linear in (("sdpa", "torch"), ("flash", "torch"), ("flash", "te")):
+        needs = (("flash_attn",) if attention == "flash" else ()) + (("transformer_engine.pytorch",) if linear == "te" else ())
+        if missing(*needs):
+            skip(f"engine-{attention}-{linear}", missing(*needs))
+            continue
+
         def run(attention: str = attention, linear: str = linear) -> str:
             with torch.device("cuda"):
                 model = CausalLM(args, linear=linear).to(torch.bfloat16)
@@ -132,6 +155,10 @@ def check_sglang(a: argparse.Namespace) -> None:
     from pivot.gps.torch_specs import specs_from_checkpoint
     from pivot.model import load_state_dict
 
+    if missing("sglang", "transformers"):
+        for name in ("gps-read", "sglang-greedy", "sglang-shift"):
+            skip(name, missing("sglang", "transformers"))
+        return
     folder = small_folder(Path(tempfile.mkdtemp(prefix="gpu_check_sglang_")))
     batch = prompts(8, 32, SMALL["vocab_size"])
     embedded = Engine.from_pretrained(folder, EngineConfig(kv_capacity_tokens=8192), dtype="bfloat16", device="cuda")

@@ -1,12 +1,16 @@
 """The engine protocol over an in-process `sglang.Engine` (GPU only).
 
-UNTESTED ON A GPU: the development machines have no GPU and no sglang; the tests drive this
-adapter through a fake `sglang` module that records calls. Written against sglang 0.5.x's
-Python API: `sglang.Engine(**ServerArgs)`, `async_generate(input_ids=..., return_logprob=True,
-stream=True, rid=...)`, `tokenizer_manager.abort_request(rid=...)`,
-`update_weights_from_tensor(named_tensors, load_format=None, flush_cache=True)`,
-`release_memory_occupation()` / `resume_memory_occupation()`, `get_server_info()`,
-`get_weights_by_name(name, truncate_size)`. sglang is imported only when an engine is built.
+NEVER RUN ON A GPU: the tests drive this adapter through a fake `sglang` module
+(tests/engine/fake_sglang.py) that models sglang 0.5.23's session, refusals and idle rules, and
+tests/engine/test_sglang_contract.py checks every call below against that wheel's own source
+(read with `ast`, not imported). sglang 0.5.23's Python API as used here (sglang/srt/entrypoints/
+engine.py): `Engine(**ServerArgs)`, `async_generate(input_ids=, sampling_params=,
+return_logprob=True, stream=True, rid=)`, `tokenizer_manager.abort_request(rid=)`,
+`begin_weight_update()` / `update_weights_from_tensor(named_tensors, flush_cache=)` /
+`end_weight_update()` (each answers `(success, message)`), `tokenizer_manager.flush_cache(
+timeout_s=)` (a `FlushCacheReqOutput`), `release_memory_occupation()` /
+`resume_memory_occupation()`, `get_server_info()`, `get_weights_by_name(name, truncate_size)`,
+`shutdown()`. sglang is imported only when an engine is built.
 
 Process model: one sglang `Engine` per replica, built by the replica's leader rank with
 `tp_size` = the replica's devices and `base_gpu_id` = the leader's local device (a slot's
@@ -19,8 +23,18 @@ Mapping to the protocol:
                     the partial resumes elsewhere like the embedded engine's
   load_weights      full HF-named tensors (sglang shards them under its own TP), validated
                     against the checkpoint's tensor list, pushed in buckets of `bucket_bytes`
-                    through `staging_device` with `update_weights_from_tensor`
-  release / resume  `release_memory_occupation` / `resume_memory_occupation` (needs
+                    through `staging_device` inside ONE weight-update session (0.5.23 refuses
+                    `update_weights_from_tensor` outside `begin_weight_update()` ..
+                    `end_weight_update()`, weight_updater.py:232-239). Running requests are
+                    aborted first and re-added after it with their tokens (sglang would hold
+                    the update until they finish: tokenizer_manager.py:941 holds the model
+                    update lock's reader side for a whole stream), and the scheduler is waited
+                    idle, so the update's own cache flush cannot be refused
+                    (weight_updater.py:120-133, scheduler.py:5518-5547)
+  release / resume  wait until the scheduler is idle (`flush_cache(timeout_s=)`), then
+                    `release_memory_occupation` (it asserts a fully idle scheduler, including
+                    the overlap scheduler's in-flight batch: weight_updater.py:337-341,
+                    scheduler.py:5337-5351) / `resume_memory_occupation` (needs
                     `enable_memory_saver`): weights and KV cache leave the devices, the
                     engine's processes, CUDA contexts and NCCL groups stay
   KV usage          `max_total_tokens` is the config's `kv_capacity_tokens`, so the planner and
@@ -29,7 +43,11 @@ The served model is described by its checkpoint (safetensors headers), never by 
 `ModelArgs`: sglang serves families (MoE, hybrid) Pivot's engine may not. The engine is built
 with `load_format="dummy"`: its weights always come from the GPS Read that follows.
 A resumed request is re-sent as prompt + generated tokens with the remaining budget, so greedy
-resumes match exactly but seeded sampling does not.
+resumes match exactly but seeded sampling does not. sglang uses a request's `sampling_seed` only
+under `enable_deterministic_inference` (sampling_batch_info.py:157-170; otherwise sampling is
+not reproducible by seed): pass `enable_deterministic_inference=True` to `from_pretrained` for it.
+`named_parameters_hf` (--log.verify-weights) works only where sglang can return whole tensors:
+see `WHOLE_WEIGHTS_BY_NAME`.
 """
 from __future__ import annotations
 
@@ -50,6 +68,13 @@ from pivot.gps.torch_specs import specs_from_checkpoint
 
 BUCKET_BYTES = 1 << 30
 """Most bytes of one `update_weights_from_tensor` call (bounds the staging memory)."""
+IDLE_TIMEOUT_S = 60.0
+"""Longest wait for sglang's scheduler to go idle after aborts (release, weight update)."""
+WHOLE_WEIGHTS_BY_NAME = frozenset({"LlamaForCausalLM", "MistralForCausalLM"})
+"""Architectures Pivot serves whose sglang 0.5.23 model class has `get_weights_by_name`
+(models/llama.py:819; Qwen2/Qwen3/Qwen3-MoE/GLM-4 have none and answer None,
+weight_exporter.py:169-188). Even these return the local TP shard of q/k/v, gate/up and the
+embedding (llama.py:837-870), so only TP 1 gives whole tensors."""
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +102,7 @@ class SglangEngine:
         self._version = 0
         self._tokens_generated = 0
         self._last_latency = 0.0
+        self.tp_size, self.architectures = 1, ()  # from_pretrained fills them from the checkpoint
         info = self._server_info()
         self.kv_total = int(info.get("max_total_num_tokens", config.kv_capacity_tokens))
         self.max_len = int(info.get("context_length") or info.get("max_req_input_len") or self.kv_total)
@@ -99,7 +125,10 @@ class SglangEngine:
         engine = sglang.Engine(**{**kwargs, **server_args})
         shapes = {s.name: tuple(s.shape) for s in specs_from_checkpoint(path)}
         staging = f"cuda:{base_gpu_id}" if torch.cuda.is_available() else "cpu"
-        return cls(engine, config, shapes, tokenizer, staging_device=staging)
+        out = cls(engine, config, shapes, tokenizer, staging_device=staging)
+        out.tp_size = tp_size
+        out.architectures = tuple(_architectures(Path(path)))
+        return out
 
     def _server_info(self) -> dict[str, Any]:
         info = dict(self.engine.get_server_info())
@@ -214,30 +243,62 @@ class SglangEngine:
         return self._version
 
     def load_weights(self, named_tensors: dict[str, Any] | Iterable[tuple[str, Any]], version: int) -> None:
-        """Full HF-named tensors (every one the checkpoint has), pushed bucket by bucket; the
-        prefix cache is flushed with the last bucket (a cached prefix of old weights is stale)."""
+        """Full HF-named tensors (every one the checkpoint has), pushed bucket by bucket inside one
+        weight-update session; the prefix cache is flushed with the last bucket (a cached prefix
+        of old weights is stale). Requests still running are aborted first and resumed after,
+        with the tokens they had (their remaining tokens come from the new weights)."""
         tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
+        running = [lv for lv in self._live.values() if lv.task is not None and not lv.task.done()]
+        for lv in running:
+            self.engine.tokenizer_manager.abort_request(rid=str(lv.request.id))
+        if running:
+            self.loop.run_until_complete(asyncio.wait([lv.task for lv in running], timeout=5.0))
+        # a stream that ended on its own before the abort reached it stays, finished, for step()
+        resumed = [lv for lv in running if lv.finish_reason not in ("stop", "length")]
+        for lv in resumed:
+            del self._live[lv.request.id]
+        self._wait_idle("load_weights")
         buckets = _buckets(list(tensors.items()), self.bucket_bytes)
-        for i, bucket in enumerate(buckets):
-            staged = [(n, t.to(self.staging_device, non_blocking=True)) for n, t in bucket]
-            result = self.engine.update_weights_from_tensor(staged, flush_cache=i == len(buckets) - 1)
-            ok = result[0] if isinstance(result, tuple) else getattr(result, "success", True)
-            if not ok:
-                raise ValueError(f"load_weights: sglang refused the update: {result}")
+        _check_reply("begin_weight_update", self.engine.begin_weight_update())
+        try:
+            for i, bucket in enumerate(buckets):
+                staged = [(n, t.to(self.staging_device, non_blocking=True)) for n, t in bucket]
+                _check_reply("update_weights_from_tensor",
+                             self.engine.update_weights_from_tensor(staged, flush_cache=i == len(buckets) - 1))
+        finally:  # an open session would refuse every later begin_weight_update (weight_updater.py:311-316)
+            ended = self.engine.end_weight_update()
+        _check_reply("end_weight_update", ended)
         self._version = version
+        for lv in resumed:
+            req = lv.request
+            self.add(Request(req.id, list(req.prompt_ids), req.params, lv.output_ids, lv.logprobs))
+
+    def _wait_idle(self, what: str) -> None:
+        """Block until sglang's scheduler has nothing running or queued (its in-flight batch
+        included), or fail: `flush_cache(timeout_s)` answers once it is idle (flush_wrapper.py:22-61)."""
+        out = self.loop.run_until_complete(self.engine.tokenizer_manager.flush_cache(timeout_s=IDLE_TIMEOUT_S))
+        if not getattr(out, "success", False):
+            raise RuntimeError(f"{what}: sglang's scheduler did not go idle within {IDLE_TIMEOUT_S:.0f} s: "
+                               f"{getattr(out, 'message', out)!r}")
 
     def weight_buffers(self) -> dict[str, torch.Tensor]:
         """None to fill in place: sglang owns its (sharded) parameters; Reads come in fresh."""
         return {}
 
     def named_parameters_hf(self) -> dict[str, torch.Tensor]:
-        """Every weight as sglang holds it now, HF-named and full (`get_weights_by_name` gathers
-        TP shards; slow: for --log.verify-weights)."""
+        """Every weight as sglang holds it now, HF-named and whole (`get_weights_by_name`; slow,
+        for --log.verify-weights). Only a `WHOLE_WEIGHTS_BY_NAME` architecture at TP 1 can."""
+        if self.tp_size != 1 or not set(self.architectures) & WHOLE_WEIGHTS_BY_NAME:
+            raise ValueError(
+                f"sglang 0.5.23 cannot return whole weights of {'/'.join(self.architectures) or 'this model'} at TP "
+                f"{self.tp_size} (get_weights_by_name: {', '.join(sorted(WHOLE_WEIGHTS_BY_NAME))} at TP 1 only)")
         out = {}
         for name, shape in self.full_shapes.items():
             rows = shape[0] if shape else 1
             got = self.engine.get_weights_by_name(name, truncate_size=rows)
-            t = torch.as_tensor(got if got is not None else [], dtype=torch.float32)
+            if got is None:  # sglang logs the reason and answers None (weight_exporter.py:178-188)
+                raise ValueError(f"sglang returned no weights for {name!r} (see sglang's log)")
+            t = torch.as_tensor(got, dtype=torch.float32)
             if t.numel() != math.prod(shape):
                 raise ValueError(f"sglang returned {t.numel()} values for {name!r}, expected shape {shape}")
             out[name] = t.reshape(shape)
@@ -245,6 +306,7 @@ class SglangEngine:
 
     def release(self) -> AbortResult:
         partials = self.abort(list(self._live))
+        self._wait_idle("release")  # release asserts an idle scheduler; aborted streams end before it is
         self.engine.release_memory_occupation()
         return partials
 
@@ -253,6 +315,24 @@ class SglangEngine:
 
     def shutdown(self) -> None:
         self.engine.shutdown()
+
+
+def _check_reply(call: str, reply: Any) -> None:
+    """sglang 0.5.23's weight calls answer `(success, message)` (tokenizer_control_mixin.py:485-586,
+    communicator.py:106-110); anything else, or success False, is an error."""
+    if not (isinstance(reply, tuple) and len(reply) == 2 and isinstance(reply[0], bool)):
+        raise ValueError(f"{call}: unexpected reply from sglang {reply!r} (expected (success, message))")
+    if not reply[0]:
+        raise ValueError(f"{call}: sglang refused: {reply[1]}")
+
+
+def _architectures(path: Path) -> list[str]:
+    import json
+
+    try:
+        return list(json.loads((path / "config.json").read_text()).get("architectures") or [])
+    except (OSError, ValueError):
+        return []
 
 
 def _buckets(pairs: list[tuple[str, torch.Tensor]], limit: int) -> list[list[tuple[str, torch.Tensor]]]:

@@ -152,7 +152,9 @@ class Trainer(TrainerCheckpoint):
         normalizer = float(batch.response_tokens if cfg.loss_agg == "token" else batch.rows_with_tokens)
         mine, count = self._plan(batch)
         self.model.train()
-        sums = torch.zeros(5, dtype=torch.float64)  # loss, tokens, clipped, approx_kl, kl_ref (token-weighted)
+        # loss, tokens, clipped, approx_kl, kl_ref (token-weighted); on the trainer's device: an
+        # NCCL-only group has no backend for CPU tensors ("No backend type associated with device type cpu")
+        sums = torch.zeros(5, dtype=torch.float64, device=self.device)
         for m in range(count):
             rows = mine[m] if m < len(mine) else []
             if not rows:
@@ -169,7 +171,8 @@ class Trainer(TrainerCheckpoint):
             # FSDP averages gradients over ranks; the loss is already a share of the global one
             (loss * self.world).backward()
             t = st.tokens
-            sums += torch.tensor([loss.item(), t, st.clip_frac * t, st.approx_kl_behaviour * t, st.kl_ref * t], dtype=torch.float64)
+            sums += torch.tensor([loss.item(), t, st.clip_frac * t, st.approx_kl_behaviour * t, st.kl_ref * t],
+                                 dtype=torch.float64, device=self.device)
         max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(list(self.params.values()), max_norm)
         norm_value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)

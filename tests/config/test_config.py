@@ -41,7 +41,7 @@ def test_paper_groups_match_tables_1_and_4() -> None:
         (["--preset", "nope"], "preset='nope'"),
         (["--rollout.top-p", "0"], "rollout.top_p=0.0"),
         (["--planner.rule-low", "0.9"], "planner.rule_low=0.9"),
-        (["--model.attention", "flash", "--reward.engine.block-size", "16"], "reward.engine.block_size=16"),
+        (["--model.attention", "flash", "--model.dtype", "bfloat16", "--reward.engine.block-size", "16"], "reward.engine.block_size=16"),
         (["--rollout.engine.block-size", "-1"], "engine.block_size=-1"),
     ],
 )
@@ -61,9 +61,9 @@ def test_resume_modes_and_bare_flag(argv: list[str], mode: str) -> None:
 
 def test_block_size_default_follows_the_attention_kernel() -> None:
     """flash-attn's paged KV takes blocks of a multiple of 256 tokens (its `block_table` contract)."""
-    cfg = parse(["--model.attention", "flash"], 4, 4)
+    cfg = parse(["--model.attention", "flash", "--model.dtype", "bfloat16"], 4, 4)
     assert cfg.rollout.engine.kv_block_size("flash") == 256 and cfg.reward.engine.kv_block_size("sdpa") == 16
-    assert parse(["--model.attention", "flash", "--rollout.engine.block-size", "512"], 4, 4).rollout.engine.block_size == 512
+    assert parse(["--model.attention", "flash", "--model.dtype", "bfloat16", "--rollout.engine.block-size", "512"], 4, 4).rollout.engine.block_size == 512
     for name in PRESETS:  # the paper presets run flash attention with the kernel's default block
         cfg = get_preset(name)
         assert cfg.rollout.engine.kv_block_size(cfg.model.attention) % 256 == 0 or cfg.model.attention == "sdpa"

@@ -1,5 +1,7 @@
-"""tools/gpu_check.sh: syntax, the no-CUDA exit, and its report on a faked CUDA machine
-(torch.cuda patched in, pytest and torchrun replaced by stand-ins with canned results)."""
+"""tools/gpu_check.sh: syntax, no network, its environment probe (no GPU: SKIP and exit 0; no
+python, a broken or too old torch, a GPU torch cannot use: FAIL and exit 1), and its report on a
+faked CUDA machine (torch.cuda patched in, nvidia-smi, pytest and torchrun replaced by stand-ins
+with canned results)."""
 from __future__ import annotations
 
 import os
@@ -23,20 +25,81 @@ def _exe(path: Path, body: str) -> Path:
     return path
 
 
+NO_GPU = {"NVIDIA_SMI": "/nonexistent/nvidia-smi", "GPU_CHECK_DEV": "/nonexistent/nvidia0"}
+
+
 def _run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("GPU_CHECK_", "NPROC", "TORCHRUN", "PYTHON"))}
-    return subprocess.run([BASH, str(SCRIPT)], env={**base, **env}, capture_output=True, text=True, timeout=120)
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("GPU_CHECK_", "NPROC", "TORCHRUN", "PYTHON", "NVIDIA_SMI"))}
+    return subprocess.run([BASH, str(SCRIPT)], env={**base, **NO_GPU, **env}, capture_output=True, text=True, timeout=120)
+
+
+def _smi(tmp_path: Path) -> str:
+    """An nvidia-smi that lists one GPU."""
+    return str(_exe(tmp_path / "nvidia-smi", "#!/usr/bin/env bash\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n"))
+
+
+def _site(tmp_path: Path, body: str) -> dict[str, str]:
+    """Run the real interpreter with `body` as sitecustomize (patching torch before the probe)."""
+    (tmp_path / "sitecustomize.py").write_text(body)
+    return {"PYTHONPATH": str(tmp_path), "PYTHON": sys.executable}
 
 
 def test_syntax() -> None:
     subprocess.run([BASH, "-n", str(SCRIPT)], check=True)
 
 
+def test_never_installs_from_the_network() -> None:
+    text = "\n".join(line for line in SCRIPT.read_text().splitlines() if not line.lstrip().startswith("#"))
+    for word in ("pip install", "pip download", "curl ", "wget ", "uv pip", "conda install"):
+        assert word not in text, word
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the script would run the real check")
-def test_without_cuda_says_so_and_exits_0() -> None:
-    res = _run({})
-    assert res.returncode == 0, res.stderr
-    assert "no CUDA" in res.stdout
+def test_without_a_gpu_says_so_and_exits_0() -> None:
+    res = _run({"PYTHON": sys.executable})
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.splitlines()[-1].startswith("SKIP cuda: no NVIDIA GPU on this machine")
+    assert res.stdout.splitlines()[0].startswith(f"PASS torch: {torch.__version__}")
+
+
+def test_a_missing_python_fails() -> None:
+    res = _run({"PYTHON": "/nonexistent/python3"})
+    assert res.returncode == 1 and res.stdout.startswith("FAIL python: '/nonexistent/python3' not found")
+
+
+def test_a_torch_that_does_not_import_fails(tmp_path: Path) -> None:
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('libcudart.so.13: cannot open shared object file')\n")
+    res = _run({"PYTHONPATH": str(tmp_path), "PYTHON": sys.executable})
+    assert res.returncode == 1, res.stdout
+    assert res.stdout.strip() == (f"FAIL torch: {sys.executable} cannot import torch: "
+                                  "ImportError: libcudart.so.13: cannot open shared object file")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present")
+def test_a_gpu_torch_cannot_use_fails(tmp_path: Path) -> None:
+    """nvidia-smi lists a GPU, torch sees none: a CPU-only torch, or a driver too old for torch's
+    CUDA build (torch warns and answers False), is a FAIL, not 'nothing to check'."""
+    res = _run({**_site(tmp_path, ""), "NVIDIA_SMI": _smi(tmp_path)})
+    assert res.returncode == 1 and "FAIL cuda: 1 GPU(s) listed by" in res.stdout
+    assert ("is a CPU-only build" if torch.version.cuda is None else f"(CUDA {torch.version.cuda}) cannot use it") in res.stdout
+    old_driver = (
+        "import warnings, torch\n"
+        "torch.version.cuda = '13.0'\n"
+        "def _no():\n"
+        "    warnings.warn('CUDA initialization: The NVIDIA driver on your system is too old (found version 12040).')\n"
+        "    return False\n"
+        "torch.cuda.is_available = _no\n"
+    )
+    res = _run({**_site(tmp_path, old_driver), "NVIDIA_SMI": _smi(tmp_path)})
+    assert res.returncode == 1, res.stdout
+    assert "(CUDA 13.0) cannot use it" in res.stdout and "driver on your system is too old" in res.stdout
+
+
+def test_a_torch_older_than_2_11_fails(tmp_path: Path) -> None:
+    res = _run({**_site(tmp_path, "import torch\ntorch.__version__ = '2.10.0+cu128'\n")})
+    assert res.returncode == 1 and "FAIL torch: 2.10.0+cu128 is older than 2.11" in res.stdout
 
 
 def _fake_cuda(tmp_path: Path, pytest_rc: int, torchrun_rc: int, failing: str = "") -> dict[str, str]:
@@ -44,6 +107,7 @@ def _fake_cuda(tmp_path: Path, pytest_rc: int, torchrun_rc: int, failing: str = 
     stand-ins (the check named `failing` prints a FAIL line and exits 1); torchrun exits torchrun_rc."""
     (tmp_path / "sitecustomize.py").write_text(
         "import torch\n"
+        "torch.version.cuda = torch.version.cuda or '13.0'\n"
         "torch.cuda.is_available = lambda: True\n"
         "torch.cuda.device_count = lambda: 2\n"
         "torch.cuda.get_device_name = lambda i=0: 'FakeGPU'\n"
@@ -60,11 +124,11 @@ def _fake_cuda(tmp_path: Path, pytest_rc: int, torchrun_rc: int, failing: str = 
         f'PYTHONPATH={tmp_path} exec {sys.executable} "$@"\n'
     ))
     torchrun = _exe(tmp_path / "torchrun", f"#!/usr/bin/env bash\necho fake torchrun \"$@\"\nexit {torchrun_rc}\n")
-    return {"PYTHON": str(python), "TORCHRUN": str(torchrun)}
+    return {"PYTHON": str(python), "TORCHRUN": str(torchrun), "NVIDIA_SMI": _smi(tmp_path)}
 
 
 def _lines(out: str) -> list[str]:
-    return [line for line in out.splitlines() if line.startswith(("PASS ", "FAIL "))]
+    return [line for line in out.splitlines() if line.startswith(("PASS ", "FAIL ", "SKIP "))]
 
 
 def test_every_check_reports_one_line_and_a_failed_test_fails(tmp_path: Path) -> None:
@@ -73,7 +137,7 @@ def test_every_check_reports_one_line_and_a_failed_test_fails(tmp_path: Path) ->
     assert "2 x FakeGPU" in res.stdout
     report = res.stdout.split("== gpu_check report")[1]
     names = [line.split()[1].rstrip(":") for line in _lines(report)]
-    assert names == ["gpu-tests", "engine", "sglang", "train", "nccl-shift", "main-job"]
+    assert names == ["torch", "cuda", "gpu-tests", "engine", "sglang", "train", "nccl-shift", "main-job"]
     assert "FAIL gpu-tests: 1 passed, 1 failed, 0 errors, 1 skipped" in report
     assert "--nproc-per-node 2 pivot/main.py --cluster.device cuda --train.steps 3" in res.stdout
 

@@ -59,3 +59,14 @@ def test_job_check_reads_the_run_folder(tmp_path: Path, capsys: pytest.CaptureFi
     monkeypatch.setattr(gpu_checks, "FAILED", [])
     assert gpu_checks.main(["job", str(tmp_path / "absent"), "--steps", "1"]) == 1
     assert capsys.readouterr().out.startswith("FAIL main-job: FileNotFoundError")
+
+
+def test_a_missing_library_is_a_skip_line_not_a_failure(capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """sglang (not installed here) makes its three checks SKIP lines naming it; nothing is installed."""
+    monkeypatch.setitem(sys.modules, "sglang", None)
+    gpu_checks.check_sglang(gpu_checks.parse_args(["sglang"]))
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["SKIP gps-read", "SKIP sglang-greedy", "SKIP sglang-shift"]
+    assert all("sglang is not usable" in line for line in lines) and not gpu_checks.FAILED
+    assert gpu_checks.missing("json") == "" and "flash_attn" in gpu_checks.missing("json", "flash_attn")
