@@ -41,10 +41,11 @@ def tiny_cpu() -> PivotConfig:
         rollout=RolloutConfig(tp=1, replicas=1, engine=EngineConfig(kv_capacity_tokens=8192, max_running_seqs=32)),
         reward=RewardConfig(tp=1, replicas=1, engine=EngineConfig(kv_capacity_tokens=8192, max_running_seqs=32)),
         # 60 GRPO steps of 16 prompts x 8 samples over 4,096 problems, with dynamic sampling on
-        # the verifiable reward (the tiny judge errs on 21% of answers, which would make most
-        # all-right or all-wrong groups look mixed): held-out accuracy rises, slowly (README).
-        # A small set makes the reward climb faster by memorising it while held-out accuracy falls.
-        train=TrainConfig(devices=1, steps=60, batch_prompts=16, group_size=8, lr=1e-4, filter_groups=32,
+        # the verifiable reward (a noisy judge would make all-right or all-wrong groups look
+        # mixed). The shipped policy is mid-climb (~30% held-out), where lr 5e-4 lifts held-out
+        # accuracy by 10+ points in 60 steps (README); 1e-4 moved it 2 points. A small set makes
+        # the reward climb faster by memorising it while held-out accuracy falls.
+        train=TrainConfig(devices=1, steps=60, batch_prompts=16, group_size=8, lr=5e-4, filter_groups=32,
                           filter_metric="verifiable"),
         eval=EvalConfig(every=20, prompts=512),
     )

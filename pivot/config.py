@@ -65,8 +65,6 @@ class ModelConfig:
     """Attention kernel: torch SDPA (CPU and GPU) or flash-attn (GPU only)."""
     linear: Literal["torch", "te"] = "torch"
     """Linear layers: torch or transformer-engine (GPU only)."""
-    tiny_cache: str = ""
-    """Where the embedded tiny models are cached; empty = <repo>/.cache/tiny."""
 
     def __post_init__(self) -> None:
         for name in ("policy_params_b", "genrm_params_b", "genrm_active_params_b"):

@@ -73,9 +73,9 @@ def tiny_shape(cfg: PivotConfig) -> PromptShape:
     from pivot.rl.data import load_dataset
     from pivot.rl.plugins import judge_template
     from pivot.rl.reward import GenRMScorer
-    from pivot.tiny.models import ensure_tiny_models
+    from pivot.tiny.shipped import ensure_tiny_models
 
-    tok = TextTokenizer.from_pretrained(ensure_tiny_models(None, seed=0).policy)
+    tok = TextTokenizer.from_pretrained(ensure_tiny_models().policy)
     prompts = [p.text for p in load_dataset(cfg.data, seed=cfg.seed).prompts]
     ids = [tok.encode(p) for p in prompts]
     scorer = GenRMScorer(dataclasses.replace(cfg.reward, judge_template=judge_template(cfg.reward), judge_template_file=""))

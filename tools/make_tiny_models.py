@@ -1,8 +1,12 @@
-"""Build (or reuse) the embedded default: the tiny arithmetic policy and GenRM.
+"""Rebuild the embedded default (tiny arithmetic policy, GenRM, tokenizer) and compare it with
+the shipped one in `pivot/tiny/weights/`.
 
-    python tools/make_tiny_models.py [--seed 0] [--out .cache/tiny] [--force]
+    python tools/make_tiny_models.py [--out .cache/tiny-build] [--seed 0] [--install]
 
-Prints where the models are, the held-out accuracies and the wall time.
+The build runs torch on one thread (two threads on a core another process uses spin and ran
+10x slower) and is deterministic for a seed on one CPU and torch build; it prints the held-out
+figures, the wall time and whether every file is identical to the shipped one. `--install`
+replaces the shipped files with the build (commit them with the manifest).
 """
 from __future__ import annotations
 
@@ -12,36 +16,52 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from pivot.tiny.models import DEFAULT_CACHE, TinyRecipe, cache_root, ensure_tiny_models  # noqa: E402
+from pivot.tiny.build import build_tiny_models  # noqa: E402
+from pivot.tiny.recipe import TinyRecipe  # noqa: E402
+from pivot.tiny.shipped import WEIGHTS, mismatches, read_manifest  # noqa: E402
+
+
+def compare(out: Path, manifest: dict) -> str:
+    try:
+        shipped = read_manifest(WEIGHTS)
+    except FileNotFoundError:
+        return "nothing is shipped yet to compare with"
+    if shipped["recipe"] != manifest["recipe"] or shipped["seed"] != manifest["seed"]:
+        return "the shipped files were made by another recipe or seed: not comparable"
+    bad = mismatches(out, shipped)
+    if not bad:
+        return "identical to the shipped files, byte for byte"
+    env = shipped["built_with"]
+    return (f"differs from the shipped files in {len(bad)} of {len(shipped['files'])} ({', '.join(bad[:4])}): "
+            f"expected on another CPU or torch build (the shipped ones: torch {env['torch']}, {env['threads']} thread, "
+            f"{env['machine']}), where float rounding differs and training amplifies it")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "tiny-build", help="build folder (replaced)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data, initialisation and sampling")
-    parser.add_argument("--out", type=Path, default=DEFAULT_CACHE, help="cache folder (one sub-folder per recipe+seed)")
-    parser.add_argument("--force", action="store_true", help="rebuild even when a complete build is cached")
+    parser.add_argument("--install", action="store_true", help="replace pivot/tiny/weights/ with the build")
     args = parser.parse_args()
+    shutil.rmtree(args.out, ignore_errors=True)
     start = time.perf_counter()
-    if args.force:  # remove only this seed's finished build
-        shutil.rmtree(cache_root(args.out, args.seed, TinyRecipe()), ignore_errors=True)
-    models = ensure_tiny_models(args.out, args.seed, log=lambda m: print(f"  {m}", flush=True))
-    wall = time.perf_counter() - start
-    print(f"policy:    {models.policy}")
-    print(f"genrm:     {models.genrm}")
-    print(f"tokenizer: {models.tokenizer}")
-    print(
-        f"policy accuracy on held-out problems: greedy {models.policy_greedy_accuracy:.1%}, "
-        f"sampled (T=1) {models.policy_sampled_accuracy:.1%}"
-    )
-    by_digits = ", ".join(f"{d}d {a:.0%}" for d, a in models.policy_greedy_by_digits.items())
-    print(f"policy greedy accuracy by digit count: {by_digits}")
-    print(
-        f"GenRM verdict agreement with correctness: {models.genrm_agreement:.1%} (balanced held-out set), "
-        f"{models.genrm_agreement_on_policy_samples:.1%} on the policy's own samples"
-    )
-    print(f"build time {models.build_seconds:.0f}s (when built now), wall time {wall:.1f}s")
+    manifest = build_tiny_models(args.out, args.seed, TinyRecipe(), log=lambda m: print(f"  {m}", flush=True))
+    m = manifest["metrics"]
+    print(f"built in {time.perf_counter() - start:.0f} s into {args.out} (torch {manifest['built_with']['torch']}, "
+          f"{manifest['built_with']['threads']} thread)")
+    print(f"policy accuracy on held-out problems: greedy {m['policy_greedy_accuracy']:.1%}, "
+          f"sampled (T=1) {m['policy_sampled_accuracy']:.1%}; by digit count: "
+          + ", ".join(f"{d}d {a:.0%}" for d, a in m["policy_greedy_by_digits"].items()))
+    print(f"GenRM verdict agreement with correctness: {m['genrm_agreement']:.1%} (balanced held-out set), "
+          f"{m['genrm_agreement_on_policy_samples']:.1%} on the policy's own samples")
+    print(compare(args.out, manifest))
+    if args.install:
+        shutil.rmtree(WEIGHTS, ignore_errors=True)
+        shutil.copytree(args.out, WEIGHTS)
+        print(f"installed into {WEIGHTS}: commit it with its manifest")
 
 
 if __name__ == "__main__":

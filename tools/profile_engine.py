@@ -66,9 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def model_folder(a: argparse.Namespace) -> Path:
     if a.model:
         return Path(a.model)
-    from pivot.tiny.models import ensure_tiny_models
+    from pivot.tiny.shipped import ensure_tiny_models
 
-    tiny = ensure_tiny_models(None, seed=0)
+    tiny = ensure_tiny_models()
     return Path(tiny.policy if a.tiny == "rollout" else tiny.genrm)
 
 

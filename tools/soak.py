@@ -204,9 +204,9 @@ def main() -> int:
             ap.error(f"--run-dir {args.run_dir} holds something that is not a soak run; choose another")
         shutil.rmtree(args.run_dir)
     args.run_dir.mkdir(parents=True, exist_ok=True)
-    from pivot.tiny.models import ensure_tiny_models
+    from pivot.tiny.shipped import ensure_tiny_models
 
-    tiny = ensure_tiny_models(seed=0)
+    tiny = ensure_tiny_models()
     policy, genrm = Path(tiny.policy), Path(tiny.genrm)
     proc = launch(args, policy, genrm, args.run_dir / "soak.log")
     timeline = Timeline(args.run_dir / "timeline.jsonl")

@@ -27,13 +27,12 @@ def dry_run_shape(cfg: PivotConfig) -> tuple[int, int]:
 
 
 def _tiny_folder(cfg: PivotConfig, which: str) -> Path:
-    from pivot.tiny.models import MARKER, TinyRecipe, cache_root
+    from pivot.tiny.shipped import WEIGHTS
 
-    root = cache_root(cfg.model.tiny_cache or None, 0, TinyRecipe())
-    if not (root / MARKER).is_file():
-        raise ConfigError(f"model.{which}='': the embedded tiny model is not built yet (run Pivot once), "
-                          f"or give --model.{which} or --model.{which}-params-b")
-    return root / which
+    if not (WEIGHTS / which / "config.json").is_file():
+        raise ConfigError(f"model.{which}='': the embedded tiny model is missing from {WEIGHTS} "
+                          f"(restore it from git), or give --model.{which} or --model.{which}-params-b")
+    return WEIGHTS / which
 
 
 def footprint(cfg: PivotConfig, which: str) -> ModelFootprint:

@@ -195,7 +195,7 @@ def synthetic_dataset(config: DataConfig, seed: int = 0) -> PromptDataset:
 def load_dataset(config: DataConfig, seed: int = 0) -> PromptDataset:
     """The dataset at `config.path`, or the synthetic set (seeded by `seed`) when it is empty."""
     if not config.path:
-        # the tiny policy was fine-tuned on seed 0's draw (`pivot.tiny.models.sft_problems`): RL
+        # the tiny policy was fine-tuned on seed 0's draw (`pivot.tiny.recipe.sft_problems`): RL
         # draws elsewhere, so it shares only the small problems any two draws share
         return synthetic_dataset(config, _RL_SEED + seed)
     path = Path(config.path)

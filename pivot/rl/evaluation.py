@@ -45,7 +45,7 @@ def _fresh_synthetic(data: DataConfig, n: int, seen: set[str], seed: int) -> lis
     policy's own training set while there are enough of those: a problem it was fine-tuned on
     is recalled, not solved (0.75 greedy accuracy on those against 0.40 on new ones)."""
     # lazy: only the synthetic task needs them
-    from pivot.tiny.models import sft_problems
+    from pivot.tiny.recipe import sft_problems
     from pivot.tiny.synthetic import policy_prompt
 
     fine_tuned = {policy_prompt(p) for p in sft_problems()}

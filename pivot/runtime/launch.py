@@ -25,9 +25,11 @@ from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
 from pivot.runtime import secret as job_secret
 from pivot.runtime.checkpoint import Checkpointer
-from pivot.runtime.controller_thread import start_controller
+from pivot.runtime.controller_thread import ControllerThread, start_controller
 from pivot.runtime.summary import run_summary
 from pivot.runtime.manifest import problem as manifest_problem
+from pivot.runtime.rank0_wait import Rank0Failed, run_on_rank0
+from pivot.tiny.shipped import ensure_tiny_models
 from pivot.runtime.weights import WeightService
 from pivot.runtime.worker import Worker
 
@@ -67,23 +69,12 @@ def summary(cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, device: str) 
     ])
 
 
-def model_paths(cfg: PivotConfig, spec: ClusterSpec) -> tuple[Path, Path]:
-    """Checkpoint folders of the policy and the GenRM; builds the embedded tiny ones on first
-    use (one builder per host, the other ranks wait at the barrier and then hit the cache)."""
+def model_paths(cfg: PivotConfig) -> tuple[Path, Path]:
+    """Checkpoint folders of the policy and the GenRM: the embedded tiny ones shipped in
+    `pivot/tiny/weights/` (checked against their manifest) where the config names none."""
     if cfg.model.policy and cfg.model.genrm:
         return Path(cfg.model.policy), Path(cfg.model.genrm)
-    from pivot.tiny.models import MARKER, TinyRecipe, cache_root, ensure_tiny_models
-
-    cache = cfg.model.tiny_cache or None
-    if spec.local_rank == 0:
-        log = None
-        if not (cache_root(cache, 0, TinyRecipe()) / MARKER).is_file():
-            print("pivot: first run: building the embedded tiny policy and GenRM (about 2-3 minutes on 2 cores; "
-                  "cached for later runs)", flush=True)
-            log = lambda msg: print(f"pivot:   {msg}", flush=True)  # noqa: E731
-        ensure_tiny_models(cache, seed=0, log=log)
-    dist.barrier()
-    tiny = ensure_tiny_models(cache, seed=0)
+    tiny = ensure_tiny_models()
     return Path(cfg.model.policy or tiny.policy), Path(cfg.model.genrm or tiny.genrm)
 
 
@@ -147,9 +138,9 @@ def run(cfg: PivotConfig) -> int:
     groups = create_groups(table)
     if spec.rank == 0:
         print(summary(cfg, spec, table, device), flush=True)
-    policy_path, genrm_path = model_paths(cfg, spec)
     ckpt = Checkpointer(cfg)
     try:  # the same answer on every rank (model folders: headers only): all stop, rank 0 says why
+        policy_path, genrm_path = model_paths(cfg)
         resume = resume_point(cfg, ckpt, spec)
         policy_src = resume[0] / "policy" if resume else policy_path
         check_folder(policy_src)  # the trainer builds the policy with Pivot's model classes
@@ -177,22 +168,20 @@ def run(cfg: PivotConfig) -> int:
     served_by_sglang = frozenset(r for r, c in (("rollout", cfg.rollout), ("reward", cfg.reward)) if c.engine.backend == "sglang")
     weights = WeightService(gps, specs, host_of, table.train, start_step, device, cfg.cluster.host_memory_gb,
                             verify=cfg.log.verify_weights, dtype=cfg.model.dtype, whole=served_by_sglang)
-    if spec.rank == 0:
+
+    def rank0_startup() -> ControllerThread:  # minutes for a large model: waited for without a timeout
         weights.publish("policy", load_state_dict(policy_src))
         weights.publish("genrm", load_state_dict(genrm_path))
-    controller, error = None, [None]
-    if spec.rank == 0:
-        try:  # the dataset is read here: a bad one stops every rank in one line
-            controller = start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step, device)
-        except (OSError, ValueError) as e:
-            error = [str(e)]
-            print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
-    dist.broadcast_object_list(error, src=0)
-    if error[0] is not None:
+        # the dataset is read here: a bad one stops every rank in one line
+        return start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step, device)
+
+    try:  # afterwards the controller's address is in the store and GPS holds both models
+        controller = run_on_rank0(store, spec.rank, "startup", "loading the models into GPS and starting the controller",
+                                  rank0_startup)
+    except Rank0Failed:
         gps.close()
         dist.destroy_process_group()
         return 2
-    dist.barrier()  # the controller's address is in the store, GPS holds both models
     tok_file = policy_path / "tokenizer.json"
     inference = {
         "rollout": InferenceRole("rollout", policy_path, cfg.rollout.engine, cfg.model, device, cfg.seed + spec.rank,

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from pivot.emulate import tally_lines
+from pivot.rl.evaluation import paired_gain
 from pivot.runtime.metrics import read_rows
 
 
@@ -32,7 +33,8 @@ def run_summary(run_dir: str | Path, checkpoint_dir: str | Path, status: str) ->
                      f"batch accuracy {_mean(head, 'reward/accuracy'):.3f} -> {_mean(tail, 'reward/accuracy'):.3f}{over}")
     if evals:
         lines.append(f"  held-out accuracy (greedy, {evals[-1]['prompts']} prompts) "
-                     f"{evals[0]['accuracy']:.3f} at step {evals[0]['step']} -> {evals[-1]['accuracy']:.3f} at step {evals[-1]['step']}")
+                     f"{evals[0]['accuracy']:.3f} at step {evals[0]['step']} -> {evals[-1]['accuracy']:.3f} at step {evals[-1]['step']}"
+                     + _verdict(evals[0].get("scores", []), evals[-1].get("scores", [])))
     ups = Counter(r["role"] for r in timeline if r.get("kind") == "shift" and r.get("event") == "shift_up")
     downs = Counter(r["role"] for r in timeline if r.get("kind") == "shift" and r.get("event") == "shift_down")
     if ups or downs:
@@ -50,3 +52,15 @@ def run_summary(run_dir: str | Path, checkpoint_dir: str | Path, status: str) ->
 
 def _mean(rows: list[dict], key: str) -> float:
     return sum(r.get(key, 0.0) for r in rows) / len(rows)
+
+
+def _verdict(before: list[float], after: list[float]) -> str:
+    """Whether the held-out gain stands out of its noise: the same prompts compared one by one."""
+    if len(before) != len(after) or len(before) < 2:
+        return ""
+    gain, se = paired_gain(before, after)
+    if se == 0:
+        return f": {gain:+.3f}"
+    z = gain / se
+    word = "learned" if z > 4 else "gained, within 4 standard errors" if z > 0 else "no gain"
+    return f": {gain:+.3f} +/- {se:.3f} (paired standard error; {z:+.1f} SE): {word}"

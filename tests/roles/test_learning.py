@@ -97,7 +97,7 @@ def _learn(rank: int, world: int, group: dist.ProcessGroup, out: str, policy: st
 @pytest.mark.slow
 def test_grpo_raises_accuracy(tmp_path: Path) -> None:
     pytest.importorskip("pivot.engine.engine")
-    tiny = pytest.importorskip("pivot.tiny.models").ensure_tiny_models()
+    tiny = pytest.importorskip("pivot.tiny.shipped").ensure_tiny_models()
     out = tmp_path / "result.json"
     spawn(_learn, 1, str(out), str(tiny.policy))
     result = json.loads(out.read_text())

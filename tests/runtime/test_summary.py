@@ -42,3 +42,19 @@ def test_summary_averages_the_first_and_last_steps_of_a_longer_run(tmp_path: Pat
 def test_summary_of_a_run_that_trained_nothing(tmp_path: Path) -> None:
     text = run_summary(tmp_path, tmp_path / "ck", "failed: rank 2 failed: boom")
     assert text.startswith("pivot: failed: rank 2 failed: boom") and "checkpoints: " in text
+
+
+def test_summary_says_whether_the_held_out_gain_stands_out_of_its_noise(tmp_path: Path) -> None:
+    # 20 prompts: 6 flip wrong -> right, 1 right -> wrong: diffs mean 0.25; stdev by hand
+    before = [0.0] * 6 + [1.0] + [0.0] * 7 + [1.0] * 6
+    after = [1.0] * 6 + [0.0] + [0.0] * 7 + [1.0] * 6
+    diffs = [1.0] * 6 + [-1.0] + [0.0] * 13
+    mean = 5 / 20
+    se = (sum((d - mean) ** 2 for d in diffs) / 19) ** 0.5 / 20 ** 0.5
+    _write(tmp_path / "eval.jsonl", [{"step": 0, "accuracy": 0.35, "prompts": 20, "scores": before},
+                                     {"step": 9, "accuracy": 0.6, "prompts": 20, "scores": after}])
+    text = run_summary(tmp_path, tmp_path / "ck", "done")
+    assert f": +0.250 +/- {se:.3f} (paired standard error; +{mean / se:.1f} SE): gained, within 4 standard errors" in text
+    _write(tmp_path / "eval.jsonl", [{"step": 0, "accuracy": 0.0, "prompts": 40, "scores": [0.0] * 40},
+                                     {"step": 9, "accuracy": 0.5, "prompts": 40, "scores": [0.0, 1.0] * 20}])
+    assert "(paired standard error; +6.2 SE): learned" in run_summary(tmp_path, tmp_path / "ck", "done")

@@ -1,17 +1,20 @@
-"""Tiny-model plumbing (tokenizer, KV-cache decoding, atomic cache publish) and one slow build."""
+"""Tiny-model plumbing (tokenizer, KV-cache decoding), the deterministic build and the shipped models."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import torch
 
 from pivot.model import CausalLM, TextTokenizer
-from pivot.tiny.models import MARKER, TinyRecipe, build_once, ensure_tiny_models, generate, tiny_args, train_tokenizer
+from pivot.tiny.build import build_tiny_models, tiny_args, train_tokenizer
+from pivot.tiny.decode import generate
+from pivot.tiny.recipe import TinyRecipe
+from pivot.tiny.shipped import WEIGHTS, ensure_tiny_models, folder_checksums
 from pivot.tiny import synthetic as syn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,43 +50,44 @@ def test_cached_decoding_matches_full_recompute() -> None:
     assert sampled == generate(model, prompts, max_new=8, eos_id=-1, temperature=1.0, seed=3)
 
 
-def test_build_once_publishes_atomically(tmp_path: Path) -> None:
-    root = tmp_path / "abc"
-
-    def crash(tmp: Path) -> None:
-        tmp.mkdir()
-        (tmp / "half").write_text("x")
-        raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError):
-        build_once(root, "k", crash)
-    assert not root.exists() and list(tmp_path.iterdir()) == []  # nothing half-built is left
-
-    calls = []
-
-    def slow(tmp: Path) -> None:
-        tmp.mkdir()
-        calls.append(tmp)
-        (tmp / "data").write_text(str(len(calls)))
-
-    threads = [threading.Thread(target=build_once, args=(root, "k", slow)) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert (root / MARKER).read_text() == "k" and (root / "data").is_file()
-    assert [p.name for p in tmp_path.iterdir()] == ["abc"]  # losers cleaned up
-    build_once(root, "k", crash)  # complete: not rebuilt
+SMALL = TinyRecipe(train_problems=64, policy_steps=3, policy_warmup=1, genrm_seed_steps=2, genrm_base_steps=2, genrm_steps=3,
+                   eval_problems=4, genrm_own_samples=4, batch_size=4)
 
 
-@pytest.mark.slow
-def test_default_models_build_and_load_without_transformers() -> None:
-    models = ensure_tiny_models()  # the shared cache: built once per machine, reused afterwards
+def test_build_is_deterministic_and_its_manifest_names_every_file(tmp_path: Path) -> None:
+    first = build_tiny_models(tmp_path / "a", seed=0, recipe=SMALL)
+    second = build_tiny_models(tmp_path / "b", seed=0, recipe=SMALL)
+    assert first["files"] == second["files"] == folder_checksums(tmp_path / "a")
+    for name in ("tokenizer.json", "policy/model.safetensors", "genrm/config.json", "genrm/generation_config.json"):
+        assert name in first["files"]
+    assert first["recipe"]["threads"] == 1 and first["built_with"]["threads"] == 1
+    other = build_tiny_models(tmp_path / "c", seed=1, recipe=SMALL)
+    assert other["files"]["policy/model.safetensors"] != first["files"]["policy/model.safetensors"]
+
+
+def test_a_damaged_shipped_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    copy = tmp_path / "weights"
+    shutil.copytree(WEIGHTS, copy)
+    ensure_tiny_models(copy)  # intact
+    blob = copy / "genrm" / "model.safetensors"
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 1
+    blob.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"genrm/model.safetensors.*git checkout") as err:
+        ensure_tiny_models(copy)
+    assert "\n" not in str(err.value)
+    (copy / "manifest.json").unlink()
+    with pytest.raises(FileNotFoundError, match="make_tiny_models.py --install"):
+        ensure_tiny_models(copy)
+
+
+def test_shipped_models_load_without_transformers() -> None:
+    models = ensure_tiny_models()
     for folder in (models.policy, models.genrm):
-        for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
             assert (folder / name).is_file()
     assert json.loads((models.policy / "config.json").read_text())["model_type"] == "qwen2"
-    # the bands the embedded default promises (deterministic for the seed on a given CPU build)
+    # the bands the embedded default promises (README)
     assert 0.2 <= models.policy_greedy_accuracy <= 0.5, models
     assert models.genrm_agreement >= 0.75, models
     script = f"""
