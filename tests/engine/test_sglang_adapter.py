@@ -18,7 +18,8 @@ import pivot.roles.inference as inference
 from pivot.config import ModelConfig
 from pivot.engine import Engine, Request, SamplingParams
 from pivot.engine.config import EngineConfig
-from pivot.engine.sglang_adapter import SglangEngine, _buckets
+from pivot.engine.sglang_adapter import SglangEngine
+from pivot.engine.sglang_weights import buckets
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, load_state_dict
 from pivot.roles.inference import InferenceRole
@@ -175,7 +176,7 @@ def test_verify_weights_refused_where_sglang_cannot_return_whole_tensors(
 
 def test_buckets_keep_order_and_limit() -> None:
     pairs = [(str(i), torch.zeros(n)) for i, n in enumerate([3, 3, 10, 1, 1, 1])]  # float32: 4 B each
-    got = [[name for name, _ in b] for b in _buckets(pairs, 24)]
+    got = [[name for name, _ in b] for b in buckets(pairs, 24)]
     assert got == [["0", "1"], ["2"], ["3", "4", "5"]]  # 12 + 12 bytes fill 24; 40 bytes go alone
 
 
