@@ -22,7 +22,8 @@ Mapping to the protocol:
   abort             `tokenizer_manager.abort_request(rid)`; tokens streamed so far are kept, so
                     the partial resumes elsewhere like the embedded engine's
   load_weights      full HF-named tensors (sglang shards them under its own TP), validated
-                    against the checkpoint's tensor list, pushed in buckets of `bucket_bytes`
+                    against the checkpoint's tensor list, pushed (`pivot.engine.sglang_weights`)
+                    in buckets of `bucket_bytes`
                     through `staging_device` inside ONE weight-update session (0.5.23 refuses
                     `update_weights_from_tensor` outside `begin_weight_update()` ..
                     `end_weight_update()`, weight_updater.py:232-239). Running requests are
@@ -53,7 +54,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,17 +64,13 @@ import torch
 from pivot.engine.config import EngineConfig
 from pivot.engine.model_runner import validate_weights
 from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, SamplingParams
+from pivot.engine.sglang_weights import BUCKET_BYTES, WHOLE_WEIGHTS_BY_NAME, push_weights, whole_weights
 from pivot.gps.torch_specs import specs_from_checkpoint
 
-BUCKET_BYTES = 1 << 30
-"""Most bytes of one `update_weights_from_tensor` call (bounds the staging memory)."""
+__all__ = ["BUCKET_BYTES", "IDLE_TIMEOUT_S", "WHOLE_WEIGHTS_BY_NAME", "SglangEngine"]
+
 IDLE_TIMEOUT_S = 60.0
 """Longest wait for sglang's scheduler to go idle after aborts (release, weight update)."""
-WHOLE_WEIGHTS_BY_NAME = frozenset({"LlamaForCausalLM", "MistralForCausalLM"})
-"""Architectures Pivot serves whose sglang 0.5.23 model class has `get_weights_by_name`
-(models/llama.py:819; Qwen2/Qwen3/Qwen3-MoE/GLM-4 have none and answer None,
-weight_exporter.py:169-188). Even these return the local TP shard of q/k/v, gate/up and the
-embedding (llama.py:837-870), so only TP 1 gives whole tensors."""
 
 log = logging.getLogger(__name__)
 
@@ -258,16 +254,7 @@ class SglangEngine:
         for lv in resumed:
             del self._live[lv.request.id]
         self._wait_idle("load_weights")
-        buckets = _buckets(list(tensors.items()), self.bucket_bytes)
-        _check_reply("begin_weight_update", self.engine.begin_weight_update())
-        try:
-            for i, bucket in enumerate(buckets):
-                staged = [(n, t.to(self.staging_device, non_blocking=True)) for n, t in bucket]
-                _check_reply("update_weights_from_tensor",
-                             self.engine.update_weights_from_tensor(staged, flush_cache=i == len(buckets) - 1))
-        finally:  # an open session would refuse every later begin_weight_update (weight_updater.py:311-316)
-            ended = self.engine.end_weight_update()
-        _check_reply("end_weight_update", ended)
+        push_weights(self.engine, tensors, self.bucket_bytes, self.staging_device)
         self._version = version
         for lv in resumed:
             req = lv.request
@@ -286,23 +273,9 @@ class SglangEngine:
         return {}
 
     def named_parameters_hf(self) -> dict[str, torch.Tensor]:
-        """Every weight as sglang holds it now, HF-named and whole (`get_weights_by_name`; slow,
-        for --log.verify-weights). Only a `WHOLE_WEIGHTS_BY_NAME` architecture at TP 1 can."""
-        if self.tp_size != 1 or not set(self.architectures) & WHOLE_WEIGHTS_BY_NAME:
-            raise ValueError(
-                f"sglang 0.5.23 cannot return whole weights of {'/'.join(self.architectures) or 'this model'} at TP "
-                f"{self.tp_size} (get_weights_by_name: {', '.join(sorted(WHOLE_WEIGHTS_BY_NAME))} at TP 1 only)")
-        out = {}
-        for name, shape in self.full_shapes.items():
-            rows = shape[0] if shape else 1
-            got = self.engine.get_weights_by_name(name, truncate_size=rows)
-            if got is None:  # sglang logs the reason and answers None (weight_exporter.py:178-188)
-                raise ValueError(f"sglang returned no weights for {name!r} (see sglang's log)")
-            t = torch.as_tensor(got, dtype=torch.float32)
-            if t.numel() != math.prod(shape):
-                raise ValueError(f"sglang returned {t.numel()} values for {name!r}, expected shape {shape}")
-            out[name] = t.reshape(shape)
-        return out
+        """Every weight as sglang holds it now, HF-named and whole (slow, for --log.verify-weights);
+        only a `WHOLE_WEIGHTS_BY_NAME` architecture at TP 1 can."""
+        return whole_weights(self.engine, self.full_shapes, self.architectures, self.tp_size)
 
     def release(self) -> AbortResult:
         partials = self.abort(list(self._live))
@@ -317,15 +290,6 @@ class SglangEngine:
         self.engine.shutdown()
 
 
-def _check_reply(call: str, reply: Any) -> None:
-    """sglang 0.5.23's weight calls answer `(success, message)` (tokenizer_control_mixin.py:485-586,
-    communicator.py:106-110); anything else, or success False, is an error."""
-    if not (isinstance(reply, tuple) and len(reply) == 2 and isinstance(reply[0], bool)):
-        raise ValueError(f"{call}: unexpected reply from sglang {reply!r} (expected (success, message))")
-    if not reply[0]:
-        raise ValueError(f"{call}: sglang refused: {reply[1]}")
-
-
 def _architectures(path: Path) -> list[str]:
     import json
 
@@ -333,18 +297,3 @@ def _architectures(path: Path) -> list[str]:
         return list(json.loads((path / "config.json").read_text()).get("architectures") or [])
     except (OSError, ValueError):
         return []
-
-
-def _buckets(pairs: list[tuple[str, torch.Tensor]], limit: int) -> list[list[tuple[str, torch.Tensor]]]:
-    """Consecutive groups of at most `limit` bytes (a larger tensor goes alone)."""
-    out: list[list[tuple[str, torch.Tensor]]] = []
-    size = limit
-    for name, t in pairs:
-        n = t.numel() * t.element_size()
-        if size + n > limit:
-            out.append([])
-            size = 0
-        out[-1].append((name, t))
-        size += n
-    return out
-

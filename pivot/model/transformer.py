@@ -9,6 +9,8 @@ Attention is pluggable: `forward(..., attn=backend)` hands each layer's post-RoP
 `backend(layer_idx, q, k, v)`, and each linear-attention layer to
 `backend.linear_attention(layer_idx, layer, x)` (which carries per-sequence state); the engine
 passes its paged-KV backend, everything else uses the dense causal default over whole sequences.
+That default's kernel is the model's `attention` ("sdpa" or "flash", `--model.attention`), and
+only that: flash-attn is used when asked for, never because it happens to be installed.
 """
 from __future__ import annotations
 
@@ -35,10 +37,17 @@ class AttentionBackend(Protocol):
         ...
 
 
-def dense_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal self-attention over whole sequences (right padding is harmless under causality)."""
-    if q.is_cuda and _flash_attn_func is not None and q.dtype in (torch.float16, torch.bfloat16):
-        return _flash_attn_func(q, k, v, causal=True)
+ATTENTION_KERNELS = ("sdpa", "flash")
+
+
+def dense_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str = "sdpa") -> torch.Tensor:
+    """Causal self-attention over whole sequences (right padding is harmless under causality).
+    `kernel="flash"` always calls flash-attn (its own errors say what it cannot run: no silent
+    fall back to SDPA); pivot.kernels checks at start-up that it imports."""
+    if kernel == "flash":
+        from flash_attn import flash_attn_func  # type: ignore[import-not-found]  # GPU only, built from source
+
+        return flash_attn_func(q, k, v, causal=True)
     rep = q.shape[2] // k.shape[2]
     if rep > 1:
         k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
@@ -46,16 +55,10 @@ def dense_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
     return out.transpose(1, 2)
 
 
-try:  # optional GPU kernel; never required on CPU
-    from flash_attn import flash_attn_func as _flash_attn_func  # type: ignore[import-not-found]
-except ImportError:
-    _flash_attn_func = None
-
-
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs, layer_idx: int, linear: str) -> None:
+    def __init__(self, args: ModelArgs, layer_idx: int, linear: str, attention: str = "sdpa") -> None:
         super().__init__()
-        self.layer_idx = layer_idx
+        self.layer_idx, self.kernel = layer_idx, attention
         self.interleaved = args.glm_layout
         self.gated = args.qwen35_layout  # q_proj also emits a per-head output gate: [q_h, gate_h] per head
         self.head_dim = args.head_dim
@@ -82,7 +85,7 @@ class Attention(nn.Module):
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin, self.interleaved), apply_rotary(k, cos, sin, self.interleaved)
-        out = dense_causal_attention(q, k, v) if attn is None else attn(self.layer_idx, q, k, v)
+        out = dense_causal_attention(q, k, v, self.kernel) if attn is None else attn(self.layer_idx, q, k, v)
         out = out.reshape(b, t, self.n_heads * self.head_dim)
         if self.gated:
             out = out * torch.sigmoid(gate.reshape(b, t, -1))
@@ -101,14 +104,14 @@ def feed_forward(args: ModelArgs, layer_idx: int, linear: str) -> nn.Module:
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, args: ModelArgs, layer_idx: int, linear: str) -> None:
+    def __init__(self, args: ModelArgs, layer_idx: int, linear: str, attention: str = "sdpa") -> None:
         super().__init__()
         self.layer_idx = layer_idx
         self.input_layernorm = make_norm(args, args.hidden_size)
         if args.is_linear_attention(layer_idx):
             self.linear_attn = GatedDeltaNet(args, layer_idx, linear)
         else:
-            self.self_attn = Attention(args, layer_idx, linear)
+            self.self_attn = Attention(args, layer_idx, linear, attention)
         self.post_attention_layernorm = make_norm(args, args.hidden_size)
         self.mlp = feed_forward(args, layer_idx, linear)
         if args.glm_layout:  # GLM-4 also normalises each branch's output before the residual add
@@ -133,10 +136,10 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    def __init__(self, args: ModelArgs, linear: str) -> None:
+    def __init__(self, args: ModelArgs, linear: str, attention: str = "sdpa") -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(args, i, linear) for i in range(args.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(args, i, linear, attention) for i in range(args.num_hidden_layers))
         self.norm = make_norm(args, args.hidden_size)
         self.rotary = RotaryEmbedding(args.rotary_dim, args.rope_theta, interleaved=args.glm_layout)
 
@@ -151,12 +154,15 @@ class DecoderModel(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """`model(input_ids[B, T]) -> logits[B, T, vocab]`; `positions` default to 0..T-1."""
+    """`model(input_ids[B, T]) -> logits[B, T, vocab]`; `positions` default to 0..T-1.
+    `attention`: the whole-sequence kernel (the engine passes its own paged one instead)."""
 
-    def __init__(self, args: ModelArgs, linear: str = "torch") -> None:
+    def __init__(self, args: ModelArgs, linear: str = "torch", attention: str = "sdpa") -> None:
         super().__init__()
+        if attention not in ATTENTION_KERNELS:
+            raise ValueError(f"attention: {attention!r} is not one of {', '.join(ATTENTION_KERNELS)}")
         self.args = args
-        self.model = DecoderModel(args, linear)
+        self.model = DecoderModel(args, linear, attention)
         self.lm_head = make_linear(args.hidden_size, args.vocab_size, False, linear)
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight

@@ -240,6 +240,8 @@ class Trainer(TrainerCheckpoint):
                 st.resize_(0)
             self._freed[which] = freed
         self._kept_master = keep_master
+        if self.device.type == "cuda":  # hand the freed blocks back to the driver: torch's allocator
+            torch.cuda.empty_cache()  # would keep them cached, out of reach of an sglang process here
 
     def shift_up(self, params: dict[str, torch.Tensor] | None = None) -> None:
         """Re-allocate and restore the offloaded state; parameters come from the host master or,

@@ -20,7 +20,10 @@ tests/engine/test_sglang_contract.py checks the signatures used here against the
   after the timeout (tokenizer_control_mixin.py:325-334, scheduler_components/flush_wrapper.py:22-61);
 - `get_weights_by_name` answers None for models without it (model_executor/model_runner_components/
   weight_exporter.py:169-188; Qwen2/Qwen3 have none), else the first `truncate_size` rows;
-- `tokenizer_manager.abort_request(rid=...)` (tokenizer_manager.py:2241).
+- `tokenizer_manager.abort_request(rid=...)` (tokenizer_manager.py:2241); a request the
+  scheduler has finished is forgotten before its last chunk reaches the stream
+  (`del self.rid_to_state[rid]` at tokenizer_manager.py:2774, the chunk queued at 2779), and an
+  abort of a forgotten rid is dropped (2246-2253): `delivery_s` models that last chunk's way.
 Generation: streams token (prompt length + i) % 50 with log-prob -i, one per 1 ms, cumulatively.
 """
 from __future__ import annotations
@@ -52,6 +55,8 @@ class FakeSglang:
     built: list[FakeSglang] = []
     has_weights_by_name = True
     """False: the served class has no get_weights_by_name (sglang answers None)."""
+    delivery_s = 0.0
+    """Seconds between the scheduler finishing a request and its last chunk reaching the stream."""
 
     def __init__(self, **kwargs: object) -> None:
         self.kwargs = kwargs
@@ -114,6 +119,9 @@ class FakeSglang:
                         return
                     pairs = pairs + [(-float(i), (len(input_ids) + i) % 50, None)]
                     done = i + 1 == sampling_params["max_new_tokens"]
+                    if done:  # finished in the scheduler: forgotten, then the last chunk arrives
+                        self.live_rids.discard(rid)
+                        await asyncio.sleep(self.delivery_s)
                     yield {"meta_info": {"completion_tokens": i + 1, "output_token_logprobs": pairs,
                                          "finish_reason": {"type": "length"} if done else None}}
             finally:

@@ -5,6 +5,7 @@ comes from; tests/engine/test_sglang_contract.py checks the calls against that s
 here runs sglang itself."""
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -17,7 +18,8 @@ import pivot.roles.inference as inference
 from pivot.config import ModelConfig
 from pivot.engine import Engine, Request, SamplingParams
 from pivot.engine.config import EngineConfig
-from pivot.engine.sglang_adapter import SglangEngine, _buckets
+from pivot.engine.sglang_adapter import SglangEngine
+from pivot.engine.sglang_weights import buckets
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, load_state_dict
 from pivot.roles.inference import InferenceRole
@@ -134,6 +136,27 @@ def test_weight_update_with_requests_running_resumes_them(fake_sglang: type[Fake
     assert outs[0].output_ids[:3] == [3, 4, 5] and len(outs[0].output_ids) == 150 and outs[0].weights_version == 5
 
 
+def test_a_stream_that_ends_during_the_update_abort_is_kept_finished(
+    fake_sglang: type[FakeSglang], tiny_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sglang has finished request 1 (and forgotten its rid) but its last chunk has not reached the
+    stream when a weight update aborts the running streams: the abort is dropped, the stream ends
+    with "length", and the request is returned once, finished, not re-added past its end."""
+    monkeypatch.setattr(FakeSglang, "delivery_s", 0.05)
+    eng = SglangEngine.from_pretrained(tiny_path, EngineConfig())
+    fake = fake_sglang.built[0]
+    eng.add(Request(1, [5, 6, 7], SamplingParams(max_new_tokens=3)))
+    eng.loop.run_until_complete(asyncio.sleep(0))  # the stream starts
+    while "1" in fake.live_rids:  # until the scheduler has finished it
+        eng.loop.run_until_complete(asyncio.sleep(0.0005))
+    assert eng.has_work() and eng.progress()[1] < 3  # the last chunk is still on its way
+    eng.load_weights(load_state_dict(tiny_path), version=2)
+    assert fake.ever_aborted == set() and all(ok for _, (ok, _) in fake.replies)
+    outs = eng.step()
+    assert [(o.id, o.output_ids, o.finish_reason) for o in outs] == [(1, [3, 4, 5], "length")]
+    assert not eng.has_work() and eng.step() == []
+
+
 def test_verify_weights_refused_where_sglang_cannot_return_whole_tensors(
     fake_sglang: type[FakeSglang], tiny_path: Path, tmp_path: Path
 ) -> None:
@@ -153,7 +176,7 @@ def test_verify_weights_refused_where_sglang_cannot_return_whole_tensors(
 
 def test_buckets_keep_order_and_limit() -> None:
     pairs = [(str(i), torch.zeros(n)) for i, n in enumerate([3, 3, 10, 1, 1, 1])]  # float32: 4 B each
-    got = [[name for name, _ in b] for b in _buckets(pairs, 24)]
+    got = [[name for name, _ in b] for b in buckets(pairs, 24)]
     assert got == [["0", "1"], ["2"], ["3", "4", "5"]]  # 12 + 12 bytes fill 24; 40 bytes go alone
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import pivot.engine.sglang_adapter as adapter
+import pivot.engine.sglang_weights as sglang_weights
 from pivot.engine import SamplingParams
 from tests.engine import fake_sglang
 from tests.engine.sglang_source import ROOT, Source, fetch_wheel, params, returned_strings
@@ -30,16 +31,19 @@ def src() -> Source:
 
 
 def adapter_calls() -> list[tuple[str, str, int, list[str]]]:
-    """(receiver, method, positional count, keyword names) of every call the adapter makes on
-    `self.engine` ("engine") and `self.engine.tokenizer_manager` ("tokenizer_manager")."""
+    """(receiver, method, positional count, keyword names) of every call the adapter and its
+    weights module make on the sglang engine (`self.engine` / `engine`: "engine") and its
+    `tokenizer_manager` ("tokenizer_manager")."""
+    receivers = {"self.engine": "engine", "engine": "engine", "self.engine.tokenizer_manager": "tokenizer_manager",
+                 "engine.tokenizer_manager": "tokenizer_manager"}
     out = []
-    for node in ast.walk(ast.parse(Path(adapter.__file__).read_text())):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-            continue
-        recv = ast.unparse(node.func.value)
-        kind = {"self.engine": "engine", "self.engine.tokenizer_manager": "tokenizer_manager"}.get(recv)
-        if kind:
-            out.append((kind, node.func.attr, len(node.args), [k.arg for k in node.keywords if k.arg]))
+    for module in (adapter, sglang_weights):
+        for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            kind = receivers.get(ast.unparse(node.func.value))
+            if kind:
+                out.append((kind, node.func.attr, len(node.args), [k.arg for k in node.keywords if k.arg]))
     return out
 
 
