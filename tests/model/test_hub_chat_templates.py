@@ -77,10 +77,12 @@ def test_qwen3_family_drops_earlier_reasoning(folders: dict[str, Path], name: st
 
 def test_glm_z1_judge_prompt(folders: dict[str, Path]) -> None:
     tok = _tok(folders, "GLM-Z1-9B-0414")
-    assert tok.render_chat([{"role": "user", "content": JUDGE}]) == f"[gMASK]<sop><|user|>\n{JUDGE}<|assistant|>\n<think>"
+    judge = tok.render_chat([{"role": "user", "content": JUDGE}])
+    assert judge == f"[gMASK]<sop><|user|>\n{JUDGE}<|assistant|>\n<think>"
     chat = [{"role": "system", "content": "S"}, {"role": "user", "content": "a"},
             {"role": "assistant", "content": "<think>r</think>x"}, {"role": "user", "content": "b"}]
-    assert tok.render_chat(chat) == "[gMASK]<sop><|system|>\nS<|user|>\na<|assistant|>\nx<|user|>\nb<|assistant|>\n<think>"
+    assert tok.render_chat(chat) == ("[gMASK]<sop><|system|>\nS<|user|>\na<|assistant|>\nx"
+                                     "<|user|>\nb<|assistant|>\n<think>")
     # the template's tags are one token each, as in the real vocabulary
     ids = tok.apply_chat_template([{"role": "user", "content": "hi"}])
     assert [tok.decode([i], keep_special=True) for i in ids[:3]] == ["[gMASK]", "<sop>", "<|user|>"]
