@@ -95,3 +95,38 @@ def test_configs_carry_the_hub_eos_ids() -> None:
     assert (q35["eos_token_id"], q35["pad_token_id"], q35["text_config"]["eos_token_id"]) == (248046, 248044, 248044)
     assert MODELS["Qwen3-30B-A3B"]["config"]["eos_token_id"] == 151645
     assert all(MODELS[n]["config"]["eos_token_id"] == 151643 for n in MODELS if n.startswith("Qwen2.5"))
+
+
+CHATS = [
+    [{"role": "user", "content": JUDGE}],
+    [{"role": "system", "content": "Reason step by step."}, {"role": "user", "content": "What is 2+3? Größe €"}],
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>\nr\n</think>\n\nx"},
+     {"role": "user", "content": "b"}],
+    [{"role": "user", "content": "What is the weather?"},
+     {"role": "assistant", "content": "",
+      "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Zürich"}}}]},
+     {"role": "tool", "content": "sunny"}],
+]
+TOOLS = [{"type": "function", "function": {
+    "name": "weather", "description": "Wetter für eine Stadt",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3_moe", "glm4", "qwen3_5_moe"])
+@pytest.mark.parametrize("thinking", [True, False])
+def test_templates_render_as_transformers_renders_them(family: str, thinking: bool) -> None:
+    """transformers' own Jinja renderer is the oracle for the cases written by hand above and more
+    (multi-turn, tools, non-ASCII)."""
+    transformers = pytest.importorskip("transformers")
+    from pivot.model.chat_template import render_chat
+
+    render = transformers.utils.chat_template_utils.render_jinja_template
+    source = chat_template(family)
+    for chat in CHATS:
+        for tools in (None, TOOLS):
+            want = render([chat], tools=tools, chat_template=source, add_generation_prompt=True,
+                          enable_thinking=thinking, eos_token=EOS_TOKENS[family])
+            want = want[0][0]  # (rendered conversations, generation masks)
+            got = render_chat(source, chat, True, {"eos_token": EOS_TOKENS[family]}, tools=tools,
+                              enable_thinking=thinking)
+            assert got == want, (family, chat, tools)
