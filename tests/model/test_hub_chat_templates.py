@@ -3,7 +3,7 @@
 Each folder is written by `tests/model/fixtures/hub_layouts.py` (tokenizer_config.json with the
 family's template file and eos token) and read by `TextTokenizer.from_pretrained`, as a run reads
 its policy and GenRM. The expected texts below are written by hand from the formats the model
-families document (Qwen's ChatML with Qwen2.5's default system prompt, Qwen3/3.5's thinking
+families document (Qwen's ChatML with the Qwen2.5 base files' default system prompt, Qwen3/3.5's thinking
 block, GLM-4-0414's `[gMASK]<sop>` prefix and role tags), not produced by the code under test.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pivot.model import TextTokenizer
 from tests.model.fixtures.hub_layouts import EOS_TOKENS, MODELS, chat_template, write_tiny, write_tokenizer
 
 JUDGE = "Judge the response to the question.\nQuestion: What is 2+3?\nResponse: 5\nVerdict:"
-QWEN25_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+QWEN25_SYSTEM = "You are a helpful assistant."  # the base checkpoints' default (Instruct: "You are Qwen, ...")
 
 
 @pytest.fixture(scope="module")
