@@ -4,13 +4,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from pivot.model.meta_init import building_on_meta
+
 
 def make_linear(in_features: int, out_features: int, bias: bool, kind: str) -> nn.Module:
     """torch Linear, or transformer-engine's (GPU, same parameter names) when asked for."""
     if kind == "te":
         import transformer_engine.pytorch as te  # type: ignore[import-not-found]
 
-        return te.Linear(in_features, out_features, bias=bias)
+        # TE's `device` defaults to "cuda" whatever torch.device context is active: a model built
+        # on meta (`params_on_meta`) would first allocate and initialise every whole weight on the GPU
+        device = "meta" if building_on_meta() else torch.get_default_device()
+        return te.Linear(in_features, out_features, bias=bias, device=device)
     return nn.Linear(in_features, out_features, bias=bias)
 
 

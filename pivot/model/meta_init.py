@@ -13,12 +13,15 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+_depth = 0  # how many `params_on_meta` blocks are open (building_on_meta)
+
 
 @contextlib.contextmanager
 def params_on_meta() -> Iterator[None]:
     """Parameters registered inside are moved to the meta device as they are registered. Their
     construction-time `torch.empty` never touches its pages and the initialisers then run on
     meta, so nothing is resident. Not thread-safe: it patches `nn.Module.register_parameter`."""
+    global _depth
     register = nn.Module.register_parameter
 
     def on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
@@ -27,10 +30,17 @@ def params_on_meta() -> Iterator[None]:
             module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
 
     nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    _depth += 1
     try:
         yield
     finally:
+        _depth -= 1
         nn.Module.register_parameter = register  # type: ignore[method-assign]
+
+
+def building_on_meta() -> bool:
+    """Inside `params_on_meta`: layers that choose their own device (TE's) should choose meta."""
+    return _depth > 0
 
 
 def is_meta(model: nn.Module) -> bool:

@@ -192,7 +192,7 @@ def run(cfg: PivotConfig) -> int:
     trainer = TrainingRole(
         ModelArgs.load(policy_path), groups[table.train.name] if spec.rank in table.train.ranks else None,
         cfg.train, device, cfg.rollout.temperature, resume[0] if resume else None, tok_file if tok_file.is_file() else None,
-        cfg.model.dtype, cfg.model.attention,
+        cfg.model.dtype, cfg.model.attention, cfg.model.linear,
     )
     clock = None
     if emulated:
