@@ -75,6 +75,7 @@ def test_pivot_calls_match_the_constructor(te: Source) -> None:
         assert len(call.args) <= 2, where  # the rest of TE's parameters are not in torch's order
         assert {k.arg for k in call.keywords} <= set(names), where
         assert "bias" in {k.arg for k in call.keywords}, where  # TE's default is bias=True, like torch
+        assert "device" in {k.arg for k in call.keywords}, where  # TE's default is "cuda": see below
 
 
 def test_defaults_give_torch_linear_semantics(te: Source) -> None:
@@ -103,11 +104,10 @@ def test_forward_takes_one_tensor_and_returns_one(te: Source) -> None:
 
 
 def test_device_default_is_cuda_not_the_torch_default(te: Source) -> None:
-    """A fact Pivot's call sites live with (they pass no `device`): TE allocates on "cuda" whatever
-    `torch.device(...)` context is active (an explicit device beats the context), and only
-    `device="meta"` defers initialisation (linear.py:1321). Under Pivot's `params_on_meta()` each
-    weight is therefore created and initialised whole on the GPU, then moved to meta (transient:
-    one layer at a time); with `--model.linear te` a model cannot be built on CPU."""
+    """Why Pivot's call sites pass `device`: TE allocates on "cuda" whatever `torch.device(...)`
+    context is active (an explicit device beats the context), and only `device="meta"` defers
+    initialisation (linear.py:1321). Without it, each weight built under `params_on_meta()` was
+    created and initialised whole on the GPU, then moved to meta (test_te_linear_device.py)."""
     d = _defaults(_init(te))
     assert d["device"] == "cuda"
     assert "self.reset_parameters(defer_init=device == 'meta')" in ast.unparse(_init(te))
