@@ -21,41 +21,32 @@ NETWORK_ERRORS = ("NewConnectionError", "Temporary failure in name resolution", 
 def fetch_wheel(name: str, version: str) -> Path:
     """The pinned wheel under .cache/wheels (downloaded if absent); skips only when the registry
     cannot be reached, fails on any other pip error."""
-    prefix = f"{name.replace('-', '_')}-{version}-"
-    found = sorted(WHEELS.glob(prefix + "*.whl"))
-    if found:
-        return found[0]
-    WHEELS.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                          f"{name}=={version}", "-d", str(WHEELS)], capture_output=True, text=True, timeout=600)
-    found = sorted(WHEELS.glob(prefix + "*.whl"))
-    if found:
-        return found[0]
-    out = res.stdout + res.stderr
-    if any(e in out for e in NETWORK_ERRORS):
-        pytest.skip(f"package registry unreachable, cannot fetch {name}=={version}: {out.strip().splitlines()[-1]}")
-    raise RuntimeError(f"pip download {name}=={version} failed (exit {res.returncode}): {out[-2000:]}")
+    return _download(name, version, f"{name.replace('-', '_')}-{version}-*.whl", ["--only-binary", ":all:"], 600)
 
 
 def fetch_sdist(name: str, version: str) -> Path:
     """The pinned source archive under .cache/wheels (downloaded if absent). pip prepares its
     metadata with the venv's torch (`--no-build-isolation`) and no CUDA build."""
-    prefix = f"{name.replace('-', '_')}-{version}"
-    found = sorted(WHEELS.glob(prefix + ".tar.gz"))
+    return _download(name, version, f"{name.replace('-', '_')}-{version}.tar.gz",
+                     ["--no-binary", ":all:", "--no-build-isolation"], 900,
+                     {**os.environ, "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"})
+
+
+def _download(name: str, version: str, pattern: str, flags: list[str], timeout: int,
+              env: dict[str, str] | None = None) -> Path:
+    found = sorted(WHEELS.glob(pattern))
     if found:
         return found[0]
     WHEELS.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"}
-    res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                          "--no-build-isolation", f"{name}=={version}", "-d", str(WHEELS)],
-                         capture_output=True, text=True, timeout=900, env=env)
-    found = sorted(WHEELS.glob(prefix + ".tar.gz"))
+    res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", *flags, f"{name}=={version}",
+                          "-d", str(WHEELS)], capture_output=True, text=True, timeout=timeout, env=env)
+    found = sorted(WHEELS.glob(pattern))
     if found:
         return found[0]
     out = res.stdout + res.stderr
     if any(e in out for e in NETWORK_ERRORS):
         pytest.skip(f"package registry unreachable, cannot fetch {name}=={version}: {out.strip().splitlines()[-1]}")
-    raise RuntimeError(f"pip download {name}=={version} (sdist) failed (exit {res.returncode}): {out[-2000:]}")
+    raise RuntimeError(f"pip download {name}=={version} {' '.join(flags)} failed (exit {res.returncode}): {out[-2000:]}")
 
 
 class Source:
