@@ -221,7 +221,8 @@ class TrainConfig:
     filter_metric: Literal["reward", "verifiable"] = "reward"
     """What dynamic sampling compares within a group: the reward trained on, or only its verifiable
     part (DAPO's `acc`): with a GenRM whose verdicts are noisy, a group whose answers are all right
-    or all wrong otherwise looks mixed and trains on the judge's noise."""
+    or all wrong otherwise looks mixed and trains on the judge's noise. `verifiable` decides before
+    judging: a group's judgings wait for its G responses, and a dropped group is never judged."""
     beta1: float = 0.9
     """AdamW beta1."""
     beta2: float = 0.999

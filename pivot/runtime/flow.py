@@ -167,6 +167,9 @@ class RLFlow:
             rewards = [self.verifiable.get((step, prompt_id, g), 0.0) for g in range(self.buffer.group_size)]
         if min(rewards) != max(rewards):
             return []
+        return self._replace(step, prompt_id)
+
+    def _replace(self, step: int, prompt_id: int) -> list[SeqInfo]:
         for g in range(self.buffer.group_size):
             self.verifiable.pop((step, prompt_id, g), None)
             self.judgings.pop((step, prompt_id, g), None)
@@ -197,7 +200,27 @@ class RLFlow:
         r_v = self._verify(info.key, text, sample.prompt)
         if self.cfg.reward.w_genrm == 0:  # no judge: the verifiable reward is the reward
             return self._rewarded(info.key, total_reward(r_v, None, self.cfg.reward))
-        return [self.judge_seq(info.key, text, r_v)]
+        if not self._filters_before_judging():
+            return [self.judge_seq(info.key, text, r_v)]
+        return self._judge_group_once_verified(info.key[0], info.key[1])
+
+    def _filters_before_judging(self) -> bool:
+        """Dynamic sampling on the verifiable part decides a group's fate before any verdict: a
+        group it drops is never judged (the GenRM's work on it would be thrown away)."""
+        train = self.cfg.train
+        return bool(train.filter_groups) and train.filter_metric == "verifiable" and self.cfg.reward.w_genrm != 0
+
+    def _judge_group_once_verified(self, step: int, prompt_id: int) -> list[SeqInfo]:
+        """Nothing until the group's G responses are all in; then the group is dropped and replaced
+        if it is uniform and the step has replacements left, else its unrewarded samples are judged.
+        Called for the group's last response (or once per group on restore), so each is judged once."""
+        keys = [(step, prompt_id, g) for g in range(self.buffer.group_size)]
+        samples = [self.buffer.sample(k) for k in keys]
+        if any(s.response_ids is None for s in samples):
+            return []
+        if self.buffer.replaced(step) < self.cfg.train.filter_groups and len({self.verifiable.get(k, 0.0) for k in keys}) == 1:
+            return self._replace(step, prompt_id)
+        return [self.judge_seq(s.key, s.text, self.verifiable.get(s.key, 0.0)) for s in samples if s.reward is None]
 
     def _verify(self, key: Key, response: str, prompt: Prompt) -> float:
         score = self.verify.check(response, prompt)
@@ -324,8 +347,13 @@ class RLFlow:
             if judged:
                 self.judgings[(step, prompt, sample)] = judged
         out = [self.rollout_seq(key) for key in self.buffer.pending_keys()]
-        for key in self.buffer.unrewarded_keys():
+        unrewarded = self.buffer.unrewarded_keys()
+        for key in unrewarded:
             sample = self.buffer.sample(key)
             r_v = self._verify(key, sample.text, sample.prompt)
-            out.append(self.judge_seq(key, sample.text, r_v))
+            if not self._filters_before_judging():
+                out.append(self.judge_seq(key, sample.text, r_v))
+        if self._filters_before_judging():
+            for step, prompt_id in sorted({k[:2] for k in unrewarded}):
+                out += self._judge_group_once_verified(step, prompt_id)
         return out

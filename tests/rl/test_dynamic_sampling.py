@@ -65,20 +65,40 @@ def judge(f: RLFlow, seq: SeqInfo, verdict: int) -> list[SeqInfo]:
     return f.on_output(Output(seq.seq_id, seq.request.prompt_ids, ids, [0.0] * len(ids), "stop", 0))
 
 
-@pytest.mark.parametrize("metric", ["reward", "verifiable"])
-def test_a_noisy_judge_hides_a_uniform_group_unless_filtering_on_the_verifiable_reward(
-    tok: TextTokenizer, tmp_path: Path, metric: str
-) -> None:
-    f = make_flow(tok, tmp_path, limit=2, w_genrm=1.0, metric=metric)
+def test_a_noisy_judge_hides_a_uniform_group_when_filtering_on_the_reward(tok: TextTokenizer, tmp_path: Path) -> None:
+    f = make_flow(tok, tmp_path, limit=2, w_genrm=1.0, metric="reward")
     first = f.fill(version=0, total_steps=1)
     judges = [answer(f, s, True)[0] for s in first[:G]]  # both answers right: verifiable 1, 1
     assert judge(f, judges[0], 1) == []
-    fresh = judge(f, judges[1], 0)  # the judge disagrees once: rewards 2, 1
-    if metric == "reward":
-        assert fresh == []  # looks mixed: trained on the judge's noise
-    else:
-        assert [s.key for s in fresh] == [(0, 2, g) for g in range(G)]
-        assert f.metrics()["count/groups_dropped"] == 1
+    assert judge(f, judges[1], 0) == []  # rewards 2, 1: looks mixed, trained on the judge's noise
+    assert f.metrics()["count/groups_dropped"] == 0
+
+
+def test_filtering_on_the_verifiable_reward_drops_a_uniform_group_before_judging_it(
+    tok: TextTokenizer, tmp_path: Path
+) -> None:
+    f = make_flow(tok, tmp_path, limit=2, w_genrm=1.0, metric="verifiable")
+    first = f.fill(version=0, total_steps=1)
+    assert answer(f, first[0], True) == []  # judging waits for the whole group
+    fresh = answer(f, first[1], True)  # verifiable 1, 1: replaced, neither answer judged
+    assert [(s.role, s.key) for s in fresh] == [("rollout", (0, 2, g)) for g in range(G)]
+    assert f.metrics()["count/groups_dropped"] == 1 and f.stats.rewards_finished == 0
+    assert answer(f, first[G], True) == []
+    judges = answer(f, first[G + 1], False)  # mixed: both judged, once each
+    assert sorted((s.role, s.key) for s in judges) == [("reward", (0, 1, g)) for g in range(G)]
+    assert [judge(f, s, 1) for s in judges] == [[], []]
+
+
+def test_a_group_held_for_judging_resumes_from_a_checkpoint(tok: TextTokenizer, tmp_path: Path) -> None:
+    f = make_flow(tok, tmp_path, limit=1, w_genrm=1.0, metric="verifiable")
+    seqs = f.fill(version=0, total_steps=1)
+    answer(f, seqs[0], True)  # held: its group-mate is still generating
+    judges = answer(f, seqs[G], True) + answer(f, seqs[G + 1], False)  # group 1 released: 2 judgings
+    judge(f, judges[0], 1)  # one verdict in before the checkpoint
+    g = make_flow(tok, tmp_path, limit=1, w_genrm=1.0, metric="verifiable")
+    resubmitted = g.load_state_dict(json.loads(json.dumps(f.state_dict())))
+    expected = [("rollout", (0, 0, 1)), ("reward", judges[1].key)]
+    assert sorted((s.role, s.key) for s in resubmitted) == sorted(expected)  # nothing judged twice
 
 
 def test_off_keeps_every_group(tok: TextTokenizer, tmp_path: Path) -> None:
