@@ -47,7 +47,7 @@ def penalty(down: tuple[int, ...], rates: Mapping[int, float], refill: Mapping[i
     The paper's phi is tau_shift * T_i alone, which departs here because with it the
     simulated 32B group shifted TP4 replicas out and back within seconds (1,305 shift-ups in
     7 steps, 85% within 30 s of a shift-down of the same role) and re-prefilled 4x its prompts,
-    25% slower than with the re-prefill priced (README, Simulator)."""
+    25% slower than with the re-prefill priced (docs/results.md)."""
     return sum((tau_shift + refill.get(h, 0.0)) * rates.get(h, 0.0) for h in down)
 
 

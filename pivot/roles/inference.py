@@ -1,9 +1,9 @@
 """Rollout and reward replicas: an embedded or sglang engine whose parameters come from GPS.
 
-Context categories (DESIGN.md): on shift down the KV cache (temporary) and the parameters
-are discarded (`Engine.release`); the engine object, its process group and descriptors are
-preserved. On shift up the engine re-allocates (`resume`) and the GPS Read fills this rank's TP
-slices straight into the engine's parameters. The model is built on the meta device, so only
+Context categories (docs/ARCHITECTURE.md, "What a shift moves"): on shift down the KV cache
+(temporary) and the parameters are discarded (`Engine.release`); the engine object, its process
+group and descriptors are preserved. On shift up the engine re-allocates (`resume`) and the GPS
+Read fills this rank's TP slices straight into the engine's parameters. The model is built on the meta device, so only
 this rank's slices ever get storage, and no second copy of them is made. One engine per slot
 this rank has held, so a rank that returns to a slot finds its preserved context. Rollout and
 reward differ only in which model they serve.

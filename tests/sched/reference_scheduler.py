@@ -2,11 +2,12 @@
 
 Sources: §6.1 (T_i, ΔT_i, the shared queue, dispatch to the eligible replica with the largest
 ΔT_i), §6.2 and Appendix C.1 (Algorithm 2: Abort, Dispatch; Algorithm 3: shift down;
-Algorithm 4: shift up with migration), footnote 3 (priority: ascending sequence id) and
-DESIGN.md's formulas. It shares no code with pivot/sched/scheduler.py or trial*.py.
+Algorithm 4: shift up with migration), footnote 3 (priority: ascending sequence id) and the
+paper's formulas as docs/ARCHITECTURE.md quotes them (pivot/sched/). It shares no code with
+pivot/sched/scheduler.py or trial*.py.
 
-Where the pseudocode leaves a choice open, the rule below is the one DESIGN.md and the
-production docstring document, each marked "Rule" at its place:
+Where the pseudocode leaves a choice open, the rule below is the one the production docstrings
+(pivot/sched/) document, each marked "Rule" at its place:
 - ties (equal ΔT_i, equal T_i, equal lengths) go to the smallest replica / sequence id;
 - a head that fits nowhere blocks the queue ("the sequence remains in the shared queue");
 - migration stops when Σ T_i does not rise by more than a relative 1e-12, and that last
