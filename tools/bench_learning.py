@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from pivot.rl.evaluation import paired_gain
+from pivot.rl.evaluation import LEARNED_SE, learned
 from pivot.runtime.metrics import read_rows
 
 MODES = ("pivot", "colocated", "disaggregated", "rr_colocated")
@@ -129,14 +129,13 @@ def main() -> None:
         ratio_r = d_r / spread["reward"] if spread["reward"] else float("nan")
         ratio_e = d_e / spread["eval"] if spread["eval"] else float("nan")
         agree = name.startswith(REFERENCE) or (ratio_r <= 1.0 and ratio_e <= 1.0)
-        gain, se = paired_gain(*c["eval_scores"])
-        learned = gain >= args.min_gain and gain > 4 * se
-        ok = ok and agree and learned
-        verdict = ("agrees" if agree else "DIFFERS") + ("" if learned else f", gain below {args.min_gain:.2f} or 4 se")
+        gain, se, up = learned(*c["eval_scores"], min_gain=args.min_gain)
+        ok = ok and agree and up
+        verdict = ("agrees" if agree else "DIFFERS") + ("" if up else f", gain below {args.min_gain:.2f} or {LEARNED_SE:g} se")
         print(f"{name:22s} {c['eval'][0]:7.3f} {c['eval'][-1]:7.3f} {gain:+7.3f} {se:6.3f} "
               f"{d_r:10.3f} {ratio_r:7.2f}x {d_e:12.3f} {ratio_e:7.2f}x  {verdict}")
     print(f"\nfigure: {png}\n{'PASS' if ok else 'MISS'}: every mode within the reference's seed spread, and up at least "
-          f"{args.min_gain:.2f} and more than 4 se on held-out problems")
+          f"{args.min_gain:.2f} and more than {LEARNED_SE:g} se on held-out problems")
 
 
 if __name__ == "__main__":

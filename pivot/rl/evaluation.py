@@ -116,6 +116,17 @@ def paired_gain(before: list[float], after: list[float]) -> tuple[float, float]:
     return statistics.fmean(diffs), statistics.stdev(diffs) / len(diffs) ** 0.5
 
 
+LEARNED_SE = 4.0
+"""A held-out gain counts as learned when it exceeds this many paired standard errors."""
+
+
+def learned(before: list[float], after: list[float], min_gain: float = 0.0) -> tuple[float, float, bool]:
+    """(gain, standard error, whether the gain is at least `min_gain` and more than `LEARNED_SE`
+    paired standard errors): the one rule the run summary and tools/bench_learning.py apply."""
+    gain, se = paired_gain(before, after)
+    return gain, se, gain >= min_gain and gain > LEARNED_SE * se
+
+
 def eval_due(step: int, total_steps: int, every: int) -> bool:
     """Evaluate after `step` training steps: before the first, every `every`, and after the last."""
     return every > 0 and (step % every == 0 or step == total_steps)

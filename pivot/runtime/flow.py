@@ -73,6 +73,7 @@ class RLFlow:
     stats: FlowStats = field(default_factory=FlowStats)
     evals: dict[int, EvalRun] = field(default_factory=dict)  # in flight, by step
     eval_results: list[EvalResult] = field(default_factory=list)  # finished, not yet logged
+    sampled: dict[int, list[float]] = field(default_factory=dict)  # step -> [right, responses], every rollout (not checkpointed)
     _next_id: int = 0
     _policy_ids: dict[str, list[int]] = field(default_factory=dict)  # tokenized prompts by text and messages
 
@@ -198,6 +199,9 @@ class RLFlow:
         self.stats.tokens_rollout += len(out.prompt_ids) + len(out.output_ids)
         sample = self.buffer.sample(info.key)
         r_v = self._verify(info.key, text, sample.prompt)
+        tally = self.sampled.setdefault(info.key[0], [0.0, 0.0])
+        tally[0] += accuracy(r_v, self.reward_extra.get(info.key, {}))
+        tally[1] += 1
         if self.cfg.reward.w_genrm == 0:  # no judge: the verifiable reward is the reward
             return self._rewarded(info.key, total_reward(r_v, None, self.cfg.reward))
         if not self._filters_before_judging():
@@ -296,6 +300,7 @@ class RLFlow:
         groups = self.buffer.take_batch(step)
         flat = [s for g in groups for s in g]
         n = max(len(flat), 1)
+        right, total = self.sampled.pop(step, [0.0, 0.0])  # dropped groups' rollouts included
         records = [
             {"step": s.step, "prompt": s.prompt_id, "sample": s.sample_idx, "prompt_row": s.prompt.id,
              "version": s.version, "reward": s.reward, "verifiable": self.verifiable.get(s.key, 0.0),
@@ -306,6 +311,7 @@ class RLFlow:
         summary = {
             "reward/mean": sum(s.reward or 0.0 for s in flat) / n,
             "reward/accuracy": sum(accuracy(self.verifiable.pop(s.key, 0.0), self.reward_extra.get(s.key, {})) for s in flat) / n,
+            "rollout/accuracy_sampled": right / max(total, 1.0),
             "rollout/response_len": sum(len(s.response_ids or ()) for s in flat) / n,
             "rollout/staleness": sum(step - s.version for s in flat) / n,
             **extra_means([self.reward_extra.pop(s.key, {}) for s in flat]),

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from pivot.emulate import tally_lines
-from pivot.rl.evaluation import paired_gain
+from pivot.rl.evaluation import LEARNED_SE, learned
 from pivot.runtime.metrics import read_rows
 
 
@@ -31,6 +31,10 @@ def run_summary(run_dir: str | Path, checkpoint_dir: str | Path, status: str) ->
         over = f" (means of the first and last {k} steps)" if k > 1 else ""
         lines.append(f"  batch reward {_mean(head, 'reward/mean'):.3f} -> {_mean(tail, 'reward/mean'):.3f}, "
                      f"batch accuracy {_mean(head, 'reward/accuracy'):.3f} -> {_mean(tail, 'reward/accuracy'):.3f}{over}")
+        if "rollout/accuracy_sampled" in last:
+            # dynamic sampling keeps mixed groups only, which pins the batch's accuracy near 0.5
+            lines.append(f"  sampled accuracy (every rollout, before dynamic sampling) {_mean(head, 'rollout/accuracy_sampled'):.3f}"
+                         f" -> {_mean(tail, 'rollout/accuracy_sampled'):.3f}")
     if evals:
         lines.append(f"  held-out accuracy (greedy, {evals[-1]['prompts']} prompts) "
                      f"{evals[0]['accuracy']:.3f} at step {evals[0]['step']} -> {evals[-1]['accuracy']:.3f} at step {evals[-1]['step']}"
@@ -58,9 +62,9 @@ def _verdict(before: list[float], after: list[float]) -> str:
     """Whether the held-out gain stands out of its noise: the same prompts compared one by one."""
     if len(before) != len(after) or len(before) < 2:
         return ""
-    gain, se = paired_gain(before, after)
+    gain, se, ok = learned(before, after)
     if se == 0:
         return f": {gain:+.3f}"
     z = gain / se
-    word = "learned" if z > 4 else "gained, within 4 standard errors" if z > 0 else "no gain"
+    word = "learned" if ok else f"gained, within {LEARNED_SE:g} standard errors" if z > 0 else "no gain"
     return f": {gain:+.3f} +/- {se:.3f} (paired standard error; {z:+.1f} SE): {word}"

@@ -54,8 +54,10 @@ def test_uniform_groups_are_replaced_until_the_limit_then_kept(tok: TextTokenize
     assert [s.key for s in again] == [(0, 3, g) for g in range(G)]
     assert answer(f, again[0], True) == [] and answer(f, again[1], True) == []  # limit reached: kept
     assert f.buffer.ready(0)
-    _, _, records = f.batch(0)
+    _, summary, records = f.batch(0)
     assert sorted({(r["prompt"], r["sample"]) for r in records}) == [(0, 0), (0, 1), (3, 0), (3, 1)]
+    assert summary["reward/accuracy"] == 3 / 4  # the trained groups only
+    assert summary["rollout/accuracy_sampled"] == 5 / 8  # every response, the dropped groups' too
     assert [r["prompt_row"] for r in records if r["prompt"] == 3] == [3, 3]  # the fourth row of the data
     assert f.metrics()["count/groups_dropped"] == 2
 
