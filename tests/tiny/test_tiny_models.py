@@ -87,7 +87,7 @@ def test_shipped_models_load_without_transformers() -> None:
         for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
             assert (folder / name).is_file()
     assert json.loads((models.policy / "config.json").read_text())["model_type"] == "qwen2"
-    # the bands the embedded default promises (README)
+    # the bands the embedded default promises (docs/usage.md, the embedded default)
     assert 0.2 <= models.policy_greedy_accuracy <= 0.5, models
     assert models.genrm_agreement >= 0.75, models
     script = f"""
