@@ -4,7 +4,8 @@
 
 Runs the main job (torchrun, 4 CPU ranks, the embedded tiny models unless flags say otherwise)
 once per mode with the same seed and data, and the reference mode (pivot) once more per extra
-seed. Plots batch reward and greedy held-out accuracy against the step for every mode in one PNG,
+seed. Plots batch reward, the accuracy of every rollout (before dynamic sampling drops uniform
+groups) and greedy held-out accuracy against the step for every mode in one PNG,
 and prints: held-out accuracy before and after per mode, and each mode's distance to the
 reference's curve against the run-to-run spread of the reference across seeds, measured in the
 same invocation. A mode agrees when its distance is within that spread.
@@ -35,8 +36,11 @@ MODES = ("pivot", "colocated", "disaggregated", "rr_colocated")
 REFERENCE = "pivot"
 
 
-def run(mode: str, seed: int, steps: int | None, out: Path, extra: list[str]) -> dict[str, list]:
+def run(mode: str, seed: int, steps: int | None, out: Path, extra: list[str], reuse: bool) -> dict[str, list]:
     run_dir = out / f"{mode}-seed{seed}"
+    if reuse and (run_dir / "eval.jsonl").is_file():
+        print(f"  {mode:14s} seed {seed}: reusing {run_dir}", flush=True)
+        return curve(run_dir, mode, seed, float("nan"))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
            str(ROOT / "pivot" / "main.py"), "--cluster.mode", mode, "--seed", str(seed),
            *(["--train.steps", str(steps)] if steps else []), "--log.dir", str(run_dir), "--log.no-progress", "--log.no-tensorboard", "--checkpoint.every", "0", *extra]
@@ -44,14 +48,22 @@ def run(mode: str, seed: int, steps: int | None, out: Path, extra: list[str]) ->
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if proc.returncode != 0:
         raise SystemExit(f"{mode} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return curve(run_dir, mode, seed, time.monotonic() - t0)
+
+
+def curve(run_dir: Path, mode: str, seed: int, seconds: float) -> dict[str, list]:
     metrics = read_rows(run_dir / "metrics.jsonl")
     evals = read_rows(run_dir / "eval.jsonl")
     k = max(1, min(10, len(metrics) // 4))
     reward = [r["reward/mean"] for r in metrics]
-    print(f"  {mode:14s} seed {seed}: {time.monotonic() - t0:5.0f} s, held-out "
+    # dynamic sampling trains mixed groups only, which holds the batch's accuracy near the middle:
+    # the accuracy of every rollout, dropped groups included, is what climbs
+    sampled = [r.get("rollout/accuracy_sampled", float("nan")) for r in metrics]
+    print(f"  {mode:14s} seed {seed}: {seconds:5.0f} s, held-out "
           f"{evals[0]['accuracy']:.3f} -> {evals[-1]['accuracy']:.3f}, batch reward "
-          f"{sum(reward[:k]) / k:.3f} -> {sum(reward[-k:]) / k:.3f} (first and last {k} steps)", flush=True)
-    return {"step": [r["step"] for r in metrics], "reward": [r["reward/mean"] for r in metrics],
+          f"{sum(reward[:k]) / k:.3f} -> {sum(reward[-k:]) / k:.3f}, sampled accuracy "
+          f"{sum(sampled[:k]) / k:.3f} -> {sum(sampled[-k:]) / k:.3f} (first and last {k} steps)", flush=True)
+    return {"step": [r["step"] for r in metrics], "reward": reward, "sampled": sampled,
             "eval_step": [r["step"] for r in evals], "eval": [r["accuracy"] for r in evals],
             "eval_scores": [evals[0]["scores"], evals[-1]["scores"]]}
 
@@ -76,14 +88,17 @@ def plot(curves: dict[str, dict[str, list]], window: int, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_r, ax_e) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_r, ax_s, ax_e) = plt.subplots(1, 3, figsize=(16, 4))
     for name, c in curves.items():
         style = "--" if "seed" in name and not name.endswith("seed0") else "-"
         ax_r.plot(c["step"], smooth(c["reward"], window), style, label=name)
+        ax_s.plot(c["step"], smooth(c["sampled"], window), style, label=name)
         ax_e.plot(c["eval_step"], c["eval"], style, marker="o", label=name)
-    ax_r.set(xlabel="step", ylabel=f"batch reward (moving average, {window} steps)", title="reward")
+    ax_r.set(xlabel="step", ylabel=f"batch reward (moving average, {window} steps)", title="reward of the trained groups")
+    ax_s.set(xlabel="step", ylabel=f"accuracy (moving average, {window} steps)",
+             title="every rollout, before dynamic sampling")
     ax_e.set(xlabel="step", ylabel="greedy held-out accuracy", title="held-out accuracy (verifiable)")
-    for ax in (ax_r, ax_e):
+    for ax in (ax_r, ax_s, ax_e):
         ax.grid(alpha=0.3)
     ax_e.legend(fontsize=8)
     fig.tight_layout()
@@ -98,6 +113,7 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--smooth", type=int, default=9, help="moving-average window of the reward curve, in steps")
     ap.add_argument("--out", default=str(ROOT / "runs" / "learning"))
+    ap.add_argument("--reuse", action="store_true", help="read runs already in --out instead of running them again")
     args, extra = ap.parse_known_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     modes = args.modes.split(",")
@@ -107,7 +123,7 @@ def main() -> None:
     curves: dict[str, dict[str, list]] = {}
     for mode in modes:
         for seed in seeds if mode == REFERENCE else seeds[:1]:
-            curves[f"{mode}-seed{seed}"] = run(mode, seed, args.steps, out, extra)
+            curves[f"{mode}-seed{seed}"] = run(mode, seed, args.steps, out, extra, args.reuse)
     png = out / "learning_curves.png"
     plot(curves, args.smooth, png)
     (out / "curves.json").write_text(json.dumps(curves))
