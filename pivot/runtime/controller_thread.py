@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from pivot.config import PivotConfig
-from pivot.dist import ClusterSpec, ControllerEndpoint, SlotTable
+from pivot.dist import ClusterSpec, SlotTable
 from pivot.emulate import EmulatedFlow, controller_parts
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor, load_dataset
 from pivot.rl.evaluation import split_heldout
 from pivot.runtime.checkpoint import Checkpointer
+from pivot.runtime.control_plane import ControllerEndpoint
 from pivot.runtime.controller import Controller
 from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog

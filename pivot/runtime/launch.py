@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pivot import emulate
 from pivot.config import PivotConfig
-from pivot.dist import ClusterSpec, SlotTable, WorkerEndpoint, create_groups, describe
+from pivot.dist import ClusterSpec, SlotTable, create_groups, describe
 from pivot.gps.shm import remove_namespaces
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
@@ -23,8 +23,9 @@ from pivot.model.hf_folder import check_folder
 from pivot.runtime.context_check import check_context
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
-from pivot.runtime import secret as job_secret
+from pivot import secret as job_secret
 from pivot.runtime.checkpoint import Checkpointer
+from pivot.runtime.control_plane import WorkerEndpoint
 from pivot.runtime.controller_thread import ControllerThread, start_controller
 from pivot.runtime.summary import run_summary
 from pivot.runtime.manifest import problem as manifest_problem
