@@ -11,11 +11,11 @@ from typing import Any
 
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable
-from pivot.emulate import EmulatedFlow, controller_parts
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor, load_dataset
 from pivot.rl.evaluation import split_heldout
+from pivot.runtime.backend import DeviceBackend
 from pivot.runtime.checkpoint import Checkpointer
 from pivot.runtime.control_plane import ControllerEndpoint
 from pivot.runtime.controller import Controller
@@ -75,13 +75,13 @@ class ControllerThread(threading.Thread):
 def start_controller(
     cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, store: Any, policy_path: Path, genrm_path: Path,
     ckpt: Checkpointer, resume: tuple[Path, dict] | None, start_step: int, device: str = "cpu",
+    backend: DeviceBackend | None = None,
 ) -> ControllerThread:
     endpoint = ControllerEndpoint(store, spec)
     print(f"pivot: control plane listening on {endpoint.address} (authenticated frames)", flush=True)
     dataset, heldout = split_heldout(cfg.data, cfg.eval, load_dataset(cfg.data, seed=cfg.seed), cfg.seed)
-    if cfg.cluster.device == "emulated":  # drawn response lengths, the emulated devices' speeds
-        flow_cls = EmulatedFlow
-        flow_fields, profiles = controller_parts(cfg, spec)
+    if backend is not None:  # e.g. emulated: drawn response lengths, the emulated devices' speeds
+        flow_cls, flow_fields, profiles = backend.controller_parts(cfg, spec)
     else:
         flow_cls, flow_fields, profiles = RLFlow, {}, role_profiles(cfg, policy_path, genrm_path, device)
     flow = flow_cls(
