@@ -70,13 +70,12 @@ def tiny_shape(cfg: PivotConfig) -> PromptShape:
     from os.path import commonprefix
 
     from pivot.model import TextTokenizer
-    from pivot.rl.data import load_dataset
-    from pivot.rl.plugins import judge_template
     from pivot.rl.reward import GenRMScorer
     from pivot.tiny.shipped import ensure_tiny_models
+    from pivot.tiny.task import judge_template, training_set
 
     tok = TextTokenizer.from_pretrained(ensure_tiny_models().policy)
-    prompts = [p.text for p in load_dataset(cfg.data, seed=cfg.seed).prompts]
+    prompts = [p.text for p in training_set(cfg.data, seed=cfg.seed).prompts]
     ids = [tok.encode(p) for p in prompts]
     scorer = GenRMScorer(dataclasses.replace(cfg.reward, judge_template=judge_template(cfg.reward), judge_template_file=""))
     judges = [tok.encode(scorer.prompt(q, f"{i * 37 % 101}")) for i, q in enumerate(prompts[:64])]  # tiny answers
