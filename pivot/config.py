@@ -15,7 +15,7 @@ from pivot.config_check import ConfigError as ConfigError  # re-exported: the tr
 from pivot.config_check import check as _check
 from pivot.config_check import deferred_checks as deferred_checks
 from pivot.engine.config import FLASH_BLOCK_MULTIPLE
-from pivot.engine.config import EngineConfig as EngineConfig  # the engine's section, defined with the engine
+from pivot.engine.config import EngineConfig as EngineConfig  # the engine's section
 
 Mode = Literal["pivot", "colocated", "disaggregated", "rr_colocated"]
 Strategy = Literal["pivot", "static", "rule_based", "chaos"]

@@ -12,7 +12,9 @@ from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, Sam
 if TYPE_CHECKING:
     from pivot.engine.engine import Engine
 
-__all__ = ["AbortResult", "Engine", "EngineConfig", "EngineStats", "Output", "Request", "SamplingParams"]
+__all__ = [
+    "AbortResult", "Engine", "EngineConfig", "EngineStats", "Output", "Request", "SamplingParams",
+]
 
 
 def __getattr__(name: str) -> Any:

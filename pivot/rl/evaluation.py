@@ -11,7 +11,6 @@ records the policy versions that generated it, because a replica can lag the tra
 """
 from __future__ import annotations
 
-import dataclasses
 import random
 import statistics
 from collections.abc import Callable

@@ -26,7 +26,8 @@ HELDOUT_SEED = 0x5EED_E7A1  # keeps the synthetic held-out draw apart from any t
 
 def synthetic_dataset(config: DataConfig, seed: int = 0) -> PromptDataset:
     """`config.synthetic_size` problems of the synthetic task drawn with `seed`."""
-    problems = synthetic.generate_problems(config.synthetic_size, seed, config.min_digits, config.max_digits)
+    c = config
+    problems = synthetic.generate_problems(c.synthetic_size, seed, c.min_digits, c.max_digits)
     return rows_to_dataset(synthetic.to_rows(problems), DataConfig(), f"synthetic(seed={seed})")
 
 

@@ -22,7 +22,9 @@ def _module_name(root: Path, file: Path) -> list[str]:
     return parts[:-1] if parts[-1] == "__init__" else parts
 
 
-def _imported(node: ast.Import | ast.ImportFrom, here: list[str], is_package: bool) -> Iterator[list[str]]:
+def _imported(
+    node: ast.Import | ast.ImportFrom, here: list[str], is_package: bool
+) -> Iterator[list[str]]:
     """Dotted names `node` may import (for `from M import n`, both M and M.n: n may be a module)."""
     if isinstance(node, ast.Import):
         for alias in node.names:
@@ -111,7 +113,7 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_scan_finds_lazy_relative_and_from_package_cycles(tmp_path: Path) -> None:
-    # a planted tree: a -> b through a lazy import, b -> c relatively, c -> a by `from pivot import a`
+    # planted: a -> b by a lazy import, b -> c relatively, c -> a by `from pivot import a`
     pkg = _tree(tmp_path, {
         "__init__.py": "", "util.py": "import os\n",
         "a/__init__.py": "", "a/x.py": "from pivot.a import y\n\ndef f():\n    import pivot.b.z\n",
@@ -120,8 +122,11 @@ def test_the_scan_finds_lazy_relative_and_from_package_cycles(tmp_path: Path) ->
         "c/__init__.py": "", "c/w.py": "from pivot import a\n",
     })
     edges = import_edges(pkg)
-    assert edges == {"a": {"b": "pivot/a/x.py:4"}, "b": {"c": "pivot/b/z.py:1", "util": "pivot/b/z.py:2"},
-                     "c": {"a": "pivot/c/w.py:1"}}
+    assert edges == {
+        "a": {"b": "pivot/a/x.py:4"},
+        "b": {"c": "pivot/b/z.py:1", "util": "pivot/b/z.py:2"},
+        "c": {"a": "pivot/c/w.py:1"},
+    }
     cycle = find_cycle(edges)
     assert cycle == ["a", "b", "c", "a"]
     assert "pivot/a -> pivot/b   (pivot/a/x.py:4)" in describe(cycle, edges)
