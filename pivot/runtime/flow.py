@@ -79,8 +79,8 @@ class RLFlow:
 
     def __post_init__(self) -> None:
         reward = self.cfg.reward
-        template = dict(judge_template=self.judge_template, judge_template_file="")
-        self.scorer = GenRMScorer(dataclasses.replace(reward, **template))
+        self.scorer = GenRMScorer(dataclasses.replace(reward, judge_template=self.judge_template,
+                                                      judge_template_file=""))
         self.verify = CheckedVerifier(load_verifier(reward.verifier))
         limit = self.cfg.rollout.max_prompt_tokens
         self.heldout = [p for p in self.heldout if len(self.policy_ids(p)) <= limit]

@@ -11,7 +11,9 @@ from pivot.rl.evaluation import paired_gain
 from pivot.runtime.metrics import read_rows
 
 
-def run_summary(run_dir: str | Path, checkpoint_dir: str | Path, status: str, extra: list[str] | None = None) -> str:
+def run_summary(
+    run_dir: str | Path, checkpoint_dir: str | Path, status: str, extra: list[str] | None = None
+) -> str:
     """`extra`: the device backend's lines (pivot/runtime/backend.py), after the shifts."""
     run = Path(run_dir)
     metrics = read_rows(run / "metrics.jsonl")
