@@ -7,44 +7,18 @@ component receives only its own section. Named presets live in `configs/presets.
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pivot.config_check import ConfigError as ConfigError  # re-exported: the tree's error
+from pivot.config_check import check as _check
+from pivot.config_check import deferred_checks as deferred_checks
+from pivot.engine.config import FLASH_BLOCK_MULTIPLE
+from pivot.engine.config import EngineConfig as EngineConfig  # the engine's section
+
 Mode = Literal["pivot", "colocated", "disaggregated", "rr_colocated"]
 Strategy = Literal["pivot", "static", "rule_based", "chaos"]
-
-
-DEFAULT_BLOCK_SIZE = {"sdpa": 16, "flash": 256}
-"""KV-cache block size per attention kernel when `EngineConfig.block_size` is 0."""
-FLASH_BLOCK_MULTIPLE = 256
-"""flash-attn's paged KV (`block_table`) takes only blocks of a multiple of this many tokens."""
-
-
-class ConfigError(ValueError):
-    """A bad configuration value; the message names the field (dotted path) and the value."""
-
-
-_deferred = contextvars.ContextVar("pivot_config_deferred", default=False)
-
-
-@contextlib.contextmanager
-def deferred_checks() -> Iterator[None]:
-    """Skip `__post_init__` checks while tyro builds the tree (it would wrap our one-line
-    errors in a box); `PivotConfig.validate` runs them all afterwards."""
-    token = _deferred.set(True)
-    try:
-        yield
-    finally:
-        _deferred.reset(token)
-
-
-def _check(ok: bool, name: str, value: object, why: str) -> None:
-    if not ok and not _deferred.get():
-        raise ConfigError(f"{name}={value!r}: {why}")
 
 
 @dataclass
@@ -72,30 +46,6 @@ class ModelConfig:
         # flash-attn 2.8.3 has fp16 and bf16 kernels only (flash_attn/flash_attn_interface.py checks q.dtype)
         _check(self.attention != "flash" or self.dtype in ("bfloat16", "float16"), "model.attention", self.attention,
                f"needs --model.dtype bfloat16 or float16 (flash-attn has no {self.dtype} kernels)")
-
-
-@dataclass
-class EngineConfig:
-    backend: Literal["embedded", "sglang"] = "embedded"
-    """Inference backend: Pivot's embedded engine (CPU and GPU) or sglang (GPU only)."""
-    kv_capacity_tokens: int = 16384
-    """KV-cache capacity of one replica, in tokens."""
-    block_size: int = 0
-    """Tokens per KV-cache block; 0 = the attention kernel's default (16 for sdpa, 256 for flash,
-    whose paged KV needs a multiple of 256)."""
-    max_running_seqs: int = 32
-    """Most sequences decoding at once on one replica."""
-    max_prefill_tokens: int = 2048
-    """Prefill chunk size in tokens (chunked prefill)."""
-
-    def __post_init__(self) -> None:
-        for name in ("kv_capacity_tokens", "max_running_seqs", "max_prefill_tokens"):
-            _check(getattr(self, name) > 0, f"engine.{name}", getattr(self, name), "must be > 0")
-        _check(self.block_size >= 0, "engine.block_size", self.block_size, "must be >= 0 (0 = the kernel's default)")
-
-    def kv_block_size(self, attention: str) -> int:
-        """The block size this engine uses with attention kernel `attention`."""
-        return self.block_size or DEFAULT_BLOCK_SIZE[attention]
 
 
 @dataclass
@@ -337,16 +287,7 @@ class ClusterConfig:
     device: Literal["auto", "cpu", "cuda", "emulated"] = "auto"
     """Where roles run; auto = cuda when available (NCCL), else cpu (gloo). emulated: CPU ranks
     that run the real runtime and tiny models but take the device time a hardware profile
-    predicts for the paper-scale models of --cluster.emulate (pivot/emulate/)."""
-    hardware: Literal["h20", "h200"] = "h20"
-    """Emulated device: the hardware profile of pivot/sim/hardware.py whose costs it takes."""
-    emulate: str = "qwen2.5-7b+qwen3-30b-a3b"
-    """Emulated device: the paper preset whose policy and GenRM sizes (and engine KV) it emulates."""
-    time_scale: float = 0.01
-    """Emulated device: wall seconds per emulated second (0.01: a 1,000 s run takes 10 s)."""
-    length_scale: int = 100
-    """Emulated device: paper tokens per real token. Responses are drawn from the simulator's
-    workload and divided by it; each real engine step stands for this many decode steps."""
+    predicts for the paper-scale models of --emulate.preset (pivot/emulate/, set by --emulate.*)."""
     gpu_memory_gb: float = 0.0
     """Memory per device in GB (simulator and fit checks); 0 = unknown."""
     host_memory_gb: float = 0.0
@@ -358,8 +299,25 @@ class ClusterConfig:
         _check(self.host_memory_gb >= 0, "cluster.host_memory_gb", self.host_memory_gb, "must be >= 0")
         _check(self.nnodes >= 0, "cluster.nnodes", self.nnodes, "must be >= 0")
         _check(self.devices_per_node >= 0, "cluster.devices_per_node", self.devices_per_node, "must be >= 0")
-        _check(self.time_scale > 0, "cluster.time_scale", self.time_scale, "must be > 0")
-        _check(self.length_scale >= 1, "cluster.length_scale", self.length_scale, "must be >= 1")
+
+
+@dataclass
+class EmulateConfig:
+    """Emulated devices (`--cluster.device emulated`, pivot/emulate/); unused on real ones."""
+
+    preset: str = "qwen2.5-7b+qwen3-30b-a3b"
+    """The paper preset whose policy and GenRM sizes (and engine KV) the devices emulate."""
+    hardware: Literal["h20", "h200"] = "h20"
+    """The hardware profile of pivot/sim/hardware.py whose costs the devices take."""
+    time_scale: float = 0.01
+    """Wall seconds per emulated second (0.01: a 1,000 s run takes 10 s)."""
+    length_scale: int = 100
+    """Paper tokens per real token. Responses are drawn from the simulator's workload and divided
+    by it; each real engine step stands for this many decode steps."""
+
+    def __post_init__(self) -> None:
+        _check(self.time_scale > 0, "emulate.time_scale", self.time_scale, "must be > 0")
+        _check(self.length_scale >= 1, "emulate.length_scale", self.length_scale, "must be >= 1")
 
 
 @dataclass
@@ -412,6 +370,7 @@ class PivotConfig:
     data: DataConfig = field(default_factory=DataConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    emulate: EmulateConfig = field(default_factory=EmulateConfig)
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
@@ -430,7 +389,7 @@ class PivotConfig:
         """Every section's checks, then whole-tree checks against the job's size (torchrun's
         WORLD_SIZE and LOCAL_WORLD_SIZE)."""
         for section in (self.model, self.rollout, self.rollout.engine, self.reward, self.reward.engine, self.train,
-                        self.planner, self.data, self.eval, self.cluster, self.checkpoint, self):
+                        self.planner, self.data, self.eval, self.cluster, self.emulate, self.checkpoint, self):
             section.__post_init__()
         c = self.cluster
         _check(world_size % local_world_size == 0, "cluster.devices_per_node", local_world_size, f"does not divide world size {world_size}")

@@ -33,7 +33,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from pivot.runtime.launch import run
 
-    return run(cfg)
+    backend = None
+    if cfg.cluster.device == "emulated":  # the runtime never imports pivot/emulate/: it is handed it here
+        from pivot.emulate.backend import EmulatedDevices
+
+        backend = EmulatedDevices()
+    return run(cfg, backend)
 
 
 if __name__ == "__main__":

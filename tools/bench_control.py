@@ -2,7 +2,7 @@
 
 old: pickled dataclasses over zmq ROUTER/DEALER (Pivot before docs/security.md; rebuilt here as
      the reference: pickle.dumps / pickle.loads, the rank as zmq identity)
-new: pivot/dist.py's endpoints: typed MessagePack (msgspec), HMAC-SHA256 tag, sequence check
+new: pivot/runtime/control_plane.py's endpoints: typed MessagePack (msgspec), HMAC-SHA256 tag, sequence check
 
 Both ends live in this process on loopback, so every number includes both sides' CPU.
 Measured: round trips (controller -> worker AbortSequences, worker -> controller Stats), and
@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch.distributed as dist  # noqa: E402
 import zmq  # noqa: E402
 
-from pivot.dist import ClusterSpec, ControllerEndpoint, WorkerEndpoint  # noqa: E402
+from pivot.dist import ClusterSpec  # noqa: E402
+from pivot.runtime.control_plane import ControllerEndpoint, WorkerEndpoint  # noqa: E402
 from pivot.engine.sequence import EngineStats, Output  # noqa: E402
 from pivot.rl.batch import TrainBatch  # noqa: E402
 from pivot.runtime import messages as m  # noqa: E402

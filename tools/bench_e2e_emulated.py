@@ -55,7 +55,8 @@ def add_args(ap: argparse.ArgumentParser) -> None:
 def base_config(args: argparse.Namespace) -> PivotConfig:
     cfg = tiny_cpu()
     cfg.seed = args.seed
-    cfg.cluster = dataclasses.replace(cfg.cluster, device="emulated", hardware=args.hardware, emulate=args.emulate,
+    cfg.cluster = dataclasses.replace(cfg.cluster, device="emulated")
+    cfg.emulate = dataclasses.replace(cfg.emulate, hardware=args.hardware, preset=args.emulate,
                                       time_scale=args.time_scale, length_scale=args.length_scale)
     cfg.rollout.tp, cfg.reward.tp = args.rollout_tp, args.reward_tp
     cfg.train = dataclasses.replace(cfg.train, devices=args.train_devices, steps=args.steps,
@@ -70,13 +71,12 @@ def tiny_shape(cfg: PivotConfig) -> PromptShape:
     from os.path import commonprefix
 
     from pivot.model import TextTokenizer
-    from pivot.rl.data import load_dataset
-    from pivot.rl.plugins import judge_template
     from pivot.rl.reward import GenRMScorer
     from pivot.tiny.shipped import ensure_tiny_models
+    from pivot.tiny.task import judge_template, training_set
 
     tok = TextTokenizer.from_pretrained(ensure_tiny_models().policy)
-    prompts = [p.text for p in load_dataset(cfg.data, seed=cfg.seed).prompts]
+    prompts = [p.text for p in training_set(cfg.data, seed=cfg.seed).prompts]
     ids = [tok.encode(p) for p in prompts]
     scorer = GenRMScorer(dataclasses.replace(cfg.reward, judge_template=judge_template(cfg.reward), judge_template_file=""))
     judges = [tok.encode(scorer.prompt(q, f"{i * 37 % 101}")) for i, q in enumerate(prompts[:64])]  # tiny answers
@@ -91,10 +91,10 @@ def tiny_shape(cfg: PivotConfig) -> PromptShape:
 
 
 def flags_of(cfg: PivotConfig) -> list[str]:
-    c = cfg.cluster
+    c, e = cfg.cluster, cfg.emulate
     return ["--cluster.mode", c.mode, "--planner.strategy", cfg.planner.strategy, "--cluster.device", "emulated",
-            "--cluster.hardware", c.hardware, "--cluster.emulate", c.emulate, "--cluster.time-scale", str(c.time_scale),
-            "--cluster.length-scale", str(c.length_scale), "--train.devices", str(cfg.train.devices),
+            "--emulate.hardware", e.hardware, "--emulate.preset", e.preset, "--emulate.time-scale", str(e.time_scale),
+            "--emulate.length-scale", str(e.length_scale), "--train.devices", str(cfg.train.devices),
             "--train.steps", str(cfg.train.steps), "--train.batch-prompts", str(cfg.train.batch_prompts),
             "--train.group-size", str(cfg.train.group_size), "--rollout.tp", str(cfg.rollout.tp),
             "--reward.tp", str(cfg.reward.tp), "--rollout.replicas", str(cfg.rollout.replicas),
@@ -111,7 +111,7 @@ def run_runtime(name: str, cfg: PivotConfig, nproc: int, out: Path, extra: list[
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return measure(run_dir, cfg.cluster.time_scale, read_tallies(run_dir))
+    return measure(run_dir, cfg.emulate.time_scale, read_tallies(run_dir))
 
 
 def shares_real(r: EmulatedRun, world: int) -> str:

@@ -1,6 +1,6 @@
 """Emulated accelerators (`--cluster.device emulated`): CPU ranks that run the real runtime and
-the real tiny models but take the device time of the paper-scale models of `--cluster.emulate`
-on `--cluster.hardware`, from the simulator's cost model, scaled by `--cluster.time_scale`.
+the real tiny models but take the device time of the paper-scale models of `--emulate.preset`
+on `--emulate.hardware`, from the simulator's cost model, scaled by `--emulate.time-scale`.
 
     install(cfg, spec, inference, trainer)     wrap a rank's roles (engine/train steps, shifts)
     controller_parts(cfg, spec)                 rank 0: response lengths and per-role profiles
@@ -28,7 +28,7 @@ __all__ = ["EmulatedClock", "EmulatedCosts", "EmulatedFlow", "PromptShape", "con
 
 def install(cfg: PivotConfig, spec: ClusterSpec, inference: dict[str, Any], trainer: Any) -> tuple[dict[str, Any], Any, EmulatedClock]:
     costs = EmulatedCosts(cfg, spec.world_size, spec.local_world_size)
-    clock = EmulatedClock(cfg.cluster.time_scale)
+    clock = EmulatedClock(cfg.emulate.time_scale)
     return ({role: EmulatedInference(r, costs, clock) for role, r in inference.items()},
             EmulatedTrainer(trainer, costs, clock), clock)
 
@@ -38,7 +38,7 @@ def controller_parts(cfg: PivotConfig, spec: ClusterSpec) -> tuple[dict[str, Any
     in the runtime's units."""
     costs = EmulatedCosts(cfg, spec.world_size, spec.local_world_size)
     workload = Workload(prompts_per_step=cfg.train.batch_prompts, group_size=cfg.train.group_size)
-    fields = {"workload": workload, "length_scale": cfg.cluster.length_scale, "devices": spec.world_size}
+    fields = {"workload": workload, "length_scale": cfg.emulate.length_scale, "devices": spec.world_size}
     return fields, {role: costs.runtime_profile(role) for role in ("rollout", "reward")}
 
 

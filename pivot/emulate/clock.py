@@ -45,7 +45,7 @@ class EmulatedClock:
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
-            raise ValueError(f"cluster.time_scale={self.time_scale!r}: must be > 0")
+            raise ValueError(f"emulate.time_scale={self.time_scale!r}: must be > 0")
 
     def deadline(self, t0: float, emulated_s: float) -> float:
         return t0 + emulated_s * self.time_scale

@@ -1,6 +1,6 @@
 """Device time of each unit of work on the emulated cluster, from the simulator's own cost model
 (pivot/sim/costs.py and hardware.py: the same per-role A, B, C, D, prefill, training and shift
-costs), for the paper-scale models of `cluster.emulate` on this job's devices.
+costs), for the paper-scale models of `emulate.preset` on this job's devices.
 
 The runtime moves real tokens, `length_scale` times fewer than the paper's: one real decode
 step stands for `L = length_scale` paper decode steps, and a replica holding `tok` real KV
@@ -32,10 +32,10 @@ a 16-token block would strand a large share of the scaled KV capacity."""
 def _preset(cfg: PivotConfig) -> PivotConfig:
     from configs.presets import PRESETS
 
-    name = cfg.cluster.emulate
+    name = cfg.emulate.preset
     if name not in PRESETS or PRESETS[name]().model.policy_params_b <= 0:
         paper = ", ".join(n for n, make in PRESETS.items() if make().model.policy_params_b > 0)
-        raise ConfigError(f"cluster.emulate={name!r}: not a paper preset with model sizes (known: {paper})")
+        raise ConfigError(f"emulate.preset={name!r}: not a paper preset with model sizes (known: {paper})")
     return PRESETS[name]()
 
 
@@ -54,18 +54,18 @@ def _scaled_planner(cfg: PivotConfig, factor: float) -> PivotConfig:
 def runtime_config(cfg: PivotConfig, workload: Workload | None = None) -> PivotConfig:
     """The configuration the emulated ranks run: the preset's engines with KV over L, caps on
     response lengths over L, planner seconds times the time scale."""
-    preset, L, workload = _preset(cfg), cfg.cluster.length_scale, workload or Workload()
+    preset, L, workload = _preset(cfg), cfg.emulate.length_scale, workload or Workload()
     rollout = dataclasses.replace(cfg.rollout, engine=_scaled_engine(preset.rollout.engine, 1 / L),
                                   max_new_tokens=math.ceil(workload.response.cap / L))
     reward = dataclasses.replace(cfg.reward, engine=_scaled_engine(preset.reward.engine, 1 / L),
                                  max_new_tokens=math.ceil(workload.judge.cap / L))
-    return _scaled_planner(cfg.replace(rollout=rollout, reward=reward), cfg.cluster.time_scale)
+    return _scaled_planner(cfg.replace(rollout=rollout, reward=reward), cfg.emulate.time_scale)
 
 
 def paper_config(cfg: PivotConfig, world: int, per_node: int) -> PivotConfig:
     """The paper-scale configuration a runtime config stands for (what the simulator runs)."""
-    L = cfg.cluster.length_scale
-    out = _scaled_planner(copy.deepcopy(cfg), 1 / cfg.cluster.time_scale)
+    L = cfg.emulate.length_scale
+    out = _scaled_planner(copy.deepcopy(cfg), 1 / cfg.emulate.time_scale)
     out.model = copy.deepcopy(_preset(cfg).model)
     out.rollout.engine = dataclasses.replace(out.rollout.engine, kv_capacity_tokens=out.rollout.engine.kv_capacity_tokens * L)
     out.reward.engine = dataclasses.replace(out.reward.engine, kv_capacity_tokens=out.reward.engine.kv_capacity_tokens * L)
@@ -77,8 +77,8 @@ class EmulatedCosts:
     """Emulated seconds of engine steps, training steps and shifts of this job's slots."""
 
     def __init__(self, cfg: PivotConfig, world: int, per_node: int) -> None:
-        self.cfg, self.L, self.time_scale = cfg, cfg.cluster.length_scale, cfg.cluster.time_scale
-        self.hw = HARDWARE[cfg.cluster.hardware]
+        self.cfg, self.L, self.time_scale = cfg, cfg.emulate.length_scale, cfg.emulate.time_scale
+        self.hw = HARDWARE[cfg.emulate.hardware]
         table, self.costs = build_cluster(paper_config(cfg, world, per_node), self.hw)
         self.train_devices = len(table.replicas[table.train_rid].devices)
 

@@ -23,7 +23,7 @@ import msgspec
 import torch
 import torch.distributed as dist
 
-from pivot.runtime.secret import from_env
+from pivot.secret import from_env
 
 
 @dataclass(frozen=True)

@@ -93,8 +93,8 @@ def _judge_overhead(cfg: PivotConfig) -> tuple[int, str]:
     """The judge template's tokens: measured with the GenRM's tokenizer when its folder has one,
     else bounded by the template's UTF-8 bytes (a byte-level BPE token covers at least one byte;
     the chat template's own tokens are then not counted)."""
-    from pivot.rl.plugins import judge_template
     from pivot.rl.reward import judge_prompt
+    from pivot.tiny.task import judge_template
 
     genrm = Path(cfg.model.genrm) if cfg.model.genrm else None
     if genrm is not None and (genrm / "tokenizer.json").is_file():

@@ -19,8 +19,8 @@ tokenizer expects), several messages are joined as "role: content" lines.
 
 Rows with a missing field, an empty prompt, a wrong type, broken JSON or bytes that are not
 UTF-8 are skipped and counted in `DataStats`; a dataset with no valid row, or a file that is not
-readable as its format, is an error naming the file. With `path` empty, the built-in
-synthetic arithmetic set (`pivot.tiny.synthetic`, the one the tiny models learn) is used.
+readable as its format, is an error naming the file. The built-in synthetic set is not this
+module's: `pivot.tiny.task` gives it where `path` is empty.
 """
 from __future__ import annotations
 
@@ -182,22 +182,11 @@ def _read_rows(path: Path) -> list[Any]:
     raise ValueError(f"dataset {path}: unknown format {path.suffix!r} (use .parquet or .jsonl)")
 
 
-_RL_SEED = 0x5EED_DA7A
-
-
-def synthetic_dataset(config: DataConfig, seed: int = 0) -> PromptDataset:
-    from pivot.tiny import synthetic  # lazy: only the embedded default needs it
-
-    problems = synthetic.generate_problems(config.synthetic_size, seed, config.min_digits, config.max_digits)
-    return rows_to_dataset(synthetic.to_rows(problems), DataConfig(), f"synthetic(seed={seed})")
-
-
-def load_dataset(config: DataConfig, seed: int = 0) -> PromptDataset:
-    """The dataset at `config.path`, or the synthetic set (seeded by `seed`) when it is empty."""
+def load_dataset(config: DataConfig) -> PromptDataset:
+    """The dataset at `config.path` (`pivot.tiny.task.training_set` falls back to the synthetic
+    set where it is empty)."""
     if not config.path:
-        # the tiny policy was fine-tuned on seed 0's draw (`pivot.tiny.recipe.sft_problems`): RL
-        # draws elsewhere, so it shares only the small problems any two draws share
-        return synthetic_dataset(config, _RL_SEED + seed)
+        raise ValueError("data.path: empty, no dataset to load")
     path = Path(config.path)
     return rows_to_dataset(_read_rows(path), config, str(path))
 

@@ -2,34 +2,37 @@
 policy on it (verifiable reward only, so the GenRM's errors do not enter the figure).
 
 Where the held-out set comes from (`pivot.config.EvalConfig`): `--eval.path` when given; for
-the built-in synthetic task, fresh problems (another seed) whose prompt is not in the training
-set; for a user's `--data.path`, `eval.prompts` rows (at most a tenth of the file) taken out of
-the training data by a seeded draw, so the cursor never serves them. The evaluation runs on the
+a task that draws fresh problems (the built-in synthetic one: `pivot.tiny.task.heldout_split`),
+new problems whose prompt is not in the training set; for a user's `--data.path`, `eval.prompts`
+rows (at most a tenth of the file) taken out of the training data by a seeded draw, so the
+cursor never serves them. The evaluation runs on the
 rollout replicas like any other rollout (veRL validates on its rollout engine too); the run
 records the policy versions that generated it, because a replica can lag the trainer.
 """
 from __future__ import annotations
 
-import dataclasses
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pivot.config import DataConfig, EvalConfig
-from pivot.rl.data import Prompt, PromptDataset, load_dataset, synthetic_dataset
-
-_HELDOUT_SEED = 0x5EED_E7A1  # keeps the synthetic held-out draw apart from any training seed
+from pivot.rl.data import Prompt, PromptDataset, load_dataset
 
 
-def split_heldout(data: DataConfig, config: EvalConfig, train: PromptDataset, seed: int) -> tuple[PromptDataset, list[Prompt]]:
+def split_heldout(
+    data: DataConfig, config: EvalConfig, train: PromptDataset, seed: int,
+    fresh: Callable[[int, set[str]], list[Prompt]] | None = None,
+) -> tuple[PromptDataset, list[Prompt]]:
     """(training set, held-out prompts); the training set loses the held-out rows when they come
-    from it. Off (`eval.every == 0`): the training set unchanged and no held-out prompts."""
+    from it. Off (`eval.every == 0`): the training set unchanged and no held-out prompts.
+    `fresh(n, seen)`: n new problems whose text is not in `seen`, from a task that can draw them."""
     if config.every == 0:
         return train, []
     if config.path:
         return train, load_dataset(DataConfig(path=config.path, prompt_key=data.prompt_key, answer_key=data.answer_key)).prompts[: config.prompts]
-    if not data.path:
-        return train, _fresh_synthetic(data, config.prompts, {p.text for p in train.prompts}, seed)
+    if fresh is not None:
+        return train, fresh(config.prompts, {p.text for p in train.prompts})
     n = min(config.prompts, len(train) // 10)
     if n == 0:
         return train, []
@@ -38,29 +41,6 @@ def split_heldout(data: DataConfig, config: EvalConfig, train: PromptDataset, se
     held = set(order[:n])
     kept = [p for i, p in enumerate(train.prompts) if i not in held]
     return PromptDataset(kept, train.stats, train.source), [train.prompts[i] for i in sorted(held)]
-
-
-def _fresh_synthetic(data: DataConfig, n: int, seen: set[str], seed: int) -> list[Prompt]:
-    """n problems of the synthetic task outside the RL set `seen`, and outside the embedded tiny
-    policy's own training set while there are enough of those: a problem it was fine-tuned on
-    is recalled, not solved (0.75 greedy accuracy on those against 0.40 on new ones)."""
-    # lazy: only the synthetic task needs them
-    from pivot.tiny.recipe import sft_problems
-    from pivot.tiny.synthetic import policy_prompt
-
-    fine_tuned = {policy_prompt(p) for p in sft_problems()}
-    fresh: list[Prompt] = []
-    recalled: list[Prompt] = []
-    draw = 0
-    pool = dataclasses.replace(data, synthetic_size=4 * n)
-    while len(fresh) < n and draw < 8:  # the 1-3 digit space is large; a few draws always suffice
-        for p in synthetic_dataset(pool, _HELDOUT_SEED + 31 * seed + draw).prompts:
-            if p.text not in seen:
-                seen.add(p.text)
-                (recalled if p.text in fine_tuned else fresh).append(p)
-        draw += 1
-    chosen = (fresh + recalled)[:n]
-    return [dataclasses.replace(p, id=i) for i, p in enumerate(chosen)]
 
 
 @dataclass

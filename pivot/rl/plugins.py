@@ -124,8 +124,9 @@ def _import(where: str) -> object:
 
 
 def judge_template(config: RewardConfig) -> str:
-    """The judge template: --reward.judge-template, the text of --reward.judge-template-file, or
-    "" (the tiny task's)."""
+    """The configured judge template: --reward.judge-template, the text of
+    --reward.judge-template-file, or "" when neither is given (`pivot.tiny.task.judge_template`
+    then gives the tiny task's)."""
     if not config.judge_template_file:
         return config.judge_template
     path = Path(config.judge_template_file)

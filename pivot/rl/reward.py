@@ -17,9 +17,9 @@ must still be equal (`5 cm` vs 50 is wrong), and other trailing words (`5 pi`, `
 units; answers over 100 characters are not unit-stripped. A percentage is not rescaled (`50%`
 matches 50, not 0.5).
 
-GenRM: `judge_prompt` fills a template with `{question}` and `{response}` (default
-`pivot.tiny.synthetic.JUDGE_TEMPLATE`). `parse_verdict(text)` reads the LAST verdict in the
-judge's text after its thinking block (`<think>...</think>`; none while the block is unclosed) and returns a score in [0, 1] or None. Accepted (case-insensitive, after
+GenRM: `judge_prompt` fills a template with `{question}` and `{response}` (the run's, given:
+`pivot.tiny.task.judge_template` falls back to the tiny GenRM's). `parse_verdict(text)` reads
+the LAST verdict in the judge's text after its thinking block (`<think>...</think>`; none while the block is unclosed) and returns a score in [0, 1] or None. Accepted (case-insensitive, after
 `Verdict:` or `Score:`): a number in [0, 1] ("1", "0.75"), a fraction or "x/10" form ("7/10" ->
 0.7), a percentage ("75%"), or a word (correct/yes/true/pass -> 1, incorrect/wrong/no/false/
 fail -> 0). Out-of-range numbers are unparsable. `GenRMScorer` maps unparsable verdicts to a
@@ -165,16 +165,8 @@ def verify(response: str, ground_truth: str) -> float:
     return 1.0 if without_unit is not None and normalize_answer(without_unit) == want else 0.0
 
 
-def _default_template() -> str:
-    from pivot.tiny.synthetic import JUDGE_TEMPLATE  # lazy: keeps this module import-light
-
-    return JUDGE_TEMPLATE
-
-
-def judge_prompt(question: str, response: str, template: str | None = None) -> str:
-    """The GenRM's input: `template` with `{question}` and `{response}` filled in (None or ""
-    = the synthetic task's template)."""
-    template = template or _default_template()
+def judge_prompt(question: str, response: str, template: str) -> str:
+    """The GenRM's input: `template` with `{question}` and `{response}` filled in."""
     for field in ("{question}", "{response}"):
         if field not in template:
             raise ValueError(f"judge template must contain {field}: {template!r}")

@@ -12,8 +12,8 @@ from pathlib import Path
 from pivot.config import PivotConfig
 from pivot.model import ModelArgs, TextTokenizer
 from pivot.model.context import ContextNeed, context_needs
-from pivot.rl.plugins import judge_template
 from pivot.rl.reward import judge_prompt
+from pivot.tiny.task import judge_template
 
 
 def judge_overhead(cfg: PivotConfig, genrm_path: Path) -> int:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import time
 
 from pivot.config import PivotConfig
-from pivot.dist import ControllerEndpoint, SlotTable
+from pivot.dist import SlotTable
+from pivot.runtime.control_plane import ControllerEndpoint
 from pivot.plan import ShiftPlan
 from pivot.rl.evaluation import eval_due
 from pivot.runtime import messages as m

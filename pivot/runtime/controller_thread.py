@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from pivot.config import PivotConfig
-from pivot.dist import ClusterSpec, ControllerEndpoint, SlotTable
-from pivot.emulate import EmulatedFlow, controller_parts
+from pivot.dist import ClusterSpec, SlotTable
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
-from pivot.rl.data import PromptCursor, load_dataset
-from pivot.rl.evaluation import split_heldout
+from pivot.rl.data import PromptCursor
+from pivot.runtime.backend import DeviceBackend
 from pivot.runtime.checkpoint import Checkpointer
+from pivot.runtime.control_plane import ControllerEndpoint
 from pivot.runtime.controller import Controller
 from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog
@@ -25,6 +25,7 @@ from pivot.runtime.progress import StepProgress
 from pivot.runtime.startup_profile import profile_at_startup
 from pivot.sched.profile import ROOT, ReplicaShape, hardware_name, resolve_profile
 from pivot.sched.throughput import ThroughputModel
+from pivot.tiny import task
 
 PROFILE_CACHE = ROOT / ".cache"
 
@@ -74,19 +75,21 @@ class ControllerThread(threading.Thread):
 def start_controller(
     cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, store: Any, policy_path: Path, genrm_path: Path,
     ckpt: Checkpointer, resume: tuple[Path, dict] | None, start_step: int, device: str = "cpu",
+    backend: DeviceBackend | None = None,
 ) -> ControllerThread:
     endpoint = ControllerEndpoint(store, spec)
     print(f"pivot: control plane listening on {endpoint.address} (authenticated frames)", flush=True)
-    dataset, heldout = split_heldout(cfg.data, cfg.eval, load_dataset(cfg.data, seed=cfg.seed), cfg.seed)
-    if cfg.cluster.device == "emulated":  # drawn response lengths, the emulated devices' speeds
-        flow_cls = EmulatedFlow
-        flow_fields, profiles = controller_parts(cfg, spec)
+    # the task's inputs; where the config names none, the tiny task's (pivot/tiny/task.py)
+    train = task.training_set(cfg.data, seed=cfg.seed)
+    dataset, heldout = task.heldout_split(cfg.data, cfg.eval, train, cfg.seed)
+    if backend is not None:  # e.g. emulated: drawn response lengths, the emulated devices' speeds
+        flow_cls, flow_fields, profiles = backend.controller_parts(cfg, spec)
     else:
         flow_cls, flow_fields, profiles = RLFlow, {}, role_profiles(cfg, policy_path, genrm_path, device)
     flow = flow_cls(
         cfg, PromptCursor(dataset, seed=cfg.data.shuffle_seed), TextTokenizer.from_pretrained(policy_path),
         TextTokenizer.from_pretrained(genrm_path), SampleBuffer(cfg.train.group_size, cfg.train.staleness),
-        cfg.train.staleness, heldout, **flow_fields,
+        cfg.train.staleness, task.judge_template(cfg.reward), heldout, **flow_fields,
     )
     log = RunLog(cfg.log.dir, cfg.log.tensorboard, start_step if resume is not None else None,
                  cfg.log.wandb_project if cfg.log.wandb else None, _asdict(cfg))

@@ -21,7 +21,7 @@ from pivot.rl.batch import TrainBatch, batch_from_groups
 from pivot.rl.buffer import Key, Outcome, SampleBuffer
 from pivot.rl.data import Prompt, PromptCursor
 from pivot.rl.evaluation import EvalResult, EvalRun
-from pivot.rl.plugins import CheckedVerifier, accuracy, extra_means, judge_template, load_verifier
+from pivot.rl.plugins import CheckedVerifier, accuracy, extra_means, load_verifier
 from pivot.rl.reward import GenRMScorer, total_reward
 from pivot.sched.records import SeqState, step_major_id
 
@@ -64,6 +64,7 @@ class RLFlow:
     genrm_tok: TextTokenizer
     buffer: SampleBuffer
     staleness: int
+    judge_template: str  # the run's, resolved (pivot.tiny.task.judge_template): the GenRM's prompt
     heldout: list[Prompt] = field(default_factory=list)
     next_step: int = 0  # next step whose prompts are not submitted yet
     seqs: dict[int, SeqInfo] = field(default_factory=dict)
@@ -79,7 +80,8 @@ class RLFlow:
 
     def __post_init__(self) -> None:
         reward = self.cfg.reward
-        self.scorer = GenRMScorer(dataclasses.replace(reward, judge_template=judge_template(reward), judge_template_file=""))
+        self.scorer = GenRMScorer(dataclasses.replace(reward, judge_template=self.judge_template,
+                                                      judge_template_file=""))
         self.verify = CheckedVerifier(load_verifier(reward.verifier))
         limit = self.cfg.rollout.max_prompt_tokens
         self.heldout = [p for p in self.heldout if len(self.policy_ids(p)) <= limit]

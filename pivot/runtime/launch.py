@@ -12,19 +12,20 @@ import torch.distributed as dist
 
 from pathlib import Path
 
-from pivot import emulate
 from pivot.config import PivotConfig
-from pivot.dist import ClusterSpec, SlotTable, WorkerEndpoint, create_groups, describe
+from pivot.dist import ClusterSpec, SlotTable, create_groups, describe
 from pivot.gps.shm import remove_namespaces
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, TextTokenizer, load_state_dict
 from pivot.model.hf_folder import check_folder
-from pivot.runtime.context_check import check_context
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
-from pivot.runtime import secret as job_secret
+from pivot import secret as job_secret
+from pivot.runtime.backend import DeviceBackend
 from pivot.runtime.checkpoint import Checkpointer
+from pivot.runtime.context_check import check_context
+from pivot.runtime.control_plane import WorkerEndpoint
 from pivot.runtime.controller_thread import ControllerThread, start_controller
 from pivot.runtime.summary import run_summary
 from pivot.runtime.manifest import problem as manifest_problem
@@ -35,7 +36,7 @@ from pivot.runtime.worker import Worker
 
 
 def resolve_device(cfg: PivotConfig) -> str:
-    if cfg.cluster.device == "emulated":  # CPU ranks, device time from pivot/emulate/
+    if cfg.cluster.device == "emulated":  # CPU ranks, device time from the backend (pivot/emulate/)
         return "cpu"
     if cfg.cluster.device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -119,12 +120,14 @@ def resume_point(cfg: PivotConfig, ckpt: Checkpointer, spec: ClusterSpec) -> tup
     return None
 
 
-def run(cfg: PivotConfig) -> int:
+def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
+    """Every rank's job; `backend` stands in for the devices (pivot/main.py picks it), None = real ones."""
+    if cfg.cluster.device == "emulated" and backend is None:
+        raise ValueError("cluster.device=emulated needs the emulation backend (pivot/main.py hands it to run)")
     spec = ClusterSpec.from_env()
     device = resolve_device(cfg)
-    emulated = cfg.cluster.device == "emulated"
-    if emulated:
-        cfg = emulate.runtime_config(cfg)
+    if backend is not None:
+        cfg = backend.runtime_config(cfg)
     if cfg.cluster.mode == "colocated":  # every role on every device, on-policy phases (a copy: the caller's config stays)
         cfg = cfg.replace(train=dataclasses.replace(cfg.train, devices=spec.world_size, staleness=0))
     table = SlotTable.build(spec, cfg.rollout.tp, cfg.reward.tp, cfg.train.devices)
@@ -173,7 +176,8 @@ def run(cfg: PivotConfig) -> int:
         weights.publish("policy", load_state_dict(policy_src))
         weights.publish("genrm", load_state_dict(genrm_path))
         # the dataset is read here: a bad one stops every rank in one line
-        return start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step, device)
+        return start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step, device,
+                                backend)
 
     try:  # afterwards the controller's address is in the store and GPS holds both models
         controller = run_on_rank0(store, spec.rank, "startup", "loading the models into GPS and starting the controller",
@@ -194,19 +198,20 @@ def run(cfg: PivotConfig) -> int:
         cfg.train, device, cfg.rollout.temperature, resume[0] if resume else None, tok_file if tok_file.is_file() else None,
         cfg.model.dtype, cfg.model.attention, cfg.model.linear,
     )
-    clock = None
-    if emulated:
-        inference, trainer, clock = emulate.install(cfg, spec, inference, trainer)
+    if backend is not None:
+        inference, trainer = backend.install(cfg, spec, inference, trainer)
     worker = Worker(spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights)
     if spec.rank == 0:
         signal.signal(signal.SIGTERM, lambda *_: _stopped_by_torchrun(ckpt))
     worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
-    if clock is not None:  # every rank's device time is on disk before rank 0 sums it up
-        emulate.write_tally(cfg.log.dir, spec.rank, clock)
+    if backend is not None:  # every rank's records are on disk before rank 0 sums them up
+        backend.finish(cfg.log.dir, spec.rank)
         dist.barrier()
     if controller is not None:
         controller.join()
-        print(run_summary(cfg.log.dir, ckpt.dir, f"failed: {controller.failed}" if controller.failed else "done"), flush=True)
+        status = f"failed: {controller.failed}" if controller.failed else "done"
+        extra = backend.summary_lines(cfg.log.dir) if backend is not None else []
+        print(run_summary(cfg.log.dir, ckpt.dir, status, extra), flush=True)
     dist.barrier()
     gps.close()
     dist.destroy_process_group()

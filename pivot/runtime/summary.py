@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from pivot.emulate import tally_lines
 from pivot.rl.evaluation import LEARNED_SE, learned
 from pivot.runtime.metrics import read_rows
 
 
-def run_summary(run_dir: str | Path, checkpoint_dir: str | Path, status: str) -> str:
+def run_summary(
+    run_dir: str | Path, checkpoint_dir: str | Path, status: str, extra: list[str] | None = None
+) -> str:
+    """`extra`: the device backend's lines (pivot/runtime/backend.py), after the shifts."""
     run = Path(run_dir)
     metrics = read_rows(run / "metrics.jsonl")
     evals = read_rows(run / "eval.jsonl")
@@ -44,7 +46,7 @@ def run_summary(run_dir: str | Path, checkpoint_dir: str | Path, status: str) ->
     if ups or downs:
         per_role = ", ".join(f"{role} +{ups[role]}/-{downs[role]}" for role in ("rollout", "reward", "train"))
         lines.append(f"  shifts (up/down): {per_role}")
-    lines += tally_lines(run)
+    lines += extra or []
     lines += [
         f"  records:     {run}/metrics.jsonl, eval.jsonl, samples.jsonl, timeline.jsonl"
         + (f", tb/ (tensorboard --logdir {run}/tb)" if (run / "tb").is_dir() else ""),

@@ -12,8 +12,8 @@ from pivot.dist import ClusterSpec, SlotTable
 from pivot.roles.inference import InferenceRole
 from pivot.runtime import messages as m
 from pivot.runtime import wire
+from pivot.runtime.control_plane import WorkerEndpoint
 from pivot.runtime.manifest import seal
-from pivot.dist import WorkerEndpoint
 
 STATS_EVERY_S = 0.1  # the monitor wants stats at least every 200 ms
 

@@ -43,6 +43,9 @@ def test_paper_groups_match_tables_1_and_4() -> None:
         (["--planner.rule-low", "0.9"], "planner.rule_low=0.9"),
         (["--model.attention", "flash", "--model.dtype", "bfloat16", "--reward.engine.block-size", "16"], "reward.engine.block_size=16"),
         (["--rollout.engine.block-size", "-1"], "engine.block_size=-1"),
+        (["--emulate.time-scale", "0"], "emulate.time_scale=0.0"),  # the emulation section
+        (["--emulate.length-scale", "0"], "emulate.length_scale=0"),
+        (["--cluster.device", "emulated", "--emulate.preset", "tiny-cpu"], "emulate.preset='tiny-cpu'"),
     ],
 )
 def test_bad_values_name_the_field(argv: list[str], field: str) -> None:

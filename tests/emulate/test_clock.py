@@ -57,7 +57,7 @@ def test_time_scale_must_be_positive() -> None:
 
 def emulated_cfg(length_scale: int = 100, time_scale: float = 0.01):
     cfg = tiny_cpu()
-    cfg.cluster.device, cfg.cluster.length_scale, cfg.cluster.time_scale = "emulated", length_scale, time_scale
+    cfg.cluster.device, cfg.emulate.length_scale, cfg.emulate.time_scale = "emulated", length_scale, time_scale
     cfg.train.devices = 2
     return runtime_config(cfg)
 
@@ -124,6 +124,6 @@ def test_training_and_shifts_wait_the_profiles_time() -> None:
 def test_an_unknown_or_tiny_preset_is_named() -> None:
     cfg = tiny_cpu()
     for name in ("nope", "tiny-cpu"):
-        cfg.cluster.emulate = name
-        with pytest.raises(ValueError, match=f"cluster.emulate='{name}'"):
+        cfg.emulate.preset = name
+        with pytest.raises(ValueError, match=f"emulate.preset='{name}'"):
             runtime_config(cfg)

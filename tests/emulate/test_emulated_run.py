@@ -25,7 +25,7 @@ def test_emulated_run_exactly_once_with_drawn_lengths(tmp_path: Path) -> None:
     policy, genrm = random_models(tmp_path / "models")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "8",
            str(ROOT / "pivot" / "main.py"), "--model.policy", str(policy), "--model.genrm", str(genrm),
-           "--cluster.device", "emulated", "--cluster.time-scale", "0.001", "--cluster.length-scale", str(L),
+           "--cluster.device", "emulated", "--emulate.time-scale", "0.001", "--emulate.length-scale", str(L),
            "--train.devices", "2", "--train.steps", "2", "--train.batch-prompts", str(B), "--train.group-size", str(G),
            "--data.max-digits", "2", "--eval.every", "0", "--train.filter-groups", "0", "--checkpoint.every", "0", "--log.no-progress",
            "--log.no-tensorboard", "--log.dir", str(tmp_path / "run")]

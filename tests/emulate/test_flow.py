@@ -12,9 +12,10 @@ from pivot.emulate import EmulatedFlow
 from pivot.engine import Output
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
-from pivot.rl.data import PromptCursor, load_dataset
+from pivot.rl.data import PromptCursor
 from pivot.runtime.flow import RLFlow
 from pivot.sim.workload import Workload
+from pivot.tiny.task import judge_template, training_set
 from tests.model.test_tokenizer import QWEN3_TEMPLATE, _write_folder
 
 pytest.importorskip("transformers")
@@ -29,7 +30,8 @@ def test_the_judge_reads_the_eos_tokens_written_inside_the_drawn_length(tmp_path
     _write_folder(tmp_path, QWEN3_TEMPLATE, None)
     tok = TextTokenizer.from_pretrained(tmp_path)
     cfg = PivotConfig(data=DataConfig(synthetic_size=8), reward=RewardConfig(chat_template=False))
-    parts = (cfg, PromptCursor(load_dataset(cfg.data)), tok, tok, SampleBuffer(2, 1), 1)
+    parts = (cfg, PromptCursor(training_set(cfg.data)), tok, tok, SampleBuffer(2, 1), 1,
+             judge_template(cfg.reward))
     workload = Workload(prompts_per_step=cfg.train.batch_prompts, group_size=cfg.train.group_size)
     flow = EmulatedFlow(*parts, workload=workload) if emulated else RLFlow(*parts)
     rollout = flow.fill(version=0, total_steps=1)[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pivot.config import FLASH_BLOCK_MULTIPLE
+from pivot.engine.config import FLASH_BLOCK_MULTIPLE
 from tests.conftest import ROOT
 from tests.engine.sglang_source import fetch_sdist, params
 

@@ -22,6 +22,7 @@ from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor, load_dataset
 from pivot.runtime.flow import RLFlow
+from pivot.tiny.task import judge_template
 from tests.model.test_tokenizer import QWEN3_TEMPLATE, _write_folder
 
 GOOD = {"prompt": [{"role": "user", "content": "1+1?"}], "reward_model": {"ground_truth": "2"}}
@@ -88,7 +89,8 @@ def flow(tok: TextTokenizer, tmp_path: Path, prompts: list[str], limit: int, gro
     path.write_text("".join(json.dumps({"prompt": p, "ground_truth": "1"}) + "\n" for p in prompts))
     cfg = PivotConfig(data=DataConfig(path=str(path)), rollout=RolloutConfig(max_prompt_tokens=limit))
     cfg.train.batch_prompts, cfg.train.group_size = 2, group
-    return RLFlow(cfg, PromptCursor(load_dataset(cfg.data), shuffle=False), tok, tok, SampleBuffer(group, 1), 1)
+    return RLFlow(cfg, PromptCursor(load_dataset(cfg.data), shuffle=False), tok, tok, SampleBuffer(group, 1), 1,
+                  judge_template(cfg.reward))
 
 
 def test_prompts_over_the_limit_are_skipped_and_counted(tok: TextTokenizer, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""DAPO-format loading, bad rows, the synthetic set and the resumable cursor."""
+"""DAPO-format loading, bad rows, the synthetic set (pivot/tiny/task.py) and the resumable cursor."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,8 @@ import pytest
 
 from pivot.config import DataConfig
 from pivot.tiny import synthetic
-from pivot.rl.data import PromptCursor, load_dataset, stats_dict, synthetic_dataset
+from pivot.rl.data import PromptCursor, load_dataset, stats_dict
+from pivot.tiny.task import synthetic_dataset, training_set
 
 DAPO_ROWS = [
     {"prompt": [{"role": "user", "content": "What is 2+2?"}], "reward_model": {"style": "rule", "ground_truth": "4"}},
@@ -60,6 +61,8 @@ def test_no_valid_rows_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "d.csv").write_text("a,b")
     with pytest.raises(ValueError, match="unknown format"):
         load_dataset(DataConfig(path=str(tmp_path / "d.csv")))
+    with pytest.raises(ValueError, match="data.path: empty"):  # the default set is pivot.tiny.task's
+        load_dataset(DataConfig())
 
 
 def test_synthetic_source_matches_generator() -> None:
@@ -74,13 +77,13 @@ def test_rl_draws_are_not_the_tiny_policys_finetuning_draw() -> None:
     # not replay its first 4,096 problems (a fresh draw shares only small problems with it)
     tuned = [synthetic.policy_prompt(p) for p in synthetic.generate_problems(8000, 0, 1, 3)]
     for seed in (0, 1):
-        texts = [p.text for p in load_dataset(DataConfig(synthetic_size=4096), seed=seed).prompts]
+        texts = [p.text for p in training_set(DataConfig(synthetic_size=4096), seed=seed).prompts]
         assert texts != tuned[:4096]
         assert sum(t in set(tuned) for t in texts) / len(texts) < 0.5
 
 
 def test_cursor_epochs_and_resume() -> None:
-    ds = load_dataset(DataConfig(synthetic_size=7))
+    ds = training_set(DataConfig(synthetic_size=7))
     cur = PromptCursor(ds, seed=3)
     first = [p.id for p in cur.next_batch(7)]
     assert sorted(first) == list(range(7))  # one epoch is a permutation
@@ -91,6 +94,6 @@ def test_cursor_epochs_and_resume() -> None:
     resumed.load_state_dict(json.loads(json.dumps(state)))
     assert [p.id for p in resumed.next_batch(9)] == expected
     assert state["epoch"] == 1 and state["index"] == 3
-    other = PromptCursor(load_dataset(DataConfig(synthetic_size=8)))
+    other = PromptCursor(training_set(DataConfig(synthetic_size=8)))
     with pytest.raises(ValueError, match="7 prompts"):
         other.load_state_dict(state)

@@ -15,6 +15,7 @@ from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import Prompt, PromptCursor, load_dataset
 from pivot.runtime.flow import RLFlow, SeqInfo
+from pivot.tiny.task import judge_template
 from tests.model.test_tokenizer import QWEN3_TEMPLATE, _write_folder
 
 G = 2
@@ -33,7 +34,8 @@ def make_flow(tok: TextTokenizer, tmp_path: Path, limit: int, w_genrm: float = 0
     cfg = PivotConfig(data=DataConfig(path=str(path)), reward=RewardConfig(w_genrm=w_genrm))
     cfg.train.batch_prompts, cfg.train.group_size, cfg.train.filter_groups = 2, G, limit
     cfg.train.filter_metric = metric
-    return RLFlow(cfg, PromptCursor(load_dataset(cfg.data), shuffle=False), tok, tok, SampleBuffer(G, 1), 1)
+    return RLFlow(cfg, PromptCursor(load_dataset(cfg.data), shuffle=False), tok, tok, SampleBuffer(G, 1), 1,
+                  judge_template(cfg.reward))
 
 
 def answer(f: RLFlow, seq: SeqInfo, right: bool) -> list[SeqInfo]:

@@ -1,4 +1,5 @@
-"""Held-out set construction and the evaluation bookkeeping (pivot/rl/evaluation.py)."""
+"""Held-out set construction and the evaluation bookkeeping (pivot/rl/evaluation.py; the synthetic
+task's fresh held-out problems: pivot/tiny/task.py)."""
 from __future__ import annotations
 
 import json
@@ -10,18 +11,19 @@ from pivot.config import DataConfig, EvalConfig
 from pivot.rl.data import load_dataset
 from pivot.rl.evaluation import EvalRun, eval_due, paired_gain, split_heldout
 from pivot.tiny.synthetic import generate_problems
+from pivot.tiny.task import heldout_split, training_set
 
 
 def test_synthetic_heldout_is_disjoint_from_training_and_deterministic() -> None:
     data = DataConfig(synthetic_size=64)
-    train = load_dataset(data, seed=0)
-    kept, held = split_heldout(data, EvalConfig(prompts=50), train, seed=0)
+    train = training_set(data, seed=0)
+    kept, held = heldout_split(data, EvalConfig(prompts=50), train, seed=0)
     assert kept is train  # nothing is taken from the training set
     assert len(held) == 50
     texts = {p.text for p in held}
     assert len(texts) == 50, "held-out prompts repeat"
     assert not texts & {p.text for p in train.prompts}
-    again = split_heldout(data, EvalConfig(prompts=50), load_dataset(data, seed=0), seed=0)[1]
+    again = heldout_split(data, EvalConfig(prompts=50), training_set(data, seed=0), seed=0)[1]
     assert [p.text for p in again] == [p.text for p in held]
     for p in held:  # the ground truth is the arithmetic answer of the question
         a, op, b = p.text.split("\n")[0].split("=")[0].replace("-", " - ").replace("+", " + ").split()[-3:]
@@ -32,10 +34,10 @@ def test_synthetic_heldout_avoids_the_tiny_policys_finetuning_problems_while_it_
     # the tiny policy's fine-tuning set: TinyRecipe's 8,000 problems of 1-3 digits, seed 0
     fine_tuned = {f"Problem: {p.question}\n" for p in generate_problems(8000, 0, max_digits=3)}
     data = DataConfig(synthetic_size=64)
-    held = split_heldout(data, EvalConfig(prompts=200), load_dataset(data, seed=0), seed=0)[1]
+    held = heldout_split(data, EvalConfig(prompts=200), training_set(data, seed=0), seed=0)[1]
     assert len(held) == 200 and not {p.text for p in held} & fine_tuned
     one_digit = DataConfig(synthetic_size=8, max_digits=1)  # 200 problems, all fine-tuned on
-    held = split_heldout(one_digit, EvalConfig(prompts=20), load_dataset(one_digit, seed=0), seed=0)[1]
+    held = heldout_split(one_digit, EvalConfig(prompts=20), training_set(one_digit, seed=0), seed=0)[1]
     assert len(held) == 20 and {p.text for p in held} <= fine_tuned  # better recalled than none
 
 
@@ -64,8 +66,21 @@ def test_tiny_user_dataset_gets_no_heldout_and_eval_path_wins(tmp_path: Path) ->
 
 def test_eval_off_changes_nothing() -> None:
     data = DataConfig(synthetic_size=64)
+    train = training_set(data)
+    assert heldout_split(data, EvalConfig(every=0), train, seed=0) == (train, [])
+
+
+def test_a_task_that_draws_fresh_problems_gives_them_instead_of_rows(tmp_path: Path) -> None:
+    data = DataConfig(path=str(_jsonl(tmp_path / "d.jsonl", 100)))
     train = load_dataset(data)
-    assert split_heldout(data, EvalConfig(every=0), train, seed=0) == (train, [])
+    asked = []
+
+    def fresh(n: int, seen: set[str]) -> list:
+        asked.append((n, len(seen)))
+        return train.prompts[:n]
+
+    kept, held = split_heldout(data, EvalConfig(prompts=5), train, seed=0, fresh=fresh)
+    assert kept is train and held == train.prompts[:5] and asked == [(5, 100)]
 
 
 def test_eval_due_before_first_every_k_and_after_last() -> None:

@@ -5,6 +5,7 @@ import pytest
 
 from pivot.config import RewardConfig
 from pivot.tiny import synthetic
+from pivot.tiny.task import judge_template
 from pivot.rl.reward import (
     GenRMScorer,
     extract_answer,
@@ -75,17 +76,20 @@ def test_parse_verdict(text: str, score: float | None) -> None:
 
 
 def test_judge_prompt_uses_template() -> None:
-    default = judge_prompt("Problem: 1+1=?", "Answer: 2")
+    default = judge_prompt("Problem: 1+1=?", "Answer: 2", judge_template(RewardConfig()))  # tiny task's
     assert default == synthetic.judge_prompt("Problem: 1+1=?", "Answer: 2")
     assert judge_prompt("Q", "R", "<{question}|{response}>") == "<Q|R>"
     with pytest.raises(ValueError, match="response"):
         judge_prompt("Q", "R", "{question} only")
     with pytest.raises(ValueError, match="question"):
         GenRMScorer(RewardConfig(judge_template="{response}"))
+    with pytest.raises(ValueError, match="question"):  # rl has no default: the template is an input
+        judge_prompt("Q", "R", "")
 
 
 def test_scorer_fallback_counter_and_total() -> None:
-    cfg = RewardConfig(fallback_score=0.25, w_verifiable=1.0, w_genrm=0.5)
+    cfg = RewardConfig(fallback_score=0.25, w_verifiable=1.0, w_genrm=0.5,
+                       judge_template=synthetic.JUDGE_TEMPLATE)
     scorer = GenRMScorer(cfg)
     assert scorer.score("Verdict: 1") == 1.0
     assert scorer.score("garbage") == 0.25

@@ -32,6 +32,7 @@ from pivot.rl.data import Prompt, PromptCursor, load_dataset
 from pivot.rl.plugins import CheckedVerifier, calling_style, load_verifier
 from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog, read_jsonl
+from pivot.tiny.task import judge_template
 from tests.model.test_tokenizer import QWEN3_TEMPLATE, _write_folder
 
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'  # gsm8k.py
@@ -193,7 +194,8 @@ def _flow(tmp_path: Path, spec: str) -> RLFlow:
     cfg = PivotConfig(data=DataConfig(path=str(data)), reward=RewardConfig(verifier=spec, w_genrm=0.0))
     cfg.train.batch_prompts, cfg.train.group_size = 3, 2
     cfg.rollout.max_prompt_tokens = 1024  # the real instructions are long; the tiny test vocabulary makes them longer
-    return RLFlow(cfg, PromptCursor(load_dataset(cfg.data), shuffle=False), tok, tok, SampleBuffer(2, 1), 1)
+    return RLFlow(cfg, PromptCursor(load_dataset(cfg.data), shuffle=False), tok, tok, SampleBuffer(2, 1), 1,
+                  judge_template(cfg.reward))
 
 
 def test_dict_extras_reach_metrics_and_samples(tmp_path: Path, user_file: Path) -> None:

@@ -19,8 +19,9 @@ from trainer_harness import spawn
 from pivot.config import DataConfig, TrainConfig
 from pivot.rl.batch import batch_from_groups
 from pivot.rl.buffer import Outcome, SampleBuffer
-from pivot.rl.data import Prompt, PromptCursor, load_dataset
+from pivot.rl.data import Prompt, PromptCursor
 from pivot.rl.reward import verify
+from pivot.tiny.task import training_set
 
 STEPS = 30
 PROMPTS = 8  # B
@@ -66,9 +67,9 @@ def _learn(rank: int, world: int, group: dist.ProcessGroup, out: str, policy: st
     cfg = TrainConfig(lr=LR, micro_batch_tokens=4096, grad_clip=1.0, batch_prompts=PROMPTS, group_size=GROUP)
     trainer = Trainer.from_pretrained(policy, group, cfg, temperature=1.0)
     data = DataConfig(synthetic_size=TRAIN_SIZE, min_digits=DIGITS[0], max_digits=DIGITS[1])
-    pool = load_dataset(data, seed=11)
+    pool = training_set(data, seed=11)
     cursor = PromptCursor(pool, seed=0)
-    held_out = load_dataset(DataConfig(synthetic_size=EVAL, min_digits=DIGITS[0], max_digits=DIGITS[1]), seed=999).prompts
+    held_out = training_set(DataConfig(synthetic_size=EVAL, min_digits=DIGITS[0], max_digits=DIGITS[1]), seed=999).prompts
     t0 = time.perf_counter()
     before, before_held_out = accuracy(engine, tok, pool.prompts), accuracy(engine, tok, held_out)
     buffer = SampleBuffer(group_size=GROUP, staleness=cfg.staleness)

@@ -1,4 +1,4 @@
-"""The control plane's endpoints over real zmq sockets in one process (pivot/dist.py): the
+"""The control plane's endpoints over real zmq sockets in one process (pivot/runtime/control_plane.py): the
 controller listens on loopback only for a single host, a rogue local client's pickle, random
 bytes, multi-part message, wrong or missing tag and replayed frame are dropped, counted and
 logged once while genuine traffic goes on; the per-job secret's sources and their one-line
@@ -16,10 +16,11 @@ import pytest
 import torch.distributed as dist
 import zmq
 
-from pivot.dist import CONTROL_KEY, ClusterSpec, ControlRecord, ControllerEndpoint, WorkerEndpoint, control_host
+from pivot.dist import ClusterSpec
+from pivot.runtime.control_plane import CONTROL_KEY, ControlRecord, ControllerEndpoint, WorkerEndpoint, control_host
 from pivot.runtime import frames
 from pivot.runtime import messages as m
-from pivot.runtime.secret import ENV, KeyFile, private_dir, require_for
+from pivot.secret import ENV, KeyFile, private_dir, require_for
 
 SECRET = "test-secret-0123456789abcdef"
 
@@ -138,7 +139,7 @@ def test_rogue_client_is_dropped_counted_and_logged_once(env: pytest.MonkeyPatch
     rogue.connect(ctrl.address)
     attacks = [[pickle.dumps(Evil())], [os.urandom(64)], [b"a", b"b"], [forged],
                [captured[0][:-32] + bytes(32)], [captured[0][:-32]], [captured[0]]]
-    caplog.set_level(logging.WARNING, logger="pivot.dist")
+    caplog.set_level(logging.WARNING, logger="pivot.runtime.control_plane")
     for parts in attacks:
         rogue.send_multipart(parts)
     for _ in range(50):  # the rogue's connection is not ordered with the workers': wait for its frames

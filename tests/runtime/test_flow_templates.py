@@ -12,9 +12,10 @@ from pivot.config import DataConfig, PivotConfig, RewardConfig
 from pivot.engine import Output
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
-from pivot.rl.data import PromptCursor, load_dataset
+from pivot.rl.data import PromptCursor
 from pivot.rl.reward import after_thinking, parse_verdict
 from pivot.runtime.flow import RLFlow
+from pivot.tiny.task import judge_template, training_set
 from tests.model.test_tokenizer import QWEN3_TEMPLATE, _hf_ids, _write_folder
 
 transformers = pytest.importorskip("transformers")
@@ -31,11 +32,12 @@ def _flow(folder: Path, data_template: bool, raw_prompts: bool = False, **reward
     tok = TextTokenizer.from_pretrained(folder)
     data = DataConfig(synthetic_size=8, chat_template=data_template, raw_prompts=raw_prompts)
     cfg = PivotConfig(data=data, reward=RewardConfig(**reward))
-    return RLFlow(cfg, PromptCursor(load_dataset(cfg.data)), tok, tok, SampleBuffer(2, 1), 1)
+    return RLFlow(cfg, PromptCursor(training_set(cfg.data)), tok, tok, SampleBuffer(2, 1), 1,
+                  judge_template(cfg.reward))
 
 
 def test_chat_prompts_through_the_policy_template_plain_text_raw_unless_asked(folder: Path) -> None:
-    prompt = load_dataset(DataConfig(synthetic_size=8)).prompts[0]  # chat messages, veRL's layout
+    prompt = training_set(DataConfig(synthetic_size=8)).prompts[0]  # chat messages, veRL's layout
     templated = _hf_ids(folder, prompt.messages, add_generation_prompt=True)
     raw = TextTokenizer.from_pretrained(folder).encode(prompt.text)
     assert _flow(folder, False).policy_ids(prompt) == templated  # the policy has a template: veRL's rule
@@ -81,7 +83,8 @@ def test_a_prompt_is_tokenized_once_for_its_group(folder: Path) -> None:
     render = tok.apply_chat_template
     tok.apply_chat_template = lambda *a, **k: calls.append(1) or render(*a, **k)
     cfg = PivotConfig(data=DataConfig(synthetic_size=8, chat_template=True))
-    flow = RLFlow(cfg, PromptCursor(load_dataset(cfg.data)), tok, tok, SampleBuffer(2, 1), 1)
+    flow = RLFlow(cfg, PromptCursor(training_set(cfg.data)), tok, tok, SampleBuffer(2, 1), 1,
+                  judge_template(cfg.reward))
     seqs = flow.fill(version=0, total_steps=1)
     assert len(seqs) == cfg.train.batch_prompts * 2  # group size 2
     assert len(calls) == len({flow.buffer.sample(s.key).prompt.text for s in seqs})  # once per distinct prompt

@@ -58,3 +58,10 @@ def test_summary_says_whether_the_held_out_gain_stands_out_of_its_noise(tmp_path
     _write(tmp_path / "eval.jsonl", [{"step": 0, "accuracy": 0.0, "prompts": 40, "scores": [0.0] * 40},
                                      {"step": 9, "accuracy": 0.5, "prompts": 40, "scores": [0.0, 1.0] * 20}])
     assert "(paired standard error; +6.2 SE): learned" in run_summary(tmp_path, tmp_path / "ck", "done")
+
+
+def test_the_device_backends_lines_follow_the_shifts(tmp_path: Path) -> None:
+    _write(tmp_path / "timeline.jsonl", [{"kind": "shift", "event": "shift_up", "role": "reward"}])
+    lines = run_summary(tmp_path, tmp_path / "ck", "done", ["  emulated device time: x"]).splitlines()
+    assert lines[1].startswith("  shifts (up/down)") and lines[2] == "  emulated device time: x"
+    assert "emulated" not in run_summary(tmp_path, tmp_path / "ck", "done")

@@ -1,0 +1,43 @@
+"""Emulated accelerators as the runtime's device backend (`pivot.runtime.backend.DeviceBackend`):
+`pivot/main.py` hands one to the runtime when `--cluster.device emulated`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pivot.config import PivotConfig
+from pivot.dist import ClusterSpec
+from pivot.emulate import controller_parts, install, runtime_config, tally_lines, write_tally
+from pivot.emulate.clock import EmulatedClock
+from pivot.emulate.flow import EmulatedFlow
+from pivot.sched.throughput import ThroughputModel
+
+
+class EmulatedDevices:
+    """One rank's emulated device: holds the clock its roles' wrappers wait on."""
+
+    def __init__(self) -> None:
+        self.clock: EmulatedClock | None = None
+
+    def runtime_config(self, cfg: PivotConfig) -> PivotConfig:
+        return runtime_config(cfg)
+
+    def controller_parts(
+        self, cfg: PivotConfig, spec: ClusterSpec
+    ) -> tuple[type[EmulatedFlow], dict[str, Any], dict[str, ThroughputModel]]:
+        """Drawn response lengths (EmulatedFlow's fields) and the emulated devices' speeds."""
+        fields, profiles = controller_parts(cfg, spec)
+        return EmulatedFlow, fields, profiles
+
+    def install(
+        self, cfg: PivotConfig, spec: ClusterSpec, inference: dict[str, Any], trainer: Any
+    ) -> tuple[dict[str, Any], Any]:
+        inference, trainer, self.clock = install(cfg, spec, inference, trainer)
+        return inference, trainer
+
+    def finish(self, run_dir: str, rank: int) -> None:
+        if self.clock is not None:  # this rank's device time, for rank 0's summary
+            write_tally(run_dir, rank, self.clock)
+
+    def summary_lines(self, run_dir: str | Path) -> list[str]:
+        return tally_lines(run_dir)

@@ -1,0 +1,46 @@
+"""What the runtime asks of a device backend that stands in for real accelerators.
+
+`pivot/emulate/` is one: CPU ranks that run the real runtime and tiny models but take the device
+time of paper-scale models. `pivot/main.py` picks the backend from the config and hands it to
+`pivot.runtime.launch.run`; the runtime only calls this protocol and never imports a backend,
+so the backend may build on the runtime (the emulated flow is an `RLFlow`). Without one (None)
+the ranks run on their real devices.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from pivot.config import PivotConfig
+from pivot.dist import ClusterSpec
+from pivot.runtime.flow import RLFlow
+from pivot.sched.throughput import ThroughputModel
+
+
+class DeviceBackend(Protocol):
+    def runtime_config(self, cfg: PivotConfig) -> PivotConfig:
+        """The config every rank runs, derived once from the user's (e.g. engines and planner
+        in the backend's units)."""
+        ...
+
+    def controller_parts(
+        self, cfg: PivotConfig, spec: ClusterSpec
+    ) -> tuple[type[RLFlow], dict[str, Any], dict[str, ThroughputModel]]:
+        """Rank 0: the flow class, the fields it takes beyond `RLFlow`'s, and each inference
+        role's throughput model (instead of the profiled one)."""
+        ...
+
+    def install(
+        self, cfg: PivotConfig, spec: ClusterSpec, inference: dict[str, Any], trainer: Any
+    ) -> tuple[dict[str, Any], Any]:
+        """This rank's roles as the worker loop drives them (wrappers around the real ones)."""
+        ...
+
+    def finish(self, run_dir: str, rank: int) -> None:
+        """After this rank's worker loop: what the backend records for the run summary, on disk
+        before rank 0 reads it (a barrier follows)."""
+        ...
+
+    def summary_lines(self, run_dir: str | Path) -> list[str]:
+        """Rank 0: the backend's lines in the run summary, read from every rank's records."""
+        ...
