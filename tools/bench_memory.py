@@ -1,6 +1,7 @@
 """Memory per rank against its share: peak resident memory of 4 CPU ranks while they load a model.
 
     python tools/bench_memory.py [--gb 1.5] [--ranks 4] [--dir /tmp/pivot-bench-memory]
+    python tools/bench_memory.py --smoke --gb 0.001 --ranks 2   # does every scenario run (tiny model)
 
 Builds a random-weight dense Qwen2 checkpoint of about `--gb` GB (fp32, sharded safetensors with
 an index), then on `--ranks` gloo ranks measures, per rank:
@@ -53,19 +54,21 @@ from pivot.roles.trainer import Trainer  # noqa: E402
 from pivot.runtime.weights import WeightService  # noqa: E402
 
 SHAPE = dict(hidden=1024, intermediate=4096, heads=16, kv_heads=4, head_dim=64, vocab=32768)
+SMOKE_SHAPE = dict(hidden=64, intermediate=128, heads=4, kv_heads=2, head_dim=16, vocab=512)  # --smoke: does it run
 SHARD_BYTES = 512 << 20
 
 
-def build_checkpoint(folder: Path, gb: float) -> int:
-    """A random fp32 Qwen2 folder of about `gb` GB, written shard by shard; returns its bytes."""
-    one = sum(s.nbytes for s in qwen2_specs(1, **SHAPE, dtype="float32"))
-    zero = sum(s.nbytes for s in qwen2_specs(0, **SHAPE, dtype="float32"))
+def build_checkpoint(folder: Path, gb: float, shape: dict[str, int] = SHAPE) -> int:
+    """A random fp32 Qwen2 folder of about `gb` GB (at least one layer of `shape`), written
+    shard by shard; returns its bytes."""
+    one = sum(s.nbytes for s in qwen2_specs(1, **shape, dtype="float32"))
+    zero = sum(s.nbytes for s in qwen2_specs(0, **shape, dtype="float32"))
     layers = max(1, round((gb * 1e9 - zero) / (one - zero)))
-    specs = qwen2_specs(layers, **SHAPE, dtype="float32")
-    args = ModelArgs(family="qwen2", vocab_size=SHAPE["vocab"], hidden_size=SHAPE["hidden"],
-                     intermediate_size=SHAPE["intermediate"], num_hidden_layers=layers,
-                     num_attention_heads=SHAPE["heads"], num_key_value_heads=SHAPE["kv_heads"],
-                     head_dim=SHAPE["head_dim"])
+    specs = qwen2_specs(layers, **shape, dtype="float32")
+    args = ModelArgs(family="qwen2", vocab_size=shape["vocab"], hidden_size=shape["hidden"],
+                     intermediate_size=shape["intermediate"], num_hidden_layers=layers,
+                     num_attention_heads=shape["heads"], num_key_value_heads=shape["kv_heads"],
+                     head_dim=shape["head_dim"])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(args.to_hf("float32")))
     groups: list[list[TensorSpec]] = [[]]
@@ -172,10 +175,10 @@ def scenario_gps_up(rank: int, world: int, group: dist.ProcessGroup, folder: Pat
     slot = Slot("rollout", 0, tuple(range(world)))
     read = {}
 
-    def gps_read(out: dict[str, torch.Tensor]) -> int:
+    def gps_read(out: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:  # roles.inference.Read
         tensors, version = weights.read("policy", slot, None, out=out)
         read["bytes"] = sum(t.numel() * t.element_size() for t in tensors.values())
-        return version
+        return tensors, version
 
     try:
         with Peak() as peak:
@@ -212,11 +215,13 @@ def main() -> None:
     ap.add_argument("--gb", type=float, default=1.5, help="checkpoint size in GB (fp32)")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--dir", default="/tmp/pivot-bench-memory", help="where the checkpoint is written")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a model of a few layers of hidden size 64 (does every scenario run; its ratios mean nothing)")
     args = ap.parse_args()
-    folder = Path(args.dir) / f"qwen2-{args.gb:g}gb"
+    folder = Path(args.dir) / (f"qwen2-smoke-{args.gb:g}gb" if args.smoke else f"qwen2-{args.gb:g}gb")
     if not (folder / "config.json").is_file():
         t0 = time.monotonic()
-        size = build_checkpoint(folder, args.gb)
+        size = build_checkpoint(folder, args.gb, SMOKE_SHAPE if args.smoke else SHAPE)
         print(f"checkpoint: {size / 1e9:.2f} GB in {time.monotonic() - t0:.0f} s at {folder}", flush=True)
     else:
         print(f"checkpoint: reusing {folder}", flush=True)

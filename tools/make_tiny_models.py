@@ -11,6 +11,7 @@ replaces the shipped files with the build (commit them with the manifest).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import time
@@ -22,6 +23,9 @@ sys.path.insert(0, str(ROOT))
 from pivot.tiny.build import build_tiny_models  # noqa: E402
 from pivot.tiny.recipe import TinyRecipe  # noqa: E402
 from pivot.tiny.shipped import WEIGHTS, mismatches, read_manifest  # noqa: E402
+
+SMOKE = dict(train_problems=64, policy_steps=2, policy_warmup=1, genrm_seed_steps=2, genrm_base_steps=2, genrm_steps=2,
+             batch_size=4, eval_problems=4, genrm_own_samples=8)
 
 
 def compare(out: Path, manifest: dict) -> str:
@@ -45,10 +49,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "tiny-build", help="build folder (replaced)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data, initialisation and sampling")
     parser.add_argument("--install", action="store_true", help="replace pivot/tiny/weights/ with the build")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"a few steps of every stage on little data (does the build run; its models are not the shipped ones): {SMOKE}")
     args = parser.parse_args()
+    if args.smoke and args.install:
+        parser.error("--smoke builds models that must not replace the shipped ones; drop --install")
     shutil.rmtree(args.out, ignore_errors=True)
     start = time.perf_counter()
-    manifest = build_tiny_models(args.out, args.seed, TinyRecipe(), log=lambda m: print(f"  {m}", flush=True))
+    recipe = dataclasses.replace(TinyRecipe(), **SMOKE) if args.smoke else TinyRecipe()
+    manifest = build_tiny_models(args.out, args.seed, recipe, log=lambda m: print(f"  {m}", flush=True))
     m = manifest["metrics"]
     print(f"built in {time.perf_counter() - start:.0f} s into {args.out} (torch {manifest['built_with']['torch']}, "
           f"{manifest['built_with']['threads']} thread)")

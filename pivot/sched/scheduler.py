@@ -11,7 +11,8 @@
 
 - Waiting queue: a priority queue keyed by `priority(seq)` (default: the seq id), ties by id.
   Dispatch pops the head and sends it to the eligible replica (free KV >= its length) with the
-  largest dT; if none is eligible the head waits (and with it the rest of the queue).
+  largest dT (the placement rule, pivot/sched/dispatch.py); if none is eligible the head waits
+  (and with it the rest of the queue).
 - Every mutating call returns the *net* commands of that call: all `Abort`s first, then all
   `Dispatch`es, each sorted by seq id. A sequence that moved and came back emits nothing.
 - Shift up migration: max-heap of replicas by T_i; pop the highest, abort its shortest
@@ -26,9 +27,9 @@
 from __future__ import annotations
 
 import heapq
-import math
 from typing import Any, Callable, Iterable
 
+from pivot.sched.dispatch import best_target
 from pivot.sched.placement import Placement
 from pivot.sched.records import Command, Replica, SeqState
 from pivot.sched.replica_load import ReplicaLoad as _Rep
@@ -114,7 +115,9 @@ class ShiftAwareScheduler(Placement):
         heap = [(-r.thr, r.rid, r.ver) for r in self._active]
         heapq.heapify(heap)
         shortest: dict[int, list[tuple[int, int]]] = {}
-        reps = self._reps
+        reps, act = self._reps, self._active
+        terms = _terms(act)  # one set of the rule's tables for every step: an abort updates its row
+        row = {r.rid: j for j, r in enumerate(act)}
         for _ in range(len(self._seqs) + 1):  # each kept move raises Σ T_i; N bounds the useful ones
             while heap and heap[0][2] != reps[heap[0][1]].ver:
                 heapq.heappop(heap)  # stale key
@@ -132,7 +135,8 @@ class ShiftAwareScheduler(Placement):
             sid = short[0][1]
             self._journal = []
             self._move(sid, None)
-            self._dispatch(self._active)
+            _set_terms(terms, row[rid], rm)
+            self._dispatch(act, terms)
             journal, self._journal = self._journal, None
             changed = {rid}
             changed.update(loc for _, loc in journal if loc is not None)
@@ -141,7 +145,7 @@ class ShiftAwareScheduler(Placement):
             if new_total <= total * (1 + MIGRATION_MIN_GAIN):
                 for s, loc in reversed(journal):
                     self._move(s, loc)
-                return
+                return  # (the tables are dropped with the undone loads)
             total = new_total
             for c in changed:
                 r = reps[c]
@@ -151,10 +155,13 @@ class ShiftAwareScheduler(Placement):
                 if loc is not None and loc in shortest:
                     heapq.heappush(shortest[loc], (reps[loc].seqs[s], s))
 
-    def _dispatch(self, targets: list[_Rep]) -> None:
-        # Hot loop of dispatch and migration: the queue-to-replica move is inlined (same
-        # effect as _move(sid, best.rid)), stale heap entries are dropped on the way.
+    def _dispatch(self, targets: list[_Rep], terms: _Terms | None = None) -> None:
+        # Hot loop of dispatch and migration: the head goes where the placement rule says
+        # (dispatch.best_target over `terms`, the targets' terms by position: the caller's, or
+        # built at the first live head; kept current here), the queue-to-replica move is inlined
+        # (same effect as _move(sid, best.rid)), stale heap entries are dropped on the way.
         q, seqs, where, qver, orig, journal = self._queue, self._seqs, self._where, self._qver, self._orig, self._journal
+        pos = range(len(targets))
         while q:
             _, sid, ver = q[0]
             if where.get(sid, 0) is not None or qver.get(sid) != ver:
@@ -162,14 +169,13 @@ class ShiftAwareScheduler(Placement):
                 continue
             seq = seqs[sid]
             ln = seq.prompt_len + seq.generated
-            best, best_gain = None, -math.inf
-            for r in targets:
-                if r.free >= ln:
-                    g = r.n1 / (r.base + r.A * ln) - r.thr
-                    if g > best_gain:
-                        best, best_gain = r, g
-            if best is None:
+            if terms is None:
+                terms = _terms(targets)
+            A, n1, base, thr, free = terms
+            j = best_target(ln, pos, A, n1, base, thr, free)
+            if j < 0:
                 return  # the head waits for capacity
+            best = targets[j]
             heapq.heappop(q)
             if sid not in orig:
                 orig[sid] = None
@@ -181,3 +187,18 @@ class ShiftAwareScheduler(Placement):
             best.n += 1
             best.tok += ln
             best.refresh()
+            _set_terms(terms, j, best)
+
+
+_Terms = tuple[list[float], list[int], list[float], list[float], list[int]]
+
+
+def _terms(reps: list[_Rep]) -> _Terms:
+    """(A, n1, base, thr, free) of `reps` by position: the tables of the placement rule."""
+    return [r.A for r in reps], [r.n1 for r in reps], [r.base for r in reps], [r.thr for r in reps], [r.free for r in reps]
+
+
+def _set_terms(terms: _Terms, j: int, r: _Rep) -> None:
+    """Row `j` of `terms` after replica `r`'s load changed."""
+    _, n1, base, thr, free = terms
+    n1[j], base[j], thr[j], free[j] = r.n1, r.base, r.thr, r.free

@@ -10,10 +10,11 @@ built for many candidates over one state:
 - Only what the result needs is tracked: replica loads, where moved sequences are, and the
   arrivals per replica (for migration's "shortest sequence"). A rejected migration step is
   undone by restoring the loads of the replicas it touched (T_i is a function of the load).
-- Dispatch's arg-max of dT over many targets is numpy over compact copies of their terms
-  (`_Arrays`: same IEEE operations as the scalar scan, and argmax returns the first maximum,
-  i.e. the smallest id). A migration keeps one set for all its steps, which also gives the
-  ordered Σ T_i that decides each step (np.add.accumulate adds one by one, like `sum`).
+- Dispatch places each head by the placement rule of pivot/sched/dispatch.py, the scheduler's
+  own: its scan over this run's tables, or for many targets its numpy kernel over compact
+  copies of their terms (`TargetArrays`). A migration keeps one set for all its steps, which
+  also gives the ordered Σ T_i that decides each step (np.add.accumulate adds one by one, like
+  `sum`).
 - Migration carries Σ T_i as an estimate (the last kept value plus the touched replicas' T_i
   changes) with a rigorous bound on its distance to the ordered sum; the ordered sums are
   computed only when the bound cannot decide the keep/stop test; when nothing else waits a
@@ -23,14 +24,12 @@ built for many candidates over one state:
 from __future__ import annotations
 
 import heapq
-import math
 from typing import Any, Callable, Iterable, Mapping
 
-import numpy as np
-
+from pivot.sched.dispatch import TargetArrays, best_target
 from pivot.sched.records import SeqState
 from pivot.sched.replica_load import ReplicaLoad
-from pivot.sched.trial_migrate import Migration, _Arrays
+from pivot.sched.trial_migrate import Migration
 
 _VECTOR_MIN = 40  # targets from which the numpy arg-max beats the scalar scan
 _SORT_AFTER, _SORT_MIN = 8, 32  # a dispatch that placed 8 of a queue of 32+ sorts the rest once
@@ -125,7 +124,7 @@ class Trial(Migration):
         self.journal: list[tuple[int, int]] | None = None  # (id, length) moved in a migration step
         self.touched: dict[int, tuple[int, int, float]] | None = None  # replica -> (n, tok, T_i) before the step
         self.ver = [0] * len(b.ids)
-        self.arrays: _Arrays | None = None  # numpy copies of the targets' terms, during a migration
+        self.arrays: TargetArrays | None = None  # numpy copies of the targets' terms, during a migration
         self._refresh: Callable[[int], None] = self._refresher(None)
 
     # ---------------------------------------------------------------- results
@@ -161,41 +160,29 @@ class Trial(Migration):
             self._migrate()
 
     def _dispatch(self, targets: list[int]) -> None:
-        if self.arrays is not None:
-            self._dispatch_vector(self.arrays)
-            return
-        if len(targets) >= _VECTOR_MIN and len(self.queue) > 2:  # else building arrays costs more
-            self._use_arrays(_Arrays(self, targets))
+        """Dispatch the queue onto `targets` (indices, ascending) as the scheduler does: each head
+        goes where the placement rule (dispatch.py) says, or waits with the rest of the queue.
+        During a migration the targets are the arrays' (`self.arrays`: `_refresh` keeps them in
+        sync)."""
+        arr = self.arrays
+        if arr is None and len(targets) >= _VECTOR_MIN and len(self.queue) > 2:  # else building arrays costs more
+            self._use_arrays(self._arrays(targets))
             try:
-                self._dispatch_vector(self.arrays)
+                self._dispatch(targets)
             finally:
                 self._use_arrays(None)
             return
+        pick = None if arr is None else arr.best
         q, journal, touched, refresh = self.queue, self.journal, self.touched, self._refresh
         n, tok, thr, n1, base, free, arrivals, where = (
             self.n, self.tok, self.thr, self.n1, self.base, self.free, self.arrivals, self.where
         )
         A, heappop = self.b.A, heapq.heappop
-        a0 = A[targets[0]] if targets else 0.0
-        one_A = all(A[r] == a0 for r in targets)  # then A*l once per sequence: the same product
         h, pops = 0, 0  # h: entries taken from q once sorted (a sorted list is a heap too)
         try:
             while h < len(q):
                 _, sid, ln = q[h]
-                i, best_gain = -1, -math.inf
-                if one_A:
-                    s = a0 * ln
-                    for r in targets:
-                        if free[r] >= ln:
-                            g = n1[r] / (base[r] + s) - thr[r]
-                            if g > best_gain:
-                                i, best_gain = r, g
-                else:
-                    for r in targets:
-                        if free[r] >= ln:
-                            g = n1[r] / (base[r] + A[r] * ln) - thr[r]
-                            if g > best_gain:
-                                i, best_gain = r, g
+                i = best_target(ln, targets, A, n1, base, thr, free) if pick is None else pick(ln)
                 if i < 0:
                     return  # the head waits for capacity
                 if h:
@@ -223,64 +210,15 @@ class Trial(Migration):
             if h:
                 del q[:h]
 
-    def _dispatch_vector(self, arr: _Arrays) -> None:
-        """`_dispatch` with the arg-max over compact numpy copies of the targets' dispatch terms
-        (`arr`, which is `self.arrays`: `_refresh` keeps it in sync)."""
-        q, journal, touched, refresh = self.queue, self.journal, self.touched, self._refresh
-        n, tok, thr, free, arrivals, where = self.n, self.tok, self.thr, self.free, self.arrivals, self.where
-        targets, N1, BASE, THR, FREE, buf, shift = arr.targets, arr.N1, arr.BASE, arr.THR, arr.FREE, arr.buf, arr.shift
-        one_A, A_t = arr.one_A, arr.A
-        add, div, sub, heappop = np.add, np.divide, np.subtract, heapq.heappop
-        h, pops = 0, 0  # as in _dispatch
-        try:
-            while h < len(q):
-                _, sid, ln = q[h]
-                if one_A is not None:
-                    shift[()] = one_A * ln
-                    add(BASE, shift, out=buf)
-                else:
-                    np.multiply(A_t, ln, out=buf)
-                    add(BASE, buf, out=buf)
-                div(N1, buf, out=buf)
-                sub(buf, THR, out=buf)
-                j = buf.argmax()  # first maximum: the smallest id, as the scalar scan
-                i = targets[j]
-                if free[i] < ln:  # the best does not fit: drop every replica that cannot hold it
-                    buf[FREE < ln] = -np.inf
-                    j = buf.argmax()
-                    if buf[j] == -np.inf:
-                        return  # the head waits for capacity
-                    i = targets[j]
-                if h:
-                    h += 1
-                elif pops < _SORT_AFTER or len(q) < _SORT_MIN:
-                    heappop(q)
-                    pops += 1
-                else:
-                    q.sort()
-                    h = 1
-                if journal is not None:
-                    journal.append((sid, ln))
-                    if i not in touched:
-                        touched[i] = (n[i], tok[i], thr[i])
-                n[i] += 1
-                tok[i] += ln
-                refresh(i)
-                where[sid] = i
-                got = arrivals.get(i)
-                if got is None:
-                    arrivals[i] = [(ln, sid)]
-                else:
-                    got.append((ln, sid))
-        finally:
-            if h:
-                del q[:h]
+    def _arrays(self, targets: list[int]) -> TargetArrays:
+        """The numpy kernel's copies of `targets`' terms (many targets)."""
+        return TargetArrays(targets, self.b.A, self.n1, self.base, self.thr, self.free)
 
     def _migrate(self) -> None:
         """Algorithm 4's migration loop, as `ShiftAwareScheduler._migrate`."""
         act = [i for i, a in enumerate(self.active) if a]
         if len(act) >= _VECTOR_MIN:  # one set of arrays for every step's dispatch and total
-            self._use_arrays(_Arrays(self, act))
+            self._use_arrays(self._arrays(act))
         try:
             self._migrate_steps(act)
         finally:

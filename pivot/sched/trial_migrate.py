@@ -1,7 +1,7 @@
 """Migration steps of a what-if run (`pivot.sched.trial.Trial` inherits `Migration`), the one
 load update of a what-if run (`_refresher`: T_i and the dispatch terms by
-`throughput.load_terms`, as the scheduler) and the compact numpy copies of the dispatch terms
-shared with the dispatch (`_Arrays`).
+`throughput.load_terms`, as the scheduler), which also keeps the placement rule's numpy copies
+of the targets' terms in sync (`dispatch.TargetArrays`, one set for all steps of a migration).
 
 Algorithm 4's loop: abort the shortest sequence of the replica with the largest T_i, dispatch
 it, keep the move if the ordered Σ T_i rose by more than MIGRATION_MIN_GAIN. The sum is
@@ -15,46 +15,23 @@ import heapq
 import sys
 from typing import Callable
 
-import numpy as np
-
+from pivot.sched.dispatch import TargetArrays
 from pivot.sched.throughput import MIGRATION_MIN_GAIN, load_terms
 
 _SLACK = 1.0  # scales the error bound of the estimated Σ T_i (tests: inf = always the ordered sum)
 _SEQUENTIAL_SUM = sys.version_info < (3, 12)  # `sum` of floats adds one by one (3.12 compensates)
 
 
-class _Arrays:
-    """Compact numpy copies of the dispatch terms of `targets` (ascending), for the arg-max."""
-
-    def __init__(self, t: Migration, targets: list[int]) -> None:
-        A = t.b.A
-        self.targets, self.pos = targets, {r: j for j, r in enumerate(targets)}
-        self.N1 = np.array([t.n1[i] for i in targets], dtype=np.float64)
-        self.BASE = np.array([t.base[i] for i in targets], dtype=np.float64)
-        self.THR = np.array([t.thr[i] for i in targets], dtype=np.float64)
-        self.FREE = np.array([t.free[i] for i in targets], dtype=np.float64)
-        self.buf = np.empty(len(targets), dtype=np.float64)
-        self.sums = np.empty(len(targets), dtype=np.float64)
-        self.shift = np.empty((), dtype=np.float64)  # A*l as a 0-d array: cheaper to pass than a float
-        a0 = A[targets[0]]
-        self.one_A = a0 if all(A[i] == a0 for i in targets) else None
-        self.A = None if self.one_A is not None else np.array([A[i] for i in targets], dtype=np.float64)
-
-    def total(self) -> float:
-        """Σ T_i over the targets in ascending id, added one by one like `sum` (3.11)."""
-        return float(np.add.accumulate(self.THR, out=self.sums)[-1])
-
-
 class Migration:
     """The migration half of `Trial` and its load update (its tables: n, tok, thr, n1, base,
     free, ver, where, arrivals, queue, left, arrays, journal, touched; its `_dispatch`)."""
 
-    def _use_arrays(self, arr: _Arrays | None) -> None:
+    def _use_arrays(self, arr: TargetArrays | None) -> None:
         """Keep `arr` (or no arrays) in sync from now on: `_refresh` updates its copies too."""
         self.arrays = arr
         self._refresh = self._refresher(arr)
 
-    def _refresher(self, arr: _Arrays | None) -> Callable[[int], None]:
+    def _refresher(self, arr: TargetArrays | None) -> Callable[[int], None]:
         """`refresh(i)`, to call after replica `i`'s load (n, tok) changed: its T_i and dispatch
         terms (the one `load_terms`) and their copies in `arr`. A closure over the tables: the
         hot loops call it once per placement, and bound tables cost less than attribute reads."""
@@ -82,37 +59,24 @@ class Migration:
         thr = self.thr
         return sum(thr[i] for i in act)
 
-    def _fused(self, arr: _Arrays) -> Callable[[int, int, int], dict[int, tuple[int, int, float]]]:
+    def _fused(self, arr: TargetArrays) -> Callable[[int, int, int], dict[int, tuple[int, int, float]]]:
         """`step(i, sid, ln)`: abort `sid` (length `ln`) from replica `i` and dispatch it, the queue
         being otherwise empty (so the dispatch places just this sequence, or leaves it queued):
-        `_abort` + `_dispatch_vector` in one. It returns the touched replicas' (n, tok, T_i)
-        before the step. A closure: the tables are bound once per migration, not once per step."""
-        b, n, tok, thr, free, refresh = self.b, self.n, self.tok, self.thr, self.free, self._refresh
-        where, arrivals, queue = self.where, self.arrivals, self.queue
-        N1, BASE, THR, FREE, buf, shift, targets, one_A = (
-            arr.N1, arr.BASE, arr.THR, arr.FREE, arr.buf, arr.shift, arr.targets, arr.one_A
-        )
-        add, div, sub, argmax, inf = np.add, np.divide, np.subtract, buf.argmax, -np.inf
+        `_abort` + `_dispatch` in one. It returns the touched replicas' (n, tok, T_i) before the
+        step. A closure: the tables are bound once per migration, not once per step."""
+        b, n, tok, thr, refresh = self.b, self.n, self.tok, self.thr, self._refresh
+        where, arrivals, queue, best = self.where, self.arrivals, self.queue, arr.best
 
         def step(i: int, sid: int, ln: int) -> dict[int, tuple[int, int, float]]:
             touched = {i: (n[i], tok[i], thr[i])}
             n[i] -= 1
             tok[i] -= ln
             refresh(i)
-            shift[()] = one_A * ln
-            add(BASE, shift, out=buf)
-            div(N1, buf, out=buf)
-            sub(buf, THR, out=buf)
-            j = argmax()  # first maximum: the smallest id, as the scalar scan
-            r = targets[j]
-            if free[r] < ln:  # the best does not fit: drop every replica that cannot hold it
-                buf[FREE < ln] = inf
-                j = argmax()
-                if buf[j] == inf:  # it waits for capacity
-                    where[sid] = None
-                    heapq.heappush(queue, (b.priority(sid), sid, ln))
-                    return touched
-                r = targets[j]
+            r = best(ln)  # the placement rule (dispatch.py)
+            if r < 0:  # it waits for capacity
+                where[sid] = None
+                heapq.heappush(queue, (b.priority(sid), sid, ln))
+                return touched
             if r not in touched:
                 touched[r] = (n[r], tok[r], thr[r])
             n[r] += 1
@@ -140,7 +104,7 @@ class Migration:
             for r, t in now:
                 self._set_thr(arr, r, t)
 
-    def _set_thr(self, arr: _Arrays | None, r: int, t: float) -> None:
+    def _set_thr(self, arr: TargetArrays | None, r: int, t: float) -> None:
         self.thr[r] = t
         if arr is not None and r in arr.pos:
             arr.THR[arr.pos[r]] = t
@@ -159,7 +123,7 @@ class Migration:
         w, sk = 1.01 * g + 4 * u2, _SLACK
         heappop, heappush, queue, left = heapq.heappop, heapq.heappush, self.queue, self.left
         arr = self.arrays
-        fused = arr is not None and arr.one_A is not None and not self.queue  # see _fused
+        fused = arr is not None and not self.queue  # see _fused
         step = self._fused(arr) if fused else None
         heap = [(-thr[i], i, ver[i]) for i in act]
         heapq.heapify(heap)

@@ -9,6 +9,7 @@ import pytest
 
 import pivot.sched.trial as trial
 import pivot.sched.trial_migrate as trial_migrate
+from pivot.sched.dispatch import TargetArrays
 from pivot.sched import Replica, SeqState, ShiftAwareScheduler, ThroughputModel
 from tests.sched import reference_scheduler as ref
 
@@ -112,7 +113,7 @@ def test_trial_drained_equals_reference(seed: int, slack: float, monkeypatch: py
     fused = 0
     make = trial.Trial._fused
 
-    def counted(self: trial.Trial, arr: trial_migrate._Arrays):  # noqa: ANN202
+    def counted(self: trial.Trial, arr: TargetArrays):  # noqa: ANN202
         nonlocal fused
         fused += 1
         return make(self, arr)
