@@ -5,7 +5,8 @@ next prefill chunk), preempting the newest running sequence by recompute when th
 is full, then (2) admits waiting sequences in arrival order while the running-sequence cap,
 the prefill-token budget and the free blocks allow. An admitted sequence starts after the
 longest cached prefix it shares (`BlockManager.match`); one whose prefix is being computed
-this step waits for it while later sequences are admitted.
+this step waits for it while later sequences are admitted. One that arrived with its K/V
+(migrated, already holding blocks) starts after them.
 """
 from __future__ import annotations
 
@@ -83,6 +84,12 @@ class Scheduler:
         i = 0
         while i < len(self.waiting) and len(self.running) < self.max_running_seqs and budget > 0:
             seq = self.waiting[i]
+            if seq.id in self.blocks.tables:  # placed with migrated K/V: continue after them
+                if not self._admit_placed(seq, budget, plan):
+                    break
+                del self.waiting[i]
+                budget -= plan[-1].num_tokens
+                continue
             match = self.blocks.match(seq)
             if match is None:  # its prefix is being computed: reuse it next step
                 i += 1
@@ -98,6 +105,19 @@ class Scheduler:
             plan.append(ScheduledSeq(seq, seq.num_computed, n))
             budget -= n
         return plan
+
+    def _admit_placed(self, seq: Sequence, budget: int, plan: list[ScheduledSeq]) -> bool:
+        """Admit a sequence whose first `num_computed` tokens' K/V were imported
+        (pivot/engine/kv_export.py): only the rest is computed, and a lone last token is decode."""
+        start, length = seq.num_computed, len(seq.token_ids)
+        n = min(length - start, budget)
+        if not self.blocks.allocate(seq, start + n):
+            return False
+        seq.status = SeqStatus.RUNNING
+        seq.prefill_end = length if length - start > 1 else start
+        self.running.append(seq)
+        plan.append(ScheduledSeq(seq, start, n))
+        return True
 
     def commit(self, plan: list[ScheduledSeq]) -> None:
         """The step ran: its tokens' K/V are in the cache."""
