@@ -259,6 +259,12 @@ class PlannerConfig:
     migration: bool = True
     """Migrate running sequences on a shift; --planner.no-migration is the ablation where a shift
     down waits for them and a shift up only drains the queue."""
+    kv_migration: bool = False
+    """Move an aborted or migrated sequence's KV cache (and linear-attention state) to the replica
+    that resumes it, through host shared memory, instead of re-prefilling it (embedded engines;
+    sglang replicas re-prefill; a replica that cannot take it re-prefills, counted). The planner
+    then prices a shift's aborted sequences at the transfer, not the recompute
+    (pivot/engine/kv_export.py, pivot/plan/pairs.py)."""
     rule_high: float = 0.8
     """Rule-based: shift up a role whose KV utilisation is above this."""
     rule_low: float = 0.1

@@ -93,6 +93,13 @@ class EmulatedCosts:
         decode = decode_steps_s(m.A, m.B, m.C, m.D, n_seq, kv_tokens * self.L, self.L) if n_seq else 0.0
         return decode + c.prefill_s_per_token * prefill_tokens * self.L
 
+    def kv_transfer_s(self, role: str, tokens: int) -> float:
+        """Moving a migrated sequence's KV of `tokens` real tokens: out of the source's devices
+        into host memory and into the destination's, each device over its share of the host link."""
+        c = self.costs.roles[role]
+        per_device = self.hw.host_bw_gb_s * 1e9 / self.hw.devices_per_node
+        return 2.0 * c.model.kv_bytes_per_token * tokens * self.L / (c.tp * per_device)
+
     def train_step_s(self, tokens: int) -> float:
         """A training step over `tokens` real tokens (prompt + response of every sample)."""
         return train_s(self.costs.policy, self.hw, self.train_devices, tokens * self.L)

@@ -1,0 +1,27 @@
+"""KV-preserving migration in the main job (4 CPU ranks, torchrun) under the chaos planner: a
+random valid shift plan every tick, so sequences are aborted and migrated mid-generation over
+and over. With `--planner.kv-migration` their KV moves with them (TP=1, and TP=2 where each rank
+moves its own head slice), no replica falls back to re-prefill, and the exactly-once audit
+still finds every sample generated, judged and trained once."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.test_runtime import check_exactly_once, models, rows, torchrun  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.slow
+
+CHAOS = ["--train.steps", "3", "--planner.strategy", "chaos", "--planner.interval-s", "0.05"]
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_chaos_with_kv_migration_exactly_once(models: tuple[Path, Path], tmp_path: Path, tp: int) -> None:  # noqa: F811
+    torchrun(models, tmp_path, *CHAOS, "--planner.kv-migration", "--rollout.tp", str(tp), "--reward.tp", str(tp))
+    check_exactly_once(tmp_path, 3)
+    last = rows(tmp_path, "metrics.jsonl")[-1]
+    assert last["count/migrated"] > 0 and last["count/kv_imported"] > 0, last
+    assert last["count/kv_fallbacks"] == 0, last
+    assert last["count/kv_imported_tokens"] > 0
+    assert not [p for p in Path("/dev/shm").glob("*_kv_*") if tmp_path.name in str(p)]
