@@ -19,6 +19,7 @@ hosts is not implemented.
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -36,6 +37,8 @@ from pivot.engine.sequence import KVHandle, Sequence
 
 if TYPE_CHECKING:
     from pivot.engine.model_runner import ModelRunner
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -66,6 +69,9 @@ class KVCounters:
     fallbacks: int = 0
     """Sequences that arrived with a handle this engine could not use: re-prefilled."""
     fallback_tokens: int = 0
+    fallbacks_stale: int = 0
+    """Of the fallbacks, those whose K/V came from other weights (a rollout replica updated its
+    policy in between): recomputing is the exact choice there, not a shortcoming."""
 
 
 def kv_layout(cache: KVCache, linear: bool) -> str:
@@ -201,6 +207,8 @@ class KVPorter:
         if not ok or not self.blocks.allocate(seq, n):
             discard(handle)
             c.fallbacks, c.fallback_tokens = c.fallbacks + 1, c.fallback_tokens + n
+            c.fallbacks_stale += handle.weights_version != version
+            log.debug("sequence %d: KV handle not taken (%s), re-prefilled", seq.id, handle)
             return None
         self.blocks.commit(seq, 0, n)
         seq.num_computed = n

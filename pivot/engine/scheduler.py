@@ -41,6 +41,8 @@ class Scheduler:
         """Prefill tokens computed (`commit`)."""
         self.prefix_hit_tokens = 0
         """Prefill tokens reused from the cache at admission."""
+        self.reprefill_tokens = 0
+        """Prefill tokens of sequences recomputing K/V they had before (`Sequence.recompute`)."""
 
     def add(self, seq: Sequence) -> None:
         seq.status = SeqStatus.WAITING
@@ -126,9 +128,12 @@ class Scheduler:
             seq.num_computed = end
             self.blocks.commit(seq, p.start, p.num_tokens)
             if p.start < seq.prefill_end:
-                self.prefill_tokens += min(end, seq.prefill_end) - p.start
+                k = min(end, seq.prefill_end) - p.start
+                self.prefill_tokens += k
+                self.reprefill_tokens += k if seq.recompute else 0
 
     def _preempt(self, seq: Sequence) -> None:
+        seq.recompute = True
         self.running.remove(seq)
         self.blocks.free(seq)
         seq.num_computed = 0

@@ -102,6 +102,8 @@ class EngineStats:
     weights_version: int
     prefill_tokens: int = 0
     """Prompt (and resumed-output) tokens computed since the engine was built."""
+    reprefill_tokens: int = 0
+    """Of those, tokens computed again: sequences resumed without their KV, or preempted."""
     prefix_hit_tokens: int = 0
     """Prompt tokens whose cached K/V were reused instead of computed."""
     kv_imported: int = 0
@@ -110,6 +112,8 @@ class EngineStats:
     kv_fallbacks: int = 0
     """Migrated sequences whose KV handle this engine could not use: re-prefilled."""
     kv_fallback_tokens: int = 0
+    kv_fallbacks_stale: int = 0
+    """Of the fallbacks, those whose K/V were computed with other weights."""
 
 
 class SeqStatus(enum.Enum):
@@ -136,6 +140,8 @@ class Sequence:
     """Length when last placed in the cache: tokens before it are prefill, after it decode."""
     status: SeqStatus = SeqStatus.WAITING
     finish_reason: str | None = None
+    recompute: bool = False
+    """Its prefill recomputes K/V computed before (resumed without its KV, or preempted)."""
 
     @property
     def num_generated(self) -> int:

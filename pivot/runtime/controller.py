@@ -304,10 +304,12 @@ class Controller(ClusterHost):
         """Prefill and KV migration counters summed over the replicas' engines (cumulative)."""
         st = [s.stats for s in self.stats.values()]
         return {"count/prefill_tokens": sum(s.prefill_tokens for s in st),
+                "count/reprefill_tokens": sum(s.reprefill_tokens for s in st),
                 "count/kv_imported": sum(s.kv_imported for s in st),
                 "count/kv_imported_tokens": sum(s.kv_imported_tokens for s in st),
                 "count/kv_fallbacks": sum(s.kv_fallbacks for s in st),
-                "count/kv_fallback_tokens": sum(s.kv_fallback_tokens for s in st)}
+                "count/kv_fallback_tokens": sum(s.kv_fallback_tokens for s in st),
+                "count/kv_fallbacks_stale": sum(s.kv_fallbacks_stale for s in st)}
 
     # ---- monitor ---------------------------------------------------------------------------
     def monitor(self) -> None:

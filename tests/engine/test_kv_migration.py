@@ -73,7 +73,7 @@ def test_migrated_with_kv_continues_exactly(tmp_path: Path, family: str, params:
     assert not any(os.path.exists(f"{r.kv.path}_r0") for r in moved)  # consumed
     got.update(run_all(b))
     got.update(run_all(a))
-    assert b.stats().prefill_tokens == 0  # nothing recomputed: every moved token's K/V came along
+    assert b.stats().prefill_tokens == b.stats().reprefill_tokens == 0  # every moved token's K/V came along
     assert b.stats().kv_imported_tokens == sum(r.kv.num_tokens for r in moved)
     for i in range(N):
         assert got[i].output_ids == want[i].output_ids, i
@@ -125,6 +125,7 @@ def test_destination_that_cannot_take_it_reprefills_counted(tmp_path: Path) -> N
     assert not any(os.path.exists(f"{r.kv.path}_r0") for r in moved)  # discarded, not leaked
     got.update(run_all(b))
     assert b.stats().prefill_tokens == sum(len(r.prompt_ids) + len(r.output_ids) for r in moved)
+    assert b.stats().reprefill_tokens == sum(len(r.prompt_ids) + len(r.output_ids) for r in moved if r.output_ids)
     for i in range(N):
         assert got[i].output_ids == want[i].output_ids, i
 

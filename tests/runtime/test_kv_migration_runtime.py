@@ -1,8 +1,8 @@
 """KV-preserving migration in the main job (4 CPU ranks, torchrun) under the chaos planner: a
 random valid shift plan every tick, so sequences are aborted and migrated mid-generation over
 and over. With `--planner.kv-migration` their KV moves with them (TP=1, and TP=2 where each rank
-moves its own head slice), no replica falls back to re-prefill, and the exactly-once audit
-still finds every sample generated, judged and trained once."""
+moves its own head slice), a replica re-prefills only KV computed with an older policy, and the
+exactly-once audit still finds every sample generated, judged and trained once."""
 from __future__ import annotations
 
 import time
@@ -24,7 +24,8 @@ def test_chaos_with_kv_migration_exactly_once(models: tuple[Path, Path], tmp_pat
     check_exactly_once(tmp_path, 3)
     last = rows(tmp_path, "metrics.jsonl")[-1]
     assert last["count/migrated"] > 0 and last["count/kv_imported"] > 0, last
-    assert last["count/kv_fallbacks"] == 0, last
+    # the only KV refused is KV of an older policy (a rollout replica updated in between): exact
+    assert last["count/kv_fallbacks"] == last["count/kv_fallbacks_stale"], last
     assert last["count/kv_imported_tokens"] > 0
     # the files of KV nobody resumed (the job ended first) are swept at the end
     assert not [p for p in Path("/dev/shm").glob("pivot-*_kv_*") if p.stat().st_mtime >= t0]
