@@ -4,9 +4,10 @@ cluster with `--planner.kv-migration` and with `--planner.no-kv-migration`, run 
 
     python tools/bench_kv_migration.py [--nproc 16] [--steps 4] [--batch-prompts 16] [--time-scale 0.1] ...
 
-Takes tools/bench_e2e_emulated.py's flags (hardware, model group, TP, pools, length and time
-scale). Prints per run: emulated throughput (the trained samples' paper-scale tokens over emulated
-time), tokens prefilled, of those re-prefilled (sequences resumed without their KV, or preempted),
+Flags as tools/bench_e2e_emulated.py's (hardware, model group, TP, training pool, length and time
+scale); the emulated time is the whole run's (first plan to last step), one seed. Prints per
+run: emulated throughput (the trained samples' paper-scale tokens over emulated time), tokens
+prefilled, of those re-prefilled (sequences resumed without their KV, or preempted),
 KV tokens that migrated instead, fallbacks (KV a replica could not take), the tiny model's compute
 share of the emulated windows and the wall seconds it overran them (high values mean the CPUs,
 not the emulated devices, set the pace: raise --time-scale); then with/without ratios.
@@ -14,6 +15,8 @@ not the emulated devices, set the pace: raise --time-scale); then with/without r
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +27,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import bench_e2e_emulated as emu  # noqa: E402
 
-from pivot.emulate import emulated_workload, paper_config, read_tallies  # noqa: E402
+from configs.presets import tiny_cpu  # noqa: E402
+from pivot.config import PivotConfig  # noqa: E402
+from pivot.emulate import emulated_workload, paper_config, read_tallies, runtime_config  # noqa: E402
 from pivot.emulate.measure import EmulatedRun, measure  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, simulate  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
@@ -32,14 +37,36 @@ from pivot.sim.deploy import Allocation, deployment  # noqa: E402
 RUNS = {"kv": ["--planner.kv-migration"], "reprefill": ["--planner.no-kv-migration"]}
 
 
+def base_config(args: argparse.Namespace) -> PivotConfig:
+    """The emulated job's runtime configuration (as tools/bench_e2e_emulated.py builds it)."""
+    cfg = tiny_cpu()
+    cfg.seed = args.seed
+    cfg.cluster = dataclasses.replace(cfg.cluster, device="emulated", hardware=args.hardware, emulate=args.emulate,
+                                      time_scale=args.time_scale, length_scale=args.length_scale)
+    cfg.rollout.tp, cfg.reward.tp = args.rollout_tp, args.reward_tp
+    cfg.train = dataclasses.replace(cfg.train, devices=args.train_devices, steps=args.steps,
+                                    batch_prompts=args.batch_prompts, group_size=args.group_size, filter_groups=0)
+    return runtime_config(cfg)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--nproc", type=int, default=16)
-    emu.add_args(ap)
-    ap.set_defaults(out="runs/bench_kv_migration")
+    ap.add_argument("--hardware", default="h20", choices=sorted(HARDWARE))
+    ap.add_argument("--emulate", default="qwen2.5-7b+qwen3-30b-a3b", help="paper preset whose model sizes are emulated")
+    ap.add_argument("--time-scale", type=float, default=0.1)
+    ap.add_argument("--length-scale", type=int, default=100)
+    ap.add_argument("--rollout-tp", type=int, default=1)
+    ap.add_argument("--reward-tp", type=int, default=4)
+    ap.add_argument("--train-devices", type=int, default=4)
+    ap.add_argument("--batch-prompts", type=int, default=16)
+    ap.add_argument("--group-size", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="runs/bench_kv_migration")
+    ap.add_argument("--reuse", action="store_true", help="read the runs already in --out")
     args, extra = ap.parse_known_args()
-    base = emu.base_config(args)
+    base = base_config(args)
     paper = paper_config(base, args.nproc, args.nproc)
     cfg = deployment(paper, "pivot", Allocation(args.train_devices, 0))
     workload = emulated_workload(args.batch_prompts, args.group_size, emu.tiny_shape(base), args.length_scale)
@@ -56,7 +83,7 @@ def main() -> None:
                str(ROOT / "pivot" / "main.py"), *emu.flags_of(cfg), "--log.dir", str(out / name), *flags, *extra]
         env = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
         procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                       env={**__import__("os").environ, **env})
+                                       env={**os.environ, **env})
     for name, p in procs.items():
         text, _ = p.communicate()
         if p.returncode != 0:

@@ -22,13 +22,8 @@ from pivot.config import ConfigError, EngineConfig, PivotConfig
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.hardware import HARDWARE, decode_steps_s, train_s
 from pivot.sim.costs import SimCosts, build_cluster
+from pivot.sim.kv_move import kv_move_s_per_token
 from pivot.sim.workload import Workload
-
-KV_LINK_GB_S = 25.0
-"""One device's copy bandwidth to and from pinned host memory, GB/s each way (a migrated
-sequence's KV goes out of the source's devices and into the destination's): PCIe Gen5 x16 is 64
-GB/s per direction in theory, pinned cudaMemcpy reaches about 25 on Gen4 hosts; an assumption
-with a range of 12-50, not a measurement of this cluster."""
 
 BLOCK_SIZE = 4
 """KV block of the emulated engines: real sequences are ~L times shorter than the paper's, so
@@ -103,7 +98,7 @@ class EmulatedCosts:
         """Moving a migrated sequence's KV of `tokens` real tokens: out of the source's devices
         into host memory and into the destination's, each device over its share of the host link."""
         c = self.costs.roles[role]
-        return 2.0 * c.model.kv_bytes_per_token * tokens * self.L / (c.tp * KV_LINK_GB_S * 1e9)
+        return kv_move_s_per_token(c.model, c.tp) * tokens * self.L
 
     def train_step_s(self, tokens: int) -> float:
         """A training step over `tokens` real tokens (prompt + response of every sample)."""
