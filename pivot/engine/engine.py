@@ -171,15 +171,12 @@ class Engine:
         )
         self._arrivals += 1
         seq.recompute = bool(request.output_ids)  # a partial: unless its KV came along, recomputed
-        if request.kv is not None:
-            op = self.kv.accept(seq, request.kv, self._version) if self.kv is not None else None
-            if op is not None:
-                ops.append(op)
-                seq.recompute = False
-                if rid in self._dropped:  # its old state here must not drop the imported one
-                    self._dropped.remove(rid)
-            elif self.kv is None:
-                discard(request.kv)
+        if request.kv is not None and self.kv is None:
+            discard(request.kv)
+        elif request.kv is not None and self.kv.arrive(seq, request.kv, self._version, ops):
+            seq.recompute = False
+            if rid in self._dropped:  # its old state here must not drop the imported one
+                self._dropped.remove(rid)
         self._seqs[rid] = seq
         self.scheduler.add(seq)
 
@@ -299,15 +296,8 @@ class Engine:
             prefill_tokens=self.scheduler.prefill_tokens,
             prefix_hit_tokens=self.scheduler.prefix_hit_tokens,
             reprefill_tokens=self.scheduler.reprefill_tokens,
-            **self._kv_stats(),
+            **(self.kv.counters.stats() if self.kv is not None else {}),
         )
-
-    def _kv_stats(self) -> dict[str, int]:
-        c = self.kv.counters if self.kv is not None else None
-        if c is None:
-            return {}
-        return dict(kv_imported=c.imported, kv_imported_tokens=c.imported_tokens, kv_fallbacks=c.fallbacks,
-                    kv_fallback_tokens=c.fallback_tokens, kv_fallbacks_stale=c.fallbacks_stale)
 
     # ---- weights and memory ----------------------------------------------------------------
     @property

@@ -73,6 +73,11 @@ class KVCounters:
     """Of the fallbacks, those whose K/V came from other weights (a rollout replica updated its
     policy in between): recomputing is the exact choice there, not a shortcoming."""
 
+    def stats(self) -> dict[str, int]:
+        """As `EngineStats` fields."""
+        return dict(kv_imported=self.imported, kv_imported_tokens=self.imported_tokens, kv_fallbacks=self.fallbacks,
+                    kv_fallback_tokens=self.fallback_tokens, kv_fallbacks_stale=self.fallbacks_stale)
+
 
 def kv_layout(cache: KVCache, linear: bool) -> str:
     layers, _, heads, dim = cache.k.shape
@@ -214,6 +219,13 @@ class KVPorter:
         seq.num_computed = n
         c.imported, c.imported_tokens = c.imported + 1, c.imported_tokens + n
         return SliceOp(seq.id, handle.path, token_slots(self.blocks.tables[seq.id], self.blocks.block_size, n))
+
+    def arrive(self, seq: Sequence, handle: KVHandle, version: int, ops: list[SliceOp]) -> bool:
+        """`accept`, queuing the slice copy in `ops` (for `load`); whether the KV was taken."""
+        op = self.accept(seq, handle, version)
+        if op is not None:
+            ops.append(op)
+        return op is not None
 
     def load(self, ops: list[SliceOp]) -> None:
         """Every rank: copy the accepted slices (the leader's `ops`; followers pass []) into the cache."""
