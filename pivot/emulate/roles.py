@@ -40,7 +40,7 @@ class EmulatedInference:
         and the prefill it did. TP followers mirror the leader's steps and are paced by it."""
         engine, role = self.inner.engine, self.inner.role
         t0, prefilled, hits = self.clock.now(), engine.scheduler.prefill_tokens, engine.scheduler.prefix_hit_tokens
-        again = engine.scheduler.reprefill_tokens
+        again = getattr(engine.scheduler, "reprefill_tokens", 0)  # an engine without the counter recomputes nothing
         outputs = self.inner.step()
         if engine.runner.is_leader:
             decoded = [len(s.token_ids) for s in engine.scheduler.running]
@@ -52,7 +52,7 @@ class EmulatedInference:
                 tally = self.clock.tally[role]
                 tally.prefill_tokens += prefilled
                 tally.prefix_hit_tokens += engine.scheduler.prefix_hit_tokens - hits
-                tally.reprefill_tokens += engine.scheduler.reprefill_tokens - again
+                tally.reprefill_tokens += getattr(engine.scheduler, "reprefill_tokens", 0) - again
         return outputs
 
     def shift_up(self, slot: int, group: object, read: Callable) -> tuple[int, dict[str, float]]:
