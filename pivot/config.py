@@ -210,6 +210,16 @@ class PlannerConfig:
     migration: bool = True
     """Migrate running sequences on a shift; --planner.no-migration is the ablation where a shift
     down waits for them and a shift up only drains the queue."""
+    kv_migration: bool = False
+    """Move an aborted or migrated sequence's KV cache (and linear-attention state) to the replica
+    that resumes it, through host shared memory, instead of re-prefilling it (embedded engines;
+    sglang replicas re-prefill; a replica that cannot take it re-prefills, counted). The planner
+    then prices a shift's aborted sequences at the transfer, not the recompute
+    (pivot/engine/kv_export.py, pivot/plan/pairs.py)."""
+    kv_refill_share: float = 0.1
+    """With kv_migration: what moving an aborted sequence's KV costs as a share of re-prefilling
+    it, in a shift pair's penalty. 2 x KV bytes over a ~25 GB/s device-host copy against prefill
+    at half of bf16 peak gives 0.02 (7B on H20) to 0.4 (1.5B on H200) (docs/kv_migration.md)."""
     rule_high: float = 0.8
     """Rule-based: shift up a role whose KV utilisation is above this."""
     rule_low: float = 0.1
@@ -224,6 +234,7 @@ class PlannerConfig:
     def __post_init__(self) -> None:
         _check(self.horizon_s > 0, "planner.horizon_s", self.horizon_s, "must be > 0")
         _check(self.max_evaluated >= 2, "planner.max_evaluated", self.max_evaluated, "must be >= 2")
+        _check(0 <= self.kv_refill_share <= 1, "planner.kv_refill_share", self.kv_refill_share, "must be in [0, 1]")
         _check(self.interval_s >= 0, "planner.interval_s", self.interval_s, "must be >= 0")
         _check(self.tau_shift_s >= 0, "planner.tau_shift_s", self.tau_shift_s, "must be >= 0")
         _check(0 <= self.rule_low < self.rule_high <= 1, "planner.rule_low", self.rule_low, "need 0 <= rule_low < rule_high <= 1")

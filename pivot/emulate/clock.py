@@ -33,6 +33,12 @@ class WorkTally:
     """Real tokens an engine prefilled (inference work; re-prefills included)."""
     prefix_hit_tokens: int = 0
     """Real prompt tokens an engine reused from a shared prefix instead of prefilling."""
+    reprefill_tokens: int = 0
+    """Of the prefilled tokens, those computed again (resumed without their KV, or preempted)."""
+    kv_imported_tokens: int = 0
+    """Real tokens whose KV came with a migrated sequence instead of being re-prefilled."""
+    kv_fallback_tokens: int = 0
+    """Real tokens of migrated KV a replica could not take (re-prefilled instead)."""
 
 
 @dataclass

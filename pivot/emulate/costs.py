@@ -22,6 +22,7 @@ from pivot.config import ConfigError, EngineConfig, PivotConfig
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.hardware import HARDWARE, decode_steps_s, train_s
 from pivot.sim.costs import SimCosts, build_cluster
+from pivot.sim.kv_move import kv_move_s_per_token
 from pivot.sim.workload import Workload
 
 BLOCK_SIZE = 4
@@ -92,6 +93,12 @@ class EmulatedCosts:
         m = c.throughput
         decode = decode_steps_s(m.A, m.B, m.C, m.D, n_seq, kv_tokens * self.L, self.L) if n_seq else 0.0
         return decode + c.prefill_s_per_token * prefill_tokens * self.L
+
+    def kv_transfer_s(self, role: str, tokens: int) -> float:
+        """Moving a migrated sequence's KV of `tokens` real tokens: out of the source's devices
+        into host memory and into the destination's, each device over its share of the host link."""
+        c = self.costs.roles[role]
+        return kv_move_s_per_token(c.model, c.tp) * tokens * self.L
 
     def train_step_s(self, tokens: int) -> float:
         """A training step over `tokens` real tokens (prompt + response of every sample)."""

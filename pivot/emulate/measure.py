@@ -32,6 +32,12 @@ class EmulatedRun:
     """Real tokens the engines prefilled (re-prefills included)."""
     prefix_hit_tokens: int
     """Real prompt tokens the engines reused from shared prefixes."""
+    reprefill_tokens: int = 0
+    """Of the prefilled tokens, those computed again (resumed without their KV, or preempted)."""
+    kv_imported_tokens: int = 0
+    """Real tokens whose KV migrated with their sequence (not re-prefilled)."""
+    kv_fallback_tokens: int = 0
+    """Real tokens of migrated KV that a replica could not take (re-prefilled)."""
 
 
 def measure(run_dir: str | Path, time_scale: float, tallies: dict[str, WorkTally]) -> EmulatedRun:
@@ -51,4 +57,7 @@ def measure(run_dir: str | Path, time_scale: float, tallies: dict[str, WorkTally
         train_overrun_s=train.overrun_s / max(train_ranks, 1) / time_scale,
         prefill_tokens=sum(t.prefill_tokens for t in tallies.values()),
         prefix_hit_tokens=sum(t.prefix_hit_tokens for t in tallies.values()),
+        reprefill_tokens=sum(t.reprefill_tokens for t in tallies.values()),
+        kv_imported_tokens=sum(t.kv_imported_tokens for t in tallies.values()),
+        kv_fallback_tokens=sum(t.kv_fallback_tokens for t in tallies.values()),
     )

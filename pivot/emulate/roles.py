@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pivot.emulate.clock import EmulatedClock
+from pivot.emulate.clock import EmulatedClock, WorkTally
 from pivot.emulate.costs import EmulatedCosts
-from pivot.engine import AbortResult, Output
+from pivot.engine import AbortResult, Output, Request
 from pivot.roles.inference import InferenceRole
 
 
@@ -16,14 +16,31 @@ class EmulatedInference:
     def __init__(self, inner: InferenceRole, costs: EmulatedCosts, clock: EmulatedClock) -> None:
         self.inner, self.costs, self.clock = inner, costs, clock
 
-    def __getattr__(self, name: str) -> Any:  # add, abort, has_work, stats, update_weights, checksum
+    def __getattr__(self, name: str) -> Any:  # abort, has_work, stats, update_weights, checksum
         return getattr(self.inner, name)
+
+    def add(self, requests: list[Request]) -> None:
+        """Queue requests; KV that migrated sequences bring takes its transfer's device time."""
+        engine, role = self.inner.engine, self.inner.role
+        kv = getattr(engine, "kv", None)
+        before = (kv.counters.imported_tokens, kv.counters.fallback_tokens) if kv is not None else (0, 0)
+        t0 = self.clock.now()
+        self.inner.add(requests)
+        if kv is None or not engine.runner.is_leader:
+            return
+        moved, fell = kv.counters.imported_tokens - before[0], kv.counters.fallback_tokens - before[1]
+        if moved:
+            self.clock.wait(role, t0, self.costs.kv_transfer_s(role, moved), self.costs.tp(role))
+        tally = self.clock.tally.setdefault(role, WorkTally())
+        tally.kv_imported_tokens += moved
+        tally.kv_fallback_tokens += fell
 
     def step(self) -> list[Output]:
         """One engine step, then its device time: L decode steps of the sequences it advanced
         and the prefill it did. TP followers mirror the leader's steps and are paced by it."""
         engine, role = self.inner.engine, self.inner.role
         t0, prefilled, hits = self.clock.now(), engine.scheduler.prefill_tokens, engine.scheduler.prefix_hit_tokens
+        again = getattr(engine.scheduler, "reprefill_tokens", 0)  # an engine without the counter recomputes nothing
         outputs = self.inner.step()
         if engine.runner.is_leader:
             decoded = [len(s.token_ids) for s in engine.scheduler.running]
@@ -35,6 +52,7 @@ class EmulatedInference:
                 tally = self.clock.tally[role]
                 tally.prefill_tokens += prefilled
                 tally.prefix_hit_tokens += engine.scheduler.prefix_hit_tokens - hits
+                tally.reprefill_tokens += getattr(engine.scheduler, "reprefill_tokens", 0) - again
         return outputs
 
     def shift_up(self, slot: int, group: object, read: Callable) -> tuple[int, dict[str, float]]:

@@ -9,6 +9,10 @@ which lives per sequence (`LinearStates`), so every sequence is computed from it
 Protocol (shared with the sglang adapter): `add`, `step`, `abort`, `stats`, `can_admit`,
 `load_weights`, `release` / `resume`, `weights_version`, `named_parameters_hf`.
 
+With `enable_kv_migration` an abort exports each partial's K/V to host memory and a partial
+added with its handle continues from them instead of re-prefilling (pivot/engine/kv_export.py);
+under TP `abort` and `add_all` are then lockstep collectives of the replica's group.
+
 Under tensor parallelism every rank of the replica's group builds the engine and calls
 `step()` (and `load_weights`, `release`, `resume`, `named_parameters_hf`) in lockstep; only
 the leader (group rank 0) takes requests, schedules, samples and returns outputs, and the
@@ -26,6 +30,7 @@ import torch.distributed as dist
 
 from pivot.engine.block_manager import BlockManager
 from pivot.engine.config import ATTENTIONS, FLASH_BLOCK_MULTIPLE, EngineConfig
+from pivot.engine.kv_export import KVPorter, SliceOp, discard
 from pivot.engine.model_runner import ModelRunner
 from pivot.engine.sampler import sample
 from pivot.engine.scheduler import Scheduler
@@ -77,6 +82,12 @@ class Engine:
         self._weights_ready = True
         self._tokens_generated = 0
         self._last_latency = 0.0
+        self.kv: KVPorter | None = None
+
+    def enable_kv_migration(self, prefix: str) -> None:
+        """Export aborted sequences' K/V to files `{prefix}_s{id}_n{k}_r{rank}` (host memory,
+        e.g. /dev/shm) and import the handles partials arrive with. Every rank of the group."""
+        self.kv = KVPorter(prefix, self.runner, self.blocks, self.scheduler)
 
     @classmethod
     def from_pretrained(
@@ -111,7 +122,26 @@ class Engine:
 
     # ---- requests --------------------------------------------------------------------------
     def add(self, request: Request) -> None:
-        """Queue a request (or a partial from `abort`, resumed by re-prefill)."""
+        """Queue a request (or a partial from `abort`: resumed from its KV handle, or re-prefilled)."""
+        self.add_all([request])
+
+    def add_all(self, requests: list[Request]) -> None:
+        """`add` each. With KV migration on and a request carrying a KV handle, a collective of
+        the TP group: followers pass the same requests and copy the leader's accepted slices."""
+        collective = self.kv is not None and any(r.kv is not None for r in requests)
+        if not self.runner.is_leader:
+            if collective:
+                self.kv.load([])
+            return
+        ops: list[SliceOp] = []
+        try:
+            for request in requests:
+                self._add(request, ops)
+        finally:
+            if collective:
+                self.kv.load(ops)
+
+    def _add(self, request: Request, ops: list[SliceOp]) -> None:
         rid, params = request.id, request.params
         if rid in self._seqs:
             raise ValueError(f"request {rid}: id is already in this engine")
@@ -140,21 +170,38 @@ class Engine:
             logprobs=list(request.output_logprobs), arrival=self._arrivals,
         )
         self._arrivals += 1
+        seq.recompute = bool(request.output_ids)  # a partial: unless its KV came along, recomputed
+        if request.kv is not None and self.kv is None:
+            discard(request.kv)
+        elif request.kv is not None and self.kv.arrive(seq, request.kv, self._version, ops):
+            seq.recompute = False
+            if rid in self._dropped:  # its old state here must not drop the imported one
+                self._dropped.remove(rid)
         self._seqs[rid] = seq
         self.scheduler.add(seq)
 
-    def abort(self, ids: Iterable[int]) -> AbortResult:
-        """Stop sequences; each partial re-added anywhere continues where it stopped."""
-        partials, unknown = [], []
+    def abort(self, ids: Iterable[int], export: bool = True) -> AbortResult:
+        """Stop sequences; each partial re-added anywhere continues where it stopped: from its
+        exported K/V (KV migration on and `export`) or by re-prefill. With KV export under TP,
+        a collective (followers pass the same ids and write their slices)."""
+        export = export and self.kv is not None
+        if not self.runner.is_leader:
+            if export:
+                self.kv.export([], self._version)
+            return AbortResult([], [])
+        partials, unknown, seqs = [], [], []
         for rid in ids:
             seq = self._seqs.pop(rid, None)
             if seq is None:
                 unknown.append(rid)
-                continue
+            else:
+                seqs.append(seq)
+        handles = self.kv.export(seqs, self._version) if export else {}
+        for seq in seqs:
             self.scheduler.remove(seq)
-            self._drop_state(rid)
+            self._drop_state(seq.id)
             seq.status = SeqStatus.FINISHED
-            partials.append(seq.to_request())
+            partials.append(seq.to_request(handles.get(seq.id)))
         if unknown:
             log.debug("abort: unknown request ids %s ignored", unknown)
         return AbortResult(partials, unknown)
@@ -248,6 +295,8 @@ class Engine:
             weights_version=self._version,
             prefill_tokens=self.scheduler.prefill_tokens,
             prefix_hit_tokens=self.scheduler.prefix_hit_tokens,
+            reprefill_tokens=self.scheduler.reprefill_tokens,
+            **(self.kv.counters.stats() if self.kv is not None else {}),
         )
 
     # ---- weights and memory ----------------------------------------------------------------
@@ -274,8 +323,9 @@ class Engine:
         return self.runner.named_full()
 
     def release(self) -> AbortResult:
-        """Shift down: abort everything, free parameters and the KV cache."""
-        partials = self.abort(list(self._seqs))
+        """Shift down: abort everything (re-prefilled elsewhere: the controller moved what it
+        could with its KV before), free parameters and the KV cache."""
+        partials = self.abort(list(self._seqs), export=False)
         self.runner.release()
         self.blocks.reset_cache()
         self._weights_ready = False

@@ -35,6 +35,14 @@ class LinearStates:
     def clear(self) -> None:
         self._states.clear()
 
+    def get(self, seq_id: int) -> dict[int, State]:
+        """`seq_id`'s state per linear layer ({} before its first token is computed)."""
+        return dict(self._states.get(seq_id, {}))
+
+    def put(self, seq_id: int, states: dict[int, State]) -> None:
+        """Adopt a migrated sequence's state (pivot/engine/kv_export.py)."""
+        self._states[seq_id] = dict(states)
+
     def run(
         self, layer_idx: int, layer: LinearLayer, x: torch.Tensor,
         seq_ids: list[int], starts: list[int], q_lens: list[int],

@@ -5,7 +5,8 @@ next prefill chunk), preempting the newest running sequence by recompute when th
 is full, then (2) admits waiting sequences in arrival order while the running-sequence cap,
 the prefill-token budget and the free blocks allow. An admitted sequence starts after the
 longest cached prefix it shares (`BlockManager.match`); one whose prefix is being computed
-this step waits for it while later sequences are admitted.
+this step waits for it while later sequences are admitted. One that arrived with its K/V
+(migrated, already holding blocks) starts after them.
 """
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ class Scheduler:
         """Prefill tokens computed (`commit`)."""
         self.prefix_hit_tokens = 0
         """Prefill tokens reused from the cache at admission."""
+        self.reprefill_tokens = 0
+        """Prefill tokens of sequences recomputing K/V they had before (`Sequence.recompute`)."""
 
     def add(self, seq: Sequence) -> None:
         seq.status = SeqStatus.WAITING
@@ -83,6 +86,12 @@ class Scheduler:
         i = 0
         while i < len(self.waiting) and len(self.running) < self.max_running_seqs and budget > 0:
             seq = self.waiting[i]
+            if seq.id in self.blocks.tables:  # placed with migrated K/V: continue after them
+                if not self._admit_placed(seq, budget, plan):
+                    break
+                del self.waiting[i]
+                budget -= plan[-1].num_tokens
+                continue
             match = self.blocks.match(seq)
             if match is None:  # its prefix is being computed: reuse it next step
                 i += 1
@@ -99,6 +108,19 @@ class Scheduler:
             budget -= n
         return plan
 
+    def _admit_placed(self, seq: Sequence, budget: int, plan: list[ScheduledSeq]) -> bool:
+        """Admit a sequence whose first `num_computed` tokens' K/V were imported
+        (pivot/engine/kv_export.py): only the rest is computed, and a lone last token is decode."""
+        start, length = seq.num_computed, len(seq.token_ids)
+        n = min(length - start, budget)
+        if not self.blocks.allocate(seq, start + n):
+            return False
+        seq.status = SeqStatus.RUNNING
+        seq.prefill_end = length if length - start > 1 else start
+        self.running.append(seq)
+        plan.append(ScheduledSeq(seq, start, n))
+        return True
+
     def commit(self, plan: list[ScheduledSeq]) -> None:
         """The step ran: its tokens' K/V are in the cache."""
         for p in plan:
@@ -106,9 +128,12 @@ class Scheduler:
             seq.num_computed = end
             self.blocks.commit(seq, p.start, p.num_tokens)
             if p.start < seq.prefill_end:
-                self.prefill_tokens += min(end, seq.prefill_end) - p.start
+                k = min(end, seq.prefill_end) - p.start
+                self.prefill_tokens += k
+                self.reprefill_tokens += k if seq.recompute else 0
 
     def _preempt(self, seq: Sequence) -> None:
+        seq.recompute = True
         self.running.remove(seq)
         self.blocks.free(seq)
         seq.num_computed = 0

@@ -36,6 +36,22 @@ class SamplingParams:
 
 
 @dataclass
+class KVHandle:
+    """Where a migrated sequence's exported KV waits, and what it is valid for
+    (pivot/engine/kv_export.py)."""
+
+    path: str
+    """Base path; TP rank r's slice is `{path}_r{r}`."""
+    num_tokens: int
+    """Tokens whose K/V (and recurrent state) the files hold: the sequence's first ones."""
+    tp_size: int
+    layout: str
+    """`kv_layout` of the engine that wrote it (layers, heads per rank, head dim, dtype)."""
+    weights_version: int
+    """K/V computed with other weights are stale: a destination on another version re-prefills."""
+
+
+@dataclass
 class Request:
     """A sequence to generate; non-empty `output_ids` resumes an aborted one (re-prefill)."""
 
@@ -44,6 +60,8 @@ class Request:
     params: SamplingParams = field(default_factory=SamplingParams)
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
+    kv: KVHandle | None = None
+    """The partial's exported KV (set by an abort with KV migration on); None: re-prefill."""
 
 
 @dataclass
@@ -84,8 +102,18 @@ class EngineStats:
     weights_version: int
     prefill_tokens: int = 0
     """Prompt (and resumed-output) tokens computed since the engine was built."""
+    reprefill_tokens: int = 0
+    """Of those, tokens computed again: sequences resumed without their KV, or preempted."""
     prefix_hit_tokens: int = 0
     """Prompt tokens whose cached K/V were reused instead of computed."""
+    kv_imported: int = 0
+    """Migrated sequences that arrived with their KV (nothing re-prefilled)."""
+    kv_imported_tokens: int = 0
+    kv_fallbacks: int = 0
+    """Migrated sequences whose KV handle this engine could not use: re-prefilled."""
+    kv_fallback_tokens: int = 0
+    kv_fallbacks_stale: int = 0
+    """Of the fallbacks, those whose K/V were computed with other weights."""
 
 
 class SeqStatus(enum.Enum):
@@ -112,6 +140,8 @@ class Sequence:
     """Length when last placed in the cache: tokens before it are prefill, after it decode."""
     status: SeqStatus = SeqStatus.WAITING
     finish_reason: str | None = None
+    recompute: bool = False
+    """Its prefill recomputes K/V computed before (resumed without its KV, or preempted)."""
 
     @property
     def num_generated(self) -> int:
@@ -121,11 +151,12 @@ class Sequence:
     def num_uncomputed(self) -> int:
         return len(self.token_ids) - self.num_computed
 
-    def to_request(self) -> Request:
+    def to_request(self, kv: KVHandle | None = None) -> Request:
         return Request(
             id=self.id,
             prompt_ids=self.token_ids[: self.prompt_len],
             params=self.params,
             output_ids=self.token_ids[self.prompt_len :],
             output_logprobs=list(self.logprobs),
+            kv=kv,
         )

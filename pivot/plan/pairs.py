@@ -32,12 +32,14 @@ class ShiftPair:
     """phi = sum over `down` of (tau_shift + tau_refill_i) * T_i (`penalty`)."""
 
 
-def refill_s(snap: ClusterSnapshot, rids: Iterable[int]) -> dict[int, float]:
+def refill_s(snap: ClusterSnapshot, rids: Iterable[int], share: float = 1.0) -> dict[int, float]:
     """Seconds to re-prefill the KV each replica of `rids` holds (prompt plus generated tokens of
     its running sequences), at its throughput model's compute cost per token C: a shift down
-    aborts those sequences and their next replica recomputes them. The training slot has none."""
+    aborts those sequences and their next replica recomputes them. The training slot has none.
+    With KV-preserving migration the KV moves instead: `share` (`planner.kv_refill_share`) is
+    what moving it costs as a share of recomputing it."""
     want = set(rids)
-    return {r.replica_id: r.model.C * sum(s.length for s in snap.running.get(r.replica_id, ()))
+    return {r.replica_id: share * r.model.C * sum(s.length for s in snap.running.get(r.replica_id, ()))
             for r in snap.replicas if r.replica_id in want and r.model is not None}
 
 
@@ -82,17 +84,17 @@ def choose_up_role(snap: ClusterSnapshot, scheds: Mapping[str, ShiftAwareSchedul
     return best
 
 
-def training_pair(snap: ClusterSnapshot, rates: Mapping[int, float], tau_shift: float) -> ShiftPair:
+def training_pair(snap: ClusterSnapshot, rates: Mapping[int, float], tau_shift: float, share: float = 1.0) -> ShiftPair:
     """The single pair that brings training up: every replica on its pool shifts down."""
     slot = snap.train_slot
     assert slot is not None
     held = snap.holders()
     down = tuple(sorted({held[d] for d in slot.devices if d in held}))
-    return ShiftPair((slot.replica_id,), down, penalty(down, rates, refill_s(snap, down), tau_shift))
+    return ShiftPair((slot.replica_id,), down, penalty(down, rates, refill_s(snap, down, share), tau_shift))
 
 
 def build_pairs(
-    snap: ClusterSnapshot, up_role: str, rates: Mapping[int, float], tau_shift: float
+    snap: ClusterSnapshot, up_role: str, rates: Mapping[int, float], tau_shift: float, share: float = 1.0
 ) -> list[ShiftPair]:
     held = snap.holders()
     train = snap.train_slot
@@ -126,7 +128,7 @@ def build_pairs(
         u, d = groups.setdefault(find(key), ([], []))
         (u if key[0] == "u" else d).append(key[1])
     pairs = [ShiftPair(tuple(free), (), 0.0)] if free else []
-    refill = refill_s(snap, (rid for _, d in groups.values() for rid in d))
+    refill = refill_s(snap, (rid for _, d in groups.values() for rid in d), share)
     for u, d in groups.values():
         down = tuple(sorted(d))
         pairs.append(ShiftPair(tuple(sorted(u)), down, penalty(down, rates, refill, tau_shift)))

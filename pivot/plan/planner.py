@@ -99,10 +99,11 @@ class PivotPlanner(Planner):
         up_role = choose_up_role(snap, scheds, binary)
         pairs = []
         tau = snap.shift_s.get(up_role, cfg.tau_shift_s)  # measured once that role's shifts were timed
+        share = cfg.kv_refill_share if cfg.kv_migration else 1.0  # aborted KV moves instead of being recomputed
         if up_role == Role.TRAIN:
-            pairs = [training_pair(snap, rates, tau)]
+            pairs = [training_pair(snap, rates, tau, share)]
         elif up_role is not None:
-            pairs = build_pairs(snap, up_role, rates, tau)
+            pairs = build_pairs(snap, up_role, rates, tau, share)
         t1, c1 = time.perf_counter(), time.process_time()
         table = CandidateTable(pairs, sum(len(p.up) for p in pairs))
         ks = table.ks

@@ -45,12 +45,15 @@ def group_position(group: object) -> tuple[int, int]:
 
 class InferenceRole:
     def __init__(self, role: str, model_path: Path, engine_cfg: EngineConfig, model_cfg: ModelConfig, device: str, seed: int,
-                 local_device: int = 0) -> None:
-        """`local_device`: this rank's device index on its host (an sglang replica's base_gpu_id when it leads)."""
+                 local_device: int = 0, kv_prefix: str = "") -> None:
+        """`local_device`: this rank's device index on its host (an sglang replica's base_gpu_id when it leads);
+        `kv_prefix`: where embedded engines export migrated sequences' KV (host shm; "" = re-prefill)."""
         self.role, self.model_path = role, Path(model_path)
         self.engine_cfg, self.model_cfg, self.device, self.seed = engine_cfg, model_cfg, device, seed
         self.local_device = local_device
         self.sglang = engine_cfg.backend == "sglang"
+        self.kv_prefix = kv_prefix
+        self.kv_migration = bool(kv_prefix) and not self.sglang  # sglang has no KV import (docs/kv_migration.md)
         # sglang serves what its checkpoint says; Pivot's model classes are not involved
         self.args = None if self.sglang else ModelArgs.load(self.model_path)
         tok = self.model_path / "tokenizer.json"
@@ -75,7 +78,7 @@ class InferenceRole:
         Returns the version and phase timings (s)."""
         t0 = time.perf_counter()
         if slot not in self.engines:
-            self.engines[slot] = self._build(group)
+            self.engines[slot] = self._build(group, slot)
         elif self.engines[slot] is not None:
             self.engines[slot].resume()
         self.slot = slot
@@ -83,7 +86,7 @@ class InferenceRole:
         version, read_s = self.update_weights(read)
         return version, {"allocate": t1 - t0, "gps_read": read_s, "load": time.perf_counter() - t1 - read_s}
 
-    def _build(self, group: object) -> Any:
+    def _build(self, group: object, slot: int) -> Any:
         if self.sglang:
             position, size = group_position(group)
             if position:
@@ -94,8 +97,11 @@ class InferenceRole:
                                                 base_gpu_id=self.local_device, dtype=self.model_cfg.dtype, seed=self.seed)
         with torch.device(self.device), params_on_meta():  # storage comes with the TP slice
             model = CausalLM(self.args, linear=self.model_cfg.linear).to(getattr(torch, self.model_cfg.dtype))
-        return Engine(model, self.engine_cfg, tp_group=group, tokenizer=self.tokenizer,
-                      attention=self.model_cfg.attention, seed=self.seed, device=self.device)
+        engine = Engine(model, self.engine_cfg, tp_group=group, tokenizer=self.tokenizer,
+                        attention=self.model_cfg.attention, seed=self.seed, device=self.device)
+        if self.kv_migration:
+            engine.enable_kv_migration(f"{self.kv_prefix}_{self.role}{slot}")
+        return engine
 
     def update_weights(self, read: Read) -> tuple[int, float]:
         """New weights between engine steps: `read` fills the engine's parameters in place (see
@@ -110,10 +116,17 @@ class InferenceRole:
 
     # ---- the engine, as the worker loop drives it ------------------------------------------
     def add(self, requests: list[Request]) -> None:
+        """Queue requests; with KV migration on, every rank of the slot calls this (a lockstep
+        collective when a request brings KV: each rank copies its own slice)."""
+        if isinstance(self.engine, Engine):
+            self.engine.add_all(requests)
+            return
         for req in requests:
             self.engine.add(req)
 
     def abort(self, ids: list[int]) -> AbortResult:
+        """Stop `ids`; with KV migration on, every rank of the slot calls this (each exports its
+        slice) and only the leader's result holds the partials."""
         return self.engine.abort(ids)
 
     def step(self) -> list[Output]:

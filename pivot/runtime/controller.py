@@ -296,10 +296,21 @@ class Controller(ClusterHost):
         metrics = {**{f"train/{k}": v for k, v in train_metrics.items()},
                    "time/step_s": now - self._step_t0, "time/train_s": train_s, "policy_version": self.version,
                    "shifts": self.num_shifts, **{f"devices/{k}": v for k, v in devices.items()},
-                   **self.batch_summary, **self.flow.metrics(), "count/rejected_frames": self.ep.rejected}
+                   **self.batch_summary, **self.flow.metrics(), **self.kv_metrics(), "count/rejected_frames": self.ep.rejected}
         self._step_t0 = now
         self.log.step(step, metrics)
         self.progress.update(step + 1, metrics, devices)
+
+    def kv_metrics(self) -> dict[str, int]:
+        """Prefill and KV migration counters summed over the replicas' engines (cumulative)."""
+        st = [s.stats for s in self.stats.values()]
+        return {"count/prefill_tokens": sum(s.prefill_tokens for s in st),
+                "count/reprefill_tokens": sum(s.reprefill_tokens for s in st),
+                "count/kv_imported": sum(s.kv_imported for s in st),
+                "count/kv_imported_tokens": sum(s.kv_imported_tokens for s in st),
+                "count/kv_fallbacks": sum(s.kv_fallbacks for s in st),
+                "count/kv_fallback_tokens": sum(s.kv_fallback_tokens for s in st),
+                "count/kv_fallbacks_stale": sum(s.kv_fallbacks_stale for s in st)}
 
     # ---- monitor ---------------------------------------------------------------------------
     def monitor(self) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable, create_groups, describe
-from pivot.gps.shm import remove_namespaces
+from pivot.engine.kv_export import sweep
+from pivot.gps.shm import remove_namespaces, shm_path
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, TextTokenizer, load_state_dict
@@ -187,11 +188,13 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         dist.destroy_process_group()
         return 2
     tok_file = policy_path / "tokenizer.json"
+    # migrated sequences' KV waits in host shm beside GPS's buffers (cleaned with them on restart)
+    kv_prefix = shm_path(f"pivot-{run_id}", spec.host, "kv") if cfg.planner.kv_migration else ""
     inference = {
         "rollout": InferenceRole("rollout", policy_path, cfg.rollout.engine, cfg.model, device, cfg.seed + spec.rank,
-                                 spec.local_rank),
+                                 spec.local_rank, kv_prefix),
         "reward": InferenceRole("reward", genrm_path, cfg.reward.engine, cfg.model, device, cfg.seed + spec.rank,
-                                spec.local_rank),
+                                spec.local_rank, kv_prefix),
     }
     trainer = TrainingRole(
         ModelArgs.load(policy_path), groups[table.train.name] if spec.rank in table.train.ranks else None,
@@ -213,6 +216,8 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         extra = backend.summary_lines(cfg.log.dir) if backend is not None else []
         print(run_summary(cfg.log.dir, ckpt.dir, status, extra), flush=True)
     dist.barrier()
+    if kv_prefix and spec.local_rank == 0:  # KV of sequences nobody resumed (the job ended first)
+        sweep(kv_prefix)
     gps.close()
     dist.destroy_process_group()
     failed = controller.failed if controller is not None else None

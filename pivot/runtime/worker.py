@@ -78,7 +78,9 @@ class Worker:
         import torch
         import torch.distributed as dist
 
-        slot_wide = (m.ShiftDown, m.UpdateWeights, m.Stop)
+        slot_wide: tuple[type, ...] = (m.ShiftDown, m.UpdateWeights, m.Stop)
+        if self.inference[self.role].kv_migration:  # every rank exports / imports its own KV slice
+            slot_wide += (m.Generate, m.AbortSequences)
         group = self.groups[self.table.get(self.role, self.slot).name]
         if self._leader():
             data = torch.frombuffer(bytearray(wire.encode_many([msg for msg in msgs if isinstance(msg, slot_wide)])),
@@ -118,7 +120,8 @@ class Worker:
             self.inference[self.role].add(msg.requests)
         elif isinstance(msg, m.AbortSequences):
             result = self.inference[self.role].abort(msg.ids)
-            self.endpoint.send(m.Aborted(rank, self.role, self.slot, list(result)))
+            if self._leader():  # a follower (KV migration forwards aborts) only wrote its KV slice
+                self.endpoint.send(m.Aborted(rank, self.role, self.slot, list(result)))
         elif isinstance(msg, m.ShiftDown):
             self._shift_down(msg)
         elif isinstance(msg, m.ShiftUp):

@@ -40,10 +40,12 @@ from pivot.sim.hardware import decode_steps_s
 class SimReplica:
     __slots__ = ("rid", "m", "cap", "limit", "max_running", "steps", "clock", "tok", "seqs", "waiting", "_finish", "ver",
                  "prefill_per_tok", "prefilled", "prefix_hits", "preemptions", "busy_s", "_arrivals", "_prefixes",
-                 "_holders")
+                 "_holders", "kv_per_tok", "kv_moved", "_kept")
 
     def __init__(self, rid: int, model: ThroughputModel, cap: int, prefill_per_tok: float, max_running: int = 1 << 30,
-                 headroom: float = 0.0) -> None:
+                 headroom: float = 0.0, kv_per_tok: float | None = None) -> None:
+        """`kv_per_tok`: seconds per token to take in a migrated sequence's KV instead of
+        re-prefilling it (KV-preserving migration, pivot/sim/kv_move.py); None: re-prefill."""
         if max_running < 1 or not 0.0 <= headroom < 1.0:
             raise ValueError(f"SimReplica {rid}: need max_running >= 1 and 0 <= headroom < 1, got {max_running}, {headroom}")
         self.rid, self.m, self.cap, self.prefill_per_tok = rid, model, cap, prefill_per_tok
@@ -64,6 +66,9 @@ class SimReplica:
         self._holders: dict[object, int] = {}  # prefix key -> running sequences holding it
         self.preemptions = 0
         self.busy_s = 0.0  # seconds spent in decode steps and prefills
+        self.kv_per_tok = kv_per_tok
+        self.kv_moved = 0  # tokens whose KV arrived with a migrated sequence
+        self._kept: dict[int, int] = {}  # waiting: sid -> tokens of KV it brought
 
     @property
     def n(self) -> int:
@@ -143,9 +148,12 @@ class SimReplica:
         return sorted(out)
 
     def add(self, sid: int, prompt_len: int, generated: int, target: int, now: float,
-            prefixes: tuple[tuple[object, int], ...] = ()) -> None:
+            prefixes: tuple[tuple[object, int], ...] = (), kept: int = 0) -> None:
         """A dispatched sequence joins the waiting list (call `advance(now)` first); `prefixes`:
-        the (key, tokens) prefixes of its prompt that other sequences share."""
+        the (key, tokens) prefixes of its prompt that other sequences share; `kept`: tokens of
+        KV it brings from the replica it was aborted on (with `kv_per_tok`)."""
+        if kept and self.kv_per_tok is not None:
+            self._kept[sid] = min(kept, prompt_len + generated - 1)
         if not self.seqs:
             self.clock = max(self.clock, now)
         self._arrivals += 1
@@ -154,9 +162,17 @@ class SimReplica:
         self.ver += 1
         self._admit()
 
+    def kv_held(self, sid: int) -> int:
+        """Tokens of `sid`'s KV this replica holds: all it computed if running, what it brought
+        if waiting with migrated KV, else 0 (an abort exports that much with KV migration on)."""
+        if sid in self.waiting:
+            return self._kept.get(sid, 0)
+        return self.seqs[sid][2] + self.generated(sid) - 1
+
     def remove(self, sid: int) -> int:
         """Take a sequence off (running or waiting); returns its generated count."""
         self.ver += 1
+        self._kept.pop(sid, None)
         prefixes = self._prefixes.pop(sid)
         if sid in self.waiting:
             return self.waiting.pop(sid)[1]
@@ -187,6 +203,15 @@ class SimReplica:
                 if self._holders.get(key, 0) > 0:
                     shared = max(shared, min(tokens, length - 1))
                 self._holders[key] = self._holders.get(key, 0) + 1
+            kept = self._kept.pop(sid, 0)
+            if kept:  # its KV came along: only what it had not computed yet is prefilled
+                fresh = max(length - kept - 1, 0)  # the last token is the next decode step
+                moved_s = self.kv_per_tok * kept + self.prefill_per_tok * fresh  # type: ignore[operator]
+                self.clock += moved_s
+                self.busy_s += moved_s
+                self.prefilled += fresh
+                self.kv_moved += kept
+                continue
             self.clock += self.prefill_per_tok * (length - shared)
             self.busy_s += self.prefill_per_tok * (length - shared)
             self.prefilled += length - shared

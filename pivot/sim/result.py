@@ -72,6 +72,8 @@ class SimResult:
     """Tokens prefilled, re-prefills after aborts and preemptions included."""
     prefix_hit_tokens: int = 0
     """Prompt tokens a replica reused from a shared prefix instead of prefilling."""
+    kv_moved_tokens: int = 0
+    """Tokens whose KV moved with a migrated sequence instead of being re-prefilled (planner.kv_migration)."""
 
     def finish(self, end_s: float, samples: dict[int, list[SimSample]], reps: Mapping[int, SimReplica],
                train_rid: int, wall_s: float) -> None:
@@ -81,6 +83,7 @@ class SimResult:
         self.preemptions = sum(r.preemptions for r in reps.values())
         self.prefill_tokens = sum(r.prefilled for r in reps.values())
         self.prefix_hit_tokens = sum(r.prefix_hits for r in reps.values())
+        self.kv_moved_tokens = sum(r.kv_moved for r in reps.values())
         self.busy_s = {rid: r.busy_s for rid, r in reps.items()}
         self.busy_s[train_rid] = sum(self.train_s)
 

@@ -45,6 +45,7 @@ from pivot.sim import hardware as hwm
 from pivot.sim.costs import build_cluster
 from pivot.sim.events import EventQueue
 from pivot.sim.options import SimOptions
+from pivot.sim.kv_move import kv_move_s_per_token
 from pivot.sim.replica import SimReplica
 from pivot.sim.result import ShiftEvent, SimResult, TimelinePoint
 from pivot.sim.workload import SimSample, step_samples
@@ -68,11 +69,14 @@ class Simulator(ClusterHost):
         table, self.costs = build_cluster(self.cfg, opts.hardware, opts.kv_from_engine)
         self.init_cluster(table, self.cfg.planner.migration, clock=lambda: self.now)
         engines = {Role.ROLLOUT: self.cfg.rollout.engine, Role.REWARD: self.cfg.reward.engine}
+        kv = self.cfg.planner.kv_migration  # aborted sequences' KV moves with them (pivot/sim/kv_move.py)
         self.reps = {
             s.replica_id: SimReplica(s.replica_id, s.model, s.kv_capacity, self.costs.roles[s.role].prefill_s_per_token,
-                                     engines[s.role].max_running_seqs, opts.kv_headroom)
+                                     engines[s.role].max_running_seqs, opts.kv_headroom,
+                                     kv_move_s_per_token(self.costs.roles[s.role].model, self.costs.roles[s.role].tp) if kv else None)
             for s in table.replicas if s.role != Role.TRAIN
         }
+        self._kv_kept: dict[int, int] = {}  # aborted, not yet re-dispatched: sid -> tokens of its KV
         self._role_reps = {role: [self.reps[s.replica_id] for s in table.slots(role)] for role in INFERENCE_ROLES}
         self._stale: dict[str, set[int]] = {role: set() for role in INFERENCE_ROLES}  # progress not yet reported
         self.dev_free_at = [0.0] * table.world
@@ -168,13 +172,14 @@ class Simulator(ClusterHost):
             touched.add(rep.rid)
             seq = self.seqs[sid]
             if isinstance(cmd, Abort):
+                self._kv_kept[sid] = rep.kv_held(sid)
                 seq.generated = rep.remove(sid)
                 self.res.aborts += 1
                 self.sched[role].on_progress(sid, seq.generated)
             else:
                 w = self.opts.workload
                 prefixes = w.rollout_prefixes(seq.sample) if role == Role.ROLLOUT else w.judge_prefixes(seq.sample)
-                rep.add(sid, seq.prompt_len, seq.generated, seq.target, self.now, prefixes)
+                rep.add(sid, seq.prompt_len, seq.generated, seq.target, self.now, prefixes, self._kv_kept.pop(sid, 0))
         for rid in touched:
             self._schedule(rid)
 
