@@ -23,6 +23,8 @@ class RoleCosts:
     prefill_s_per_token: float
     up_s: float
     down_s: float
+    max_running: int = 1 << 30
+    """The engine's `max_running_seqs`: the largest batch a replica decodes."""
 
 
 @dataclass(frozen=True)
@@ -39,12 +41,14 @@ class SimCosts:
         return self.roles[role].up_s if up else self.roles[role].down_s
 
 
-def _role_costs(spec: ModelSpec, hw: HardwareProfile, tp: int, field: str, kv_limit: int | None) -> RoleCosts:
+def _role_costs(spec: ModelSpec, hw: HardwareProfile, tp: int, field: str, kv_limit: int | None,
+                max_running: int) -> RoleCosts:
     a, b, c, d = hwm.decode_constants(spec, hw, tp)
     kv = hwm.kv_capacity_tokens(spec, hw, tp, field)
     return RoleCosts(
         spec, tp, ThroughputModel(a, b, c, d), kv if kv_limit is None else min(kv, kv_limit),
         hwm.prefill_s(spec, hw, tp, 1), hwm.inference_shift_s(spec, hw, tp, True), hwm.inference_shift_s(spec, hw, tp, False),
+        max_running,
     )
 
 
@@ -69,9 +73,11 @@ def build_cluster(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = 
     genrm = hwm.model_spec(m.genrm, m.genrm_params_b, m.genrm_active_params_b)
     costs = {
         Role.ROLLOUT: _role_costs(policy, hw, cfg.rollout.tp, "rollout.tp",
-                                  cfg.rollout.engine.kv_capacity_tokens if kv_from_engine else None),
+                                  cfg.rollout.engine.kv_capacity_tokens if kv_from_engine else None,
+                                  cfg.rollout.engine.max_running_seqs),
         Role.REWARD: _role_costs(genrm, hw, cfg.reward.tp, "reward.tp",
-                                 cfg.reward.engine.kv_capacity_tokens if kv_from_engine else None),
+                                 cfg.reward.engine.kv_capacity_tokens if kv_from_engine else None,
+                                 cfg.reward.engine.max_running_seqs),
     }
     train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.devices
     hwm.check_train_fits(policy, hw, train_devices)

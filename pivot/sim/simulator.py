@@ -92,7 +92,8 @@ class Simulator(ClusterHost):
         self._cheap_mode = not isinstance(self.mode, Shiftable)
         self._plan_due, self._last_plan = True, float("-inf")
         self.res = SimResult(self.cfg.cluster.mode, self.cfg.planner.strategy, self.cfg.preset, opts.hardware.name,
-                             self.steps, table, self.costs, self.staleness, warmup_steps=opts.warmup_steps)
+                             self.steps, table, self.costs, self.staleness, warmup_steps=opts.warmup_steps,
+                             workload=opts.workload)
         # steady state: later steps' prompts keep coming, as the steps after the last one would
         self.released = self.steps + (self.staleness if opts.warmup_steps else 0)
 
