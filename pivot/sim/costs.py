@@ -1,9 +1,11 @@
 """The simulated cluster: its replica table (pivot/shift/, tiled by pivot/dist.py as the runtime
 tiles it) and the costs the hardware model derives for each role: decode throughput model, KV
-capacity, prefill time, shift up and down times.
+capacity, prefill time, shift up and down times (colocated: the rollout phase's up is the
+trainer's weight push into the engines, `hardware.weight_sync_s`), training's forward passes.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from pivot.config import ConfigError, PivotConfig
@@ -34,6 +36,8 @@ class SimCosts:
     policy: ModelSpec
     train_up_s: float
     train_down_s: float
+    train_forwards: int = 1
+    """Forward-only passes of a training step besides the update: old log-probs (+ reference)."""
 
     def shift_s(self, role: str, up: bool) -> float:
         if role == Role.TRAIN:
@@ -81,8 +85,10 @@ def build_cluster(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = 
     }
     train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.devices
     hwm.check_train_fits(policy, hw, train_devices)
+    if cfg.cluster.mode == "colocated":  # the trainer pushes the new policy into the engines
+        costs[Role.ROLLOUT] = dataclasses.replace(costs[Role.ROLLOUT], up_s=hwm.weight_sync_s(policy, hw))
     slots = SlotTable.build(ClusterSpec(world, 0, per_node), cfg.rollout.tp, cfg.reward.tp, train_devices)
     table = ReplicaTable.build(slots, world, {r: c.kv_capacity for r, c in costs.items()},
                                {r: c.throughput for r, c in costs.items()})
     return table, SimCosts(costs, policy, hwm.train_shift_s(policy, hw, train_devices, True),
-                           hwm.train_shift_s(policy, hw, train_devices, False))
+                           hwm.train_shift_s(policy, hw, train_devices, False), 1 + (cfg.train.kl_coef > 0))

@@ -248,7 +248,7 @@ class Simulator(ClusterHost):
         if self.train_ready() and self.is_up(self.train_rid):
             tokens = sum(s.train_tokens for s in self.samples[self.step])
             devices = len(self.table.replicas[self.train_rid].devices)
-            dur = hwm.train_s(self.costs.policy, self.opts.hardware, devices, tokens)
+            dur = hwm.train_s(self.costs.policy, self.opts.hardware, devices, tokens, self.costs.train_forwards)
             self.training, self.train_tps = True, tokens / dur
             self.res.train_s.append(dur)
             self.events.push(self.now + dur, "train", ())
