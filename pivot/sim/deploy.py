@@ -91,13 +91,20 @@ class SearchPoint:
     error: str = ""
 
 
-def search(base: PivotConfig, name: str, opts: SimOptions) -> tuple[Allocation, list[SearchPoint]]:
-    """Simulate every candidate allocation of a deployment; the best and all points tried."""
+def search(base: PivotConfig, name: str, opts: SimOptions,
+           seeds: tuple[int, ...] | None = None) -> tuple[Allocation, list[SearchPoint]]:
+    """Simulate every candidate allocation of a deployment on `opts` (its measured window: tune
+    on the window the figures are measured on) and each of `seeds` (default: the base's); the
+    best by mean throughput and all points tried."""
     points = []
     for alloc in candidate_allocations(base, name):
         try:
-            res = simulate(deployment(base, name, alloc), opts)
-            points.append(SearchPoint(alloc, res.throughput))
+            cfg = deployment(base, name, alloc)
+            runs = []
+            for seed in seeds or (base.seed,):
+                cfg.seed = seed
+                runs.append(simulate(cfg, opts).throughput)
+            points.append(SearchPoint(alloc, sum(runs) / len(runs)))
         except ValueError as e:  # an impossible allocation (e.g. training state does not fit)
             points.append(SearchPoint(alloc, 0.0, str(e).splitlines()[0]))
     best = max(points, key=lambda p: p.throughput)
