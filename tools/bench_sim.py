@@ -84,7 +84,8 @@ def regime(args: argparse.Namespace) -> str:
         f"best of a search over pool sizes (same window, seeds {' '.join(map(str, args.search_seeds))})")
     w = args.window
     return (f"allocations: {how}; measured: {w.describe(args.staleness)}"
-            + (" (steady state)" if w.warmup else " (whole run)") + f"; seeds {' '.join(map(str, args.seeds))}")
+            + (" (steady state)" if w.warmup else " (whole run)") + f"; seeds {' '.join(map(str, args.seeds))}"
+            + (f"; band seeds {' '.join(map(str, args.band_seeds))}" if args.band else ""))
 
 
 def share(r: SimResult) -> float:
@@ -137,7 +138,7 @@ def fig9(groups: list[str], opts: SimOptions, args: argparse.Namespace) -> dict[
         for name in BASELINES + ("pivot",):
             alloc = choose_allocation(base, name, args, opts)
             runs[name] = (alloc, _runs(base, name, alloc, opts, args.seeds))
-        band = {c: {n: _runs(base, n, a, dataclasses.replace(opts, hardware=corner(opts.hardware, c)), args.seeds)
+        band = {c: {n: _runs(base, n, a, dataclasses.replace(opts, hardware=corner(opts.hardware, c)), args.band_seeds)
                     for n, (a, _) in runs.items()} for c in (CORNERS if args.band else ())}
         out[g] = runs
         print(f"  ({time.perf_counter() - t0:.1f} s wall; allocations "
@@ -221,6 +222,7 @@ def main() -> None:
     ap.add_argument("--search-seeds", type=int, nargs="+", default=None, help="seeds each search point averages "
                     "(default: the first of --seeds)")
     ap.add_argument("--band", action="store_true", help="also measure on the cost model's slow and fast corners")
+    ap.add_argument("--band-seeds", type=int, nargs="+", default=None, help="seeds of the band's runs (default: --seeds)")
     ap.add_argument("--prompts", type=int, default=None, help="prompts per step (default: 4 per device, DAPO's ratio)")
     ap.add_argument("--group-size", type=int, default=16)
     ap.add_argument("--alloc", default="search", choices=("search", "table4"),
@@ -233,6 +235,7 @@ def main() -> None:
     args = ap.parse_args()
     args.seeds = [args.seed] if args.seed is not None else args.seeds
     args.search_seeds = args.search_seeds or args.seeds[:1]
+    args.band_seeds = args.band_seeds or args.seeds
     args.staleness = max(preset(g, 0).train.staleness for g in args.groups)
     args.window = window_of(args)
     workload = Workload(prompts_per_step=args.prompts, group_size=args.group_size)
