@@ -219,8 +219,13 @@ def report(results: dict[str, list[Measured]], world: int, length_scale: int, w:
         piv_sim = Spread.of(r.sim.throughput / m.sim.throughput for r, m in zip(ref, ms)).fmt(".2f", "x") if ref else "-"
         print(f"{name:14s} {tps.fmt():>22s} {stps.fmt():>22s} {ratio.fmt('.2f'):>17s} {fair.fmt('.2f'):>14s} {piv:>18s} "
               f"{piv_sim:>18s} {real.plans:5d} {sim.num_plans:4d}  {shares_real(real, world)} | {shares_sim(sim)}   "
-              f"{real.real_tokens * length_scale / sim.tokens:15.2f}  {real.prefill_tokens * length_scale / sim.prefill_tokens:18.2f}  "
+              f"{real.real_tokens * length_scale / all_tokens(sim):15.2f}  {real.prefill_tokens * length_scale / sim.prefill_tokens:18.2f}  "
               f"{reused(real.prefill_tokens, real.prefix_hit_tokens):8.0f} | {reused(sim.prefill_tokens, sim.prefix_hit_tokens):3.0f}")
+
+
+def all_tokens(sim: SimResult) -> int:
+    """Tokens of every sample the simulator released (the runtime's steps, window or not)."""
+    return sum(s.tokens for st in sim.samples.values() for s in st)
 
 
 def reused(prefilled: int, hits: int) -> float:
