@@ -8,6 +8,7 @@ bandwidths, higher overheads and fixed costs) and `corner(hw, "fast")` to the ot
 ratio whose band stays on one side of 1 survives the uncertainty of the cost model; the corners
 move all parameters together, not one at a time, so the band is wide rather than optimistic.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -20,6 +20,7 @@ returns the share of peak FLOP/s the prefill of 6144 tokens reached.
 Model numbers from the models' config.json / model cards (params in billions; embedding rows
 are looked up, not read, so `read_b` excludes the input embedding; the untied LM head is read).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -75,7 +76,9 @@ def fit_decode(points: tuple[Measured, ...] = QWEN3_SGLANG_H20) -> tuple[float, 
     return 1.0 / slope, intercept / GENERATED
 
 
-def fit_prefill_eff(mem_eff: float, points: tuple[Measured, ...] = QWEN3_SGLANG_H20, prompt: int = 6144) -> float:
+def fit_prefill_eff(
+    mem_eff: float, points: tuple[Measured, ...] = QWEN3_SGLANG_H20, prompt: int = 6144
+) -> float:
     """Mean share of peak FLOP/s the dense models' prefill of `prompt` tokens reached."""
     effs = []
     for m in points:
@@ -87,8 +90,9 @@ def fit_prefill_eff(mem_eff: float, points: tuple[Measured, ...] = QWEN3_SGLANG_
     return sum(effs) / len(effs)
 
 
-def predicted_speed(m: Measured, prompt: int, mem_eff: float, step_s: float, prefill_eff: float,
-                    params_b: float) -> float:
+def predicted_speed(
+    m: Measured, prompt: int, mem_eff: float, step_s: float, prefill_eff: float, params_b: float
+) -> float:
     """The benchmark's tokens/s the cost model predicts for `m` (what the fit is checked against)."""
     t = _read_terms(m, prompt) / mem_eff + GENERATED * step_s
     if prompt > 1:

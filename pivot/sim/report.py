@@ -95,25 +95,30 @@ def prefill_tokens_lower(prompts: list[tuple[tuple[tuple[object, int], ...], int
     return own + sum(keys.values())
 
 
-def _role_work_s(c: RoleCosts, batch: int, chains: list[tuple[int, int]], prefill_tokens: int) -> float:
+def _role_work_s(
+    c: RoleCosts, batch: int, chains: list[tuple[int, int]], prefill_tokens: int
+) -> float:
     """Device-seconds of a role's measured work: (prompt, generated) per sequence."""
     contexts = sum(out * p + out * (out - 1) / 2 for p, out in chains)
     tokens = sum(out for _, out in chains)
-    return c.tp * (decode_work_s(c, contexts, tokens, batch) + c.prefill_s_per_token * prefill_tokens)
+    prefill = c.prefill_s_per_token * prefill_tokens
+    return c.tp * (decode_work_s(c, contexts, tokens, batch) + prefill)
 
 
 def _pool_devices(res: SimResult, role: str) -> set[int]:
     """Devices that could run `role`: every slot's under Pivot (it may shift any), else the slots
     that were up at some moment of the run (the static pools; colocated's phases)."""
     up = set(res.initial_up) | {ev.rid for ev in res.shifts if ev.up}
-    return {d for s in res.table.slots(role) if res.mode == "pivot" or s.replica_id in up for d in s.devices}
+    slots = [s for s in res.table.slots(role) if res.mode == "pivot" or s.replica_id in up]
+    return {d for s in slots for d in s.devices}
 
 
 def work_s(res: SimResult, workload: Workload | None = None) -> dict[str, float]:
     """Device-seconds of the measured steps' work per role (rollout, reward: at best batch;
     train: its steps on the training devices)."""
     workload = workload or res.workload
-    samples: list[SimSample] = [s for st in range(res.warmup_steps, res.steps) for s in res.samples[st]]
+    steps = range(res.warmup_steps, res.steps)
+    samples: list[SimSample] = [s for st in steps for s in res.samples[st]]
     out = {}
     for role in (Role.ROLLOUT, Role.REWARD):
         c = res.costs.roles[role]

@@ -16,12 +16,13 @@ measures (tokens of the measured steps over the time from the end of the last wa
 the end of the last step), as a pure function of the step ends. `Spread` is a figure over
 seeds: mean, min and max.
 """
+
 from __future__ import annotations
 
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 MIN_WARMUP = 4
 MIN_MEASURED = 6
@@ -51,7 +52,11 @@ class Window:
         if staleness is not None:
             p = period(staleness)
             whole = self.measured % p == 0
-            text += f" ({self.measured // p} periods of {p})" if whole else f" (NOT whole periods of {p})"
+            text += (
+                f" ({self.measured // p} periods of {p})"
+                if whole
+                else f" (NOT whole periods of {p})"
+            )
         return text
 
 
@@ -62,7 +67,9 @@ def period(staleness: int) -> int:
     return staleness + 1
 
 
-def aligned_window(staleness: int, min_warmup: int = MIN_WARMUP, min_measured: int = MIN_MEASURED) -> Window:
+def aligned_window(
+    staleness: int, min_warmup: int = MIN_WARMUP, min_measured: int = MIN_MEASURED
+) -> Window:
     """At least `min_warmup` warm-up steps, then whole periods of at least `min_measured` steps."""
     p = period(staleness)
     return Window(min_warmup, p * math.ceil(max(min_measured, 1) / p))
@@ -76,12 +83,14 @@ def window_rate(step_end_s: Sequence[float], step_tokens: Sequence[float], w: Wi
     """Tokens of steps warmup..steps-1 over the time from the end of step warmup-1 (0 without
     warm-up) to the end of step steps-1."""
     if len(step_end_s) < w.steps or len(step_tokens) < w.steps:
-        raise ValueError(f"window {w.describe()}: the run has {min(len(step_end_s), len(step_tokens))} steps")
+        raise ValueError(
+            f"window {w.describe()}: the run has {min(len(step_end_s), len(step_tokens))} steps"
+        )
     start = step_end_s[w.warmup - 1] if w.warmup else 0.0
     span = step_end_s[w.steps - 1] - start
     if span <= 0:
         raise ValueError(f"window {w.describe()}: spans {span} s")
-    return sum(step_tokens[w.warmup:w.steps]) / span
+    return sum(step_tokens[w.warmup : w.steps]) / span
 
 
 @dataclass(frozen=True)
@@ -94,7 +103,7 @@ class Spread:
     n: int
 
     @classmethod
-    def of(cls, values: Iterable[float]) -> "Spread":
+    def of(cls, values: Iterable[float]) -> Spread:
         vals = list(values)
         if not vals:
             raise ValueError("Spread.of: no values")
