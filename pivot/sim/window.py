@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 MIN_WARMUP = 4
 MIN_MEASURED = 6
