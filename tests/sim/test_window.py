@@ -22,6 +22,8 @@ def test_window_counts_the_measured_steps_only_and_keeps_its_bound(name: str, op
     tokens = sum(s.prompt_len + s.response_len + s.judge_prompt_len + s.judge_len
                  for st in (2, 3) for s in res.samples[st])
     assert res.throughput == pytest.approx(tokens / (res.step_end_s[3] - res.step_end_s[1]))
+    per_step = [sum(s.tokens for s in res.samples[st]) for st in range(4)]
+    assert res.throughput == pytest.approx(window_rate(res.step_end_s, per_step, Window(2, 2)))
     assert 0 < critical_path_s(res) <= res.measured_s * (1 + 1e-9)
 
 
