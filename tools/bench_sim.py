@@ -69,6 +69,8 @@ def _alloc_name(a: Allocation) -> str:
 
 
 def choose_allocation(base, name: str, args: argparse.Namespace, opts: SimOptions) -> Allocation:  # noqa: ANN001
+    if name in args.use:
+        return args.use[name]
     if args.alloc == "table4":
         return table4(base, name)
     best, points = search(base, name, opts, tuple(args.search_seeds))
@@ -82,6 +84,8 @@ def regime(args: argparse.Namespace) -> str:
     """The allocations, the measured window and the seeds, for every figure's heading."""
     how = "Table 4 (paper)" if args.alloc == "table4" else (
         f"best of a search over pool sizes (same window, seeds {' '.join(map(str, args.search_seeds))})")
+    if args.use:
+        how += "; given: " + ", ".join(f"{n} {_alloc_name(a)}" for n, a in args.use.items())
     w = args.window
     return (f"allocations: {how}; measured: {w.describe(args.staleness)}"
             + (" (steady state)" if w.warmup else " (whole run)") + f"; seeds {' '.join(map(str, args.seeds))}"
@@ -194,6 +198,15 @@ def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:
                   f"(T at 64 seqs x 4K: {m.throughput(64, 64 * 4096):,.0f} tok/s)")
 
 
+def parse_use(text: str) -> tuple[str, Allocation]:
+    name, _, alloc = text.partition("=")
+    try:
+        pools = [int(x) for x in alloc.split("/")]
+        return name, Allocation(*pools)
+    except (ValueError, TypeError):
+        raise SystemExit(f"--use {text!r}: expected NAME=T or NAME=T/R (devices)") from None
+
+
 def window_of(args: argparse.Namespace) -> Window:
     """--steps/--warmup as given, else the aligned window of the groups' staleness."""
     if args.steps is None and args.warmup is None:
@@ -221,6 +234,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=None, help="one seed (same as --seeds N)")
     ap.add_argument("--search-seeds", type=int, nargs="+", default=None, help="seeds each search point averages "
                     "(default: the first of --seeds)")
+    ap.add_argument("--use", nargs="+", default=[], metavar="NAME=T[/R]",
+                    help="a deployment's allocation, not searched: training pool T (and disaggregated's rollout "
+                    "pool R), e.g. disaggregated=8/8 pivot=16")
     ap.add_argument("--band", action="store_true", help="also measure on the cost model's slow and fast corners")
     ap.add_argument("--band-seeds", type=int, nargs="+", default=None, help="seeds of the band's runs (default: --seeds)")
     ap.add_argument("--prompts", type=int, default=None, help="prompts per step (default: 4 per device, DAPO's ratio)")
@@ -234,6 +250,7 @@ def main() -> None:
     ap.add_argument("--timeline", default="", help="PNG path: disaggregated vs pivot timeline of the first group")
     args = ap.parse_args()
     args.seeds = [args.seed] if args.seed is not None else args.seeds
+    args.use = dict(parse_use(u) for u in args.use)
     args.search_seeds = args.search_seeds or args.seeds[:1]
     args.band_seeds = args.band_seeds or args.seeds
     args.staleness = max(preset(g, 0).train.staleness for g in args.groups)
