@@ -68,16 +68,18 @@ def _alloc_name(a: Allocation) -> str:
     return f"T{a.train_devices}" + (f"/R{a.rollout_devices}" if a.rollout_devices else "")
 
 
-def choose_allocation(base, name: str, args: argparse.Namespace, opts: SimOptions) -> Allocation:  # noqa: ANN001
+def choose_allocation(base, name: str, args: argparse.Namespace,  # noqa: ANN001
+                      opts: SimOptions) -> tuple[Allocation, dict[int, SimResult]]:
+    """The allocation of `name` and the runs (by seed) its search already made there."""
     if name in args.use:
-        return args.use[name]
+        return args.use[name], {}
     if args.alloc == "table4":
-        return table4(base, name)
+        return table4(base, name), {}
     best, points = search(base, name, opts, tuple(args.search_seeds))
     if len(points) > 1:
         tried = ", ".join(f"{_alloc_name(p.alloc)}:{p.throughput:,.0f}" + (" (invalid)" if p.error else "") for p in points)
-        print(f"    search {name}: {tried} -> {_alloc_name(best)}")
-    return best
+        print(f"    search {name}: {tried} -> {_alloc_name(best)}", flush=True)
+    return best, next(p.runs for p in points if p.alloc == best)
 
 
 def regime(args: argparse.Namespace) -> str:
@@ -122,10 +124,14 @@ def report_line(name: str, rs: list[SimResult], paper: dict[str, float], piv: li
     print(f"  {'':14s} first seed: {run_details(rs[0])}")
 
 
-def _runs(base, name: str, alloc: Allocation, opts: SimOptions, seeds: list[int]) -> list[SimResult]:  # noqa: ANN001
+def _runs(base, name: str, alloc: Allocation, opts: SimOptions, seeds: list[int],  # noqa: ANN001
+          done: dict[int, SimResult] | None = None) -> list[SimResult]:
     cfg = deployment(base, name, alloc)
     out = []
     for seed in seeds:
+        if done and seed in done:
+            out.append(done[seed])
+            continue
         cfg.seed = seed
         out.append(simulate(cfg, opts))
     return out
@@ -140,8 +146,8 @@ def fig9(groups: list[str], opts: SimOptions, args: argparse.Namespace) -> dict[
         print(f"{g}: {opts.workload.describe(world_of(base))}", flush=True)
         runs = {}
         for name in BASELINES + ("pivot",):
-            alloc = choose_allocation(base, name, args, opts)
-            runs[name] = (alloc, _runs(base, name, alloc, opts, args.seeds))
+            alloc, done = choose_allocation(base, name, args, opts)
+            runs[name] = (alloc, _runs(base, name, alloc, opts, args.seeds, done))
         band = {c: {n: _runs(base, n, a, dataclasses.replace(opts, hardware=corner(opts.hardware, c)), args.band_seeds)
                     for n, (a, _) in runs.items()} for c in (CORNERS if args.band else ())}
         out[g] = runs
@@ -175,7 +181,7 @@ def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict) -
     print(f"\n== Figure 14: H sweep on {group} (paper: lower throughput and fewer shifts at small H, stable "
           f"for 60 <= H <= 120, lower again at 600); {regime(args)}, first seed ==")
     base = preset(group, args.seeds[0])
-    alloc = runs[group]["pivot"][0] if group in runs else choose_allocation(base, "pivot", args, opts)
+    alloc = runs[group]["pivot"][0] if group in runs else choose_allocation(base, "pivot", args, opts)[0]
     ref = None
     for h in H_VALUES:
         r = simulate(deployment(base, "pivot", alloc, horizon_s=h), opts)

@@ -14,10 +14,10 @@ returns every point tried; `table4` is the paper's Appendix E allocation.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pivot.config import PivotConfig
-from pivot.sim.simulator import SimOptions, simulate
+from pivot.sim.simulator import SimOptions, SimResult, simulate
 
 DEPLOYMENTS = ("colocated", "disaggregated", "rr_colocated", "pivot", "static", "rule_based", "vanilla", "vanilla+tm")
 
@@ -89,6 +89,8 @@ class SearchPoint:
     alloc: Allocation
     throughput: float
     error: str = ""
+    runs: dict[int, SimResult] = field(default_factory=dict, compare=False, repr=False)
+    """The point's run of each seed (callers reuse them instead of simulating again)."""
 
 
 def search(base: PivotConfig, name: str, opts: SimOptions,
@@ -100,11 +102,11 @@ def search(base: PivotConfig, name: str, opts: SimOptions,
     for alloc in candidate_allocations(base, name):
         try:
             cfg = deployment(base, name, alloc)
-            runs = []
+            runs = {}
             for seed in seeds or (base.seed,):
                 cfg.seed = seed
-                runs.append(simulate(cfg, opts).throughput)
-            points.append(SearchPoint(alloc, sum(runs) / len(runs)))
+                runs[seed] = simulate(cfg, opts)
+            points.append(SearchPoint(alloc, sum(r.throughput for r in runs.values()) / len(runs), runs=runs))
         except ValueError as e:  # an impossible allocation (e.g. training state does not fit)
             points.append(SearchPoint(alloc, 0.0, str(e).splitlines()[0]))
     best = max(points, key=lambda p: p.throughput)
