@@ -1,18 +1,19 @@
 """tools/bench_sim.py's defaults: the period-aligned window, three seeds, given allocations."""
+
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
 import pytest
 
+from pivot.sim.deploy import Allocation
+from pivot.sim.window import Window
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-
-import bench_sim  # noqa: E402
-
-from pivot.sim.deploy import Allocation  # noqa: E402
-from pivot.sim.window import Window  # noqa: E402
+bench_sim = importlib.import_module("bench_sim")
 
 
 def _args(steps: int | None = None, warmup: int | None = None) -> argparse.Namespace:
