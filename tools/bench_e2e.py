@@ -1,7 +1,7 @@
 """End-to-end throughput of every deployment mode on the same tiny workload, in one invocation.
 
     python tools/bench_e2e.py [--steps 6] [--nproc 4] [extra pivot flags...]
-    python tools/bench_e2e.py --emulated [--nproc 8] [--steps 2] [--hardware h20] ...   (see below)
+    python tools/bench_e2e.py --emulated [--nproc 8] [--seeds 0] [--hardware h20] ...   (see below)
 
 Each mode runs the main job (torchrun, CPU ranks) on the same data, models and seed. Throughput
 follows the paper: total tokens processed (rollout prompt+response plus GenRM prompt+response)
@@ -55,7 +55,8 @@ def run_mode(name: str, flags: list[str], steps: int, nproc: int, extra: list[st
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="default 6; --emulated: the period-aligned window's (4 warm-up + 6 measured)")
     ap.add_argument("--nproc", type=int, default=4)
     ap.add_argument("--modes", default=None, help="comma-separated; default: every mode")
     ap.add_argument("--emulated", action="store_true", help="emulated devices, beside the simulator")
@@ -66,6 +67,7 @@ def main() -> None:
         bench_e2e_emulated.run(args, extra)
         return
     args.modes = args.modes or ",".join(MODES)
+    args.steps = args.steps or 6
     with tempfile.TemporaryDirectory() as tmp:
         results = [run_mode(m, MODES[m], args.steps, args.nproc, extra, Path(tmp)) for m in args.modes.split(",")]
     ref = next((r for r in results if r["mode"] == "pivot"), results[0])

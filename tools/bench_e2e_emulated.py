@@ -5,8 +5,11 @@ The runtime runs `--nproc` CPU ranks as emulated devices of `--hardware` serving
 models of `--emulate`; the simulator runs the same cluster, allocation, hardware and samples
 (the emulated run draws each sample's response and judge lengths from the simulator's workload,
 `step_samples`, so both process the same samples). Throughput = tokens of the trained samples
-(rollout prompt + response, judge prompt + response, paper scale) / emulated time from the
-roles coming up to the end of the last training step; real/sim is its ratio to the simulator's.
+(rollout prompt + response, judge prompt + response, paper scale) of the measured steps / the
+emulated time of the measured window: by default the period-aligned steady state of
+pivot/sim/window.py (steps 4..9 after 4 warm-up steps, the runtime running 2 steps past it so
+the window does not drain alone), over seeds 0, 1, 2, each figure a mean (min-max), the same
+window in the simulator; real/sim is its ratio to the simulator's.
 "w/o tr.overrun" takes out the emulated seconds the training slot's real tiny-model compute ran
 past its windows (a limit of the CPUs emulating the devices, not of the runtime).
 """
@@ -29,7 +32,9 @@ from pivot.emulate.costs import BLOCK_SIZE
 from pivot.emulate.measure import EmulatedRun, measure
 from pivot.sim import HARDWARE, SimOptions, SimResult, simulate
 from pivot.sim.deploy import Allocation, deployment
+from pivot.runtime.metrics import read_jsonl
 from pivot.sim.report import breakdown
+from pivot.sim.window import DEFAULT_SEEDS, Spread, Window, aligned_window, is_aligned
 
 MODES = ("colocated", "disaggregated", "rr_colocated", "pivot", "static", "rule_based")
 
@@ -46,20 +51,22 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--rollout-devices", type=int, default=0, help="disaggregated rollout pool; 0 = half the rest")
     g.add_argument("--batch-prompts", type=int, default=8)
     g.add_argument("--group-size", type=int, default=16)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
+    g.add_argument("--seed", type=int, default=None, help="one seed (same as --seeds N)")
+    g.add_argument("--warmup", type=int, default=None, help="steps before the measured window (default 4)")
     g.add_argument("--out", default="runs/bench_emulated")
     g.add_argument("--sim-only", action="store_true", help="only the simulator's figures (to choose a configuration)")
     g.add_argument("--reuse", action="store_true", help="read the runs already in --out instead of running them again")
 
 
-def base_config(args: argparse.Namespace) -> PivotConfig:
+def base_config(args: argparse.Namespace, steps: int) -> PivotConfig:
     cfg = tiny_cpu()
     cfg.seed = args.seed
     cfg.cluster = dataclasses.replace(cfg.cluster, device="emulated")
     cfg.emulate = dataclasses.replace(cfg.emulate, hardware=args.hardware, preset=args.emulate,
                                       time_scale=args.time_scale, length_scale=args.length_scale)
     cfg.rollout.tp, cfg.reward.tp = args.rollout_tp, args.reward_tp
-    cfg.train = dataclasses.replace(cfg.train, devices=args.train_devices, steps=args.steps,
+    cfg.train = dataclasses.replace(cfg.train, devices=args.train_devices, steps=steps,
                                     batch_prompts=args.batch_prompts, group_size=args.group_size,
                                     filter_groups=0)  # the simulator has no dynamic sampling
     return runtime_config(cfg)
@@ -125,50 +132,100 @@ def shares_sim(s: SimResult) -> str:
     return "/".join(f"{100 * x / b.total:3.0f}" for x in parts)
 
 
+def window_of(args: argparse.Namespace) -> Window:
+    """--steps/--warmup as given, else the aligned window of the job's staleness."""
+    staleness = tiny_cpu().train.staleness
+    warmup = 4 if args.warmup is None else args.warmup
+    w = aligned_window(staleness, warmup) if args.steps is None else Window(warmup, args.steps - warmup)
+    if w.warmup and not is_aligned(w, staleness):
+        print(f"warning: {w.describe(staleness)}: a window that is not whole staleness periods cuts a burst")
+    return w
+
+
+def window_s(run_dir: Path, w: Window, time_scale: float) -> float:
+    """Emulated seconds of the measured steps: from the end of the last warm-up step (the roles
+    coming up, without warm-up) to the end of the last measured step (metrics.jsonl, one row a step)."""
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    if len(rows) < w.steps:
+        raise SystemExit(f"{run_dir}: {len(rows)} steps logged, the window needs {w.steps}")
+    if not w.warmup:
+        plans = [r for r in read_jsonl(run_dir / "timeline.jsonl") if r.get("kind") == "shift" and r.get("event") == "plan"]
+        return (rows[w.steps - 1]["time"] - plans[0]["time"]) / time_scale
+    return (rows[w.steps - 1]["time"] - rows[w.warmup - 1]["time"]) / time_scale
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    real: EmulatedRun
+    sim: SimResult
+    real_window_s: float
+
+    @property
+    def real_tps(self) -> float:
+        return self.sim.tokens / self.real_window_s  # the same trained samples (drawn from the simulator's workload)
+
+
 def run(args: argparse.Namespace, extra: list[str]) -> None:
-    base = base_config(args)
+    w = window_of(args)
+    seeds = [args.seed] if args.seed is not None else args.seeds
     world = args.nproc
-    paper = paper_config(base, world, world)
-    workload = emulated_workload(args.batch_prompts, args.group_size, tiny_shape(base), args.length_scale)
-    opts = SimOptions(hardware=HARDWARE[args.hardware], workload=workload, steps=args.steps)
     inference = world - args.train_devices
     unit = max(args.rollout_tp, args.reward_tp)
     rollout_devices = args.rollout_devices or max(unit, inference // 2 // unit * unit)
-    out = ROOT / args.out
-    results: dict[str, tuple[EmulatedRun, SimResult]] = {}
-    print(f"emulated {world} x {args.hardware} serving {args.emulate} (rollout TP{args.rollout_tp}, GenRM TP{args.reward_tp}), "
-          f"time scale {args.time_scale:g}, length scale {args.length_scale}; {workload.describe(world)}", flush=True)
-    for name in args.modes.split(","):
-        sim_cfg = deployment(paper, name, Allocation(args.train_devices, rollout_devices if name == "disaggregated" else 0))
-        sim = simulate(sim_cfg, opts)
-        if args.sim_only:
-            print(f"  {name}: sim {sim.throughput:,.0f} tok/s, {sim.sim_time_s:,.0f} s, {sim.num_plans} plans, "
-                  f"busy% ro/rm/tr/shift {shares_sim(sim)}")
-            continue
-        done = args.reuse and (out / name / "emulated").is_dir()
-        real = measure(out / name, args.time_scale, read_tallies(out / name)) if done else run_runtime(name, sim_cfg, world, out, extra)
-        results[name] = (real, sim)
-        print(f"  {name}: {real.emulated_s:,.0f} emulated s (sim {sim.sim_time_s:,.0f}), compute {real.compute_share:.0%} "
-              f"of the windows, overrun {real.overrun_s:.2f} wall s over all ranks, of which the training slot's "
-              f"{real.train_overrun_s:,.0f} emulated s", flush=True)
+    results: dict[str, list[Measured]] = {}
+    for seed in seeds:
+        args.seed = seed
+        # the runtime runs `staleness` steps past the window, so its measured steps do not drain alone
+        # (the simulator keeps releasing prompts past its last step in a steady-state window)
+        base = base_config(args, w.steps + (tiny_cpu().train.staleness if w.warmup else 0))
+        paper = paper_config(base, world, world)
+        workload = emulated_workload(args.batch_prompts, args.group_size, tiny_shape(base), args.length_scale)
+        opts = SimOptions(hardware=HARDWARE[args.hardware], workload=workload, steps=w.steps, warmup_steps=w.warmup)
+        out = ROOT / args.out / f"seed{seed}"
+        print(f"seed {seed}: emulated {world} x {args.hardware} serving {args.emulate} (rollout TP{args.rollout_tp}, "
+              f"GenRM TP{args.reward_tp}), time scale {args.time_scale:g}, length scale {args.length_scale}; "
+              f"{workload.describe(world)}; measured {w.describe(base.train.staleness)}", flush=True)
+        for name in args.modes.split(","):
+            sim_cfg = deployment(paper, name, Allocation(args.train_devices, rollout_devices if name == "disaggregated" else 0))
+            sim = simulate(sim_cfg, opts)
+            if args.sim_only:
+                print(f"  {name}: sim {sim.throughput:,.0f} tok/s, window {sim.measured_s:,.0f} s, {sim.num_plans} plans, "
+                      f"busy% ro/rm/tr/shift {shares_sim(sim)}")
+                continue
+            done = args.reuse and (out / name / "emulated").is_dir()
+            real = measure(out / name, args.time_scale, read_tallies(out / name)) if done else run_runtime(name, sim_cfg, world, out, extra)
+            results.setdefault(name, []).append(Measured(real, sim, window_s(out / name, w, args.time_scale)))
+            print(f"  {name}: {real.emulated_s:,.0f} emulated s (sim {sim.sim_time_s:,.0f}), compute {real.compute_share:.0%} "
+                  f"of the windows, overrun {real.overrun_s:.2f} wall s over all ranks, of which the training slot's "
+                  f"{real.train_overrun_s:,.0f} emulated s", flush=True)
     if results:
-        report(results, world, args.length_scale)
+        report(results, world, args.length_scale, w)
 
 
-def report(results: dict[str, tuple[EmulatedRun, SimResult]], world: int, length_scale: int) -> None:
+def report(results: dict[str, list[Measured]], world: int, length_scale: int, w: Window) -> None:
     ref = results.get("pivot")
-    print(f"\n{'mode':14s} {'tok/s real':>10s} {'sim':>8s} {'real/sim':>8s} {'w/o tr.overrun':>14s} {'pivot/mode':>10s} "
-          f"{'sim':>6s} {'plans':>5s} {'sim':>4s}  busy% ro/rm/tr/shift real | sim      tokens real/sim  "
+    print(f"\nmeasured {w.describe()} over seeds (mean (min-max)); the columns after pivot/mode are the first seed's whole run")
+    print(f"{'mode':14s} {'tok/s real':>22s} {'sim':>22s} {'real/sim':>17s} {'w/o tr.overrun':>14s} {'pivot/mode':>18s} "
+          f"{'sim':>18s} {'plans':>5s} {'sim':>4s}  busy% ro/rm/tr/shift real | sim      tokens real/sim  "
           f"prefilled real/sim  reused% real | sim")
-    for name, (real, sim) in results.items():
-        tps = sim.tokens / real.emulated_s  # the same trained samples (drawn from the simulator's workload)
-        ratio = f"x{ref[1].tokens / ref[0].emulated_s / tps:.2f}" if ref else "-"
-        ratio_sim = f"x{ref[1].throughput / sim.throughput:.2f}" if ref else "-"
-        fair = sim.tokens / (real.emulated_s - real.train_overrun_s) / sim.throughput
-        print(f"{name:14s} {tps:10,.0f} {sim.throughput:8,.0f} {tps / sim.throughput:8.2f} {fair:14.2f} {ratio:>10s} {ratio_sim:>6s} "
-              f"{real.plans:5d} {sim.num_plans:4d}  {shares_real(real, world)} | {shares_sim(sim)}   "
-              f"{real.real_tokens * length_scale / sim.tokens:15.2f}  {real.prefill_tokens * length_scale / sim.prefill_tokens:18.2f}  "
+    for name, ms in results.items():
+        real, sim = ms[0].real, ms[0].sim
+        tps, stps = Spread.of(m.real_tps for m in ms), Spread.of(m.sim.throughput for m in ms)
+        ratio = Spread.of(m.real_tps / m.sim.throughput for m in ms)
+        # the training slot's overrun over the whole run, prorated to the window
+        fair = Spread.of(m.sim.tokens / (m.real_window_s * (1 - m.real.train_overrun_s / m.real.emulated_s)) / m.sim.throughput
+                         for m in ms)
+        piv = Spread.of(r.real_tps / m.real_tps for r, m in zip(ref, ms)).fmt(".2f", "x") if ref else "-"
+        piv_sim = Spread.of(r.sim.throughput / m.sim.throughput for r, m in zip(ref, ms)).fmt(".2f", "x") if ref else "-"
+        print(f"{name:14s} {tps.fmt():>22s} {stps.fmt():>22s} {ratio.fmt('.2f'):>17s} {fair.fmt('.2f'):>14s} {piv:>18s} "
+              f"{piv_sim:>18s} {real.plans:5d} {sim.num_plans:4d}  {shares_real(real, world)} | {shares_sim(sim)}   "
+              f"{real.real_tokens * length_scale / all_tokens(sim):15.2f}  {real.prefill_tokens * length_scale / sim.prefill_tokens:18.2f}  "
               f"{reused(real.prefill_tokens, real.prefix_hit_tokens):8.0f} | {reused(sim.prefill_tokens, sim.prefix_hit_tokens):3.0f}")
+
+
+def all_tokens(sim: SimResult) -> int:
+    """Tokens of every sample the simulator released (the runtime's steps, window or not)."""
+    return sum(s.tokens for st in sim.samples.values() for s in st)
 
 
 def reused(prefilled: int, hits: int) -> float:

@@ -2,15 +2,21 @@
 each beside the paper's numbers, plus a Figure 10 style timeline PNG.
 
     python tools/bench_sim.py                                  # Figure 9, every deployment tuned
+    python tools/bench_sim.py --band                           # + the cost model's sensitivity band
     python tools/bench_sim.py --alloc table4                   # the paper's Table 4 allocations
-    python tools/bench_sim.py --steps 7 --warmup 3             # steady state: steps 3..6 measured
+    python tools/bench_sim.py --seeds 0 --steps 6 --warmup 0   # one seed, whole run (quick look)
     python tools/bench_sim.py --ablations --hsweep qwen2.5-7b+qwen3-30b-a3b --timeline runs/sim/timeline.png
     python tools/bench_sim.py --groups qwen2.5-7b+qwen3-30b-a3b --hardware h200 --prompts 64
 
-Every run prints tokens/s and ratios: PivotRL over each baseline (the paper's speedups), sim/paper
-for the absolute values, the critical-path bound (the throughput no deployment with that
-staleness and training pool can beat, pivot/sim/report.py) and the share of it reached, and each
-role's device time as busy/idle/shifting. Runs are deterministic (--seed).
+The default window is the steady state over whole staleness periods (pivot/sim/window.py: 4
+warm-up steps, then 6 measured steps, 2 periods of 3 at staleness 2), over seeds 0, 1, 2; each
+search tunes on the same window (mean over --search-seeds, default the first seed). Every figure
+is a mean with its min-max over the seeds: tokens/s and ratios, PivotRL over each baseline
+(per seed, on the same samples), sim/paper for the absolute values, the tighter of the
+critical-path and the work bound (pivot/sim/report.py: what no deployment with that staleness,
+pools and cost model can beat) and the share of it reached, and each role's device time as
+busy/idle/shifting (first seed). `--band` re-runs every deployment at its tuned allocation on
+the cost model's slow and fast corners (pivot/sim/band.py) and prints each ratio there too.
 """
 from __future__ import annotations
 
@@ -24,10 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from configs.presets import get_preset  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noqa: E402
+from pivot.sim.band import CORNERS, corner  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment, search, table4, world_of  # noqa: E402
 from pivot.sim.costs import build_cluster  # noqa: E402
-from pivot.sim.report import breakdown, critical_path_s, shift_ups_per_step  # noqa: E402
+from pivot.sim.report import bound_s, breakdown, shift_ups_per_step  # noqa: E402
 from pivot.sim.timeline import render_timeline  # noqa: E402
+from pivot.sim.window import DEFAULT_SEEDS, Spread, Window, aligned_window, is_aligned  # noqa: E402
 
 GROUPS = ("qwen2.5-1.5b+glm-z1-9b", "qwen2.5-7b+qwen3-30b-a3b", "qwen2.5-32b+qwen3-30b-a3b", "qwen2.5-72b+qwen3.5-122b-a10b")
 BASELINES = ("colocated", "disaggregated", "rr_colocated")
@@ -60,65 +68,109 @@ def _alloc_name(a: Allocation) -> str:
     return f"T{a.train_devices}" + (f"/R{a.rollout_devices}" if a.rollout_devices else "")
 
 
-def choose_allocation(base, name: str, args: argparse.Namespace, opts: SimOptions) -> Allocation:  # noqa: ANN001
+def choose_allocation(base, name: str, args: argparse.Namespace,  # noqa: ANN001
+                      opts: SimOptions) -> tuple[Allocation, dict[int, SimResult]]:
+    """The allocation of `name` and the runs (by seed) its search already made there."""
+    if name in args.use:
+        return args.use[name], {}
     if args.alloc == "table4":
-        return table4(base, name)
-    best, points = search(base, name, dataclasses.replace(opts, steps=args.search_steps))
+        return table4(base, name), {}
+    best, points = search(base, name, opts, tuple(args.search_seeds))
     if len(points) > 1:
         tried = ", ".join(f"{_alloc_name(p.alloc)}:{p.throughput:,.0f}" + (" (invalid)" if p.error else "") for p in points)
-        print(f"    search {name}: {tried} -> {_alloc_name(best)}")
-    return best
+        print(f"    search {name}: {tried} -> {_alloc_name(best)}", flush=True)
+    return best, next(p.runs for p in points if p.alloc == best)
 
 
 def regime(args: argparse.Namespace) -> str:
-    """The allocations and the measured window, for every figure's heading."""
-    how = "Table 4 (paper)" if args.alloc == "table4" else f"best of a search over pool sizes ({args.search_steps} steps each)"
-    return f"allocations: {how}; measured: steps {args.warmup}..{args.steps - 1}" + (
-        " (steady state)" if args.warmup else " (whole run)")
+    """The allocations, the measured window and the seeds, for every figure's heading."""
+    how = "Table 4 (paper)" if args.alloc == "table4" else (
+        f"best of a search over pool sizes (same window, seeds {' '.join(map(str, args.search_seeds))})")
+    if args.use:
+        how += "; given: " + ", ".join(f"{n} {_alloc_name(a)}" for n, a in args.use.items())
+    w = args.window
+    return (f"allocations: {how}; measured: {w.describe(args.staleness)}"
+            + (" (steady state)" if w.warmup else " (whole run)") + f"; seeds {' '.join(map(str, args.seeds))}"
+            + (f"; band seeds {' '.join(map(str, args.band_seeds))}" if args.band else ""))
+
+
+def share(r: SimResult) -> float:
+    """Share of the tighter bound reached."""
+    return bound_s(r)[0] / r.measured_s
 
 
 def run_details(r: SimResult) -> str:
-    """Share of the critical-path bound reached, shifts and churn, and device time by role."""
-    bound = critical_path_s(r)
-    return (f"bound {r.tokens / bound:9,.0f} reached {bound / r.measured_s:4.0%}  shift-ups/step "
+    """The tighter bound and the share of it reached, shifts and churn, and device time by role."""
+    bound, kind = bound_s(r)
+    return (f"bound ({kind}) {r.tokens / bound:9,.0f} reached {bound / r.measured_s:4.0%}  shift-ups/step "
             f"{shift_ups_per_step(r):.1f}  aborts {r.aborts} preempt {r.preemptions}\n"
             f"  {'':14s} busy/idle/shifting: {breakdown(r).line()}")
 
 
-def report_line(name: str, r: SimResult, paper: dict[str, float], piv: float) -> None:
-    sp = f"PivotRL x{piv / r.throughput:.2f} (paper x{paper['pivot'] / paper[name]:.2f})" if name != "pivot" else " " * 29
-    print(f"  {name:14s} {r.throughput:9,.0f} | {paper[name]:7,} | {r.throughput / paper[name]:5.2f}  {sp}  {run_details(r)}")
+def ratio(piv: list[SimResult], base: list[SimResult]) -> Spread:
+    """PivotRL over a baseline, seed by seed (the same samples)."""
+    return Spread.of(p.throughput / b.throughput for p, b in zip(piv, base))
 
 
-def fig9(groups: list[str], opts: SimOptions, args: argparse.Namespace) -> dict[str, dict[str, tuple[Allocation, SimResult]]]:
+def report_line(name: str, rs: list[SimResult], paper: dict[str, float], piv: list[SimResult],
+                band: dict[str, dict[str, list[SimResult]]]) -> None:
+    tps = Spread.of(r.throughput for r in rs)
+    sp = ""
+    if name != "pivot":
+        sp = f"PivotRL {ratio(piv, rs).fmt('.2f', 'x')} (paper x{paper['pivot'] / paper[name]:.2f})"
+        sp += "".join(f" {c} {ratio(band[c]['pivot'], band[c][name]).fmt('.2f', 'x')}" for c in band)
+    print(f"  {name:14s} {tps.fmt()} | {paper[name]:7,} | {tps.mean / paper[name]:5.2f}  {sp}  "
+          f"bound share {Spread.of(map(share, rs)).fmt('.0%')}")
+    print(f"  {'':14s} first seed: {run_details(rs[0])}")
+
+
+def _runs(base, name: str, alloc: Allocation, opts: SimOptions, seeds: list[int],  # noqa: ANN001
+          done: dict[int, SimResult] | None = None) -> list[SimResult]:
+    cfg = deployment(base, name, alloc)
+    out = []
+    for seed in seeds:
+        if done and seed in done:
+            out.append(done[seed])
+            continue
+        cfg.seed = seed
+        out.append(simulate(cfg, opts))
+    return out
+
+
+def fig9(groups: list[str], opts: SimOptions, args: argparse.Namespace) -> dict[str, dict[str, tuple[Allocation, list[SimResult]]]]:
     print(f"\n== Figure 9: end-to-end tokens/s (sim | paper | sim/paper); {regime(args)} ==")
     out = {}
     for g in groups:
         t0 = time.perf_counter()
-        base = preset(g, args.seed)
-        print(f"{g}: {opts.workload.describe(world_of(base))}")
+        base = preset(g, args.seeds[0])
+        print(f"{g}: {opts.workload.describe(world_of(base))}", flush=True)
         runs = {}
         for name in BASELINES + ("pivot",):
-            alloc = choose_allocation(base, name, args, opts)
-            runs[name] = (alloc, simulate(deployment(base, name, alloc), opts))
+            alloc, done = choose_allocation(base, name, args, opts)
+            runs[name] = (alloc, _runs(base, name, alloc, opts, args.seeds, done))
+        band = {c: {n: _runs(base, n, a, dataclasses.replace(opts, hardware=corner(opts.hardware, c)), args.band_seeds)
+                    for n, (a, _) in runs.items()} for c in (CORNERS if args.band else ())}
         out[g] = runs
-        piv = runs["pivot"][1].throughput
         print(f"  ({time.perf_counter() - t0:.1f} s wall; allocations "
               + ", ".join(f"{n} {_alloc_name(a)}" for n, (a, _) in runs.items()) + ")")
         for name in BASELINES + ("pivot",):
-            report_line(name, runs[name][1], PAPER_FIG9[g], piv)
+            report_line(name, runs[name][1], PAPER_FIG9[g], runs["pivot"][1], band)
+        for c in band:
+            print(f"  {c} corner tokens/s: " + ", ".join(f"{n} {Spread.of(r.throughput for r in rs).fmt()}"
+                                                     for n, rs in band[c].items()))
+        sys.stdout.flush()
     return out
 
 
 def fig11(groups: list[str], opts: SimOptions, args: argparse.Namespace, runs: dict) -> None:
     print(f"\n== Figure 11: throughput over disaggregated (sim | paper); ablations on PivotRL's training slot; "
-          f"{regime(args)} ==")
+          f"{regime(args)}, first seed ==")
     for g in groups:
         if g not in PAPER_FIG11:
             continue
-        base = preset(g, args.seed)
-        dis = runs[g]["disaggregated"][1].throughput
-        alloc, piv = runs[g]["pivot"]
+        base = preset(g, args.seeds[0])
+        dis = runs[g]["disaggregated"][1][0].throughput
+        alloc, piv = runs[g]["pivot"][0], runs[g]["pivot"][1][0]
         print(g)
         for name, paper in PAPER_FIG11[g].items():
             r = piv if name == "pivot" else simulate(deployment(base, name, alloc), opts)
@@ -127,9 +179,9 @@ def fig11(groups: list[str], opts: SimOptions, args: argparse.Namespace, runs: d
 
 def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict) -> None:
     print(f"\n== Figure 14: H sweep on {group} (paper: lower throughput and fewer shifts at small H, stable "
-          f"for 60 <= H <= 120, lower again at 600); {regime(args)} ==")
-    base = preset(group, args.seed)
-    alloc = runs[group]["pivot"][0] if group in runs else choose_allocation(base, "pivot", args, opts)
+          f"for 60 <= H <= 120, lower again at 600); {regime(args)}, first seed ==")
+    base = preset(group, args.seeds[0])
+    alloc = runs[group]["pivot"][0] if group in runs else choose_allocation(base, "pivot", args, opts)[0]
     ref = None
     for h in H_VALUES:
         r = simulate(deployment(base, "pivot", alloc, horizon_s=h), opts)
@@ -152,33 +204,68 @@ def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:
                   f"(T at 64 seqs x 4K: {m.throughput(64, 64 * 4096):,.0f} tok/s)")
 
 
+def parse_use(text: str) -> tuple[str, Allocation]:
+    name, _, alloc = text.partition("=")
+    try:
+        pools = [int(x) for x in alloc.split("/")]
+        return name, Allocation(*pools)
+    except (ValueError, TypeError):
+        raise SystemExit(f"--use {text!r}: expected NAME=T or NAME=T/R (devices)") from None
+
+
+def window_of(args: argparse.Namespace) -> Window:
+    """--steps/--warmup as given, else the aligned window of the groups' staleness."""
+    if args.steps is None and args.warmup is None:
+        return aligned_window(args.staleness)
+    warmup = 4 if args.warmup is None else args.warmup
+    steps = args.steps if args.steps is not None else aligned_window(args.staleness, warmup).steps
+    if not 0 <= warmup < steps:
+        raise SystemExit(f"--warmup {warmup}: need 0 <= it < --steps {steps}")
+    w = Window(warmup, steps - warmup)
+    if warmup and not is_aligned(w, args.staleness):
+        print(f"warning: {w.describe(args.staleness)}: a window that is not whole staleness periods cuts a burst")
+    return w
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--groups", nargs="+", default=list(GROUPS))
     ap.add_argument("--hardware", default="h20", choices=sorted(HARDWARE))
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--warmup", type=int, default=0,
-                    help="steps left out of the throughput (steady state: prompts keep coming past the last step)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="steps to run (default: the aligned window's, warm-up + whole staleness periods)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="steps left out of the throughput (steady state: prompts keep coming past the last step); "
+                    "default 4")
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
+    ap.add_argument("--seed", type=int, default=None, help="one seed (same as --seeds N)")
+    ap.add_argument("--search-seeds", type=int, nargs="+", default=None, help="seeds each search point averages "
+                    "(default: the first of --seeds)")
+    ap.add_argument("--use", nargs="+", default=[], metavar="NAME=T[/R]",
+                    help="a deployment's allocation, not searched: training pool T (and disaggregated's rollout "
+                    "pool R), e.g. disaggregated=8/8 pivot=16")
+    ap.add_argument("--band", action="store_true", help="also measure on the cost model's slow and fast corners")
+    ap.add_argument("--band-seeds", type=int, nargs="+", default=None, help="seeds of the band's runs (default: --seeds)")
     ap.add_argument("--prompts", type=int, default=None, help="prompts per step (default: 4 per device, DAPO's ratio)")
     ap.add_argument("--group-size", type=int, default=16)
     ap.add_argument("--alloc", default="search", choices=("search", "table4"),
                     help="search: tune every deployment's pools alike; table4: the paper's allocations")
-    ap.add_argument("--search-steps", type=int, default=None,
-                    help="steps of each search run (default --steps: fewer steps release every step at once and "
-                    "favour other allocations)")
     ap.add_argument("--kv", default="engine", choices=("engine", "device"),
                     help="replica KV: the engine config's kv_capacity_tokens (as the runtime) or all free device memory")
     ap.add_argument("--ablations", action="store_true")
     ap.add_argument("--hsweep", default="", help="model group of the H sweep (empty: skip)")
     ap.add_argument("--timeline", default="", help="PNG path: disaggregated vs pivot timeline of the first group")
     args = ap.parse_args()
-    args.search_steps = args.search_steps or args.steps
+    args.seeds = [args.seed] if args.seed is not None else args.seeds
+    args.use = dict(parse_use(u) for u in args.use)
+    args.search_seeds = args.search_seeds or args.seeds[:1]
+    args.band_seeds = args.band_seeds or args.seeds
+    args.staleness = max(preset(g, 0).train.staleness for g in args.groups)
+    args.window = window_of(args)
     workload = Workload(prompts_per_step=args.prompts, group_size=args.group_size)
-    opts = SimOptions(hardware=HARDWARE[args.hardware], steps=args.steps, workload=workload,
-                      kv_from_engine=args.kv == "engine", warmup_steps=args.warmup)
+    opts = SimOptions(hardware=HARDWARE[args.hardware], steps=args.window.steps, workload=workload,
+                      kv_from_engine=args.kv == "engine", warmup_steps=args.window.warmup)
     t0 = time.perf_counter()
-    shift_costs(args.groups, opts, args.seed)
+    shift_costs(args.groups, opts, args.seeds[0])
     runs = fig9(args.groups, opts, args)
     if args.ablations:
         fig11(args.groups, opts, args, runs)

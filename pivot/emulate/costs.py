@@ -102,7 +102,7 @@ class EmulatedCosts:
 
     def train_step_s(self, tokens: int) -> float:
         """A training step over `tokens` real tokens (prompt + response of every sample)."""
-        return train_s(self.costs.policy, self.hw, self.train_devices, tokens * self.L)
+        return train_s(self.costs.policy, self.hw, self.train_devices, tokens * self.L, self.costs.train_forwards)
 
     def shift_s(self, role: str, up: bool) -> float:
         return self.costs.shift_s(role, up)

@@ -1,9 +1,11 @@
 """The simulated cluster: its replica table (pivot/shift/, tiled by pivot/dist.py as the runtime
 tiles it) and the costs the hardware model derives for each role: decode throughput model, KV
-capacity, prefill time, shift up and down times.
+capacity, prefill time, shift up and down times (colocated: the rollout phase's up is the
+trainer's weight push into the engines, `hardware.weight_sync_s`), training's forward passes.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from pivot.config import ConfigError, PivotConfig
@@ -23,6 +25,8 @@ class RoleCosts:
     prefill_s_per_token: float
     up_s: float
     down_s: float
+    max_running: int = 1 << 30
+    """The engine's `max_running_seqs`: the largest batch a replica decodes."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class SimCosts:
     policy: ModelSpec
     train_up_s: float
     train_down_s: float
+    train_forwards: int = 1
+    """Forward-only passes of a training step besides the update: old log-probs (+ reference)."""
 
     def shift_s(self, role: str, up: bool) -> float:
         if role == Role.TRAIN:
@@ -39,12 +45,14 @@ class SimCosts:
         return self.roles[role].up_s if up else self.roles[role].down_s
 
 
-def _role_costs(spec: ModelSpec, hw: HardwareProfile, tp: int, field: str, kv_limit: int | None) -> RoleCosts:
+def _role_costs(spec: ModelSpec, hw: HardwareProfile, tp: int, field: str, kv_limit: int | None,
+                max_running: int) -> RoleCosts:
     a, b, c, d = hwm.decode_constants(spec, hw, tp)
     kv = hwm.kv_capacity_tokens(spec, hw, tp, field)
     return RoleCosts(
         spec, tp, ThroughputModel(a, b, c, d), kv if kv_limit is None else min(kv, kv_limit),
         hwm.prefill_s(spec, hw, tp, 1), hwm.inference_shift_s(spec, hw, tp, True), hwm.inference_shift_s(spec, hw, tp, False),
+        max_running,
     )
 
 
@@ -69,14 +77,18 @@ def build_cluster(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = 
     genrm = hwm.model_spec(m.genrm, m.genrm_params_b, m.genrm_active_params_b)
     costs = {
         Role.ROLLOUT: _role_costs(policy, hw, cfg.rollout.tp, "rollout.tp",
-                                  cfg.rollout.engine.kv_capacity_tokens if kv_from_engine else None),
+                                  cfg.rollout.engine.kv_capacity_tokens if kv_from_engine else None,
+                                  cfg.rollout.engine.max_running_seqs),
         Role.REWARD: _role_costs(genrm, hw, cfg.reward.tp, "reward.tp",
-                                 cfg.reward.engine.kv_capacity_tokens if kv_from_engine else None),
+                                 cfg.reward.engine.kv_capacity_tokens if kv_from_engine else None,
+                                 cfg.reward.engine.max_running_seqs),
     }
     train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.devices
     hwm.check_train_fits(policy, hw, train_devices)
+    if cfg.cluster.mode == "colocated":  # the trainer pushes the new policy into the engines
+        costs[Role.ROLLOUT] = dataclasses.replace(costs[Role.ROLLOUT], up_s=hwm.weight_sync_s(policy, hw))
     slots = SlotTable.build(ClusterSpec(world, 0, per_node), cfg.rollout.tp, cfg.reward.tp, train_devices)
     table = ReplicaTable.build(slots, world, {r: c.kv_capacity for r, c in costs.items()},
                                {r: c.throughput for r, c in costs.items()})
     return table, SimCosts(costs, policy, hwm.train_shift_s(policy, hw, train_devices, True),
-                           hwm.train_shift_s(policy, hw, train_devices, False))
+                           hwm.train_shift_s(policy, hw, train_devices, False), 1 + (cfg.train.kl_coef > 0))

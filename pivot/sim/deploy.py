@@ -14,10 +14,10 @@ returns every point tried; `table4` is the paper's Appendix E allocation.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pivot.config import PivotConfig
-from pivot.sim.simulator import SimOptions, simulate
+from pivot.sim.simulator import SimOptions, SimResult, simulate
 
 DEPLOYMENTS = ("colocated", "disaggregated", "rr_colocated", "pivot", "static", "rule_based", "vanilla", "vanilla+tm")
 
@@ -89,15 +89,24 @@ class SearchPoint:
     alloc: Allocation
     throughput: float
     error: str = ""
+    runs: dict[int, SimResult] = field(default_factory=dict, compare=False, repr=False)
+    """The point's run of each seed (callers reuse them instead of simulating again)."""
 
 
-def search(base: PivotConfig, name: str, opts: SimOptions) -> tuple[Allocation, list[SearchPoint]]:
-    """Simulate every candidate allocation of a deployment; the best and all points tried."""
+def search(base: PivotConfig, name: str, opts: SimOptions,
+           seeds: tuple[int, ...] | None = None) -> tuple[Allocation, list[SearchPoint]]:
+    """Simulate every candidate allocation of a deployment on `opts` (its measured window: tune
+    on the window the figures are measured on) and each of `seeds` (default: the base's); the
+    best by mean throughput and all points tried."""
     points = []
     for alloc in candidate_allocations(base, name):
         try:
-            res = simulate(deployment(base, name, alloc), opts)
-            points.append(SearchPoint(alloc, res.throughput))
+            cfg = deployment(base, name, alloc)
+            runs = {}
+            for seed in seeds or (base.seed,):
+                cfg.seed = seed
+                runs[seed] = simulate(cfg, opts)
+            points.append(SearchPoint(alloc, sum(r.throughput for r in runs.values()) / len(runs), runs=runs))
         except ValueError as e:  # an impossible allocation (e.g. training state does not fit)
             points.append(SearchPoint(alloc, 0.0, str(e).splitlines()[0]))
     best = max(points, key=lambda p: p.throughput)

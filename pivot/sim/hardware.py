@@ -1,18 +1,32 @@
 """Hardware and model profiles, and every cost the simulator derives from them.
 
-Decode latency (the scheduler's model, paper Appendix A) from first principles, per replica of
-`tp` devices, bf16 weights and KV:
+Every constant below, its public source and its plausible range are in one table,
+docs/simulator_cost_model.md (the ranges are `pivot/sim/band.py`'s, which runs the sensitivity
+band). Decode latency (the scheduler's model, paper Appendix A), per replica of `tp` devices,
+bf16 weights and KV:
 
     A = kv_bytes_per_token / (tp * hbm_bw * mem_eff)       attention reads the whole KV each step
     B = weight_bytes        / (tp * hbm_bw * mem_eff)      FFN bound by loading the weights
                                                            (MoE: all experts, since a batch of
-                                                           dozens of sequences touches nearly all)
+                                                           dozens of sequences touches nearly all:
+                                                           1 - (1 - 8/128)^64 = 98% for Qwen3-30B-A3B)
     C = 2 * active_params   / (tp * peak_flops * dec_eff)  FFN bound by compute, per sequence
     D = step_overhead_s + tp_overhead_s * (tp - 1)         sampling, launches, TP all-reduces
 
+`mem_eff` and `step_overhead_s` are the least-squares fit (pivot/sim/calibration.py) of Qwen's
+SGLang benchmark on one H20 at batch 1 (Qwen3-8B 81.7 tok/s, 14B 47.1, 32B 20.7, 30B-A3B 137:
+35% of peak HBM bandwidth and 1.9 ms per step), `prefill_eff` the same benchmark's longer
+inputs (59-62% of peak on a 6K-14K prompt). The H200 takes the H20's efficiencies (no public
+batch-1 table of the same kind); the band covers it.
+
 KV capacity = tp * gpu_memory * mem_fraction - weight_bytes, in tokens of kv_bytes_per_token.
 Prefill of l tokens costs 2 * active_params * l / (tp * peak_flops * prefill_eff).
-Training of n tokens costs 6 * params * n / (devices * peak_flops * train_mfu) (issue text).
+Training of n tokens costs (6 + 2 * forwards) * params * n / (devices * peak_flops * train_mfu):
+the update (forward and backward, 6N) plus the forward-only passes before it, as veRL runs them
+(volcengine/verl verl/trainer/ppo/ray_trainer.py, `fit`: "recompute old_log_probs" under the
+`old_log_prob` timer, then `compute_ref_log_prob` under `ref` when a reference policy is used):
+the old-log-prob forward (2N, a third of the update) always, the reference forward when the
+loss has a KL term (`train.kl_coef > 0`).
 
 Shift costs (paper Figure 12: inference up ~1 s (1.5B) to ~9 s (122B), down < 2 s; training up
 2-8.5 s, down < 6 s). A shift up reads the weights from GPS in host memory; the devices of one
@@ -26,8 +40,12 @@ host share its host-to-device bandwidth `host_bw`:
 
 where host_bytes(x) = x per device times the devices of the role on one host (at most 8).
 The fixed terms (process-group re-join, allocator, CUDA graphs) are fitted to Figure 12's
-smallest model; the bandwidths to its largest. All constants below are documented guesses
-for H20/H200 nodes, not measurements.
+smallest model; the bandwidths to its largest. The colocated deployment's rollout phase does
+not read from host memory: as colocated frameworks do, the trainer pushes the new policy into
+the inference engine in buckets (slime + SGLang: ~16 s for a 30B MoE, zhaochenyang20/
+Awesome-ML-SYS-Tutorial issue 169), so its rollout up costs
+
+    colocated rollout up = up_fixed_s + weight_bytes / weight_sync_bw       (whole model, each engine)
 """
 from __future__ import annotations
 
@@ -56,19 +74,25 @@ class HardwareProfile:
     """Host memory -> devices of one host, aggregate GB/s (GPS Read path)."""
     train_reload_gb_s: float = 22.0
     """Host -> training devices of one host when reloading optimizer state, aggregate GB/s."""
-    mem_eff: float = 0.8
+    mem_eff: float = 0.35
+    """Share of peak HBM bandwidth decode reads at (fit: pivot/sim/calibration.py)."""
     dec_eff: float = 0.3
     """Decode reaches a smaller share of peak than training (small GEMMs, sampling, launches)."""
-    prefill_eff: float = 0.5
+    prefill_eff: float = 0.6
+    """Share of peak FLOP/s of a prefill (fit: pivot/sim/calibration.py)."""
     train_mfu: float = 0.45
     mem_fraction: float = 0.9
-    step_overhead_s: float = 0.01
+    step_overhead_s: float = 0.002
+    """Fixed seconds per decode step (fit: pivot/sim/calibration.py)."""
     tp_overhead_s: float = 0.0005
     up_fixed_s: float = 1.0
     down_fixed_s: float = 0.5
     down_s_per_gb: float = 0.02
     train_up_fixed_s: float = 2.0
     train_down_fixed_s: float = 1.0
+    weight_sync_gb_s: float = 3.8
+    """Trainer -> inference engine weight update of a colocated framework, GB of weights per
+    second (slime's bucketed update: 61 GB of Qwen3-30B-A3B in ~16 s)."""
 
 
 H20 = HardwareProfile("h20", hbm_tb_s=4.0, peak_tflops=148.0, memory_gb=96.0)
@@ -151,8 +175,16 @@ def prefill_s(m: ModelSpec, hw: HardwareProfile, tp: int, tokens: int) -> float:
     return 2.0 * m.active_params_b * 1e9 * tokens / (tp * hw.peak_tflops * 1e12 * hw.prefill_eff)
 
 
-def train_s(m: ModelSpec, hw: HardwareProfile, devices: int, tokens: int) -> float:
-    return 6.0 * m.params_b * 1e9 * tokens / (devices * hw.peak_tflops * 1e12 * hw.train_mfu)
+def train_s(m: ModelSpec, hw: HardwareProfile, devices: int, tokens: int, forwards: int = 1) -> float:
+    """A training step over `tokens`: the update (6N per token) and `forwards` forward-only passes
+    (2N each: the old-log-prob forward, plus the reference forward under a KL term)."""
+    flops = (6.0 + 2.0 * forwards) * m.params_b * 1e9 * tokens
+    return flops / (devices * hw.peak_tflops * 1e12 * hw.train_mfu)
+
+
+def weight_sync_s(m: ModelSpec, hw: HardwareProfile) -> float:
+    """A colocated framework's rollout phase up: push the new policy into the engine."""
+    return hw.up_fixed_s + m.weight_bytes / (hw.weight_sync_gb_s * 1e9)
 
 
 def check_train_fits(m: ModelSpec, hw: HardwareProfile, devices: int) -> None:

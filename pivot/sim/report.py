@@ -18,6 +18,24 @@ devices it has or how it shifts them (shift costs and queueing only add). With a
 bounds the measured steps from there. `critical_path_s / measured_s` is the fraction of the
 bound a run reached.
 
+Work bound. However the steps overlap, every token must be decoded and every prompt prefilled
+somewhere. A decode step of n sequences over tok KV tokens costs `A * tok + max(B, C * n) + D`;
+`(max(B, C * n) + D) / n` falls with n, so at most `N` running sequences (the engine's
+`max_running_seqs`, or fewer when the KV cannot hold N of the role's shortest prompts) a role's
+decode costs at least
+
+    A * sum of every generated token's context + generated tokens * (max(B, C * N) + D) / N
+
+replica-seconds (times `tp` devices), and its prefill at least the prefill of every distinct
+shared prefix once plus each prompt's own rest. Training costs its steps' `train_s` on the
+training devices. Each set S of roles needs its work's device-seconds on the devices that could
+run a role of S (Pivot and colocated: the whole cluster; a static pool: its devices), so the
+window lasts at least max over S of work(S) / devices(S). The two bounds miss different losses:
+the critical path ignores queueing (it is tight for small batches), the work bound ignores
+dependencies and tails (tight for large ones); `bound_s` is the tighter (larger) of the two.
+Over a whole run the work bound is strict; over a steady-state window it prices the measured
+steps' work, which a window of whole periods holds on average.
+
 Shift-ups per step: the inference roles' replicas brought up in the measured window, per measured
 step (Figure 14's shift count; training's slot moves with every step whatever H is).
 
@@ -32,6 +50,7 @@ from dataclasses import dataclass
 from pivot.sched import Role
 from pivot.sim.costs import RoleCosts
 from pivot.sim.result import SimResult
+from pivot.sim.workload import SimSample, Workload
 
 
 def chain_s(c: RoleCosts, prompt: int, out: int) -> float:
@@ -51,6 +70,90 @@ def critical_path_s(res: SimResult) -> float:
         release = end[st - res.staleness - 1] if st - res.staleness - 1 >= 0 else 0.0
         end.append(max(end[-1] if end else 0.0, release + longest) + res.train_s[st])
     return end[-1] - res.window_start_s
+
+
+def decode_work_s(c: RoleCosts, contexts: float, tokens: int, batch: int) -> float:
+    """Least replica-seconds to decode `tokens` whose contexts sum to `contexts`, at most `batch`
+    sequences per step."""
+    m = c.throughput
+    return m.A * contexts + tokens * (max(m.B, m.C * batch) + m.D) / batch
+
+
+def prefill_tokens_lower(prompts: list[tuple[tuple[tuple[object, int], ...], int]]) -> int:
+    """Tokens to prefill for (prefixes, prompt length) pairs when every distinct shared prefix is
+    computed once: each prefix key costs its tokens beyond the shorter prefix before it, each
+    prompt its tokens beyond its longest prefix."""
+    keys: dict[object, int] = {}
+    own = 0
+    for prefixes, length in prompts:
+        before = 0
+        for key, n in prefixes:
+            n = min(n, length)
+            keys.setdefault(key, max(n - before, 0))
+            before = max(before, n)
+        own += length - before
+    return own + sum(keys.values())
+
+
+def _role_work_s(
+    c: RoleCosts, batch: int, chains: list[tuple[int, int]], prefill_tokens: int
+) -> float:
+    """Device-seconds of a role's measured work: (prompt, generated) per sequence."""
+    contexts = sum(out * p + out * (out - 1) / 2 for p, out in chains)
+    tokens = sum(out for _, out in chains)
+    prefill = c.prefill_s_per_token * prefill_tokens
+    return c.tp * (decode_work_s(c, contexts, tokens, batch) + prefill)
+
+
+def _pool_devices(res: SimResult, role: str) -> set[int]:
+    """Devices that could run `role`: every slot's under Pivot (it may shift any), else the slots
+    that were up at some moment of the run (the static pools; colocated's phases)."""
+    up = set(res.initial_up) | {ev.rid for ev in res.shifts if ev.up}
+    slots = [s for s in res.table.slots(role) if res.mode == "pivot" or s.replica_id in up]
+    return {d for s in slots for d in s.devices}
+
+
+def work_s(res: SimResult, workload: Workload | None = None) -> dict[str, float]:
+    """Device-seconds of the measured steps' work per role (rollout, reward: at best batch;
+    train: its steps on the training devices)."""
+    workload = workload or res.workload
+    steps = range(res.warmup_steps, res.steps)
+    samples: list[SimSample] = [s for st in steps for s in res.samples[st]]
+    out = {}
+    for role in (Role.ROLLOUT, Role.REWARD):
+        c = res.costs.roles[role]
+        if role == Role.ROLLOUT:
+            chains = [(s.prompt_len, s.response_len) for s in samples]
+            prompts = [(workload.rollout_prefixes(s), s.prompt_len) for s in samples]
+        else:
+            chains = [(s.judge_prompt_len, s.judge_len) for s in samples]
+            prompts = [(workload.judge_prefixes(s), s.judge_prompt_len) for s in samples]
+        shortest = min(p for p, _ in chains) + 1
+        batch = max(1, min(c.max_running, c.kv_capacity // shortest))
+        out[str(role)] = _role_work_s(c, batch, chains, prefill_tokens_lower(prompts))
+    train_devices = len(res.table.replicas[res.table.train_rid].devices)
+    out[str(Role.TRAIN)] = train_devices * sum(res.train_s[res.warmup_steps:res.steps])
+    return out
+
+
+def work_bound_s(res: SimResult, workload: Workload | None = None) -> float:
+    """The time below which the measured steps' work cannot be done on the devices that could do
+    it: max over sets of roles of their work over their devices (and training's own time)."""
+    work = work_s(res, workload)
+    pools = {role: _pool_devices(res, role) for role in work}
+    best = sum(res.train_s[res.warmup_steps:res.steps])
+    roles = list(work)
+    for mask in range(1, 1 << len(roles)):
+        chosen = [r for i, r in enumerate(roles) if mask >> i & 1]
+        devices = set().union(*(pools[r] for r in chosen))
+        best = max(best, sum(work[r] for r in chosen) / max(len(devices), 1))
+    return best
+
+
+def bound_s(res: SimResult) -> tuple[float, str]:
+    """The tighter of the critical-path and the work bound, and which one it is."""
+    cp, work = critical_path_s(res), work_bound_s(res)
+    return (work, "work") if work > cp else (cp, "path")
 
 
 def shift_ups_per_step(res: SimResult) -> float:

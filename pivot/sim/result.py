@@ -10,7 +10,7 @@ from pivot.plan import ClusterSnapshot, ShiftPlan
 from pivot.shift import ReplicaTable
 from pivot.sim.costs import SimCosts
 from pivot.sim.replica import SimReplica
-from pivot.sim.workload import SimSample
+from pivot.sim.workload import SimSample, Workload
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,8 @@ class SimResult:
     staleness: int
     warmup_steps: int = 0
     """Steps before the measured window (`SimOptions.warmup_steps`)."""
+    workload: Workload = field(default_factory=Workload)
+    """The workload the samples were drawn from (its shared prefixes price the work bound)."""
     sim_time_s: float = 0.0
     tokens: int = 0
     """Tokens of the measured steps."""

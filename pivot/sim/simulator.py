@@ -96,7 +96,8 @@ class Simulator(ClusterHost):
         self._cheap_mode = not isinstance(self.mode, Shiftable)
         self._plan_due, self._last_plan = True, float("-inf")
         self.res = SimResult(self.cfg.cluster.mode, self.cfg.planner.strategy, self.cfg.preset, opts.hardware.name,
-                             self.steps, table, self.costs, self.staleness, warmup_steps=opts.warmup_steps)
+                             self.steps, table, self.costs, self.staleness, warmup_steps=opts.warmup_steps,
+                             workload=opts.workload)
         # steady state: later steps' prompts keep coming, as the steps after the last one would
         self.released = self.steps + (self.staleness if opts.warmup_steps else 0)
 
@@ -252,7 +253,7 @@ class Simulator(ClusterHost):
         if self.train_ready() and self.is_up(self.train_rid):
             tokens = sum(s.train_tokens for s in self.samples[self.step])
             devices = len(self.table.replicas[self.train_rid].devices)
-            dur = hwm.train_s(self.costs.policy, self.opts.hardware, devices, tokens)
+            dur = hwm.train_s(self.costs.policy, self.opts.hardware, devices, tokens, self.costs.train_forwards)
             self.training, self.train_tps = True, tokens / dur
             self.res.train_s.append(dur)
             self.events.push(self.now + dur, "train", ())

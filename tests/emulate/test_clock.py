@@ -11,8 +11,8 @@ from configs.presets import tiny_cpu
 from pivot.emulate import EmulatedClock, EmulatedCosts, paper_config, runtime_config
 from pivot.emulate.roles import EmulatedInference, EmulatedTrainer
 
-# H20 (pivot/sim/hardware.py's documented guesses) and Qwen2.5-7B (config.json: 28 layers, 4 KV heads, 128 dims)
-HBM, FLOPS, MEM_EFF, DEC_EFF, PREFILL_EFF, MFU, STEP_OVERHEAD = 4.0e12, 148e12, 0.8, 0.3, 0.5, 0.45, 0.01
+# H20 (pivot/sim/hardware.py: bandwidth share, step overhead and prefill share fit to Qwen's SGLang benchmark) and Qwen2.5-7B (config.json: 28 layers, 4 KV heads, 128 dims)
+HBM, FLOPS, MEM_EFF, DEC_EFF, PREFILL_EFF, MFU, STEP_OVERHEAD = 4.0e12, 148e12, 0.35, 0.3, 0.6, 0.45, 0.002
 P7B, KV7B = 7.6e9, 2 * 28 * 4 * 128 * 2
 
 
@@ -111,7 +111,7 @@ def test_training_and_shifts_wait_the_profiles_time() -> None:
     trainer = EmulatedTrainer(SimpleNamespace(train_step=lambda b: {}, shift_up=lambda s: {}, shift_down=dict), costs, clock)
     t0 = ft.now()
     trainer.train_step(batch)
-    assert ft.t - t0 == pytest.approx(0.02 * 6 * P7B * 60 * 50 / (2 * FLOPS * MFU))
+    assert ft.t - t0 == pytest.approx(0.02 * (6 + 2) * P7B * 60 * 50 / (2 * FLOPS * MFU))  # update + old-log-prob forward
     t0 = ft.now()
     phases = trainer.shift_up({})
     # 2 s fixed + 16 B/param of the 2 devices on one host at 22 GB/s, shared by both devices

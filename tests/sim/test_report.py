@@ -8,8 +8,10 @@ import pytest
 from pivot.sim import LengthDist, SimOptions, Workload, simulate
 from pivot.sim.deploy import DEPLOYMENTS, Allocation, deployment
 from pivot.sim.costs import build_cluster
-from pivot.sim.report import breakdown, chain_s, critical_path_s, shift_ups_per_step
+from pivot.sim.report import (bound_s, breakdown, chain_s, critical_path_s, decode_work_s, prefill_tokens_lower,
+                              shift_ups_per_step, work_bound_s, work_s)
 from pivot.sim.result import ShiftEvent
+from pivot.sched import ThroughputModel
 from tests.sim.conftest import small_cfg
 
 
@@ -28,6 +30,8 @@ def test_chain_is_the_sum_of_single_sequence_steps(opts: SimOptions) -> None:
 def test_no_run_beats_its_bound_and_device_time_adds_up(name: str, opts: SimOptions) -> None:
     res = simulate(deployment(small_cfg(), name, _alloc(name)), opts)
     assert critical_path_s(res) <= res.sim_time_s * (1 + 1e-9)
+    assert 0 < work_bound_s(res) <= res.sim_time_s * (1 + 1e-9)
+    assert bound_s(res)[0] == max(critical_path_s(res), work_bound_s(res))
     b = breakdown(res)
     parts = sum(t.busy + t.idle + t.shifting for t in b.roles.values()) + b.unassigned
     assert parts == pytest.approx(b.total) and b.total == pytest.approx(8 * res.sim_time_s)
@@ -63,3 +67,49 @@ def test_shift_ups_per_step_counts_inference_ups_in_the_window(opts: SimOptions)
               ShiftEvent(16.0, 20.0, 3, "train", True)]
     res = dataclasses.replace(res, shifts=events, step_end_s=[10.0, 20.0, 30.0], warmup_steps=1)
     assert shift_ups_per_step(res) == 1.0
+
+
+def test_decode_work_at_best_batch_by_hand(opts: SimOptions) -> None:
+    c = build_cluster(small_cfg(), opts.hardware)[1].roles["rollout"]
+    c = dataclasses.replace(c, throughput=ThroughputModel(1e-6, 0.01, 1e-4, 0.002))
+    # (prompt 10, 3 tokens) and (prompt 5, 2 tokens): contexts 10+11+12 + 5+6 = 44; at 64 per step
+    # each token costs (max(0.01, 64e-4) + 0.002) / 64 = 1.875e-4 s
+    assert decode_work_s(c, 44, 5, 64) == pytest.approx(44e-6 + 5 * 1.875e-4)
+    # compute-bound past the knee B / C = 100: at 200, (0.02 + 0.002) / 200 per token
+    assert decode_work_s(c, 0, 10, 200) == pytest.approx(10 * 0.022 / 200)
+
+
+def test_shared_prefixes_are_prefilled_once() -> None:
+    common, g1, g2 = ("rollout",), ("rollout", 0, 1), ("rollout", 0, 2)
+    prompts = [(((common, 40), (g1, 100)), 100)] * 3 + [(((common, 40), (g2, 80)), 80)]
+    assert prefill_tokens_lower(prompts) == 40 + 60 + 40  # the common part once, each group's rest once
+    # a judge prompt: template (150 shared), question (shared by its group), then its own response
+    judges = [(((("reward",), 150), (("reward", 0, 1), 150 + 30)), 150 + 30 + 20 + r) for r in (7, 9)]
+    assert prefill_tokens_lower(judges) == 150 + 30 + (20 + 7) + (20 + 9)
+
+
+def test_work_bound_of_a_static_deployment_by_hand(opts: SimOptions) -> None:
+    res = simulate(deployment(small_cfg(), "disaggregated", Allocation(2, 3)), opts)
+    ro, rm = res.costs.roles["rollout"], res.costs.roles["reward"]
+    samples = [s for st in range(res.steps) for s in res.samples[st]]
+    w = res.workload
+
+    def decode(c, pairs):  # noqa: ANN001, ANN202 - every token at the best batch, summed token by token
+        m, n = c.throughput, min(c.max_running, c.kv_capacity // (min(p for p, _ in pairs) + 1))
+        return sum(m.A * (p + k) + (max(m.B, m.C * n) + m.D) / n for p, out in pairs for k in range(out))
+
+    groups = {(s.step, s.group): s.prompt_len for s in samples}
+    ro_prefill = w.prompt_common_tokens + sum(p - w.prompt_common_tokens for p in groups.values())
+    rm_prefill = w.judge_common_tokens + sum(groups.values()) + sum(
+        s.judge_prompt_len - w.judge_common_tokens - s.prompt_len for s in samples)
+    w_ro = decode(ro, [(s.prompt_len, s.response_len) for s in samples]) + ro.prefill_s_per_token * ro_prefill
+    w_rm = decode(rm, [(s.judge_prompt_len, s.judge_len) for s in samples]) + rm.prefill_s_per_token * rm_prefill
+    w_tr = 2 * sum(res.train_s)
+    assert work_s(res) == pytest.approx({"rollout": w_ro, "reward": w_rm, "train": w_tr})
+    # pools: rollout 3 devices, reward 3, training 2 (TP 1); any set of roles over its devices
+    pools = {"rollout": 3, "reward": 3, "train": 2}
+    work = {"rollout": w_ro, "reward": w_rm, "train": w_tr}
+    sets = [("rollout",), ("reward",), ("train",), ("rollout", "reward"), ("rollout", "train"),
+            ("reward", "train"), ("rollout", "reward", "train")]
+    want = max(sum(work[r] for r in s) / sum(pools[r] for r in s) for s in sets)
+    assert work_bound_s(res) == pytest.approx(max(want, sum(res.train_s)))
