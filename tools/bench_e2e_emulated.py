@@ -136,6 +136,8 @@ def window_of(args: argparse.Namespace) -> Window:
     """--steps/--warmup as given, else the aligned window of the job's staleness."""
     staleness = tiny_cpu().train.staleness
     warmup = 4 if args.warmup is None else args.warmup
+    if args.steps is not None and not 0 <= warmup < args.steps:
+        raise SystemExit(f"--warmup {warmup}: need 0 <= it < --steps {args.steps}")
     w = aligned_window(staleness, warmup) if args.steps is None else Window(warmup, args.steps - warmup)
     if w.warmup and not is_aligned(w, staleness):
         print(f"warning: {w.describe(staleness)}: a window that is not whole staleness periods cuts a burst")

@@ -32,7 +32,7 @@ SLOW = pytest.mark.slow
 SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
     "bench_control.py": (["--round-trips", "20", "--repeats", "1"], r"^new/old", (SLOW,)),
     "bench_planner.py": (["--sizes", "16", "--repeats", "1", "--check-max", "16"], r"\n\s+16\s.*\byes\s*$", ()),
-    "bench_sim.py": (["--groups", "qwen2.5-1.5b+glm-z1-9b", "--steps", "1", "--prompts", "4", "--group-size", "2",
+    "bench_sim.py": (["--groups", "qwen2.5-1.5b+glm-z1-9b", "--steps", "2", "--warmup", "1", "--seeds", "0", "--prompts", "4", "--group-size", "2",
                       "--alloc", "table4"], r"Figure 9[\s\S]*pivot\s+[\d,]+ \|", ()),
     "profile_engine.py": (["--tiny", "rollout", "--seqs", "1,2", "--ctx", "16,32", "--steps", "1", "--passes", "1",
                            "--out", "{tmp}/profile.json"], r"R\^2|R2", ()),
@@ -40,7 +40,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
                          "--median", "4"], r"^long-tail\s+1\s+4\s+\d+", ()),
     # pip is asked about nothing: the tool's whole path except the resolver's network reads
     "resolve_gpu_requirements.py": (["--requirements", os.devnull], r"(PASS|FAIL) gpu-requirements", ()),
-    "bench_e2e_emulated.py": (["--sim-only", "--steps", "1", "--modes", "pivot", "--batch-prompts", "2", "--group-size", "2"],
+    "bench_e2e_emulated.py": (["--sim-only", "--steps", "2", "--warmup", "1", "--seeds", "0", "--modes", "pivot", "--batch-prompts", "2", "--group-size", "2"],
                               r"pivot: sim [\d,]+ tok/s", ()),
     "make_tiny_models.py": (["--smoke", "--out", "{tmp}/tiny"], r"built in \d+ s", (SLOW,)),
     "bench_memory.py": (["--smoke", "--gb", "0.001", "--ranks", "2", "--dir", "{tmp}"], r"worst peak/share", (SLOW,)),
