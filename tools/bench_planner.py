@@ -35,8 +35,9 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -137,10 +138,12 @@ def main() -> None:
     args = ap.parse_args()
     head = (
         f"{'devs':>5} {'seqs':>6} {'eval':>7} | {'pre ms':>11} {'dp ms':>11} {'sim ms':>13} {'total ms':>13} | "
-        f"{'paper s':>7} {'paper/ours':>10} {'target ms':>9} {'cpu/target':>10} {'':>4} | {'down ms':>7} {'up ms':>7} | "
+        f"{'paper s':>7} {'paper/ours':>10} {'target ms':>9} {'cpu/target':>10} {'':>4} | "
+        f"{'down ms':>7} {'up ms':>7} | "
         f"{'clone ms':>10} {'clone/ours':>10} {'same':>4}"
     )
-    print(f"scenario: {'undrained (queues not dispatched: stress case)' if args.undrained else 'drained (queues dispatched first, as the runtime plans)'}")
+    undrained = "undrained (queues not dispatched: stress case)"
+    print(f"scenario: {undrained if args.undrained else 'drained (queues dispatched first, as the runtime plans)'}")
     print("phase columns: wall/cpu (median of repeats)")
     print(head)
     for n in args.sizes:
@@ -156,8 +159,10 @@ def main() -> None:
         ro, rm = snap.scheduler("rollout"), snap.scheduler("reward")
         down_ids = ro.active_ids[: len(ro.active_ids) // 4]
         up_ids = [r for r in rm.replica_ids if r not in rm.active_ids][: max(1, n // 32)]
-        down = med(timed(lambda: ro.clone().shift_down(down_ids)) - timed(ro.clone) for _ in range(args.repeats))
-        up = med(timed(lambda: rm.clone().shift_up(up_ids)) - timed(rm.clone) for _ in range(args.repeats))
+        down = med(timed(lambda s=ro, ids=down_ids: s.clone().shift_down(ids)) - timed(ro.clone)
+                   for _ in range(args.repeats))
+        up = med(timed(lambda s=rm, ids=up_ids: s.clone().shift_up(ids)) - timed(rm.clone)
+                 for _ in range(args.repeats))
         seqs = ro.num_sequences() + rm.num_sequences()
         cands = [c for c, _ in planner.last_candidates]
         got = [b for _, b in planner.last_candidates]
@@ -177,7 +182,8 @@ def main() -> None:
         print(
             f"{n:>5} {seqs:>6} {f'{len(cands)}/{planner.last_num_candidates}':>7} | {ph} | "
             f"{paper if paper else '-':>7} {(f'{paper / wall[3]:.0f}x' if paper else '-'):>10} "
-            f"{(f'{target * 1e3:.0f}' if target else '-'):>9} {(f'{cpu[3] / target:.2f}' if target else '-'):>10} {verdict:>4} | "
+            f"{(f'{target * 1e3:.0f}' if target else '-'):>9} "
+            f"{(f'{cpu[3] / target:.2f}' if target else '-'):>10} {verdict:>4} | "
             f"{max(down, 0) * 1e3:>7.2f} {max(up, 0) * 1e3:>7.2f} | {ref_sim:>10} {ref_ratio:>10} {same:>4}",
             flush=True,
         )

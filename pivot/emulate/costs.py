@@ -20,8 +20,8 @@ import math
 
 from pivot.config import ConfigError, EngineConfig, PivotConfig
 from pivot.sched.throughput import ThroughputModel
+from pivot.sim.costs import build_cluster
 from pivot.sim.hardware import HARDWARE, decode_steps_s, train_s
-from pivot.sim.costs import SimCosts, build_cluster
 from pivot.sim.workload import Workload
 
 BLOCK_SIZE = 4

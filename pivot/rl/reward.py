@@ -19,7 +19,8 @@ matches 50, not 0.5).
 
 GenRM: `judge_prompt` fills a template with `{question}` and `{response}` (default
 `pivot.tiny.synthetic.JUDGE_TEMPLATE`). `parse_verdict(text)` reads the LAST verdict in the
-judge's text after its thinking block (`<think>...</think>`; none while the block is unclosed) and returns a score in [0, 1] or None. Accepted (case-insensitive, after
+judge's text after its thinking block (`<think>...</think>`; none while the block is unclosed)
+and returns a score in [0, 1] or None. Accepted (case-insensitive, after
 `Verdict:` or `Score:`): a number in [0, 1] ("1", "0.75"), a fraction or "x/10" form ("7/10" ->
 0.7), a percentage ("75%"), or a word (correct/yes/true/pass -> 1, incorrect/wrong/no/false/
 fail -> 0). Out-of-range numbers are unparsable. `GenRMScorer` maps unparsable verdicts to a
@@ -39,6 +40,7 @@ _VERDICT = re.compile(
     r"(?:verdict|score)\s*[:=]\s*\**\s*([-+]?\d+(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?\s*%?|[a-z]+)",
     re.IGNORECASE,
 )
+# one line per score (kept by fmt: skip): the table reads as a table
 _WORDS = {
     "correct": 1.0, "yes": 1.0, "true": 1.0, "pass": 1.0, "right": 1.0,
     "incorrect": 0.0, "wrong": 0.0, "no": 0.0, "false": 0.0, "fail": 0.0,

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 import torch.distributed as dist
 
 from pivot.config import EngineConfig, ModelConfig

@@ -6,11 +6,10 @@ import datetime
 import os
 import signal
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-from pathlib import Path
 
 from pivot import emulate
 from pivot.config import PivotConfig
@@ -20,18 +19,18 @@ from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, TextTokenizer, load_state_dict
 from pivot.model.hf_folder import check_folder
-from pivot.runtime.context_check import check_context
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
 from pivot.runtime import secret as job_secret
 from pivot.runtime.checkpoint import Checkpointer
+from pivot.runtime.context_check import check_context
 from pivot.runtime.controller_thread import ControllerThread, start_controller
-from pivot.runtime.summary import run_summary
 from pivot.runtime.manifest import problem as manifest_problem
 from pivot.runtime.rank0_wait import Rank0Failed, run_on_rank0
-from pivot.tiny.shipped import ensure_tiny_models
+from pivot.runtime.summary import run_summary
 from pivot.runtime.weights import WeightService
 from pivot.runtime.worker import Worker
+from pivot.tiny.shipped import ensure_tiny_models
 
 
 def resolve_device(cfg: PivotConfig) -> str:
@@ -65,7 +64,8 @@ def summary(cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, device: str) 
         f"pivot: preset {cfg.preset}, mode {cfg.cluster.mode}, planner {cfg.planner.strategy}, device {device}",
         describe(spec, table),
         f"  policy {cfg.model.policy or '<embedded tiny>'} (rollout TP{cfg.rollout.tp}), "
-        f"genrm {cfg.model.genrm or '<embedded tiny>'} (reward TP{cfg.reward.tp}), training pool {cfg.train.devices}",
+        f"genrm {cfg.model.genrm or '<embedded tiny>'} (reward TP{cfg.reward.tp}), "
+        f"training pool {cfg.train.devices}",
     ])
 
 

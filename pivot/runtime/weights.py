@@ -4,7 +4,8 @@ Every shift up is one GPS Read whatever the role, in the destination's real layo
 an inference replica of TP=k reads exactly its TP slice (`parallel_layout` over the slot's ranks,
 the split the embedded engine shards by), the trainer reads its FSDP dim-0 shards. A replica
 served by sglang reads the whole model on its leader, into host memory (sglang shards it under
-its own TP; the adapter stages it to the device in buckets), and nothing on its parked ranks. The trainer Writes its shards after every step. GPS counts Writes; the RL loop
+its own TP; the adapter stages it to the device in buckets), and nothing on its parked ranks.
+The trainer Writes its shards after every step. GPS counts Writes; the RL loop
 counts policy versions (= training steps done), so `offset` maps one onto the other, also
 after a resume (the first Write of a resumed job carries the checkpoint's version).
 """

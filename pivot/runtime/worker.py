@@ -8,12 +8,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from pivot.dist import ClusterSpec, SlotTable
+from pivot.dist import ClusterSpec, SlotTable, WorkerEndpoint
 from pivot.roles.inference import InferenceRole
 from pivot.runtime import messages as m
 from pivot.runtime import wire
 from pivot.runtime.manifest import seal
-from pivot.dist import WorkerEndpoint
 
 STATS_EVERY_S = 0.1  # the monitor wants stats at least every 200 ms
 

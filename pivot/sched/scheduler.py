@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from pivot.sched.placement import Placement
 from pivot.sched.records import Command, Replica, SeqState
@@ -52,7 +53,7 @@ class ShiftAwareScheduler(Placement):
         super().__init__(replicas, active, priority)
         self.migrate = migrate
 
-    def clone(self) -> "ShiftAwareScheduler":
+    def clone(self) -> ShiftAwareScheduler:
         """An independent copy."""
         new = super().clone()
         new.migrate = self.migrate
@@ -136,7 +137,7 @@ class ShiftAwareScheduler(Placement):
             journal, self._journal = self._journal, None
             changed = {rid}
             changed.update(loc for _, loc in journal if loc is not None)
-            changed.update(self._where[s] for s, _ in journal if self._where[s] is not None)
+            changed.update(w for s, _ in journal if (w := self._where[s]) is not None)
             new_total = self.throughput()
             if new_total <= total * (1 + MIGRATION_MIN_GAIN):
                 for s, loc in reversed(journal):

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,7 @@ class TrialBase:
             out = self._running[i] = sorted(zip(seqs.values(), seqs))
         return out
 
-    def run(self, down: Iterable[int], up: Iterable[int]) -> "Trial":
+    def run(self, down: Iterable[int], up: Iterable[int]) -> Trial:
         """Shift down `down`, then shift up `up` (replica ids, sorted inside), like the scheduler."""
         t = Trial(self)
         d = sorted(set(down))

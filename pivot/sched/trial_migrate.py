@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -71,9 +71,9 @@ class Simulator(ClusterHost):
         self.reps = {
             s.replica_id: SimReplica(s.replica_id, s.model, s.kv_capacity, self.costs.roles[s.role].prefill_s_per_token,
                                      engines[s.role].max_running_seqs, opts.kv_headroom)
-            for s in table.replicas if s.role != Role.TRAIN
+            for s in table.replicas if s.role != Role.TRAIN and s.model is not None  # Replica checks it has one
         }
-        self._role_reps = {role: [self.reps[s.replica_id] for s in table.slots(role)] for role in INFERENCE_ROLES}
+        self._role_reps: dict[str, list[SimReplica]] = {role: [self.reps[s.replica_id] for s in table.slots(role)] for role in INFERENCE_ROLES}
         self._stale: dict[str, set[int]] = {role: set() for role in INFERENCE_ROLES}  # progress not yet reported
         self.dev_free_at = [0.0] * table.world
         self.training = False
@@ -303,7 +303,7 @@ class Simulator(ClusterHost):
     # ------------------------------------------------------------------ timeline
     def _sample(self) -> None:
         devices = self.shifts.states.devices_per_role()
-        tps = {Role.ROLLOUT: 0.0, Role.REWARD: 0.0}
+        tps: dict[str, float] = {Role.ROLLOUT: 0.0, Role.REWARD: 0.0}
         for rid in self.up_slots():
             if rid in self.reps:
                 rep = self.reps[rid]

@@ -9,14 +9,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from pivot.config import DataConfig
-from pivot.tiny import synthetic
 from pivot.rl.data import PromptCursor, load_dataset, stats_dict, synthetic_dataset
+from pivot.tiny import synthetic
 
 DAPO_ROWS = [
     {"prompt": [{"role": "user", "content": "What is 2+2?"}], "reward_model": {"style": "rule", "ground_truth": "4"}},
     {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1/2 + 1/4?"}],
      "reward_model": {"style": "rule", "ground_truth": "3/4"}},
-]  # fmt: skip
+]
 
 
 def test_parquet_nested_dapo(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 
 from pivot.config import RewardConfig
-from pivot.tiny import synthetic
 from pivot.rl.reward import (
     GenRMScorer,
     extract_answer,
@@ -14,6 +13,7 @@ from pivot.rl.reward import (
     total_reward,
     verify,
 )
+from pivot.tiny import synthetic
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,14 @@ import pytest
 import torch.distributed as dist
 import zmq
 
-from pivot.dist import CONTROL_KEY, ClusterSpec, ControlRecord, ControllerEndpoint, WorkerEndpoint, control_host
+from pivot.dist import (
+    CONTROL_KEY,
+    ClusterSpec,
+    ControllerEndpoint,
+    ControlRecord,
+    WorkerEndpoint,
+    control_host,
+)
 from pivot.runtime import frames
 from pivot.runtime import messages as m
 from pivot.runtime.secret import ENV, KeyFile, private_dir, require_for

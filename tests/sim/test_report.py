@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 
 from pivot.sim import LengthDist, SimOptions, Workload, simulate
-from pivot.sim.deploy import DEPLOYMENTS, Allocation, deployment
 from pivot.sim.costs import build_cluster
+from pivot.sim.deploy import DEPLOYMENTS, Allocation, deployment
 from pivot.sim.report import breakdown, chain_s, critical_path_s, shift_ups_per_step
 from pivot.sim.result import ShiftEvent
 from tests.sim.conftest import small_cfg
