@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
+import torch.distributed as dist
 
 from pivot.dist import Slot
 from pivot.gps.layout import Layout, fsdp_layout, gps_layouts, parallel_layout, split_views
@@ -110,7 +111,7 @@ class WeightService:
                 tensors[name] = given
         return tensors, got + self.offset[model]
 
-    def write_policy(self, shards: Mapping[str, torch.Tensor], group: object) -> int:
+    def write_policy(self, shards: Mapping[str, torch.Tensor], group: dist.ProcessGroup | None) -> int:
         """The trainer's fp32 shards, cast to the stored dtype (bf16 on GPU clusters); collective."""
         return self.store.write("policy", self._train_layout, self._cast("policy", shards), group=group) + self.offset["policy"]
 

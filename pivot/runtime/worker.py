@@ -6,13 +6,17 @@ from __future__ import annotations
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pivot.dist import ClusterSpec, SlotTable, WorkerEndpoint
 from pivot.roles.inference import InferenceRole
 from pivot.runtime import messages as m
 from pivot.runtime import wire
 from pivot.runtime.manifest import seal
+
+if TYPE_CHECKING:  # annotations only
+    from pivot.roles.training import TrainingRole
+    from pivot.runtime.weights import WeightService
 
 STATS_EVERY_S = 0.1  # the monitor wants stats at least every 200 ms
 
@@ -25,8 +29,8 @@ class Worker:
         groups: dict[str, Any],
         endpoint: WorkerEndpoint,
         inference: dict[str, InferenceRole],
-        trainer: Any,
-        weights: Any,
+        trainer: TrainingRole,
+        weights: WeightService,
     ) -> None:
         self.spec, self.table, self.groups, self.endpoint = spec, table, groups, endpoint
         self.inference, self.trainer, self.weights = inference, trainer, weights
@@ -111,7 +115,7 @@ class Worker:
             self.endpoint.send(m.Stats(self.spec.rank, self.role, self.slot, stats, time.time(), progress))
             self._last_stats = now
 
-    def handle(self, msg: object) -> None:
+    def handle(self, msg: m.Message) -> None:
         rank = self.spec.rank
         if isinstance(msg, m.Generate):
             self.inference[self.role].add(msg.requests)
