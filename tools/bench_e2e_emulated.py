@@ -136,8 +136,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     rollout_devices = args.rollout_devices or max(unit, inference // 2 // unit * unit)
     out = ROOT / args.out
     results: dict[str, tuple[EmulatedRun, SimResult]] = {}
-    print(f"emulated {world} x {args.hardware} serving {args.emulate} "
-          f"(rollout TP{args.rollout_tp}, GenRM TP{args.reward_tp}), "
+    print(f"emulated {world} x {args.hardware} serving {args.emulate} (rollout TP{args.rollout_tp}, GenRM TP{args.reward_tp}), "
           f"time scale {args.time_scale:g}, length scale {args.length_scale}; {workload.describe(world)}", flush=True)
     for name in args.modes.split(","):
         sim_cfg = deployment(paper, name, Allocation(args.train_devices, rollout_devices if name == "disaggregated" else 0))
@@ -149,8 +148,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
         done = args.reuse and (out / name / "emulated").is_dir()
         real = measure(out / name, args.time_scale, read_tallies(out / name)) if done else run_runtime(name, sim_cfg, world, out, extra)
         results[name] = (real, sim)
-        print(f"  {name}: {real.emulated_s:,.0f} emulated s (sim {sim.sim_time_s:,.0f}), "
-              f"compute {real.compute_share:.0%} "
+        print(f"  {name}: {real.emulated_s:,.0f} emulated s (sim {sim.sim_time_s:,.0f}), compute {real.compute_share:.0%} "
               f"of the windows, overrun {real.overrun_s:.2f} wall s over all ranks, of which the training slot's "
               f"{real.train_overrun_s:,.0f} emulated s", flush=True)
     if results:
@@ -167,13 +165,10 @@ def report(results: dict[str, tuple[EmulatedRun, SimResult]], world: int, length
         ratio = f"x{ref[1].tokens / ref[0].emulated_s / tps:.2f}" if ref else "-"
         ratio_sim = f"x{ref[1].throughput / sim.throughput:.2f}" if ref else "-"
         fair = sim.tokens / (real.emulated_s - real.train_overrun_s) / sim.throughput
-        print(f"{name:14s} {tps:10,.0f} {sim.throughput:8,.0f} {tps / sim.throughput:8.2f} {fair:14.2f} "
-              f"{ratio:>10s} {ratio_sim:>6s} "
+        print(f"{name:14s} {tps:10,.0f} {sim.throughput:8,.0f} {tps / sim.throughput:8.2f} {fair:14.2f} {ratio:>10s} {ratio_sim:>6s} "
               f"{real.plans:5d} {sim.num_plans:4d}  {shares_real(real, world)} | {shares_sim(sim)}   "
-              f"{real.real_tokens * length_scale / sim.tokens:15.2f}  "
-              f"{real.prefill_tokens * length_scale / sim.prefill_tokens:18.2f}  "
-              f"{reused(real.prefill_tokens, real.prefix_hit_tokens):8.0f} | "
-              f"{reused(sim.prefill_tokens, sim.prefix_hit_tokens):3.0f}")
+              f"{real.real_tokens * length_scale / sim.tokens:15.2f}  {real.prefill_tokens * length_scale / sim.prefill_tokens:18.2f}  "
+              f"{reused(real.prefill_tokens, real.prefix_hit_tokens):8.0f} | {reused(sim.prefill_tokens, sim.prefix_hit_tokens):3.0f}")
 
 
 def reused(prefilled: int, hits: int) -> float:

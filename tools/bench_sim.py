@@ -87,8 +87,7 @@ def run_details(r: SimResult) -> str:
 
 def report_line(name: str, r: SimResult, paper: dict[str, float], piv: float) -> None:
     sp = f"PivotRL x{piv / r.throughput:.2f} (paper x{paper['pivot'] / paper[name]:.2f})" if name != "pivot" else " " * 29
-    print(f"  {name:14s} {r.throughput:9,.0f} | {paper[name]:7,} | {r.throughput / paper[name]:5.2f}  "
-          f"{sp}  {run_details(r)}")
+    print(f"  {name:14s} {r.throughput:9,.0f} | {paper[name]:7,} | {r.throughput / paper[name]:5.2f}  {sp}  {run_details(r)}")
 
 
 def fig9(groups: list[str], opts: SimOptions, args: argparse.Namespace) -> dict[str, dict[str, tuple[Allocation, SimResult]]]:
@@ -145,8 +144,7 @@ def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:
     for g in groups:
         _, costs = build_cluster(preset(g, seed), opts.hardware, opts.kv_from_engine)
         c = costs.roles
-        print(f"  {g}: rollout up {c['rollout'].up_s:.1f} down {c['rollout'].down_s:.1f} | "
-              f"reward up {c['reward'].up_s:.1f} "
+        print(f"  {g}: rollout up {c['rollout'].up_s:.1f} down {c['rollout'].down_s:.1f} | reward up {c['reward'].up_s:.1f} "
               f"down {c['reward'].down_s:.1f} | train up {costs.train_up_s:.1f} down {costs.train_down_s:.1f}")
         for role in ("rollout", "reward"):
             m = c[role].throughput

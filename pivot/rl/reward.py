@@ -19,8 +19,7 @@ matches 50, not 0.5).
 
 GenRM: `judge_prompt` fills a template with `{question}` and `{response}` (default
 `pivot.tiny.synthetic.JUDGE_TEMPLATE`). `parse_verdict(text)` reads the LAST verdict in the
-judge's text after its thinking block (`<think>...</think>`; none while the block is unclosed)
-and returns a score in [0, 1] or None. Accepted (case-insensitive, after
+judge's text after its thinking block (`<think>...</think>`; none while the block is unclosed) and returns a score in [0, 1] or None. Accepted (case-insensitive, after
 `Verdict:` or `Score:`): a number in [0, 1] ("1", "0.75"), a fraction or "x/10" form ("7/10" ->
 0.7), a percentage ("75%"), or a word (correct/yes/true/pass -> 1, incorrect/wrong/no/false/
 fail -> 0). Out-of-range numbers are unparsable. `GenRMScorer` maps unparsable verdicts to a
