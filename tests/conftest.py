@@ -12,6 +12,8 @@ if str(ROOT) not in sys.path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # lint and type check first (seconds), so a style or type error shows before the long tests
+    items.sort(key=lambda item: item.path.name != "test_lint.py")
     try:
         import torch
 

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import bench_e2e_emulated  # noqa: E402
+
 MODES = {
     "colocated": ["--cluster.mode", "colocated"],
     "disaggregated": ["--cluster.mode", "disaggregated"],
@@ -72,7 +73,8 @@ def main() -> None:
         results = [run_mode(m, MODES[m], args.steps, args.nproc, extra, Path(tmp)) for m in args.modes.split(",")]
     ref = next((r for r in results if r["mode"] == "pivot"), results[0])
     print(f"\nend-to-end throughput, {args.steps} steps on {args.nproc} CPU ranks (tokens processed / time)")
-    print(f"{'mode':15s} {'tokens':>8s} {'seconds':>8s} {'tok/s':>8s} {'pivot/mode':>11s} {'shift-ups':>9s} {'last reward':>11s}")
+    print(f"{'mode':15s} {'tokens':>8s} {'seconds':>8s} {'tok/s':>8s} "
+          f"{'pivot/mode':>11s} {'shift-ups':>9s} {'last reward':>11s}")
     for r in results:
         print(f"{r['mode']:15s} {r['tokens']:8d} {r['seconds']:8.1f} {r['tok_s']:8.1f} "
               f"{ref['tok_s'] / r['tok_s']:10.2f}x {r['shift_ups']:9d} {r['reward_last']:11.3f}")

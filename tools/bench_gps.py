@@ -23,10 +23,10 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pivot.gps.layout import parallel_layout, replicated_layout  # noqa: E402
-from pivot.gps.transfer_plan import PlanCache  # noqa: E402
 from pivot.gps.spec import model_bytes, qwen2_specs, qwen25_72b_specs  # noqa: E402
 from pivot.gps.store import GPSStore, HostInfo  # noqa: E402
 from pivot.gps.torch_specs import TORCH_DTYPES  # noqa: E402
+from pivot.gps.transfer_plan import PlanCache  # noqa: E402
 
 
 def bench_specs(gb: float):
@@ -70,7 +70,7 @@ def local_reads(gb: float, reps: int) -> None:
             layout = parallel_layout("m", specs, [0, 1][:tp], [0, 0], tp=tp)
             out, _ = store.read("m", layout)
             got = sum(t.numel() * t.element_size() for t in out.values())
-            t_read, t_raw = paired(lambda: store.read("m", layout, out=out), got, reps)
+            t_read, t_raw = paired(lambda lay=layout, o=out: store.read("m", lay, out=o), got, reps)
             print(f"host-local Read TP={tp} ({got / 1e9:.2f} GB of {nbytes / 1e9:.2f} GB): "
                   f"{got / t_read / 1e9:.2f} GB/s vs raw copy {got / t_raw / 1e9:.2f} GB/s "
                   f"-> ratio {t_raw / t_read:.3f} (target >= 0.9)")
@@ -94,7 +94,7 @@ def remote_worker(rank: int, port: int, ns: str, gb: float, reps: int) -> None:
             layout = parallel_layout("m", specs, [1], [0, 1])  # rank 1 on host 1; data only on host 0
             out, _ = store.read("m", layout)
             got = sum(t.numel() * t.element_size() for t in out.values())
-            t_read, t_raw = paired(lambda: store.read("m", layout, out=out), got, reps)
+            t_read, t_raw = paired(lambda lay=layout, o=out: store.read("m", lay, out=o), got, reps)
             print(f"NIXL cross-host Read ({got / 1e9:.2f} GB): {got / t_read / 1e9:.2f} GB/s vs raw copy "
                   f"{got / t_raw / 1e9:.2f} GB/s -> ratio {t_raw / t_read:.3f}", flush=True)
             kv.set("measured", b"1")

@@ -137,7 +137,8 @@ def main() -> None:
         spread["eval"] = max(spread["eval"], distance(gains(ref), gains(other)))
     print(f"\nheld-out accuracy (greedy, {len(ref['eval'])} evaluations) and distance to {REFERENCE} seed {seeds[0]}; "
           f"reference spread across seeds: reward {spread['reward']:.3f}, held-out {spread['eval']:.3f}")
-    print(f"{'run':22s} {'before':>7s} {'after':>7s} {'gain':>7s} {'se':>6s} {'d(reward)':>10s} {'/spread':>8s} {'d(held-out)':>12s} {'/spread':>8s}  verdict")
+    print(f"{'run':22s} {'before':>7s} {'after':>7s} {'gain':>7s} {'se':>6s} {'d(reward)':>10s} "
+          f"{'/spread':>8s} {'d(held-out)':>12s} {'/spread':>8s}  verdict")
     ok = True
     for name, c in curves.items():
         d_r = distance(ref_r, smooth(c["reward"], args.smooth))

@@ -180,7 +180,8 @@ def check_sglang(a: argparse.Namespace) -> None:
             dt = time.perf_counter() - t0
             n = sum(t.numel() * t.element_size() for t in got.values())
             state.update(store.read("genrm", full, device="cpu")[0])
-            return f"{n / dt / 1e9:.1f} GB/s pinned host -> GPU ({n / 1e6:.0f} MB, pinned={store.buffers['genrm']._pinned})"
+            pinned = store.buffers["genrm"]._pinned
+            return f"{n / dt / 1e9:.1f} GB/s pinned host -> GPU ({n / 1e6:.0f} MB, pinned={pinned})"
         guarded("gps-read", gps_read)
         eng = SglangEngine.from_pretrained(folder, EngineConfig(kv_capacity_tokens=16384, max_running_seqs=16),
                                            tp_size=1, base_gpu_id=torch.cuda.current_device(), dtype="bfloat16",

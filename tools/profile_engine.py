@@ -6,8 +6,9 @@ grid is held out (R^2 and mean relative error printed, on those and on all). It 
 profile with `pivot.sched.profile.write_profile`, the format the runtime reads
 (`--rollout.throughput-profile`, `--reward.throughput-profile`).
 
-    python tools/profile_engine.py --tiny rollout    # the embedded tiny policy -> configs/throughput_tiny_cpu_rollout.json
-    python tools/profile_engine.py --tiny reward     # the embedded tiny GenRM  -> configs/throughput_tiny_cpu_reward.json
+    # the embedded tiny policy and GenRM -> configs/throughput_tiny_cpu_{rollout,reward}.json
+    python tools/profile_engine.py --tiny rollout
+    python tools/profile_engine.py --tiny reward
     python tools/profile_engine.py --model PATH --role reward --device cuda --dtype bfloat16 --attention flash
         # -> the runtime's profile cache (.cache/throughput/<model+hardware+tp key>.json), which a run
         #    with that model, hardware and TP picks up by itself; --out PATH writes elsewhere

@@ -165,7 +165,8 @@ def check(args: argparse.Namespace, policy: Path, genrm: Path, kills: list[dict]
     if not replays:
         problems.append("no checkpoint held its step's whole batch: nothing could be replayed")
     print(f"\nsoak: {args.steps} steps, {len(timeline)} timeline rows, exit code {rc}")
-    print(f"  shifts executed     {figures.shifts} (up {figures.shifts_up}, down {figures.shifts_down}) in {figures.plans} plans, "
+    print(f"  shifts executed     {figures.shifts} (up {figures.shifts_up}, down {figures.shifts_down}) "
+          f"in {figures.plans} plans, "
           f"{figures.plans_mid_step} of them while a training step ran")
     print(f"  kills survived      {len(kills) if rc == 0 else 0} of {len(kills)} (requested {args.kills}); ranks "
           f"{sorted(k['rank'] for k in kills)}")
@@ -174,7 +175,8 @@ def check(args: argparse.Namespace, policy: Path, genrm: Path, kills: list[dict]
     print(f"  samples             lost {acc.lost}, duplicated {acc.duplicated}, judged other than once {acc.misjudged}")
     print(f"  shift-up weights    {weights.verified} equal to their GPS version, {len(weights.mismatched)} differ, "
           f"{weights.unverifiable} unverifiable (a version that died with a killed attempt)")
-    print(f"  replayed steps      {[r.step for r in replays]}: max |diff| {max((r.max_abs_diff for r in replays), default=0.0):g} "
+    worst = max((r.max_abs_diff for r in replays), default=0.0)
+    print(f"  replayed steps      {[r.step for r in replays]}: max |diff| {worst:g} "
           f"(over {replays[0].tensors if replays else 0} tensors each)")
     for p in problems:
         print(f"  VIOLATION: {p}")

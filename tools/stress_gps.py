@@ -134,7 +134,7 @@ def _reader(store: GPSStore, kv: dist.Store, specs: list[TensorSpec], host_of: t
 
 
 def _worker(rank: int, world: int, port: int, ns: str, args: argparse.Namespace,
-            failures: "multiprocessing.queues.SimpleQueue[int]") -> None:
+            failures: multiprocessing.queues.SimpleQueue[int]) -> None:
     torch.set_num_threads(1)
     kv = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=args.seconds + 120))
     host_of = (0,) * world

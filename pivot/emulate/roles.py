@@ -3,13 +3,20 @@ training step, shift) and then waits until the device time the hardware profile 
 work has passed (`EmulatedClock`). Everything else is the wrapped role's own."""
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pivot.emulate.clock import EmulatedClock, WorkTally
 from pivot.emulate.costs import EmulatedCosts
 from pivot.engine import AbortResult, Output, Request
 from pivot.roles.inference import InferenceRole
+
+if TYPE_CHECKING:  # annotations only
+    import torch
+    import torch.distributed as dist
+
+    from pivot.rl.batch import TrainBatch
+    from pivot.roles.inference import Read
+    from pivot.roles.training import TrainingRole
 
 
 class EmulatedInference:
@@ -55,7 +62,7 @@ class EmulatedInference:
                 tally.reprefill_tokens += getattr(engine.scheduler, "reprefill_tokens", 0) - again
         return outputs
 
-    def shift_up(self, slot: int, group: object, read: Callable) -> tuple[int, dict[str, float]]:
+    def shift_up(self, slot: int, group: dist.ProcessGroup | None, read: Read) -> tuple[int, dict[str, float]]:
         t0 = self.clock.now()
         version, phases = self.inner.shift_up(slot, group, read)
         return version, shifted(self.clock, self.costs, self.inner.role, True, t0, phases)
@@ -67,20 +74,20 @@ class EmulatedInference:
 
 
 class EmulatedTrainer:
-    def __init__(self, inner: Any, costs: EmulatedCosts, clock: EmulatedClock) -> None:
+    def __init__(self, inner: TrainingRole, costs: EmulatedCosts, clock: EmulatedClock) -> None:
         self.inner, self.costs, self.clock = inner, costs, clock
 
     def __getattr__(self, name: str) -> Any:  # shards, save
         return getattr(self.inner, name)
 
-    def train_step(self, batch: Any) -> dict[str, float]:
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
         t0 = self.clock.now()
         metrics = self.inner.train_step(batch)
         tokens = sum(len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids))
         self.clock.wait("train", t0, self.costs.train_step_s(tokens))
         return metrics
 
-    def shift_up(self, shards: Any) -> dict[str, float]:
+    def shift_up(self, shards: dict[str, torch.Tensor]) -> dict[str, float]:
         t0 = self.clock.now()
         return shifted(self.clock, self.costs, "train", True, t0, self.inner.shift_up(shards))
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import torch
 import torch.distributed as dist
@@ -34,7 +34,7 @@ from pivot.engine.kv_export import KVPorter, SliceOp, discard
 from pivot.engine.model_runner import ModelRunner
 from pivot.engine.sampler import sample
 from pivot.engine.scheduler import Scheduler
-from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, Sequence, SeqStatus
+from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, SeqStatus, Sequence
 from pivot.model import CausalLM, TextTokenizer
 from pivot.model import from_pretrained as load_model
 
@@ -153,7 +153,8 @@ class Engine:
             raise ValueError(f"request {rid}: token id {bad[0]} is outside the vocabulary [0, {self.args.vocab_size})")
         if len(request.output_logprobs) != len(request.output_ids):
             raise ValueError(
-                f"request {rid}: {len(request.output_ids)} output_ids but {len(request.output_logprobs)} output_logprobs"
+                f"request {rid}: {len(request.output_ids)} output_ids but "
+                f"{len(request.output_logprobs)} output_logprobs"
             )
         if len(tokens) >= self.max_len:
             raise ValueError(

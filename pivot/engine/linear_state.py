@@ -12,8 +12,7 @@ sequence at a time (the chunked form of the delta rule).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 

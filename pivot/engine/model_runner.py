@@ -7,8 +7,8 @@ tensors (sharded here under TP), gathering them back, and release / re-creation.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import chain
-from typing import Iterable
 
 import torch
 import torch.distributed as dist

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,8 @@ def grid_fits(engine: Engine, seqs: Sequence[int], ctxs: Sequence[int], steps: i
 
 
 def profile_engine(engine: Engine, out: str | Path, seqs: Sequence[int], ctxs: Sequence[int], steps: int = 7,
-                   passes: int = 2, seed: int = 0, log: Any = None, **meta: Any) -> ThroughputModel:
+                   passes: int = 2, seed: int = 0, log: Callable[[str], None] | None = None,
+                   **meta: Any) -> ThroughputModel:
     """Measure the grid, fit, write the profile to `out` (with `meta`); returns the constants.
     `log(line)` gets one line per point and the fit's quality."""
     if not grid_fits(engine, seqs, ctxs, steps):

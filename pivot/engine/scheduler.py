@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from pivot.engine.block_manager import BlockManager
-from pivot.engine.sequence import Sequence, SeqStatus
+from pivot.engine.sequence import SeqStatus, Sequence
 
 
 @dataclass

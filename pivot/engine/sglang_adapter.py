@@ -55,16 +55,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
 from pivot.engine.config import EngineConfig
 from pivot.engine.model_runner import validate_weights
 from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, SamplingParams
-from pivot.engine.sglang_weights import BUCKET_BYTES, WHOLE_WEIGHTS_BY_NAME, push_weights, whole_weights
+from pivot.engine.sglang_weights import (
+    BUCKET_BYTES,
+    WHOLE_WEIGHTS_BY_NAME,
+    push_weights,
+    whole_weights,
+)
 from pivot.gps.torch_specs import specs_from_checkpoint
 
 __all__ = ["BUCKET_BYTES", "IDLE_TIMEOUT_S", "WHOLE_WEIGHTS_BY_NAME", "SglangEngine"]

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 from pivot.gps.spec import TensorSpec
-from pivot.model.tp_plan import Split, fsdp_range, shard_range, split_view, tp_split
+from pivot.model.tp_plan import fsdp_range, shard_range, split_view, tp_split
 
 Box = tuple[tuple[int, int], ...]  # [start, stop) per dimension
 HOST_MEMORY = -1
@@ -219,16 +220,17 @@ def parallel_layout(model: str, specs: Sequence[TensorSpec], ranks: Sequence[int
         if split_view(s.name, s.shape) != s.shape:
             raise ValueError(f"model {model!r}: tensor {s.name!r} {s.shape} is not in its split view "
                              f"{split_view(s.name, s.shape)} (build layouts over `split_views(specs)`)")
-        if split is Split.REPLICATE or tp == 1 or split.dim >= len(s.shape):
+        dim = split.dim  # None for Split.REPLICATE only
+        if dim is None or tp == 1 or dim >= len(s.shape):
             pieces[s.name] = (Piece(full_box(s.shape), whole[p]),)
             continue
-        key = (s.shape, split.dim, p)
+        key = (s.shape, dim, p)
         if key not in memo:
             try:
-                ranges = [shard_range(s.shape[split.dim], t, tp) for t in range(tp)]
+                ranges = [shard_range(s.shape[dim], t, tp) for t in range(tp)]
             except ValueError as err:
                 raise ValueError(f"model {model!r}: tensor {s.name!r}: {err}") from None
-            memo[key] = tuple(Piece(_split(s.shape, split.dim, lo, hi), column[p][t])
+            memo[key] = tuple(Piece(_split(s.shape, dim, lo, hi), column[p][t])
                               for t, (lo, hi) in enumerate(ranges))
         pieces[s.name] = memo[key]
     return Layout(model, tuple(specs), pieces, Parallelism("parallel", dp=dp, tp=tp, pp=pp), tuple(grid))

@@ -144,7 +144,7 @@ class NixlLink:
             return
         info = self.remote(key)
         base, mem, dev = 0, _mem_type(like), _dev_id(like)
-        for lo, ro, n in pieces:
+        for _, ro, n in pieces:
             if ro + n > info.size:
                 raise ValueError(f"NIXL {op}: remote range [{ro}, {ro + n}) outside buffer {key!r}")
         local_d = self.agent.get_xfer_descs([(base + lo, n, dev) for lo, _, n in pieces], mem)

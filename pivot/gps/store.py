@@ -10,19 +10,28 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import torch
 import torch.distributed as dist
 
 from pivot.gps.layout import Box, Layout, Place
-from pivot.gps.transfer_plan import LinkProfile, PlanCache
 from pivot.gps.runs import paired_runs, runs
-from pivot.gps.shm import (HEADER_BYTES, HEADER_WORDS, W_PUB_SLOT, W_PUB_VERSION, W_SEQ,
-                           SharedBuffer, header_values_after_begin, header_values_after_publish,
-                           readable, shm_path)
+from pivot.gps.shm import (
+    HEADER_BYTES,
+    HEADER_WORDS,
+    W_PUB_SLOT,
+    W_PUB_VERSION,
+    W_SEQ,
+    SharedBuffer,
+    header_values_after_begin,
+    header_values_after_publish,
+    readable,
+    shm_path,
+)
 from pivot.gps.torch_specs import DTYPE_NAMES, TORCH_DTYPES
+from pivot.gps.transfer_plan import LinkProfile, PlanCache
 
 
 @dataclass(frozen=True)
@@ -35,7 +44,7 @@ class HostInfo:
     host_of: tuple[int, ...]
 
     @staticmethod
-    def from_env() -> "HostInfo":
+    def from_env() -> HostInfo:
         """From torchrun's env: RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, WORLD_SIZE."""
         world, local_world = int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_WORLD_SIZE"])
         return HostInfo(int(os.environ["RANK"]), int(os.environ["GROUP_RANK"]),
@@ -153,7 +162,10 @@ class GPSStore:
         spec, p = gps.spec(tensor), gps.pieces[tensor][src_piece]
         item = spec.itemsize
         base = HEADER_BYTES + slot * self._slot_bytes[(model, host)] + self._offsets[(model, host)][(tensor, src_piece)]
-        rel = lambda origin: tuple((lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin))
+
+        def rel(origin: Box) -> Box:
+            return tuple((lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin))
+
         pairs = paired_runs(runs(p.shape, rel(p.box)),
                             runs(tuple(b - a for a, b in local_origin), rel(local_origin)))
         addr = local.data_ptr()
@@ -175,7 +187,7 @@ class GPSStore:
             for name, (j, p) in mine.items()}
         hosts = sorted({t.src.host for t in transfers})
         remote = [h for h in hosts if h != self.info.host]
-        for h in remote:
+        if remote:  # register is idempotent: once per tensor
             for t in outputs.values():
                 self.link.register(t)
         try:
@@ -267,7 +279,7 @@ class GPSStore:
         return version
 
     def _check_shards(self, model: str, layout: Layout, shards: Mapping[str, torch.Tensor]) -> str:
-        for name, j, p in layout.held_by(self.info.place):
+        for name, _, p in layout.held_by(self.info.place):
             t = shards.get(name)
             want = layout.spec(name).dtype
             if t is None:

@@ -1,9 +1,8 @@
 """Torch side of tensor specs: dtype names and specs from a state_dict."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Mapping
 
 import torch
 

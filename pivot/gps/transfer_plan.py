@@ -155,7 +155,7 @@ def _greedy_classes(slices: list[AtomicSlice], by_id: dict[int, tuple], profile:
             info = batch[key] = _batch_info(members, receivers, pos)
         cl, cr = s.nbytes * il + ov, s.nbytes * ir + ov
         if info is not None:
-            c, local = info
+            c, local = info  # type: ignore[misc]  # False (not cached yet) was replaced above
             if max(acc) + c * cl <= bound[0] + cr:
                 step = c * cl
                 acc[:] = [a + step for a in acc]

@@ -8,8 +8,9 @@ transformers resolves them; a folder without them falls back to `<|endoftext|>` 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tokenizers import Tokenizer
 

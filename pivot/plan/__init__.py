@@ -2,8 +2,8 @@
 from pivot.plan.candidates import Candidate, CandidateTable, build_candidates
 from pivot.plan.evaluate import CandidateEvaluator, benefit, overall_throughput
 from pivot.plan.pairs import ShiftPair, build_pairs, choose_up_role, training_pair
+from pivot.plan.planner import PivotPlanner, Planner, PlanTimings, ShiftPlan
 from pivot.plan.search import coarse_to_fine
-from pivot.plan.planner import Planner, PivotPlanner, PlanTimings, ShiftPlan
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.plan.strategies import RuleBasedPlanner, StaticPlanner, make_planner
 from pivot.sched.records import INFERENCE_ROLES, Role

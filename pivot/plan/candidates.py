@@ -14,8 +14,8 @@ for (`candidate(k)`): the planner evaluates a few of O(devices) candidates.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from pivot.config import PlannerConfig
 from pivot.plan.planner import Planner, PlanTimings, ShiftPlan

@@ -11,7 +11,7 @@ sharing a role's change pay for it once.
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from pivot.plan.candidates import Candidate
 from pivot.plan.pairs import role_rate
@@ -50,13 +50,13 @@ class CandidateEvaluator:
         self._scheds, self._binary = scheds, binary
         self._role_of = {r.replica_id: r.role for r in snap.replicas}
         self._n = {role: scheds[role].num_sequences() for role in INFERENCE_ROLES}
-        self._rate = {role: role_rate(scheds[role], binary) for role in INFERENCE_ROLES}
+        self._rate: dict[str, float] = {role: role_rate(scheds[role], binary) for role in INFERENCE_ROLES}
         self._cache: dict[tuple[str, tuple[int, ...], tuple[int, ...]], float] = {}
         self._bases: dict[str, TrialBase] = {}  # built on first use: a role may never change
         self.current = self._overall(self._rate)
 
     def throughput_after(self, cand: Candidate) -> float:
-        rates = {role: self._role_after(role, cand.down, cand.up) for role in INFERENCE_ROLES}
+        rates: dict[str, float] = {role: self._role_after(role, cand.down, cand.up) for role in INFERENCE_ROLES}
         return self._overall(rates)
 
     def _role_after(self, role: Role, down: Iterable[int], up: Iterable[int]) -> float:

@@ -15,12 +15,13 @@ at most every `interval_s`), so a phase switch is exactly a shift.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from pivot.config import PivotConfig
 from pivot.plan.planner import PlanTimings, ShiftPlan
-from pivot.plan.strategies import make_planner
 from pivot.plan.snapshot import ClusterSnapshot
+from pivot.plan.strategies import make_planner
 from pivot.sched.records import Replica, Role
 from pivot.sched.scheduler import ShiftAwareScheduler
 

@@ -14,8 +14,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
 
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import INFERENCE_ROLES, Role
@@ -63,7 +63,7 @@ def role_rate(sched: ShiftAwareScheduler, binary: bool) -> float:
 def replica_rates(snap: ClusterSnapshot, scheds: Mapping[str, ShiftAwareScheduler], binary: bool) -> dict[int, float]:
     """T_i of every up slot (training: its token rate)."""
     out: dict[int, float] = {}
-    for role, sched in scheds.items():
+    for sched in scheds.values():
         for rid in sched.active_ids:
             out[rid] = (1.0 if sched.load(rid)[0] > 0 else 0.0) if binary else sched.replica_throughput(rid)
     slot = snap.train_slot

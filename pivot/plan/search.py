@@ -15,7 +15,7 @@ Deterministic: it depends only on `ks`, `budget` and the scores.
 from __future__ import annotations
 
 import bisect
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 
 def coarse_to_fine(ks: Sequence[int], budget: int, score: Callable[[int], float]) -> dict[int, float]:

@@ -12,8 +12,8 @@ running), a negative length, sequences on a replica that is not up, unknown ids.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from pivot.sched.records import INFERENCE_ROLES, Replica, Role, SeqState
 from pivot.sched.scheduler import ShiftAwareScheduler
@@ -111,12 +111,12 @@ class ClusterSnapshot:
                 extra = sorted(set(r.devices) - every)
                 if extra:
                     raise ValueError(f"ClusterSnapshot: replica {r.replica_id} uses unknown devices {extra}")
-        for role in Role:
+        for kind in Role:
             owner: dict[int, int] = {}
-            for r in self.slots(role):
+            for r in self.slots(kind):
                 for d in r.devices:
                     if d in owner:
-                        raise ValueError(f"ClusterSnapshot: {role} slots {owner[d]} and {r.replica_id} overlap on device {d}")
+                        raise ValueError(f"ClusterSnapshot: {kind} slots {owner[d]} and {r.replica_id} overlap on device {d}")
                     owner[d] = r.replica_id
         held: dict[int, int] = {}
         for r in self.replicas:

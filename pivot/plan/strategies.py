@@ -16,7 +16,8 @@ which picks the planner `cfg.strategy` names (pivot, static, rule_based or chaos
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pivot.config import PlannerConfig
 from pivot.plan.chaos import ChaosPlanner

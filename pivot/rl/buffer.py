@@ -114,7 +114,8 @@ class SampleBuffer:
     def group_rewards(self, step: int, prompt_id: int) -> list[float] | None:
         """The rewards of a prompt's G samples, or None while any is missing."""
         rewards = [self.sample((step, prompt_id, g)).reward for g in range(self.group_size)]
-        return None if any(r is None for r in rewards) else rewards
+        known = [r for r in rewards if r is not None]
+        return known if len(known) == len(rewards) else None
 
     def replace_group(self, step: int, prompt_id: int, prompt: Prompt) -> list[Key]:
         """Drop `prompt_id`'s group of open step `step` and add a group for `prompt` under the
@@ -185,7 +186,7 @@ class SampleBuffer:
         return Outcome.ACCEPTED
 
     def ready(self, step: int) -> bool:
-        samples = self._steps.get(step)
+        samples = self._steps.get(step, {})
         return bool(samples) and all(s.reward is not None for s in samples.values())
 
     def take_batch(self, step: int) -> list[list[Sample]]:
@@ -216,7 +217,7 @@ class SampleBuffer:
         return [
             k for step in sorted(self._steps) for k, s in self._steps[step].items()
             if s.response_ids is not None and s.reward is None
-        ]  # fmt: skip
+        ]
 
     def state_dict(self) -> dict[str, Any]:
         return {

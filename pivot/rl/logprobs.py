@@ -8,7 +8,7 @@ from torch import nn
 def response_logprobs(
     model: nn.Module, prompts: list[list[int]], responses: list[list[int]], temperature: float = 1.0,
     device: torch.device | str = "cpu",
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded [n, R] log-probs of each response token given its prompt (under
     logits / temperature, as the engine reports them), and the 0/1 mask of real tokens."""
     lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]

@@ -39,6 +39,7 @@ _VERDICT = re.compile(
     r"(?:verdict|score)\s*[:=]\s*\**\s*([-+]?\d+(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?\s*%?|[a-z]+)",
     re.IGNORECASE,
 )
+# one line per score (kept by fmt: skip): the table reads as a table
 _WORDS = {
     "correct": 1.0, "yes": 1.0, "true": 1.0, "pass": 1.0, "right": 1.0,
     "incorrect": 0.0, "wrong": 0.0, "no": 0.0, "false": 0.0, "fail": 0.0,

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 import torch.distributed as dist
 
 from pivot.config import EngineConfig, ModelConfig
@@ -36,7 +35,7 @@ from pivot.model.meta_init import params_on_meta
 Read = Callable[[dict[str, torch.Tensor]], tuple[dict[str, torch.Tensor], int]]
 
 
-def group_position(group: object) -> tuple[int, int]:
+def group_position(group: dist.ProcessGroup | None) -> tuple[int, int]:
     """(this rank's position in the slot's group, the group's size); (0, 1) without a group."""
     if group is None:
         return 0, 1
@@ -71,7 +70,7 @@ class InferenceRole:
         """Up in a slot whose engine another rank (the sglang leader) runs."""
         return self.slot is not None and self.engines[self.slot] is None
 
-    def shift_up(self, slot: int, group: object, read: Read) -> tuple[int, dict[str, float]]:
+    def shift_up(self, slot: int, group: dist.ProcessGroup | None, read: Read) -> tuple[int, dict[str, float]]:
         """Take slot `slot`: its engine (built the first time, else resumed) gets storage, and
         `read` (a GPS Read) fills it: in place for the embedded engine (this rank's TP slices),
         whole tensors for an sglang leader, nothing for a parked rank (it returns the version).

@@ -16,10 +16,10 @@ def parallelize(model: CausalLM, group: dist.ProcessGroup, device: torch.device,
     """Every decoder layer, then the root, `fully_shard`-ed on `group` with fp32 parameters (the
     master); a `compute_dtype` below fp32 (`--model.dtype bfloat16`) is FSDP2 mixed precision:
     parameters gathered in that dtype for forward and backward, gradients reduced in fp32 into the
-    fp32 master, so AdamW steps in fp32 (on CPU and CUDA alike). With `activation_checkpointing` each layer is checkpointed
-    first (composable AC keeps the HF parameter names, a wrapper module would prefix them; before
-    FSDP, so recompute re-gathers the layer). A model built on the meta device gets storage for
-    this rank's shards only, uninitialised."""
+    fp32 master, so AdamW steps in fp32 (on CPU and CUDA alike). With `activation_checkpointing`
+    each layer is checkpointed first (composable AC keeps the HF parameter names, a wrapper
+    module would prefix them; before FSDP, so recompute re-gathers the layer). A model built on
+    the meta device gets storage for this rank's shards only, uninitialised."""
     meta = is_meta(model)
     model = model.to(dtype=torch.float32) if meta else model.to(device=device, dtype=torch.float32)
     mesh = DeviceMesh.from_group(group, device_type=device.type)

@@ -88,7 +88,7 @@ class Trainer(TrainerCheckpoint):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, group: dist.ProcessGroup, config: TrainConfig, device: str = "cpu",
-                        temperature: float = 1.0, compute_dtype: torch.dtype = torch.float32) -> Trainer:  # fmt: skip
+                        temperature: float = 1.0, compute_dtype: torch.dtype = torch.float32) -> Trainer:
         """Built on the meta device; each rank reads only its dim-0 rows of every tensor from the
         safetensors files. Collective (FSDP set-up)."""
         with torch.device(device), params_on_meta():
@@ -167,7 +167,7 @@ class Trainer(TrainerCheckpoint):
             loss, st = ppo_clip_loss(
                 lp, old, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip_c or None, cfg.loss_agg,
                 normalizer, ref, cfg.kl_coef,
-            )  # fmt: skip
+            )
             # FSDP averages gradients over ranks; the loss is already a share of the global one
             (loss * self.world).backward()
             t = st.tokens
@@ -196,7 +196,7 @@ class Trainer(TrainerCheckpoint):
         return StepMetrics(
             loss=loss_value, grad_norm=norm_value, clip_frac=float(sums[2]) / tokens, approx_kl=float(sums[3]) / tokens,
             kl_ref=float(sums[4]) / tokens, tokens=int(sums[1]), micro_batches=count, skipped=bad, version=self.version,
-        )  # fmt: skip
+        )
 
     def _pad(self, rows_values: list[list[float]], rows: list[int], like: torch.Tensor) -> torch.Tensor:
         out = torch.zeros_like(like)
@@ -212,7 +212,7 @@ class Trainer(TrainerCheckpoint):
             tensors = [p.to_local() for p in self.params.values()]
         else:
             tensors = [v.to_local() if hasattr(v, "to_local") else v
-                       for s in self.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]  # fmt: skip
+                       for s in self.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
         seen: dict[int, torch.UntypedStorage] = {}
         for t in tensors:
             st = t.untyped_storage()

@@ -56,7 +56,7 @@ class TrainerCheckpoint:
                 "world": self.world, "version": self.version, "bad_steps": self.bad_steps, "optimizer_steps": steps,
                 "shapes": {n: list(p.shape) for n, p in self.params.items()}, "config": asdict(self.config),
                 "extra": extra or {},
-            }  # fmt: skip
+            }
             (path / STATE_FILE).write_text(json.dumps(meta, indent=1))
             written.append(path / STATE_FILE)
         dist.barrier(group=self.group)
@@ -87,7 +87,8 @@ class TrainerCheckpoint:
                 if t is None:
                     raise ValueError(f"checkpoint {file}: tensor {key}/{name!r} missing")
                 if t.shape != local.shape:
-                    raise ValueError(f"checkpoint {file}: tensor {key}/{name!r} has shape {tuple(t.shape)}, expected {tuple(local.shape)}")
+                    raise ValueError(f"checkpoint {file}: tensor {key}/{name!r} has shape {tuple(t.shape)}, "
+                                     f"expected {tuple(local.shape)}")
         with torch.no_grad():
             for name, p in self.params.items():
                 p.to_local().copy_(tensors[f"param/{name}"])

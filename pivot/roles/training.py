@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from pivot.config import TrainConfig
 from pivot.model import CausalLM, ModelArgs
@@ -17,7 +18,7 @@ from pivot.roles.trainer import Trainer
 
 
 class TrainingRole:
-    def __init__(self, args: ModelArgs, group: object, cfg: TrainConfig, device: str, temperature: float,
+    def __init__(self, args: ModelArgs, group: dist.ProcessGroup | None, cfg: TrainConfig, device: str, temperature: float,
                  resume_from: Path | None, tokenizer_file: Path | None, compute_dtype: str = "float32",
                  attention: str = "sdpa", linear: str = "torch") -> None:
         self.args, self.group, self.cfg, self.device, self.temperature = args, group, cfg, device, temperature

@@ -14,6 +14,7 @@ generated so far) has come back, so nothing runs twice.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from pivot.config import PivotConfig
 from pivot.dist import SlotTable
@@ -28,6 +29,11 @@ from pivot.sched.records import Abort, Dispatch
 from pivot.sched.throughput import ThroughputModel
 from pivot.shift import ClusterHost, ReplicaTable
 
+if TYPE_CHECKING:  # annotations only
+    from pivot.plan.modes import Mode
+    from pivot.runtime.checkpoint import Checkpointer
+    from pivot.runtime.progress import StepProgress
+
 MONITOR_EVERY_S = 0.2
 
 
@@ -39,12 +45,12 @@ class Controller(ClusterHost):
         world_size: int,
         endpoint: ControllerEndpoint,
         flow: RLFlow,
-        mode: object,
+        mode: Mode,
         log: RunLog,
         profiles: dict[str, ThroughputModel],
         start_step: int,
-        progress: object,
-        checkpointer: object,
+        progress: StepProgress,
+        checkpointer: Checkpointer,
     ) -> None:
         self.cfg, self.ep = cfg, endpoint
         self.flow, self.mode, self.log, self.progress, self.ckpt = flow, mode, log, progress, checkpointer
@@ -72,12 +78,12 @@ class Controller(ClusterHost):
         self._step_t0 = time.monotonic()
 
     # ---- messaging -------------------------------------------------------------------------
-    def send_slot(self, rid: int, msg: object, leader_only: bool = False) -> None:
+    def send_slot(self, rid: int, msg: m.ToWorker, leader_only: bool = False) -> None:
         ranks = self.table.replicas[rid].devices
         for rank in ranks[:1] if leader_only else ranks:
             self.ep.send(rank, msg)
 
-    def broadcast(self, msg: object) -> None:
+    def broadcast(self, msg: m.ToWorker) -> None:
         for rank in range(self.world):
             self.ep.send(rank, msg)
 
@@ -152,7 +158,7 @@ class Controller(ClusterHost):
         self.send_slot(rid, m.Generate(self.table.slot_of(rid)[1], reqs), leader_only=True)
 
     # ---- messages from workers -------------------------------------------------------------
-    def handle(self, rank: int, msg: object) -> None:
+    def handle(self, rank: int, msg: m.Message) -> None:
         if isinstance(msg, m.Finished):
             self.on_finished(msg)
         elif isinstance(msg, m.Stats):

@@ -12,6 +12,7 @@ from typing import Any
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable
 from pivot.model import TextTokenizer
+from pivot.plan.modes import make_mode
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor
 from pivot.runtime.backend import DeviceBackend
@@ -20,7 +21,6 @@ from pivot.runtime.control_plane import ControllerEndpoint
 from pivot.runtime.controller import Controller
 from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog
-from pivot.plan.modes import make_mode
 from pivot.runtime.progress import StepProgress
 from pivot.runtime.startup_profile import profile_at_startup
 from pivot.sched.profile import ROOT, ReplicaShape, hardware_name, resolve_profile

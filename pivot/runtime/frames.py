@@ -22,6 +22,7 @@ import struct
 from dataclasses import dataclass
 
 from pivot.runtime import wire
+from pivot.runtime.messages import Message
 
 MAGIC = b"PVC1"
 HEADER = struct.Struct("<4sBBIIQ")
@@ -72,7 +73,7 @@ class Sealer:
         self.mac, self.direction, self.src = Hmac(key), direction, src
         self.seq = 0
 
-    def seal(self, dst: int, msg: object) -> bytes:
+    def seal(self, dst: int, msg: Message) -> bytes:
         code, payload = wire.encode(msg)
         body = HEADER.pack(MAGIC, self.direction, code, self.src, dst, self.seq) + payload
         self.seq += 1

@@ -141,3 +141,6 @@ MESSAGE_TYPES: tuple[type, ...] = (
     ShiftUp, ShiftDown, Generate, AbortSequences, UpdateWeights, TrainStep, SaveCheckpoint, Stop,
     Hello, Stats, Finished, Aborted, ShiftDone, WeightsUpdated, Trained, Saved, Failed,
 )
+ToWorker = ShiftUp | ShiftDown | Generate | AbortSequences | UpdateWeights | TrainStep | SaveCheckpoint | Stop
+ToController = Hello | Stats | Finished | Aborted | ShiftDone | WeightsUpdated | Trained | Saved | Failed
+Message = ToWorker | ToController

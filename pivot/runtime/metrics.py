@@ -1,8 +1,9 @@
 """Run records on rank 0: per-step metrics (JSONL + TensorBoard) and the timeline (JSONL).
 
-`metrics.jsonl`: one row per RL step. `eval.jsonl`: one row per held-out evaluation. `timeline.jsonl`: rows of kind "sample" (time, devices
-per role, tokens/s per role) every monitor tick, and kind "shift" (a shift's roles, devices and
-phase timings). `tools/plot_timeline.py` renders the timeline like the paper's Figure 10.
+`metrics.jsonl`: one row per RL step. `eval.jsonl`: one row per held-out evaluation.
+`timeline.jsonl`: rows of kind "sample" (time, devices per role, tokens/s per role) every
+monitor tick, and kind "shift" (a shift's roles, devices and phase timings).
+`tools/plot_timeline.py` renders the timeline like the paper's Figure 10.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Rank 0's progress bar: step, reward, accuracy, devices per role and the last held-out accuracy (rich)."""
 from __future__ import annotations
 
-from pivot.rl.evaluation import EvalResult
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pivot.rl.evaluation import EvalResult
 
 
 class StepProgress:

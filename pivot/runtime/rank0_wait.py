@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch.distributed as dist
 

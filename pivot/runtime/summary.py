@@ -39,7 +39,8 @@ def run_summary(
                          f" -> {_mean(tail, 'rollout/accuracy_sampled'):.3f}")
     if evals:
         lines.append(f"  held-out accuracy (greedy, {evals[-1]['prompts']} prompts) "
-                     f"{evals[0]['accuracy']:.3f} at step {evals[0]['step']} -> {evals[-1]['accuracy']:.3f} at step {evals[-1]['step']}"
+                     f"{evals[0]['accuracy']:.3f} at step {evals[0]['step']} -> "
+                     f"{evals[-1]['accuracy']:.3f} at step {evals[-1]['step']}"
                      + _verdict(evals[0].get("scores", []), evals[-1].get("scores", [])))
     ups = Counter(r["role"] for r in timeline if r.get("kind") == "shift" and r.get("event") == "shift_up")
     downs = Counter(r["role"] for r in timeline if r.get("kind") == "shift" and r.get("event") == "shift_down")

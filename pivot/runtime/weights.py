@@ -4,7 +4,8 @@ Every shift up is one GPS Read whatever the role, in the destination's real layo
 an inference replica of TP=k reads exactly its TP slice (`parallel_layout` over the slot's ranks,
 the split the embedded engine shards by), the trainer reads its FSDP dim-0 shards. A replica
 served by sglang reads the whole model on its leader, into host memory (sglang shards it under
-its own TP; the adapter stages it to the device in buckets), and nothing on its parked ranks. The trainer Writes its shards after every step. GPS counts Writes; the RL loop
+its own TP; the adapter stages it to the device in buckets), and nothing on its parked ranks.
+The trainer Writes its shards after every step. GPS counts Writes; the RL loop
 counts policy versions (= training steps done), so `offset` maps one onto the other, also
 after a resume (the first Write of a resumed job carries the checkpoint's version).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
+import torch.distributed as dist
 
 from pivot.dist import Slot
 from pivot.gps.layout import Layout, fsdp_layout, gps_layouts, parallel_layout, split_views
@@ -109,7 +111,7 @@ class WeightService:
                 tensors[name] = given
         return tensors, got + self.offset[model]
 
-    def write_policy(self, shards: Mapping[str, torch.Tensor], group: object) -> int:
+    def write_policy(self, shards: Mapping[str, torch.Tensor], group: dist.ProcessGroup | None) -> int:
         """The trainer's fp32 shards, cast to the stored dtype (bf16 on GPU clusters); collective."""
         return self.store.write("policy", self._train_layout, self._cast("policy", shards), group=group) + self.offset["policy"]
 

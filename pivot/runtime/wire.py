@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
-from pivot.runtime.messages import MESSAGE_TYPES
+from pivot.runtime.messages import MESSAGE_TYPES, Message
 
 
 class WireError(ValueError):
@@ -25,7 +25,7 @@ _CODES = {t: i for i, t in enumerate(MESSAGE_TYPES)}
 _BATCH = msgspec.msgpack.Decoder(list[tuple[int, bytes]])
 
 
-def encode(msg: object) -> tuple[int, bytes]:
+def encode(msg: Message) -> tuple[int, bytes]:
     """(type code, MessagePack payload) of a control message."""
     code = _CODES.get(type(msg))
     if code is None:
@@ -33,7 +33,7 @@ def encode(msg: object) -> tuple[int, bytes]:
     return code, _ENCODER.encode(msg)
 
 
-def decode(code: int, payload: bytes | memoryview) -> object:
+def decode(code: int, payload: bytes | memoryview) -> Message:
     """The message of type `code` in `payload`; anything else raises WireError."""
     if not 0 <= code < len(_DECODERS):
         raise WireError(f"unknown message type {code}")
@@ -50,7 +50,7 @@ def encode_many(msgs: list[object]) -> bytes:
     return _ENCODER.encode([encode(msg) for msg in msgs])
 
 
-def decode_many(data: bytes | memoryview) -> list[object]:
+def decode_many(data: bytes | memoryview) -> list[Message]:
     try:
         pairs = _BATCH.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:

@@ -14,7 +14,8 @@ abort, shift down and shift up with migration.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Iterable, Mapping, Self
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Self
 
 from pivot.sched.records import Abort, Command, Dispatch, Replica, SeqState
 from pivot.sched.replica_load import ReplicaLoad as _Rep
@@ -244,7 +245,7 @@ class Placement:
         moved = sorted((sid, old) for sid, old in self._orig.items() if self._where.get(sid, old) != old)
         self._orig = {}
         aborts: list[Command] = [Abort(sid, old) for sid, old in moved if old is not None]
-        return aborts + [Dispatch(sid, self._where[sid]) for sid, _ in moved if self._where.get(sid) is not None]
+        return aborts + [Dispatch(sid, rid) for sid, _ in moved if (rid := self._where.get(sid)) is not None]
 
     def _sync_active(self) -> None:
         self._active = [r for r in self._reps.values() if r.active]  # dict is in ascending id

@@ -15,8 +15,8 @@ so they agree bit for bit. `ThroughputModel.fit` recovers A, B, C, D from profil
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 MIGRATION_MIN_GAIN = 1e-12
 """A migration step is kept only if it raises Σ T_i by more than this (relative): float noise."""
@@ -68,7 +68,7 @@ class ThroughputModel:
         return (n_seq + 1) / (base + self.A * seq_len) - thr
 
     @classmethod
-    def fit(cls, samples: Iterable[Sequence[float]]) -> "ThroughputModel":
+    def fit(cls, samples: Iterable[Sequence[float]]) -> ThroughputModel:
         """Least-squares fit of A, B, C, D to (n_seq, n_tok, latency) triples.
 
         For a fixed knee k the model is linear: latency = A*n_tok + C*max(k, n_seq) + D with

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from pivot.sched.dispatch import TargetArrays
 from pivot.sched.throughput import MIGRATION_MIN_GAIN, load_terms

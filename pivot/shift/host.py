@@ -25,7 +25,7 @@ class ClusterHost:
         `clock` times the shifts (the simulator passes its simulated time)."""
         self.table = table
         self.shifts = ShiftExecutor(table, self, clock)  # type: ignore[arg-type]  # the subclass is the ShiftHost
-        self.sched = {role: ShiftAwareScheduler(table.slots(role), active=[], migrate=migrate) for role in INFERENCE_ROLES}
+        self.sched: dict[str, ShiftAwareScheduler] = {role: ShiftAwareScheduler(table.slots(role), active=[], migrate=migrate) for role in INFERENCE_ROLES}
 
     # ---- training, as the subclass runs it ----------------------------------------------------
     @property

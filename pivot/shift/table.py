@@ -16,8 +16,8 @@ Anything else raises `ShiftError` naming the replica, its state and the device.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from pivot.dist import SlotTable
 from pivot.sched.records import Replica, Role

@@ -11,8 +11,8 @@ that is slow to shift (a TP8 122B GenRM) is priced by what its shifts have cost.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 
 @dataclass

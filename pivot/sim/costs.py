@@ -75,7 +75,7 @@ def build_cluster(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = 
     m = cfg.model
     policy = hwm.model_spec(m.policy, m.policy_params_b)
     genrm = hwm.model_spec(m.genrm, m.genrm_params_b, m.genrm_active_params_b)
-    costs = {
+    costs: dict[str, RoleCosts] = {
         Role.ROLLOUT: _role_costs(policy, hw, cfg.rollout.tp, "rollout.tp",
                                   cfg.rollout.engine.kv_capacity_tokens if kv_from_engine else None,
                                   cfg.rollout.engine.max_running_seqs),

@@ -38,8 +38,8 @@ def deployment(base: PivotConfig, name: str, alloc: Allocation | None = None, ho
         raise ValueError(f"deployment {name!r}: expected one of {', '.join(DEPLOYMENTS)}")
     cfg = copy.deepcopy(base)
     mode = name if name in ("colocated", "disaggregated", "rr_colocated") else "pivot"
-    cfg.cluster.mode = mode
-    cfg.planner.strategy = name if name in ("static", "rule_based") else "pivot"
+    cfg.cluster.mode = mode  # type: ignore[assignment]  # one of DEPLOYMENTS: a Mode
+    cfg.planner.strategy = name if name in ("static", "rule_based") else "pivot"  # type: ignore[assignment]
     cfg.planner.throughput_model = name != "vanilla"
     cfg.planner.migration = name not in ("vanilla", "vanilla+tm")
     if horizon_s is not None:

@@ -165,7 +165,8 @@ def kv_capacity_tokens(m: ModelSpec, hw: HardwareProfile, tp: int, field: str) -
     cap = int(free // m.kv_bytes_per_token)
     if cap < 32768:
         raise SimConfigError(
-            f"{field}={tp}: {m.name} ({m.weight_bytes / 1e9:.0f} GB of weights) leaves room for {max(cap, 0)} KV tokens "
+            f"{field}={tp}: {m.name} ({m.weight_bytes / 1e9:.0f} GB of weights) "
+            f"leaves room for {max(cap, 0)} KV tokens "
             f"on {tp} x {hw.memory_gb:.0f} GB {hw.name} devices; use a larger TP group"
         )
     return cap

@@ -188,7 +188,7 @@ def breakdown(res: SimResult) -> Breakdown:
     lay, end = res.table, res.sim_time_s
     up_since = dict.fromkeys(res.initial_up, 0.0)
     up = dict.fromkeys(range(len(lay.replicas)), 0.0)
-    shifting = {role: 0.0 for role in (Role.ROLLOUT, Role.REWARD, Role.TRAIN)}
+    shifting: dict[str, float] = {role: 0.0 for role in (Role.ROLLOUT, Role.REWARD, Role.TRAIN)}
     for ev in sorted(res.shifts, key=lambda e: e.t_start):
         devs = len(lay.replicas[ev.rid].devices)
         shifting[ev.role] += devs * (min(ev.t_end, end) - min(ev.t_start, end))

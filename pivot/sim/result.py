@@ -3,8 +3,8 @@ the reports (pivot/sim/report.py) turn into bounds and device-time breakdowns.""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from pivot.plan import ClusterSnapshot, ShiftPlan
 from pivot.shift import ReplicaTable

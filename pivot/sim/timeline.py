@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pivot.sim.result import SimResult
+
+if TYPE_CHECKING:  # matplotlib is imported only when a timeline is drawn
+    from matplotlib.axes import Axes
 
 
 def render_timeline(runs: dict[str, SimResult], path: str | Path) -> Path:
@@ -42,7 +46,7 @@ def render_timeline(runs: dict[str, SimResult], path: str | Path) -> Path:
     return out
 
 
-def _shade_training(ax: object, res: SimResult) -> None:
+def _shade_training(ax: Axes, res: SimResult) -> None:
     start = None
     for p in res.timeline:
         if p.training and start is None:

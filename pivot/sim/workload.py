@@ -81,12 +81,12 @@ class Workload:
         if self.prompt_common_tokens < 0:
             raise ValueError(f"Workload.prompt_common_tokens={self.prompt_common_tokens}: need >= 0")
 
-    def rollout_prefixes(self, s: "SimSample") -> tuple[tuple[object, int], ...]:
+    def rollout_prefixes(self, s: SimSample) -> tuple[tuple[object, int], ...]:
         """(key, tokens) of the prefixes `s`'s rollout prompt shares with others, shortest first."""
         common = min(self.prompt_common_tokens, s.prompt_len)
         return (("rollout",), common), (("rollout", s.step, s.group), s.prompt_len)
 
-    def judge_prefixes(self, s: "SimSample") -> tuple[tuple[object, int], ...]:
+    def judge_prefixes(self, s: SimSample) -> tuple[tuple[object, int], ...]:
         """(key, tokens) of the prefixes `s`'s judge prompt shares with others, shortest first."""
         out: tuple[tuple[object, int], ...] = ((("reward",), self.judge_common_tokens),)
         if self.judge_question_first:

@@ -18,9 +18,9 @@ import json
 import platform
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

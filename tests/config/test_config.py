@@ -9,7 +9,6 @@ import pytest
 from configs.presets import PRESETS, get_preset
 from pivot.cli import parse
 from pivot.config import ConfigError
-
 from tests.conftest import ROOT
 
 

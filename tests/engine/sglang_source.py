@@ -59,7 +59,7 @@ class Source:
     def text(self, path: str) -> str:
         return self.zip.read(path).decode()
 
-    @cache
+    @cache  # noqa: B019 (one Source per wheel, alive for the whole test session)
     def tree(self, path: str) -> ast.Module:
         return ast.parse(self.text(path), filename=path)
 

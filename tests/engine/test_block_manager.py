@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from pivot.engine.block_manager import BlockManager
 from pivot.engine.scheduler import Scheduler
-from pivot.engine.sequence import SamplingParams, Sequence, SeqStatus
+from pivot.engine.sequence import SamplingParams, SeqStatus, Sequence
 
 
 def _seq(i: int, n: int) -> Sequence:

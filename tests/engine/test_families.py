@@ -22,7 +22,7 @@ CHUNKED = EngineConfig(kv_capacity_tokens=1024, block_size=4, max_running_seqs=6
 PREEMPTING = EngineConfig(kv_capacity_tokens=64, block_size=8, max_running_seqs=8)  # recompute mid-run
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hf_folder(family: str, root: Path) -> tuple[Path, torch.nn.Module]:
     path = root / family
     return path, save_hf_model(path, family, seed=3)

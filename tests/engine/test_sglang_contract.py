@@ -15,7 +15,7 @@ import pivot.engine.sglang_adapter as adapter
 import pivot.engine.sglang_weights as sglang_weights
 from pivot.engine import SamplingParams
 from tests.engine import fake_sglang
-from tests.engine.sglang_source import ROOT, Source, fetch_wheel, params, returned_strings
+from tests.engine.sglang_source import Source, fetch_wheel, params, returned_strings
 
 ENGINE = "sglang/srt/entrypoints/engine.py"
 MIXIN = "sglang/srt/managers/tokenizer_control_mixin.py"

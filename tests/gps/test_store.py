@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from pivot.gps.layout import fsdp_layout, parallel_layout, replicated_layout, grouped_layout
+from pivot.gps.layout import fsdp_layout, grouped_layout, parallel_layout, replicated_layout
 from pivot.gps.spec import qwen2_specs
 from pivot.gps.store import GPSStore, HostInfo
 

@@ -4,14 +4,22 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pivot.gps.layout import (Place, Layout, fsdp_layout, gps_layouts, grouped_layout,
-                              parallel_layout, replicated_layout)
-from pivot.gps.transfer_plan import LinkProfile, PlanCache, plan
+from pivot.gps.layout import (
+    Layout,
+    Place,
+    fsdp_layout,
+    gps_layouts,
+    grouped_layout,
+    parallel_layout,
+    replicated_layout,
+)
 from pivot.gps.refine import refine
 from pivot.gps.runs import paired_runs, runs
 from pivot.gps.spec import TensorSpec, qwen2_specs, qwen25_72b_specs
+from pivot.gps.transfer_plan import LinkProfile, PlanCache, plan
 
 
 def tiny_specs(layers: int, hidden: int, vocab: int) -> list[TensorSpec]:

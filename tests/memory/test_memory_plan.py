@@ -7,7 +7,15 @@ import pytest
 import transformers
 
 from configs.presets import get_preset
-from pivot.config import ClusterConfig, EngineConfig, ModelConfig, PivotConfig, RewardConfig, RolloutConfig, TrainConfig
+from pivot.config import (
+    ClusterConfig,
+    EngineConfig,
+    ModelConfig,
+    PivotConfig,
+    RewardConfig,
+    RolloutConfig,
+    TrainConfig,
+)
 from pivot.memory.footprint import from_folder, from_params
 from pivot.memory.plan import plan_memory
 

@@ -12,8 +12,8 @@ transition is O(1); the DP is O(K * I).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from pivot.plan.pairs import ShiftPair
 

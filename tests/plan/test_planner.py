@@ -19,7 +19,6 @@ from pivot.plan import (
 )
 from pivot.plan.pairs import replica_rates
 from pivot.sched import Replica, SeqState, ThroughputModel
-
 from tests.plan.fig8 import TRAIN_ID, figure8
 
 

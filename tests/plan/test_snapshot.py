@@ -6,7 +6,6 @@ import pytest
 from pivot.config import PlannerConfig
 from pivot.plan import ClusterSnapshot, make_planner
 from pivot.sched import Replica, SeqState, ThroughputModel
-
 from tests.plan.fig8 import figure8
 
 M = ThroughputModel(1e-6, 0.01, 2e-4, 0.005)

@@ -4,7 +4,6 @@ from __future__ import annotations
 from pivot.config import PlannerConfig
 from pivot.plan import ClusterSnapshot, Role, make_planner
 from pivot.sched import SeqState
-
 from tests.plan.fig8 import TRAIN_ID, figure8
 
 

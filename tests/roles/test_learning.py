@@ -91,7 +91,7 @@ def _learn(rank: int, world: int, group: dist.ProcessGroup, out: str, policy: st
     after, after_held_out = accuracy(engine, tok, pool.prompts), accuracy(engine, tok, held_out)
     result = {"before": before, "after": after, "before_held_out": before_held_out, "after_held_out": after_held_out, "train_reward_first4": sum(train_rewards[:4]) / 4,
               "train_reward_last4": sum(train_rewards[-4:]) / 4, "seconds": time.perf_counter() - t0,
-              "rewards": [round(r, 3) for r in train_rewards], "approx_kl": kls}  # fmt: skip
+              "rewards": [round(r, 3) for r in train_rewards], "approx_kl": kls}
     Path(out).write_text(json.dumps(result))
 
 

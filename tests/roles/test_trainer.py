@@ -39,7 +39,7 @@ def config(**kw: object) -> TrainConfig:
 
 def optim_state(t: Trainer) -> list[torch.Tensor]:
     return [v.to_local().clone() if hasattr(v, "to_local") else v.clone()
-            for s in t.optimizer.state.values() for v in s.values()]  # fmt: skip
+            for s in t.optimizer.state.values() for v in s.values()]
 
 
 def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -117,7 +117,7 @@ def _shards_and_reference(rank: int, world: int, group: dist.ProcessGroup, famil
         masks.append(torch.tensor([1.0] * len(r) + [0.0] * (width - len(r))))
         olds.append(torch.tensor(old + [0.0] * (width - len(r))))
     loss, _ = ppo_clip_loss(torch.stack(lp_rows), torch.stack(olds), torch.tensor(batch.advantages), torch.stack(masks),
-                            cfg.clip_eps_low, cfg.clip_eps_high)  # fmt: skip
+                            cfg.clip_eps_low, cfg.clip_eps_high)
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), cfg.grad_clip)
     opt.step()
@@ -147,7 +147,7 @@ def _recompute_matches_plain(rank: int, world: int, group: dist.ProcessGroup) ->
         assert sum(lp2, []) == pytest.approx(sum(lp1, []), abs=1e-6)
         calls: list[str] = []
         for name, t in (("plain", plain), ("ckpt", ckpt)):
-            t.model.model.layers[0].mlp.register_forward_pre_hook(lambda *_, name=name: calls.append(name))
+            t.model.model.layers[0].mlp.register_forward_pre_hook(lambda *_, name=name, calls=calls: calls.append(name))
         m1, m2 = plain.train_step(batch), ckpt.train_step(batch)
         assert m2.micro_batches >= 2 and not m2.skipped
         assert calls.count("ckpt") == 2 * calls.count("plain")  # each layer really ran again in the backward

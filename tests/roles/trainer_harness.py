@@ -43,7 +43,7 @@ def tiny_model(seed: int = 0, vocab: int = 37, tie: bool = True, family: str = "
     args = ModelArgs(
         family=family, vocab_size=vocab, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=1, head_dim=8, tie_word_embeddings=tie, **moe,
-    )  # fmt: skip
+    )
     torch.manual_seed(seed)
     model = CausalLM(args)
     with torch.no_grad():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from pivot.model import CausalLM, ModelArgs, save_pretrained
 

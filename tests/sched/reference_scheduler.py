@@ -22,7 +22,8 @@ Commands are the net change of each call: Aborts (from the first replica), then 
 from __future__ import annotations
 
 import bisect
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from pivot.sched.records import Abort, Command, Dispatch, Replica, SeqState
 
@@ -81,7 +82,7 @@ class ShiftAwareScheduler:
     def num_sequences(self) -> int:
         return len(self.seqs)
 
-    def clone(self) -> "ShiftAwareScheduler":
+    def clone(self) -> ShiftAwareScheduler:
         new = ShiftAwareScheduler(self.specs.values(), self.active, self.priority, self.migrate)
         new.seqs, new.where, new.tok, new.queue = dict(self.seqs), dict(self.where), dict(self.tok), list(self.queue)
         new.on, new.key = {rid: dict(s) for rid, s in self.on.items()}, dict(self.key)

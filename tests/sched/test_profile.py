@@ -10,7 +10,13 @@ import pytest
 from configs.presets import get_preset
 from pivot.runtime.controller_thread import role_profiles
 from pivot.sched import ThroughputModel
-from pivot.sched.profile import TINY_PROFILE, ReplicaShape, read_profile, resolve_profile, write_profile
+from pivot.sched.profile import (
+    TINY_PROFILE,
+    ReplicaShape,
+    read_profile,
+    resolve_profile,
+    write_profile,
+)
 from tests.engine.conftest import make_model
 
 M1 = ThroughputModel(A=1e-6, B=0.01, C=2e-4, D=0.005)

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from pivot.model import CausalLM, TextTokenizer
+from pivot.tiny import synthetic as syn
 from pivot.tiny.build import build_tiny_models, tiny_args, train_tokenizer
 from pivot.tiny.decode import generate
 from pivot.tiny.recipe import TinyRecipe
 from pivot.tiny.shipped import WEIGHTS, ensure_tiny_models, folder_checksums
-from pivot.tiny import synthetic as syn
 
 ROOT = Path(__file__).resolve().parents[2]
 
