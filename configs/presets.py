@@ -4,6 +4,7 @@ A preset is a function returning a full `PivotConfig`; flags given after `--pres
 Paper presets name checkpoints by their Hugging Face id under `/models/`; point `--model.policy`
 and `--model.genrm` at local folders on your cluster (nothing is downloaded at run time).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -42,15 +43,26 @@ def tiny_cpu() -> PivotConfig:
         # fitted profile: 1.2 ms per step against 0.5 us per context token), so wider steps make
         # more tokens per second; a step's 16-48 groups of 8 keep them full. 32K tokens of KV
         # (64 MB) hold 128 judge sequences of about 130 tokens (prompt and reasoning) twice over.
-        rollout=RolloutConfig(tp=1, replicas=1, engine=EngineConfig(kv_capacity_tokens=32768, max_running_seqs=128)),
-        reward=RewardConfig(tp=1, replicas=1, engine=EngineConfig(kv_capacity_tokens=32768, max_running_seqs=128)),
+        rollout=RolloutConfig(
+            tp=1, replicas=1, engine=EngineConfig(kv_capacity_tokens=32768, max_running_seqs=128)
+        ),
+        reward=RewardConfig(
+            tp=1, replicas=1, engine=EngineConfig(kv_capacity_tokens=32768, max_running_seqs=128)
+        ),
         # 60 GRPO steps of 16 prompts x 8 samples over 4,096 problems, with dynamic sampling on
         # the verifiable reward (a noisy judge would make all-right or all-wrong groups look
         # mixed). The shipped policy is mid-climb (~30% held-out), where lr 5e-4 lifts held-out
         # accuracy by 10+ points in 60 steps (docs/results.md); 1e-4 moved it 2 points. A small set makes
         # the reward climb faster by memorising it while held-out accuracy falls.
-        train=TrainConfig(devices=1, steps=60, batch_prompts=16, group_size=8, lr=5e-4, filter_groups=32,
-                          filter_metric="verifiable"),
+        train=TrainConfig(
+            devices=1,
+            steps=60,
+            batch_prompts=16,
+            group_size=8,
+            lr=5e-4,
+            filter_groups=32,
+            filter_metric="verifiable",
+        ),
         eval=EvalConfig(every=20, prompts=512),
     )
 
@@ -73,7 +85,9 @@ def _paper_group(
     GenRMs get sglang's fused kernels), training on FSDP2."""
     p_name, p_b, p_tp = policy
     g_name, g_b, g_active_b, g_tp = genrm
-    gpu_engine = EngineConfig(kv_capacity_tokens=262144, max_running_seqs=256, max_prefill_tokens=16384)
+    gpu_engine = EngineConfig(
+        kv_capacity_tokens=262144, max_running_seqs=256, max_prefill_tokens=16384
+    )
     return PivotConfig(
         preset=name,
         model=ModelConfig(
@@ -86,12 +100,34 @@ def _paper_group(
             attention="flash",
         ),
         # the paper caps prompt/policy/GenRM at 2K/15K/20K tokens (the GenRM less where its context is shorter)
-        rollout=RolloutConfig(tp=p_tp, replicas=1, max_new_tokens=RESPONSE_TOKENS, max_prompt_tokens=PROMPT_TOKENS,
-                              engine=gpu_engine),
-        reward=RewardConfig(tp=g_tp, replicas=1, max_new_tokens=genrm_tokens, engine=_with_backend(gpu_engine, "sglang")),
-        train=TrainConfig(devices=train_devices, batch_prompts=512 // 16, group_size=16, lr=1e-6,
-                          micro_batch_tokens=micro_batch_tokens, activation_checkpointing=True),
-        cluster=ClusterConfig(nnodes=world // 8, devices_per_node=8, device="cuda", gpu_memory_gb=96, host_memory_gb=1800),
+        rollout=RolloutConfig(
+            tp=p_tp,
+            replicas=1,
+            max_new_tokens=RESPONSE_TOKENS,
+            max_prompt_tokens=PROMPT_TOKENS,
+            engine=gpu_engine,
+        ),
+        reward=RewardConfig(
+            tp=g_tp,
+            replicas=1,
+            max_new_tokens=genrm_tokens,
+            engine=_with_backend(gpu_engine, "sglang"),
+        ),
+        train=TrainConfig(
+            devices=train_devices,
+            batch_prompts=512 // 16,
+            group_size=16,
+            lr=1e-6,
+            micro_batch_tokens=micro_batch_tokens,
+            activation_checkpointing=True,
+        ),
+        cluster=ClusterConfig(
+            nnodes=world // 8,
+            devices_per_node=8,
+            device="cuda",
+            gpu_memory_gb=96,
+            host_memory_gb=1800,
+        ),
     )
 
 
@@ -102,17 +138,37 @@ def _with_backend(engine: EngineConfig, backend: str) -> EngineConfig:
 PRESETS: dict[str, Callable[[], PivotConfig]] = {
     "tiny-cpu": tiny_cpu,
     "qwen2.5-1.5b+glm-z1-9b": lambda: _paper_group(
-        "qwen2.5-1.5b+glm-z1-9b", ("Qwen2.5-1.5B", 1.5, 1), ("GLM-Z1-9B-0414", 9.0, 9.0, 1), 32, 16, 32768,
+        "qwen2.5-1.5b+glm-z1-9b",
+        ("Qwen2.5-1.5B", 1.5, 1),
+        ("GLM-Z1-9B-0414", 9.0, 9.0, 1),
+        32,
+        16,
+        32768,
         genrm_tokens=GLM_GENRM_TOKENS,
     ),
     "qwen2.5-7b+qwen3-30b-a3b": lambda: _paper_group(
-        "qwen2.5-7b+qwen3-30b-a3b", ("Qwen2.5-7B", 7.6, 1), ("Qwen3-30B-A3B", 30.5, 3.3, 4), 32, 8, 32768
+        "qwen2.5-7b+qwen3-30b-a3b",
+        ("Qwen2.5-7B", 7.6, 1),
+        ("Qwen3-30B-A3B", 30.5, 3.3, 4),
+        32,
+        8,
+        32768,
     ),
     "qwen2.5-32b+qwen3-30b-a3b": lambda: _paper_group(
-        "qwen2.5-32b+qwen3-30b-a3b", ("Qwen2.5-32B", 32.8, 4), ("Qwen3-30B-A3B", 30.5, 3.3, 4), 64, 32, LONGEST_SAMPLE
+        "qwen2.5-32b+qwen3-30b-a3b",
+        ("Qwen2.5-32B", 32.8, 4),
+        ("Qwen3-30B-A3B", 30.5, 3.3, 4),
+        64,
+        32,
+        LONGEST_SAMPLE,
     ),
     "qwen2.5-72b+qwen3.5-122b-a10b": lambda: _paper_group(
-        "qwen2.5-72b+qwen3.5-122b-a10b", ("Qwen2.5-72B", 72.7, 8), ("Qwen3.5-122B-A10B", 122.0, 10.0, 8), 128, 64, LONGEST_SAMPLE
+        "qwen2.5-72b+qwen3.5-122b-a10b",
+        ("Qwen2.5-72B", 72.7, 8),
+        ("Qwen3.5-122B-A10B", 122.0, 10.0, 8),
+        128,
+        64,
+        LONGEST_SAMPLE,
     ),
 }
 

@@ -1,4 +1,5 @@
 """Command line: `--preset NAME` picks the starting config, every other flag overrides it (tyro)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -51,7 +52,9 @@ def _bare_resume(argv: list[str]) -> list[str]:
     return out
 
 
-def parse(argv: list[str], world_size: int | None = None, local_world_size: int | None = None) -> PivotConfig:
+def parse(
+    argv: list[str], world_size: int | None = None, local_world_size: int | None = None
+) -> PivotConfig:
     """Parse and validate; raises ConfigError (naming field and value) on bad input."""
     name, rest = _split_preset(_bare_resume(argv))
     default = get_preset(name)
@@ -64,9 +67,15 @@ def parse(argv: list[str], world_size: int | None = None, local_world_size: int 
         nnodes, per_node = dry_run_shape(cfg)
         world_size, local_world_size = nnodes * per_node, per_node
     world = world_size if world_size is not None else int(os.environ.get("WORLD_SIZE", "1"))
-    local = local_world_size if local_world_size is not None else int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    local = (
+        local_world_size
+        if local_world_size is not None
+        else int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    )
     cfg.validate(world, local)
-    if cfg.cluster.device == "emulated":  # the emulated models must fit this cluster as the simulator sees it
+    if (
+        cfg.cluster.device == "emulated"
+    ):  # the emulated models must fit this cluster as the simulator sees it
         from pivot.emulate import EmulatedCosts, runtime_config
         from pivot.sim import SimConfigError
 
@@ -83,8 +92,11 @@ def parse(argv: list[str], world_size: int | None = None, local_world_size: int 
 def parse_or_exit(argv: list[str]) -> PivotConfig:
     """Parse on every rank; only rank 0 speaks (help text, tyro's and our errors), exit code 2."""
     quiet = os.environ.get("RANK", "0") != "0"
-    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null if quiet else sys.stdout), \
-            contextlib.redirect_stderr(null if quiet else sys.stderr):
+    with (
+        open(os.devnull, "w") as null,
+        contextlib.redirect_stdout(null if quiet else sys.stdout),
+        contextlib.redirect_stderr(null if quiet else sys.stderr),
+    ):
         try:
             return parse(argv)
         except ConfigError as e:

@@ -5,6 +5,7 @@ Each field's docstring is its `--help` text. `__post_init__` checks one section 
 raise `ConfigError` naming the field and its value, before any process group exists. Each
 component receives only its own section. Named presets live in `configs/presets.py`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,8 +45,12 @@ class ModelConfig:
         for name in ("policy_params_b", "genrm_params_b", "genrm_active_params_b"):
             _check(getattr(self, name) >= 0, f"model.{name}", getattr(self, name), "must be >= 0")
         # flash-attn 2.8.3 has fp16 and bf16 kernels only (flash_attn/flash_attn_interface.py checks q.dtype)
-        _check(self.attention != "flash" or self.dtype in ("bfloat16", "float16"), "model.attention", self.attention,
-               f"needs --model.dtype bfloat16 or float16 (flash-attn has no {self.dtype} kernels)")
+        _check(
+            self.attention != "flash" or self.dtype in ("bfloat16", "float16"),
+            "model.attention",
+            self.attention,
+            f"needs --model.dtype bfloat16 or float16 (flash-attn has no {self.dtype} kernels)",
+        )
 
 
 @dataclass
@@ -74,7 +79,9 @@ class RolloutConfig:
         _check_role("rollout", self.tp, self.replicas)
         _check(self.temperature >= 0, "rollout.temperature", self.temperature, "must be >= 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", self.top_p, "must be in (0, 1]")
-        _check(self.max_new_tokens > 0, "rollout.max_new_tokens", self.max_new_tokens, "must be > 0")
+        _check(
+            self.max_new_tokens > 0, "rollout.max_new_tokens", self.max_new_tokens, "must be > 0"
+        )
 
 
 @dataclass
@@ -117,10 +124,19 @@ class RewardConfig:
 
     def __post_init__(self) -> None:
         _check_role("reward", self.tp, self.replicas)
-        _check(0 <= self.fallback_score <= 1, "reward.fallback_score", self.fallback_score, "must be in [0, 1]")
+        _check(
+            0 <= self.fallback_score <= 1,
+            "reward.fallback_score",
+            self.fallback_score,
+            "must be in [0, 1]",
+        )
         _check(self.max_new_tokens > 0, "reward.max_new_tokens", self.max_new_tokens, "must be > 0")
-        _check(not (self.judge_template and self.judge_template_file), "reward.judge_template_file",
-               self.judge_template_file, "give either --reward.judge-template or --reward.judge-template-file, not both")
+        _check(
+            not (self.judge_template and self.judge_template_file),
+            "reward.judge_template_file",
+            self.judge_template_file,
+            "give either --reward.judge-template or --reward.judge-template-file, not both",
+        )
 
 
 def _check_role(role: str, tp: int, replicas: int) -> None:
@@ -182,13 +198,23 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check(self.devices >= 0, "train.devices", self.devices, "must be >= 0")
-        _check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "train.beta1", (self.beta1, self.beta2), "betas must be in [0, 1)")
+        _check(
+            0 <= self.beta1 < 1 and 0 <= self.beta2 < 1,
+            "train.beta1",
+            (self.beta1, self.beta2),
+            "betas must be in [0, 1)",
+        )
         _check(self.staleness >= 0, "train.staleness", self.staleness, "must be >= 0")
         _check(self.filter_groups >= 0, "train.filter_groups", self.filter_groups, "must be >= 0")
         for name in ("steps", "batch_prompts", "group_size", "micro_batch_tokens", "max_bad_steps"):
             _check(getattr(self, name) > 0, f"train.{name}", getattr(self, name), "must be > 0")
         _check(self.lr > 0, "train.lr", self.lr, "must be > 0")
-        _check(self.dual_clip_c == 0 or self.dual_clip_c > 1, "train.dual_clip_c", self.dual_clip_c, "must be 0 or > 1")
+        _check(
+            self.dual_clip_c == 0 or self.dual_clip_c > 1,
+            "train.dual_clip_c",
+            self.dual_clip_c,
+            "must be 0 or > 1",
+        )
 
 
 @dataclass
@@ -234,10 +260,20 @@ class PlannerConfig:
     def __post_init__(self) -> None:
         _check(self.horizon_s > 0, "planner.horizon_s", self.horizon_s, "must be > 0")
         _check(self.max_evaluated >= 2, "planner.max_evaluated", self.max_evaluated, "must be >= 2")
-        _check(0 <= self.kv_refill_share <= 1, "planner.kv_refill_share", self.kv_refill_share, "must be in [0, 1]")
+        _check(
+            0 <= self.kv_refill_share <= 1,
+            "planner.kv_refill_share",
+            self.kv_refill_share,
+            "must be in [0, 1]",
+        )
         _check(self.interval_s >= 0, "planner.interval_s", self.interval_s, "must be >= 0")
         _check(self.tau_shift_s >= 0, "planner.tau_shift_s", self.tau_shift_s, "must be >= 0")
-        _check(0 <= self.rule_low < self.rule_high <= 1, "planner.rule_low", self.rule_low, "need 0 <= rule_low < rule_high <= 1")
+        _check(
+            0 <= self.rule_low < self.rule_high <= 1,
+            "planner.rule_low",
+            self.rule_low,
+            "need 0 <= rule_low < rule_high <= 1",
+        )
 
 
 @dataclass
@@ -265,10 +301,19 @@ class DataConfig:
     """Synthetic problems: most digits per operand (the tiny policy is trained on 1-3)."""
 
     def __post_init__(self) -> None:
-        _check(1 <= self.min_digits <= self.max_digits, "data.min_digits", self.min_digits, "need 1 <= min_digits <= max_digits")
+        _check(
+            1 <= self.min_digits <= self.max_digits,
+            "data.min_digits",
+            self.min_digits,
+            "need 1 <= min_digits <= max_digits",
+        )
         _check(self.synthetic_size > 0, "data.synthetic_size", self.synthetic_size, "must be > 0")
-        _check(not (self.chat_template and self.raw_prompts), "data.raw_prompts", self.raw_prompts,
-               "give either --data.chat-template or --data.raw-prompts, not both")
+        _check(
+            not (self.chat_template and self.raw_prompts),
+            "data.raw_prompts",
+            self.raw_prompts,
+            "give either --data.chat-template or --data.raw-prompts, not both",
+        )
 
 
 @dataclass
@@ -307,9 +352,16 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         _check(self.gpu_memory_gb >= 0, "cluster.gpu_memory_gb", self.gpu_memory_gb, "must be >= 0")
-        _check(self.host_memory_gb >= 0, "cluster.host_memory_gb", self.host_memory_gb, "must be >= 0")
+        _check(
+            self.host_memory_gb >= 0, "cluster.host_memory_gb", self.host_memory_gb, "must be >= 0"
+        )
         _check(self.nnodes >= 0, "cluster.nnodes", self.nnodes, "must be >= 0")
-        _check(self.devices_per_node >= 0, "cluster.devices_per_node", self.devices_per_node, "must be >= 0")
+        _check(
+            self.devices_per_node >= 0,
+            "cluster.devices_per_node",
+            self.devices_per_node,
+            "must be >= 0",
+        )
 
 
 @dataclass
@@ -386,46 +438,118 @@ class PivotConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def __post_init__(self) -> None:
-        served = [r for r, c in (("rollout", self.rollout), ("reward", self.reward)) if c.engine.backend == "sglang"]
+        served = [
+            r
+            for r, c in (("rollout", self.rollout), ("reward", self.reward))
+            if c.engine.backend == "sglang"
+        ]
         # sglang 0.5.23: no get_weights_by_name for Qwen2/Qwen3/Qwen3-MoE/GLM-4, TP shards for Llama
         # (pivot/engine/sglang_adapter.py WHOLE_WEIGHTS_BY_NAME)
-        _check(not (self.log.verify_weights and served), "log.verify_weights", self.log.verify_weights,
-               f"{' and '.join(served)} served by sglang, which cannot hand back whole weights to checksum")
+        _check(
+            not (self.log.verify_weights and served),
+            "log.verify_weights",
+            self.log.verify_weights,
+            f"{' and '.join(served)} served by sglang, which cannot hand back whole weights to checksum",
+        )
         for role, engine in (("rollout", self.rollout.engine), ("reward", self.reward.engine)):
             size = engine.kv_block_size(self.model.attention)
-            _check(self.model.attention != "flash" or size % FLASH_BLOCK_MULTIPLE == 0, f"{role}.engine.block_size",
-                   size, f"flash attention's paged KV needs a multiple of {FLASH_BLOCK_MULTIPLE} (or 0 for the default)")
+            _check(
+                self.model.attention != "flash" or size % FLASH_BLOCK_MULTIPLE == 0,
+                f"{role}.engine.block_size",
+                size,
+                f"flash attention's paged KV needs a multiple of {FLASH_BLOCK_MULTIPLE} (or 0 for the default)",
+            )
 
     def validate(self, world_size: int, local_world_size: int) -> None:
         """Every section's checks, then whole-tree checks against the job's size (torchrun's
         WORLD_SIZE and LOCAL_WORLD_SIZE)."""
-        for section in (self.model, self.rollout, self.rollout.engine, self.reward, self.reward.engine, self.train,
-                        self.planner, self.data, self.eval, self.cluster, self.emulate, self.checkpoint, self):
+        for section in (
+            self.model,
+            self.rollout,
+            self.rollout.engine,
+            self.reward,
+            self.reward.engine,
+            self.train,
+            self.planner,
+            self.data,
+            self.eval,
+            self.cluster,
+            self.emulate,
+            self.checkpoint,
+            self,
+        ):
             section.__post_init__()
         c = self.cluster
-        _check(world_size % local_world_size == 0, "cluster.devices_per_node", local_world_size, f"does not divide world size {world_size}")
+        _check(
+            world_size % local_world_size == 0,
+            "cluster.devices_per_node",
+            local_world_size,
+            f"does not divide world size {world_size}",
+        )
         if c.devices_per_node:
-            _check(c.devices_per_node == local_world_size, "cluster.devices_per_node", c.devices_per_node, f"but torchrun started {local_world_size} per node")
+            _check(
+                c.devices_per_node == local_world_size,
+                "cluster.devices_per_node",
+                c.devices_per_node,
+                f"but torchrun started {local_world_size} per node",
+            )
         if c.nnodes:
-            _check(c.nnodes * local_world_size == world_size, "cluster.nnodes", c.nnodes, f"but torchrun started {world_size // local_world_size} nodes")
+            _check(
+                c.nnodes * local_world_size == world_size,
+                "cluster.nnodes",
+                c.nnodes,
+                f"but torchrun started {world_size // local_world_size} nodes",
+            )
         self.check_shape(world_size, local_world_size)
 
     def check_shape(self, world_size: int, devices_per_node: int) -> None:
         """Role sizes against a cluster of `world_size` devices, `devices_per_node` per host."""
         for role, tp in (("rollout", self.rollout.tp), ("reward", self.reward.tp)):
             # a replica either fits inside a host or spans whole hosts
-            fits = devices_per_node % tp == 0 if tp <= devices_per_node else tp % devices_per_node == 0
+            fits = (
+                devices_per_node % tp == 0 if tp <= devices_per_node else tp % devices_per_node == 0
+            )
             _check(fits, f"{role}.tp", tp, f"does not divide {devices_per_node} devices per node")
-            _check(tp <= world_size, f"{role}.tp", tp, f"larger than the world ({world_size} devices)")
-        _check(self.train.devices <= world_size, "train.devices", self.train.devices, f"training pool larger than the world ({world_size} devices)")
+            _check(
+                tp <= world_size, f"{role}.tp", tp, f"larger than the world ({world_size} devices)"
+            )
+        _check(
+            self.train.devices <= world_size,
+            "train.devices",
+            self.train.devices,
+            f"training pool larger than the world ({world_size} devices)",
+        )
         if self.cluster.mode == "disaggregated":
-            used = self.train.devices + self.rollout.replicas * self.rollout.tp + self.reward.replicas * self.reward.tp
-            _check(used <= world_size, "rollout.replicas", self.rollout.replicas, f"pools need {used} devices, world has {world_size}")
+            used = (
+                self.train.devices
+                + self.rollout.replicas * self.rollout.tp
+                + self.reward.replicas * self.reward.tp
+            )
+            _check(
+                used <= world_size,
+                "rollout.replicas",
+                self.rollout.replicas,
+                f"pools need {used} devices, world has {world_size}",
+            )
         if self.cluster.mode in ("disaggregated", "pivot"):
-            _check(self.rollout.replicas >= 1, "rollout.replicas", self.rollout.replicas, f"mode {self.cluster.mode} needs at least one")
-            _check(self.reward.replicas >= 1, "reward.replicas", self.reward.replicas, f"mode {self.cluster.mode} needs at least one")
-        _check(self.planner.strategy == "pivot" or self.cluster.mode == "pivot", "planner.strategy", self.planner.strategy,
-               f"picks shifts in cluster.mode pivot only, not {self.cluster.mode}")
+            _check(
+                self.rollout.replicas >= 1,
+                "rollout.replicas",
+                self.rollout.replicas,
+                f"mode {self.cluster.mode} needs at least one",
+            )
+            _check(
+                self.reward.replicas >= 1,
+                "reward.replicas",
+                self.reward.replicas,
+                f"mode {self.cluster.mode} needs at least one",
+            )
+        _check(
+            self.planner.strategy == "pivot" or self.cluster.mode == "pivot",
+            "planner.strategy",
+            self.planner.strategy,
+            f"picks shifts in cluster.mode pivot only, not {self.cluster.mode}",
+        )
 
     def replace(self, **sections: object) -> PivotConfig:
         return dataclasses.replace(self, **sections)

@@ -8,6 +8,7 @@ kept for inference where possible). One process group per slot, plus the trainin
 created once at start-up by every rank in the same order; a shift only changes which of them
 a rank uses.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,11 @@ class ClusterSpec:
     @classmethod
     def from_env(cls) -> ClusterSpec:
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        return cls(world, int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))
+        return cls(
+            world,
+            int(os.environ.get("RANK", "0")),
+            int(os.environ.get("LOCAL_WORLD_SIZE", str(world))),
+        )
 
     @property
     def nnodes(self) -> int:
@@ -83,8 +88,14 @@ class SlotTable:
     train: Slot
 
     @classmethod
-    def build(cls, spec: ClusterSpec, rollout_tp: int, reward_tp: int, train_devices: int) -> SlotTable:
-        return cls(tile_slots("rollout", rollout_tp, spec), tile_slots("reward", reward_tp, spec), train_slot(train_devices, spec))
+    def build(
+        cls, spec: ClusterSpec, rollout_tp: int, reward_tp: int, train_devices: int
+    ) -> SlotTable:
+        return cls(
+            tile_slots("rollout", rollout_tp, spec),
+            tile_slots("reward", reward_tp, spec),
+            train_slot(train_devices, spec),
+        )
 
     def all(self) -> list[Slot]:
         return [*self.rollout, *self.reward, self.train]
@@ -108,9 +119,13 @@ def create_groups(table: SlotTable) -> dict[str, object]:
 
 
 def describe(spec: ClusterSpec, table: SlotTable) -> str:
-    lines = [f"cluster: {spec.nnodes} host(s) x {spec.local_world_size} device(s) = {spec.world_size} ranks"]
+    lines = [
+        f"cluster: {spec.nnodes} host(s) x {spec.local_world_size} device(s) = {spec.world_size} ranks"
+    ]
     for role in ROLES:
         slots = table.of(role)
-        shown = ", ".join(f"{s.name}={list(s.ranks)}" for s in slots[:8]) + (" ..." if len(slots) > 8 else "")
+        shown = ", ".join(f"{s.name}={list(s.ranks)}" for s in slots[:8]) + (
+            " ..." if len(slots) > 8 else ""
+        )
         lines.append(f"  {role:8s} {len(slots)} slot(s): {shown}")
     return "\n".join(lines)

@@ -7,6 +7,7 @@ torch.distributed (NCCL with CUDA, else gloo), creates every role slot's process
 runs the worker loop; rank 0 also runs the controller in a background thread. With --dry-run it
 prints the memory plan instead (no torchrun, no GPU; see pivot/memory/report.py).
 """
+
 from __future__ import annotations
 
 import sys
@@ -34,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     from pivot.runtime.launch import run
 
     backend = None
-    if cfg.cluster.device == "emulated":  # the runtime never imports pivot/emulate/: it is handed it here
+    if (
+        cfg.cluster.device == "emulated"
+    ):  # the runtime never imports pivot/emulate/: it is handed it here
         from pivot.emulate.backend import EmulatedDevices
 
         backend = EmulatedDevices()

@@ -9,6 +9,7 @@ travelling over the network.
   other ranks, on the same host, read it. The name is not a secret: another user can neither
   read the file nor plant one in the folder (both are checked to be ours and private).
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,10 @@ def from_env() -> bytes | None:
     if value is None or value == "":
         return None
     if len(value) < MIN_CHARS:
-        raise ValueError(f"{ENV} has {len(value)} characters; use at least {MIN_CHARS} random ones "
-                         "(e.g. `openssl rand -hex 32`)")
+        raise ValueError(
+            f"{ENV} has {len(value)} characters; use at least {MIN_CHARS} random ones "
+            "(e.g. `openssl rand -hex 32`)"
+        )
     return value.encode()
 
 
@@ -38,8 +41,10 @@ def require_for(nnodes: int) -> bytes | None:
     """The environment's secret; None means a single-host run makes its own (`KeyFile`)."""
     secret = from_env()
     if secret is None and nnodes > 1:
-        raise ValueError(f"{ENV} is not set: a multi-node run needs a per-job secret on every rank to "
-                         "authenticate its control plane (launch/slurm/pivot.sbatch sets one; see docs/security.md)")
+        raise ValueError(
+            f"{ENV} is not set: a multi-node run needs a per-job secret on every rank to "
+            "authenticate its control plane (launch/slurm/pivot.sbatch sets one; see docs/security.md)"
+        )
     return secret
 
 
@@ -53,8 +58,10 @@ def private_dir() -> Path:
     except OSError as e:
         raise ValueError(f"cannot make the private key folder {folder}: {e}") from None
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise ValueError(f"{folder} is not a private folder of this user (owner uid {st.st_uid}, "
-                         f"mode {oct(st.st_mode & 0o777)}); remove it or set {ENV}")
+        raise ValueError(
+            f"{folder} is not a private folder of this user (owner uid {st.st_uid}, "
+            f"mode {oct(st.st_mode & 0o777)}); remove it or set {ENV}"
+        )
     return folder
 
 
@@ -81,8 +88,10 @@ class KeyFile:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError as e:
-            raise ValueError(f"control plane: cannot read this job's key file {path} ({e.strerror}); a run over "
-                             f"several hosts needs {ENV} on every rank") from None
+            raise ValueError(
+                f"control plane: cannot read this job's key file {path} ({e.strerror}); a run over "
+                f"several hosts needs {ENV} on every rank"
+            ) from None
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
             if st.st_uid != os.getuid() or st.st_mode & 0o077:

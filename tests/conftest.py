@@ -1,4 +1,5 @@
 """Shared test setup: the repo root on sys.path and the GPU marker's skip."""
+
 from __future__ import annotations
 
 import sys
@@ -24,5 +25,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="needs CUDA")
     for item in items:
-        if item.get_closest_marker("gpu") is not None:  # not `keywords`: a checkout folder named gpu is one
+        if (
+            item.get_closest_marker("gpu") is not None
+        ):  # not `keywords`: a checkout folder named gpu is one
             item.add_marker(skip)

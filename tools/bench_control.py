@@ -11,6 +11,7 @@ one-way throughput of small (Stats), large (Finished with 32 outputs x 512 token
 
     python tools/bench_control.py [--round-trips 2000] [--repeats 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,10 +29,10 @@ import torch.distributed as dist  # noqa: E402
 import zmq  # noqa: E402
 
 from pivot.dist import ClusterSpec  # noqa: E402
-from pivot.runtime.control_plane import ControllerEndpoint, WorkerEndpoint  # noqa: E402
 from pivot.engine.sequence import EngineStats, Output  # noqa: E402
 from pivot.rl.batch import TrainBatch  # noqa: E402
 from pivot.runtime import messages as m  # noqa: E402
+from pivot.runtime.control_plane import ControllerEndpoint, WorkerEndpoint  # noqa: E402
 
 
 class PickleController:
@@ -42,7 +43,9 @@ class PickleController:
         self.address = f"tcp://127.0.0.1:{self.sock.bind_to_random_port('tcp://127.0.0.1')}"
 
     def send(self, rank: int, msg: object) -> None:
-        self.sock.send_multipart([str(rank).encode(), pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)])
+        self.sock.send_multipart(
+            [str(rank).encode(), pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)]
+        )
 
     def recv(self, timeout_ms: int) -> tuple[int, object] | None:
         if not self.sock.poll(timeout_ms):
@@ -84,21 +87,35 @@ def pair(path: str) -> tuple[object, object]:
 
 
 def stats_msg() -> m.Stats:
-    return m.Stats(1, "rollout", 0, EngineStats(64, 40000, 100000, 200000, 123456, 0.012, 3), time.time(),
-                   {i: 100 + i for i in range(64)})
+    return m.Stats(
+        1,
+        "rollout",
+        0,
+        EngineStats(64, 40000, 100000, 200000, 123456, 0.012, 3),
+        time.time(),
+        {i: 100 + i for i in range(64)},
+    )
 
 
 def finished_msg() -> m.Finished:
-    outs = [Output(i, list(range(128)), list(range(512)), [-0.5] * 512, "stop", 3) for i in range(32)]
+    outs = [
+        Output(i, list(range(128)), list(range(512)), [-0.5] * 512, "stop", 3) for i in range(32)
+    ]
     return m.Finished(1, "rollout", 0, outs)
 
 
 def train_msg() -> m.TrainStep:
     rows = 256
     # distinct rows: pickle would send a list repeated by reference only once
-    return m.TrainStep(1, TrainBatch([list(range(r, r + 256)) for r in range(rows)],
-                                     [list(range(r, r + 1024)) for r in range(rows)], [0.5] * rows,
-                                     [[-0.5 - r] * 1024 for r in range(rows)]))
+    return m.TrainStep(
+        1,
+        TrainBatch(
+            [list(range(r, r + 256)) for r in range(rows)],
+            [list(range(r, r + 1024)) for r in range(rows)],
+            [0.5] * rows,
+            [[-0.5 - r] * 1024 for r in range(rows)],
+        ),
+    )
 
 
 def round_trips(ctrl: object, worker: object, n: int) -> float:
@@ -151,7 +168,10 @@ def codec_only(path: str, msg: object, n: int) -> float:
     from pivot.runtime import frames
 
     key = frames.session_key(b"bench-control-secret-0123456789", bytes(16))
-    sealer, opener = frames.Sealer(key, frames.TO_CONTROLLER, 1), frames.Opener(key, frames.TO_CONTROLLER, None, 2)
+    sealer, opener = (
+        frames.Sealer(key, frames.TO_CONTROLLER, 1),
+        frames.Opener(key, frames.TO_CONTROLLER, None, 2),
+    )
     t0 = time.perf_counter()
     for _ in range(n):
         opener.open(sealer.seal(0, msg))
@@ -164,7 +184,9 @@ def best(fn: Callable[[], float], repeats: int, lower_is_better: bool) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--round-trips", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
@@ -175,13 +197,37 @@ def main() -> None:
 
     n = args.round_trips
     cases: list[tuple[str, Callable[[object, object], float], bool, str]] = [
-        ("codec only, AbortSequences (per frame)", lambda c, w: codec_only(path_of(c), m.AbortSequences(0, [1, 2, 3]), n * 5),
-         True, "us"),
-        ("codec only, Stats (per frame)", lambda c, w: codec_only(path_of(c), stats_msg(), n), True, "us"),
+        (
+            "codec only, AbortSequences (per frame)",
+            lambda c, w: codec_only(path_of(c), m.AbortSequences(0, [1, 2, 3]), n * 5),
+            True,
+            "us",
+        ),
+        (
+            "codec only, Stats (per frame)",
+            lambda c, w: codec_only(path_of(c), stats_msg(), n),
+            True,
+            "us",
+        ),
         ("round trip (AbortSequences -> Stats)", lambda c, w: round_trips(c, w, n), True, "us"),
-        ("Stats up (64 progress entries)", lambda c, w: upstream(c, w, stats_msg(), n), False, "msg/s"),
-        ("Finished up (32 x 512 tokens)", lambda c, w: upstream(c, w, finished_msg(), max(n // 20, 20)), False, "msg/s"),
-        ("TrainStep down (256 x 1024 tokens)", lambda c, w: downstream(c, w, train_msg(), max(n // 400, 3)), False, "msg/s"),
+        (
+            "Stats up (64 progress entries)",
+            lambda c, w: upstream(c, w, stats_msg(), n),
+            False,
+            "msg/s",
+        ),
+        (
+            "Finished up (32 x 512 tokens)",
+            lambda c, w: upstream(c, w, finished_msg(), max(n // 20, 20)),
+            False,
+            "msg/s",
+        ),
+        (
+            "TrainStep down (256 x 1024 tokens)",
+            lambda c, w: downstream(c, w, train_msg(), max(n // 400, 3)),
+            False,
+            "msg/s",
+        ),
     ]
     print(f"{'case':40s} {'old':>12s} {'new':>12s} {'new/old':>8s}")
     for name, fn, lower, unit in cases:
@@ -191,9 +237,13 @@ def main() -> None:
                 got.setdefault(path, []).append(fn(c, w))
         old, new = (min(got[p]) if lower else max(got[p]) for p in ("old", "new"))
         scale = 1e6 if unit == "us" else 1.0
-        print(f"{name:40s} {old * scale:10.1f}{unit:>2s} {new * scale:10.1f}{unit:>2s} {new / old:8.2f}"
-              f"   (spread new {statistics.pstdev(got['new']) / statistics.mean(got['new']):.0%})")
-    print("new/old: time ratio for us rows (below 1 is faster), rate ratio for msg/s rows (above 1 is faster)")
+        print(
+            f"{name:40s} {old * scale:10.1f}{unit:>2s} {new * scale:10.1f}{unit:>2s} {new / old:8.2f}"
+            f"   (spread new {statistics.pstdev(got['new']) / statistics.mean(got['new']):.0%})"
+        )
+    print(
+        "new/old: time ratio for us rows (below 1 is faster), rate ratio for msg/s rows (above 1 is faster)"
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ window in the simulator; real/sim is its ratio to the simulator's.
 "w/o tr.overrun" takes out the emulated seconds the training slot's real tiny-model compute ran
 past its windows (a limit of the CPUs emulating the devices, not of the runtime).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,9 @@ from pivot.config import PivotConfig
 from pivot.emulate import PromptShape, emulated_workload, paper_config, read_tallies, runtime_config
 from pivot.emulate.costs import BLOCK_SIZE
 from pivot.emulate.measure import EmulatedRun, measure
+from pivot.runtime.metrics import read_jsonl
 from pivot.sim import HARDWARE, SimOptions, SimResult, simulate
 from pivot.sim.deploy import Allocation, deployment
-from pivot.runtime.metrics import read_jsonl
 from pivot.sim.report import breakdown
 from pivot.sim.window import DEFAULT_SEEDS, Spread, Window, aligned_window, is_aligned
 
@@ -42,33 +43,62 @@ MODES = ("colocated", "disaggregated", "rr_colocated", "pivot", "static", "rule_
 def add_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("--emulated")
     g.add_argument("--hardware", default="h20", choices=sorted(HARDWARE))
-    g.add_argument("--emulate", default="qwen2.5-7b+qwen3-30b-a3b", help="paper preset whose model sizes are emulated")
+    g.add_argument(
+        "--emulate",
+        default="qwen2.5-7b+qwen3-30b-a3b",
+        help="paper preset whose model sizes are emulated",
+    )
     g.add_argument("--time-scale", type=float, default=0.03)
     g.add_argument("--length-scale", type=int, default=100)
     g.add_argument("--rollout-tp", type=int, default=1)
     g.add_argument("--reward-tp", type=int, default=1)
     g.add_argument("--train-devices", type=int, default=2)
-    g.add_argument("--rollout-devices", type=int, default=0, help="disaggregated rollout pool; 0 = half the rest")
+    g.add_argument(
+        "--rollout-devices",
+        type=int,
+        default=0,
+        help="disaggregated rollout pool; 0 = half the rest",
+    )
     g.add_argument("--batch-prompts", type=int, default=8)
     g.add_argument("--group-size", type=int, default=16)
     g.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
     g.add_argument("--seed", type=int, default=None, help="one seed (same as --seeds N)")
-    g.add_argument("--warmup", type=int, default=None, help="steps before the measured window (default 4)")
+    g.add_argument(
+        "--warmup", type=int, default=None, help="steps before the measured window (default 4)"
+    )
     g.add_argument("--out", default="runs/bench_emulated")
-    g.add_argument("--sim-only", action="store_true", help="only the simulator's figures (to choose a configuration)")
-    g.add_argument("--reuse", action="store_true", help="read the runs already in --out instead of running them again")
+    g.add_argument(
+        "--sim-only",
+        action="store_true",
+        help="only the simulator's figures (to choose a configuration)",
+    )
+    g.add_argument(
+        "--reuse",
+        action="store_true",
+        help="read the runs already in --out instead of running them again",
+    )
 
 
 def base_config(args: argparse.Namespace, steps: int) -> PivotConfig:
     cfg = tiny_cpu()
     cfg.seed = args.seed
     cfg.cluster = dataclasses.replace(cfg.cluster, device="emulated")
-    cfg.emulate = dataclasses.replace(cfg.emulate, hardware=args.hardware, preset=args.emulate,
-                                      time_scale=args.time_scale, length_scale=args.length_scale)
+    cfg.emulate = dataclasses.replace(
+        cfg.emulate,
+        hardware=args.hardware,
+        preset=args.emulate,
+        time_scale=args.time_scale,
+        length_scale=args.length_scale,
+    )
     cfg.rollout.tp, cfg.reward.tp = args.rollout_tp, args.reward_tp
-    cfg.train = dataclasses.replace(cfg.train, devices=args.train_devices, steps=steps,
-                                    batch_prompts=args.batch_prompts, group_size=args.group_size,
-                                    filter_groups=0)  # the simulator has no dynamic sampling
+    cfg.train = dataclasses.replace(
+        cfg.train,
+        devices=args.train_devices,
+        steps=steps,
+        batch_prompts=args.batch_prompts,
+        group_size=args.group_size,
+        filter_groups=0,
+    )  # the simulator has no dynamic sampling
     return runtime_config(cfg)
 
 
@@ -85,35 +115,91 @@ def tiny_shape(cfg: PivotConfig) -> PromptShape:
     tok = TextTokenizer.from_pretrained(ensure_tiny_models().policy)
     prompts = [p.text for p in training_set(cfg.data, seed=cfg.seed).prompts]
     ids = [tok.encode(p) for p in prompts]
-    scorer = GenRMScorer(dataclasses.replace(cfg.reward, judge_template=judge_template(cfg.reward), judge_template_file=""))
-    judges = [tok.encode(scorer.prompt(q, f"{i * 37 % 101}")) for i, q in enumerate(prompts[:64])]  # tiny answers
+    scorer = GenRMScorer(
+        dataclasses.replace(
+            cfg.reward, judge_template=judge_template(cfg.reward), judge_template_file=""
+        )
+    )
+    judges = [
+        tok.encode(scorer.prompt(q, f"{i * 37 % 101}")) for i, q in enumerate(prompts[:64])
+    ]  # tiny answers
 
     def blocks(n: int) -> int:
         return n // BLOCK_SIZE * BLOCK_SIZE
 
     text = scorer.prompt("QUESTION", "RESPONSE")
-    return PromptShape(sum(map(len, ids)) / len(ids), len(tok.encode(scorer.prompt("", ""))),
-                       blocks(len(commonprefix(ids))), blocks(len(commonprefix(judges))),
-                       text.index("QUESTION") < text.index("RESPONSE"))
+    return PromptShape(
+        sum(map(len, ids)) / len(ids),
+        len(tok.encode(scorer.prompt("", ""))),
+        blocks(len(commonprefix(ids))),
+        blocks(len(commonprefix(judges))),
+        text.index("QUESTION") < text.index("RESPONSE"),
+    )
 
 
 def flags_of(cfg: PivotConfig) -> list[str]:
     c, e = cfg.cluster, cfg.emulate
-    return ["--cluster.mode", c.mode, "--planner.strategy", cfg.planner.strategy, "--cluster.device", "emulated",
-            "--emulate.hardware", e.hardware, "--emulate.preset", e.preset, "--emulate.time-scale", str(e.time_scale),
-            "--emulate.length-scale", str(e.length_scale), "--train.devices", str(cfg.train.devices),
-            "--train.steps", str(cfg.train.steps), "--train.batch-prompts", str(cfg.train.batch_prompts),
-            "--train.group-size", str(cfg.train.group_size), "--rollout.tp", str(cfg.rollout.tp),
-            "--reward.tp", str(cfg.reward.tp), "--rollout.replicas", str(cfg.rollout.replicas),
-            "--reward.replicas", str(cfg.reward.replicas), "--seed", str(cfg.seed), "--eval.every", "0",
-            "--train.filter-groups", str(cfg.train.filter_groups),
-            "--checkpoint.every", "0", "--log.no-progress", "--log.no-tensorboard"]
+    return [
+        "--cluster.mode",
+        c.mode,
+        "--planner.strategy",
+        cfg.planner.strategy,
+        "--cluster.device",
+        "emulated",
+        "--emulate.hardware",
+        e.hardware,
+        "--emulate.preset",
+        e.preset,
+        "--emulate.time-scale",
+        str(e.time_scale),
+        "--emulate.length-scale",
+        str(e.length_scale),
+        "--train.devices",
+        str(cfg.train.devices),
+        "--train.steps",
+        str(cfg.train.steps),
+        "--train.batch-prompts",
+        str(cfg.train.batch_prompts),
+        "--train.group-size",
+        str(cfg.train.group_size),
+        "--rollout.tp",
+        str(cfg.rollout.tp),
+        "--reward.tp",
+        str(cfg.reward.tp),
+        "--rollout.replicas",
+        str(cfg.rollout.replicas),
+        "--reward.replicas",
+        str(cfg.reward.replicas),
+        "--seed",
+        str(cfg.seed),
+        "--eval.every",
+        "0",
+        "--train.filter-groups",
+        str(cfg.train.filter_groups),
+        "--checkpoint.every",
+        "0",
+        "--log.no-progress",
+        "--log.no-tensorboard",
+    ]
 
 
-def run_runtime(name: str, cfg: PivotConfig, nproc: int, out: Path, extra: list[str]) -> EmulatedRun:
+def run_runtime(
+    name: str, cfg: PivotConfig, nproc: int, out: Path, extra: list[str]
+) -> EmulatedRun:
     run_dir = out / name
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-           str(ROOT / "pivot" / "main.py"), *flags_of(cfg), "--log.dir", str(run_dir), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        str(ROOT / "pivot" / "main.py"),
+        *flags_of(cfg),
+        "--log.dir",
+        str(run_dir),
+        *extra,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -123,12 +209,17 @@ def run_runtime(name: str, cfg: PivotConfig, nproc: int, out: Path, extra: list[
 
 def shares_real(r: EmulatedRun, world: int) -> str:
     total = world * r.emulated_s
-    return "/".join(f"{100 * r.device_s.get(k, 0.0) / total:3.0f}" for k in ("rollout", "reward", "train", "shift"))
+    return "/".join(
+        f"{100 * r.device_s.get(k, 0.0) / total:3.0f}"
+        for k in ("rollout", "reward", "train", "shift")
+    )
 
 
 def shares_sim(s: SimResult) -> str:
     b = breakdown(s)
-    parts = [b.roles[k].busy for k in ("rollout", "reward", "train")] + [sum(t.shifting for t in b.roles.values())]
+    parts = [b.roles[k].busy for k in ("rollout", "reward", "train")] + [
+        sum(t.shifting for t in b.roles.values())
+    ]
     return "/".join(f"{100 * x / b.total:3.0f}" for x in parts)
 
 
@@ -138,9 +229,15 @@ def window_of(args: argparse.Namespace) -> Window:
     warmup = 4 if args.warmup is None else args.warmup
     if args.steps is not None and not 0 <= warmup < args.steps:
         raise SystemExit(f"--warmup {warmup}: need 0 <= it < --steps {args.steps}")
-    w = aligned_window(staleness, warmup) if args.steps is None else Window(warmup, args.steps - warmup)
+    w = (
+        aligned_window(staleness, warmup)
+        if args.steps is None
+        else Window(warmup, args.steps - warmup)
+    )
     if w.warmup and not is_aligned(w, staleness):
-        print(f"warning: {w.describe(staleness)}: a window that is not whole staleness periods cuts a burst")
+        print(
+            f"warning: {w.describe(staleness)}: a window that is not whole staleness periods cuts a burst"
+        )
     return w
 
 
@@ -151,7 +248,11 @@ def window_s(run_dir: Path, w: Window, time_scale: float) -> float:
     if len(rows) < w.steps:
         raise SystemExit(f"{run_dir}: {len(rows)} steps logged, the window needs {w.steps}")
     if not w.warmup:
-        plans = [r for r in read_jsonl(run_dir / "timeline.jsonl") if r.get("kind") == "shift" and r.get("event") == "plan"]
+        plans = [
+            r
+            for r in read_jsonl(run_dir / "timeline.jsonl")
+            if r.get("kind") == "shift" and r.get("event") == "plan"
+        ]
         return (rows[w.steps - 1]["time"] - plans[0]["time"]) / time_scale
     return (rows[w.steps - 1]["time"] - rows[w.warmup - 1]["time"]) / time_scale
 
@@ -164,7 +265,9 @@ class Measured:
 
     @property
     def real_tps(self) -> float:
-        return self.sim.tokens / self.real_window_s  # the same trained samples (drawn from the simulator's workload)
+        return (
+            self.sim.tokens / self.real_window_s
+        )  # the same trained samples (drawn from the simulator's workload)
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> None:
@@ -181,48 +284,91 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
         # (the simulator keeps releasing prompts past its last step in a steady-state window)
         base = base_config(args, w.steps + (tiny_cpu().train.staleness if w.warmup else 0))
         paper = paper_config(base, world, world)
-        workload = emulated_workload(args.batch_prompts, args.group_size, tiny_shape(base), args.length_scale)
-        opts = SimOptions(hardware=HARDWARE[args.hardware], workload=workload, steps=w.steps, warmup_steps=w.warmup)
+        workload = emulated_workload(
+            args.batch_prompts, args.group_size, tiny_shape(base), args.length_scale
+        )
+        opts = SimOptions(
+            hardware=HARDWARE[args.hardware],
+            workload=workload,
+            steps=w.steps,
+            warmup_steps=w.warmup,
+        )
         out = ROOT / args.out / f"seed{seed}"
-        print(f"seed {seed}: emulated {world} x {args.hardware} serving {args.emulate} (rollout TP{args.rollout_tp}, "
-              f"GenRM TP{args.reward_tp}), time scale {args.time_scale:g}, length scale {args.length_scale}; "
-              f"{workload.describe(world)}; measured {w.describe(base.train.staleness)}", flush=True)
+        print(
+            f"seed {seed}: emulated {world} x {args.hardware} serving {args.emulate} (rollout TP{args.rollout_tp}, "
+            f"GenRM TP{args.reward_tp}), time scale {args.time_scale:g}, length scale {args.length_scale}; "
+            f"{workload.describe(world)}; measured {w.describe(base.train.staleness)}",
+            flush=True,
+        )
         for name in args.modes.split(","):
-            sim_cfg = deployment(paper, name, Allocation(args.train_devices, rollout_devices if name == "disaggregated" else 0))
+            sim_cfg = deployment(
+                paper,
+                name,
+                Allocation(args.train_devices, rollout_devices if name == "disaggregated" else 0),
+            )
             sim = simulate(sim_cfg, opts)
             if args.sim_only:
-                print(f"  {name}: sim {sim.throughput:,.0f} tok/s, window {sim.measured_s:,.0f} s, {sim.num_plans} plans, "
-                      f"busy% ro/rm/tr/shift {shares_sim(sim)}")
+                print(
+                    f"  {name}: sim {sim.throughput:,.0f} tok/s, window {sim.measured_s:,.0f} s, {sim.num_plans} plans, "  # noqa: E501 (one table row, easier read whole)
+                    f"busy% ro/rm/tr/shift {shares_sim(sim)}"
+                )
                 continue
             done = args.reuse and (out / name / "emulated").is_dir()
-            real = measure(out / name, args.time_scale, read_tallies(out / name)) if done else run_runtime(name, sim_cfg, world, out, extra)
-            results.setdefault(name, []).append(Measured(real, sim, window_s(out / name, w, args.time_scale)))
-            print(f"  {name}: {real.emulated_s:,.0f} emulated s (sim {sim.sim_time_s:,.0f}), compute {real.compute_share:.0%} "
-                  f"of the windows, overrun {real.overrun_s:.2f} wall s over all ranks, of which the training slot's "
-                  f"{real.train_overrun_s:,.0f} emulated s", flush=True)
+            real = (
+                measure(out / name, args.time_scale, read_tallies(out / name))
+                if done
+                else run_runtime(name, sim_cfg, world, out, extra)
+            )
+            results.setdefault(name, []).append(
+                Measured(real, sim, window_s(out / name, w, args.time_scale))
+            )
+            print(
+                f"  {name}: {real.emulated_s:,.0f} emulated s (sim {sim.sim_time_s:,.0f}), compute {real.compute_share:.0%} "  # noqa: E501 (one table row, easier read whole)
+                f"of the windows, overrun {real.overrun_s:.2f} wall s over all ranks, of which the training slot's "
+                f"{real.train_overrun_s:,.0f} emulated s",
+                flush=True,
+            )
     if results:
         report(results, world, args.length_scale, w)
 
 
 def report(results: dict[str, list[Measured]], world: int, length_scale: int, w: Window) -> None:
     ref = results.get("pivot")
-    print(f"\nmeasured {w.describe()} over seeds (mean (min-max)); the columns after pivot/mode are the first seed's whole run")
-    print(f"{'mode':14s} {'tok/s real':>22s} {'sim':>22s} {'real/sim':>17s} {'w/o tr.overrun':>14s} {'pivot/mode':>18s} "
-          f"{'sim':>18s} {'plans':>5s} {'sim':>4s}  busy% ro/rm/tr/shift real | sim      tokens real/sim  "
-          f"prefilled real/sim  reused% real | sim")
+    print(
+        f"\nmeasured {w.describe()} over seeds (mean (min-max)); the columns after pivot/mode are the first seed's whole run"  # noqa: E501 (one table row, easier read whole)
+    )
+    print(
+        f"{'mode':14s} {'tok/s real':>22s} {'sim':>22s} {'real/sim':>17s} {'w/o tr.overrun':>14s} {'pivot/mode':>18s} "
+        f"{'sim':>18s} {'plans':>5s} {'sim':>4s}  busy% ro/rm/tr/shift real | sim      tokens real/sim  "
+        f"prefilled real/sim  reused% real | sim"
+    )
     for name, ms in results.items():
         real, sim = ms[0].real, ms[0].sim
         tps, stps = Spread.of(m.real_tps for m in ms), Spread.of(m.sim.throughput for m in ms)
         ratio = Spread.of(m.real_tps / m.sim.throughput for m in ms)
         # the training slot's overrun over the whole run, prorated to the window
-        fair = Spread.of(m.sim.tokens / (m.real_window_s * (1 - m.real.train_overrun_s / m.real.emulated_s)) / m.sim.throughput
-                         for m in ms)
-        piv = Spread.of(r.real_tps / m.real_tps for r, m in zip(ref, ms)).fmt(".2f", "x") if ref else "-"
-        piv_sim = Spread.of(r.sim.throughput / m.sim.throughput for r, m in zip(ref, ms)).fmt(".2f", "x") if ref else "-"
-        print(f"{name:14s} {tps.fmt():>22s} {stps.fmt():>22s} {ratio.fmt('.2f'):>17s} {fair.fmt('.2f'):>14s} {piv:>18s} "
-              f"{piv_sim:>18s} {real.plans:5d} {sim.num_plans:4d}  {shares_real(real, world)} | {shares_sim(sim)}   "
-              f"{real.real_tokens * length_scale / all_tokens(sim):15.2f}  {real.prefill_tokens * length_scale / sim.prefill_tokens:18.2f}  "
-              f"{reused(real.prefill_tokens, real.prefix_hit_tokens):8.0f} | {reused(sim.prefill_tokens, sim.prefix_hit_tokens):3.0f}")
+        fair = Spread.of(
+            m.sim.tokens
+            / (m.real_window_s * (1 - m.real.train_overrun_s / m.real.emulated_s))
+            / m.sim.throughput
+            for m in ms
+        )
+        piv = (
+            Spread.of(r.real_tps / m.real_tps for r, m in zip(ref, ms)).fmt(".2f", "x")
+            if ref
+            else "-"
+        )
+        piv_sim = (
+            Spread.of(r.sim.throughput / m.sim.throughput for r, m in zip(ref, ms)).fmt(".2f", "x")
+            if ref
+            else "-"
+        )
+        print(
+            f"{name:14s} {tps.fmt():>22s} {stps.fmt():>22s} {ratio.fmt('.2f'):>17s} {fair.fmt('.2f'):>14s} {piv:>18s} "
+            f"{piv_sim:>18s} {real.plans:5d} {sim.num_plans:4d}  {shares_real(real, world)} | {shares_sim(sim)}   "
+            f"{real.real_tokens * length_scale / all_tokens(sim):15.2f}  {real.prefill_tokens * length_scale / sim.prefill_tokens:18.2f}  "  # noqa: E501 (one table row, easier read whole)
+            f"{reused(real.prefill_tokens, real.prefix_hit_tokens):8.0f} | {reused(sim.prefill_tokens, sim.prefix_hit_tokens):3.0f}"  # noqa: E501 (one table row, easier read whole)
+        )
 
 
 def all_tokens(sim: SimResult) -> int:

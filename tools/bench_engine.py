@@ -12,6 +12,7 @@ without prefix sharing, and whether the targets of issue 17 are met.
     python tools/bench_engine.py            # ~3-5 minutes on 2 CPU cores
     python tools/bench_engine.py --quick    # a quarter of the requests
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,9 @@ from pivot.engine import Engine, EngineConfig, EngineStats, Request, SamplingPar
 from pivot.model import CausalLM, ModelArgs, save_pretrained  # noqa: E402
 
 
-def long_tail_lengths(n: int, rng: np.random.Generator, median: float, sigma: float, cap: int) -> list[int]:
+def long_tail_lengths(
+    n: int, rng: np.random.Generator, median: float, sigma: float, cap: int
+) -> list[int]:
     return np.clip(np.round(rng.lognormal(np.log(median), sigma, n)), 4, cap).astype(int).tolist()
 
 
@@ -41,9 +44,15 @@ def task_lengths(n: int, seed: int) -> list[int]:
     return [len(syn.worked_solution(p)) for p in syn.generate_problems(n, seed)]
 
 
-def bench_engine(path: Path, prompts: list[list[int]], lengths: list[int], batch: int) -> tuple[float, int, EngineStats]:
-    cfg = EngineConfig(kv_capacity_tokens=max(65536, batch * 1024), block_size=16, max_running_seqs=batch,
-                       max_prefill_tokens=2048)
+def bench_engine(
+    path: Path, prompts: list[list[int]], lengths: list[int], batch: int
+) -> tuple[float, int, EngineStats]:
+    cfg = EngineConfig(
+        kv_capacity_tokens=max(65536, batch * 1024),
+        block_size=16,
+        max_running_seqs=batch,
+        max_prefill_tokens=2048,
+    )
     engine = Engine.from_pretrained(path, cfg)
     for i, (p, n) in enumerate(zip(prompts, lengths)):
         engine.add(Request(i, p, SamplingParams(temperature=0, max_new_tokens=n, ignore_eos=True)))
@@ -55,7 +64,9 @@ def bench_engine(path: Path, prompts: list[list[int]], lengths: list[int], batch
 
 
 @torch.inference_mode()
-def bench_generate(path: Path, prompts: list[list[int]], lengths: list[int], batch: int) -> tuple[float, int]:
+def bench_generate(
+    path: Path, prompts: list[list[int]], lengths: list[int], batch: int
+) -> tuple[float, int]:
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
@@ -66,15 +77,23 @@ def bench_generate(path: Path, prompts: list[list[int]], lengths: list[int], bat
         width = max(map(len, ps))
         ids = torch.tensor([[0] * (width - len(p)) + p for p in ps])  # left padding
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ps])
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max(ls), min_new_tokens=max(ls),
-                             do_sample=False, pad_token_id=0)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max(ls),
+            min_new_tokens=max(ls),
+            do_sample=False,
+            pad_token_id=0,
+        )
         assert out.shape[1] == width + max(ls)
         useful += sum(ls)
     return time.perf_counter() - t0, useful
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--requests", type=int, default=256)
     ap.add_argument("--median", type=float, default=32.0, help="median output length")
     ap.add_argument("--sigma", type=float, default=1.0, help="log-normal sigma (tail weight)")
@@ -84,16 +103,33 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--group", type=int, default=8, help="GRPO group size G of the group workload")
     ap.add_argument("--quick", action="store_true", help="fewer requests for every row")
-    ap.add_argument("--only", default="", help="comma-separated rows to run, as 'workload@batch' (e.g. 'long-tail@32')")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: steadier on a shared box)")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated rows to run, as 'workload@batch' (e.g. 'long-tail@32')",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (1: steadier on a shared box)",
+    )
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rng = np.random.default_rng(a.seed)
     heads = a.hidden // 32
-    args = ModelArgs(family="qwen2", vocab_size=512, hidden_size=a.hidden, intermediate_size=3 * a.hidden,
-                     num_hidden_layers=a.layers, num_attention_heads=heads, num_key_value_heads=max(heads // 2, 1),
-                     head_dim=32, max_position_embeddings=2048)  # no EOS: every request runs its full length
+    args = ModelArgs(
+        family="qwen2",
+        vocab_size=512,
+        hidden_size=a.hidden,
+        intermediate_size=3 * a.hidden,
+        num_hidden_layers=a.layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(heads // 2, 1),
+        head_dim=32,
+        max_position_embeddings=2048,
+    )  # no EOS: every request runs its full length
     tmp = Path(tempfile.mkdtemp(prefix="bench_engine_"))
     model = CausalLM(args)
     save_pretrained(model, tmp)
@@ -103,16 +139,28 @@ def main() -> None:
     prompts = [rng.integers(2, 512, int(k)).tolist() for k in rng.integers(16, 48, n)]
     tail = long_tail_lengths(n, rng, a.median, a.sigma, a.cap)
     grouped = [p for p in prompts[: n // a.group] for _ in range(a.group)]
-    rows = [("long-tail", 32, n, prompts, tail), ("task lengths", 32, n, prompts, task_lengths(n, a.seed)),
-            (f"GRPO G={a.group}", 32, len(grouped), grouped, tail)]
-    rows += [("long-tail", 1, max(n // 16, 4), prompts, tail), ("long-tail", 8, n // 4, prompts, tail),
-             ("long-tail", 64, n, prompts, tail)]
-    print(f"model: qwen2 hidden={a.hidden} layers={a.layers} ({n_params / 1e6:.2f}M params), "
-          f"torch threads={torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"long-tail lengths: median={np.median(tail):.0f} mean={np.mean(tail):.1f} p99={np.percentile(tail, 99):.0f} "
-          f"max={max(tail)}")
-    print(f"{'workload':<14}{'batch':>6}{'reqs':>6}{'engine tok/s':>14}{'generate tok/s':>16}{'ratio':>8}"
-          f"{'prefill computed / unshared':>30}")
+    rows = [
+        ("long-tail", 32, n, prompts, tail),
+        ("task lengths", 32, n, prompts, task_lengths(n, a.seed)),
+        (f"GRPO G={a.group}", 32, len(grouped), grouped, tail),
+    ]
+    rows += [
+        ("long-tail", 1, max(n // 16, 4), prompts, tail),
+        ("long-tail", 8, n // 4, prompts, tail),
+        ("long-tail", 64, n, prompts, tail),
+    ]
+    print(
+        f"model: qwen2 hidden={a.hidden} layers={a.layers} ({n_params / 1e6:.2f}M params), "
+        f"torch threads={torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
+    print(
+        f"long-tail lengths: median={np.median(tail):.0f} mean={np.mean(tail):.1f} p99={np.percentile(tail, 99):.0f} "
+        f"max={max(tail)}"
+    )
+    print(
+        f"{'workload':<14}{'batch':>6}{'reqs':>6}{'engine tok/s':>14}{'generate tok/s':>16}{'ratio':>8}"
+        f"{'prefill computed / unshared':>30}"
+    )
     result = {}
     wanted = {w.strip() for w in a.only.split(",") if w.strip()}
     for name, batch, count, ps, lengths in rows:
@@ -125,14 +173,28 @@ def main() -> None:
         unshared = stats.prefill_tokens + stats.prefix_hit_tokens
         assert unshared == sum(map(len, ps))
         result[name, batch] = (ne / te, (ne / te) / (ng / tg), 1 - stats.prefill_tokens / unshared)
-        print(f"{name:<14}{batch:>6}{count:>6}{ne / te:>14.0f}{ng / tg:>16.0f}{(ne / te) / (ng / tg):>7.2f}x"
-              f"{stats.prefill_tokens:>13} / {unshared:<6} ({result[name, batch][2]:.0%} saved)", flush=True)
+        print(
+            f"{name:<14}{batch:>6}{count:>6}{ne / te:>14.0f}{ng / tg:>16.0f}{(ne / te) / (ng / tg):>7.2f}x"
+            f"{stats.prefill_tokens:>13} / {unshared:<6} ({result[name, batch][2]:.0%} saved)",
+            flush=True,
+        )
     group = f"GRPO G={a.group}"
     targets = [
-        ("long-tail ratio at batch 32 >= 3.0", [("long-tail", 32)], lambda: result["long-tail", 32][1] >= 3.0),
-        ("task-length ratio at batch 32 >= 1.5", [("task lengths", 32)], lambda: result["task lengths", 32][1] >= 1.5),
-        ("long-tail tokens/s: batch 32 > batch 8", [("long-tail", 32), ("long-tail", 8)],
-         lambda: result["long-tail", 32][0] > result["long-tail", 8][0]),
+        (
+            "long-tail ratio at batch 32 >= 3.0",
+            [("long-tail", 32)],
+            lambda: result["long-tail", 32][1] >= 3.0,
+        ),
+        (
+            "task-length ratio at batch 32 >= 1.5",
+            [("task lengths", 32)],
+            lambda: result["task lengths", 32][1] >= 1.5,
+        ),
+        (
+            "long-tail tokens/s: batch 32 > batch 8",
+            [("long-tail", 32), ("long-tail", 8)],
+            lambda: result["long-tail", 32][0] > result["long-tail", 8][0],
+        ),
         (f"{group} prefill saved >= 80%", [(group, 32)], lambda: result[group, 32][2] >= 0.8),
     ]
     for text, needs, met in targets:

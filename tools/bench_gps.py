@@ -6,6 +6,7 @@ the same bytes, and planning latency for 128 devices x Qwen2.5-72B (cold and cac
 Every figure is printed next to its reference measured in this run. Destinations are warmed
 first (a fresh buffer pays page faults on first touch, which would dominate).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,7 +63,9 @@ def fill(specs):
 def local_reads(gb: float, reps: int) -> None:
     specs = bench_specs(gb)
     nbytes = model_bytes(specs)
-    store = GPSStore(dist.HashStore(), HostInfo(0, 0, 0, (0, 0)), namespace="gpsbench" + uuid.uuid4().hex[:6])
+    store = GPSStore(
+        dist.HashStore(), HostInfo(0, 0, 0, (0, 0)), namespace="gpsbench" + uuid.uuid4().hex[:6]
+    )
     try:
         store.register(replicated_layout("m", specs, [0]))
         store.write("m", parallel_layout("m", specs, [0], [0, 0]), fill(specs))
@@ -71,9 +74,11 @@ def local_reads(gb: float, reps: int) -> None:
             out, _ = store.read("m", layout)
             got = sum(t.numel() * t.element_size() for t in out.values())
             t_read, t_raw = paired(lambda lay=layout, o=out: store.read("m", lay, out=o), got, reps)
-            print(f"host-local Read TP={tp} ({got / 1e9:.2f} GB of {nbytes / 1e9:.2f} GB): "
-                  f"{got / t_read / 1e9:.2f} GB/s vs raw copy {got / t_raw / 1e9:.2f} GB/s "
-                  f"-> ratio {t_raw / t_read:.3f} (target >= 0.9)")
+            print(
+                f"host-local Read TP={tp} ({got / 1e9:.2f} GB of {nbytes / 1e9:.2f} GB): "
+                f"{got / t_read / 1e9:.2f} GB/s vs raw copy {got / t_raw / 1e9:.2f} GB/s "
+                f"-> ratio {t_raw / t_read:.3f} (target >= 0.9)"
+            )
     finally:
         store.close()
 
@@ -91,12 +96,17 @@ def remote_worker(rank: int, port: int, ns: str, gb: float, reps: int) -> None:
             kv.wait(["measured"])
         else:
             kv.wait(["written"])
-            layout = parallel_layout("m", specs, [1], [0, 1])  # rank 1 on host 1; data only on host 0
+            layout = parallel_layout(
+                "m", specs, [1], [0, 1]
+            )  # rank 1 on host 1; data only on host 0
             out, _ = store.read("m", layout)
             got = sum(t.numel() * t.element_size() for t in out.values())
             t_read, t_raw = paired(lambda lay=layout, o=out: store.read("m", lay, out=o), got, reps)
-            print(f"NIXL cross-host Read ({got / 1e9:.2f} GB): {got / t_read / 1e9:.2f} GB/s vs raw copy "
-                  f"{got / t_raw / 1e9:.2f} GB/s -> ratio {t_raw / t_read:.3f}", flush=True)
+            print(
+                f"NIXL cross-host Read ({got / 1e9:.2f} GB): {got / t_read / 1e9:.2f} GB/s vs raw copy "
+                f"{got / t_raw / 1e9:.2f} GB/s -> ratio {t_raw / t_read:.3f}",
+                flush=True,
+            )
             kv.set("measured", b"1")
     finally:
         store.close()
@@ -131,18 +141,24 @@ def planning(reps: int) -> None:
         cache.get(gps, caller)
     cached = (time.perf_counter() - t) / n
     p = cache.get(gps, caller)
-    print(f"planning 128 devices (16 hosts x 8, DP=16 TP=8) x Qwen2.5-72B ({len(specs)} tensors, "
-          f"{len(p.sources)} demands): cold median {statistics.median(cold) * 1e3:.1f} ms "
-          f"(min {min(cold) * 1e3:.1f}), cached {cached * 1e6:.1f} us -> {statistics.median(cold) / cached:.0f}x "
-          f"(targets <= 50 ms, <= 1 ms)")
+    print(
+        f"planning 128 devices (16 hosts x 8, DP=16 TP=8) x Qwen2.5-72B ({len(specs)} tensors, "
+        f"{len(p.sources)} demands): cold median {statistics.median(cold) * 1e3:.1f} ms "
+        f"(min {min(cold) * 1e3:.1f}), cached {cached * 1e6:.1f} us -> {statistics.median(cold) / cached:.0f}x "
+        f"(targets <= 50 ms, <= 1 ms)"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--gb", type=float, default=1.0)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op threads; 1 keeps per-tensor copies comparable on a shared, loaded box")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads; 1 keeps per-tensor copies comparable on a shared, loaded box",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     planning(args.reps)

@@ -12,10 +12,10 @@ KV tokens that migrated instead, fallbacks (KV a replica could not take), the ti
 share of the emulated windows and the wall seconds it overran them (high values mean the CPUs,
 not the emulated devices, set the pace: raise --time-scale); then with/without ratios.
 """
+
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import subprocess
 import sys
@@ -27,9 +27,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import bench_e2e_emulated as emu  # noqa: E402
 
-from configs.presets import tiny_cpu  # noqa: E402
-from pivot.config import PivotConfig  # noqa: E402
-from pivot.emulate import emulated_workload, paper_config, read_tallies, runtime_config  # noqa: E402
+from pivot.emulate import emulated_workload, paper_config, read_tallies  # noqa: E402
 from pivot.emulate.measure import EmulatedRun, measure  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, simulate  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
@@ -37,24 +35,18 @@ from pivot.sim.deploy import Allocation, deployment  # noqa: E402
 RUNS = {"kv": ["--planner.kv-migration"], "reprefill": ["--planner.no-kv-migration"]}
 
 
-def base_config(args: argparse.Namespace) -> PivotConfig:
-    """The emulated job's runtime configuration (as tools/bench_e2e_emulated.py builds it)."""
-    cfg = tiny_cpu()
-    cfg.seed = args.seed
-    cfg.cluster = dataclasses.replace(cfg.cluster, device="emulated", hardware=args.hardware, emulate=args.emulate,
-                                      time_scale=args.time_scale, length_scale=args.length_scale)
-    cfg.rollout.tp, cfg.reward.tp = args.rollout_tp, args.reward_tp
-    cfg.train = dataclasses.replace(cfg.train, devices=args.train_devices, steps=args.steps,
-                                    batch_prompts=args.batch_prompts, group_size=args.group_size, filter_groups=0)
-    return runtime_config(cfg)
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--nproc", type=int, default=16)
     ap.add_argument("--hardware", default="h20", choices=sorted(HARDWARE))
-    ap.add_argument("--emulate", default="qwen2.5-7b+qwen3-30b-a3b", help="paper preset whose model sizes are emulated")
+    ap.add_argument(
+        "--emulate",
+        default="qwen2.5-7b+qwen3-30b-a3b",
+        help="paper preset whose model sizes are emulated",
+    )
     ap.add_argument("--time-scale", type=float, default=0.1)
     ap.add_argument("--length-scale", type=int, default=100)
     ap.add_argument("--rollout-tp", type=int, default=1)
@@ -66,24 +58,48 @@ def main() -> None:
     ap.add_argument("--out", default="runs/bench_kv_migration")
     ap.add_argument("--reuse", action="store_true", help="read the runs already in --out")
     args, extra = ap.parse_known_args()
-    base = base_config(args)
+    base = emu.base_config(args, args.steps)  # the same emulated job as bench_e2e --emulated
     paper = paper_config(base, args.nproc, args.nproc)
     cfg = deployment(paper, "pivot", Allocation(args.train_devices, 0))
-    workload = emulated_workload(args.batch_prompts, args.group_size, emu.tiny_shape(base), args.length_scale)
-    sim = simulate(cfg, SimOptions(hardware=HARDWARE[args.hardware], workload=workload, steps=args.steps))
+    workload = emulated_workload(
+        args.batch_prompts, args.group_size, emu.tiny_shape(base), args.length_scale
+    )
+    sim = simulate(
+        cfg, SimOptions(hardware=HARDWARE[args.hardware], workload=workload, steps=args.steps)
+    )
     out = ROOT / args.out
-    print(f"emulated {args.nproc} x {args.hardware} serving {args.emulate} (rollout TP{args.rollout_tp}, GenRM "
-          f"TP{args.reward_tp}), pivot mode, {args.steps} steps, time scale {args.time_scale:g}, length scale "
-          f"{args.length_scale}; {workload.describe(args.nproc)}", flush=True)
+    print(
+        f"emulated {args.nproc} x {args.hardware} serving {args.emulate} (rollout TP{args.rollout_tp}, GenRM "
+        f"TP{args.reward_tp}), pivot mode, {args.steps} steps, time scale {args.time_scale:g}, length scale "
+        f"{args.length_scale}; {workload.describe(args.nproc)}",
+        flush=True,
+    )
     procs = {}
     for name, flags in RUNS.items():
         if args.reuse and (out / name / "emulated").is_dir():
             continue
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc),
-               str(ROOT / "pivot" / "main.py"), *emu.flags_of(cfg), "--log.dir", str(out / name), *flags, *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(args.nproc),
+            str(ROOT / "pivot" / "main.py"),
+            *emu.flags_of(cfg),
+            "--log.dir",
+            str(out / name),
+            *flags,
+            *extra,
+        ]
         env = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-        procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                       env={**os.environ, **env})
+        procs[name] = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **env},
+        )
     for name, p in procs.items():
         text, _ = p.communicate()
         if p.returncode != 0:
@@ -93,16 +109,22 @@ def main() -> None:
 
 
 def report(runs: dict[str, EmulatedRun], tokens: float) -> None:
-    print(f"\n{'run':10s} {'tok/s':>9s} {'prefilled':>9s} {'re-prefilled':>12s} {'KV moved':>9s} {'fallback':>8s} "
-          f"{'plans':>5s} {'compute%':>8s} {'overrun s':>9s}")
+    print(
+        f"\n{'run':10s} {'tok/s':>9s} {'prefilled':>9s} {'re-prefilled':>12s} {'KV moved':>9s} {'fallback':>8s} "
+        f"{'plans':>5s} {'compute%':>8s} {'overrun s':>9s}"
+    )
     for name, r in runs.items():
-        print(f"{name:10s} {tokens / r.emulated_s:9,.0f} {r.prefill_tokens:9,d} {r.reprefill_tokens:12,d} "
-              f"{r.kv_imported_tokens:9,d} {r.kv_fallback_tokens:8,d} {r.plans:5d} {100 * r.compute_share:8.0f} "
-              f"{r.overrun_s:9.1f}")
+        print(
+            f"{name:10s} {tokens / r.emulated_s:9,.0f} {r.prefill_tokens:9,d} {r.reprefill_tokens:12,d} "
+            f"{r.kv_imported_tokens:9,d} {r.kv_fallback_tokens:8,d} {r.plans:5d} {100 * r.compute_share:8.0f} "
+            f"{r.overrun_s:9.1f}"
+        )
     kv, re = runs["kv"], runs["reprefill"]
-    print(f"\nkv / reprefill: throughput x{re.emulated_s / kv.emulated_s:.3f}, prefilled tokens "
-          f"x{kv.prefill_tokens / max(re.prefill_tokens, 1):.3f}, re-prefilled tokens "
-          f"x{kv.reprefill_tokens / max(re.reprefill_tokens, 1):.3f}")
+    print(
+        f"\nkv / reprefill: throughput x{re.emulated_s / kv.emulated_s:.3f}, prefilled tokens "
+        f"x{kv.prefill_tokens / max(re.prefill_tokens, 1):.3f}, re-prefilled tokens "
+        f"x{kv.reprefill_tokens / max(re.reprefill_tokens, 1):.3f}"
+    )
 
 
 if __name__ == "__main__":

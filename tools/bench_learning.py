@@ -17,6 +17,7 @@ the evaluations. A run learned when its last evaluation beats its first by at le
 (10 points) and by more than four paired standard errors (`pivot.rl.evaluation.paired_gain`:
 the same prompts, compared one by one). Steps and held-out size are the preset's unless given.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,18 +37,42 @@ MODES = ("pivot", "colocated", "disaggregated", "rr_colocated")
 REFERENCE = "pivot"
 
 
-def run(mode: str, seed: int, steps: int | None, out: Path, extra: list[str], reuse: bool) -> dict[str, list]:
+def run(
+    mode: str, seed: int, steps: int | None, out: Path, extra: list[str], reuse: bool
+) -> dict[str, list]:
     run_dir = out / f"{mode}-seed{seed}"
     if reuse and (run_dir / "eval.jsonl").is_file():
         print(f"  {mode:14s} seed {seed}: reusing {run_dir}", flush=True)
         return curve(run_dir, mode, seed, float("nan"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-           str(ROOT / "pivot" / "main.py"), "--cluster.mode", mode, "--seed", str(seed),
-           *(["--train.steps", str(steps)] if steps else []), "--log.dir", str(run_dir), "--log.no-progress", "--log.no-tensorboard", "--checkpoint.every", "0", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "4",
+        str(ROOT / "pivot" / "main.py"),
+        "--cluster.mode",
+        mode,
+        "--seed",
+        str(seed),
+        *(["--train.steps", str(steps)] if steps else []),
+        "--log.dir",
+        str(run_dir),
+        "--log.no-progress",
+        "--log.no-tensorboard",
+        "--checkpoint.every",
+        "0",
+        *extra,
+    ]
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     if proc.returncode != 0:
-        raise SystemExit(f"{mode} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        raise SystemExit(
+            f"{mode} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        )
     return curve(run_dir, mode, seed, time.monotonic() - t0)
 
 
@@ -59,18 +84,29 @@ def curve(run_dir: Path, mode: str, seed: int, seconds: float) -> dict[str, list
     # dynamic sampling trains mixed groups only, which holds the batch's accuracy near the middle:
     # the accuracy of every rollout, dropped groups included, is what climbs
     sampled = [r.get("rollout/accuracy_sampled", float("nan")) for r in metrics]
-    print(f"  {mode:14s} seed {seed}: {seconds:5.0f} s, held-out "
-          f"{evals[0]['accuracy']:.3f} -> {evals[-1]['accuracy']:.3f}, batch reward "
-          f"{sum(reward[:k]) / k:.3f} -> {sum(reward[-k:]) / k:.3f}, sampled accuracy "
-          f"{sum(sampled[:k]) / k:.3f} -> {sum(sampled[-k:]) / k:.3f} (first and last {k} steps)", flush=True)
-    return {"step": [r["step"] for r in metrics], "reward": reward, "sampled": sampled,
-            "eval_step": [r["step"] for r in evals], "eval": [r["accuracy"] for r in evals],
-            "eval_scores": [evals[0]["scores"], evals[-1]["scores"]]}
+    print(
+        f"  {mode:14s} seed {seed}: {seconds:5.0f} s, held-out "
+        f"{evals[0]['accuracy']:.3f} -> {evals[-1]['accuracy']:.3f}, batch reward "
+        f"{sum(reward[:k]) / k:.3f} -> {sum(reward[-k:]) / k:.3f}, sampled accuracy "
+        f"{sum(sampled[:k]) / k:.3f} -> {sum(sampled[-k:]) / k:.3f} (first and last {k} steps)",
+        flush=True,
+    )
+    return {
+        "step": [r["step"] for r in metrics],
+        "reward": reward,
+        "sampled": sampled,
+        "eval_step": [r["step"] for r in evals],
+        "eval": [r["accuracy"] for r in evals],
+        "eval_scores": [evals[0]["scores"], evals[-1]["scores"]],
+    }
 
 
 def smooth(values: list[float], window: int) -> list[float]:
     half = window // 2
-    return [sum(values[max(0, i - half): i + half + 1]) / len(values[max(0, i - half): i + half + 1]) for i in range(len(values))]
+    return [
+        sum(values[max(0, i - half) : i + half + 1]) / len(values[max(0, i - half) : i + half + 1])
+        for i in range(len(values))
+    ]
 
 
 def distance(a: list[float], b: list[float]) -> float:
@@ -94,10 +130,19 @@ def plot(curves: dict[str, dict[str, list]], window: int, path: Path) -> None:
         ax_r.plot(c["step"], smooth(c["reward"], window), style, label=name)
         ax_s.plot(c["step"], smooth(c["sampled"], window), style, label=name)
         ax_e.plot(c["eval_step"], c["eval"], style, marker="o", label=name)
-    ax_r.set(xlabel="step", ylabel=f"batch reward (moving average, {window} steps)", title="reward of the trained groups")
-    ax_s.set(xlabel="step", ylabel=f"accuracy (moving average, {window} steps)",
-             title="every rollout, before dynamic sampling")
-    ax_e.set(xlabel="step", ylabel="greedy held-out accuracy", title="held-out accuracy (verifiable)")
+    ax_r.set(
+        xlabel="step",
+        ylabel=f"batch reward (moving average, {window} steps)",
+        title="reward of the trained groups",
+    )
+    ax_s.set(
+        xlabel="step",
+        ylabel=f"accuracy (moving average, {window} steps)",
+        title="every rollout, before dynamic sampling",
+    )
+    ax_e.set(
+        xlabel="step", ylabel="greedy held-out accuracy", title="held-out accuracy (verifiable)"
+    )
     for ax in (ax_r, ax_s, ax_e):
         ax.grid(alpha=0.3)
     ax_e.legend(fontsize=8)
@@ -106,20 +151,39 @@ def plot(curves: dict[str, dict[str, list]], window: int, path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--steps", type=int, default=0, help="RL steps per run (0: the preset's)")
-    ap.add_argument("--min-gain", type=float, default=0.10, help="held-out gain a run must reach to count as learned")
-    ap.add_argument("--seeds", default="0,1", help="the first seeds every mode; the others the reference mode only")
+    ap.add_argument(
+        "--min-gain",
+        type=float,
+        default=0.10,
+        help="held-out gain a run must reach to count as learned",
+    )
+    ap.add_argument(
+        "--seeds",
+        default="0,1",
+        help="the first seeds every mode; the others the reference mode only",
+    )
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--smooth", type=int, default=9, help="moving-average window of the reward curve, in steps")
+    ap.add_argument(
+        "--smooth", type=int, default=9, help="moving-average window of the reward curve, in steps"
+    )
     ap.add_argument("--out", default=str(ROOT / "runs" / "learning"))
-    ap.add_argument("--reuse", action="store_true", help="read runs already in --out instead of running them again")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="read runs already in --out instead of running them again",
+    )
     args, extra = ap.parse_known_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     modes = args.modes.split(",")
     out = Path(args.out)
     steps = args.steps or "the preset's"
-    print(f"learning curves: {steps} steps per run, modes {modes}, seeds {seeds} ({REFERENCE} only beyond the first)")
+    print(
+        f"learning curves: {steps} steps per run, modes {modes}, seeds {seeds} ({REFERENCE} only beyond the first)"
+    )
     curves: dict[str, dict[str, list]] = {}
     for mode in modes:
         for seed in seeds if mode == REFERENCE else seeds[:1]:
@@ -133,12 +197,18 @@ def main() -> None:
     spread = {"reward": 0.0, "eval": 0.0}
     for seed in seeds[1:]:
         other = curves[f"{REFERENCE}-seed{seed}"]
-        spread["reward"] = max(spread["reward"], distance(ref_r, smooth(other["reward"], args.smooth)))
+        spread["reward"] = max(
+            spread["reward"], distance(ref_r, smooth(other["reward"], args.smooth))
+        )
         spread["eval"] = max(spread["eval"], distance(gains(ref), gains(other)))
-    print(f"\nheld-out accuracy (greedy, {len(ref['eval'])} evaluations) and distance to {REFERENCE} seed {seeds[0]}; "
-          f"reference spread across seeds: reward {spread['reward']:.3f}, held-out {spread['eval']:.3f}")
-    print(f"{'run':22s} {'before':>7s} {'after':>7s} {'gain':>7s} {'se':>6s} {'d(reward)':>10s} "
-          f"{'/spread':>8s} {'d(held-out)':>12s} {'/spread':>8s}  verdict")
+    print(
+        f"\nheld-out accuracy (greedy, {len(ref['eval'])} evaluations) and distance to {REFERENCE} seed {seeds[0]}; "
+        f"reference spread across seeds: reward {spread['reward']:.3f}, held-out {spread['eval']:.3f}"
+    )
+    print(
+        f"{'run':22s} {'before':>7s} {'after':>7s} {'gain':>7s} {'se':>6s} {'d(reward)':>10s} "
+        f"{'/spread':>8s} {'d(held-out)':>12s} {'/spread':>8s}  verdict"
+    )
     ok = True
     for name, c in curves.items():
         d_r = distance(ref_r, smooth(c["reward"], args.smooth))
@@ -148,11 +218,17 @@ def main() -> None:
         agree = name.startswith(REFERENCE) or (ratio_r <= 1.0 and ratio_e <= 1.0)
         gain, se, up = learned(*c["eval_scores"], min_gain=args.min_gain)
         ok = ok and agree and up
-        verdict = ("agrees" if agree else "DIFFERS") + ("" if up else f", gain below {args.min_gain:.2f} or {LEARNED_SE:g} se")
-        print(f"{name:22s} {c['eval'][0]:7.3f} {c['eval'][-1]:7.3f} {gain:+7.3f} {se:6.3f} "
-              f"{d_r:10.3f} {ratio_r:7.2f}x {d_e:12.3f} {ratio_e:7.2f}x  {verdict}")
-    print(f"\nfigure: {png}\n{'PASS' if ok else 'MISS'}: every mode within the reference's seed spread, and up at least "
-          f"{args.min_gain:.2f} and more than {LEARNED_SE:g} se on held-out problems")
+        verdict = ("agrees" if agree else "DIFFERS") + (
+            "" if up else f", gain below {args.min_gain:.2f} or {LEARNED_SE:g} se"
+        )
+        print(
+            f"{name:22s} {c['eval'][0]:7.3f} {c['eval'][-1]:7.3f} {gain:+7.3f} {se:6.3f} "
+            f"{d_r:10.3f} {ratio_r:7.2f}x {d_e:12.3f} {ratio_e:7.2f}x  {verdict}"
+        )
+    print(
+        f"\nfigure: {png}\n{'PASS' if ok else 'MISS'}: every mode within the reference's seed spread, and up at least "
+        f"{args.min_gain:.2f} and more than {LEARNED_SE:g} se on held-out problems"
+    )
 
 
 if __name__ == "__main__":

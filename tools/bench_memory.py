@@ -20,6 +20,7 @@ Target: every ratio <= 1.5 and bytes read = share. GPS's own host buffers are sh
 (RssShmem) and the safetensors files are memory-mapped page cache (RssFile): neither is private
 to a rank, and neither is counted in its peak.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,7 +55,9 @@ from pivot.roles.trainer import Trainer  # noqa: E402
 from pivot.runtime.weights import WeightService  # noqa: E402
 
 SHAPE = dict(hidden=1024, intermediate=4096, heads=16, kv_heads=4, head_dim=64, vocab=32768)
-SMOKE_SHAPE = dict(hidden=64, intermediate=128, heads=4, kv_heads=2, head_dim=16, vocab=512)  # --smoke: does it run
+SMOKE_SHAPE = dict(
+    hidden=64, intermediate=128, heads=4, kv_heads=2, head_dim=16, vocab=512
+)  # --smoke: does it run
 SHARD_BYTES = 512 << 20
 
 
@@ -65,10 +68,16 @@ def build_checkpoint(folder: Path, gb: float, shape: dict[str, int] = SHAPE) -> 
     zero = sum(s.nbytes for s in qwen2_specs(0, **shape, dtype="float32"))
     layers = max(1, round((gb * 1e9 - zero) / (one - zero)))
     specs = qwen2_specs(layers, **shape, dtype="float32")
-    args = ModelArgs(family="qwen2", vocab_size=shape["vocab"], hidden_size=shape["hidden"],
-                     intermediate_size=shape["intermediate"], num_hidden_layers=layers,
-                     num_attention_heads=shape["heads"], num_key_value_heads=shape["kv_heads"],
-                     head_dim=shape["head_dim"])
+    args = ModelArgs(
+        family="qwen2",
+        vocab_size=shape["vocab"],
+        hidden_size=shape["hidden"],
+        intermediate_size=shape["intermediate"],
+        num_hidden_layers=layers,
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"],
+        head_dim=shape["head_dim"],
+    )
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(args.to_hf("float32")))
     groups: list[list[TensorSpec]] = [[]]
@@ -80,9 +89,13 @@ def build_checkpoint(folder: Path, gb: float, shape: dict[str, int] = SHAPE) -> 
     g = torch.Generator().manual_seed(0)
     for k, group in enumerate(groups, start=1):
         file = f"model-{k:05d}-of-{len(groups):05d}.safetensors"
-        save_file({s.name: torch.randn(s.shape, generator=g) * 0.02 for s in group}, str(folder / file))
+        save_file(
+            {s.name: torch.randn(s.shape, generator=g) * 0.02 for s in group}, str(folder / file)
+        )
         weight_map.update({s.name: file for s in group})
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
     return sum(s.nbytes for s in specs)
 
 
@@ -138,11 +151,15 @@ def scenario_whole_load(rank: int, world: int, group: dist.ProcessGroup, folder:
 
 def scenario_tp_load(rank: int, world: int, group: dist.ProcessGroup, folder: Path) -> dict:
     specs = specs_from_checkpoint(folder)
-    mine = parallel_layout("policy", specs, list(range(world)), [0] * world, tp=world).held_by(Place(0, rank))
+    mine = parallel_layout("policy", specs, list(range(world)), [0] * world, tp=world).held_by(
+        Place(0, rank)
+    )
     with Peak() as peak:
         with params_on_meta():
             model = CausalLM(ModelArgs.load(folder))
-        engine = Engine(model, EngineConfig(kv_capacity_tokens=64, block_size=16), tp_group=group, device="cpu")
+        engine = Engine(
+            model, EngineConfig(kv_capacity_tokens=64, block_size=16), tp_group=group, device="cpu"
+        )
         buffers, read = engine.weight_buffers(), 0
         with torch.no_grad():
             for name, t in iter_boxes(folder, {name: piece.box for name, _, piece in mine}):
@@ -163,19 +180,33 @@ def scenario_fsdp_load(rank: int, world: int, group: dist.ProcessGroup, folder: 
 def scenario_gps_up(rank: int, world: int, group: dist.ProcessGroup, folder: Path) -> dict:
     specs = specs_from_checkpoint(folder)
     host_of = (0,) * world
-    store = GPSStore(dist.distributed_c10d._get_default_store(), HostInfo(rank, 0, rank, host_of),
-                     namespace=f"benchmem-{os.environ['MASTER_PORT']}")
+    store = GPSStore(
+        dist.distributed_c10d._get_default_store(),
+        HostInfo(rank, 0, rank, host_of),
+        namespace=f"benchmem-{os.environ['MASTER_PORT']}",
+    )
     genrm = [TensorSpec("x", (1,), "float32")]  # the GenRM is not under test
-    weights = WeightService(store, {"policy": specs, "genrm": genrm}, host_of, Slot("train", 0, ()), 0, "cpu")
+    weights = WeightService(
+        store, {"policy": specs, "genrm": genrm}, host_of, Slot("train", 0, ()), 0, "cpu"
+    )
     if rank == 0:
         weights.publish("policy", load_state_dict(folder))
     dist.barrier(group)
     gc.collect()
-    role = InferenceRole("rollout", folder, EngineConfig(kv_capacity_tokens=64, block_size=16), ModelConfig(), "cpu", 0)
+    role = InferenceRole(
+        "rollout",
+        folder,
+        EngineConfig(kv_capacity_tokens=64, block_size=16),
+        ModelConfig(),
+        "cpu",
+        0,
+    )
     slot = Slot("rollout", 0, tuple(range(world)))
     read = {}
 
-    def gps_read(out: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:  # roles.inference.Read
+    def gps_read(
+        out: dict[str, torch.Tensor],
+    ) -> tuple[dict[str, torch.Tensor], int]:  # roles.inference.Read
         tensors, version = weights.read("policy", slot, None, out=out)
         read["bytes"] = sum(t.numel() * t.element_size() for t in tensors.values())
         return tensors, version
@@ -186,11 +217,21 @@ def scenario_gps_up(rank: int, world: int, group: dist.ProcessGroup, folder: Pat
         dist.barrier(group)
     finally:
         store.close()
-    return {"base": peak.base, "grew": peak.grew, "share": tp_share(specs, world), "read": read["bytes"],
-            "gps_read_s": phases["gps_read"]}
+    return {
+        "base": peak.base,
+        "grew": peak.grew,
+        "share": tp_share(specs, world),
+        "read": read["bytes"],
+        "gps_read_s": phases["gps_read"],
+    }
 
 
-SCENARIOS = {"whole_load": scenario_whole_load, "tp_load": scenario_tp_load, "fsdp_load": scenario_fsdp_load, "gps_up": scenario_gps_up}
+SCENARIOS = {
+    "whole_load": scenario_whole_load,
+    "tp_load": scenario_tp_load,
+    "fsdp_load": scenario_fsdp_load,
+    "gps_up": scenario_gps_up,
+}
 
 
 def _rank(rank: int, world: int, port: int, name: str, folder: Path, out: Path) -> None:
@@ -214,29 +255,49 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gb", type=float, default=1.5, help="checkpoint size in GB (fp32)")
     ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--dir", default="/tmp/pivot-bench-memory", help="where the checkpoint is written")
-    ap.add_argument("--smoke", action="store_true",
-                    help="a model of a few layers of hidden size 64 (does every scenario run; its ratios mean nothing)")
+    ap.add_argument(
+        "--dir", default="/tmp/pivot-bench-memory", help="where the checkpoint is written"
+    )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a model of a few layers of hidden size 64 (does every scenario run; its ratios mean nothing)",
+    )
     args = ap.parse_args()
-    folder = Path(args.dir) / (f"qwen2-smoke-{args.gb:g}gb" if args.smoke else f"qwen2-{args.gb:g}gb")
+    folder = Path(args.dir) / (
+        f"qwen2-smoke-{args.gb:g}gb" if args.smoke else f"qwen2-{args.gb:g}gb"
+    )
     if not (folder / "config.json").is_file():
         t0 = time.monotonic()
         size = build_checkpoint(folder, args.gb, SMOKE_SHAPE if args.smoke else SHAPE)
-        print(f"checkpoint: {size / 1e9:.2f} GB in {time.monotonic() - t0:.0f} s at {folder}", flush=True)
+        print(
+            f"checkpoint: {size / 1e9:.2f} GB in {time.monotonic() - t0:.0f} s at {folder}",
+            flush=True,
+        )
     else:
         print(f"checkpoint: reusing {folder}", flush=True)
-    print(f"{'scenario':10s} {'rank':>4s} {'overhead MB':>12s} {'peak MB':>9s} {'share MB':>9s} "
-          f"{'peak/share':>10s} {'read/share':>10s}")
+    print(
+        f"{'scenario':10s} {'rank':>4s} {'overhead MB':>12s} {'peak MB':>9s} {'share MB':>9s} "
+        f"{'peak/share':>10s} {'read/share':>10s}"
+    )
     worst = 0.0
     for name in SCENARIOS:
-        mp.spawn(_rank, args=(args.ranks, free_port(), name, folder, Path(args.dir)), nprocs=args.ranks, join=True)
+        mp.spawn(
+            _rank,
+            args=(args.ranks, free_port(), name, folder, Path(args.dir)),
+            nprocs=args.ranks,
+            join=True,
+        )
         for rank in range(args.ranks):
             r = json.loads((Path(args.dir) / f"{name}-{rank}.json").read_text())
             ratio = r["grew"] / r["share"]
             worst = max(worst, ratio) if name != "whole_load" else worst
             read = f"{r['read'] / r['share']:10.4f}" if "read" in r else f"{'-':>10s}"
-            print(f"{name:10s} {rank:4d} {r['base'] / 1e6:12.0f} {r['grew'] / 1e6:9.0f} {r['share'] / 1e6:9.0f} "
-                  f"{ratio:10.2f} {read}", flush=True)
+            print(
+                f"{name:10s} {rank:4d} {r['base'] / 1e6:12.0f} {r['grew'] / 1e6:9.0f} {r['share'] / 1e6:9.0f} "
+                f"{ratio:10.2f} {read}",
+                flush=True,
+            )
     print(f"worst peak/share of tp_load, fsdp_load, gps_up: {worst:.2f} (target <= 1.5)")
 
 

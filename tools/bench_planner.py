@@ -34,6 +34,7 @@ alternately on the same scenario; it prints ours/REV per size for the plan's CPU
 and the shift CPU times (least of the repeats), and whether both versions chose the same plan
 with the same evaluated benefits.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,9 +45,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -66,19 +68,30 @@ _RO, _RM, _Replica, _SeqState, _Snapshot = RO, RM, Replica, SeqState, ClusterSna
 def scenario(n: int, seed: int = 0, api: Any = None) -> ClusterSnapshot:
     """`api`: where Replica, SeqState, ThroughputModel and ClusterSnapshot come from (default:
     this checkout's pivot; --against passes the older version's)."""
-    Replica, SeqState, ClusterSnapshot = (api.Replica, api.SeqState, api.ClusterSnapshot) if api else (_Replica, _SeqState, _Snapshot)
+    Replica, SeqState, ClusterSnapshot = (
+        (api.Replica, api.SeqState, api.ClusterSnapshot)
+        if api
+        else (_Replica, _SeqState, _Snapshot)
+    )
     RO, RM = (api.ThroughputModel(m.A, m.B, m.C, m.D) for m in (_RO, _RM)) if api else (_RO, _RM)
     rng = random.Random(seed)
     slots = [Replica(i, "rollout", (i,), 400_000, RO) for i in range(n)]
-    slots += [Replica(n + i, "reward", tuple(range(4 * i, 4 * i + 4)), 200_000, RM) for i in range(n // 4)]
+    slots += [
+        Replica(n + i, "reward", tuple(range(4 * i, 4 * i + 4)), 200_000, RM) for i in range(n // 4)
+    ]
     slots.append(Replica(2 * n, "train", tuple(range(3 * n // 4, n))))
     active = {2 * n, *(n + i for i in range(n // 16)), *range(n // 4, 3 * n // 4)}
     running, sid = {}, 0
     for rid in sorted(active - {2 * n}):
         k = rng.randint(20, 60) if rid >= n else rng.randint(2, 12)
-        running[rid] = tuple(SeqState(sid + j, rng.randint(200, 1500), rng.randint(0, 1500)) for j in range(k))
+        running[rid] = tuple(
+            SeqState(sid + j, rng.randint(200, 1500), rng.randint(0, 1500)) for j in range(k)
+        )
         sid += k
-    queue = tuple(SeqState(sid + j, rng.randint(500, 2000), rng.randint(100, 1000)) for j in range(max(2000, 4 * n)))
+    queue = tuple(
+        SeqState(sid + j, rng.randint(500, 2000), rng.randint(100, 1000))
+        for j in range(max(2000, 4 * n))
+    )
     return ClusterSnapshot(tuple(slots), frozenset(active), running, {"reward": queue})
 
 
@@ -99,13 +112,20 @@ def production_scheduler(snap: ClusterSnapshot, role: str, migrate: bool) -> Shi
 
 
 def clone_benefits(
-    snap: ClusterSnapshot, cfg: PlannerConfig, cands: list[Candidate], scheduler: Callable[..., Any] = production_scheduler
+    snap: ClusterSnapshot,
+    cfg: PlannerConfig,
+    cands: list[Candidate],
+    scheduler: Callable[..., Any] = production_scheduler,
 ) -> list[float]:
     """Step 4 the straightforward way: per candidate, clone each role's `scheduler(snap, role,
     migrate)`, shift down, shift up and read its rate (busy replicas without the throughput model)."""
 
     def rate(s: Any) -> float:
-        return float(sum(1 for rid in s.active_ids if s.load(rid)[0] > 0)) if not cfg.throughput_model else s.throughput()
+        return (
+            float(sum(1 for rid in s.active_ids if s.load(rid)[0] > 0))
+            if not cfg.throughput_model
+            else s.throughput()
+        )
 
     base = {r: scheduler(snap, r, cfg.migration) for r in ("rollout", "reward")}
     role_of = {r.replica_id: r.role for r in snap.replicas}
@@ -149,18 +169,30 @@ def load_version(rev: str, tmp: str) -> SimpleNamespace:
     into `tmp`, its modules imported under their own names, then ours put back in
     sys.modules (neither version imports pivot lazily on the planner's path, so each keeps
     calling its own code)."""
-    tree = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "pivot"], capture_output=True, check=False)
+    tree = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "pivot"], capture_output=True, check=False
+    )
     if tree.returncode != 0:
         raise SystemExit(f"--against {rev}: git archive failed: {tree.stderr.decode().strip()}")
     subprocess.run(["tar", "-x", "-C", tmp], input=tree.stdout, check=True)
-    ours: dict[str, ModuleType] = {k: m for k, m in sys.modules.items() if k == "pivot" or k.startswith("pivot.")}
+    ours: dict[str, ModuleType] = {
+        k: m for k, m in sys.modules.items() if k == "pivot" or k.startswith("pivot.")
+    }
     for k in ours:
         del sys.modules[k]
     sys.path.insert(0, tmp)
     try:
-        cfg, plan, sched = (importlib.import_module(f"pivot.{m}") for m in ("config", "plan", "sched"))
-        return SimpleNamespace(PlannerConfig=cfg.PlannerConfig, PivotPlanner=plan.PivotPlanner, ClusterSnapshot=plan.ClusterSnapshot,
-                               Replica=sched.Replica, SeqState=sched.SeqState, ThroughputModel=sched.ThroughputModel)
+        cfg, plan, sched = (
+            importlib.import_module(f"pivot.{m}") for m in ("config", "plan", "sched")
+        )
+        return SimpleNamespace(
+            PlannerConfig=cfg.PlannerConfig,
+            PivotPlanner=plan.PivotPlanner,
+            ClusterSnapshot=plan.ClusterSnapshot,
+            Replica=sched.Replica,
+            SeqState=sched.SeqState,
+            ThroughputModel=sched.ThroughputModel,
+        )
     finally:
         sys.path.remove(tmp)
         for k in [k for k in sys.modules if k == "pivot" or k.startswith("pivot.")]:
@@ -178,7 +210,9 @@ class Setup:
         self.planner = (api.PivotPlanner if api else PivotPlanner)(cfg)
         self.ro, self.rm = self.snap.scheduler("rollout"), self.snap.scheduler("reward")
         self.down_ids = self.ro.active_ids[: len(self.ro.active_ids) // 4]
-        self.up_ids = [r for r in self.rm.replica_ids if r not in self.rm.active_ids][: max(1, n // 32)]
+        self.up_ids = [r for r in self.rm.replica_ids if r not in self.rm.active_ids][
+            : max(1, n // 32)
+        ]
         self.timings: list[Any] = []
         self.downs: list[float] = []
         self.ups: list[float] = []
@@ -188,19 +222,27 @@ class Setup:
         """One plan call and one shift down and up of the schedulers (each on a fresh clone)."""
         self.plan = self.planner.plan(self.snap)
         self.timings.append(self.planner.last_timings)
-        self.downs.append(timed(lambda c=self.ro.clone(): c.shift_down(self.down_ids)))  # clone, then time
-        self.ups.append(timed(lambda c=self.rm.clone(): c.shift_up(self.up_ids)))
+        self.downs.append(
+            timed(lambda c=self.ro.clone(): c.shift_down(self.down_ids))  # noqa: B008 (cloned before timing)
+        )  # clone, then time
+        self.ups.append(timed(lambda c=self.rm.clone(): c.shift_up(self.up_ids)))  # noqa: B008
 
     def record(self) -> dict[str, Any]:
         """The least of the rounds (the figure noise inflates least), the plan and the benefits."""
         p = self.plan
-        return {"cpu_s": min(t.total_cpu_s for t in self.timings), "sim_cpu_s": min(t.cpu_s[2] for t in self.timings),
-                "down_s": min(self.downs), "up_s": min(self.ups),
-                "plan": None if p is None else (sorted(p.up), sorted(p.down), p.benefit),
-                "benefits": [b for _, b in self.planner.last_candidates]}
+        return {
+            "cpu_s": min(t.total_cpu_s for t in self.timings),
+            "sim_cpu_s": min(t.cpu_s[2] for t in self.timings),
+            "down_s": min(self.downs),
+            "up_s": min(self.ups),
+            "plan": None if p is None else (sorted(p.up), sorted(p.down), p.benefit),
+            "benefits": [b for _, b in self.planner.last_candidates],
+        }
 
 
-def measure(n: int, args: argparse.Namespace, ref: Any = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def measure(
+    n: int, args: argparse.Namespace, ref: Any = None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Plan `args.repeats` times at `n` devices (alternating with the `ref` version's planner
     round by round, if given), print our row, return our and its figures."""
     mine = Setup(n, args)
@@ -211,7 +253,10 @@ def measure(n: int, args: argparse.Namespace, ref: Any = None) -> tuple[dict[str
             theirs.round()
     runs, planner, snap, plan = mine.timings, mine.planner, mine.snap, mine.plan
     med = statistics.median
-    wall = [med(getattr(t, f) for t in runs) for f in ("preprocess_s", "construct_s", "simulate_s", "total_s")]
+    wall = [
+        med(getattr(t, f) for t in runs)
+        for f in ("preprocess_s", "construct_s", "simulate_s", "total_s")
+    ]
     cpu = [med(t.cpu_s[i] for t in runs) for i in range(3)] + [med(t.total_cpu_s for t in runs)]
     down, up = med(mine.downs), med(mine.ups)
     seqs = mine.ro.num_sequences() + mine.rm.num_sequences()
@@ -227,11 +272,13 @@ def measure(n: int, args: argparse.Namespace, ref: Any = None) -> tuple[dict[str
         same = "yes" if want == got and best_of(cands, want) == mine_plan else "NO"
     paper, target = PAPER_TOTAL_S.get(n), TARGET_S.get(n)
     verdict = "-" if target is None else ("PASS" if cpu[3] <= target else "MISS")
-    ph = " ".join(f"{w * 1e3:>{wd}.1f}/{c * 1e3:<{wd}.1f}" for w, c, wd in zip(wall, cpu, (5, 5, 6, 6)))
+    ph = " ".join(
+        f"{w * 1e3:>{wd}.1f}/{c * 1e3:<{wd}.1f}" for w, c, wd in zip(wall, cpu, (5, 5, 6, 6))
+    )
     print(
         f"{n:>5} {seqs:>6} {f'{len(cands)}/{planner.last_num_candidates}':>7} | {ph} | "
         f"{paper if paper else '-':>7} {(f'{paper / wall[3]:.0f}x' if paper else '-'):>10} "
-        f"{(f'{target * 1e3:.0f}' if target else '-'):>9} {(f'{cpu[3] / target:.2f}' if target else '-'):>10} {verdict:>4} | "
+        f"{(f'{target * 1e3:.0f}' if target else '-'):>9} {(f'{cpu[3] / target:.2f}' if target else '-'):>10} {verdict:>4} | "  # noqa: E501 (one table row, easier read whole)
         f"{down * 1e3:>7.2f} {up * 1e3:>7.2f} | {ref_sim:>10} {ref_ratio:>10} {same:>4}",
         flush=True,
     )
@@ -240,17 +287,23 @@ def measure(n: int, args: argparse.Namespace, ref: Any = None) -> tuple[dict[str
     return {"n": n, **mine.record()}, None if theirs is None else {"n": n, **theirs.record()}
 
 
-def print_against(rev: str, args: argparse.Namespace, ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> None:
-    print(f"\nours / {rev}: both versions in this process, their rounds alternating (least of {args.repeats}; plan, "
-          f"step 4, down, up: process CPU of plan() and of the scheduler's shifts; < 1 is faster)")
+def print_against(
+    rev: str, args: argparse.Namespace, ours: list[dict[str, Any]], theirs: list[dict[str, Any]]
+) -> None:
+    print(
+        f"\nours / {rev}: both versions in this process, their rounds alternating (least of {args.repeats}; plan, "
+        f"step 4, down, up: process CPU of plan() and of the scheduler's shifts; < 1 is faster)"
+    )
     print(f"{'devs':>5} | {'plan cpu':>8} {'sim cpu':>8} {'down':>6} {'up':>6} | {'same plan':>9}")
     for r, t in zip(ours, theirs):
 
         def ratio(k: str) -> str:
-            return f"{r[k] / t[k]:.2f}" if t[k] > 0 else "-"
+            return f"{r[k] / t[k]:.2f}" if t[k] > 0 else "-"  # noqa: B023 (called in this iteration)
 
         same = "yes" if r["plan"] == t["plan"] and r["benefits"] == t["benefits"] else "NO"
-        print(f"{r['n']:>5} | {ratio('cpu_s'):>8} {ratio('sim_cpu_s'):>8} {ratio('down_s'):>6} {ratio('up_s'):>6} | {same:>9}")
+        print(
+            f"{r['n']:>5} | {ratio('cpu_s'):>8} {ratio('sim_cpu_s'):>8} {ratio('down_s'):>6} {ratio('up_s'):>6} | {same:>9}"  # noqa: E501 (one table row, easier read whole)
+        )
         if same == "NO":
             raise SystemExit(f"{r['n']} devices: the plan differs from {rev}'s")
 
@@ -259,24 +312,47 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128, 1024, 4096])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--check-max", type=int, default=4096, help="largest size checked against production-scheduler clones")
-    ap.add_argument("--undrained", action="store_true", help="plan with the queues not dispatched (stress case, see the docstring)")
-    ap.add_argument("--max-evaluated", type=int, default=PlannerConfig().max_evaluated, help="planner.max_evaluated")
-    ap.add_argument("--against", default="", metavar="REV", help="also measure pivot/ as of this git revision; print ours/REV")
+    ap.add_argument(
+        "--check-max",
+        type=int,
+        default=4096,
+        help="largest size checked against production-scheduler clones",
+    )
+    ap.add_argument(
+        "--undrained",
+        action="store_true",
+        help="plan with the queues not dispatched (stress case, see the docstring)",
+    )
+    ap.add_argument(
+        "--max-evaluated",
+        type=int,
+        default=PlannerConfig().max_evaluated,
+        help="planner.max_evaluated",
+    )
+    ap.add_argument(
+        "--against",
+        default="",
+        metavar="REV",
+        help="also measure pivot/ as of this git revision; print ours/REV",
+    )
     args = ap.parse_args()
     head = (
         f"{'devs':>5} {'seqs':>6} {'eval':>7} | {'pre ms':>11} {'dp ms':>11} {'sim ms':>13} {'total ms':>13} | "
-        f"{'paper s':>7} {'paper/ours':>10} {'target ms':>9} {'cpu/target':>10} {'':>4} | {'down ms':>7} {'up ms':>7} | "
+        f"{'paper s':>7} {'paper/ours':>10} {'target ms':>9} {'cpu/target':>10} {'':>4} | {'down ms':>7} {'up ms':>7} | "  # noqa: E501 (one table row, easier read whole)
         f"{'clone ms':>10} {'clone/ours':>10} {'same':>4}"
     )
-    print(f"scenario: {'undrained (queues not dispatched: stress case)' if args.undrained else 'drained (queues dispatched first, as the runtime plans)'}")
+    print(
+        f"scenario: {'undrained (queues not dispatched: stress case)' if args.undrained else 'drained (queues dispatched first, as the runtime plans)'}"  # noqa: E501 (one table row, easier read whole)
+    )
     print("phase columns: wall/cpu (median of repeats); down/up: cpu")
     print(head)
     with tempfile.TemporaryDirectory(prefix="bench-planner-ref-") as tmp:
         ref = load_version(args.against, tmp) if args.against else None
         pairs = [measure(n, args, ref) for n in args.sizes]
     if ref is not None:
-        print_against(args.against, args, [a for a, _ in pairs], [b for _, b in pairs if b is not None])
+        print_against(
+            args.against, args, [a for a, _ in pairs], [b for _, b in pairs if b is not None]
+        )
 
 
 if __name__ == "__main__":

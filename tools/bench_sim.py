@@ -18,6 +18,7 @@ pools and cost model can beat) and the share of it reached, and each role's devi
 busy/idle/shifting (first seed). `--band` re-runs every deployment at its tuned allocation on
 the cost model's slow and fast corners (pivot/sim/band.py) and prints each ratio there too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,28 +32,67 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from configs.presets import get_preset  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noqa: E402
 from pivot.sim.band import CORNERS, corner  # noqa: E402
-from pivot.sim.deploy import Allocation, deployment, search, table4, world_of  # noqa: E402
 from pivot.sim.costs import build_cluster  # noqa: E402
+from pivot.sim.deploy import Allocation, deployment, search, table4, world_of  # noqa: E402
 from pivot.sim.report import bound_s, breakdown, shift_ups_per_step  # noqa: E402
 from pivot.sim.timeline import render_timeline  # noqa: E402
 from pivot.sim.window import DEFAULT_SEEDS, Spread, Window, aligned_window, is_aligned  # noqa: E402
 
-GROUPS = ("qwen2.5-1.5b+glm-z1-9b", "qwen2.5-7b+qwen3-30b-a3b", "qwen2.5-32b+qwen3-30b-a3b", "qwen2.5-72b+qwen3.5-122b-a10b")
+GROUPS = (
+    "qwen2.5-1.5b+glm-z1-9b",
+    "qwen2.5-7b+qwen3-30b-a3b",
+    "qwen2.5-32b+qwen3-30b-a3b",
+    "qwen2.5-72b+qwen3.5-122b-a10b",
+)
 BASELINES = ("colocated", "disaggregated", "rr_colocated")
 # Figure 9 (tokens/s), read from the paper's text and checked against its printed speedups.
 PAPER_FIG9 = {
-    "qwen2.5-1.5b+glm-z1-9b": {"colocated": 27184, "disaggregated": 31176, "rr_colocated": 25405, "pivot": 50077},
-    "qwen2.5-7b+qwen3-30b-a3b": {"colocated": 11545, "disaggregated": 11711, "rr_colocated": 14189, "pivot": 22822},
-    "qwen2.5-32b+qwen3-30b-a3b": {"colocated": 9998, "disaggregated": 13681, "rr_colocated": 11343, "pivot": 20503},
-    "qwen2.5-72b+qwen3.5-122b-a10b": {"colocated": 6915, "disaggregated": 7954, "rr_colocated": 7530, "pivot": 12503},
+    "qwen2.5-1.5b+glm-z1-9b": {
+        "colocated": 27184,
+        "disaggregated": 31176,
+        "rr_colocated": 25405,
+        "pivot": 50077,
+    },
+    "qwen2.5-7b+qwen3-30b-a3b": {
+        "colocated": 11545,
+        "disaggregated": 11711,
+        "rr_colocated": 14189,
+        "pivot": 22822,
+    },
+    "qwen2.5-32b+qwen3-30b-a3b": {
+        "colocated": 9998,
+        "disaggregated": 13681,
+        "rr_colocated": 11343,
+        "pivot": 20503,
+    },
+    "qwen2.5-72b+qwen3.5-122b-a10b": {
+        "colocated": 6915,
+        "disaggregated": 7954,
+        "rr_colocated": 7530,
+        "pivot": 12503,
+    },
 }
 # Figure 11: throughput over disaggregated.
 PAPER_FIG11 = {
-    "qwen2.5-7b+qwen3-30b-a3b": {"static": 1.55, "rule_based": 1.31, "vanilla": 1.79, "vanilla+tm": 1.87, "pivot": 1.95},
-    "qwen2.5-1.5b+glm-z1-9b": {"static": 1.27, "rule_based": 1.05, "vanilla": 1.43, "vanilla+tm": 1.53, "pivot": 1.61},
+    "qwen2.5-7b+qwen3-30b-a3b": {
+        "static": 1.55,
+        "rule_based": 1.31,
+        "vanilla": 1.79,
+        "vanilla+tm": 1.87,
+        "pivot": 1.95,
+    },
+    "qwen2.5-1.5b+glm-z1-9b": {
+        "static": 1.27,
+        "rule_based": 1.05,
+        "vanilla": 1.43,
+        "vanilla+tm": 1.53,
+        "pivot": 1.61,
+    },
 }
 # Figure 12 (seconds): inference up ~1 (1.5B) .. ~9 (122B), down < 2; training up 2 .. 8.5, down < 6.
-PAPER_FIG12 = "inference up ~1 s (1.5B) .. ~9 s (122B), down < 2 s; training up 2 .. 8.5 s, down < 6 s"
+PAPER_FIG12 = (
+    "inference up ~1 s (1.5B) .. ~9 s (122B), down < 2 s; training up 2 .. 8.5 s, down < 6 s"
+)
 # Figure 14: the paper plots throughput and shifts per step for H in 0.01 .. 600; its text says
 # throughput is lower with fewer shifts at small H, stable for 60 <= H <= 120, lower again at 600.
 H_VALUES = (0.01, 5, 30, 60, 90, 120, 600)
@@ -68,8 +108,12 @@ def _alloc_name(a: Allocation) -> str:
     return f"T{a.train_devices}" + (f"/R{a.rollout_devices}" if a.rollout_devices else "")
 
 
-def choose_allocation(base, name: str, args: argparse.Namespace,  # noqa: ANN001
-                      opts: SimOptions) -> tuple[Allocation, dict[int, SimResult]]:
+def choose_allocation(
+    base,
+    name: str,
+    args: argparse.Namespace,  # noqa: ANN001
+    opts: SimOptions,
+) -> tuple[Allocation, dict[int, SimResult]]:
     """The allocation of `name` and the runs (by seed) its search already made there."""
     if name in args.use:
         return args.use[name], {}
@@ -77,21 +121,32 @@ def choose_allocation(base, name: str, args: argparse.Namespace,  # noqa: ANN001
         return table4(base, name), {}
     best, points = search(base, name, opts, tuple(args.search_seeds))
     if len(points) > 1:
-        tried = ", ".join(f"{_alloc_name(p.alloc)}:{p.throughput:,.0f}" + (" (invalid)" if p.error else "") for p in points)
+        tried = ", ".join(
+            f"{_alloc_name(p.alloc)}:{p.throughput:,.0f}" + (" (invalid)" if p.error else "")
+            for p in points
+        )
         print(f"    search {name}: {tried} -> {_alloc_name(best)}", flush=True)
     return best, next(p.runs for p in points if p.alloc == best)
 
 
 def regime(args: argparse.Namespace) -> str:
     """The allocations, the measured window and the seeds, for every figure's heading."""
-    how = "Table 4 (paper)" if args.alloc == "table4" else (
-        f"best of a search over pool sizes (same window, seeds {' '.join(map(str, args.search_seeds))})")
+    how = (
+        "Table 4 (paper)"
+        if args.alloc == "table4"
+        else (
+            f"best of a search over pool sizes (same window, seeds {' '.join(map(str, args.search_seeds))})"
+        )
+    )
     if args.use:
         how += "; given: " + ", ".join(f"{n} {_alloc_name(a)}" for n, a in args.use.items())
     w = args.window
-    return (f"allocations: {how}; measured: {w.describe(args.staleness)}"
-            + (" (steady state)" if w.warmup else " (whole run)") + f"; seeds {' '.join(map(str, args.seeds))}"
-            + (f"; band seeds {' '.join(map(str, args.band_seeds))}" if args.band else ""))
+    return (
+        f"allocations: {how}; measured: {w.describe(args.staleness)}"
+        + (" (steady state)" if w.warmup else " (whole run)")
+        + f"; seeds {' '.join(map(str, args.seeds))}"
+        + (f"; band seeds {' '.join(map(str, args.band_seeds))}" if args.band else "")
+    )
 
 
 def share(r: SimResult) -> float:
@@ -102,9 +157,11 @@ def share(r: SimResult) -> float:
 def run_details(r: SimResult) -> str:
     """The tighter bound and the share of it reached, shifts and churn, and device time by role."""
     bound, kind = bound_s(r)
-    return (f"bound ({kind}) {r.tokens / bound:9,.0f} reached {bound / r.measured_s:4.0%}  shift-ups/step "
-            f"{shift_ups_per_step(r):.1f}  aborts {r.aborts} preempt {r.preemptions}\n"
-            f"  {'':14s} busy/idle/shifting: {breakdown(r).line()}")
+    return (
+        f"bound ({kind}) {r.tokens / bound:9,.0f} reached {bound / r.measured_s:4.0%}  shift-ups/step "
+        f"{shift_ups_per_step(r):.1f}  aborts {r.aborts} preempt {r.preemptions}\n"
+        f"  {'':14s} busy/idle/shifting: {breakdown(r).line()}"
+    )
 
 
 def ratio(piv: list[SimResult], base: list[SimResult]) -> Spread:
@@ -112,20 +169,35 @@ def ratio(piv: list[SimResult], base: list[SimResult]) -> Spread:
     return Spread.of(p.throughput / b.throughput for p, b in zip(piv, base))
 
 
-def report_line(name: str, rs: list[SimResult], paper: dict[str, float], piv: list[SimResult],
-                band: dict[str, dict[str, list[SimResult]]]) -> None:
+def report_line(
+    name: str,
+    rs: list[SimResult],
+    paper: dict[str, float],
+    piv: list[SimResult],
+    band: dict[str, dict[str, list[SimResult]]],
+) -> None:
     tps = Spread.of(r.throughput for r in rs)
     sp = ""
     if name != "pivot":
         sp = f"PivotRL {ratio(piv, rs).fmt('.2f', 'x')} (paper x{paper['pivot'] / paper[name]:.2f})"
-        sp += "".join(f" {c} {ratio(band[c]['pivot'], band[c][name]).fmt('.2f', 'x')}" for c in band)
-    print(f"  {name:14s} {tps.fmt()} | {paper[name]:7,} | {tps.mean / paper[name]:5.2f}  {sp}  "
-          f"bound share {Spread.of(map(share, rs)).fmt('.0%')}")
+        sp += "".join(
+            f" {c} {ratio(band[c]['pivot'], band[c][name]).fmt('.2f', 'x')}" for c in band
+        )
+    print(
+        f"  {name:14s} {tps.fmt()} | {paper[name]:7,} | {tps.mean / paper[name]:5.2f}  {sp}  "
+        f"bound share {Spread.of(map(share, rs)).fmt('.0%')}"
+    )
     print(f"  {'':14s} first seed: {run_details(rs[0])}")
 
 
-def _runs(base, name: str, alloc: Allocation, opts: SimOptions, seeds: list[int],  # noqa: ANN001
-          done: dict[int, SimResult] | None = None) -> list[SimResult]:
+def _runs(
+    base,
+    name: str,
+    alloc: Allocation,
+    opts: SimOptions,
+    seeds: list[int],  # noqa: ANN001
+    done: dict[int, SimResult] | None = None,
+) -> list[SimResult]:
     cfg = deployment(base, name, alloc)
     out = []
     for seed in seeds:
@@ -137,7 +209,9 @@ def _runs(base, name: str, alloc: Allocation, opts: SimOptions, seeds: list[int]
     return out
 
 
-def fig9(groups: list[str], opts: SimOptions, args: argparse.Namespace) -> dict[str, dict[str, tuple[Allocation, list[SimResult]]]]:
+def fig9(
+    groups: list[str], opts: SimOptions, args: argparse.Namespace
+) -> dict[str, dict[str, tuple[Allocation, list[SimResult]]]]:
     print(f"\n== Figure 9: end-to-end tokens/s (sim | paper | sim/paper); {regime(args)} ==")
     out = {}
     for g in groups:
@@ -148,23 +222,43 @@ def fig9(groups: list[str], opts: SimOptions, args: argparse.Namespace) -> dict[
         for name in BASELINES + ("pivot",):
             alloc, done = choose_allocation(base, name, args, opts)
             runs[name] = (alloc, _runs(base, name, alloc, opts, args.seeds, done))
-        band = {c: {n: _runs(base, n, a, dataclasses.replace(opts, hardware=corner(opts.hardware, c)), args.band_seeds)
-                    for n, (a, _) in runs.items()} for c in (CORNERS if args.band else ())}
+        band = {
+            c: {
+                n: _runs(
+                    base,
+                    n,
+                    a,
+                    dataclasses.replace(opts, hardware=corner(opts.hardware, c)),
+                    args.band_seeds,
+                )
+                for n, (a, _) in runs.items()
+            }
+            for c in (CORNERS if args.band else ())
+        }
         out[g] = runs
-        print(f"  ({time.perf_counter() - t0:.1f} s wall; allocations "
-              + ", ".join(f"{n} {_alloc_name(a)}" for n, (a, _) in runs.items()) + ")")
+        print(
+            f"  ({time.perf_counter() - t0:.1f} s wall; allocations "
+            + ", ".join(f"{n} {_alloc_name(a)}" for n, (a, _) in runs.items())
+            + ")"
+        )
         for name in BASELINES + ("pivot",):
             report_line(name, runs[name][1], PAPER_FIG9[g], runs["pivot"][1], band)
         for c in band:
-            print(f"  {c} corner tokens/s: " + ", ".join(f"{n} {Spread.of(r.throughput for r in rs).fmt()}"
-                                                     for n, rs in band[c].items()))
+            print(
+                f"  {c} corner tokens/s: "
+                + ", ".join(
+                    f"{n} {Spread.of(r.throughput for r in rs).fmt()}" for n, rs in band[c].items()
+                )
+            )
         sys.stdout.flush()
     return out
 
 
 def fig11(groups: list[str], opts: SimOptions, args: argparse.Namespace, runs: dict) -> None:
-    print(f"\n== Figure 11: throughput over disaggregated (sim | paper); ablations on PivotRL's training slot; "
-          f"{regime(args)}, first seed ==")
+    print(
+        f"\n== Figure 11: throughput over disaggregated (sim | paper); ablations on PivotRL's training slot; "
+        f"{regime(args)}, first seed =="
+    )
     for g in groups:
         if g not in PAPER_FIG11:
             continue
@@ -174,19 +268,29 @@ def fig11(groups: list[str], opts: SimOptions, args: argparse.Namespace, runs: d
         print(g)
         for name, paper in PAPER_FIG11[g].items():
             r = piv if name == "pivot" else simulate(deployment(base, name, alloc), opts)
-            print(f"  {name:14s} {r.throughput:9,.0f}  x{r.throughput / dis:.2f} | x{paper:.2f}  {run_details(r)}")
+            print(
+                f"  {name:14s} {r.throughput:9,.0f}  x{r.throughput / dis:.2f} | x{paper:.2f}  {run_details(r)}"
+            )
 
 
 def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict) -> None:
-    print(f"\n== Figure 14: H sweep on {group} (paper: lower throughput and fewer shifts at small H, stable "
-          f"for 60 <= H <= 120, lower again at 600); {regime(args)}, first seed ==")
+    print(
+        f"\n== Figure 14: H sweep on {group} (paper: lower throughput and fewer shifts at small H, stable "
+        f"for 60 <= H <= 120, lower again at 600); {regime(args)}, first seed =="
+    )
     base = preset(group, args.seeds[0])
-    alloc = runs[group]["pivot"][0] if group in runs else choose_allocation(base, "pivot", args, opts)[0]
+    alloc = (
+        runs[group]["pivot"][0]
+        if group in runs
+        else choose_allocation(base, "pivot", args, opts)[0]
+    )
     ref = None
     for h in H_VALUES:
         r = simulate(deployment(base, "pivot", alloc, horizon_s=h), opts)
         ref = ref or r.throughput
-        print(f"  H={h:>6}: {r.throughput:9,.0f} tok/s (x{r.throughput / ref:.2f} of H={H_VALUES[0]})  {run_details(r)}")
+        print(
+            f"  H={h:>6}: {r.throughput:9,.0f} tok/s (x{r.throughput / ref:.2f} of H={H_VALUES[0]})  {run_details(r)}"
+        )
 
 
 def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:
@@ -196,12 +300,16 @@ def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:
     for g in groups:
         _, costs = build_cluster(preset(g, seed), opts.hardware, opts.kv_from_engine)
         c = costs.roles
-        print(f"  {g}: rollout up {c['rollout'].up_s:.1f} down {c['rollout'].down_s:.1f} | reward up {c['reward'].up_s:.1f} "
-              f"down {c['reward'].down_s:.1f} | train up {costs.train_up_s:.1f} down {costs.train_down_s:.1f}")
+        print(
+            f"  {g}: rollout up {c['rollout'].up_s:.1f} down {c['rollout'].down_s:.1f} | reward up {c['reward'].up_s:.1f} "  # noqa: E501 (one table row, easier read whole)
+            f"down {c['reward'].down_s:.1f} | train up {costs.train_up_s:.1f} down {costs.train_down_s:.1f}"
+        )
         for role in ("rollout", "reward"):
             m = c[role].throughput
-            print(f"     {role}: A={m.A:.2e} B={m.B:.2e} C={m.C:.2e} D={m.D:.2e} kv={c[role].kv_capacity:,} tokens "
-                  f"(T at 64 seqs x 4K: {m.throughput(64, 64 * 4096):,.0f} tok/s)")
+            print(
+                f"     {role}: A={m.A:.2e} B={m.B:.2e} C={m.C:.2e} D={m.D:.2e} kv={c[role].kv_capacity:,} tokens "
+                f"(T at 64 seqs x 4K: {m.throughput(64, 64 * 4096):,.0f} tok/s)"
+            )
 
 
 def parse_use(text: str) -> tuple[str, Allocation]:
@@ -223,7 +331,9 @@ def window_of(args: argparse.Namespace) -> Window:
         raise SystemExit(f"--warmup {warmup}: need 0 <= it < --steps {steps}")
     w = Window(warmup, steps - warmup)
     if warmup and not is_aligned(w, args.staleness):
-        print(f"warning: {w.describe(args.staleness)}: a window that is not whole staleness periods cuts a burst")
+        print(
+            f"warning: {w.describe(args.staleness)}: a window that is not whole staleness periods cuts a burst"
+        )
     return w
 
 
@@ -231,29 +341,72 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--groups", nargs="+", default=list(GROUPS))
     ap.add_argument("--hardware", default="h20", choices=sorted(HARDWARE))
-    ap.add_argument("--steps", type=int, default=None,
-                    help="steps to run (default: the aligned window's, warm-up + whole staleness periods)")
-    ap.add_argument("--warmup", type=int, default=None,
-                    help="steps left out of the throughput (steady state: prompts keep coming past the last step); "
-                    "default 4")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="steps to run (default: the aligned window's, warm-up + whole staleness periods)",
+    )
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="steps left out of the throughput (steady state: prompts keep coming past the last step); "
+        "default 4",
+    )
     ap.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
     ap.add_argument("--seed", type=int, default=None, help="one seed (same as --seeds N)")
-    ap.add_argument("--search-seeds", type=int, nargs="+", default=None, help="seeds each search point averages "
-                    "(default: the first of --seeds)")
-    ap.add_argument("--use", nargs="+", default=[], metavar="NAME=T[/R]",
-                    help="a deployment's allocation, not searched: training pool T (and disaggregated's rollout "
-                    "pool R), e.g. disaggregated=8/8 pivot=16")
-    ap.add_argument("--band", action="store_true", help="also measure on the cost model's slow and fast corners")
-    ap.add_argument("--band-seeds", type=int, nargs="+", default=None, help="seeds of the band's runs (default: --seeds)")
-    ap.add_argument("--prompts", type=int, default=None, help="prompts per step (default: 4 per device, DAPO's ratio)")
+    ap.add_argument(
+        "--search-seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="seeds each search point averages (default: the first of --seeds)",
+    )
+    ap.add_argument(
+        "--use",
+        nargs="+",
+        default=[],
+        metavar="NAME=T[/R]",
+        help="a deployment's allocation, not searched: training pool T (and disaggregated's rollout "
+        "pool R), e.g. disaggregated=8/8 pivot=16",
+    )
+    ap.add_argument(
+        "--band", action="store_true", help="also measure on the cost model's slow and fast corners"
+    )
+    ap.add_argument(
+        "--band-seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="seeds of the band's runs (default: --seeds)",
+    )
+    ap.add_argument(
+        "--prompts",
+        type=int,
+        default=None,
+        help="prompts per step (default: 4 per device, DAPO's ratio)",
+    )
     ap.add_argument("--group-size", type=int, default=16)
-    ap.add_argument("--alloc", default="search", choices=("search", "table4"),
-                    help="search: tune every deployment's pools alike; table4: the paper's allocations")
-    ap.add_argument("--kv", default="engine", choices=("engine", "device"),
-                    help="replica KV: the engine config's kv_capacity_tokens (as the runtime) or all free device memory")
+    ap.add_argument(
+        "--alloc",
+        default="search",
+        choices=("search", "table4"),
+        help="search: tune every deployment's pools alike; table4: the paper's allocations",
+    )
+    ap.add_argument(
+        "--kv",
+        default="engine",
+        choices=("engine", "device"),
+        help="replica KV: the engine config's kv_capacity_tokens (as the runtime) or all free device memory",
+    )
     ap.add_argument("--ablations", action="store_true")
     ap.add_argument("--hsweep", default="", help="model group of the H sweep (empty: skip)")
-    ap.add_argument("--timeline", default="", help="PNG path: disaggregated vs pivot timeline of the first group")
+    ap.add_argument(
+        "--timeline",
+        default="",
+        help="PNG path: disaggregated vs pivot timeline of the first group",
+    )
     args = ap.parse_args()
     args.seeds = [args.seed] if args.seed is not None else args.seeds
     args.use = dict(parse_use(u) for u in args.use)
@@ -262,8 +415,13 @@ def main() -> None:
     args.staleness = max(preset(g, 0).train.staleness for g in args.groups)
     args.window = window_of(args)
     workload = Workload(prompts_per_step=args.prompts, group_size=args.group_size)
-    opts = SimOptions(hardware=HARDWARE[args.hardware], steps=args.window.steps, workload=workload,
-                      kv_from_engine=args.kv == "engine", warmup_steps=args.window.warmup)
+    opts = SimOptions(
+        hardware=HARDWARE[args.hardware],
+        steps=args.window.steps,
+        workload=workload,
+        kv_from_engine=args.kv == "engine",
+        warmup_steps=args.window.warmup,
+    )
     t0 = time.perf_counter()
     shift_costs(args.groups, opts, args.seeds[0])
     runs = fig9(args.groups, opts, args)
@@ -273,7 +431,10 @@ def main() -> None:
         hsweep(args.hsweep, opts, args, runs)
     if args.timeline:
         g = args.groups[0]
-        path = render_timeline({"Disaggregated": runs[g]["disaggregated"][1], "PivotRL": runs[g]["pivot"][1]}, args.timeline)
+        path = render_timeline(
+            {"Disaggregated": runs[g]["disaggregated"][1], "PivotRL": runs[g]["pivot"][1]},
+            args.timeline,
+        )
         print(f"\ntimeline: {path}")
     print(f"\ntotal wall {time.perf_counter() - t0:.1f} s")
 

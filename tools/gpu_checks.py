@@ -12,6 +12,7 @@ folder and works anywhere.
     python tools/gpu_checks.py train    # FSDP2 bf16 train steps, shift down / up bit-exact
     python tools/gpu_checks.py job DIR --steps N --name NAME   # a main job's records: steps, shifts
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,12 +33,28 @@ sys.path.insert(0, str(ROOT))
 from pivot.engine import Engine, EngineConfig, Request, SamplingParams  # noqa: E402
 from pivot.model import CausalLM, ModelArgs  # noqa: E402
 
-QWEN25_05B = dict(family="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                  num_attention_heads=14, num_key_value_heads=2, head_dim=64, max_position_embeddings=32768,
-                  tie_word_embeddings=True)
+QWEN25_05B = dict(
+    family="qwen2",
+    vocab_size=151936,
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    head_dim=64,
+    max_position_embeddings=32768,
+    tie_word_embeddings=True,
+)
 """Qwen2.5-0.5B's shape (random weights: nothing is downloaded)."""
-SMALL = dict(QWEN25_05B, vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-             num_attention_heads=4, num_key_value_heads=2)
+SMALL = dict(
+    QWEN25_05B,
+    vocab_size=4096,
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+)
 """A small random model for the sglang and training checks (written to disk by transformers)."""
 FAILED: list[str] = []
 
@@ -77,10 +94,18 @@ def prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
     return [[rng.randrange(2, vocab) for _ in range(length)] for _ in range(n)]
 
 
-def generate(engine: object, batch: list[list[int]], new_tokens: int, first_id: int = 0) -> tuple[list[list[int]], float]:
+def generate(
+    engine: object, batch: list[list[int]], new_tokens: int, first_id: int = 0
+) -> tuple[list[list[int]], float]:
     """Greedy generations of `batch` (ids first_id..) and generated tokens per second."""
     for i, p in enumerate(batch):
-        engine.add(Request(first_id + i, p, SamplingParams(temperature=0, max_new_tokens=new_tokens, ignore_eos=True)))
+        engine.add(
+            Request(
+                first_id + i,
+                p,
+                SamplingParams(temperature=0, max_new_tokens=new_tokens, ignore_eos=True),
+            )
+        )
     done: dict[int, list[int]] = {}
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -104,10 +129,14 @@ def check_engine(a: argparse.Namespace) -> None:
     with torch.device("cuda"):
         state = {k: v.to(torch.bfloat16) for k, v in CausalLM(args).state_dict().items()}
     batch = prompts(a.seqs, a.prompt_tokens, args.vocab_size)
-    cfg = EngineConfig(kv_capacity_tokens=a.seqs * (a.prompt_tokens + a.new_tokens + 512), max_running_seqs=a.seqs)
+    cfg = EngineConfig(
+        kv_capacity_tokens=a.seqs * (a.prompt_tokens + a.new_tokens + 512), max_running_seqs=a.seqs
+    )
     ref: dict[str, object] = {}
     for attention, linear in (("sdpa", "torch"), ("flash", "torch"), ("flash", "te")):
-        needs = (("flash_attn",) if attention == "flash" else ()) + (("transformer_engine.pytorch",) if linear == "te" else ())
+        needs = (("flash_attn",) if attention == "flash" else ()) + (
+            ("transformer_engine.pytorch",) if linear == "te" else ()
+        )
         if missing(*needs):
             skip(f"engine-{attention}-{linear}", missing(*needs))
             continue
@@ -123,8 +152,11 @@ def check_engine(a: argparse.Namespace) -> None:
                 raise RuntimeError("a sequence stopped early")
             ref.setdefault("tokens", tokens)
             ref.setdefault("tps", tps)
-            return (f"{tps:,.0f} tokens/s ({tps / ref['tps']:.2f}x sdpa; {a.seqs} seqs x {a.new_tokens} new tokens, bf16), "
-                    f"greedy equal to sdpa's on {agreement(tokens, ref['tokens']):.0%} of sequences")
+            return (
+                f"{tps:,.0f} tokens/s ({tps / ref['tps']:.2f}x sdpa; {a.seqs} seqs x {a.new_tokens} new tokens, bf16), "
+                f"greedy equal to sdpa's on {agreement(tokens, ref['tokens']):.0%} of sequences"
+            )
+
         guarded(f"engine-{attention}-{linear}", run)
         torch.cuda.empty_cache()
 
@@ -136,10 +168,18 @@ def small_folder(path: Path) -> Path:
 
     torch.manual_seed(0)
     s = SMALL
-    model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
-        vocab_size=s["vocab_size"], hidden_size=s["hidden_size"], intermediate_size=s["intermediate_size"],
-        num_hidden_layers=s["num_hidden_layers"], num_attention_heads=s["num_attention_heads"],
-        num_key_value_heads=s["num_key_value_heads"], max_position_embeddings=4096, tie_word_embeddings=True))
+    model = transformers.Qwen2ForCausalLM(
+        transformers.Qwen2Config(
+            vocab_size=s["vocab_size"],
+            hidden_size=s["hidden_size"],
+            intermediate_size=s["intermediate_size"],
+            num_hidden_layers=s["num_hidden_layers"],
+            num_attention_heads=s["num_attention_heads"],
+            num_key_value_heads=s["num_key_value_heads"],
+            max_position_embeddings=4096,
+            tie_word_embeddings=True,
+        )
+    )
     with torch.no_grad():  # clear greedy winners, so bf16 kernels of two engines agree
         model.model.embed_tokens.weight.mul_(8.0)
     model.save_pretrained(path)
@@ -161,12 +201,16 @@ def check_sglang(a: argparse.Namespace) -> None:
         return
     folder = small_folder(Path(tempfile.mkdtemp(prefix="gpu_check_sglang_")))
     batch = prompts(8, 32, SMALL["vocab_size"])
-    embedded = Engine.from_pretrained(folder, EngineConfig(kv_capacity_tokens=8192), dtype="bfloat16", device="cuda")
+    embedded = Engine.from_pretrained(
+        folder, EngineConfig(kv_capacity_tokens=8192), dtype="bfloat16", device="cuda"
+    )
     ref, _ = generate(embedded, batch, a.new_tokens)
     del embedded
     torch.cuda.empty_cache()
     specs = specs_from_checkpoint(folder)
-    store = GPSStore(dist.HashStore(), HostInfo(0, 0, 0, (0,)), namespace="gpuchk" + uuid.uuid4().hex[:8])
+    store = GPSStore(
+        dist.HashStore(), HostInfo(0, 0, 0, (0,)), namespace="gpuchk" + uuid.uuid4().hex[:8]
+    )
     state: dict[str, torch.Tensor] = {}
     try:
         store.register(replicated_layout("genrm", specs, [0]))
@@ -182,22 +226,39 @@ def check_sglang(a: argparse.Namespace) -> None:
             state.update(store.read("genrm", full, device="cpu")[0])
             pinned = store.buffers["genrm"]._pinned
             return f"{n / dt / 1e9:.1f} GB/s pinned host -> GPU ({n / 1e6:.0f} MB, pinned={pinned})"
+
         guarded("gps-read", gps_read)
-        eng = SglangEngine.from_pretrained(folder, EngineConfig(kv_capacity_tokens=16384, max_running_seqs=16),
-                                           tp_size=1, base_gpu_id=torch.cuda.current_device(), dtype="bfloat16",
-                                           mem_fraction_static=0.3)
+        eng = SglangEngine.from_pretrained(
+            folder,
+            EngineConfig(kv_capacity_tokens=16384, max_running_seqs=16),
+            tp_size=1,
+            base_gpu_id=torch.cuda.current_device(),
+            dtype="bfloat16",
+            mem_fraction_static=0.3,
+        )
 
         def greedy() -> str:
-            eng.load_weights(state, version=1)  # dummy-loaded engine: the GPS copy is the only source
+            eng.load_weights(
+                state, version=1
+            )  # dummy-loaded engine: the GPS copy is the only source
             tokens, tps = generate(eng, batch, a.new_tokens)
             if tokens != ref:
-                raise AssertionError(f"greedy tokens equal on {agreement(tokens, ref):.0%} of sequences only")
+                raise AssertionError(
+                    f"greedy tokens equal on {agreement(tokens, ref):.0%} of sequences only"
+                )
             return f"greedy tokens equal to the embedded engine's on {len(batch)} sequences ({tps:,.0f} tokens/s)"
+
         guarded("sglang-greedy", greedy)
 
         def shift() -> str:
             for i, p in enumerate(batch):
-                eng.add(Request(100 + i, p, SamplingParams(temperature=0, max_new_tokens=a.new_tokens, ignore_eos=True)))
+                eng.add(
+                    Request(
+                        100 + i,
+                        p,
+                        SamplingParams(temperature=0, max_new_tokens=a.new_tokens, ignore_eos=True),
+                    )
+                )
             while min(eng.progress().values(), default=0) < 4:
                 eng.step()
             partials = eng.release()  # shift down: abort + release
@@ -214,9 +275,14 @@ def check_sglang(a: argparse.Namespace) -> None:
                 done.update({o.id: o.output_ids for o in eng.step()})
             resumed = [done[100 + i] for i in range(len(batch))]
             if resumed != ref:
-                raise AssertionError(f"resumed greedy tokens equal on {agreement(resumed, ref):.0%} of sequences only")
-            return f"shift up {up_s:.2f} s (resume + GPS Read + update_weights_from_tensor); {len(partials)} partials " \
-                   f"kept {kept} tokens and resumed to the reference tokens"
+                raise AssertionError(
+                    f"resumed greedy tokens equal on {agreement(resumed, ref):.0%} of sequences only"
+                )
+            return (
+                f"shift up {up_s:.2f} s (resume + GPS Read + update_weights_from_tensor); {len(partials)} partials "
+                f"kept {kept} tokens and resumed to the reference tokens"
+            )
+
         guarded("sglang-shift", shift)
         eng.shutdown()
     finally:
@@ -239,11 +305,19 @@ def check_train(a: argparse.Namespace) -> None:
 
     def run() -> str:
         torch.manual_seed(0)
-        trainer = Trainer(CausalLM(ModelArgs(**SMALL)), group, TrainConfig(lr=1e-4, micro_batch_tokens=4096),
-                          device="cuda:0", compute_dtype=torch.bfloat16)
+        trainer = Trainer(
+            CausalLM(ModelArgs(**SMALL)),
+            group,
+            TrainConfig(lr=1e-4, micro_batch_tokens=4096),
+            device="cuda:0",
+            compute_dtype=torch.bfloat16,
+        )
         rng = random.Random(0)
-        batch = TrainBatch(prompts(16, 64, SMALL["vocab_size"]), prompts(16, 192, SMALL["vocab_size"], seed=1),
-                           [rng.uniform(-1, 1) for _ in range(16)])
+        batch = TrainBatch(
+            prompts(16, 64, SMALL["vocab_size"]),
+            prompts(16, 192, SMALL["vocab_size"], seed=1),
+            [rng.uniform(-1, 1) for _ in range(16)],
+        )
         t0, losses = time.perf_counter(), []
         for _ in range(steps):
             m = trainer.train_step(batch)
@@ -256,8 +330,11 @@ def check_train(a: argparse.Namespace) -> None:
         trainer.shift_up()
         if any(not torch.equal(before[k], v) for k, v in trainer.full_state_dict().items()):
             raise AssertionError("weights changed across shift down / up")
-        return f"{steps} steps, {16 * 256 / step_s:,.0f} tokens/s, losses {', '.join(f'{x:.4f}' for x in losses)}; " \
-               f"shift down/up bit-exact"
+        return (
+            f"{steps} steps, {16 * 256 / step_s:,.0f} tokens/s, losses {', '.join(f'{x:.4f}' for x in losses)}; "
+            f"shift down/up bit-exact"
+        )
+
     guarded("fsdp-bf16", run)
     dist.destroy_process_group()
 
@@ -265,28 +342,48 @@ def check_train(a: argparse.Namespace) -> None:
 # ---- a finished main job --------------------------------------------------------------------
 def check_job(a: argparse.Namespace) -> None:
     """A main job's run folder: every step recorded; shift ups with their timings."""
+
     def run() -> str:
-        rows = [json.loads(line) for line in (Path(a.dir) / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        events = [json.loads(line) for line in (Path(a.dir) / "timeline.jsonl").read_text().splitlines() if line.strip()]
+        rows = [
+            json.loads(line)
+            for line in (Path(a.dir) / "metrics.jsonl").read_text().splitlines()
+            if line.strip()
+        ]
+        events = [
+            json.loads(line)
+            for line in (Path(a.dir) / "timeline.jsonl").read_text().splitlines()
+            if line.strip()
+        ]
         ups = [e for e in events if e.get("event") == "shift_up"]
         if len(rows) != a.steps:
             raise AssertionError(f"{len(rows)} steps recorded, expected {a.steps}")
         roles = sorted({e["role"] for e in ups})
         if len(roles) < a.min_roles:
-            raise AssertionError(f"shift ups of {roles} only, expected at least {a.min_roles} roles")
+            raise AssertionError(
+                f"shift ups of {roles} only, expected at least {a.min_roles} roles"
+            )
         slowest = max((e["phases"]["total"] for e in ups), default=0.0)
-        return f"{len(rows)} steps, {len(ups)} shift ups ({', '.join(roles)}), slowest {slowest:.2f} s"
+        return (
+            f"{len(rows)} steps, {len(ups)} shift ups ({', '.join(roles)}), slowest {slowest:.2f} s"
+        )
+
     guarded(a.name, run)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="check", required=True)
-    eng = sub.add_parser("engine", help="embedded engine throughput: sdpa, flash-attn, transformer-engine")
+    eng = sub.add_parser(
+        "engine", help="embedded engine throughput: sdpa, flash-attn, transformer-engine"
+    )
     eng.add_argument("--seqs", type=int, default=64)
     eng.add_argument("--prompt-tokens", type=int, default=128)
     eng.add_argument("--new-tokens", type=int, default=128)
-    sgl = sub.add_parser("sglang", help="sglang replica: greedy vs embedded, abort/release/resume, GPS weight update")
+    sgl = sub.add_parser(
+        "sglang", help="sglang replica: greedy vs embedded, abort/release/resume, GPS weight update"
+    )
     sgl.add_argument("--new-tokens", type=int, default=24)
     train = sub.add_parser("train", help="FSDP2 bf16 train steps and a shift down/up")
     train.add_argument("--steps", type=int, default=3)
@@ -294,7 +391,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     job.add_argument("dir")
     job.add_argument("--steps", type=int, required=True, help="steps the job was asked for")
     job.add_argument("--name", default="main-job", help="name on the result line")
-    job.add_argument("--min-roles", type=int, default=1, help="fewest roles that must have shifted up")
+    job.add_argument(
+        "--min-roles", type=int, default=1, help="fewest roles that must have shifted up"
+    )
     a = ap.parse_args(argv)
     for name in ("seqs", "prompt_tokens", "new_tokens", "steps"):
         if getattr(a, name, 1) < 1:
@@ -307,7 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.check != "job" and not torch.cuda.is_available():
         print(f"SKIP {a.check}: no CUDA device visible to torch", flush=True)
         return 0
-    {"engine": check_engine, "sglang": check_sglang, "train": check_train, "job": check_job}[a.check](a)
+    {"engine": check_engine, "sglang": check_sglang, "train": check_train, "job": check_job}[
+        a.check
+    ](a)
     return 1 if FAILED else 0
 
 

@@ -3,6 +3,7 @@ throughput per role on top, devices per role (stacked) below, shift events as ma
 
     python tools/plot_timeline.py runs/latest/timeline.jsonl [-o runs/latest/timeline.png]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,15 +29,29 @@ def plot(rows: list[dict], out: Path, title: str = "") -> Path:
     if not samples:
         raise SystemExit("timeline has no samples")
     t = [r["time"] for r in samples]
-    fig, (ax_tp, ax_dev) = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    fig, (ax_tp, ax_dev) = plt.subplots(
+        2, 1, figsize=(10, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+    )
     for role in ("rollout", "reward"):
-        ax_tp.plot(t, [r["throughput"].get(role, 0.0) for r in samples], label=role, color=COLORS[role], lw=1.2)
+        ax_tp.plot(
+            t,
+            [r["throughput"].get(role, 0.0) for r in samples],
+            label=role,
+            color=COLORS[role],
+            lw=1.2,
+        )
     ax_tp.set_ylabel("tokens/s")
     ax_tp.legend(loc="upper right", fontsize=8)
     ax_tp.set_title(title or "throughput and devices per role")
     stacks = [[r["devices"].get(role, 0) for r in samples] for role in ROLES]
-    ax_dev.stackplot(t, *stacks, labels=["RO", "RM", "TR"],
-                     colors=[COLORS[r] for r in ROLES], step="post", alpha=0.85)
+    ax_dev.stackplot(
+        t,
+        *stacks,
+        labels=["RO", "RM", "TR"],
+        colors=[COLORS[r] for r in ROLES],
+        step="post",
+        alpha=0.85,
+    )
     ax_dev.set_ylabel("devices")
     ax_dev.set_xlabel("time (s)")
     ax_dev.legend(loc="upper right", fontsize=8, ncol=3)

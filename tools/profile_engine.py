@@ -15,6 +15,7 @@ profile with `pivot.sched.profile.write_profile`, the format the runtime reads
 
 One device (tp=1): profile a TP>1 replica shape by passing the file to the role's flag.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,15 +35,29 @@ PROFILE_CACHE = ROOT / ".cache"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--tiny", choices=sorted(TINY_PROFILE), help="profile the embedded tiny model of this role")
+    src.add_argument(
+        "--tiny", choices=sorted(TINY_PROFILE), help="profile the embedded tiny model of this role"
+    )
     src.add_argument("--model", default="", help="HF model folder to profile")
-    ap.add_argument("--role", choices=sorted(TINY_PROFILE), default="rollout", help="the role --model serves")
-    ap.add_argument("--out", default="", help="output JSON; default: the tiny file, or the runtime's profile cache")
+    ap.add_argument(
+        "--role", choices=sorted(TINY_PROFILE), default="rollout", help="the role --model serves"
+    )
+    ap.add_argument(
+        "--out",
+        default="",
+        help="output JSON; default: the tiny file, or the runtime's profile cache",
+    )
     ap.add_argument("--seqs", default="1,2,4,8,16,24,32,48,64", help="N_seq grid")
-    ap.add_argument("--ctx", default="16,64,128,256,512", help="context-length grid (tokens per sequence)")
-    ap.add_argument("--steps", type=int, default=7, help="decode steps timed per point (fastest kept)")
+    ap.add_argument(
+        "--ctx", default="16,64,128,256,512", help="context-length grid (tokens per sequence)"
+    )
+    ap.add_argument(
+        "--steps", type=int, default=7, help="decode steps timed per point (fastest kept)"
+    )
     ap.add_argument("--passes", type=int, default=2, help="passes over the grid; fastest per point")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
@@ -85,7 +100,9 @@ def out_path(a: argparse.Namespace, path: Path) -> Path:
         return Path(a.out)
     if a.tiny:
         return TINY_PROFILE[a.tiny]
-    return ReplicaShape(str(path), hardware_name(a.device), 1, a.dtype, a.attention).cache_file(PROFILE_CACHE)
+    return ReplicaShape(str(path), hardware_name(a.device), 1, a.dtype, a.attention).cache_file(
+        PROFILE_CACHE
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -97,13 +114,32 @@ def main(argv: list[str] | None = None) -> None:
     ctxs = [int(x) for x in a.ctx.split(",")]
     cap = max(seqs) * (max(ctxs) + a.steps + 64) + 1024  # room for decode during prefill
     cfg = EngineConfig(kv_capacity_tokens=cap, max_running_seqs=max(seqs), max_prefill_tokens=4096)
-    engine = Engine.from_pretrained(path, cfg, dtype=a.dtype, device=a.device, attention=a.attention)
+    engine = Engine.from_pretrained(
+        path, cfg, dtype=a.dtype, device=a.device, attention=a.attention
+    )
     if not grid_fits(engine, seqs, ctxs, a.steps):
-        raise SystemExit(f"--ctx {max(ctxs)}: leaves no room to decode within the model's max length {engine.max_len}")
+        raise SystemExit(
+            f"--ctx {max(ctxs)}: leaves no room to decode within the model's max length {engine.max_len}"
+        )
     out = out_path(a, path)
-    profile_engine(engine, out, seqs, ctxs, a.steps, a.passes, a.seed, log=lambda line: print(line, flush=True),
-                   role=a.role, model=describe(a, path), hardware=hardware_name(a.device), tp=1, device=a.device,
-                   dtype=a.dtype, attention=a.attention, threads=a.threads)
+    profile_engine(
+        engine,
+        out,
+        seqs,
+        ctxs,
+        a.steps,
+        a.passes,
+        a.seed,
+        log=lambda line: print(line, flush=True),
+        role=a.role,
+        model=describe(a, path),
+        hardware=hardware_name(a.device),
+        tp=1,
+        device=a.device,
+        dtype=a.dtype,
+        attention=a.attention,
+        threads=a.threads,
+    )
     print(f"wrote {out}")
 
 

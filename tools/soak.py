@@ -14,6 +14,7 @@ replayable training steps, replayed from their checkpoint in this process, give 
 checkpoint's policy bit for bit (pivot/runtime/replay.py). Prints shifts, kills, restarts,
 sequences aborted and migrated, lost and duplicated samples; exit code 1 on any violation.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,18 @@ from pivot.config import TrainConfig  # noqa: E402
 from pivot.runtime import audit  # noqa: E402
 from pivot.runtime.replay import replay_step, replayable  # noqa: E402
 
-SMALL = ["--rollout.max-new-tokens", "12", "--reward.max-new-tokens", "8", "--data.max-digits", "2", "--eval.prompts", "6",
-         "--train.filter-groups", "0"]  # random models: every group is uniform
+SMALL = [
+    "--rollout.max-new-tokens",
+    "12",
+    "--reward.max-new-tokens",
+    "8",
+    "--data.max-digits",
+    "2",
+    "--eval.prompts",
+    "6",
+    "--train.filter-groups",
+    "0",
+]  # random models: every group is uniform
 REPLAYS = 3
 """Training steps replayed at the end (the last ones whose batch their checkpoint holds)."""
 PROGRESS_EVERY_S = 15.0
@@ -81,25 +92,73 @@ def workers(agent: int) -> list[int]:
 
 def environ(pid: int) -> dict[str, str]:
     try:
-        return dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in kv)
+        return dict(
+            kv.split("=", 1)
+            for kv in Path(f"/proc/{pid}/environ").read_text().split("\0")
+            if "=" in kv
+        )
     except OSError:
         return {}
 
 
 def launch(args: argparse.Namespace, policy: Path, genrm: Path, log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc),
-           "--max-restarts", str(args.kills + 2), str(ROOT / "pivot" / "main.py"), "--preset", "tiny-cpu",
-           "--model.policy", str(policy), "--model.genrm", str(genrm),
-           "--planner.strategy", "chaos", "--planner.chaos-seed", str(args.seed), "--planner.interval-s", str(args.interval_s),
-           "--checkpoint.resume", "auto", "--checkpoint.every", "1", "--log.verify-weights", "--log.dir", str(args.run_dir),
-           "--log.no-progress", "--log.no-tensorboard", "--seed", str(args.seed), "--train.steps", str(args.steps),
-           "--train.batch-prompts", str(args.batch_prompts), "--train.group-size", str(args.group_size), *SMALL, *args.extra]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(args.nproc),
+        "--max-restarts",
+        str(args.kills + 2),
+        str(ROOT / "pivot" / "main.py"),
+        "--preset",
+        "tiny-cpu",
+        "--model.policy",
+        str(policy),
+        "--model.genrm",
+        str(genrm),
+        "--planner.strategy",
+        "chaos",
+        "--planner.chaos-seed",
+        str(args.seed),
+        "--planner.interval-s",
+        str(args.interval_s),
+        "--checkpoint.resume",
+        "auto",
+        "--checkpoint.every",
+        "1",
+        "--log.verify-weights",
+        "--log.dir",
+        str(args.run_dir),
+        "--log.no-progress",
+        "--log.no-tensorboard",
+        "--seed",
+        str(args.seed),
+        "--train.steps",
+        str(args.steps),
+        "--train.batch-prompts",
+        str(args.batch_prompts),
+        "--train.group-size",
+        str(args.group_size),
+        *SMALL,
+        *args.extra,
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "PYTHONUNBUFFERED": "1",
+    }
     print("soak: " + " ".join(cmd[2:]), flush=True)
-    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return subprocess.Popen(
+        cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
 
 
-def drive(args: argparse.Namespace, proc: subprocess.Popen, timeline: Timeline) -> tuple[list[dict], str]:
+def drive(
+    args: argparse.Namespace, proc: subprocess.Popen, timeline: Timeline
+) -> tuple[list[dict], str]:
     """Kills ranks while the job runs; returns the kills (time, rank, step) and torchrun's run id."""
     rng = random.Random(args.seed)
     kills: list[dict] = []
@@ -114,31 +173,58 @@ def drive(args: argparse.Namespace, proc: subprocess.Popen, timeline: Timeline) 
             os.killpg(proc.pid, signal.SIGKILL)
             raise TimeoutError(f"the job ran past --timeout-s {args.timeout_s}")
         timeline.poll()
-        run_id = run_id or next((environ(p).get("TORCHELASTIC_RUN_ID", "") for p in workers(proc.pid)), "")
+        run_id = run_id or next(
+            (environ(p).get("TORCHELASTIC_RUN_ID", "") for p in workers(proc.pid)), ""
+        )
         n_attempts, start, newest = timeline.attempt()
         if n_attempts != len(kills) + 1:  # the killed attempt is not back yet
             armed_at = None
         elif armed_at is None and newest > start:
             armed_at = now
-        if (len(kills) < args.kills and armed_at is not None and now - armed_at >= gap and newest < args.steps - 1):
+        if (
+            len(kills) < args.kills
+            and armed_at is not None
+            and now - armed_at >= gap
+            and newest < args.steps - 1
+        ):
             pids = workers(proc.pid)
             if pids:
                 victim = rng.choice(pids)
                 rank = int(environ(victim).get("RANK", -1))
                 os.kill(victim, signal.SIGKILL)
-                kills.append({"time": round(now - t0, 1), "rank": rank, "pid": victim, "after_checkpoint": newest})
-                print(f"soak: [{now - t0:7.1f}s] SIGKILL rank {rank} (pid {victim}) after checkpoint {newest}", flush=True)
+                kills.append(
+                    {
+                        "time": round(now - t0, 1),
+                        "rank": rank,
+                        "pid": victim,
+                        "after_checkpoint": newest,
+                    }
+                )
+                print(
+                    f"soak: [{now - t0:7.1f}s] SIGKILL rank {rank} (pid {victim}) after checkpoint {newest}",
+                    flush=True,
+                )
                 armed_at, gap = None, rng.uniform(*args.gap_s)
         if now - last_progress >= PROGRESS_EVERY_S:
             last_progress = now
             f = audit.figures(timeline.rows)
-            print(f"soak: [{now - t0:7.1f}s] attempt {n_attempts}, checkpoint {newest}/{args.steps}, plans {f.plans}, "
-                  f"shifts {f.shifts} (up {f.shifts_up}, down {f.shifts_down}), kills {len(kills)}/{args.kills}, "
-                  f"aborted {f.aborted}, migrated {f.migrated}", flush=True)
+            print(
+                f"soak: [{now - t0:7.1f}s] attempt {n_attempts}, checkpoint {newest}/{args.steps}, plans {f.plans}, "
+                f"shifts {f.shifts} (up {f.shifts_up}, down {f.shifts_down}), kills {len(kills)}/{args.kills}, "
+                f"aborted {f.aborted}, migrated {f.migrated}",
+                flush=True,
+            )
     return kills, run_id
 
 
-def check(args: argparse.Namespace, policy: Path, genrm: Path, kills: list[dict], rc: int, leaked: list[str]) -> int:
+def check(
+    args: argparse.Namespace,
+    policy: Path,
+    genrm: Path,
+    kills: list[dict],
+    rc: int,
+    leaked: list[str],
+) -> int:
     run = args.run_dir
     timeline = audit.read_rows(run / "timeline.jsonl")
     cfg = json.loads((run / "config.json").read_text())
@@ -150,34 +236,60 @@ def check(args: argparse.Namespace, policy: Path, genrm: Path, kills: list[dict]
     weights = audit.shift_up_weights(timeline, checkpoints, policy, genrm)
     problems += weights.mismatched
     if leaked:
-        problems.append(f"{len(leaked)} GPS shared-memory files of this run left in /dev/shm: {leaked[:4]}")
+        problems.append(
+            f"{len(leaked)} GPS shared-memory files of this run left in /dev/shm: {leaked[:4]}"
+        )
     figures = audit.figures(timeline)
     if figures.restarts != len(kills):
-        problems.append(f"{len(kills)} kills but {figures.restarts} restarts resumed from a checkpoint")
+        problems.append(
+            f"{len(kills)} kills but {figures.restarts} restarts resumed from a checkpoint"
+        )
     torch.set_num_threads(1)  # as the job's ranks (OMP_NUM_THREADS=1): the same reduction order
-    steps = [k for k in range(args.steps - 1, -1, -1) if replayable(checkpoints, k, train.group_size, train.staleness)]
+    steps = [
+        k
+        for k in range(args.steps - 1, -1, -1)
+        if replayable(checkpoints, k, train.group_size, train.staleness)
+    ]
     replays = []
     for k in steps[:REPLAYS]:
-        r = replay_step(checkpoints, k, train, cfg["rollout"]["temperature"], audit.read_rows(run / "samples.jsonl"))
+        r = replay_step(
+            checkpoints,
+            k,
+            train,
+            cfg["rollout"]["temperature"],
+            audit.read_rows(run / "samples.jsonl"),
+        )
         replays.append(r)
         if r.max_abs_diff != 0.0:
-            problems.append(f"replaying step {k} from its checkpoint differs from checkpoint {k + 1} by {r.max_abs_diff:g}")
+            problems.append(
+                f"replaying step {k} from its checkpoint differs from checkpoint {k + 1} by {r.max_abs_diff:g}"
+            )
     if not replays:
         problems.append("no checkpoint held its step's whole batch: nothing could be replayed")
     print(f"\nsoak: {args.steps} steps, {len(timeline)} timeline rows, exit code {rc}")
-    print(f"  shifts executed     {figures.shifts} (up {figures.shifts_up}, down {figures.shifts_down}) "
-          f"in {figures.plans} plans, "
-          f"{figures.plans_mid_step} of them while a training step ran")
-    print(f"  kills survived      {len(kills) if rc == 0 else 0} of {len(kills)} (requested {args.kills}); ranks "
-          f"{sorted(k['rank'] for k in kills)}")
+    print(
+        f"  shifts executed     {figures.shifts} (up {figures.shifts_up}, down {figures.shifts_down}) "
+        f"in {figures.plans} plans, "
+        f"{figures.plans_mid_step} of them while a training step ran"
+    )
+    print(
+        f"  kills survived      {len(kills) if rc == 0 else 0} of {len(kills)} (requested {args.kills}); ranks "
+        f"{sorted(k['rank'] for k in kills)}"
+    )
     print(f"  restarts            {figures.restarts} (each from the newest complete checkpoint)")
     print(f"  sequences aborted   {figures.aborted}, migrated with their tokens {figures.migrated}")
-    print(f"  samples             lost {acc.lost}, duplicated {acc.duplicated}, judged other than once {acc.misjudged}")
-    print(f"  shift-up weights    {weights.verified} equal to their GPS version, {len(weights.mismatched)} differ, "
-          f"{weights.unverifiable} unverifiable (a version that died with a killed attempt)")
+    print(
+        f"  samples             lost {acc.lost}, duplicated {acc.duplicated}, judged other than once {acc.misjudged}"
+    )
+    print(
+        f"  shift-up weights    {weights.verified} equal to their GPS version, {len(weights.mismatched)} differ, "
+        f"{weights.unverifiable} unverifiable (a version that died with a killed attempt)"
+    )
     worst = max((r.max_abs_diff for r in replays), default=0.0)
-    print(f"  replayed steps      {[r.step for r in replays]}: max |diff| {worst:g} "
-          f"(over {replays[0].tensors if replays else 0} tensors each)")
+    print(
+        f"  replayed steps      {[r.step for r in replays]}: max |diff| {worst:g} "
+        f"(over {replays[0].tensors if replays else 0} tensors each)"
+    )
     for p in problems:
         print(f"  VIOLATION: {p}")
     print("soak: " + ("FAILED" if problems else "passed"), flush=True)
@@ -185,25 +297,46 @@ def check(args: argparse.Namespace, policy: Path, genrm: Path, kills: list[dict]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--steps", type=int, default=60, help="RL steps of the job")
     ap.add_argument("--kills", type=int, default=2, help="ranks to SIGKILL during the run")
-    ap.add_argument("--gap-s", type=float, nargs=2, default=(10.0, 40.0), metavar=("MIN", "MAX"),
-                    help="seconds between an attempt's first checkpoint and its kill, drawn uniformly")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the chaos planner, the kills and the job")
-    ap.add_argument("--interval-s", type=float, default=0.05, help="planner interval (one chaos plan per tick)")
+    ap.add_argument(
+        "--gap-s",
+        type=float,
+        nargs=2,
+        default=(10.0, 40.0),
+        metavar=("MIN", "MAX"),
+        help="seconds between an attempt's first checkpoint and its kill, drawn uniformly",
+    )
+    ap.add_argument(
+        "--seed", type=int, default=0, help="seed of the chaos planner, the kills and the job"
+    )
+    ap.add_argument(
+        "--interval-s", type=float, default=0.05, help="planner interval (one chaos plan per tick)"
+    )
     ap.add_argument("--batch-prompts", type=int, default=4, help="prompts per step (B)")
     ap.add_argument("--group-size", type=int, default=2, help="responses per prompt (G)")
     ap.add_argument("--nproc", type=int, default=4, help="ranks")
-    ap.add_argument("--run-dir", type=Path, default=ROOT / "runs" / "soak", help="run folder (must not hold another run)")
-    ap.add_argument("--timeout-s", type=float, default=7200.0, help="give up (and fail) after this long")
+    ap.add_argument(
+        "--run-dir",
+        type=Path,
+        default=ROOT / "runs" / "soak",
+        help="run folder (must not hold another run)",
+    )
+    ap.add_argument(
+        "--timeout-s", type=float, default=7200.0, help="give up (and fail) after this long"
+    )
     ap.add_argument("extra", nargs="*", help="more flags for pivot/main.py (after --)")
     args = ap.parse_args()
     if args.kills < 0 or args.steps < 2:
         ap.error(f"--kills must be >= 0 and --steps >= 2, got {args.kills} and {args.steps}")
     if args.run_dir.exists() and any(args.run_dir.iterdir()):
         if not (args.run_dir / "soak.log").is_file():
-            ap.error(f"--run-dir {args.run_dir} holds something that is not a soak run; choose another")
+            ap.error(
+                f"--run-dir {args.run_dir} holds something that is not a soak run; choose another"
+            )
         shutil.rmtree(args.run_dir)
     args.run_dir.mkdir(parents=True, exist_ok=True)
     from pivot.tiny.shipped import ensure_tiny_models
@@ -217,7 +350,11 @@ def main() -> int:
     except TimeoutError as e:
         print(f"soak: FAILED: {e}", flush=True)
         return 1
-    leaked = sorted(n for n in os.listdir("/dev/shm") if run_id and n.startswith(f"pivot-{run_id}-")) if os.path.isdir("/dev/shm") else []
+    leaked = (
+        sorted(n for n in os.listdir("/dev/shm") if run_id and n.startswith(f"pivot-{run_id}-"))
+        if os.path.isdir("/dev/shm")
+        else []
+    )
     return check(args, policy, genrm, kills, proc.returncode, leaked)
 
 

@@ -9,6 +9,7 @@ Prints reads, versions published and torn reads (must be 0; exit code 1 otherwis
 readers' throughput next to a plain memcpy of the same bytes timed in the same processes during
 the run (interleaved with the reads, so both see the same load).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,7 +61,9 @@ class Content:
             self.base[s.name] = ((idx * 2654435761 + k * 7919) & mask).to(int_dtype).view(s.shape)
         self.specs = {s.name: s for s in specs}
 
-    def bits(self, name: str, version: int, box: tuple[tuple[int, int], ...] | None = None) -> torch.Tensor:
+    def bits(
+        self, name: str, version: int, box: tuple[tuple[int, int], ...] | None = None
+    ) -> torch.Tensor:
         base = self.base[name]
         if box is not None:
             base = base[tuple(slice(lo, hi) for lo, hi in box)]
@@ -92,19 +95,33 @@ class ReaderReport:
     quiet_s: list[float]  # reads after the writer stopped: the copy alone, for comparison
 
 
-def _writer(store: GPSStore, kv: dist.Store, specs: list[TensorSpec], host_of: tuple[int, ...],
-            content: Content, seconds: float) -> None:
+def _writer(
+    store: GPSStore,
+    kv: dist.Store,
+    specs: list[TensorSpec],
+    host_of: tuple[int, ...],
+    content: Content,
+    seconds: float,
+) -> None:
     full = parallel_layout("m", specs, [0], host_of)
     version = store.write("m", full, {s.name: content.tensor(s.name, 1) for s in specs})
     kv.set("go", b"1")
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        version = store.write("m", full, {s.name: content.tensor(s.name, version + 1) for s in specs})
+        version = store.write(
+            "m", full, {s.name: content.tensor(s.name, version + 1) for s in specs}
+        )
     kv.set("stop", str(version).encode())
 
 
-def _reader(store: GPSStore, kv: dist.Store, specs: list[TensorSpec], host_of: tuple[int, ...],
-            content: Content, tp: int) -> ReaderReport:
+def _reader(
+    store: GPSStore,
+    kv: dist.Store,
+    specs: list[TensorSpec],
+    host_of: tuple[int, ...],
+    content: Content,
+    tp: int,
+) -> ReaderReport:
     readers = list(range(1, len(host_of)))
     layout = parallel_layout("m", specs, readers, host_of, dp=len(readers) // tp, tp=tp)
     boxes = {name: piece.box for name, _, piece in layout.held_by(store.info.place)}
@@ -133,10 +150,18 @@ def _reader(store: GPSStore, kv: dist.Store, specs: list[TensorSpec], host_of: t
     return r
 
 
-def _worker(rank: int, world: int, port: int, ns: str, args: argparse.Namespace,
-            failures: multiprocessing.queues.SimpleQueue[int]) -> None:
+def _worker(
+    rank: int,
+    world: int,
+    port: int,
+    ns: str,
+    args: argparse.Namespace,
+    failures: multiprocessing.queues.SimpleQueue[int],
+) -> None:
     torch.set_num_threads(1)
-    kv = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=args.seconds + 120))
+    kv = dist.TCPStore(
+        "127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=args.seconds + 120)
+    )
     host_of = (0,) * world
     specs = stress_specs(args.mb, args.dtype)
     content = Content(specs)
@@ -148,7 +173,10 @@ def _worker(rank: int, world: int, port: int, ns: str, args: argparse.Namespace,
             kv.wait([f"report/{r}" for r in range(1, world)])
             failures.put(_summary(kv, world, specs, args))
         else:
-            kv.set(f"report/{rank}", json.dumps(asdict(_reader(store, kv, specs, host_of, content, args.tp))).encode())
+            kv.set(
+                f"report/{rank}",
+                json.dumps(asdict(_reader(store, kv, specs, host_of, content, args.tp))).encode(),
+            )
     finally:
         store.close()
 
@@ -159,26 +187,44 @@ def _summary(kv: dist.Store, world: int, specs: list[TensorSpec], args: argparse
     versions = int(kv.get("stop"))
     reads, torn = sum(r.reads for r in reports), sum(r.torn for r in reports)
     # medians over every sample: a process descheduled mid-copy on a loaded host skews a mean
-    read_gbs, copy_gbs, quiet_gbs = (statistics.median(r.nbytes / t for r in reports for t in getattr(r, times)) / 1e9
-                                     for times in ("read_s", "memcpy_s", "quiet_s"))
-    print(f"GPS torn-read stress: 1 writer, {world - 1} readers (TP={args.tp}), {args.seconds:.1f} s, "
-          f"model {model_bytes(specs) / 1e6:.1f} MB ({len(specs)} {args.dtype} tensors), host-local shm")
+    read_gbs, copy_gbs, quiet_gbs = (
+        statistics.median(r.nbytes / t for r in reports for t in getattr(r, times)) / 1e9
+        for times in ("read_s", "memcpy_s", "quiet_s")
+    )
+    print(
+        f"GPS torn-read stress: 1 writer, {world - 1} readers (TP={args.tp}), {args.seconds:.1f} s, "
+        f"model {model_bytes(specs) / 1e6:.1f} MB ({len(specs)} {args.dtype} tensors), host-local shm"
+    )
     print(f"versions published: {versions} ({versions / args.seconds:.1f}/s)")
-    print(f"reads: {reads} ({reads / args.seconds:.1f}/s), each compared with its version's content; "
-          f"versions seen per reader: {[r.last_version - r.first_version + 1 for r in reports]} (span)")
+    print(
+        f"reads: {reads} ({reads / args.seconds:.1f}/s), each compared with its version's content; "
+        f"versions seen per reader: {[r.last_version - r.first_version + 1 for r in reports]} (span)"
+    )
     print(f"torn reads: {torn}")
     print(f"version went backwards: {sum(r.backwards for r in reports)}")
-    print(f"read (median per reader) {read_gbs:.2f} GB/s while versions are published, {quiet_gbs:.2f} GB/s "
-          f"after the writer stopped, vs memcpy of the same bytes {copy_gbs:.2f} GB/s (same processes, same run) "
-          f"-> ratios {read_gbs / copy_gbs:.3f} and {quiet_gbs / copy_gbs:.3f}", flush=True)
+    print(
+        f"read (median per reader) {read_gbs:.2f} GB/s while versions are published, {quiet_gbs:.2f} GB/s "
+        f"after the writer stopped, vs memcpy of the same bytes {copy_gbs:.2f} GB/s (same processes, same run) "
+        f"-> ratios {read_gbs / copy_gbs:.3f} and {quiet_gbs / copy_gbs:.3f}",
+        flush=True,
+    )
     return torn + sum(r.backwards for r in reports)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=20.0, help="how long the writer keeps publishing")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--seconds", type=float, default=20.0, help="how long the writer keeps publishing"
+    )
     ap.add_argument("--readers", type=int, default=4, help="reader processes")
-    ap.add_argument("--tp", type=int, default=2, help="readers form replicas of this TP size (each reads its slices)")
+    ap.add_argument(
+        "--tp",
+        type=int,
+        default=2,
+        help="readers form replicas of this TP size (each reads its slices)",
+    )
     ap.add_argument("--mb", type=float, default=32.0, help="model size in MB")
     ap.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     args = ap.parse_args(argv)

@@ -6,6 +6,7 @@ on `--emulate.hardware`, from the simulator's cost model, scaled by `--emulate.t
     controller_parts(cfg, spec)                 rank 0: response lengths and per-role profiles
     write_tally / tally_lines                   each rank's device time, for the run summary
 """
+
 from __future__ import annotations
 
 import json
@@ -22,30 +23,55 @@ from pivot.emulate.roles import EmulatedInference, EmulatedTrainer
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.workload import Workload
 
-__all__ = ["EmulatedClock", "EmulatedCosts", "EmulatedFlow", "PromptShape", "controller_parts", "emulated_workload", "install",
-           "paper_config", "read_tallies", "runtime_config", "tally_lines", "write_tally"]
+__all__ = [
+    "EmulatedClock",
+    "EmulatedCosts",
+    "EmulatedFlow",
+    "PromptShape",
+    "controller_parts",
+    "emulated_workload",
+    "install",
+    "paper_config",
+    "read_tallies",
+    "runtime_config",
+    "tally_lines",
+    "write_tally",
+]
 
 
-def install(cfg: PivotConfig, spec: ClusterSpec, inference: dict[str, Any], trainer: Any) -> tuple[dict[str, Any], Any, EmulatedClock]:
+def install(
+    cfg: PivotConfig, spec: ClusterSpec, inference: dict[str, Any], trainer: Any
+) -> tuple[dict[str, Any], Any, EmulatedClock]:
     costs = EmulatedCosts(cfg, spec.world_size, spec.local_world_size)
     clock = EmulatedClock(cfg.emulate.time_scale)
-    return ({role: EmulatedInference(r, costs, clock) for role, r in inference.items()},
-            EmulatedTrainer(trainer, costs, clock), clock)
+    return (
+        {role: EmulatedInference(r, costs, clock) for role, r in inference.items()},
+        EmulatedTrainer(trainer, costs, clock),
+        clock,
+    )
 
 
-def controller_parts(cfg: PivotConfig, spec: ClusterSpec) -> tuple[dict[str, Any], dict[str, ThroughputModel]]:
+def controller_parts(
+    cfg: PivotConfig, spec: ClusterSpec
+) -> tuple[dict[str, Any], dict[str, ThroughputModel]]:
     """EmulatedFlow's fields (the workload's lengths) and each inference role's throughput model
     in the runtime's units."""
     costs = EmulatedCosts(cfg, spec.world_size, spec.local_world_size)
     workload = Workload(prompts_per_step=cfg.train.batch_prompts, group_size=cfg.train.group_size)
-    fields = {"workload": workload, "length_scale": cfg.emulate.length_scale, "devices": spec.world_size}
+    fields = {
+        "workload": workload,
+        "length_scale": cfg.emulate.length_scale,
+        "devices": spec.world_size,
+    }
     return fields, {role: costs.runtime_profile(role) for role in ("rollout", "reward")}
 
 
 def write_tally(run_dir: str, rank: int, clock: EmulatedClock) -> None:
     folder = Path(run_dir) / "emulated"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"rank_{rank}.json").write_text(json.dumps({k: asdict(t) for k, t in clock.tally.items()}))
+    (folder / f"rank_{rank}.json").write_text(
+        json.dumps({k: asdict(t) for k, t in clock.tally.items()})
+    )
 
 
 def read_tallies(run_dir: str | Path) -> dict[str, WorkTally]:
@@ -68,6 +94,10 @@ def tally_lines(run_dir: str | Path) -> list[str]:
     parts = []
     for kind, t in sorted(tallies.items()):
         window = t.compute_s + t.waited_s
-        parts.append(f"{kind} {t.count} x, compute {t.compute_s / max(window, 1e-9):.0%} of the window"
-                     + (f", overran {t.overrun_s:.2f} s" if t.overrun_s > 0.005 else ""))
-    return ["  emulated device time (tiny-model compute / emulated wall window): " + "; ".join(parts)]
+        parts.append(
+            f"{kind} {t.count} x, compute {t.compute_s / max(window, 1e-9):.0%} of the window"
+            + (f", overran {t.overrun_s:.2f} s" if t.overrun_s > 0.005 else "")
+        )
+    return [
+        "  emulated device time (tiny-model compute / emulated wall window): " + "; ".join(parts)
+    ]

@@ -1,5 +1,6 @@
 """Emulated accelerators as the runtime's device backend (`pivot.runtime.backend.DeviceBackend`):
 `pivot/main.py` hands one to the runtime when `--cluster.device emulated`."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -9,6 +9,7 @@ few cores behave as independent devices as long as compute stays a small part of
 What was computed, waited and overrun (compute past the deadline, which slows the emulated
 device) is kept per kind of work, in emulated seconds and in wall seconds.
 """
+
 from __future__ import annotations
 
 import time

@@ -12,6 +12,7 @@ it is: each of the L paper steps a real step stands for may prefill a chunk of
 that comes up with a full queue would admit about one judge per real step and take minutes of
 emulated time to fill, where the simulator, like a serving engine, fills it in one prefill).
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,8 +21,8 @@ import math
 
 from pivot.config import ConfigError, EngineConfig, PivotConfig
 from pivot.sched.throughput import ThroughputModel
+from pivot.sim.costs import build_cluster
 from pivot.sim.hardware import HARDWARE, decode_steps_s, train_s
-from pivot.sim.costs import SimCosts, build_cluster
 from pivot.sim.kv_move import kv_move_s_per_token
 from pivot.sim.workload import Workload
 
@@ -36,19 +37,29 @@ def _preset(cfg: PivotConfig) -> PivotConfig:
     name = cfg.emulate.preset
     if name not in PRESETS or PRESETS[name]().model.policy_params_b <= 0:
         paper = ", ".join(n for n, make in PRESETS.items() if make().model.policy_params_b > 0)
-        raise ConfigError(f"emulate.preset={name!r}: not a paper preset with model sizes (known: {paper})")
+        raise ConfigError(
+            f"emulate.preset={name!r}: not a paper preset with model sizes (known: {paper})"
+        )
     return PRESETS[name]()
 
 
 def _scaled_engine(e: EngineConfig, factor: float) -> EngineConfig:
-    return dataclasses.replace(e, backend="embedded", block_size=BLOCK_SIZE,
-                               kv_capacity_tokens=max(BLOCK_SIZE, int(e.kv_capacity_tokens * factor)))
+    return dataclasses.replace(
+        e,
+        backend="embedded",
+        block_size=BLOCK_SIZE,
+        kv_capacity_tokens=max(BLOCK_SIZE, int(e.kv_capacity_tokens * factor)),
+    )
 
 
 def _scaled_planner(cfg: PivotConfig, factor: float) -> PivotConfig:
     p = cfg.planner
-    planner = dataclasses.replace(p, horizon_s=p.horizon_s * factor, tau_shift_s=p.tau_shift_s * factor,
-                                  interval_s=p.interval_s * factor)
+    planner = dataclasses.replace(
+        p,
+        horizon_s=p.horizon_s * factor,
+        tau_shift_s=p.tau_shift_s * factor,
+        interval_s=p.interval_s * factor,
+    )
     return cfg.replace(planner=planner)
 
 
@@ -56,10 +67,16 @@ def runtime_config(cfg: PivotConfig, workload: Workload | None = None) -> PivotC
     """The configuration the emulated ranks run: the preset's engines with KV over L, caps on
     response lengths over L, planner seconds times the time scale."""
     preset, L, workload = _preset(cfg), cfg.emulate.length_scale, workload or Workload()
-    rollout = dataclasses.replace(cfg.rollout, engine=_scaled_engine(preset.rollout.engine, 1 / L),
-                                  max_new_tokens=math.ceil(workload.response.cap / L))
-    reward = dataclasses.replace(cfg.reward, engine=_scaled_engine(preset.reward.engine, 1 / L),
-                                 max_new_tokens=math.ceil(workload.judge.cap / L))
+    rollout = dataclasses.replace(
+        cfg.rollout,
+        engine=_scaled_engine(preset.rollout.engine, 1 / L),
+        max_new_tokens=math.ceil(workload.response.cap / L),
+    )
+    reward = dataclasses.replace(
+        cfg.reward,
+        engine=_scaled_engine(preset.reward.engine, 1 / L),
+        max_new_tokens=math.ceil(workload.judge.cap / L),
+    )
     return _scaled_planner(cfg.replace(rollout=rollout, reward=reward), cfg.emulate.time_scale)
 
 
@@ -68,9 +85,15 @@ def paper_config(cfg: PivotConfig, world: int, per_node: int) -> PivotConfig:
     L = cfg.emulate.length_scale
     out = _scaled_planner(copy.deepcopy(cfg), 1 / cfg.emulate.time_scale)
     out.model = copy.deepcopy(_preset(cfg).model)
-    out.rollout.engine = dataclasses.replace(out.rollout.engine, kv_capacity_tokens=out.rollout.engine.kv_capacity_tokens * L)
-    out.reward.engine = dataclasses.replace(out.reward.engine, kv_capacity_tokens=out.reward.engine.kv_capacity_tokens * L)
-    out.cluster = dataclasses.replace(out.cluster, nnodes=world // per_node, devices_per_node=per_node, device="cuda")
+    out.rollout.engine = dataclasses.replace(
+        out.rollout.engine, kv_capacity_tokens=out.rollout.engine.kv_capacity_tokens * L
+    )
+    out.reward.engine = dataclasses.replace(
+        out.reward.engine, kv_capacity_tokens=out.reward.engine.kv_capacity_tokens * L
+    )
+    out.cluster = dataclasses.replace(
+        out.cluster, nnodes=world // per_node, devices_per_node=per_node, device="cuda"
+    )
     return out
 
 
@@ -91,7 +114,9 @@ class EmulatedCosts:
         `kv_tokens` before the step, plus the prefill of `prefill_tokens` real tokens."""
         c = self.costs.roles[role]
         m = c.throughput
-        decode = decode_steps_s(m.A, m.B, m.C, m.D, n_seq, kv_tokens * self.L, self.L) if n_seq else 0.0
+        decode = (
+            decode_steps_s(m.A, m.B, m.C, m.D, n_seq, kv_tokens * self.L, self.L) if n_seq else 0.0
+        )
         return decode + c.prefill_s_per_token * prefill_tokens * self.L
 
     def kv_transfer_s(self, role: str, tokens: int) -> float:
@@ -102,7 +127,13 @@ class EmulatedCosts:
 
     def train_step_s(self, tokens: int) -> float:
         """A training step over `tokens` real tokens (prompt + response of every sample)."""
-        return train_s(self.costs.policy, self.hw, self.train_devices, tokens * self.L, self.costs.train_forwards)
+        return train_s(
+            self.costs.policy,
+            self.hw,
+            self.train_devices,
+            tokens * self.L,
+            self.costs.train_forwards,
+        )
 
     def shift_s(self, role: str, up: bool) -> float:
         return self.costs.shift_s(role, up)

@@ -2,6 +2,7 @@
 per sample exactly as the simulator draws them (`step_samples`: step s, sample index
 prompt * G + g), divided by the length scale. The engine ignores EOS until the drawn length,
 so the long tail of the paper's distributions is present in the real run."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -27,7 +28,9 @@ class EmulatedFlow(RLFlow):
     def real_length(self, paper_tokens: int) -> int:
         return max(1, round(paper_tokens / self.length_scale))
 
-    def _new_seq(self, role: str, key: Key, prompt_ids: list[int], params: dict, **extra: float) -> SeqInfo:
+    def _new_seq(
+        self, role: str, key: Key, prompt_ids: list[int], params: dict, **extra: float
+    ) -> SeqInfo:
         if key[2] >= 0:  # a training sample (held-out evaluation keeps its own lengths)
             s = self.sample_of(key)
             drawn = s.response_len if role == "rollout" else s.judge_len
@@ -60,17 +63,27 @@ class PromptShape:
     """The judge template puts the question before the response (a group's judges share it)."""
 
 
-def emulated_workload(batch_prompts: int, group_size: int, shape: PromptShape, length_scale: int,
-                      base: Workload | None = None) -> Workload:
+def emulated_workload(
+    batch_prompts: int,
+    group_size: int,
+    shape: PromptShape,
+    length_scale: int,
+    base: Workload | None = None,
+) -> Workload:
     """The simulator's workload for the emulated run: its response and judge distributions, the
     run's batch, and the run's real prompts and judge template in paper tokens."""
     from pivot.sim.workload import LengthDist
 
     base = base or Workload()
     p = max(1.0, shape.prompt * length_scale)
-    return Workload(prompt=LengthDist(p, 0.0, int(p) + 1, low=1), response=base.response, judge=base.judge,
-                    judge_template_tokens=shape.template * length_scale,
-                    prompt_common_tokens=shape.prompt_common * length_scale,
-                    judge_common_tokens=shape.judge_common * length_scale,
-                    judge_question_first=shape.judge_question_first,
-                    prompts_per_step=batch_prompts, group_size=group_size)
+    return Workload(
+        prompt=LengthDist(p, 0.0, int(p) + 1, low=1),
+        response=base.response,
+        judge=base.judge,
+        judge_template_tokens=shape.template * length_scale,
+        prompt_common_tokens=shape.prompt_common * length_scale,
+        judge_common_tokens=shape.judge_common * length_scale,
+        judge_question_first=shape.judge_question_first,
+        prompts_per_step=batch_prompts,
+        group_size=group_size,
+    )

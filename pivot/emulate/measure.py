@@ -1,6 +1,7 @@
 """What an emulated run did, in emulated time, read back from its run folder (metrics.jsonl,
 timeline.jsonl and each rank's device-time tally): the figures tools/bench_e2e.py --emulated
 sets beside the simulator's."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,15 +46,23 @@ def measure(run_dir: str | Path, time_scale: float, tallies: dict[str, WorkTally
     train_ranks = sum('"train"' in f.read_text() for f in (run / "emulated").glob("rank_*.json"))
     train = tallies.get("train", WorkTally())
     metrics = read_jsonl(run / "metrics.jsonl")
-    plans = [r for r in read_jsonl(run / "timeline.jsonl") if r.get("kind") == "shift" and r.get("event") == "plan"]
+    plans = [
+        r
+        for r in read_jsonl(run / "timeline.jsonl")
+        if r.get("kind") == "shift" and r.get("event") == "plan"
+    ]
     start, end = plans[0]["time"], metrics[-1]["time"]
     last = metrics[-1]
     compute = sum(t.compute_s for t in tallies.values())
     window = sum(t.compute_s + t.waited_s for t in tallies.values())
     return EmulatedRun(
-        emulated_s=(end - start) / time_scale, real_tokens=int(last["tokens/rollout"] + last["tokens/reward"]),
-        plans=len(plans) - 1, steps=len(metrics), device_s={k: t.device_s for k, t in tallies.items()},
-        compute_share=compute / max(window, 1e-9), overrun_s=sum(t.overrun_s for t in tallies.values()),
+        emulated_s=(end - start) / time_scale,
+        real_tokens=int(last["tokens/rollout"] + last["tokens/reward"]),
+        plans=len(plans) - 1,
+        steps=len(metrics),
+        device_s={k: t.device_s for k, t in tallies.items()},
+        compute_share=compute / max(window, 1e-9),
+        overrun_s=sum(t.overrun_s for t in tallies.values()),
         train_overrun_s=train.overrun_s / max(train_ranks, 1) / time_scale,
         prefill_tokens=sum(t.prefill_tokens for t in tallies.values()),
         prefix_hit_tokens=sum(t.prefix_hit_tokens for t in tallies.values()),

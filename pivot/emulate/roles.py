@@ -1,6 +1,7 @@
 """The emulated device around the real roles: each wrapper runs the real work (engine step,
 training step, shift) and then waits until the device time the hardware profile gives that
 work has passed (`EmulatedClock`). Everything else is the wrapped role's own."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -30,12 +31,17 @@ class EmulatedInference:
         """Queue requests; KV that migrated sequences bring takes its transfer's device time."""
         engine, role = self.inner.engine, self.inner.role
         kv = getattr(engine, "kv", None)
-        before = (kv.counters.imported_tokens, kv.counters.fallback_tokens) if kv is not None else (0, 0)
+        before = (
+            (kv.counters.imported_tokens, kv.counters.fallback_tokens) if kv is not None else (0, 0)
+        )
         t0 = self.clock.now()
         self.inner.add(requests)
         if kv is None or not engine.runner.is_leader:
             return
-        moved, fell = kv.counters.imported_tokens - before[0], kv.counters.fallback_tokens - before[1]
+        moved, fell = (
+            kv.counters.imported_tokens - before[0],
+            kv.counters.fallback_tokens - before[1],
+        )
         if moved:
             self.clock.wait(role, t0, self.costs.kv_transfer_s(role, moved), self.costs.tp(role))
         tally = self.clock.tally.setdefault(role, WorkTally())
@@ -46,15 +52,25 @@ class EmulatedInference:
         """One engine step, then its device time: L decode steps of the sequences it advanced
         and the prefill it did. TP followers mirror the leader's steps and are paced by it."""
         engine, role = self.inner.engine, self.inner.role
-        t0, prefilled, hits = self.clock.now(), engine.scheduler.prefill_tokens, engine.scheduler.prefix_hit_tokens
-        again = getattr(engine.scheduler, "reprefill_tokens", 0)  # an engine without the counter recomputes nothing
+        t0, prefilled, hits = (
+            self.clock.now(),
+            engine.scheduler.prefill_tokens,
+            engine.scheduler.prefix_hit_tokens,
+        )
+        again = getattr(
+            engine.scheduler, "reprefill_tokens", 0
+        )  # an engine without the counter recomputes nothing
         outputs = self.inner.step()
         if engine.runner.is_leader:
             decoded = [len(s.token_ids) for s in engine.scheduler.running]
             decoded += [len(o.prompt_ids) + len(o.output_ids) for o in outputs]
             prefilled = engine.scheduler.prefill_tokens - prefilled
-            emulated = self.costs.engine_step_s(role, len(decoded), sum(decoded) - len(decoded), prefilled)
-            if emulated > 0:  # an empty step (a lockstep leader with nothing to run) is no device work
+            emulated = self.costs.engine_step_s(
+                role, len(decoded), sum(decoded) - len(decoded), prefilled
+            )
+            if (
+                emulated > 0
+            ):  # an empty step (a lockstep leader with nothing to run) is no device work
                 self.clock.wait(role, t0, emulated, self.costs.tp(role))
                 tally = self.clock.tally[role]
                 tally.prefill_tokens += prefilled
@@ -62,7 +78,9 @@ class EmulatedInference:
                 tally.reprefill_tokens += getattr(engine.scheduler, "reprefill_tokens", 0) - again
         return outputs
 
-    def shift_up(self, slot: int, group: dist.ProcessGroup | None, read: Read) -> tuple[int, dict[str, float]]:
+    def shift_up(
+        self, slot: int, group: dist.ProcessGroup | None, read: Read
+    ) -> tuple[int, dict[str, float]]:
         t0 = self.clock.now()
         version, phases = self.inner.shift_up(slot, group, read)
         return version, shifted(self.clock, self.costs, self.inner.role, True, t0, phases)
@@ -96,8 +114,14 @@ class EmulatedTrainer:
         return shifted(self.clock, self.costs, "train", False, t0, self.inner.shift_down())
 
 
-def shifted(clock: EmulatedClock, costs: EmulatedCosts, role: str, up: bool, t0: float,
-            phases: dict[str, float]) -> dict[str, float]:
+def shifted(
+    clock: EmulatedClock,
+    costs: EmulatedCosts,
+    role: str,
+    up: bool,
+    t0: float,
+    phases: dict[str, float],
+) -> dict[str, float]:
     """Wait out a shift's device time (begun at wall time `t0`); its phases plus what was emulated."""
     emulated = costs.shift_s(role, up)
     waited = clock.wait("shift", t0, emulated)  # every rank of the slot waits: one device each

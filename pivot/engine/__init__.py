@@ -2,6 +2,7 @@
 
 `Engine` loads on first use: `pivot.config` imports `pivot.engine.config`, which runs this file,
 and the config tree (the CLI, the simulator, the planner) must not pull in torch."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,13 @@ if TYPE_CHECKING:
     from pivot.engine.engine import Engine
 
 __all__ = [
-    "AbortResult", "Engine", "EngineConfig", "EngineStats", "Output", "Request", "SamplingParams",
+    "AbortResult",
+    "Engine",
+    "EngineConfig",
+    "EngineStats",
+    "Output",
+    "Request",
+    "SamplingParams",
 ]
 
 

@@ -8,6 +8,7 @@ whole block at a time, padded only to the group's longest context: the cost foll
 contexts' sum, not the batch size times the longest. On CUDA, flash-attn's paged varlen
 kernel can be used instead (untested here).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -69,8 +70,14 @@ class KVCache:
     """
 
     def __init__(
-        self, attention_layers: list[int], num_blocks: int, block_size: int, n_kv_heads: int, head_dim: int,
-        dtype: torch.dtype, device: torch.device | str,
+        self,
+        attention_layers: list[int],
+        num_blocks: int,
+        block_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
     ) -> None:
         shape = (len(attention_layers), num_blocks * block_size, n_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
@@ -123,7 +130,11 @@ class PagedAttention:
     sharing a K/V head are laid out as extra queries of that head (GQA without repeating K/V)."""
 
     def __init__(
-        self, cache: KVCache, step: StepInput, kernel: str, device: torch.device | str,
+        self,
+        cache: KVCache,
+        step: StepInput,
+        kernel: str,
+        device: torch.device | str,
         linear_states: LinearStates | None = None,
     ) -> None:
         self.cache, self.kernel, self.step, self.linear_states = cache, kernel, step, linear_states
@@ -144,9 +155,15 @@ class PagedAttention:
         first_block = torch.zeros(s, dtype=torch.long)
         first_block[1:] = n_blocks.cumsum(0)[:-1]
         self.positions = pos.to(device)
-        self.slot_mapping = (block_ids[first_block[seq_of_tok] + pos // bs] * bs + pos % bs).to(device)
+        self.slot_mapping = (block_ids[first_block[seq_of_tok] + pos // bs] * bs + pos % bs).to(
+            device
+        )
         j = torch.arange(int(n_blocks.max()))
-        tables = torch.where(j < n_blocks[:, None], block_ids[(first_block[:, None] + j).clamp(max=len(block_ids) - 1)], 0)
+        tables = torch.where(
+            j < n_blocks[:, None],
+            block_ids[(first_block[:, None] + j).clamp(max=len(block_ids) - 1)],
+            0,
+        )
         if kernel == "flash":
             cu_k = torch.zeros(s + 1, dtype=torch.int32)
             cu_k[1:] = ctx.cumsum(0)
@@ -165,7 +182,9 @@ class PagedAttention:
                 q_rows = cu_q[rows].to(device)
                 seen = keys < ctx[rows, None]
                 mask = _additive(seen[:, None, None], dtype, device)
-                self.groups.append(_Group(q_rows, ids, mask, None, q_rows, every_row=len(rows) == n))
+                self.groups.append(
+                    _Group(q_rows, ids, mask, None, q_rows, every_row=len(rows) == n)
+                )
                 continue
             ql = q_lens[rows]
             i = torch.arange(int(ql.max()))
@@ -176,10 +195,18 @@ class PagedAttention:
             seen = keys <= ((ctx[rows] - ql)[:, None] + i)[:, :, None]
             pick = real.nonzero()[:, 0]
             self.groups.append(
-                _Group(q_rows.to(device), ids, _additive(seen[:, None], dtype, device), pick.to(device), q_rows[pick].to(device))
+                _Group(
+                    q_rows.to(device),
+                    ids,
+                    _additive(seen[:, None], dtype, device),
+                    pick.to(device),
+                    q_rows[pick].to(device),
+                )
             )
 
-    def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
         row = self.cache.index[layer_idx]
         kc, vc = self.cache.k[row], self.cache.v[row]
         kc.index_copy_(0, self.slot_mapping, k[0].to(kc.dtype))
@@ -196,9 +223,23 @@ class PagedAttention:
             size = g.mask.shape[0]
             qg = q0 if g.every_row else q0.index_select(0, g.q_rows)
             # [G, Qmax, Hkv, rep, D] -> [G, Hkv, Qmax * rep, D]
-            qg = qg.view(size, -1, kv_heads, rep, dim).transpose(1, 2).reshape(size, kv_heads, -1, dim)
-            kk = kb.index_select(0, g.block_ids).view(size, -1, kv_heads, dim).transpose(1, 2).to(q0.dtype)
-            vv = vb.index_select(0, g.block_ids).view(size, -1, kv_heads, dim).transpose(1, 2).to(q0.dtype)
+            qg = (
+                qg.view(size, -1, kv_heads, rep, dim)
+                .transpose(1, 2)
+                .reshape(size, kv_heads, -1, dim)
+            )
+            kk = (
+                kb.index_select(0, g.block_ids)
+                .view(size, -1, kv_heads, dim)
+                .transpose(1, 2)
+                .to(q0.dtype)
+            )
+            vv = (
+                vb.index_select(0, g.block_ids)
+                .view(size, -1, kv_heads, dim)
+                .transpose(1, 2)
+                .to(q0.dtype)
+            )
             o = F.scaled_dot_product_attention(qg, kk, vv, attn_mask=g.mask_for(rep).to(q0.dtype))
             o = o.view(size, kv_heads, -1, rep, dim).transpose(1, 2).reshape(-1, heads, dim)
             if g.every_row:
@@ -214,7 +255,11 @@ class PagedAttention:
             raise RuntimeError("this engine keeps no linear-attention state")
         if self._segments is None:  # the same for every layer of the step
             st = self.step
-            self._segments = (st.seq_ids.tolist(), (st.ctx_lens - st.q_lens).tolist(), st.q_lens.tolist())
+            self._segments = (
+                st.seq_ids.tolist(),
+                (st.ctx_lens - st.q_lens).tolist(),
+                st.q_lens.tolist(),
+            )
         return self.linear_states.run(layer_idx, layer, x, *self._segments)
 
     def _flash(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
@@ -222,8 +267,15 @@ class PagedAttention:
             raise RuntimeError("ModelConfig.attention='flash' but flash_attn is not installed")
         bs = self.cache.block_size
         out = flash_attn_varlen_func(
-            q[0], kc.view(-1, bs, *kc.shape[1:]), vc.view(-1, bs, *vc.shape[1:]),
-            self.cu_q, self.cu_k, self.max_q, self.max_k, causal=True, block_table=self.block_table,
+            q[0],
+            kc.view(-1, bs, *kc.shape[1:]),
+            vc.view(-1, bs, *vc.shape[1:]),
+            self.cu_q,
+            self.cu_k,
+            self.max_q,
+            self.max_k,
+            causal=True,
+            block_table=self.block_table,
         )
         return out[None]
 
@@ -232,7 +284,9 @@ def _additive(seen: torch.Tensor, dtype: torch.dtype, device: torch.device | str
     return torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float("-inf")).to(device)
 
 
-def _partition(q_lens: torch.Tensor, n_blocks: torch.Tensor) -> list[tuple[torch.Tensor, int, bool]]:
+def _partition(
+    q_lens: torch.Tensor, n_blocks: torch.Tensor
+) -> list[tuple[torch.Tensor, int, bool]]:
     """(sequence indices, their most blocks, decoding) per group: decoding sequences apart from
     prefilling ones, each kind cut by context length."""
     groups = []

@@ -22,6 +22,7 @@ With `share_prefixes=False` no block is ever keyed: every sequence computes all 
 nothing is copied, freed blocks go straight back to the empty pool (the engine's choice for
 models with linear-attention layers, whose recurrent state a reused prefix would skip).
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -45,7 +46,9 @@ class PrefixMatch:
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, share_prefixes: bool = True) -> None:
         if num_blocks < 1 or block_size < 1:
-            raise ValueError(f"BlockManager needs num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
+            raise ValueError(
+                f"BlockManager needs num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}"
+            )
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.share_prefixes = share_prefixes

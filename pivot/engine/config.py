@@ -4,6 +4,7 @@
 Parameter dtype and the attention kernel come from `ModelConfig` (`dtype`, `attention`) and are
 passed to `Engine.from_pretrained` as keyword arguments.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,7 +36,12 @@ class EngineConfig:
     def __post_init__(self) -> None:
         for name in ("kv_capacity_tokens", "max_running_seqs", "max_prefill_tokens"):
             check(getattr(self, name) > 0, f"engine.{name}", getattr(self, name), "must be > 0")
-        check(self.block_size >= 0, "engine.block_size", self.block_size, "must be >= 0 (0 = the kernel's default)")
+        check(
+            self.block_size >= 0,
+            "engine.block_size",
+            self.block_size,
+            "must be >= 0 (0 = the kernel's default)",
+        )
 
     def kv_block_size(self, attention: str) -> int:
         """The block size this engine uses with attention kernel `attention`."""

@@ -18,6 +18,7 @@ Under tensor parallelism every rank of the replica's group builds the engine and
 the leader (group rank 0) takes requests, schedules, samples and returns outputs, and the
 followers run the step the leader broadcasts.
 """
+
 from __future__ import annotations
 
 import logging
@@ -60,14 +61,20 @@ class Engine:
             raise ValueError(f"attention={attention!r} is not one of {ATTENTIONS}")
         block_size = config.kv_block_size(attention)
         if attention == "flash" and block_size % FLASH_BLOCK_MULTIPLE:
-            raise ValueError(f"engine.block_size={block_size}: flash attention's paged KV needs a multiple of {FLASH_BLOCK_MULTIPLE}")
+            raise ValueError(
+                f"engine.block_size={block_size}: flash attention's paged KV needs a multiple of {FLASH_BLOCK_MULTIPLE}"
+            )
         if config.kv_capacity_tokens < block_size:
-            raise ValueError(f"engine.kv_capacity_tokens={config.kv_capacity_tokens} is less than one block ({block_size})")
+            raise ValueError(
+                f"engine.kv_capacity_tokens={config.kv_capacity_tokens} is less than one block ({block_size})"
+            )
         self.args = model.args
         self.tokenizer = tokenizer
         num_blocks = config.kv_capacity_tokens // block_size
         self.runner = ModelRunner(model, num_blocks, block_size, attention, tp_group, device)
-        self.blocks = BlockManager(num_blocks, block_size, share_prefixes=not self.args.has_linear_attention)
+        self.blocks = BlockManager(
+            num_blocks, block_size, share_prefixes=not self.args.has_linear_attention
+        )
         self.scheduler = Scheduler(self.blocks, config.max_running_seqs, config.max_prefill_tokens)
         self.max_len = min(self.args.max_position_embeddings, self.blocks.total_tokens)
         eos = set(self.args.eos_ids)
@@ -76,7 +83,9 @@ class Engine:
         self.eos_ids = frozenset(eos)
         self.generator = torch.Generator(device=self.runner.device).manual_seed(seed)
         self._seqs: dict[int, Sequence] = {}
-        self._dropped: list[int] = []  # finished or aborted since the last step (their recurrent state goes)
+        self._dropped: list[
+            int
+        ] = []  # finished or aborted since the last step (their recurrent state goes)
         self._arrivals = 0
         self._version = weights_version
         self._weights_ready = True
@@ -113,12 +122,21 @@ class Engine:
             from pivot.engine.sglang_adapter import SglangEngine
 
             tp_size = dist.get_world_size(tp_group) if tp_group is not None else 1
-            return SglangEngine.from_pretrained(path, config, tokenizer, tp_size=tp_size,
-                                                base_gpu_id=torch.device(device).index or 0, dtype=dtype, seed=seed)
+            return SglangEngine.from_pretrained(
+                path,
+                config,
+                tokenizer,
+                tp_size=tp_size,
+                base_gpu_id=torch.device(device).index or 0,
+                dtype=dtype,
+                seed=seed,
+            )
         model = load_model(path, dtype=getattr(torch, dtype), device=device)
         if tokenizer is None and (Path(path) / "tokenizer.json").is_file():
             tokenizer = TextTokenizer.from_pretrained(path)
-        return cls(model, config, tp_group=tp_group, tokenizer=tokenizer, attention=attention, seed=seed)
+        return cls(
+            model, config, tp_group=tp_group, tokenizer=tokenizer, attention=attention, seed=seed
+        )
 
     # ---- requests --------------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -150,7 +168,9 @@ class Engine:
         tokens = list(request.prompt_ids) + list(request.output_ids)
         bad = [t for t in tokens if not 0 <= t < self.args.vocab_size]
         if bad:
-            raise ValueError(f"request {rid}: token id {bad[0]} is outside the vocabulary [0, {self.args.vocab_size})")
+            raise ValueError(
+                f"request {rid}: token id {bad[0]} is outside the vocabulary [0, {self.args.vocab_size})"
+            )
         if len(request.output_logprobs) != len(request.output_ids):
             raise ValueError(
                 f"request {rid}: {len(request.output_ids)} output_ids but "
@@ -163,12 +183,18 @@ class Engine:
                 f"KV capacity={self.blocks.total_tokens} tokens)"
             )
         if len(request.output_ids) >= params.max_new_tokens:
-            raise ValueError(f"request {rid}: already has {len(request.output_ids)} >= max_new_tokens tokens")
+            raise ValueError(
+                f"request {rid}: already has {len(request.output_ids)} >= max_new_tokens tokens"
+            )
         if params.stop and self.tokenizer is None:
             raise ValueError(f"request {rid}: stop strings need an engine built with a tokenizer")
         seq = Sequence(
-            id=rid, token_ids=tokens, prompt_len=len(request.prompt_ids), params=params,
-            logprobs=list(request.output_logprobs), arrival=self._arrivals,
+            id=rid,
+            token_ids=tokens,
+            prompt_len=len(request.prompt_ids),
+            params=params,
+            logprobs=list(request.output_logprobs),
+            arrival=self._arrivals,
         )
         self._arrivals += 1
         seq.recompute = bool(request.output_ids)  # a partial: unless its KV came along, recomputed
@@ -218,14 +244,19 @@ class Engine:
         """Whether a sequence of `num_tokens` tokens fits the free KV cache now."""
         if num_tokens >= self.max_len:
             return False
-        return self.blocks.blocks_for(num_tokens) * self.blocks.block_size <= self.scheduler.free_tokens_for_admission()
+        return (
+            self.blocks.blocks_for(num_tokens) * self.blocks.block_size
+            <= self.scheduler.free_tokens_for_admission()
+        )
 
     # ---- stepping --------------------------------------------------------------------------
     def step(self) -> list[Output]:
         """Run one engine step; returns the sequences that finished in it."""
         t0 = time.perf_counter()
         if not self._weights_ready:
-            raise RuntimeError("step: weights were released; call resume() then load_weights() first")
+            raise RuntimeError(
+                "step: weights were released; call resume() then load_weights() first"
+            )
         runner = self.runner
         if not runner.is_leader:
             step = runner.share(None)
@@ -260,7 +291,9 @@ class Engine:
         if not p.ignore_eos and tok in self.eos_ids:
             return "stop"
         if p.stop:
-            tail = self.tokenizer.decode(seq.token_ids[seq.prompt_len :][-(max(map(len, p.stop)) + 4) :])
+            tail = self.tokenizer.decode(
+                seq.token_ids[seq.prompt_len :][-(max(map(len, p.stop)) + 4) :]
+            )
             if any(s in tail for s in p.stop):
                 return "stop"
         if seq.num_generated >= p.max_new_tokens or len(seq.token_ids) >= self.max_len:
@@ -280,8 +313,12 @@ class Engine:
         seq.status = SeqStatus.FINISHED
         del self._seqs[seq.id]
         return Output(
-            id=seq.id, prompt_ids=seq.token_ids[: seq.prompt_len], output_ids=seq.token_ids[seq.prompt_len :],
-            output_logprobs=list(seq.logprobs), finish_reason=reason, weights_version=self._version,
+            id=seq.id,
+            prompt_ids=seq.token_ids[: seq.prompt_len],
+            output_ids=seq.token_ids[seq.prompt_len :],
+            output_logprobs=list(seq.logprobs),
+            finish_reason=reason,
+            weights_version=self._version,
         )
 
     def stats(self) -> EngineStats:
@@ -305,7 +342,11 @@ class Engine:
     def weights_version(self) -> int:
         return self._version
 
-    def load_weights(self, named_tensors: dict[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+    def load_weights(
+        self,
+        named_tensors: dict[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+        version: int,
+    ) -> None:
         """Copy HF-named tensors in place, each either full or already this rank's TP slice;
         validated before anything is copied."""
         tensors = self.runner.validate(named_tensors)

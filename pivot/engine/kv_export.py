@@ -17,6 +17,7 @@ same host reads them directly (host shared memory, as GPS's buffers are). A dest
 cannot see them (another host) falls back to re-prefill: the NIXL pull of these files between
 hosts is not implemented.
 """
+
 from __future__ import annotations
 
 import logging
@@ -75,8 +76,13 @@ class KVCounters:
 
     def stats(self) -> dict[str, int]:
         """As `EngineStats` fields."""
-        return dict(kv_imported=self.imported, kv_imported_tokens=self.imported_tokens, kv_fallbacks=self.fallbacks,
-                    kv_fallback_tokens=self.fallback_tokens, kv_fallbacks_stale=self.fallbacks_stale)
+        return dict(
+            kv_imported=self.imported,
+            kv_imported_tokens=self.imported_tokens,
+            kv_fallbacks=self.fallbacks,
+            kv_fallback_tokens=self.fallback_tokens,
+            kv_fallbacks_stale=self.fallbacks_stale,
+        )
 
 
 def kv_layout(cache: KVCache, linear: bool) -> str:
@@ -101,7 +107,11 @@ def share_plan(plan: KVPlan | None, group: dist.ProcessGroup | None) -> KVPlan:
     data = _ENCODER.encode(plan) if leader else b""
     size = torch.tensor([len(data)], dtype=torch.int64)
     dist.broadcast(size, group_src=0, group=group)
-    buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if leader else torch.empty(int(size), dtype=torch.uint8)
+    buf = (
+        torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        if leader
+        else torch.empty(int(size), dtype=torch.uint8)
+    )
     dist.broadcast(buf, group_src=0, group=group)
     return plan if leader else _PLAN_DECODER.decode(buf.numpy().tobytes())
 
@@ -127,14 +137,19 @@ def read_slices(plan: KVPlan, rank: int, cache: KVCache, linear: LinearStates | 
         os.unlink(path)
         n = len(op.slots)
         if tensors["k"].shape[1] != n:
-            raise RuntimeError(f"KV import of sequence {op.seq_id}: {path} holds {tensors['k'].shape[1]} tokens, want {n}")
+            raise RuntimeError(
+                f"KV import of sequence {op.seq_id}: {path} holds {tensors['k'].shape[1]} tokens, want {n}"
+            )
         idx = torch.tensor(op.slots, dtype=torch.long, device=cache.k.device)
         cache.k.index_copy_(1, idx, tensors["k"].to(cache.k.device))
         cache.v.index_copy_(1, idx, tensors["v"].to(cache.v.device))
         if linear is not None:
             dev = cache.k.device
             layers = sorted(int(k.split(".")[1]) for k in tensors if k.startswith("conv."))
-            linear.put(op.seq_id, {i: (tensors[f"conv.{i}"].to(dev), tensors[f"state.{i}"].to(dev)) for i in layers})
+            linear.put(
+                op.seq_id,
+                {i: (tensors[f"conv.{i}"].to(dev), tensors[f"state.{i}"].to(dev)) for i in layers},
+            )
 
 
 def reachable(handle: KVHandle) -> bool:
@@ -168,7 +183,9 @@ class KVPorter:
     (followers with nothing): `export` / `load` share the leader's plan and copy this rank's
     slice."""
 
-    def __init__(self, prefix: str, runner: "ModelRunner", blocks: BlockManager, scheduler: Scheduler) -> None:
+    def __init__(
+        self, prefix: str, runner: ModelRunner, blocks: BlockManager, scheduler: Scheduler
+    ) -> None:
         self.prefix, self.runner, self.blocks, self.scheduler = prefix, runner, blocks, scheduler
         self.counters = KVCounters()
         self._nonce = 0
@@ -192,22 +209,32 @@ class KVPorter:
                     continue
                 path = f"{self.prefix}_s{s.id}_n{self._nonce}"
                 self._nonce += 1
-                plan.ops.append(SliceOp(s.id, path, token_slots(table, self.blocks.block_size, s.num_computed)))
+                plan.ops.append(
+                    SliceOp(s.id, path, token_slots(table, self.blocks.block_size, s.num_computed))
+                )
         plan = share_plan(plan, runner.group)
         if runner.cache is not None:
             write_slices(plan, runner.rank, runner.cache, runner.linear_states)
         self.counters.exported += len(plan.ops)
         layout = self.layout if plan.ops else ""
-        return {op.seq_id: KVHandle(op.path, len(op.slots), runner.world, layout, version) for op in plan.ops}
+        return {
+            op.seq_id: KVHandle(op.path, len(op.slots), runner.world, layout, version)
+            for op in plan.ops
+        }
 
     def accept(self, seq: Sequence, handle: KVHandle, version: int) -> SliceOp | None:
         """Leader: place `seq` (not yet scheduled) over fresh blocks holding `handle`'s tokens as
         computed, or None (the handle is discarded, the sequence re-prefills, counted)."""
         n, c = handle.num_tokens, self.counters
         ok = (
-            self.runner.cache is not None and handle.tp_size == self.runner.world and handle.layout == self.layout
-            and handle.weights_version == version and 0 < n < len(seq.token_ids) and reachable(handle)
-            and self.blocks.blocks_for(n) * self.blocks.block_size <= self.scheduler.free_tokens_for_admission()
+            self.runner.cache is not None
+            and handle.tp_size == self.runner.world
+            and handle.layout == self.layout
+            and handle.weights_version == version
+            and 0 < n < len(seq.token_ids)
+            and reachable(handle)
+            and self.blocks.blocks_for(n) * self.blocks.block_size
+            <= self.scheduler.free_tokens_for_admission()
         )
         if not ok or not self.blocks.allocate(seq, n):
             discard(handle)
@@ -218,7 +245,9 @@ class KVPorter:
         self.blocks.commit(seq, 0, n)
         seq.num_computed = n
         c.imported, c.imported_tokens = c.imported + 1, c.imported_tokens + n
-        return SliceOp(seq.id, handle.path, token_slots(self.blocks.tables[seq.id], self.blocks.block_size, n))
+        return SliceOp(
+            seq.id, handle.path, token_slots(self.blocks.tables[seq.id], self.blocks.block_size, n)
+        )
 
     def arrive(self, seq: Sequence, handle: KVHandle, version: int, ops: list[SliceOp]) -> bool:
         """`accept`, queuing the slice copy in `ops` (for `load`); whether the KV was taken."""

@@ -10,13 +10,16 @@ so every TP rank drops them; `clear` runs on release.
 Decode steps (one token, state present) run as one batch per layer; prefill chunks run one
 sequence at a time (the chunked form of the delta rule).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
 import torch
 
-State = tuple[torch.Tensor, torch.Tensor]  # (conv inputs [C, K-1], delta-rule state [Hv, Dk, Dv]) per sequence
+State = tuple[
+    torch.Tensor, torch.Tensor
+]  # (conv inputs [C, K-1], delta-rule state [Hv, Dk, Dv]) per sequence
 LinearLayer = Callable[[torch.Tensor, "State | None"], "tuple[torch.Tensor, State]"]
 
 
@@ -43,8 +46,13 @@ class LinearStates:
         self._states[seq_id] = dict(states)
 
     def run(
-        self, layer_idx: int, layer: LinearLayer, x: torch.Tensor,
-        seq_ids: list[int], starts: list[int], q_lens: list[int],
+        self,
+        layer_idx: int,
+        layer: LinearLayer,
+        x: torch.Tensor,
+        seq_ids: list[int],
+        starts: list[int],
+        q_lens: list[int],
     ) -> torch.Tensor:
         """x: packed [1, N, H] of this step's tokens, sequence after sequence -> the layer's output."""
         segments = x[0].split(q_lens)
@@ -54,7 +62,9 @@ class LinearStates:
             if i in decode:
                 continue
             prev = self._previous(sid, layer_idx, starts[i])
-            out, new = layer(segments[i][None], None if prev is None else (prev[0][None], prev[1][None]))
+            out, new = layer(
+                segments[i][None], None if prev is None else (prev[0][None], prev[1][None])
+            )
             self._states.setdefault(sid, {})[layer_idx] = (new[0][0], new[1][0])
             outs[i] = out[0]
         if decode:
@@ -71,5 +81,7 @@ class LinearStates:
             return None
         state = self._states.get(seq_id, {}).get(layer_idx)
         if state is None:
-            raise RuntimeError(f"sequence {seq_id}: no linear-attention state for layer {layer_idx} at token {start}")
+            raise RuntimeError(
+                f"sequence {seq_id}: no linear-attention state for layer {layer_idx} at token {start}"
+            )
         return state

@@ -5,6 +5,7 @@ the followers, runs the forward pass with `PagedAttention`, and returns full-voc
 logits for the sequences that sample. Also holds weight IO: in-place loading of full HF
 tensors (sharded here under TP), gathering them back, and release / re-creation.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -24,12 +25,19 @@ from pivot.model.meta_init import is_meta, materialize
 
 class ModelRunner:
     def __init__(
-        self, model: CausalLM, num_blocks: int, block_size: int, kernel: str, tp_group: dist.ProcessGroup | None,
+        self,
+        model: CausalLM,
+        num_blocks: int,
+        block_size: int,
+        kernel: str,
+        tp_group: dist.ProcessGroup | None,
         device: torch.device | str | None = None,
     ) -> None:
         self.model = model.eval().requires_grad_(False)
         self.args = model.args
-        self.group = tp_group if tp_group is not None and dist.get_world_size(tp_group) > 1 else None
+        self.group = (
+            tp_group if tp_group is not None and dist.get_world_size(tp_group) > 1 else None
+        )
         self.rank = dist.get_rank(self.group) if self.group is not None else 0
         self.world = dist.get_world_size(self.group) if self.group is not None else 1
         self.full_shapes = {n: tuple(p.shape) for n, p in self.model.named_parameters()}
@@ -55,17 +63,25 @@ class ModelRunner:
     def _alloc_cache(self) -> None:
         self.cache = KVCache(
             [i for i in range(self.args.num_hidden_layers) if not self.args.is_linear_attention(i)],
-            self.num_blocks, self.block_size,
-            self.args.num_key_value_heads // self.world, self.args.head_dim, self.dtype, self.device,
+            self.num_blocks,
+            self.block_size,
+            self.args.num_key_value_heads // self.world,
+            self.args.head_dim,
+            self.dtype,
+            self.device,
         )
 
     @staticmethod
-    def build_input(plan: list[ScheduledSeq], blocks: BlockManager, dropped: list[int]) -> StepInput:
+    def build_input(
+        plan: list[ScheduledSeq], blocks: BlockManager, dropped: list[int]
+    ) -> StepInput:
         tables = blocks.tables
         if all(p.num_tokens == 1 for p in plan):  # decoding: one token per sequence
             tokens = [p.seq.token_ids[p.start] for p in plan]
         else:
-            tokens = list(chain.from_iterable(p.seq.token_ids[p.start : p.start + p.num_tokens] for p in plan))
+            tokens = list(
+                chain.from_iterable(p.seq.token_ids[p.start : p.start + p.num_tokens] for p in plan)
+            )
         q_lens = torch.tensor([p.num_tokens for p in plan])
         last = q_lens.cumsum(0) - 1
         return StepInput(
@@ -110,24 +126,35 @@ class ModelRunner:
         return self.model.lm_head(hidden[step.sample_rows.to(self.device)]).float()
 
     # ---- weights -------------------------------------------------------------------------
-    def validate(self, named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return validate_weights(named, self.full_shapes, self.args.tie_word_embeddings, self.local_shapes)
+    def validate(
+        self, named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        return validate_weights(
+            named, self.full_shapes, self.args.tie_word_embeddings, self.local_shapes
+        )
 
     @torch.no_grad()
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
         """Full tensors are sliced here; this rank's TP slices (a GPS Read) are copied as they are."""
         for name, param in self.params.items():
             t = tensors[name]
-            if t.data_ptr() != param.data_ptr():  # filled in place already (`Engine.weight_buffers`)
+            if (
+                t.data_ptr() != param.data_ptr()
+            ):  # filled in place already (`Engine.weight_buffers`)
                 sections = fused_sections(name, self.args)
-                param.data.copy_(t if t.shape == param.shape else shard_tensor(name, t, self.rank, self.world, sections))
+                param.data.copy_(
+                    t
+                    if t.shape == param.shape
+                    else shard_tensor(name, t, self.rank, self.world, sections)
+                )
 
     @torch.no_grad()
     def named_full(self) -> dict[str, torch.Tensor]:
         if self.cache is None:
             raise RuntimeError("engine is released: no weights to read")
         return {
-            n: gather_tensor(n, p.data, self.group, fused_sections(n, self.args)).cpu() for n, p in self.params.items()
+            n: gather_tensor(n, p.data, self.group, fused_sections(n, self.args)).cpu()
+            for n, p in self.params.items()
         }
 
     def release(self) -> None:
@@ -146,7 +173,9 @@ class ModelRunner:
 
 
 def validate_weights(
-    named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor], full_shapes: dict[str, tuple[int, ...]], tied: bool,
+    named: Iterable[tuple[str, torch.Tensor]] | dict[str, torch.Tensor],
+    full_shapes: dict[str, tuple[int, ...]],
+    tied: bool,
     local_shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Check names and shapes (full, or this rank's slice from `local_shapes`) of a weight update
@@ -162,5 +191,7 @@ def validate_weights(
             raise ValueError(f"load_weights: tensor {name!r} has shape {got}, expected {shape}")
     extra = sorted(set(tensors) - set(full_shapes))
     if extra:
-        raise ValueError(f"load_weights: unexpected tensor {extra[0]!r} ({len(extra)} unexpected in all)")
+        raise ValueError(
+            f"load_weights: unexpected tensor {extra[0]!r} ({len(extra)} unexpected in all)"
+        )
     return tensors

@@ -10,6 +10,7 @@ with `ThroughputModel.fit` on all but a held-out quarter of the points, and writ
 points and on all. `tools/profile_engine.py` runs it offline over a large grid; the runtime runs
 it at start-up over a small one for a role that has no profile yet.
 """
+
 from __future__ import annotations
 
 import random
@@ -27,7 +28,9 @@ from pivot.sched.throughput import ThroughputModel
 Row = tuple[float, float, float]  # (n_seq, n_tok, latency s)
 
 
-def measure(engine: Engine, n_seq: int, ctx: int, steps: int, rng: random.Random) -> tuple[float, float]:
+def measure(
+    engine: Engine, n_seq: int, ctx: int, steps: int, rng: random.Random
+) -> tuple[float, float]:
     """(mean N_tok, fastest decode-step latency) with `n_seq` sequences of `ctx` prompt tokens.
 
     The fastest of `steps` steps, not the median: on a shared machine other processes only
@@ -36,15 +39,24 @@ def measure(engine: Engine, n_seq: int, ctx: int, steps: int, rng: random.Random
     vocab = engine.args.vocab_size
     for i in range(n_seq):
         prompt = [rng.randrange(2, vocab) for _ in range(ctx)]
-        engine.add(Request(i, prompt, SamplingParams(temperature=0, max_new_tokens=engine.max_len - ctx - 1,
-                                                     ignore_eos=True)))
+        engine.add(
+            Request(
+                i,
+                prompt,
+                SamplingParams(
+                    temperature=0, max_new_tokens=engine.max_len - ctx - 1, ignore_eos=True
+                ),
+            )
+        )
     while any(s.num_uncomputed > 1 or s.num_computed == 0 for s in engine._seqs.values()):
         engine.step()  # prefill (chunked) until every sequence decodes
     toks, lats = [], []
     for _ in range(steps):
         stats = engine.stats()
         if not stats.n_seq == n_seq == len(engine.scheduler.running):
-            raise RuntimeError(f"profile point ({n_seq} seqs, {ctx} tokens) is not fully decoding: engine too small")
+            raise RuntimeError(
+                f"profile point ({n_seq} seqs, {ctx} tokens) is not fully decoding: engine too small"
+            )
         t0 = time.perf_counter()
         engine.step()
         lats.append(time.perf_counter() - t0)
@@ -64,18 +76,31 @@ def r2_and_mre(model: ThroughputModel, rows: Sequence[Row]) -> tuple[float, floa
 
 def grid_fits(engine: Engine, seqs: Sequence[int], ctxs: Sequence[int], steps: int) -> bool:
     """Whether every grid point fits the engine (running slots, max length, KV capacity)."""
-    return (max(seqs) <= engine.config.max_running_seqs and max(ctxs) + steps + 2 < engine.max_len
-            and max(seqs) * (max(ctxs) + steps + 2) <= engine.blocks.total_tokens)
+    return (
+        max(seqs) <= engine.config.max_running_seqs
+        and max(ctxs) + steps + 2 < engine.max_len
+        and max(seqs) * (max(ctxs) + steps + 2) <= engine.blocks.total_tokens
+    )
 
 
-def profile_engine(engine: Engine, out: str | Path, seqs: Sequence[int], ctxs: Sequence[int], steps: int = 7,
-                   passes: int = 2, seed: int = 0, log: Callable[[str], None] | None = None,
-                   **meta: Any) -> ThroughputModel:
+def profile_engine(
+    engine: Engine,
+    out: str | Path,
+    seqs: Sequence[int],
+    ctxs: Sequence[int],
+    steps: int = 7,
+    passes: int = 2,
+    seed: int = 0,
+    log: Callable[[str], None] | None = None,
+    **meta: Any,
+) -> ThroughputModel:
     """Measure the grid, fit, write the profile to `out` (with `meta`); returns the constants.
     `log(line)` gets one line per point and the fit's quality."""
     if not grid_fits(engine, seqs, ctxs, steps):
-        raise ValueError(f"profile grid (up to {max(seqs)} seqs of {max(ctxs)} tokens) does not fit the engine "
-                         f"({engine.config.max_running_seqs} seqs, max length {engine.max_len})")
+        raise ValueError(
+            f"profile grid (up to {max(seqs)} seqs of {max(ctxs)} tokens) does not fit the engine "
+            f"({engine.config.max_running_seqs} seqs, max length {engine.max_len})"
+        )
     say = log or (lambda line: None)
     rng = random.Random(seed)
     measure(engine, min(4, max(seqs)), min(32, max(ctxs)), 3, rng)  # warm-up
@@ -97,10 +122,21 @@ def profile_engine(engine: Engine, out: str | Path, seqs: Sequence[int], ctxs: S
     model = ThroughputModel.fit([r for i, r in enumerate(rows) if i not in held])
     r2, mre = r2_and_mre(model, [rows[i] for i in sorted(held)])
     r2_all, mre_all = r2_and_mre(model, rows)
-    say(f"fit: A={model.A:.3e} s/token  B={model.B:.3e} s  C={model.C:.3e} s/seq  D={model.D:.3e} s")
+    say(
+        f"fit: A={model.A:.3e} s/token  B={model.B:.3e} s  C={model.C:.3e} s/seq  D={model.D:.3e} s"
+    )
     say(f"held-out ({len(held)} points): R^2={r2:.4f}  mean relative error={mre:.3%}")
     say(f"all ({len(rows)} points):      R^2={r2_all:.4f}  mean relative error={mre_all:.3%}")
-    write_profile(out, model, **meta, r2_heldout=r2, mre_heldout=mre, r2_all=r2_all, mre_all=mre_all,
-                  grid={"n_seq": list(seqs), "ctx": list(ctxs), "steps": steps, "passes": passes},
-                  samples=[list(r) for r in rows], profile_seconds=time.perf_counter() - t_start)
+    write_profile(
+        out,
+        model,
+        **meta,
+        r2_heldout=r2,
+        mre_heldout=mre,
+        r2_all=r2_all,
+        mre_all=mre_all,
+        grid={"n_seq": list(seqs), "ctx": list(ctxs), "steps": steps, "passes": passes},
+        samples=[list(r) for r in rows],
+        profile_seconds=time.perf_counter() - t_start,
+    )
     return model

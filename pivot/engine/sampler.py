@@ -8,6 +8,7 @@ requests draw u from the engine's generator. The returned log-prob is that of th
 token under the temperature-scaled distribution before top-k/top-p truncation (the raw model
 distribution for greedy), which is what the RL loss's behaviour policy needs.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,7 +27,10 @@ def seeded_uniform(seed: int, index: int) -> float:
 
 
 def sample(
-    logits: torch.Tensor, params: list[SamplingParams], num_generated: list[int], generator: torch.Generator
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    num_generated: list[int],
+    generator: torch.Generator,
 ) -> tuple[list[int], list[float]]:
     """One token per row of `logits` [S, V]; returns (token ids, log-probs)."""
     logits = logits.float()
@@ -40,7 +44,11 @@ def sample(
         scale = torch.tensor([t or 1.0 for t in temps], device=device)
         lp = torch.log_softmax(logits / scale[:, None], dim=-1)
         u = torch.rand(len(params), generator=generator, device=device)
-        seeded = [(i, seeded_uniform(p.seed, n)) for i, (p, n) in enumerate(zip(params, num_generated)) if p.seed is not None]
+        seeded = [
+            (i, seeded_uniform(p.seed, n))
+            for i, (p, n) in enumerate(zip(params, num_generated))
+            if p.seed is not None
+        ]
         if seeded:
             rows, values = zip(*seeded)
             u[list(rows)] = torch.tensor(values, dtype=u.dtype, device=device)

@@ -8,6 +8,7 @@ longest cached prefix it shares (`BlockManager.match`); one whose prefix is bein
 this step waits for it while later sequences are admitted. One that arrived with its K/V
 (migrated, already holding blocks) starts after them.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -31,7 +32,9 @@ class ScheduledSeq:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockManager, max_running_seqs: int, max_prefill_tokens: int) -> None:
+    def __init__(
+        self, blocks: BlockManager, max_running_seqs: int, max_prefill_tokens: int
+    ) -> None:
         self.blocks = blocks
         self.max_running_seqs = max_running_seqs
         self.max_prefill_tokens = max_prefill_tokens

@@ -2,6 +2,7 @@
 
 Pure Python: the scheduler and the block manager work on these without torch.
 """
+
 from __future__ import annotations
 
 import enum

@@ -50,6 +50,7 @@ not reproducible by seed): pass `enable_deterministic_inference=True` to `from_p
 `named_parameters_hf` (--log.verify-weights) works only where sglang can return whole tensors:
 see `WHOLE_WEIGHTS_BY_NAME`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -93,13 +94,25 @@ class _Live:
 
 class SglangEngine:
     def __init__(
-        self, engine: Any, config: EngineConfig, full_shapes: dict[str, tuple[int, ...]], tokenizer: Any = None,
-        poll_s: float = 0.005, staging_device: str = "cpu", bucket_bytes: int = BUCKET_BYTES,
+        self,
+        engine: Any,
+        config: EngineConfig,
+        full_shapes: dict[str, tuple[int, ...]],
+        tokenizer: Any = None,
+        poll_s: float = 0.005,
+        staging_device: str = "cpu",
+        bucket_bytes: int = BUCKET_BYTES,
     ) -> None:
         """`full_shapes`: HF name -> shape of every tensor a weight update must bring (the checkpoint's)."""
         self.engine, self.config, self.tokenizer, self.poll_s = engine, config, tokenizer, poll_s
-        self.full_shapes, self.staging_device, self.bucket_bytes = full_shapes, staging_device, bucket_bytes
-        self.loop: asyncio.AbstractEventLoop = getattr(engine, "loop", None) or asyncio.get_event_loop()
+        self.full_shapes, self.staging_device, self.bucket_bytes = (
+            full_shapes,
+            staging_device,
+            bucket_bytes,
+        )
+        self.loop: asyncio.AbstractEventLoop = (
+            getattr(engine, "loop", None) or asyncio.get_event_loop()
+        )
         self._live: dict[int, _Live] = {}
         self._version = 0
         self._tokens_generated = 0
@@ -107,21 +120,38 @@ class SglangEngine:
         self.tp_size, self.architectures = 1, ()  # from_pretrained fills them from the checkpoint
         info = self._server_info()
         self.kv_total = int(info.get("max_total_num_tokens", config.kv_capacity_tokens))
-        self.max_len = int(info.get("context_length") or info.get("max_req_input_len") or self.kv_total)
+        self.max_len = int(
+            info.get("context_length") or info.get("max_req_input_len") or self.kv_total
+        )
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, config: EngineConfig, tokenizer: Any = None, *, tp_size: int = 1, base_gpu_id: int = 0,
-        dtype: str = "bfloat16", seed: int = 0, **server_args: Any,
+        cls,
+        path: str | Path,
+        config: EngineConfig,
+        tokenizer: Any = None,
+        *,
+        tp_size: int = 1,
+        base_gpu_id: int = 0,
+        dtype: str = "bfloat16",
+        seed: int = 0,
+        **server_args: Any,
     ) -> SglangEngine:
         """An sglang engine over devices base_gpu_id .. base_gpu_id + tp_size - 1 of this host,
         serving the model in folder `path` (random weights until the first `load_weights`)."""
         import sglang  # guarded: only the sglang backend needs it
 
         kwargs = dict(
-            model_path=str(path), tp_size=tp_size, base_gpu_id=base_gpu_id, dtype=dtype, random_seed=seed,
-            skip_tokenizer_init=True, enable_memory_saver=True, load_format="dummy",
-            max_running_requests=config.max_running_seqs, chunked_prefill_size=config.max_prefill_tokens,
+            model_path=str(path),
+            tp_size=tp_size,
+            base_gpu_id=base_gpu_id,
+            dtype=dtype,
+            random_seed=seed,
+            skip_tokenizer_init=True,
+            enable_memory_saver=True,
+            load_format="dummy",
+            max_running_requests=config.max_running_seqs,
+            chunked_prefill_size=config.max_prefill_tokens,
             max_total_tokens=config.kv_capacity_tokens,
         )
         engine = sglang.Engine(**{**kwargs, **server_args})
@@ -135,7 +165,9 @@ class SglangEngine:
     def _server_info(self) -> dict[str, Any]:
         info = dict(self.engine.get_server_info())
         for state in info.get("internal_states") or []:  # scheduler-reported values win
-            info.update({k: v for k, v in state.items() if k not in info or k == "max_total_num_tokens"})
+            info.update(
+                {k: v for k, v in state.items() if k not in info or k == "max_total_num_tokens"}
+            )
         return info
 
     # ---- requests --------------------------------------------------------------------------
@@ -146,7 +178,9 @@ class SglangEngine:
             raise ValueError(f"request {request.id}: prompt_ids is empty")
         n = len(request.prompt_ids) + len(request.output_ids)
         if n >= min(self.max_len, self.kv_total):
-            raise ValueError(f"request {request.id}: {n} tokens exceed the engine's max length {min(self.max_len, self.kv_total)}")
+            raise ValueError(
+                f"request {request.id}: {n} tokens exceed the engine's max length {min(self.max_len, self.kv_total)}"
+            )
         if len(request.output_ids) >= request.params.max_new_tokens:
             raise ValueError(f"request {request.id}: already has max_new_tokens tokens")
         live = _Live(request, list(request.output_ids), list(request.output_logprobs))
@@ -155,8 +189,12 @@ class SglangEngine:
 
     def _sampling(self, p: SamplingParams, done: int) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k if p.top_k > 0 else -1,
-            "max_new_tokens": p.max_new_tokens - done, "stop": list(p.stop), "ignore_eos": p.ignore_eos,
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "top_k": p.top_k if p.top_k > 0 else -1,
+            "max_new_tokens": p.max_new_tokens - done,
+            "stop": list(p.stop),
+            "ignore_eos": p.ignore_eos,
         }
         if p.seed is not None:
             out["sampling_seed"] = p.seed + done
@@ -166,8 +204,11 @@ class SglangEngine:
         req = live.request
         base = len(live.output_ids)
         stream = await self.engine.async_generate(
-            input_ids=list(req.prompt_ids) + list(req.output_ids), sampling_params=self._sampling(req.params, base),
-            return_logprob=True, stream=True, rid=str(req.id),
+            input_ids=list(req.prompt_ids) + list(req.output_ids),
+            sampling_params=self._sampling(req.params, base),
+            return_logprob=True,
+            stream=True,
+            rid=str(req.id),
         )
         async for chunk in stream:
             meta = chunk.get("meta_info", {})
@@ -182,7 +223,9 @@ class SglangEngine:
             reason = meta.get("finish_reason")
             if reason:
                 kind = reason.get("type") if isinstance(reason, dict) else str(reason)
-                live.finish_reason = "length" if kind == "length" else ("abort" if kind == "abort" else "stop")
+                live.finish_reason = (
+                    "length" if kind == "length" else ("abort" if kind == "abort" else "stop")
+                )
 
     def step(self) -> list[Output]:
         t0 = time.perf_counter()
@@ -193,11 +236,16 @@ class SglangEngine:
             if live.task is not None and live.task.done() and not live.aborted:
                 live.task.result()  # surface errors
                 del self._live[rid]
-                outputs.append(Output(
-                    id=rid, prompt_ids=list(live.request.prompt_ids), output_ids=live.output_ids,
-                    output_logprobs=live.logprobs, finish_reason=live.finish_reason or "stop",
-                    weights_version=self._version,
-                ))
+                outputs.append(
+                    Output(
+                        id=rid,
+                        prompt_ids=list(live.request.prompt_ids),
+                        output_ids=live.output_ids,
+                        output_logprobs=live.logprobs,
+                        finish_reason=live.finish_reason or "stop",
+                        weights_version=self._version,
+                    )
+                )
         self._last_latency = time.perf_counter() - t0
         return outputs
 
@@ -213,7 +261,9 @@ class SglangEngine:
             if live.task is not None:
                 self.loop.run_until_complete(asyncio.wait([live.task], timeout=5.0))
             req = live.request
-            partials.append(Request(req.id, list(req.prompt_ids), req.params, live.output_ids, live.logprobs))
+            partials.append(
+                Request(req.id, list(req.prompt_ids), req.params, live.output_ids, live.logprobs)
+            )
         if unknown:
             log.warning("abort: unknown request ids %s ignored", unknown)
         return AbortResult(partials, unknown)
@@ -234,9 +284,13 @@ class SglangEngine:
     def stats(self) -> EngineStats:
         n_tok = self._n_tok()
         return EngineStats(
-            n_seq=len(self._live), n_tok=n_tok, kv_free_tokens=max(self.kv_total - n_tok, 0),
-            kv_total_tokens=self.kv_total, tokens_generated=self._tokens_generated,
-            last_step_latency_s=self._last_latency, weights_version=self._version,
+            n_seq=len(self._live),
+            n_tok=n_tok,
+            kv_free_tokens=max(self.kv_total - n_tok, 0),
+            kv_total_tokens=self.kv_total,
+            tokens_generated=self._tokens_generated,
+            last_step_latency_s=self._last_latency,
+            weights_version=self._version,
         )
 
     # ---- weights and memory ----------------------------------------------------------------
@@ -244,7 +298,9 @@ class SglangEngine:
     def weights_version(self) -> int:
         return self._version
 
-    def load_weights(self, named_tensors: dict[str, Any] | Iterable[tuple[str, Any]], version: int) -> None:
+    def load_weights(
+        self, named_tensors: dict[str, Any] | Iterable[tuple[str, Any]], version: int
+    ) -> None:
         """Full HF-named tensors (every one the checkpoint has), pushed bucket by bucket inside one
         weight-update session; the prefix cache is flushed with the last bucket (a cached prefix
         of old weights is stale). Requests still running are aborted first and resumed after,
@@ -269,10 +325,14 @@ class SglangEngine:
     def _wait_idle(self, what: str) -> None:
         """Block until sglang's scheduler has nothing running or queued (its in-flight batch
         included), or fail: `flush_cache(timeout_s)` answers once it is idle (flush_wrapper.py:22-61)."""
-        out = self.loop.run_until_complete(self.engine.tokenizer_manager.flush_cache(timeout_s=IDLE_TIMEOUT_S))
+        out = self.loop.run_until_complete(
+            self.engine.tokenizer_manager.flush_cache(timeout_s=IDLE_TIMEOUT_S)
+        )
         if not getattr(out, "success", False):
-            raise RuntimeError(f"{what}: sglang's scheduler did not go idle within {IDLE_TIMEOUT_S:.0f} s: "
-                               f"{getattr(out, 'message', out)!r}")
+            raise RuntimeError(
+                f"{what}: sglang's scheduler did not go idle within {IDLE_TIMEOUT_S:.0f} s: "
+                f"{getattr(out, 'message', out)!r}"
+            )
 
     def weight_buffers(self) -> dict[str, torch.Tensor]:
         """None to fill in place: sglang owns its (sharded) parameters; Reads come in fresh."""
@@ -285,7 +345,9 @@ class SglangEngine:
 
     def release(self) -> AbortResult:
         partials = self.abort(list(self._live))
-        self._wait_idle("release")  # release asserts an idle scheduler; aborted streams end before it is
+        self._wait_idle(
+            "release"
+        )  # release asserts an idle scheduler; aborted streams end before it is
         self.engine.release_memory_occupation()
         return partials
 

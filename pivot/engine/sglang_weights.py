@@ -9,6 +9,7 @@ cache is flushed with the last bucket only. The caller makes sure nothing runs f
 stream holds the update, and a flush on a busy scheduler fails: weight_updater.py:120-133).
 Out: `get_weights_by_name` (--log.verify-weights), which only some model classes have.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,7 +26,9 @@ weight_exporter.py:169-188). Even these return the local TP shard of q/k/v, gate
 embedding (llama.py:837-870), so only TP 1 gives whole tensors."""
 
 
-def push_weights(engine: Any, tensors: dict[str, torch.Tensor], bucket_bytes: int, staging_device: str) -> None:
+def push_weights(
+    engine: Any, tensors: dict[str, torch.Tensor], bucket_bytes: int, staging_device: str
+) -> None:
     """Every tensor of `tensors` into `engine` inside one weight-update session, bucket by
     bucket; the session is closed even when a bucket is refused."""
     groups = buckets(list(tensors.items()), bucket_bytes)
@@ -33,21 +36,28 @@ def push_weights(engine: Any, tensors: dict[str, torch.Tensor], bucket_bytes: in
     try:
         for i, bucket in enumerate(groups):
             staged = [(n, t.to(staging_device, non_blocking=True)) for n, t in bucket]
-            check_reply("update_weights_from_tensor",
-                        engine.update_weights_from_tensor(staged, flush_cache=i == len(groups) - 1))
+            check_reply(
+                "update_weights_from_tensor",
+                engine.update_weights_from_tensor(staged, flush_cache=i == len(groups) - 1),
+            )
     finally:  # an open session would refuse every later begin_weight_update (weight_updater.py:311-316)
         ended = engine.end_weight_update()
     check_reply("end_weight_update", ended)
 
 
-def whole_weights(engine: Any, full_shapes: dict[str, tuple[int, ...]], architectures: tuple[str, ...],
-                  tp_size: int) -> dict[str, torch.Tensor]:
+def whole_weights(
+    engine: Any,
+    full_shapes: dict[str, tuple[int, ...]],
+    architectures: tuple[str, ...],
+    tp_size: int,
+) -> dict[str, torch.Tensor]:
     """Every weight of `full_shapes` as sglang holds it now, whole and fp32; refused (ValueError)
     where sglang cannot answer whole tensors (see `WHOLE_WEIGHTS_BY_NAME`)."""
     if tp_size != 1 or not set(architectures) & WHOLE_WEIGHTS_BY_NAME:
         raise ValueError(
             f"sglang 0.5.23 cannot return whole weights of {'/'.join(architectures) or 'this model'} at TP "
-            f"{tp_size} (get_weights_by_name: {', '.join(sorted(WHOLE_WEIGHTS_BY_NAME))} at TP 1 only)")
+            f"{tp_size} (get_weights_by_name: {', '.join(sorted(WHOLE_WEIGHTS_BY_NAME))} at TP 1 only)"
+        )
     out = {}
     for name, shape in full_shapes.items():
         rows = shape[0] if shape else 1
@@ -56,7 +66,9 @@ def whole_weights(engine: Any, full_shapes: dict[str, tuple[int, ...]], architec
             raise ValueError(f"sglang returned no weights for {name!r} (see sglang's log)")
         t = torch.as_tensor(got, dtype=torch.float32)
         if t.numel() != math.prod(shape):
-            raise ValueError(f"sglang returned {t.numel()} values for {name!r}, expected shape {shape}")
+            raise ValueError(
+                f"sglang returned {t.numel()} values for {name!r}, expected shape {shape}"
+            )
         out[name] = t.reshape(shape)
     return out
 
@@ -65,12 +77,16 @@ def check_reply(call: str, reply: Any) -> None:
     """sglang 0.5.23's weight calls answer `(success, message)` (tokenizer_control_mixin.py:485-586,
     communicator.py:106-110); anything else, or success False, is an error."""
     if not (isinstance(reply, tuple) and len(reply) == 2 and isinstance(reply[0], bool)):
-        raise ValueError(f"{call}: unexpected reply from sglang {reply!r} (expected (success, message))")
+        raise ValueError(
+            f"{call}: unexpected reply from sglang {reply!r} (expected (success, message))"
+        )
     if not reply[0]:
         raise ValueError(f"{call}: sglang refused: {reply[1]}")
 
 
-def buckets(pairs: list[tuple[str, torch.Tensor]], limit: int) -> list[list[tuple[str, torch.Tensor]]]:
+def buckets(
+    pairs: list[tuple[str, torch.Tensor]], limit: int
+) -> list[list[tuple[str, torch.Tensor]]]:
     """Consecutive groups of at most `limit` bytes (a larger tensor goes alone)."""
     out: list[list[tuple[str, torch.Tensor]]] = []
     size = limit

@@ -9,6 +9,7 @@ the linear attention's q|k|v) give each rank a slice of every section;
 the embedding and lm_head are vocabulary-parallel (masked lookup + all-reduce, all-gathered
 logits). The group is passed in explicitly (gloo on CPU, NCCL on GPU).
 """
+
 from __future__ import annotations
 
 import torch
@@ -98,18 +99,28 @@ def shard_model(model: CausalLM, group: dist.ProcessGroup) -> None:
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     args = model.args
     fields = ["num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size"]
-    fields += ["moe_intermediate_size", "shared_expert_intermediate_size"] if args.num_experts else []
-    fields += ["linear_num_key_heads", "linear_num_value_heads"] if args.has_linear_attention else []
+    fields += (
+        ["moe_intermediate_size", "shared_expert_intermediate_size"] if args.num_experts else []
+    )
+    fields += (
+        ["linear_num_key_heads", "linear_num_value_heads"] if args.has_linear_attention else []
+    )
     for field in fields:
         if getattr(args, field) % world:
-            raise ValueError(f"model {field}={getattr(args, field)} does not divide over TP size {world}")
+            raise ValueError(
+                f"model {field}={getattr(args, field)} does not divide over TP size {world}"
+            )
     tied = args.tie_word_embeddings
     for name, module in list(model.named_modules()):
         for pname, param in list(module.named_parameters(recurse=False)):
             full_name = f"{name}.{pname}" if name else pname
-            shard = shard_tensor(full_name, param.data, rank, world, fused_sections(full_name, args))
+            shard = shard_tensor(
+                full_name, param.data, rank, world, fused_sections(full_name, args)
+            )
             if shard is not param.data:
-                setattr(module, pname, nn.Parameter(shard.contiguous().clone(), requires_grad=False))
+                setattr(
+                    module, pname, nn.Parameter(shard.contiguous().clone(), requires_grad=False)
+                )
     for layer in model.model.layers:
         layer.mlp.register_forward_hook(_all_reduce_hook(group))
         if hasattr(layer, "linear_attn"):  # split by heads like attention
@@ -127,7 +138,10 @@ def shard_model(model: CausalLM, group: dist.ProcessGroup) -> None:
 
 
 def gather_tensor(
-    name: str, local: torch.Tensor, group: dist.ProcessGroup | None, sections: tuple[int, ...] | None = None
+    name: str,
+    local: torch.Tensor,
+    group: dist.ProcessGroup | None,
+    sections: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """The full HF tensor `name` from every rank's shard (collective under TP)."""
     dim = 0 if sections is not None else tp_split(name).dim

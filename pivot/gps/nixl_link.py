@@ -10,6 +10,7 @@ job secret (`PIVOT_JOB_SECRET`, which every multi-node run has) it carries an HM
 bound to its key: a record planted by someone who can write to the store is refused instead of
 pointing this job's weight transfers at a foreign agent.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,7 +46,11 @@ _DECODER = msgspec.msgpack.Decoder(RemoteBuffer)
 
 
 def _tag(secret: bytes, key: str, payload: bytes) -> bytes:
-    return hmac.digest(hmac.digest(secret, b"pivot-nixl-v1", hashlib.sha256), key.encode() + b"|" + payload, hashlib.sha256)
+    return hmac.digest(
+        hmac.digest(secret, b"pivot-nixl-v1", hashlib.sha256),
+        key.encode() + b"|" + payload,
+        hashlib.sha256,
+    )
 
 
 def pack_remote(key: str, info: RemoteBuffer, secret: bytes | None) -> bytes:
@@ -62,7 +67,9 @@ def unpack_remote(key: str, raw: bytes, secret: bytes | None) -> RemoteBuffer:
     if secret:
         tag, body = body[:32], body[32:]
         if not hmac.compare_digest(tag, _tag(secret, key, body)):
-            raise ValueError(f"NIXL: store record {key!r} fails authentication (not written by this job)")
+            raise ValueError(
+                f"NIXL: store record {key!r} fails authentication (not written by this job)"
+            )
     try:
         return _DECODER.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -91,7 +98,8 @@ def nixl_api() -> ModuleType:
             if e.name not in (name, f"{name}._api"):  # the wheel is there but broken: say so
                 raise
     raise ModuleNotFoundError(
-        "NIXL is needed for GPS transfers between hosts: pip install nixl-cu13 (CUDA 13) or nixl-cu12 (CUDA 12)")
+        "NIXL is needed for GPS transfers between hosts: pip install nixl-cu13 (CUDA 13) or nixl-cu12 (CUDA 12)"
+    )
 
 
 class NixlLink:
@@ -118,7 +126,12 @@ class NixlLink:
     def serve(self, key: str, buf: torch.Tensor) -> None:
         """Register `buf` and publish how to reach it under store key `key`."""
         self.register(buf)
-        info = RemoteBuffer(self.name, self.agent.get_agent_metadata(), buf.data_ptr(), buf.numel() * buf.element_size())
+        info = RemoteBuffer(
+            self.name,
+            self.agent.get_agent_metadata(),
+            buf.data_ptr(),
+            buf.numel() * buf.element_size(),
+        )
         self.kv.set(key, pack_remote(key, info, self.secret))
 
     def remote(self, key: str) -> RemoteBuffer:
@@ -135,8 +148,9 @@ class NixlLink:
         if reg is not None:
             self.agent.deregister_memory(reg)
 
-    def transfer(self, op: str, like: torch.Tensor, key: str,
-                 pieces: list[tuple[int, int, int]]) -> None:
+    def transfer(
+        self, op: str, like: torch.Tensor, key: str, pieces: list[tuple[int, int, int]]
+    ) -> None:
         """`op` "READ" (remote -> local) or "WRITE" (local -> remote) of byte runs
         (local address, remote offset, length); local memory (on `like`'s device) must be
         registered."""
@@ -148,7 +162,9 @@ class NixlLink:
             if ro + n > info.size:
                 raise ValueError(f"NIXL {op}: remote range [{ro}, {ro + n}) outside buffer {key!r}")
         local_d = self.agent.get_xfer_descs([(base + lo, n, dev) for lo, _, n in pieces], mem)
-        remote_d = self.agent.get_xfer_descs([(info.addr + ro, n, 0) for _, ro, n in pieces], "DRAM")
+        remote_d = self.agent.get_xfer_descs(
+            [(info.addr + ro, n, 0) for _, ro, n in pieces], "DRAM"
+        )
         handle = self.agent.initialize_xfer(op, local_d, remote_d, self._peers[info.agent])
         try:
             state = self.agent.transfer(handle)

@@ -3,6 +3,7 @@
 Pure Python. Each atomic slice is the intersection of one source piece and one destination
 piece, so every transfer moves a whole slice: nothing is split or concatenated in flight.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,10 @@ def intersect(a: Box, b: Box) -> Box | None:
 def refine(src: Layout, dst: Layout) -> list[AtomicSlice]:
     """Atomic slices of `src` x `dst`, tensor by tensor in spec order."""
     if src.model != dst.model or src.signature[1] != dst.signature[1]:
-        raise ValueError(f"refine: layouts describe different models or tensor lists "
-                         f"({src.model!r} vs {dst.model!r})")
+        raise ValueError(
+            f"refine: layouts describe different models or tensor lists "
+            f"({src.model!r} vs {dst.model!r})"
+        )
     memo: dict[tuple[tuple[Box, ...], tuple[Box, ...]], list[tuple[int, int, Box]]] = {}
     out: list[AtomicSlice] = []
     for spec in src.specs:
@@ -52,6 +55,15 @@ def refine(src: Layout, dst: Layout) -> list[AtomicSlice]:
             memo[key] = cuts
         item = spec.itemsize
         for i, j, box in cuts:
-            out.append(AtomicSlice(spec.name, box, math.prod(hi - lo for lo, hi in box) * item,
-                                   i, j, sp[i].holders, dp[j].holders))
+            out.append(
+                AtomicSlice(
+                    spec.name,
+                    box,
+                    math.prod(hi - lo for lo, hi in box) * item,
+                    i,
+                    j,
+                    sp[i].holders,
+                    dp[j].holders,
+                )
+            )
     return out

@@ -3,6 +3,7 @@
 A remote transfer moves one atomic slice as a list of (offset, length) descriptors; the slice is
 contiguous on neither side in general (a row-parallel slice of a full weight is one run per row).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -18,17 +19,22 @@ def runs(container: tuple[int, ...], box: Box) -> list[tuple[int, int]]:
     extents = [hi - lo for lo, hi in box]
     if any(e <= 0 for e in extents):
         return []
-    strides = [math.prod(container[d + 1:]) for d in range(len(container))]
+    strides = [math.prod(container[d + 1 :]) for d in range(len(container))]
     k = len(container) - 1  # innermost dim the run starts to be partial in
     while k > 0 and extents[k] == container[k]:
         k -= 1
     length = extents[k] * strides[k]
     base = sum(lo * st for (lo, _), st in zip(box, strides))
     outer = [range(e) for e in extents[:k]]
-    return [(base + sum(i * st for i, st in zip(idx, strides)), length) for idx in itertools.product(*outer)]
+    return [
+        (base + sum(i * st for i, st in zip(idx, strides)), length)
+        for idx in itertools.product(*outer)
+    ]
 
 
-def paired_runs(src: list[tuple[int, int]], dst: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+def paired_runs(
+    src: list[tuple[int, int]], dst: list[tuple[int, int]]
+) -> list[tuple[int, int, int]]:
     """Cut two run lists over the same element sequence at every break of either: (src, dst, n)."""
     out: list[tuple[int, int, int]] = []
     i = j = 0

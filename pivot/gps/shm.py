@@ -5,6 +5,7 @@ fills the slot that is *not* published (version v goes to slot v % 2), bracketin
 slot's sequence counter (odd while writing); a reader copies the published slot and accepts the
 copy only if that slot's counter was even and unchanged across the copy and its version matches.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,7 +56,9 @@ class SharedBuffer:
         self.slot_bytes = slot_bytes
         self.size = HEADER_BYTES + 2 * slot_bytes
         if not create and (not os.path.exists(path) or os.path.getsize(path) != self.size):
-            raise FileNotFoundError(f"GPS buffer {path} missing or of the wrong size (want {self.size} B)")
+            raise FileNotFoundError(
+                f"GPS buffer {path} missing or of the wrong size (want {self.size} B)"
+            )
         self.raw = torch.from_file(path, shared=True, size=self.size, dtype=torch.uint8)
         self.header = self.raw[:HEADER_BYTES].view(torch.int64)
         self.owner = create
@@ -67,7 +70,7 @@ class SharedBuffer:
 
     def slot(self, i: int) -> torch.Tensor:
         start = HEADER_BYTES + i * self.slot_bytes
-        return self.raw[start:start + self.slot_bytes]
+        return self.raw[start : start + self.slot_bytes]
 
     def words(self) -> list[int]:
         return self.header[:HEADER_WORDS].tolist()
@@ -110,4 +113,8 @@ def header_values_after_publish(words: list[int], slot: int, version: int) -> li
 
 def readable(words: list[int], slot: int, version: int) -> bool:
     """True if `slot` holds `version` and no write is in progress on it."""
-    return words[W_SEQ[slot]] % 2 == 0 and words[W_VERSION[slot]] == version and words[W_MAGIC] == MAGIC
+    return (
+        words[W_SEQ[slot]] % 2 == 0
+        and words[W_VERSION[slot]] == version
+        and words[W_MAGIC] == MAGIC
+    )

@@ -2,14 +2,23 @@
 
 GPS plans over these specs; the torch side builds them from a state_dict (see torch_specs.py).
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
 DTYPE_BYTES: dict[str, int] = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
-    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
 }
 
 
@@ -82,5 +91,6 @@ def qwen2_specs(
 
 def qwen25_72b_specs() -> list[TensorSpec]:
     """Qwen2.5-72B's tensor list (about 72.7e9 parameters), for planning benchmarks."""
-    return qwen2_specs(layers=80, hidden=8192, intermediate=29568, heads=64, kv_heads=8,
-                       head_dim=128, vocab=152064)
+    return qwen2_specs(
+        layers=80, hidden=8192, intermediate=29568, heads=64, kv_heads=8, head_dim=128, vocab=152064
+    )

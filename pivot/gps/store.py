@@ -5,6 +5,7 @@ pulls this rank's atomic slices: a copy out of the shared buffer when the holder
 a NIXL READ when it is another host. A Write pushes the writer's slices the same way into the
 unpublished slot of every host; the version is published only after every host's copy is done.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,12 @@ class HostInfo:
     def from_env() -> HostInfo:
         """From torchrun's env: RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, WORLD_SIZE."""
         world, local_world = int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_WORLD_SIZE"])
-        return HostInfo(int(os.environ["RANK"]), int(os.environ["GROUP_RANK"]),
-                        int(os.environ["LOCAL_RANK"]), tuple(r // local_world for r in range(world)))
+        return HostInfo(
+            int(os.environ["RANK"]),
+            int(os.environ["GROUP_RANK"]),
+            int(os.environ["LOCAL_RANK"]),
+            tuple(r // local_world for r in range(world)),
+        )
 
     @property
     def place(self) -> Place:
@@ -67,8 +72,14 @@ class GPSStore:
     namespace) and `register` every model; Reads are per rank, Writes collective over the
     writers' process group."""
 
-    def __init__(self, kv: dist.Store, info: HostInfo, namespace: str = "pivot_gps",
-                 profile: LinkProfile = LinkProfile(), retry_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        kv: dist.Store,
+        info: HostInfo,
+        namespace: str = "pivot_gps",
+        profile: LinkProfile = LinkProfile(),
+        retry_timeout_s: float = 30.0,
+    ) -> None:
         self.kv, self.info, self.namespace = kv, info, namespace
         self.plans = PlanCache(profile)
         self.retry_timeout_s = retry_timeout_s
@@ -131,14 +142,19 @@ class GPSStore:
     def _words(self, model: str, host: int) -> list[int]:
         if host == self.info.host:
             return self.buffers[model].words()
-        self.link.transfer("READ", self._hdr, self._key(model, host),
-                           [(self._hdr.data_ptr(), 0, HEADER_WORDS * 8)])
+        self.link.transfer(
+            "READ", self._hdr, self._key(model, host), [(self._hdr.data_ptr(), 0, HEADER_WORDS * 8)]
+        )
         return self._hdr.tolist()
 
     def _set_words(self, model: str, host: int, words: list[int]) -> None:
         self._hdr.copy_(torch.tensor(words, dtype=torch.int64))
-        self.link.transfer("WRITE", self._hdr, self._key(model, host),
-                           [(self._hdr.data_ptr(), 0, HEADER_WORDS * 8)])
+        self.link.transfer(
+            "WRITE",
+            self._hdr,
+            self._key(model, host),
+            [(self._hdr.data_ptr(), 0, HEADER_WORDS * 8)],
+        )
 
     def latest(self, model: str) -> int | None:
         """The newest version published on this host, or None before the first Write."""
@@ -151,30 +167,50 @@ class GPSStore:
         spec, p = gps.spec(tensor), gps.pieces[tensor][piece]
         off = self._offsets[(model, host)][(tensor, piece)]
         nbytes = math.prod(p.shape) * spec.itemsize
-        raw = self.buffers[model].slot(slot)[off:off + nbytes]
+        raw = self.buffers[model].slot(slot)[off : off + nbytes]
         return raw.view(TORCH_DTYPES[spec.dtype]).view(p.shape)
 
-    def _remote_runs(self, model: str, host: int, slot: int, tensor: str, src_piece: int, box: Box,
-                     local: torch.Tensor, local_origin: Box) -> list[tuple[int, int, int]]:
+    def _remote_runs(
+        self,
+        model: str,
+        host: int,
+        slot: int,
+        tensor: str,
+        src_piece: int,
+        box: Box,
+        local: torch.Tensor,
+        local_origin: Box,
+    ) -> list[tuple[int, int, int]]:
         """(local address, remote byte offset, bytes) runs moving `box` between a host buffer
         piece and the local tensor `local` (whose box is `local_origin`)."""
         gps = self.layouts[model]
         spec, p = gps.spec(tensor), gps.pieces[tensor][src_piece]
         item = spec.itemsize
-        base = HEADER_BYTES + slot * self._slot_bytes[(model, host)] + self._offsets[(model, host)][(tensor, src_piece)]
+        base = (
+            HEADER_BYTES
+            + slot * self._slot_bytes[(model, host)]
+            + self._offsets[(model, host)][(tensor, src_piece)]
+        )
 
         def rel(origin: Box) -> Box:
             return tuple((lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin))
 
-        pairs = paired_runs(runs(p.shape, rel(p.box)),
-                            runs(tuple(b - a for a, b in local_origin), rel(local_origin)))
+        pairs = paired_runs(
+            runs(p.shape, rel(p.box)),
+            runs(tuple(b - a for a, b in local_origin), rel(local_origin)),
+        )
         addr = local.data_ptr()
         return [(addr + d * item, base + s * item, n * item) for s, d, n in pairs]
 
     # Read -------------------------------------------------------------------------------------
-    def read(self, model: str, layout: Layout, version: int | None = None,
-             out: Mapping[str, torch.Tensor] | None = None,
-             device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], int]:
+    def read(
+        self,
+        model: str,
+        layout: Layout,
+        version: int | None = None,
+        out: Mapping[str, torch.Tensor] | None = None,
+        device: torch.device | str = "cpu",
+    ) -> tuple[dict[str, torch.Tensor], int]:
         """This rank's tensors of `model` under `layout`, all from one version (the latest if
         None). `out` (from an earlier read) is filled in place, avoiding fresh-page faults."""
         me = self.info.place
@@ -182,9 +218,16 @@ class GPSStore:
         plan = self.plans.get(gps, layout)
         transfers = plan.for_receiver(me)
         mine = {name: (j, p) for name, j, p in layout.held_by(me)}
-        outputs = dict(out) if out is not None else {
-            name: torch.empty(p.shape, dtype=TORCH_DTYPES[layout.spec(name).dtype], device=device)
-            for name, (j, p) in mine.items()}
+        outputs = (
+            dict(out)
+            if out is not None
+            else {
+                name: torch.empty(
+                    p.shape, dtype=TORCH_DTYPES[layout.spec(name).dtype], device=device
+                )
+                for name, (j, p) in mine.items()
+            }
+        )
         hosts = sorted({t.src.host for t in transfers})
         remote = [h for h in hosts if h != self.info.host]
         if remote:  # register is idempotent: once per tensor
@@ -197,8 +240,16 @@ class GPSStore:
                 for t in outputs.values():
                     self.link.unregister(t)
 
-    def _read_stable(self, model: str, layout: Layout, version: int | None, plan, transfers,
-                     outputs: dict[str, torch.Tensor], hosts: list[int]) -> tuple[dict[str, torch.Tensor], int]:
+    def _read_stable(
+        self,
+        model: str,
+        layout: Layout,
+        version: int | None,
+        plan,
+        transfers,
+        outputs: dict[str, torch.Tensor],
+        hosts: list[int],
+    ) -> tuple[dict[str, torch.Tensor], int]:
         """Seqlock loop: copy, and keep the copy only if no involved slot changed meanwhile."""
         deadline = time.monotonic() + self.retry_timeout_s
         while True:
@@ -210,8 +261,10 @@ class GPSStore:
                 raise LookupError(f"GPS model {model!r}: nothing published yet")
             ver = max(published) if version is None else version
             if version is not None and max(published) >= version + 2:
-                raise LookupError(f"GPS model {model!r}: version {version} was overwritten "
-                                  f"(latest {max(published)})")
+                raise LookupError(
+                    f"GPS model {model!r}: version {version} was overwritten "
+                    f"(latest {max(published)})"
+                )
             slot = ver % 2
             if all(readable(w, slot, ver) for w in before.values()):
                 self._copy_in(model, slot, plan, transfers, outputs, layout)
@@ -219,8 +272,10 @@ class GPSStore:
                 if all(after[h][W_SEQ[slot]] == before[h][W_SEQ[slot]] for h in hosts):
                     return outputs, ver
             if time.monotonic() > deadline:
-                raise TimeoutError(f"GPS model {model!r}: no stable copy of version {ver} "
-                                   f"within {self.retry_timeout_s}s")
+                raise TimeoutError(
+                    f"GPS model {model!r}: no stable copy of version {ver} "
+                    f"within {self.retry_timeout_s}s"
+                )
             time.sleep(0.0005)
 
     def _copy_in(self, model: str, slot: int, plan, transfers, outputs, layout: Layout) -> None:
@@ -232,19 +287,31 @@ class GPSStore:
             out = outputs[s.tensor]
             if t.src.host == self.info.host:
                 src_piece = self.layouts[model].pieces[s.tensor][s.src_piece]
-                src = _narrow(self._host_view(model, t.src.host, slot, s.tensor, s.src_piece), s.box, src_piece.box)
+                src = _narrow(
+                    self._host_view(model, t.src.host, slot, s.tensor, s.src_piece),
+                    s.box,
+                    src_piece.box,
+                )
                 _narrow(out, s.box, dst_piece.box).copy_(src, non_blocking=out.is_cuda)
             else:
-                pending.setdefault(t.src.host, []).extend(self._remote_runs(
-                    model, t.src.host, slot, s.tensor, s.src_piece, s.box, out, dst_piece.box))
+                pending.setdefault(t.src.host, []).extend(
+                    self._remote_runs(
+                        model, t.src.host, slot, s.tensor, s.src_piece, s.box, out, dst_piece.box
+                    )
+                )
         for host, pieces in pending.items():
             self.link.transfer("READ", any_out, self._key(model, host), pieces)
         if any_out.is_cuda:
             torch.cuda.synchronize(any_out.device)
 
     # Write ------------------------------------------------------------------------------------
-    def write(self, model: str, layout: Layout, shards: Mapping[str, torch.Tensor],
-              group: dist.ProcessGroup | None = None) -> int:
+    def write(
+        self,
+        model: str,
+        layout: Layout,
+        shards: Mapping[str, torch.Tensor],
+        group: dist.ProcessGroup | None = None,
+    ) -> int:
         """Commit this writer's `shards` (its pieces under `layout`); collective over `group`
         (None: this rank is the only writer). Returns the published version."""
         me = self.info.place
@@ -255,7 +322,9 @@ class GPSStore:
         if group is not None:
             dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
         if flags[0]:
-            raise ValueError(problem or f"GPS write of model {model!r}: another writer rejected its shards")
+            raise ValueError(
+                problem or f"GPS write of model {model!r}: another writer rejected its shards"
+            )
         version = int(flags[1]) + 1
         slot = version % 2
         leader = group is None or dist.get_rank(group) == 0
@@ -265,7 +334,9 @@ class GPSStore:
                 if h == self.info.host:
                     self.buffers[model].begin(slot)
                 else:
-                    self._set_words(model, h, header_values_after_begin(self._words(model, h), slot))
+                    self._set_words(
+                        model, h, header_values_after_begin(self._words(model, h), slot)
+                    )
         self._barrier(group)
         self._push(model, layout, shards, slot, me)
         self._barrier(group)
@@ -274,7 +345,9 @@ class GPSStore:
                 if h == self.info.host:
                     self.buffers[model].publish(slot, version)
                 else:
-                    self._set_words(model, h, header_values_after_publish(self._words(model, h), slot, version))
+                    self._set_words(
+                        model, h, header_values_after_publish(self._words(model, h), slot, version)
+                    )
         self._barrier(group)
         return version
 
@@ -285,11 +358,15 @@ class GPSStore:
             if t is None:
                 return f"GPS write of model {model!r}: missing shard for tensor {name!r}"
             if tuple(t.shape) != p.shape or DTYPE_NAMES.get(t.dtype) != want:
-                return (f"GPS write of model {model!r}: tensor {name!r} shard is {tuple(t.shape)} "
-                        f"{t.dtype}, layout wants {p.shape} {want}")
+                return (
+                    f"GPS write of model {model!r}: tensor {name!r} shard is {tuple(t.shape)} "
+                    f"{t.dtype}, layout wants {p.shape} {want}"
+                )
         return ""
 
-    def _push(self, model: str, layout: Layout, shards: Mapping[str, torch.Tensor], slot: int, me: Place) -> None:
+    def _push(
+        self, model: str, layout: Layout, shards: Mapping[str, torch.Tensor], slot: int, me: Place
+    ) -> None:
         plan = self.plans.get(layout, self.layouts[model])
         pending: dict[int, list[tuple[int, int, int]]] = {}
         staged = {n: t.contiguous() for n, t in shards.items()}
@@ -298,12 +375,24 @@ class GPSStore:
             src_box = layout.pieces[s.tensor][s.src_piece].box
             if t.dst.host == self.info.host:
                 dst_box = self.layouts[model].pieces[s.tensor][s.dst_piece].box
-                dst = _narrow(self._host_view(model, t.dst.host, slot, s.tensor, s.dst_piece), s.box, dst_box)
+                dst = _narrow(
+                    self._host_view(model, t.dst.host, slot, s.tensor, s.dst_piece), s.box, dst_box
+                )
                 dst.copy_(_narrow(staged[s.tensor], s.box, src_box))
             else:
                 self.link.register(staged[s.tensor])
-                pending.setdefault(t.dst.host, []).extend(self._remote_runs(
-                    model, t.dst.host, slot, s.tensor, s.dst_piece, s.box, staged[s.tensor], src_box))
+                pending.setdefault(t.dst.host, []).extend(
+                    self._remote_runs(
+                        model,
+                        t.dst.host,
+                        slot,
+                        s.tensor,
+                        s.dst_piece,
+                        s.box,
+                        staged[s.tensor],
+                        src_box,
+                    )
+                )
         for host, pieces in pending.items():
             self.link.transfer("WRITE", next(iter(staged.values())), self._key(model, host), pieces)
         for t in staged.values():

@@ -4,6 +4,7 @@ Pure Python. Greedy in demand order: each demand goes to the holder whose accumu
 latency after taking it is smallest (cost = bytes / link bandwidth + per-transfer overhead).
 Plans are cached by the signatures of both layouts (model, places, parallelism) and the profile.
 """
+
 from __future__ import annotations
 
 import gc
@@ -74,7 +75,9 @@ class TransferPlan:
         return self._by[key]
 
 
-def plan(src: Layout, dst: Layout, profile: LinkProfile = LinkProfile(), balanced: bool = True) -> TransferPlan:
+def plan(
+    src: Layout, dst: Layout, profile: LinkProfile = LinkProfile(), balanced: bool = True
+) -> TransferPlan:
     """Plan the re-partitioning src -> dst. `balanced=False` gives the naive first-holder plan."""
     gc_was_on = gc.isenabled()
     gc.disable()  # planning allocates many small records; cyclic GC passes would dominate
@@ -100,7 +103,9 @@ def _plan(src: Layout, dst: Layout, profile: LinkProfile, balanced: bool) -> Tra
     return TransferPlan(src, dst, slices, sources, _loads(slices, sources, profile))
 
 
-def _loads(slices: list[AtomicSlice], sources: list[Place], profile: LinkProfile) -> dict[Place, float]:
+def _loads(
+    slices: list[AtomicSlice], sources: list[Place], profile: LinkProfile
+) -> dict[Place, float]:
     load: dict[Place, float] = {}
     d = 0
     for s in slices:
@@ -132,7 +137,9 @@ def _holder_classes(slices: list[AtomicSlice]) -> tuple[dict, dict] | None:
     return classes, by_id
 
 
-def _greedy_classes(slices: list[AtomicSlice], by_id: dict[int, tuple], profile: LinkProfile) -> list[Place]:
+def _greedy_classes(
+    slices: list[AtomicSlice], by_id: dict[int, tuple], profile: LinkProfile
+) -> list[Place]:
     """Fast greedy: within one class every remote holder costs the same, so the best choice is
     either the least-loaded holder or the receiver's own host (local is never slower).
 
@@ -145,7 +152,9 @@ def _greedy_classes(slices: list[AtomicSlice], by_id: dict[int, tuple], profile:
     out: list[Place] = []
     append = out.append
     batch: dict[tuple[int, int], tuple | None] = {}
-    hosts_of: dict[tuple[int, int], tuple[int, ...]] = {}  # receivers -> local holder index, -1 if none
+    hosts_of: dict[
+        tuple[int, int], tuple[int, ...]
+    ] = {}  # receivers -> local holder index, -1 if none
     for s in slices:
         members, receivers = s.holders, s.receivers
         acc, pos, bound = by_id[id(members)]
@@ -182,8 +191,9 @@ def _greedy_classes(slices: list[AtomicSlice], by_id: dict[int, tuple], profile:
     return out
 
 
-def _batch_info(members: tuple[Place, ...], receivers: tuple[Place, ...],
-                pos: dict[int, int]) -> tuple[int, tuple[Place, ...]] | None:
+def _batch_info(
+    members: tuple[Place, ...], receivers: tuple[Place, ...], pos: dict[int, int]
+) -> tuple[int, tuple[Place, ...]] | None:
     """(c, local holder per receiver) when every holder is local to exactly c receivers."""
     counts = [0] * len(members)
     local = []

@@ -6,6 +6,7 @@ attention shape from config.json. Without a folder they come from the preset's p
 and the simulator's architecture table (`pivot.sim.hardware.model_spec`); the hidden size is then
 estimated from params ~= 12 * layers * hidden^2 and marked as an estimate.
 """
+
 from __future__ import annotations
 
 import json
@@ -81,13 +82,24 @@ def _dtype(name: str, header_dtype: str, dtype: str) -> str:
     """Floating tensors take the configured dtype (GPS and devices hold them so); others keep theirs."""
     if header_dtype in _FLOAT:
         return dtype
-    return {"I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}[header_dtype]
+    return {
+        "I64": "int64",
+        "I32": "int32",
+        "I16": "int16",
+        "I8": "int8",
+        "U8": "uint8",
+        "BOOL": "bool",
+    }[header_dtype]
 
 
 def read_headers(folder: Path) -> list[tuple[str, tuple[int, ...], str]]:
     """(name, shape, safetensors dtype) of every tensor in the folder, without reading data."""
     index = folder / INDEX
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else [SINGLE]
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        if index.is_file()
+        else [SINGLE]
+    )
     out = []
     for file in files:
         path = folder / file
@@ -108,19 +120,29 @@ def from_folder(folder: str | Path, dtype: str) -> ModelFootprint:
     cfg = json.loads((folder / "config.json").read_text())
     cfg = cfg.get("text_config", cfg)  # multimodal wrappers keep the decoder's numbers here
     # the decoder's tensors only (a vision tower and an MTP head are not loaded), by Pivot's names
-    specs = tuple(TensorSpec(ours, shape, _dtype(n, dt, dtype)) for n, shape, dt in read_headers(folder)
-                  if (ours := decoder_name(n)) is not None)
+    specs = tuple(
+        TensorSpec(ours, shape, _dtype(n, dt, dtype))
+        for n, shape, dt in read_headers(folder)
+        if (ours := decoder_name(n)) is not None
+    )
     heads = cfg["num_attention_heads"]
     layers = cfg["num_hidden_layers"]
     kinds = cfg.get("layer_types") or []
     kv_layers = sum(k == "full_attention" for k in kinds) if kinds else layers
     return ModelFootprint(
-        name=folder.name, source=str(folder), specs=specs, layers=layers, kv_layers=kv_layers,
+        name=folder.name,
+        source=str(folder),
+        specs=specs,
+        layers=layers,
+        kv_layers=kv_layers,
         kv_heads=cfg.get("num_key_value_heads") or heads,
         head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
         hidden=cfg["hidden_size"],
-        intermediate=cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 4 * cfg["hidden_size"],
-        vocab=cfg.get("vocab_size", _DEFAULT_VOCAB), dtype_bytes=DTYPE_BYTES[dtype],
+        intermediate=cfg.get("moe_intermediate_size")
+        or cfg.get("intermediate_size")
+        or 4 * cfg["hidden_size"],
+        vocab=cfg.get("vocab_size", _DEFAULT_VOCAB),
+        dtype_bytes=DTYPE_BYTES[dtype],
     )
 
 
@@ -131,8 +153,15 @@ def from_params(path: str, params_b: float, active_params_b: float, dtype: str) 
     active = int(arch.active_params_b * 1e9)
     hidden = 128 * max(1, round(math.sqrt(active / (12 * arch.layers)) / 128))
     return ModelFootprint(
-        name=arch.name, source=f"estimated from params_b={params_b} ({path or 'no folder'} not found)",
-        specs=(TensorSpec("params", (params,), dtype),), layers=arch.layers, kv_layers=arch.layers,
-        kv_heads=arch.kv_heads, head_dim=arch.head_dim, hidden=hidden, intermediate=4 * hidden,
-        vocab=_DEFAULT_VOCAB, dtype_bytes=DTYPE_BYTES[dtype],
+        name=arch.name,
+        source=f"estimated from params_b={params_b} ({path or 'no folder'} not found)",
+        specs=(TensorSpec("params", (params,), dtype),),
+        layers=arch.layers,
+        kv_layers=arch.layers,
+        kv_heads=arch.kv_heads,
+        head_dim=arch.head_dim,
+        hidden=hidden,
+        intermediate=4 * hidden,
+        vocab=_DEFAULT_VOCAB,
+        dtype_bytes=DTYPE_BYTES[dtype],
     )

@@ -26,6 +26,7 @@ Per host:
                  and optimizer bytes, pinned on CUDA while training is shifted down
 Pinned memory = GPS (on CUDA hosts) + offload. A capacity of 0 is unknown and not checked.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,33 +81,53 @@ class MemoryPlan:
 def _problem(u: Usage, configured_gb: float) -> str:
     """One line: what does not fit, its largest part, the capacity's field, and the shortfall."""
     item = max(u.items, key=lambda i: i.nbytes)
-    return (f"{u.where}: needs {u.total / GB:.2f} GB (largest: {item.what} {item.nbytes / GB:.2f} GB), "
-            f"{u.field}={configured_gb:g} is short by {u.over / GB:.2f} GB")
+    return (
+        f"{u.where}: needs {u.total / GB:.2f} GB (largest: {item.what} {item.nbytes / GB:.2f} GB), "
+        f"{u.field}={configured_gb:g} is short by {u.over / GB:.2f} GB"
+    )
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def inference_usage(role: str, fp: ModelFootprint, tp: int, kv_tokens: int, prefill_tokens: int,
-                    running_seqs: int, capacity: int) -> Usage:
+def inference_usage(
+    role: str,
+    fp: ModelFootprint,
+    tp: int,
+    kv_tokens: int,
+    prefill_tokens: int,
+    running_seqs: int,
+    capacity: int,
+) -> Usage:
     b = fp.dtype_bytes
     kv = kv_tokens * 2 * fp.kv_layers * _ceil_div(fp.kv_heads, tp) * fp.head_dim * b
-    act = prefill_tokens * (4 * fp.hidden + 3 * _ceil_div(fp.intermediate, tp)) * b + running_seqs * fp.vocab * 4
+    act = (
+        prefill_tokens * (4 * fp.hidden + 3 * _ceil_div(fp.intermediate, tp)) * b
+        + running_seqs * fp.vocab * 4
+    )
     items = (Item("weights", fp.tp_bytes(tp)), Item("KV cache", kv), Item("activations", act))
     return Usage(f"{role} device (TP={tp}, {fp.name})", items, capacity, "cluster.gpu_memory_gb")
 
 
-def training_usage(fp: ModelFootprint, devices: int, micro_batch_tokens: int, recompute: bool, capacity: int) -> Usage:
+def training_usage(
+    fp: ModelFootprint, devices: int, micro_batch_tokens: int, recompute: bool, capacity: int
+) -> Usage:
     b = fp.dtype_bytes
     shard = _ceil_div(fp.params, devices)
     layer_act = (8 * fp.hidden + 4 * fp.intermediate) * b
     kept = fp.layers * fp.hidden * b + layer_act if recompute else fp.layers * layer_act
     act = micro_batch_tokens * (kept + fp.vocab * 8)
-    items = (Item("master weights fp32", 4 * shard), Item("gradients fp32", 4 * shard),
-             Item("optimizer fp32", 8 * shard), Item("FSDP all-gather", 2 * fp.layer_params() * b),
-             Item("activations", act))
-    return Usage(f"train device (FSDP over {devices}, {fp.name})", items, capacity, "cluster.gpu_memory_gb")
+    items = (
+        Item("master weights fp32", 4 * shard),
+        Item("gradients fp32", 4 * shard),
+        Item("optimizer fp32", 8 * shard),
+        Item("FSDP all-gather", 2 * fp.layer_params() * b),
+        Item("activations", act),
+    )
+    return Usage(
+        f"train device (FSDP over {devices}, {fp.name})", items, capacity, "cluster.gpu_memory_gb"
+    )
 
 
 def offload_bytes(train: Usage) -> int:
@@ -114,8 +135,13 @@ def offload_bytes(train: Usage) -> int:
     return sum(i.nbytes for i in train.items if i.what in ("master weights fp32", "optimizer fp32"))
 
 
-def plan_memory(cfg: PivotConfig, policy: ModelFootprint, genrm: ModelFootprint, nnodes: int,
-                devices_per_node: int) -> MemoryPlan:
+def plan_memory(
+    cfg: PivotConfig,
+    policy: ModelFootprint,
+    genrm: ModelFootprint,
+    nnodes: int,
+    devices_per_node: int,
+) -> MemoryPlan:
     world = nnodes * devices_per_node
     gpu = int(cfg.cluster.gpu_memory_gb * GB)
     host = int(cfg.cluster.host_memory_gb * GB)
@@ -123,11 +149,18 @@ def plan_memory(cfg: PivotConfig, policy: ModelFootprint, genrm: ModelFootprint,
     devices = []
     for role, fp, rc in (("rollout", policy, cfg.rollout), ("reward", genrm, cfg.reward)):
         e = rc.engine
-        devices.append(inference_usage(role, fp, rc.tp, e.kv_capacity_tokens, e.max_prefill_tokens,
-                                       e.max_running_seqs, gpu))
+        devices.append(
+            inference_usage(
+                role, fp, rc.tp, e.kv_capacity_tokens, e.max_prefill_tokens, e.max_running_seqs, gpu
+            )
+        )
     if train_devices:
         t = cfg.train
-        devices.append(training_usage(policy, train_devices, t.micro_batch_tokens, t.activation_checkpointing, gpu))
+        devices.append(
+            training_usage(
+                policy, train_devices, t.micro_batch_tokens, t.activation_checkpointing, gpu
+            )
+        )
     problems = [_problem(u, cfg.cluster.gpu_memory_gb) for u in devices if u.over]
 
     models = {"policy": policy.specs, "genrm": genrm.specs}
@@ -139,8 +172,13 @@ def plan_memory(cfg: PivotConfig, policy: ModelFootprint, genrm: ModelFootprint,
     items = [Item(f"GPS buffers ({kind}, {GPS_BUFFERS} per model)", gps)]
     if train_devices:
         trainers_here = min(train_devices, devices_per_node)
-        items.append(Item(f"trainer offload ({trainers_here} devices)", trainers_here * offload_bytes(devices[-1])))
-    pinned = sum(i.nbytes for i in items[0 if cfg.cluster.device == "cuda" else 1:])
+        items.append(
+            Item(
+                f"trainer offload ({trainers_here} devices)",
+                trainers_here * offload_bytes(devices[-1]),
+            )
+        )
+    pinned = sum(i.nbytes for i in items[0 if cfg.cluster.device == "cuda" else 1 :])
     hosts = (Usage(f"host (each of {nnodes})", tuple(items), host, "cluster.host_memory_gb"),)
     problems += [_problem(u, cfg.cluster.host_memory_gb) for u in hosts if u.over]
     return MemoryPlan(tuple(devices), hosts, k, pinned, tuple(problems))

@@ -5,6 +5,7 @@ Runs without torchrun and without a GPU. The cluster is `--cluster.nnodes` hosts
 Model folders that exist are read (config.json and safetensors headers); absent ones are
 estimated from `--model.policy-params-b` / `--model.genrm-params-b`.
 """
+
 from __future__ import annotations
 
 import sys
@@ -22,7 +23,11 @@ def dry_run_shape(cfg: PivotConfig) -> tuple[int, int]:
     c = cfg.cluster
     if c.nnodes and c.devices_per_node:
         return c.nnodes, c.devices_per_node
-    pools = cfg.train.devices + cfg.rollout.replicas * cfg.rollout.tp + cfg.reward.replicas * cfg.reward.tp
+    pools = (
+        cfg.train.devices
+        + cfg.rollout.replicas * cfg.rollout.tp
+        + cfg.reward.replicas * cfg.reward.tp
+    )
     return c.nnodes or 1, c.devices_per_node or max(1, -(-pools // (c.nnodes or 1)))
 
 
@@ -30,8 +35,10 @@ def _tiny_folder(cfg: PivotConfig, which: str) -> Path:
     from pivot.tiny.shipped import WEIGHTS
 
     if not (WEIGHTS / which / "config.json").is_file():
-        raise ConfigError(f"model.{which}='': the embedded tiny model is missing from {WEIGHTS} "
-                          f"(restore it from git), or give --model.{which} or --model.{which}-params-b")
+        raise ConfigError(
+            f"model.{which}='': the embedded tiny model is missing from {WEIGHTS} "
+            f"(restore it from git), or give --model.{which} or --model.{which}-params-b"
+        )
     return WEIGHTS / which
 
 
@@ -46,7 +53,9 @@ def footprint(cfg: PivotConfig, which: str) -> ModelFootprint:
     if params_b > 0:
         return from_params(path, params_b, active_b, m.dtype)
     if path:
-        raise ConfigError(f"model.{which}={path!r}: no config.json there and model.{which}_params_b is 0")
+        raise ConfigError(
+            f"model.{which}={path!r}: no config.json there and model.{which}_params_b is 0"
+        )
     return from_folder(_tiny_folder(cfg, which), m.dtype)
 
 
@@ -55,7 +64,11 @@ def _gb(n: int) -> str:
 
 
 def _usage_lines(u: Usage) -> list[str]:
-    cap = f"of {u.capacity / GB:.2f} GB" if u.capacity else f"(capacity unknown: set --{u.field.replace('_', '-')})"
+    cap = (
+        f"of {u.capacity / GB:.2f} GB"
+        if u.capacity
+        else f"(capacity unknown: set --{u.field.replace('_', '-')})"
+    )
     status = "" if not u.capacity else ("  DOES NOT FIT" if u.over else "  fits")
     lines = [f"  {u.where}"]
     lines += [f"    {i.what:<44}{_gb(i.nbytes)}" for i in u.items]
@@ -63,11 +76,17 @@ def _usage_lines(u: Usage) -> list[str]:
     return lines
 
 
-def format_plan(cfg: PivotConfig, plan: MemoryPlan, models: list[ModelFootprint], nnodes: int, dpn: int) -> str:
-    lines = [f"pivot: memory plan of preset {cfg.preset}, mode {cfg.cluster.mode}, "
-             f"{nnodes} hosts x {dpn} devices, dtype {cfg.model.dtype}"]
+def format_plan(
+    cfg: PivotConfig, plan: MemoryPlan, models: list[ModelFootprint], nnodes: int, dpn: int
+) -> str:
+    lines = [
+        f"pivot: memory plan of preset {cfg.preset}, mode {cfg.cluster.mode}, "
+        f"{nnodes} hosts x {dpn} devices, dtype {cfg.model.dtype}"
+    ]
     for fp in models:
-        lines.append(f"  model {fp.name}: {fp.params / 1e9:.2f}B parameters, {fp.nbytes / GB:.2f} GB ({fp.source})")
+        lines.append(
+            f"  model {fp.name}: {fp.params / 1e9:.2f}B parameters, {fp.nbytes / GB:.2f} GB ({fp.source})"
+        )
     lines.append("per device")
     for u in plan.devices:
         lines += _usage_lines(u)
@@ -101,7 +120,9 @@ def _judge_overhead(cfg: PivotConfig) -> tuple[int, str]:
         from pivot.runtime.context_check import judge_overhead
 
         return judge_overhead(cfg, genrm), "measured with the GenRM's tokenizer"
-    return len(judge_prompt("", "", judge_template(cfg.reward)).encode()), "bounded by the template's bytes"
+    return len(
+        judge_prompt("", "", judge_template(cfg.reward)).encode()
+    ), "bounded by the template's bytes"
 
 
 def context_lines(cfg: PivotConfig) -> tuple[list[str], list[str]]:
@@ -112,11 +133,21 @@ def context_lines(cfg: PivotConfig) -> tuple[list[str], list[str]]:
         return [f"context: not checked for {', '.join(missing)} (no config.json)"], []
     overhead, how = _judge_overhead(cfg)
     needs: tuple[ContextNeed, ...] = context_needs(
-        Path(cfg.model.policy).name, limits["policy"], Path(cfg.model.genrm).name, limits["genrm"],
-        cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens, cfg.reward.max_new_tokens, overhead)
+        Path(cfg.model.policy).name,
+        limits["policy"],
+        Path(cfg.model.genrm).name,
+        limits["genrm"],
+        cfg.rollout.max_prompt_tokens,
+        cfg.rollout.max_new_tokens,
+        cfg.reward.max_new_tokens,
+        overhead,
+    )
     lines = [f"context (judge template {how})"]
-    lines += [f"  {n.role:<8} {n.prompt:>7} prompt + {n.new_tokens:>6} new = {n.total:>7} of {n.limit} ({n.model})"
-              f"{'  DOES NOT FIT' if n.problem else '  fits'}" for n in needs]
+    lines += [
+        f"  {n.role:<8} {n.prompt:>7} prompt + {n.new_tokens:>6} new = {n.total:>7} of {n.limit} ({n.model})"
+        f"{'  DOES NOT FIT' if n.problem else '  fits'}"
+        for n in needs
+    ]
     return lines, [n.problem for n in needs if n.problem]
 
 
@@ -134,7 +165,10 @@ def dry_run(cfg: PivotConfig, out: TextIO | None = None) -> int:
     except (ConfigError, OSError, ValueError) as e:
         print(f"pivot: config error: {e}", file=sys.stderr)
         return 2
-    print(format_plan(cfg, plan, [policy, genrm], nnodes, dpn) + "\n" + "\n".join(ctx_lines), file=out or sys.stdout)
+    print(
+        format_plan(cfg, plan, [policy, genrm], nnodes, dpn) + "\n" + "\n".join(ctx_lines),
+        file=out or sys.stdout,
+    )
     for problem in plan.problems:
         print(f"pivot: does not fit: {problem}", file=sys.stderr)
     for problem in ctx_problems:

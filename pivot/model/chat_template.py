@@ -8,6 +8,7 @@ keeps non-ASCII text and does not HTML-escape, `raise_exception`, `strftime_now`
 switches the caller passes (e.g. Qwen3's `enable_thinking`). Hub templates are untrusted
 code, hence the sandbox and a namespace that refuses underscore-prefixed names.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -54,16 +55,25 @@ class _Namespace(jinja2.utils.Namespace):
     @staticmethod
     def _check(name: object) -> None:
         if isinstance(name, str) and name.startswith("_"):
-            raise jinja2.exceptions.SecurityError(f"chat template: namespace attribute {name!r} is not allowed")
+            raise jinja2.exceptions.SecurityError(
+                f"chat template: namespace attribute {name!r} is not allowed"
+            )
 
 
 def _raise(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
-def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+def _tojson(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -99,11 +109,16 @@ def render_chat(
     """The template's text for one conversation; caller switches override special tokens."""
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
-            raise TypeError(f"chat message {i} must be a dict with 'role' and 'content', got {type(m).__name__}")
+            raise TypeError(
+                f"chat message {i} must be a dict with 'role' and 'content', got {type(m).__name__}"
+            )
     try:
         return compile_template(source).render(
-            messages=[_with_reasoning_aliases(m) for m in messages], tools=tools, documents=documents,
-            add_generation_prompt=add_generation_prompt, **{**special_tokens, **template_kwargs},
+            messages=[_with_reasoning_aliases(m) for m in messages],
+            tools=tools,
+            documents=documents,
+            add_generation_prompt=add_generation_prompt,
+            **{**special_tokens, **template_kwargs},
         )
     except jinja2.exceptions.TemplateError as e:
         raise ValueError(f"chat template failed: {e}") from e

@@ -6,6 +6,7 @@ filter lets through (`rollout.max_prompt_tokens`) plus `rollout.max_new_tokens`.
 sequence is the judge prompt, which must hold the template, the question and the longest
 response the policy may write, plus `reward.max_new_tokens`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,18 +35,41 @@ class ContextNeed:
     def problem(self) -> str | None:
         if self.total <= self.limit:
             return None
-        return (f"{self.role}: longest prompt {self.prompt} ({self.prompt_parts}) + {self.new_field}={self.new_tokens} "
-                f"= {self.total} tokens exceed {self.model}'s max_position_embeddings={self.limit}")
+        return (
+            f"{self.role}: longest prompt {self.prompt} ({self.prompt_parts}) + {self.new_field}={self.new_tokens} "
+            f"= {self.total} tokens exceed {self.model}'s max_position_embeddings={self.limit}"
+        )
 
 
-def context_needs(policy: str, policy_limit: int, genrm: str, genrm_limit: int, max_prompt_tokens: int,
-                  rollout_new: int, reward_new: int, judge_overhead: int) -> tuple[ContextNeed, ContextNeed]:
+def context_needs(
+    policy: str,
+    policy_limit: int,
+    genrm: str,
+    genrm_limit: int,
+    max_prompt_tokens: int,
+    rollout_new: int,
+    reward_new: int,
+    judge_overhead: int,
+) -> tuple[ContextNeed, ContextNeed]:
     """The rollout's and the reward's needs; `judge_overhead` = tokens of the judge prompt with an
     empty question and response (the template, inside the GenRM's chat template when used)."""
-    rollout = ContextNeed("rollout", policy, policy_limit, max_prompt_tokens,
-                          "rollout.max_prompt_tokens", rollout_new, "rollout.max_new_tokens")
+    rollout = ContextNeed(
+        "rollout",
+        policy,
+        policy_limit,
+        max_prompt_tokens,
+        "rollout.max_prompt_tokens",
+        rollout_new,
+        "rollout.max_new_tokens",
+    )
     judge = judge_overhead + max_prompt_tokens + rollout_new
-    reward = ContextNeed("reward", genrm, genrm_limit, judge,
-                         f"judge template {judge_overhead} + question {max_prompt_tokens} + response {rollout_new}",
-                         reward_new, "reward.max_new_tokens")
+    reward = ContextNeed(
+        "reward",
+        genrm,
+        genrm_limit,
+        judge,
+        f"judge template {judge_overhead} + question {max_prompt_tokens} + response {rollout_new}",
+        reward_new,
+        "reward.max_new_tokens",
+    )
     return rollout, reward

@@ -10,6 +10,7 @@ A_ij = beta_i (gamma_i / gamma_j) k_i.k_j for j < i and gamma the decay since th
 Before the rule, q/k/v pass a causal depthwise conv1d (kernel K) and SiLU; after it, an RMSNorm
 gated by SiLU(z). A sequence's state between calls is (the last K-1 conv inputs, S).
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,7 +21,9 @@ from pivot.model.args import ModelArgs
 from pivot.model.layers import make_linear
 
 
-def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor):
+def _prepare(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
+):
     """[B, T, H, D] inputs -> fp32 [B, Hv, T, D] with k/q heads repeated to the value heads."""
     rep = v.shape[2] // k.shape[2]
     if rep > 1:
@@ -32,7 +35,12 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
 
 
 def recurrent_delta_rule(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q/k [B, T, Hk, Dk], v [B, T, Hv, Dv], g/beta [B, T, Hv], state [B, Hv, Dk, Dv] -> (o [B, T, Hv, Dv], state)."""
     q, k, v, g, beta = _prepare(q, k, v, g, beta)
@@ -48,8 +56,13 @@ def recurrent_delta_rule(
 
 
 def chunked_delta_rule(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-    state: torch.Tensor | None, chunk: int = 64,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor | None,
+    chunk: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Same contract as `recurrent_delta_rule`, a chunk of tokens per matrix product."""
     q, k, v, g, beta = _prepare(q, k, v, g, beta)
@@ -92,8 +105,15 @@ class GatedDeltaNet(nn.Module):
     def __init__(self, args: ModelArgs, layer_idx: int, linear: str) -> None:
         super().__init__()
         self.layer_idx = layer_idx
-        self.n_k_heads, self.n_v_heads = args.linear_num_key_heads, args.linear_num_value_heads  # local: TP divides
-        self.dk, self.dv, self.kernel = args.linear_key_head_dim, args.linear_value_head_dim, args.linear_conv_kernel_dim
+        self.n_k_heads, self.n_v_heads = (
+            args.linear_num_key_heads,
+            args.linear_num_value_heads,
+        )  # local: TP divides
+        self.dk, self.dv, self.kernel = (
+            args.linear_key_head_dim,
+            args.linear_value_head_dim,
+            args.linear_conv_kernel_dim,
+        )
         key_dim, value_dim = self.n_k_heads * self.dk, self.n_v_heads * self.dv
         conv_dim = 2 * key_dim + value_dim
         h = args.hidden_size
@@ -113,7 +133,11 @@ class GatedDeltaNet(nn.Module):
         """x [B, T, H] and the (conv inputs [B, C, K-1], delta state) before it -> (output, state after)."""
         b, t, _ = x.shape
         mixed = self.in_proj_qkv(x).transpose(1, 2)  # [B, C, T]
-        history = mixed.new_zeros(b, mixed.shape[1], self.kernel - 1) if state is None else state[0].to(mixed.dtype)
+        history = (
+            mixed.new_zeros(b, mixed.shape[1], self.kernel - 1)
+            if state is None
+            else state[0].to(mixed.dtype)
+        )
         padded = torch.cat([history, mixed], dim=-1)
         conv = F.silu(F.conv1d(padded, self.conv1d.weight, groups=padded.shape[1])).transpose(1, 2)
         key_dim = self.n_k_heads * self.dk
@@ -126,4 +150,4 @@ class GatedDeltaNet(nn.Module):
         o, delta_state = rule(q, k, v, g, beta, None if state is None else state[1])
         z = self.in_proj_z(x).reshape(b, t, self.n_v_heads, self.dv)
         o = self.norm(o.to(x.dtype), z).reshape(b, t, -1)
-        return self.out_proj(o), (padded[..., padded.shape[-1] - (self.kernel - 1):], delta_state)
+        return self.out_proj(o), (padded[..., padded.shape[-1] - (self.kernel - 1) :], delta_state)

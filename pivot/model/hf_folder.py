@@ -1,4 +1,5 @@
 """Hugging Face checkpoint layout: config.json, safetensors (single or sharded + index), tokenizer.json."""
+
 from __future__ import annotations
 
 import json
@@ -62,7 +63,9 @@ def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
                     if (ours := decoder_name(name)) is not None:
                         tensors[ours] = f.get_tensor(name)
         except Exception as e:  # safetensors raises its own error types for truncated headers/data
-            raise ValueError(f"{full}: unreadable safetensors file (truncated or corrupt): {e}") from e
+            raise ValueError(
+                f"{full}: unreadable safetensors file (truncated or corrupt): {e}"
+            ) from e
         missing = sorted(set(expected) - set(names))
         if missing:
             raise ValueError(f"{full}: tensor {missing[0]!r} listed in {INDEX} is not in the file")
@@ -70,8 +73,16 @@ def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 _SAFETENSORS_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
 }
 
 
@@ -89,7 +100,10 @@ def tensor_headers(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch.d
                 for name in f.keys():
                     if (ours := decoder_name(name)) is not None:
                         sliced = f.get_slice(name)
-                        out[ours] = (tuple(sliced.get_shape()), _SAFETENSORS_DTYPES[sliced.get_dtype()])
+                        out[ours] = (
+                            tuple(sliced.get_shape()),
+                            _SAFETENSORS_DTYPES[sliced.get_dtype()],
+                        )
         except KeyError as e:
             raise ValueError(f"{full}: unsupported tensor dtype {e.args[0]!r}") from e
         except Exception as e:
@@ -107,21 +121,30 @@ def _check_tensors(path: Path, args: ModelArgs, got: dict[str, tuple[int, ...]])
         if name not in got:
             raise ValueError(f"{path}: tensor {name!r} missing from the checkpoint")
         if tuple(got[name]) != tuple(param.shape):
-            raise ValueError(f"{path}: tensor {name!r} has shape {tuple(got[name])}, config.json implies {tuple(param.shape)}")
+            raise ValueError(
+                f"{path}: tensor {name!r} has shape {tuple(got[name])}, config.json implies {tuple(param.shape)}"
+            )
     unexpected = sorted(set(got) - set(expected))
     if unexpected:
-        raise ValueError(f"{path}: unexpected tensor {unexpected[0]!r} (and {len(unexpected) - 1} more)")
+        raise ValueError(
+            f"{path}: unexpected tensor {unexpected[0]!r} (and {len(unexpected) - 1} more)"
+        )
 
 
 def check_folder(path: str | Path) -> None:
     """config.json against the safetensors headers, reading no tensor data: a missing shard, a
     tensor missing, extra or of the wrong shape raises one line naming the file or tensor."""
     path = Path(path)
-    _check_tensors(path, ModelArgs.load(path), {n: shape for n, (shape, _) in tensor_headers(path).items()})
+    _check_tensors(
+        path, ModelArgs.load(path), {n: shape for n, (shape, _) in tensor_headers(path).items()}
+    )
 
 
 def from_pretrained(
-    path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", linear: str = "torch"
+    path: str | Path,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    linear: str = "torch",
 ) -> CausalLM:
     """Build the model described by `path/config.json` and load its safetensors weights."""
     path = Path(path)
@@ -168,6 +191,8 @@ def save_pretrained(
             save_file(shard, str(path / file), metadata={"format": "pt"})
             weight_map.update({name: file for name in shard})
         total = sum(t.numel() * t.element_size() for t in state.values())
-        (path / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+        (path / INDEX).write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+        )
     if tokenizer_file is not None:
         (path / "tokenizer.json").write_bytes(Path(tokenizer_file).read_bytes())

@@ -1,4 +1,5 @@
 """Building blocks shared by every decoder family: linear layers, RMSNorm and rotary embeddings."""
+
 from __future__ import annotations
 
 import torch
@@ -45,17 +46,25 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, rotary_dim: int, theta: float, interleaved: bool = False) -> None:
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+        inv_freq = 1.0 / (
+            theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim)
+        )
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.interleaved = interleaved
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[..., None] * self.inv_freq.to(positions.device)
-        emb = freqs.repeat_interleave(2, dim=-1) if self.interleaved else torch.cat([freqs, freqs], dim=-1)
+        emb = (
+            freqs.repeat_interleave(2, dim=-1)
+            if self.interleaved
+            else torch.cat([freqs, freqs], dim=-1)
+        )
         return emb.cos(), emb.sin()
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
+def apply_rotary(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False
+) -> torch.Tensor:
     """x: [B, T, H, D]; cos/sin: [B, T, R] in fp32 with R <= D; channels past R pass through."""
     x32 = x.float()
     rot = cos.shape[-1]

@@ -5,6 +5,7 @@ real, so a 72B model costs nothing to construct; TP sharding or `fully_shard` th
 meta parameters to this rank's slice, and `materialize` allocates exactly that (uninitialised:
 the caller loads the values, from GPS or from safetensors slices).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,7 +28,9 @@ def params_on_meta() -> Iterator[None]:
     def on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         register(module, name, param)
         if param is not None and not param.is_meta:
-            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+            module._parameters[name] = nn.Parameter(
+                param.to("meta"), requires_grad=param.requires_grad
+            )
 
     nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
     _depth += 1

@@ -1,4 +1,5 @@
 """Dense feed-forward blocks: SwiGLU with separate gate/up projections, or GLM-4's fused one."""
+
 from __future__ import annotations
 
 import torch

@@ -12,6 +12,7 @@ slice of every expert's gate/up and the matching row slice of its down projectio
 router is replicated, so every rank routes identically and the block's output is one
 all-reduce, exactly like a dense MLP (`pivot.model.tp_plan` needs no MoE case).
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,7 +32,9 @@ class FusedExperts(nn.Module):
         super().__init__()
         self.gate_up_proj = nn.Parameter(torch.empty(experts, 2 * intermediate, hidden))
         self.down_proj = nn.Parameter(torch.empty(experts, hidden, intermediate))
-        for p in self.parameters():  # nn.Linear's default bound per expert (1/sqrt(fan_in)): a fresh model is usable
+        for p in (
+            self.parameters()
+        ):  # nn.Linear's default bound per expert (1/sqrt(fan_in)): a fresh model is usable
             bound = p.shape[-1] ** -0.5
             nn.init.uniform_(p, -bound, bound)
 
@@ -49,12 +52,17 @@ class SparseMoeBlock(nn.Module):
         self.top_k, self.norm_topk_prob = args.num_experts_per_tok, args.norm_topk_prob
         self.gate = make_linear(args.hidden_size, args.num_experts, False, linear)
         if args.fused_experts:
-            self.experts: nn.Module = FusedExperts(args.num_experts, args.hidden_size, args.moe_intermediate_size)
+            self.experts: nn.Module = FusedExperts(
+                args.num_experts, args.hidden_size, args.moe_intermediate_size
+            )
         else:
             self.experts = nn.ModuleList(
-                MLP(args.hidden_size, args.moe_intermediate_size, linear) for _ in range(args.num_experts)
+                MLP(args.hidden_size, args.moe_intermediate_size, linear)
+                for _ in range(args.num_experts)
             )
-        if args.shared_expert_intermediate_size:  # Qwen3.5: every token also passes a gated shared expert
+        if (
+            args.shared_expert_intermediate_size
+        ):  # Qwen3.5: every token also passes a gated shared expert
             self.shared_expert = MLP(args.hidden_size, args.shared_expert_intermediate_size, linear)
             self.shared_expert_gate = make_linear(args.hidden_size, 1, False, linear)
 

@@ -8,6 +8,7 @@ multi-token-prediction head (`mtp.*`: `mtp.fc`, `mtp.pre_fc_norm_embedding`,
 serves, and are skipped on purpose (vLLM's `qwen3_5.py` `load_weights` skips `mtp.` too when
 not drafting).
 """
+
 from __future__ import annotations
 
 import json

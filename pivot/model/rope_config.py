@@ -1,4 +1,5 @@
 """RoPE parameters of a config.json: `rope_parameters` (the newer spelling) or `rope_scaling`."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +8,14 @@ from typing import Any
 # (`mrope_section`, `mrope_interleaved`) gives text tokens the same position on all three axes,
 # so for text it is the default RoPE (transformers 5.24
 # `Qwen3_5MoeTextRotaryEmbedding.forward` expands one position id to 3 identical rows).
-_ROPE_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
+_ROPE_KEYS = {
+    "rope_type",
+    "type",
+    "rope_theta",
+    "partial_rotary_factor",
+    "mrope_section",
+    "mrope_interleaved",
+}
 
 
 def read_rope(cfg: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
@@ -19,8 +27,12 @@ def read_rope(cfg: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
         raise ValueError(f"{source}: {field}={rope!r} is not an object")
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ("default", None):
-        raise ValueError(f"{source}: {field}.rope_type={rope_type!r} is not supported (only 'default' RoPE)")
+        raise ValueError(
+            f"{source}: {field}.rope_type={rope_type!r} is not supported (only 'default' RoPE)"
+        )
     unknown = sorted(set(rope) - _ROPE_KEYS)
     if unknown:
-        raise ValueError(f"{source}: {field}.{unknown[0]} is not supported (only default RoPE: {', '.join(sorted(_ROPE_KEYS))})")
+        raise ValueError(
+            f"{source}: {field}.{unknown[0]} is not supported (only default RoPE: {', '.join(sorted(_ROPE_KEYS))})"
+        )
     return rope, field

@@ -8,6 +8,7 @@ named as the decoder names them (`pivot.model.names`: a Qwen3.5 folder's
 gate_up_proj may be given in its split view [E, 2, I, H] (`tp_plan.split_view`): a TP rank's
 share is then read as one slice of each half, never the whole tensor.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,12 +32,19 @@ def _stored_names(folder: Path) -> dict[str, tuple[Path, str]]:
     index = folder / INDEX
     if index.is_file():
         weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
-        return {ours: (folder / file, name) for name, file in weight_map.items()
-                if (ours := decoder_name(name)) is not None}
+        return {
+            ours: (folder / file, name)
+            for name, file in weight_map.items()
+            if (ours := decoder_name(name)) is not None
+        }
     if not (folder / SINGLE).is_file():
         raise FileNotFoundError(f"{folder}: no {SINGLE} and no {INDEX}")
     with safe_open(str(folder / SINGLE), framework="pt") as f:
-        return {ours: (folder / SINGLE, name) for name in f.keys() if (ours := decoder_name(name)) is not None}
+        return {
+            ours: (folder / SINGLE, name)
+            for name in f.keys()
+            if (ours := decoder_name(name)) is not None
+        }
 
 
 def _files(folder: Path, names: list[str]) -> dict[Path, list[tuple[str, str]]]:
@@ -59,12 +67,18 @@ def _read(sliced, name: str, shape: tuple[int, ...], box: Box) -> torch.Tensor:
     if len(box) == len(view) != len(shape):  # one slice per half of a fused gate_up_proj
         (e0, e1), (j0, j1), (a, b), (h0, h1) = box
         half = view[2]
-        return torch.stack([sliced[e0:e1, j * half + a:j * half + b, h0:h1] for j in range(j0, j1)], dim=1)
+        return torch.stack(
+            [sliced[e0:e1, j * half + a : j * half + b, h0:h1] for j in range(j0, j1)], dim=1
+        )
     return sliced[tuple(slice(a, b) for a, b in box)]
 
 
-def iter_boxes(folder: str | Path, boxes: Mapping[str, Box], dtype: torch.dtype | None = None,
-               device: torch.device | str = "cpu") -> Iterator[tuple[str, torch.Tensor]]:
+def iter_boxes(
+    folder: str | Path,
+    boxes: Mapping[str, Box],
+    dtype: torch.dtype | None = None,
+    device: torch.device | str = "cpu",
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, `boxes[name]` of that tensor) one at a time, cast to `dtype` (None: as stored), on
     `device`; a consumer that copies each into place holds one slice at a time."""
     folder = Path(folder)
@@ -80,14 +94,20 @@ def iter_boxes(folder: str | Path, boxes: Mapping[str, Box], dtype: torch.dtype 
                 shape, box = tuple(sliced.get_shape()), boxes[name]
                 view = split_view(name, shape)
                 bounds = view if len(box) == len(view) else shape
-                if len(box) != len(bounds) or any(not 0 <= a <= b <= n for (a, b), n in zip(box, bounds)):
+                if len(box) != len(bounds) or any(
+                    not 0 <= a <= b <= n for (a, b), n in zip(box, bounds)
+                ):
                     raise ValueError(f"{file}: tensor {name!r} of shape {shape} has no box {box}")
                 t = _read(sliced, name, shape, box) if box else f.get_tensor(inner)
                 yield name, t.to(device=device, dtype=dtype or t.dtype)
 
 
-def read_boxes(folder: str | Path, boxes: Mapping[str, Box], dtype: torch.dtype | None = None,
-               device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+def read_boxes(
+    folder: str | Path,
+    boxes: Mapping[str, Box],
+    dtype: torch.dtype | None = None,
+    device: torch.device | str = "cpu",
+) -> dict[str, torch.Tensor]:
     """Every `boxes[name]` at once (see `iter_boxes`)."""
     return dict(iter_boxes(folder, boxes, dtype, device))
 
@@ -102,9 +122,14 @@ def tp_box(name: str, shape: tuple[int, ...], rank: int, world: int) -> Box:
     return tuple((lo, hi) if d == dim else (0, n) for d, n in enumerate(view))
 
 
-def iter_tp_shards(folder: str | Path, shapes: Mapping[str, tuple[int, ...]], rank: int, world: int,
-                   dtype: torch.dtype | None = None, device: torch.device | str = "cpu"
-                   ) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_tp_shards(
+    folder: str | Path,
+    shapes: Mapping[str, tuple[int, ...]],
+    rank: int,
+    world: int,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str = "cpu",
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, this TP rank's shard in the model's shape) for tensors of full `shapes`, reading only
     the rank's bytes. Tensors the engine cuts itself (`pivot.engine.tp.fused_sections`: GLM-4's
     gate_up_proj, the linear attention's q|k|v) are split by the TP plan as replicated: whole."""

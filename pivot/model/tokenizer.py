@@ -5,6 +5,7 @@ tokens come from `tokenizer_config.json` (end ids also from `generation_config.j
 list), the chat template from `chat_template.jinja` or else `tokenizer_config.json`, the way
 transformers resolves them; a folder without them falls back to `<|endoftext|>` / `<|pad|>`.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,15 @@ from tokenizers import Tokenizer
 
 from pivot.model.chat_template import render_chat
 
-_NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+_NAMED_TOKENS = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
 
 
 class TextTokenizer:
@@ -40,7 +49,9 @@ class TextTokenizer:
             self.pad_id = self.eos_id if pad is None else pad
         self.eos_ids = tuple(dict.fromkeys([self.eos_id, *extra_eos_ids]))  # ordered, no repeats
         self.chat_template = chat_template
-        self.special_tokens = dict(special_tokens) if special_tokens is not None else {"eos_token": eos_token}
+        self.special_tokens = (
+            dict(special_tokens) if special_tokens is not None else {"eos_token": eos_token}
+        )
 
     def _id(self, token: str, what: str) -> int:
         token_id = self.tok.token_to_id(token)
@@ -64,8 +75,11 @@ class TextTokenizer:
         extra = gen_eos if isinstance(gen_eos, list) else [] if gen_eos is None else [gen_eos]
         try:
             return cls(
-                tok, eos_token=named.get("eos_token", "<|endoftext|>"), pad_token=named.get("pad_token"),
-                chat_template=_chat_template(path, cfg), extra_eos_ids=[int(i) for i in extra],
+                tok,
+                eos_token=named.get("eos_token", "<|endoftext|>"),
+                pad_token=named.get("pad_token"),
+                chat_template=_chat_template(path, cfg),
+                extra_eos_ids=[int(i) for i in extra],
                 special_tokens=named,
             )
         except ValueError as e:
@@ -82,14 +96,30 @@ class TextTokenizer:
         """The text of `ids`; special tokens (EOS, padding) are dropped unless `keep_special`."""
         return self.tok.decode(ids, skip_special_tokens=not keep_special)
 
-    def render_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
+    def render_chat(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        **template_kwargs: Any,
+    ) -> str:
         """The chat template's text for `messages`; extra keywords are template switches."""
         if self.chat_template is None:
-            raise ValueError("tokenizer has no chat template (no chat_template.jinja, none in tokenizer_config.json)")
-        return render_chat(self.chat_template, messages, add_generation_prompt, self.special_tokens, **template_kwargs)
+            raise ValueError(
+                "tokenizer has no chat template (no chat_template.jinja, none in tokenizer_config.json)"
+            )
+        return render_chat(
+            self.chat_template,
+            messages,
+            add_generation_prompt,
+            self.special_tokens,
+            **template_kwargs,
+        )
 
     def apply_chat_template(
-        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **template_kwargs: Any
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        **template_kwargs: Any,
     ) -> list[int]:
         """Token ids of the rendered conversation (the template writes any BOS itself)."""
         return self.encode(self.render_chat(messages, add_generation_prompt, **template_kwargs))
@@ -122,8 +152,12 @@ def _chat_template(path: Path, cfg: dict[str, Any]) -> str | None:
     if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
         if "default" not in named:
-            raise ValueError(f"{path / 'tokenizer_config.json'}: chat_template has no 'default' among {sorted(named)}")
+            raise ValueError(
+                f"{path / 'tokenizer_config.json'}: chat_template has no 'default' among {sorted(named)}"
+            )
         template = named["default"]
     if template is not None and not isinstance(template, str):
-        raise ValueError(f"{path / 'tokenizer_config.json'}: chat_template must be a string, got {type(template).__name__}")
+        raise ValueError(
+            f"{path / 'tokenizer_config.json'}: chat_template must be a string, got {type(template).__name__}"
+        )
     return template

@@ -3,6 +3,7 @@
 Pure Python (no torch): the engine shards weights with it and GPS plans transfers with it,
 so both agree on which dimension of which tensor a TP rank owns.
 """
+
 from __future__ import annotations
 
 import enum
@@ -21,8 +22,14 @@ class Split(str, enum.Enum):
     @property
     def dim(self) -> int | None:
         """The split dimension of the tensor's `split_view`."""
-        return {Split.COLUMN: 0, Split.ROW: 1, Split.VOCAB: 0, Split.REPLICATE: None,
-                Split.EXPERTS_GATE_UP: 2, Split.EXPERTS_DOWN: 2}[self]
+        return {
+            Split.COLUMN: 0,
+            Split.ROW: 1,
+            Split.VOCAB: 0,
+            Split.REPLICATE: None,
+            Split.EXPERTS_GATE_UP: 2,
+            Split.EXPERTS_DOWN: 2,
+        }[self]
 
 
 def split_view(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -50,7 +57,16 @@ def merge_view(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 # [E, 2I, H] stacks the gate's I rows on the up's, so a rank keeps a slice of each half: in the
 # view [E, 2, I, H] (`split_view`) that share is one box on dim 2.
 _EXPERTS_GATE_UP, _EXPERTS_DOWN = ".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"
-_COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "in_proj_z", "in_proj_b", "in_proj_a")
+_COLUMN = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "gate_proj",
+    "up_proj",
+    "in_proj_z",
+    "in_proj_b",
+    "in_proj_a",
+)
 _ROW = ("o_proj", "down_proj", "out_proj")
 _VOCAB = ("embed_tokens", "lm_head")
 _HEAD_VECTORS = ("dt_bias", "A_log")  # one entry per linear-attention value head

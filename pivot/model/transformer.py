@@ -12,6 +12,7 @@ passes its paged-KV backend, everything else uses the dense causal default over 
 That default's kernel is the model's `attention` ("sdpa" or "flash", `--model.attention`), and
 only that: flash-attn is used when asked for, never because it happens to be installed.
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -28,11 +29,15 @@ from pivot.model.moe import SparseMoeBlock
 
 
 class AttentionBackend(Protocol):
-    def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
         """q: [B, T, Hq, D], k/v: [B, T, Hkv, D] after RoPE -> [B, T, Hq, D]."""
         ...
 
-    def linear_attention(self, layer_idx: int, layer: GatedDeltaNet, x: torch.Tensor) -> torch.Tensor:
+    def linear_attention(
+        self, layer_idx: int, layer: GatedDeltaNet, x: torch.Tensor
+    ) -> torch.Tensor:
         """Run linear-attention `layer` on x [B, T, H], carrying each sequence's recurrent state."""
         ...
 
@@ -40,7 +45,9 @@ class AttentionBackend(Protocol):
 ATTENTION_KERNELS = ("sdpa", "flash")
 
 
-def dense_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str = "sdpa") -> torch.Tensor:
+def dense_causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str = "sdpa"
+) -> torch.Tensor:
     """Causal self-attention over whole sequences (right padding is harmless under causality).
     `kernel="flash"` always calls flash-attn (its own errors say what it cannot run: no silent
     fall back to SDPA); pivot.kernels checks at start-up that it imports."""
@@ -51,21 +58,29 @@ def dense_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ke
     rep = q.shape[2] // k.shape[2]
     if rep > 1:
         k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+    )
     return out.transpose(1, 2)
 
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs, layer_idx: int, linear: str, attention: str = "sdpa") -> None:
+    def __init__(
+        self, args: ModelArgs, layer_idx: int, linear: str, attention: str = "sdpa"
+    ) -> None:
         super().__init__()
         self.layer_idx, self.kernel = layer_idx, attention
         self.interleaved = args.glm_layout
-        self.gated = args.qwen35_layout  # q_proj also emits a per-head output gate: [q_h, gate_h] per head
+        self.gated = (
+            args.qwen35_layout
+        )  # q_proj also emits a per-head output gate: [q_h, gate_h] per head
         self.head_dim = args.head_dim
         self.n_heads = args.num_attention_heads  # local count: TP divides it
         self.n_kv_heads = args.num_key_value_heads
         q_out, kv_out = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        self.q_proj = make_linear(args.hidden_size, q_out * (2 if self.gated else 1), args.attention_bias, linear)
+        self.q_proj = make_linear(
+            args.hidden_size, q_out * (2 if self.gated else 1), args.attention_bias, linear
+        )
         self.k_proj = make_linear(args.hidden_size, kv_out, args.attention_bias, linear)
         self.v_proj = make_linear(args.hidden_size, kv_out, args.attention_bias, linear)
         self.o_proj = make_linear(q_out, args.hidden_size, False, linear)
@@ -84,8 +99,15 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim)
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, cos, sin, self.interleaved), apply_rotary(k, cos, sin, self.interleaved)
-        out = dense_causal_attention(q, k, v, self.kernel) if attn is None else attn(self.layer_idx, q, k, v)
+        q, k = (
+            apply_rotary(q, cos, sin, self.interleaved),
+            apply_rotary(k, cos, sin, self.interleaved),
+        )
+        out = (
+            dense_causal_attention(q, k, v, self.kernel)
+            if attn is None
+            else attn(self.layer_idx, q, k, v)
+        )
         out = out.reshape(b, t, self.n_heads * self.head_dim)
         if self.gated:
             out = out * torch.sigmoid(gate.reshape(b, t, -1))
@@ -104,7 +126,9 @@ def feed_forward(args: ModelArgs, layer_idx: int, linear: str) -> nn.Module:
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, args: ModelArgs, layer_idx: int, linear: str, attention: str = "sdpa") -> None:
+    def __init__(
+        self, args: ModelArgs, layer_idx: int, linear: str, attention: str = "sdpa"
+    ) -> None:
         super().__init__()
         self.layer_idx = layer_idx
         self.input_layernorm = make_norm(args, args.hidden_size)
@@ -123,7 +147,11 @@ class DecoderLayer(nn.Module):
     ) -> torch.Tensor:
         if hasattr(self, "linear_attn"):
             normed = self.input_layernorm(x)
-            h = self.linear_attn(normed)[0] if attn is None else attn.linear_attention(self.layer_idx, self.linear_attn, normed)
+            h = (
+                self.linear_attn(normed)[0]
+                if attn is None
+                else attn.linear_attention(self.layer_idx, self.linear_attn, normed)
+            )
         else:
             h = self.self_attn(self.input_layernorm(x), cos, sin, attn)
         if hasattr(self, "post_self_attn_layernorm"):
@@ -139,7 +167,9 @@ class DecoderModel(nn.Module):
     def __init__(self, args: ModelArgs, linear: str, attention: str = "sdpa") -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(args, i, linear, attention) for i in range(args.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(args, i, linear, attention) for i in range(args.num_hidden_layers)
+        )
         self.norm = make_norm(args, args.hidden_size)
         self.rotary = RotaryEmbedding(args.rotary_dim, args.rope_theta, interleaved=args.glm_layout)
 
@@ -160,7 +190,9 @@ class CausalLM(nn.Module):
     def __init__(self, args: ModelArgs, linear: str = "torch", attention: str = "sdpa") -> None:
         super().__init__()
         if attention not in ATTENTION_KERNELS:
-            raise ValueError(f"attention: {attention!r} is not one of {', '.join(ATTENTION_KERNELS)}")
+            raise ValueError(
+                f"attention: {attention!r} is not one of {', '.join(ATTENTION_KERNELS)}"
+            )
         self.args = args
         self.model = DecoderModel(args, linear, attention)
         self.lm_head = make_linear(args.hidden_size, args.vocab_size, False, linear)
@@ -174,5 +206,7 @@ class CausalLM(nn.Module):
         attn: AttentionBackend | None = None,
     ) -> torch.Tensor:
         if positions is None:
-            positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(
+                input_ids
+            )
         return self.lm_head(self.model(input_ids, positions, attn))

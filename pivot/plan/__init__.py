@@ -1,4 +1,5 @@
 """The planner (pure Python): snapshot in, `ShiftPlan` out. See planner.py for the steps."""
+
 from pivot.plan.candidates import Candidate, CandidateTable, build_candidates
 from pivot.plan.evaluate import CandidateEvaluator, benefit, overall_throughput
 from pivot.plan.pairs import ShiftPair, build_pairs, choose_up_role, training_pair

@@ -12,6 +12,7 @@ same D and plans as the scalar loop in tests/plan/reference_candidates.py). Back
 tables (creator pair and e per count), so a candidate's replicas are only assembled when asked
 for (`candidate(k)`): the planner evaluates a few of O(devices) candidates.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -43,7 +44,9 @@ class CandidateTable:
             raise ValueError(f"build_candidates: max_up must be >= 0, got {max_up}")
         for i, p in enumerate(pairs):
             if not p.up or not p.penalty >= 0:
-                raise ValueError(f"build_candidates: pair {i} needs up replicas and a penalty >= 0, got {p}")
+                raise ValueError(
+                    f"build_candidates: pair {i} needs up replicas and a penalty >= 0, got {p}"
+                )
         self.pairs, K = list(pairs), max_up
         best = np.full(K + 1, np.inf)
         best[0] = 0.0

@@ -17,6 +17,7 @@ progresses:
   batch never fills. When no disjoint anchors exist (a cluster too small for both roles beside
   a locked trainer) a role may be left without a replica until the trainer is unlocked.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -70,7 +71,9 @@ class ChaosPlanner(Planner):
             if rng.random() < p_down:
                 down.add(rid)
         busy = {d for rid in (snap.active - down) | set(up) for d in by_id[rid].devices}
-        idle = [r for r in snap.replicas if r.replica_id not in snap.active and r.replica_id not in up]
+        idle = [
+            r for r in snap.replicas if r.replica_id not in snap.active and r.replica_id not in up
+        ]
         rng.shuffle(idle)
         for slot in idle:
             if busy.isdisjoint(slot.devices) and rng.random() < p_up:
@@ -80,7 +83,9 @@ class ChaosPlanner(Planner):
             return None
         return ShiftPlan(up_role, tuple(up), tuple(sorted(down)), 0.0, 0.0, PlanTimings())
 
-    def _anchors(self, snap: ClusterSnapshot, reserved: set[int], going_down: set[int]) -> list[Replica]:
+    def _anchors(
+        self, snap: ClusterSnapshot, reserved: set[int], going_down: set[int]
+    ) -> list[Replica]:
         """One slot per inference role, pairwise disjoint and off `reserved`: up replicas that are
         not `going_down` first (in random order), or, one plan in four, any slot (the role's last
         replica then moves too). Roles without a feasible slot get none."""
@@ -89,7 +94,9 @@ class ChaosPlanner(Planner):
             slots = [s for s in snap.slots(role) if reserved.isdisjoint(s.devices)]
             self.rng.shuffle(slots)
             if self.rng.random() >= 0.25:
-                slots.sort(key=lambda s: s.replica_id not in snap.active or s.replica_id in going_down)
+                slots.sort(
+                    key=lambda s: s.replica_id not in snap.active or s.replica_id in going_down
+                )
             options.append([*slots, None])
         best: list[Replica] = []
         for combo in itertools.islice(itertools.product(*options), MAX_ANCHOR_TRIES):

@@ -9,6 +9,7 @@ decisions, bit for bit, without copying its per-sequence tables per candidate) a
 role's throughput after migration. Results are cached per (role, down set, up set), so candidates
 sharing a role's change pay for it once.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -46,17 +47,23 @@ def benefit(horizon_s: float, t_cand: float, t_cur: float, penalty: float) -> fl
 class CandidateEvaluator:
     """Overall throughput before and after each candidate, for one snapshot."""
 
-    def __init__(self, snap: ClusterSnapshot, scheds: Mapping[str, ShiftAwareScheduler], binary: bool = False) -> None:
+    def __init__(
+        self, snap: ClusterSnapshot, scheds: Mapping[str, ShiftAwareScheduler], binary: bool = False
+    ) -> None:
         self._scheds, self._binary = scheds, binary
         self._role_of = {r.replica_id: r.role for r in snap.replicas}
         self._n = {role: scheds[role].num_sequences() for role in INFERENCE_ROLES}
-        self._rate: dict[str, float] = {role: role_rate(scheds[role], binary) for role in INFERENCE_ROLES}
+        self._rate: dict[str, float] = {
+            role: role_rate(scheds[role], binary) for role in INFERENCE_ROLES
+        }
         self._cache: dict[tuple[str, tuple[int, ...], tuple[int, ...]], float] = {}
         self._bases: dict[str, TrialBase] = {}  # built on first use: a role may never change
         self.current = self._overall(self._rate)
 
     def throughput_after(self, cand: Candidate) -> float:
-        rates: dict[str, float] = {role: self._role_after(role, cand.down, cand.up) for role in INFERENCE_ROLES}
+        rates: dict[str, float] = {
+            role: self._role_after(role, cand.down, cand.up) for role in INFERENCE_ROLES
+        }
         return self._overall(rates)
 
     def _role_after(self, role: Role, down: Iterable[int], up: Iterable[int]) -> float:
@@ -74,4 +81,6 @@ class CandidateEvaluator:
         return self._cache[key]
 
     def _overall(self, rates: Mapping[str, float]) -> float:
-        return overall_throughput(self._n[Role.ROLLOUT], rates[Role.ROLLOUT], self._n[Role.REWARD], rates[Role.REWARD])
+        return overall_throughput(
+            self._n[Role.ROLLOUT], rates[Role.ROLLOUT], self._n[Role.REWARD], rates[Role.REWARD]
+        )

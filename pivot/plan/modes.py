@@ -13,6 +13,7 @@ A mode answers `initial(host)` (the plan that brings slots up at start) and `pla
 `ShiftPlan` or None). The host decides when to call `plan` (its gating: no shift in flight,
 at most every `interval_s`), so a phase switch is exactly a shift.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -94,7 +95,9 @@ def pick_slots(host: ModeHost, role: str, free: set[int], count: int | None) -> 
 def split_inference(host: ModeHost, free: set[int]) -> list[int]:
     """Each inference role's configured replicas, then spare devices split evenly (rollout first)."""
     cfg = host.cfg
-    up = pick_slots(host, Role.ROLLOUT, free, cfg.rollout.replicas) + pick_slots(host, Role.REWARD, free, cfg.reward.replicas)
+    up = pick_slots(host, Role.ROLLOUT, free, cfg.rollout.replicas) + pick_slots(
+        host, Role.REWARD, free, cfg.reward.replicas
+    )
     while True:
         more = pick_slots(host, Role.ROLLOUT, free, 1) + pick_slots(host, Role.REWARD, free, 1)
         if not more:
@@ -154,7 +157,11 @@ class Phased:
         return set(range(host.world)) if Role.TRAIN in self.cycle else inference_pool(host)
 
     def slots_for(self, host: ModeHost, role: str) -> list[int]:
-        return [host.train_rid] if role == Role.TRAIN else pick_slots(host, role, self.pool(host), None)
+        return (
+            [host.train_rid]
+            if role == Role.TRAIN
+            else pick_slots(host, role, self.pool(host), None)
+        )
 
     def initial(self, host: ModeHost) -> ShiftPlan:
         fixed = [] if Role.TRAIN in self.cycle else [host.train_rid]
@@ -191,4 +198,6 @@ def make_mode(cfg: PivotConfig, on_planned: OnPlanned | None = None) -> Mode:
         return Phased("colocated", (Role.ROLLOUT, Role.REWARD, Role.TRAIN))
     if mode == "rr_colocated":
         return Phased("rr_colocated", (Role.ROLLOUT, Role.REWARD))
-    raise ValueError(f"cluster.mode={mode!r}: expected pivot, disaggregated, colocated or rr_colocated")
+    raise ValueError(
+        f"cluster.mode={mode!r}: expected pivot, disaggregated, colocated or rr_colocated"
+    )

@@ -11,6 +11,7 @@
   Slots on idle devices form one pair with no `down` and phi = 0. A trainer whose batch is
   ready is never shifted down. Pairs are sorted by ascending (penalty, first up id).
 """
+
 from __future__ import annotations
 
 import math
@@ -39,11 +40,16 @@ def refill_s(snap: ClusterSnapshot, rids: Iterable[int], share: float = 1.0) -> 
     With KV-preserving migration the KV moves instead: `share` (`planner.kv_refill_share`) is
     what moving it costs as a share of recomputing it."""
     want = set(rids)
-    return {r.replica_id: share * r.model.C * sum(s.length for s in snap.running.get(r.replica_id, ()))
-            for r in snap.replicas if r.replica_id in want and r.model is not None}
+    return {
+        r.replica_id: share * r.model.C * sum(s.length for s in snap.running.get(r.replica_id, ()))
+        for r in snap.replicas
+        if r.replica_id in want and r.model is not None
+    }
 
 
-def penalty(down: tuple[int, ...], rates: Mapping[int, float], refill: Mapping[int, float], tau_shift: float) -> float:
+def penalty(
+    down: tuple[int, ...], rates: Mapping[int, float], refill: Mapping[int, float], tau_shift: float
+) -> float:
     """phi of shifting `down` replicas: each stops serving for tau_shift (the measured duration of
     the shift, pivot/shift/timing.py) and its discarded KV costs `refill` seconds of recompute.
     The paper's phi is tau_shift * T_i alone, which departs here because with it the
@@ -60,19 +66,29 @@ def role_rate(sched: ShiftAwareScheduler, binary: bool) -> float:
     return sched.throughput()
 
 
-def replica_rates(snap: ClusterSnapshot, scheds: Mapping[str, ShiftAwareScheduler], binary: bool) -> dict[int, float]:
+def replica_rates(
+    snap: ClusterSnapshot, scheds: Mapping[str, ShiftAwareScheduler], binary: bool
+) -> dict[int, float]:
     """T_i of every up slot (training: its token rate)."""
     out: dict[int, float] = {}
     for sched in scheds.values():
         for rid in sched.active_ids:
-            out[rid] = (1.0 if sched.load(rid)[0] > 0 else 0.0) if binary else sched.replica_throughput(rid)
+            out[rid] = (
+                (1.0 if sched.load(rid)[0] > 0 else 0.0)
+                if binary
+                else sched.replica_throughput(rid)
+            )
     slot = snap.train_slot
     if slot is not None and snap.train_active:
-        out[slot.replica_id] = (1.0 if snap.train_throughput > 0 else 0.0) if binary else snap.train_throughput
+        out[slot.replica_id] = (
+            (1.0 if snap.train_throughput > 0 else 0.0) if binary else snap.train_throughput
+        )
     return out
 
 
-def choose_up_role(snap: ClusterSnapshot, scheds: Mapping[str, ShiftAwareScheduler], binary: bool = False) -> Role | None:
+def choose_up_role(
+    snap: ClusterSnapshot, scheds: Mapping[str, ShiftAwareScheduler], binary: bool = False
+) -> Role | None:
     if snap.train_batch_ready and snap.train_slot is not None and not snap.train_active:
         return Role.TRAIN
     best, best_tau = None, 0.0
@@ -84,17 +100,25 @@ def choose_up_role(snap: ClusterSnapshot, scheds: Mapping[str, ShiftAwareSchedul
     return best
 
 
-def training_pair(snap: ClusterSnapshot, rates: Mapping[int, float], tau_shift: float, share: float = 1.0) -> ShiftPair:
+def training_pair(
+    snap: ClusterSnapshot, rates: Mapping[int, float], tau_shift: float, share: float = 1.0
+) -> ShiftPair:
     """The single pair that brings training up: every replica on its pool shifts down."""
     slot = snap.train_slot
     assert slot is not None
     held = snap.holders()
     down = tuple(sorted({held[d] for d in slot.devices if d in held}))
-    return ShiftPair((slot.replica_id,), down, penalty(down, rates, refill_s(snap, down, share), tau_shift))
+    return ShiftPair(
+        (slot.replica_id,), down, penalty(down, rates, refill_s(snap, down, share), tau_shift)
+    )
 
 
 def build_pairs(
-    snap: ClusterSnapshot, up_role: str, rates: Mapping[int, float], tau_shift: float, share: float = 1.0
+    snap: ClusterSnapshot,
+    up_role: str,
+    rates: Mapping[int, float],
+    tau_shift: float,
+    share: float = 1.0,
 ) -> list[ShiftPair]:
     held = snap.holders()
     train = snap.train_slot

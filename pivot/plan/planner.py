@@ -3,19 +3,22 @@
 `PivotPlanner` runs the five steps: (1) shift-up role, (2) shift pairs with penalties,
 (3) candidates by Algorithm 1, (4) benefit by migration simulation, of every candidate up to
 `cfg.max_evaluated` and of a coarse-to-fine choice of that many beyond (search.py), (5) the
-largest positive benefit among those evaluated, or no shift. Training shifts up as a whole and only when its batch is ready: that
-shift is mandatory (the step cannot run otherwise), so it is returned whatever its benefit.
+largest positive benefit among those evaluated, or no shift. Training shifts up as a whole and
+only when its batch is ready: that shift is mandatory (the step cannot run otherwise), so it is
+returned whatever its benefit.
 The ablations are flags of the same planner: `throughput_model=False` (T_i is 1 for a busy
 replica, else 0) and `migration=False` (shift-up simulation stops after draining the queue).
 `strategies.make_planner(cfg)` picks pivot / static / rule_based. Every planner keeps
 the phase timings of its last call in `last_timings`, also when it returns None.
 """
+
 from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from pivot.config import PlannerConfig
 from pivot.plan.candidates import Candidate, CandidateTable
@@ -24,6 +27,7 @@ from pivot.plan.pairs import build_pairs, choose_up_role, replica_rates, trainin
 from pivot.plan.search import coarse_to_fine
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import INFERENCE_ROLES, Role, SeqState
+from pivot.sched.scheduler import ShiftAwareScheduler
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,13 @@ class Planner:
 
 
 class PivotPlanner(Planner):
-    def __init__(self, cfg: PlannerConfig, priority: Callable[[SeqState], Any] | None = None) -> None:
+    def __init__(
+        self, cfg: PlannerConfig, priority: Callable[[SeqState], Any] | None = None
+    ) -> None:
         self.cfg, self.priority = cfg, priority
-        self.last_candidates: list[tuple[Candidate, float]] = []  # evaluated (candidate, benefit), ascending k
+        self.last_candidates: list[
+            tuple[Candidate, float]
+        ] = []  # evaluated (candidate, benefit), ascending k
         self.last_num_candidates = 0  # all candidates of the last call, evaluated or not
 
     def plan(self, snap: ClusterSnapshot) -> ShiftPlan | None:
@@ -94,12 +102,16 @@ class PivotPlanner(Planner):
     def _plan(self, snap: ClusterSnapshot) -> ShiftPlan | None:
         cfg, binary = self.cfg, not self.cfg.throughput_model
         t0, c0 = time.perf_counter(), time.process_time()
-        scheds = {r: snap.scheduler(r, self.priority, migrate=cfg.migration) for r in INFERENCE_ROLES}
+        scheds: dict[str, ShiftAwareScheduler] = {
+            r: snap.scheduler(r, self.priority, migrate=cfg.migration) for r in INFERENCE_ROLES
+        }
         rates = replica_rates(snap, scheds, binary)
         up_role = choose_up_role(snap, scheds, binary)
         pairs = []
-        tau = snap.shift_s.get(up_role, cfg.tau_shift_s)  # measured once that role's shifts were timed
-        share = cfg.kv_refill_share if cfg.kv_migration else 1.0  # aborted KV moves instead of being recomputed
+        # measured once that role's shifts were timed
+        tau = snap.shift_s.get(up_role, cfg.tau_shift_s) if up_role is not None else cfg.tau_shift_s
+        # aborted KV moves instead of being recomputed
+        share = cfg.kv_refill_share if cfg.kv_migration else 1.0
         if up_role == Role.TRAIN:
             pairs = [training_pair(snap, rates, tau, share)]
         elif up_role is not None:
@@ -129,4 +141,6 @@ class PivotPlanner(Planner):
         if best is None:
             return None
         c, b = best
-        return ShiftPlan(up_role, c.up, c.down, b, c.penalty, self.last_timings, len(ks), len(scored))
+        return ShiftPlan(
+            up_role, c.up, c.down, b, c.penalty, self.last_timings, len(ks), len(scored)
+        )

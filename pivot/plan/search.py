@@ -12,13 +12,16 @@ scores at most `budget` of them:
 
 Deterministic: it depends only on `ks`, `budget` and the scores.
 """
+
 from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
 
 
-def coarse_to_fine(ks: Sequence[int], budget: int, score: Callable[[int], float]) -> dict[int, float]:
+def coarse_to_fine(
+    ks: Sequence[int], budget: int, score: Callable[[int], float]
+) -> dict[int, float]:
     """Score indices of the ascending `ks` (at most `budget` calls); returns index -> score."""
     if budget < 1:
         raise ValueError(f"coarse_to_fine: budget must be >= 1, got {budget}")

@@ -10,6 +10,7 @@ Construction validates consistency and raises `ValueError` naming the item: a de
 two up replicas, two slots of one role overlapping, a sequence on two replicas (or queued and
 running), a negative length, sequences on a replica that is not up, unknown ids.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -40,7 +41,9 @@ class ClusterSnapshot:
     planner uses `planner.tau_shift_s` for a role not measured yet."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "replicas", tuple(sorted(self.replicas, key=lambda r: r.replica_id)))
+        object.__setattr__(
+            self, "replicas", tuple(sorted(self.replicas, key=lambda r: r.replica_id))
+        )
         object.__setattr__(self, "active", frozenset(self.active))
         self._validate()
 
@@ -78,7 +81,11 @@ class ClusterSnapshot:
     def device_roles(self) -> dict[int, tuple[Role, int] | None]:
         """Every device -> (role, replica id) it serves, or None when idle."""
         by_id, held = self.by_id, self.holders()
-        every = self.devices if self.devices is not None else sorted({d for r in self.replicas for d in r.devices})
+        every = (
+            self.devices
+            if self.devices is not None
+            else sorted({d for r in self.replicas for d in r.devices})
+        )
         return {d: ((by_id[held[d]].role, held[d]) if d in held else None) for d in every}
 
     def scheduler(
@@ -87,9 +94,16 @@ class ClusterSnapshot:
         """A scheduler mirroring `role`'s current state (running placed, queue enqueued)."""
         slots = self.slots(role)
         sched = ShiftAwareScheduler(
-            slots, active=[r.replica_id for r in slots if r.replica_id in self.active], priority=priority, migrate=migrate
+            slots,
+            active=[r.replica_id for r in slots if r.replica_id in self.active],
+            priority=priority,
+            migrate=migrate,
         )
-        running = {r.replica_id: self.running[r.replica_id] for r in slots if self.running.get(r.replica_id)}
+        running = {
+            r.replica_id: self.running[r.replica_id]
+            for r in slots
+            if self.running.get(r.replica_id)
+        }
         sched.load_state(running, self.queues.get(role, ()))
         return sched
 
@@ -110,13 +124,17 @@ class ClusterSnapshot:
             for r in self.replicas:
                 extra = sorted(set(r.devices) - every)
                 if extra:
-                    raise ValueError(f"ClusterSnapshot: replica {r.replica_id} uses unknown devices {extra}")
+                    raise ValueError(
+                        f"ClusterSnapshot: replica {r.replica_id} uses unknown devices {extra}"
+                    )
         for kind in Role:
             owner: dict[int, int] = {}
             for r in self.slots(kind):
                 for d in r.devices:
                     if d in owner:
-                        raise ValueError(f"ClusterSnapshot: {kind} slots {owner[d]} and {r.replica_id} overlap on device {d}")
+                        raise ValueError(
+                            f"ClusterSnapshot: {kind} slots {owner[d]} and {r.replica_id} overlap on device {d}"
+                        )
                     owner[d] = r.replica_id
         held: dict[int, int] = {}
         for r in self.replicas:
@@ -124,20 +142,28 @@ class ClusterSnapshot:
                 continue
             for d in r.devices:
                 if d in held:
-                    raise ValueError(f"ClusterSnapshot: device {d} is in two replicas ({held[d]} and {r.replica_id})")
+                    raise ValueError(
+                        f"ClusterSnapshot: device {d} is in two replicas ({held[d]} and {r.replica_id})"
+                    )
                 held[d] = r.replica_id
         seen: dict[int, str] = {}
 
         def note(seq: SeqState, where: str) -> None:
             if seq.prompt_len < 0 or seq.generated < 0:
-                raise ValueError(f"ClusterSnapshot: sequence {seq.seq_id} has a negative length ({where})")
+                raise ValueError(
+                    f"ClusterSnapshot: sequence {seq.seq_id} has a negative length ({where})"
+                )
             if seq.seq_id in seen:
-                raise ValueError(f"ClusterSnapshot: sequence {seq.seq_id} is on two replicas ({seen[seq.seq_id]} and {where})")
+                raise ValueError(
+                    f"ClusterSnapshot: sequence {seq.seq_id} is on two replicas ({seen[seq.seq_id]} and {where})"
+                )
             seen[seq.seq_id] = where
 
         for rid in sorted(self.running):
             if rid not in by_id or by_id[rid].role not in INFERENCE_ROLES:
-                raise ValueError(f"ClusterSnapshot: sequences on replica {rid}, which is not a rollout/reward slot")
+                raise ValueError(
+                    f"ClusterSnapshot: sequences on replica {rid}, which is not a rollout/reward slot"
+                )
             if rid not in self.active and self.running[rid]:
                 raise ValueError(f"ClusterSnapshot: sequences on replica {rid}, which is not up")
             for seq in self.running[rid]:
@@ -149,6 +175,10 @@ class ClusterSnapshot:
                 note(seq, f"{role} queue")
         for role, tau in self.shift_s.items():
             if role not in tuple(Role) or not 0 <= tau < float("inf"):
-                raise ValueError(f"ClusterSnapshot: shift_s[{role!r}] = {tau!r}: need a role and a finite time >= 0")
+                raise ValueError(
+                    f"ClusterSnapshot: shift_s[{role!r}] = {tau!r}: need a role and a finite time >= 0"
+                )
         if not self.train_throughput >= 0:
-            raise ValueError(f"ClusterSnapshot: train_throughput must be >= 0, got {self.train_throughput}")
+            raise ValueError(
+                f"ClusterSnapshot: train_throughput must be >= 0, got {self.train_throughput}"
+            )

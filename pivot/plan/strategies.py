@@ -13,6 +13,7 @@ which picks the planner `cfg.strategy` names (pivot, static, rule_based or chaos
   role's utilisation rose again, which it cannot without a replica (a long rollout of the step
   the trainer waits for, stranded for most of a step).
 """
+
 from __future__ import annotations
 
 import time
@@ -96,7 +97,9 @@ class RuleBasedPlanner(Planner):
             if util[role] <= cfg.rule_high:
                 continue
             for pair in build_pairs(snap, role, counts, 1.0):
-                if all(role_of[d] in low or role_of[d] == Role.TRAIN for d in pair.down) and not self._strands(snap, pair.down):
+                if all(
+                    role_of[d] in low or role_of[d] == Role.TRAIN for d in pair.down
+                ) and not self._strands(snap, pair.down):
                     return ShiftPlan(role, pair.up, pair.down, 0.0, pair.penalty, PlanTimings())
         for role in sorted(low):
             up = [r.replica_id for r in snap.slots(role) if r.replica_id in snap.active]
@@ -137,4 +140,6 @@ def make_planner(cfg: PlannerConfig, priority: Callable[[SeqState], Any] | None 
         return RuleBasedPlanner(cfg)
     if cfg.strategy == "chaos":
         return ChaosPlanner(cfg)
-    raise ValueError(f"planner.strategy={cfg.strategy!r}: expected pivot, static, rule_based or chaos")
+    raise ValueError(
+        f"planner.strategy={cfg.strategy!r}: expected pivot, static, rule_based or chaos"
+    )

@@ -17,6 +17,7 @@ explicit `normalizer` so a batch split into micro-batches (or across ranks) sums
 loss of the whole batch: pass the whole batch's token count ("token") or its count of sequences
 with tokens ("sequence").
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +29,9 @@ KL_CLAMP = 10.0
 """Upper bound of the per-token k3 value (veRL's `low_var_kl`)."""
 
 
-def grpo_advantages(rewards: torch.Tensor, normalize_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
+def grpo_advantages(
+    rewards: torch.Tensor, normalize_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
     """[B, G] rewards -> [B, G] float32 advantages: reward minus its group mean, divided by the
     group's (unbiased) std + eps when `normalize_std`. A group of one sample, or one whose rewards
     are all equal (max == min, so it does not hang on how the mean rounds), gets exactly zero
@@ -57,7 +60,9 @@ class LossStats:
     tokens: int
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: str = "token", normalizer: float | None = None) -> torch.Tensor:
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, agg: str = "token", normalizer: float | None = None
+) -> torch.Tensor:
     """Reduce [B, T] per-token values to a scalar (see the module docstring). A row with no
     masked token (an empty response) adds nothing under either aggregation and, for "sequence",
     is not counted in the default normalizer (the rows that have tokens), so it cannot dilute

@@ -1,4 +1,5 @@
 """The training batch: token ids, GRPO advantages and behaviour log-probs, one row per sample."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -33,7 +34,9 @@ class TrainBatch:
             for name in ("behaviour_logprobs", "ref_logprobs"):
                 rows = getattr(self, name)
                 if rows is not None and len(rows[i]) != len(r):
-                    raise ValueError(f"TrainBatch.{name} row {i}: {len(rows[i])} values for {len(r)} response tokens")
+                    raise ValueError(
+                        f"TrainBatch.{name} row {i}: {len(rows[i])} values for {len(r)} response tokens"
+                    )
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
@@ -49,7 +52,9 @@ class TrainBatch:
 
 
 def batch_from_groups(
-    groups: list[list[Sample]], tokenize: Callable[[str], list[int]] | None = None, normalize_std: bool = True
+    groups: list[list[Sample]],
+    tokenize: Callable[[str], list[int]] | None = None,
+    normalize_std: bool = True,
 ) -> TrainBatch:
     """Rewarded groups, one per prompt (`SampleBuffer.take_batch`), -> a TrainBatch with GRPO
     advantages, rows in group order.
@@ -81,7 +86,9 @@ def _advantages(groups: list[list[Sample]], normalize_std: bool) -> list[float]:
         by_size.setdefault(len(g), []).append(i)
     per_group: list[list[float]] = [[] for _ in groups]
     for rows in by_size.values():
-        rewards = torch.tensor([[float(s.reward) for s in groups[i]] for i in rows], dtype=torch.float64)  # type: ignore[arg-type]
+        rewards = torch.tensor(
+            [[float(s.reward or 0.0) for s in groups[i]] for i in rows], dtype=torch.float64
+        )  # a finished group's samples all have rewards
         for i, adv in zip(rows, grpo_advantages(rewards, normalize_std=normalize_std).tolist()):
             per_group[i] = adv
     return [a for adv in per_group for a in adv]

@@ -28,6 +28,7 @@ A key of a step that was never added raises KeyError (a controller bug, not a ra
 `state_dict()` is JSON-serialisable; after `load_state_dict`, `pending_keys()` and
 `unrewarded_keys()` say which rollouts and judgings to resubmit.
 """
+
 from __future__ import annotations
 
 import enum
@@ -101,7 +102,9 @@ class SampleBuffer:
         if step in self._steps or step in self._closed:
             raise ValueError(f"step {step} already has prompts")
         samples = {
-            (step, p, g): Sample(step, p, g, prompt) for p, prompt in enumerate(prompts) for g in range(self.group_size)
+            (step, p, g): Sample(step, p, g, prompt)
+            for p, prompt in enumerate(prompts)
+            for g in range(self.group_size)
         }
         self._steps[step] = samples
         self._replaced[step] = 0
@@ -146,7 +149,9 @@ class SampleBuffer:
         if step in self._closed:
             return None
         if step not in self._steps or key not in self._steps[step]:
-            raise KeyError(f"sample {key} is unknown (step {step} was never added or has no such prompt/sample)")
+            raise KeyError(
+                f"sample {key} is unknown (step {step} was never added or has no such prompt/sample)"
+            )
         return self._steps[step][key]
 
     def on_response(
@@ -167,7 +172,9 @@ class SampleBuffer:
             self.stats.regenerated += 1
             return Outcome.STALE
         if logprobs is not None and len(logprobs) != len(response_ids):
-            raise ValueError(f"sample {key}: {len(logprobs)} log-probs for {len(response_ids)} response tokens")
+            raise ValueError(
+                f"sample {key}: {len(logprobs)} log-probs for {len(response_ids)} response tokens"
+            )
         s.response_ids, s.logprobs, s.text, s.version = list(response_ids), logprobs, text, version
         s.prompt_ids = None if prompt_ids is None else list(prompt_ids)
         self.stats.responses += 1
@@ -192,7 +199,9 @@ class SampleBuffer:
     def take_batch(self, step: int) -> list[list[Sample]]:
         """The step's samples as [B][G] (prompt order, then sample order); closes the step."""
         if not self.ready(step):
-            raise ValueError(f"step {step} is not ready: {self.missing(step)} samples lack a reward")
+            raise ValueError(
+                f"step {step} is not ready: {self.missing(step)} samples lack a reward"
+            )
         samples = self._steps.pop(step)
         self._replaced.pop(step, None)
         self._closed.add(step)
@@ -210,12 +219,19 @@ class SampleBuffer:
 
     def pending_keys(self) -> list[Key]:
         """Samples without a response (to (re)submit for rollout)."""
-        return [k for step in sorted(self._steps) for k, s in self._steps[step].items() if s.response_ids is None]
+        return [
+            k
+            for step in sorted(self._steps)
+            for k, s in self._steps[step].items()
+            if s.response_ids is None
+        ]
 
     def unrewarded_keys(self) -> list[Key]:
         """Samples with a response but no reward (to (re)submit for judging)."""
         return [
-            k for step in sorted(self._steps) for k, s in self._steps[step].items()
+            k
+            for step in sorted(self._steps)
+            for k, s in self._steps[step].items()
             if s.response_ids is not None and s.reward is None
         ]
 
@@ -225,14 +241,18 @@ class SampleBuffer:
             "staleness": self.staleness,
             "stats": asdict(self.stats),
             "closed": sorted(self._closed),
-            "samples": [asdict(s) for step in sorted(self._steps) for s in self._steps[step].values()],
+            "samples": [
+                asdict(s) for step in sorted(self._steps) for s in self._steps[step].values()
+            ],
             "steps": sorted(self._steps),
             "replaced": {str(k): v for k, v in self._replaced.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["group_size"] != self.group_size:
-            raise ValueError(f"buffer state has group_size {state['group_size']}, this buffer {self.group_size}")
+            raise ValueError(
+                f"buffer state has group_size {state['group_size']}, this buffer {self.group_size}"
+            )
         self.staleness = int(state["staleness"])
         self.stats = BufferStats(**state["stats"])
         self._closed = set(state["closed"])

@@ -22,6 +22,7 @@ UTF-8 are skipped and counted in `DataStats`; a dataset with no valid row, or a 
 readable as its format, is an error naming the file. The built-in synthetic set is not this
 module's: `pivot.tiny.task` gives it where `path` is empty.
 """
+
 from __future__ import annotations
 
 import json
@@ -113,27 +114,46 @@ def parse_row(row: Any, index: int, config: DataConfig) -> Prompt | tuple[str, s
     messages = None
     if isinstance(prompt, str):
         text = prompt
-    elif isinstance(prompt, list) and prompt and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(
+            isinstance(m, dict)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str)
+            for m in prompt
+        )
     ):
         messages = [{"role": m["role"], "content": m["content"]} for m in prompt]
         text = render_messages(messages)
     else:
-        return "bad_type", f"{where}: prompt is neither text nor a list of {{role, content}} messages"
+        return (
+            "bad_type",
+            f"{where}: prompt is neither text nor a list of {{role, content}} messages",
+        )
     if not text.strip():
         return "missing_prompt", f"{where}: empty prompt"
     source = row.get("data_source")
     extra = row.get("extra_info")
-    return Prompt(id=index, text=text, ground_truth=str(answer).strip(), messages=messages,
-                  data_source="" if source is None else str(source),
-                  extra_info=json.loads(json.dumps(extra, default=str)) if isinstance(extra, dict) else None)
+    return Prompt(
+        id=index,
+        text=text,
+        ground_truth=str(answer).strip(),
+        messages=messages,
+        data_source="" if source is None else str(source),
+        extra_info=json.loads(json.dumps(extra, default=str)) if isinstance(extra, dict) else None,
+    )
 
 
 def rows_to_dataset(rows: list[Any], config: DataConfig, source: str) -> PromptDataset:
     stats = DataStats(rows=len(rows))
     prompts: list[Prompt] = []
     for i, row in enumerate(rows):
-        parsed = parse_row(row, i, config) if not isinstance(row, _Unreadable) else (row.counter, f"row {i}: {row.reason}")
+        parsed = (
+            parse_row(row, i, config)
+            if not isinstance(row, _Unreadable)
+            else (row.counter, f"row {i}: {row.reason}")
+        )
         if isinstance(parsed, Prompt):
             prompts.append(parsed)
             continue
@@ -176,7 +196,9 @@ def _read_rows(path: Path) -> list[Any]:
         try:
             return pq.read_table(path).to_pylist()
         except (pa.ArrowException, OSError) as e:
-            raise ValueError(f"dataset {path}: not a readable parquet file ({' '.join(str(e).split())})") from None
+            raise ValueError(
+                f"dataset {path}: not a readable parquet file ({' '.join(str(e).split())})"
+            ) from None
     if path.suffix in (".jsonl", ".json"):
         return [_jsonl_row(line) for line in path.read_bytes().splitlines() if line.strip()]
     raise ValueError(f"dataset {path}: unknown format {path.suffix!r} (use .parquet or .jsonl)")
@@ -221,11 +243,19 @@ class PromptCursor:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "index": self.index, "seed": self.seed, "shuffle": self.shuffle, "size": len(self.dataset)}
+        return {
+            "epoch": self.epoch,
+            "index": self.index,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "size": len(self.dataset),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["size"] != len(self.dataset):
-            raise ValueError(f"cursor state is for a dataset of {state['size']} prompts, this one has {len(self.dataset)}")
+            raise ValueError(
+                f"cursor state is for a dataset of {state['size']} prompts, this one has {len(self.dataset)}"
+            )
         self.seed, self.shuffle = int(state["seed"]), bool(state["shuffle"])
         self.epoch, self.index = int(state["epoch"]), int(state["index"])
         self._order = self._permutation(self.epoch)

@@ -9,6 +9,7 @@ cursor never serves them. The evaluation runs on the
 rollout replicas like any other rollout (veRL validates on its rollout engine too); the run
 records the policy versions that generated it, because a replica can lag the trainer.
 """
+
 from __future__ import annotations
 
 import random
@@ -21,7 +22,10 @@ from pivot.rl.data import Prompt, PromptDataset, load_dataset
 
 
 def split_heldout(
-    data: DataConfig, config: EvalConfig, train: PromptDataset, seed: int,
+    data: DataConfig,
+    config: EvalConfig,
+    train: PromptDataset,
+    seed: int,
     fresh: Callable[[int, set[str]], list[Prompt]] | None = None,
 ) -> tuple[PromptDataset, list[Prompt]]:
     """(training set, held-out prompts); the training set loses the held-out rows when they come
@@ -30,7 +34,9 @@ def split_heldout(
     if config.every == 0:
         return train, []
     if config.path:
-        return train, load_dataset(DataConfig(path=config.path, prompt_key=data.prompt_key, answer_key=data.answer_key)).prompts[: config.prompts]
+        return train, load_dataset(
+            DataConfig(path=config.path, prompt_key=data.prompt_key, answer_key=data.answer_key)
+        ).prompts[: config.prompts]
     if fresh is not None:
         return train, fresh(config.prompts, {p.text for p in train.prompts})
     n = min(config.prompts, len(train) // 10)
@@ -81,9 +87,15 @@ class EvalRun:
     def result(self, now: float) -> EvalResult:
         done = len(self.scores)
         n = max(done, 1)
-        return EvalResult(self.step, sum(self.scores.values()) / n, done, self.tokens / n,
-                          (min(self.versions, default=-1), max(self.versions, default=-1)), now - self.started,
-                          [self.scores[i] for i in sorted(self.scores)])
+        return EvalResult(
+            self.step,
+            sum(self.scores.values()) / n,
+            done,
+            self.tokens / n,
+            (min(self.versions, default=-1), max(self.versions, default=-1)),
+            now - self.started,
+            [self.scores[i] for i in sorted(self.scores)],
+        )
 
 
 def paired_gain(before: list[float], after: list[float]) -> tuple[float, float]:
@@ -91,7 +103,9 @@ def paired_gain(before: list[float], after: list[float]) -> tuple[float, float]:
     error of the mean per-prompt difference, so prompts both evaluations got right (or wrong)
     add no noise."""
     if len(before) != len(after) or len(before) < 2:
-        raise ValueError(f"paired_gain needs two score lists of one length >= 2, got {len(before)} and {len(after)}")
+        raise ValueError(
+            f"paired_gain needs two score lists of one length >= 2, got {len(before)} and {len(after)}"
+        )
     diffs = [b - a for a, b in zip(before, after)]
     return statistics.fmean(diffs), statistics.stdev(diffs) / len(diffs) ** 0.5
 
@@ -100,7 +114,9 @@ LEARNED_SE = 4.0
 """A held-out gain counts as learned when it exceeds this many paired standard errors."""
 
 
-def learned(before: list[float], after: list[float], min_gain: float = 0.0) -> tuple[float, float, bool]:
+def learned(
+    before: list[float], after: list[float], min_gain: float = 0.0
+) -> tuple[float, float, bool]:
     """(gain, standard error, whether the gain is at least `min_gain` and more than `LEARNED_SE`
     paired standard errors): the one rule the run summary and tools/bench_learning.py apply."""
     gain, se = paired_gain(before, after)

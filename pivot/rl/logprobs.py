@@ -1,4 +1,5 @@
 """Per-token log-probs of responses given prompts, and token-budget micro-batch packing."""
+
 from __future__ import annotations
 
 import torch
@@ -6,7 +7,10 @@ from torch import nn
 
 
 def response_logprobs(
-    model: nn.Module, prompts: list[list[int]], responses: list[list[int]], temperature: float = 1.0,
+    model: nn.Module,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    temperature: float = 1.0,
     device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded [n, R] log-probs of each response token given its prompt (under

@@ -16,6 +16,7 @@ It is not the default: DAPO's recipe defines its reward by its own rule (veRL ro
 as a string), which `pivot.rl.reward.verify` follows; `tests/rl/test_math_verify.py` lists where
 the two agree and differ.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,7 +36,12 @@ def _math_verify() -> tuple[Any, ...]:
 
         # its "timeout is disabled" warning is about the choice documented above, said once per run
         logging.getLogger("math_verify").setLevel(logging.ERROR)
-        _parts = (parse, verify, (LatexExtractionConfig(),), (ExprExtractionConfig(), LatexExtractionConfig()))
+        _parts = (
+            parse,
+            verify,
+            (LatexExtractionConfig(),),
+            (ExprExtractionConfig(), LatexExtractionConfig()),
+        )
     return _parts
 
 

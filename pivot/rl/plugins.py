@@ -21,6 +21,7 @@ before any process group exists, and a bad reference fails there in one line. A 
 raises or returns a non-number (or a dict without "score") on some sample scores that sample
 0.0 and is counted (`count/verifier_errors`); the run goes on.
 """
+
 from __future__ import annotations
 
 import copy
@@ -59,13 +60,17 @@ def load_verifier(spec: str) -> Verifier:
         spec = BUILTIN[spec]
     where, sep, name = spec.rpartition(":")
     if not sep or not where or not name:
-        raise ConfigError(f"reward.verifier={spec!r}: expected module:function or path/to/file.py:function")
+        raise ConfigError(
+            f"reward.verifier={spec!r}: expected module:function or path/to/file.py:function"
+        )
     try:
         module = _import(where)
     except ConfigError:
         raise
     except Exception as e:  # the user's module failed while importing
-        raise ConfigError(f"reward.verifier={spec!r}: importing {where} failed: {type(e).__name__}: {e}") from None
+        raise ConfigError(
+            f"reward.verifier={spec!r}: importing {where} failed: {type(e).__name__}: {e}"
+        ) from None
     fn = getattr(module, name, None)
     if not callable(fn):
         raise ConfigError(f"reward.verifier={spec!r}: {where} has no function {name!r}")
@@ -77,7 +82,7 @@ def load_verifier(spec: str) -> Verifier:
 
 
 def calling_style(fn: Verifier) -> Style:
-    """"verl" when `fn` names veRL's parameters (or takes only keywords), "pivot" when it takes
+    """ "verl" when `fn` names veRL's parameters (or takes only keywords), "pivot" when it takes
     (response, ground_truth); TypeError saying what it must accept otherwise."""
     try:
         sig = inspect.signature(fn)
@@ -87,14 +92,18 @@ def calling_style(fn: Verifier) -> Style:
     verl_kw = _binds(sig, **{p: p for p in VERL_PARAMS})
     if names & {"solution_str", "data_source"}:
         if not verl_kw:
-            raise TypeError("names veRL's parameters but cannot be called as "
-                            "compute_score(data_source=, solution_str=, ground_truth=, extra_info=)")
+            raise TypeError(
+                "names veRL's parameters but cannot be called as "
+                "compute_score(data_source=, solution_str=, ground_truth=, extra_info=)"
+            )
         return "verl"
     if _binds(sig, "response", "ground truth"):
         return "pivot"
     if verl_kw:
         return "verl"
-    raise TypeError("must accept (response, ground_truth) or veRL's (data_source, solution_str, ground_truth, extra_info=None)")
+    raise TypeError(
+        "must accept (response, ground_truth) or veRL's (data_source, solution_str, ground_truth, extra_info=None)"
+    )
 
 
 def _binds(sig: inspect.Signature, *args: str, **kwargs: str) -> bool:
@@ -119,7 +128,9 @@ def _import(where: str) -> object:
         return importlib.import_module(where)
     except ModuleNotFoundError as e:
         if e.name and where.startswith(e.name):
-            raise ConfigError(f"reward.verifier: no module named {where!r} (is it on PYTHONPATH?)") from None
+            raise ConfigError(
+                f"reward.verifier: no module named {where!r} (is it on PYTHONPATH?)"
+            ) from None
         raise
 
 
@@ -133,7 +144,9 @@ def judge_template(config: RewardConfig) -> str:
     try:
         return path.read_text()
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"reward.judge_template_file={str(path)!r}: cannot read it ({type(e).__name__}: {e})") from None
+        raise ConfigError(
+            f"reward.judge_template_file={str(path)!r}: cannot read it ({type(e).__name__}: {e})"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -175,8 +188,12 @@ class CheckedVerifier:
     def check(self, response: str, prompt: Prompt) -> Score:
         try:
             if self.style == "verl":
-                result = self.fn(data_source=prompt.data_source, solution_str=response, ground_truth=prompt.ground_truth,
-                                 extra_info=copy.deepcopy(prompt.extra_info) if prompt.extra_info else {})
+                result = self.fn(
+                    data_source=prompt.data_source,
+                    solution_str=response,
+                    ground_truth=prompt.ground_truth,
+                    extra_info=copy.deepcopy(prompt.extra_info) if prompt.extra_info else {},
+                )
             else:
                 result = self.fn(response, prompt.ground_truth)
             return _score(result)
@@ -184,7 +201,10 @@ class CheckedVerifier:
             self.errors += 1
             if not self.first_error:
                 self.first_error = f"{type(e).__name__}: {e}"
-                print(f"pivot: the verifier failed on a sample (scored 0.0, counted): {self.first_error}", flush=True)
+                print(
+                    f"pivot: the verifier failed on a sample (scored 0.0, counted): {self.first_error}",
+                    flush=True,
+                )
             return Score(0.0)
 
 
@@ -219,7 +239,9 @@ def extra_means(extras: list[dict[str, Any]]) -> dict[str, float]:
         for key, value in row.items():
             if isinstance(value, (bool, float, int)):
                 sums.setdefault(key, []).append(float(value))
-    return {f"reward_extra/{key}": sum(values) / len(values) for key, values in sorted(sums.items())}
+    return {
+        f"reward_extra/{key}": sum(values) / len(values) for key, values in sorted(sums.items())
+    }
 
 
 def check_plugins(config: RewardConfig) -> None:
@@ -232,5 +254,9 @@ def check_plugins(config: RewardConfig) -> None:
         try:
             judge_prompt("q", "r", template)
         except ValueError as e:
-            field = "reward.judge_template_file" if config.judge_template_file else "reward.judge_template"
+            field = (
+                "reward.judge_template_file"
+                if config.judge_template_file
+                else "reward.judge_template"
+            )
             raise ConfigError(f"{field}: {e}") from None

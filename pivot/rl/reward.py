@@ -19,13 +19,15 @@ matches 50, not 0.5).
 
 GenRM: `judge_prompt` fills a template with `{question}` and `{response}` (the run's, given:
 `pivot.tiny.task.judge_template` falls back to the tiny GenRM's). `parse_verdict(text)` reads
-the LAST verdict in the judge's text after its thinking block (`<think>...</think>`; none while the block is unclosed) and returns a score in [0, 1] or None. Accepted (case-insensitive, after
+the LAST verdict in the judge's text after its thinking block (`<think>...</think>`; none while the
+block is unclosed) and returns a score in [0, 1] or None. Accepted (case-insensitive, after
 `Verdict:` or `Score:`): a number in [0, 1] ("1", "0.75"), a fraction or "x/10" form ("7/10" ->
 0.7), a percentage ("75%"), or a word (correct/yes/true/pass -> 1, incorrect/wrong/no/false/
 fail -> 0). Out-of-range numbers are unparsable. `GenRMScorer` maps unparsable verdicts to a
 fallback score and counts them. Total reward: R = w_v * R_verifiable + w_g * R_GenRM. Weights,
 fallback and template come from `pivot.config.RewardConfig`.
 """
+
 from __future__ import annotations
 
 import re
@@ -79,7 +81,9 @@ def extract_answer(response: str) -> str | None:
     """The response's final answer text (not yet normalised), or None if it states none."""
     boxed = _last_boxed(response)
     lines = list(_ANSWER_LINE.finditer(response))
-    line = (lines[-1].start(), lines[-1].group(1).strip().strip("*").strip()) if lines else None  # **Answer:** 7
+    line = (
+        (lines[-1].start(), lines[-1].group(1).strip().strip("*").strip()) if lines else None
+    )  # **Answer:** 7
     found = [c for c in (boxed, line) if c is not None]
     if not found:
         return None
@@ -91,7 +95,9 @@ def extract_answer(response: str) -> str | None:
 def normalize_answer(text: str) -> str:
     """Canonical string form: a reduced rational ("3/4", "-2") for numbers, else cleaned text."""
     s = re.sub(r"\\(?:text|textrm|mathrm|mbox|textbf|mathbf)\{([^{}]*)\}", r"\1", text)
-    s = re.sub(r"\\sqrt\s*([0-9A-Za-z])", r"\\sqrt{\1}", s)  # \sqrt2 is \sqrt{2}; \sqrt23 is \sqrt{2}3
+    s = re.sub(
+        r"\\sqrt\s*([0-9A-Za-z])", r"\\sqrt{\1}", s
+    )  # \sqrt2 is \sqrt{2}; \sqrt23 is \sqrt{2}3
     for latex_space in ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "~"):
         s = s.replace(latex_space, "")
     s = s.replace("{,}", ",").replace("\\$", "").replace("$", "").replace("\\%", "%")
@@ -110,7 +116,7 @@ def normalize_answer(text: str) -> str:
 
 
 def _drop_thousands(s: str) -> str:
-    """"1,000" -> "1000"; "1,2,3" (a list) stays as it is."""
+    """ "1,000" -> "1000"; "1,2,3" (a list) stays as it is."""
     return s.replace(",", "") if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?", s) else s
 
 
@@ -131,7 +137,11 @@ def strip_unit(text: str) -> str | None:
 
 def _is_unit_word(word: str) -> bool:
     w = word.lower()
-    return w in UNIT_WORDS or (w.endswith("s") and w[:-1] in UNIT_WORDS) or (w.endswith("es") and w[:-2] in UNIT_WORDS)
+    return (
+        w in UNIT_WORDS
+        or (w.endswith("s") and w[:-1] in UNIT_WORDS)
+        or (w.endswith("es") and w[:-2] in UNIT_WORDS)
+    )
 
 
 def _as_rational(s: str) -> Fraction | None:
@@ -197,7 +207,7 @@ def after_thinking(text: str) -> str | None:
     it only considered is not taken for its answer. Text without think tags is returned whole."""
     close = text.rfind("</think>")
     if close >= 0:
-        return text[close + len("</think>"):]
+        return text[close + len("</think>") :]
     return None if "<think>" in text else text
 
 
@@ -224,7 +234,9 @@ class GenRMScorer:
     `config` is `pivot.config.RewardConfig` (judge_template, fallback_score, w_verifiable, w_genrm)."""
 
     def __init__(self, config: RewardConfig) -> None:
-        judge_prompt("q", "r", config.judge_template)  # a bad template fails here, naming the placeholder
+        judge_prompt(
+            "q", "r", config.judge_template
+        )  # a bad template fails here, naming the placeholder
         self.config = config
         self.stats = RewardStats()
 

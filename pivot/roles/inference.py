@@ -17,6 +17,7 @@ and hold no engine. The leader's GPS Read brings the whole model (sglang shards 
 `pivot.runtime.weights`); shift down is abort (partials keep their tokens) + release, shift up
 is resume + the Read pushed with `update_weights_from_tensor`.
 """
+
 from __future__ import annotations
 
 import time
@@ -43,21 +44,39 @@ def group_position(group: dist.ProcessGroup | None) -> tuple[int, int]:
 
 
 class InferenceRole:
-    def __init__(self, role: str, model_path: Path, engine_cfg: EngineConfig, model_cfg: ModelConfig, device: str, seed: int,
-                 local_device: int = 0, kv_prefix: str = "") -> None:
+    def __init__(
+        self,
+        role: str,
+        model_path: Path,
+        engine_cfg: EngineConfig,
+        model_cfg: ModelConfig,
+        device: str,
+        seed: int,
+        local_device: int = 0,
+        kv_prefix: str = "",
+    ) -> None:
         """`local_device`: this rank's device index on its host (an sglang replica's base_gpu_id when it leads);
         `kv_prefix`: where embedded engines export migrated sequences' KV (host shm; "" = re-prefill)."""
         self.role, self.model_path = role, Path(model_path)
-        self.engine_cfg, self.model_cfg, self.device, self.seed = engine_cfg, model_cfg, device, seed
+        self.engine_cfg, self.model_cfg, self.device, self.seed = (
+            engine_cfg,
+            model_cfg,
+            device,
+            seed,
+        )
         self.local_device = local_device
         self.sglang = engine_cfg.backend == "sglang"
         self.kv_prefix = kv_prefix
-        self.kv_migration = bool(kv_prefix) and not self.sglang  # sglang has no KV import (docs/kv_migration.md)
+        self.kv_migration = (
+            bool(kv_prefix) and not self.sglang
+        )  # sglang has no KV import (docs/kv_migration.md)
         # sglang serves what its checkpoint says; Pivot's model classes are not involved
         self.args = None if self.sglang else ModelArgs.load(self.model_path)
         tok = self.model_path / "tokenizer.json"
         self.tokenizer = TextTokenizer.from_pretrained(self.model_path) if tok.is_file() else None
-        self.engines: dict[int, Any] = {}  # slot -> Engine or SglangEngine; None where this rank is parked
+        self.engines: dict[
+            int, Any
+        ] = {}  # slot -> Engine or SglangEngine; None where this rank is parked
         self.slot: int | None = None
 
     @property
@@ -70,7 +89,9 @@ class InferenceRole:
         """Up in a slot whose engine another rank (the sglang leader) runs."""
         return self.slot is not None and self.engines[self.slot] is None
 
-    def shift_up(self, slot: int, group: dist.ProcessGroup | None, read: Read) -> tuple[int, dict[str, float]]:
+    def shift_up(
+        self, slot: int, group: dist.ProcessGroup | None, read: Read
+    ) -> tuple[int, dict[str, float]]:
         """Take slot `slot`: its engine (built the first time, else resumed) gets storage, and
         `read` (a GPS Read) fills it: in place for the embedded engine (this rank's TP slices),
         whole tensors for an sglang leader, nothing for a parked rank (it returns the version).
@@ -83,7 +104,11 @@ class InferenceRole:
         self.slot = slot
         t1 = time.perf_counter()
         version, read_s = self.update_weights(read)
-        return version, {"allocate": t1 - t0, "gps_read": read_s, "load": time.perf_counter() - t1 - read_s}
+        return version, {
+            "allocate": t1 - t0,
+            "gps_read": read_s,
+            "load": time.perf_counter() - t1 - read_s,
+        }
 
     def _build(self, group: object, slot: int) -> Any:
         if self.sglang:
@@ -92,12 +117,28 @@ class InferenceRole:
                 return None  # parked: the leader's sglang engine uses this rank's device
             from pivot.engine.sglang_adapter import SglangEngine
 
-            return SglangEngine.from_pretrained(self.model_path, self.engine_cfg, self.tokenizer, tp_size=size,
-                                                base_gpu_id=self.local_device, dtype=self.model_cfg.dtype, seed=self.seed)
+            return SglangEngine.from_pretrained(
+                self.model_path,
+                self.engine_cfg,
+                self.tokenizer,
+                tp_size=size,
+                base_gpu_id=self.local_device,
+                dtype=self.model_cfg.dtype,
+                seed=self.seed,
+            )
         with torch.device(self.device), params_on_meta():  # storage comes with the TP slice
-            model = CausalLM(self.args, linear=self.model_cfg.linear).to(getattr(torch, self.model_cfg.dtype))
-        engine = Engine(model, self.engine_cfg, tp_group=group, tokenizer=self.tokenizer,
-                        attention=self.model_cfg.attention, seed=self.seed, device=self.device)
+            model = CausalLM(self.args, linear=self.model_cfg.linear).to(
+                getattr(torch, self.model_cfg.dtype)
+            )
+        engine = Engine(
+            model,
+            self.engine_cfg,
+            tp_group=group,
+            tokenizer=self.tokenizer,
+            attention=self.model_cfg.attention,
+            seed=self.seed,
+            device=self.device,
+        )
         if self.kv_migration:
             engine.enable_kv_migration(f"{self.kv_prefix}_{self.role}{slot}")
         return engine
@@ -110,7 +151,9 @@ class InferenceRole:
         tensors, version = read(buffers)
         read_s = time.perf_counter() - t0
         if not self.parked:
-            self.engine.load_weights({**buffers, **tensors}, version)  # validates; slices what came whole
+            self.engine.load_weights(
+                {**buffers, **tensors}, version
+            )  # validates; slices what came whole
         return version, read_s
 
     # ---- the engine, as the worker loop drives it ------------------------------------------

@@ -1,4 +1,5 @@
 """FSDP2 (and activation checkpointing) applied to a policy from outside the model, torchtitan's way."""
+
 from __future__ import annotations
 
 import torch
@@ -11,8 +12,13 @@ from pivot.model import CausalLM
 from pivot.model.meta_init import is_meta, materialize
 
 
-def parallelize(model: CausalLM, group: dist.ProcessGroup, device: torch.device, activation_checkpointing: bool,
-                compute_dtype: torch.dtype = torch.float32) -> CausalLM:
+def parallelize(
+    model: CausalLM,
+    group: dist.ProcessGroup,
+    device: torch.device,
+    activation_checkpointing: bool,
+    compute_dtype: torch.dtype = torch.float32,
+) -> CausalLM:
     """Every decoder layer, then the root, `fully_shard`-ed on `group` with fp32 parameters (the
     master); a `compute_dtype` below fp32 (`--model.dtype bfloat16`) is FSDP2 mixed precision:
     parameters gathered in that dtype for forward and backward, gradients reduced in fp32 into the
@@ -23,8 +29,11 @@ def parallelize(model: CausalLM, group: dist.ProcessGroup, device: torch.device,
     meta = is_meta(model)
     model = model.to(dtype=torch.float32) if meta else model.to(device=device, dtype=torch.float32)
     mesh = DeviceMesh.from_group(group, device_type=device.type)
-    mp = (MixedPrecisionPolicy() if compute_dtype == torch.float32
-          else MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32))
+    mp = (
+        MixedPrecisionPolicy()
+        if compute_dtype == torch.float32
+        else MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    )
     for layer in model.model.layers:
         if activation_checkpointing:
             checkpoint_activations(layer)

@@ -24,6 +24,7 @@ HF-named tensors or this rank's dim-0 shards; it is used when the master was not
 (`shift_down(keep_master=False)`); with a kept master the master wins (it is the exact fp32
 state, the GPS copy may be bf16) and `params` is only checked for names and shapes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -67,7 +68,12 @@ class Trainer(TrainerCheckpoint):
     parameters are collective over `group` unless said otherwise."""
 
     def __init__(
-        self, model: CausalLM, group: dist.ProcessGroup, config: TrainConfig, device: str = "cpu", temperature: float = 1.0,
+        self,
+        model: CausalLM,
+        group: dist.ProcessGroup,
+        config: TrainConfig,
+        device: str = "cpu",
+        temperature: float = 1.0,
         compute_dtype: torch.dtype = torch.float32,
     ) -> None:
         self.config, self.group = config, group
@@ -76,19 +82,35 @@ class Trainer(TrainerCheckpoint):
         # the engine's log-probs are of the temperature-scaled distribution (raw for greedy)
         self.temperature = temperature if temperature > 0 else 1.0
         self.args = model.args
-        self.model = model = parallelize(model, group, self.device, config.activation_checkpointing, compute_dtype)
-        self.params = dict(model.named_parameters())  # tied weights appear once, under the embedding
+        self.model = model = parallelize(
+            model, group, self.device, config.activation_checkpointing, compute_dtype
+        )
+        self.params = dict(
+            model.named_parameters()
+        )  # tied weights appear once, under the embedding
         self.aliases = set(model.state_dict()) - set(self.params)
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=config.lr, betas=(config.beta1, config.beta2), weight_decay=config.weight_decay
+            model.parameters(),
+            lr=config.lr,
+            betas=(config.beta1, config.beta2),
+            weight_decay=config.weight_decay,
         )
         self.version = 0  # steps taken, skipped ones included: the policy version (= the RL step, for staleness)
         self.bad_steps = 0  # consecutive skipped steps
-        self._host: dict[str, list[torch.Tensor]] | None = None  # offloaded bytes while shifted down
+        self._host: dict[str, list[torch.Tensor]] | None = (
+            None  # offloaded bytes while shifted down
+        )
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, group: dist.ProcessGroup, config: TrainConfig, device: str = "cpu",
-                        temperature: float = 1.0, compute_dtype: torch.dtype = torch.float32) -> Trainer:
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        group: dist.ProcessGroup,
+        config: TrainConfig,
+        device: str = "cpu",
+        temperature: float = 1.0,
+        compute_dtype: torch.dtype = torch.float32,
+    ) -> Trainer:
         """Built on the meta device; each rank reads only its dim-0 rows of every tensor from the
         safetensors files. Collective (FSDP set-up)."""
         with torch.device(device), params_on_meta():
@@ -98,14 +120,18 @@ class Trainer(TrainerCheckpoint):
         for name, p in trainer.params.items():
             start, stop = fsdp_range(p.shape[0], trainer.rank, trainer.world)
             boxes[name] = ((start, stop), *((0, n) for n in p.shape[1:]))
-        with torch.no_grad():  # one slice at a time: the rank holds its shard plus one tensor's rows
+        with (
+            torch.no_grad()
+        ):  # one slice at a time: the rank holds its shard plus one tensor's rows
             for name, rows in iter_boxes(path, boxes, torch.float32):
                 trainer.params[name].to_local().copy_(rows)
         return trainer
 
     # ---- forward -------------------------------------------------------------------------
 
-    def _logprobs(self, prompts: list[list[int]], responses: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _logprobs(
+        self, prompts: list[list[int]], responses: list[list[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return response_logprobs(self.model, prompts, responses, self.temperature, self.device)
 
     def _plan(self, batch: TrainBatch) -> tuple[list[list[int]], int]:
@@ -116,10 +142,14 @@ class Trainer(TrainerCheckpoint):
 
     def _dummy_backward(self) -> None:
         """A zero-loss pass so this rank joins FSDP's collectives when it has no rows left."""
-        self.model(torch.zeros(1, 1, dtype=torch.long, device=self.device)).sum().mul(0.0).backward()
+        self.model(torch.zeros(1, 1, dtype=torch.long, device=self.device)).sum().mul(
+            0.0
+        ).backward()
 
     @torch.no_grad()
-    def compute_logprobs(self, prompts: list[list[int]], responses: list[list[int]]) -> list[list[float]]:
+    def compute_logprobs(
+        self, prompts: list[list[int]], responses: list[list[int]]
+    ) -> list[list[float]]:
         """Log-probs of every response token under the current policy (whole batch, every rank)."""
         self._check_up()
         batch = TrainBatch(prompts, responses, [0.0] * len(prompts))
@@ -149,7 +179,9 @@ class Trainer(TrainerCheckpoint):
             raise ValueError("train_step: empty batch")
         if cfg.kl_coef and batch.ref_logprobs is None:
             raise ValueError("train.kl_coef > 0 needs TrainBatch.ref_logprobs")
-        normalizer = float(batch.response_tokens if cfg.loss_agg == "token" else batch.rows_with_tokens)
+        normalizer = float(
+            batch.response_tokens if cfg.loss_agg == "token" else batch.rows_with_tokens
+        )
         mine, count = self._plan(batch)
         self.model.train()
         # loss, tokens, clipped, approx_kl, kl_ref (token-weighted); on the trainer's device: an
@@ -160,19 +192,39 @@ class Trainer(TrainerCheckpoint):
             if not rows:
                 self._dummy_backward()
                 continue
-            lp, mask = self._logprobs([batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows])
-            old = self._pad(batch.behaviour_logprobs, rows, lp) if batch.behaviour_logprobs is not None else lp.detach()
-            ref = self._pad(batch.ref_logprobs, rows, lp) if batch.ref_logprobs is not None else None
+            lp, mask = self._logprobs(
+                [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows]
+            )
+            old = (
+                self._pad(batch.behaviour_logprobs, rows, lp)
+                if batch.behaviour_logprobs is not None
+                else lp.detach()
+            )
+            ref = (
+                self._pad(batch.ref_logprobs, rows, lp) if batch.ref_logprobs is not None else None
+            )
             adv = torch.tensor([batch.advantages[i] for i in rows], device=self.device)
             loss, st = ppo_clip_loss(
-                lp, old, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip_c or None, cfg.loss_agg,
-                normalizer, ref, cfg.kl_coef,
+                lp,
+                old,
+                adv,
+                mask,
+                cfg.clip_eps_low,
+                cfg.clip_eps_high,
+                cfg.dual_clip_c or None,
+                cfg.loss_agg,
+                normalizer,
+                ref,
+                cfg.kl_coef,
             )
             # FSDP averages gradients over ranks; the loss is already a share of the global one
             (loss * self.world).backward()
             t = st.tokens
-            sums += torch.tensor([loss.item(), t, st.clip_frac * t, st.approx_kl_behaviour * t, st.kl_ref * t],
-                                 dtype=torch.float64, device=self.device)
+            sums += torch.tensor(
+                [loss.item(), t, st.clip_frac * t, st.approx_kl_behaviour * t, st.kl_ref * t],
+                dtype=torch.float64,
+                device=self.device,
+            )
         max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(list(self.params.values()), max_norm)
         norm_value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
@@ -182,9 +234,16 @@ class Trainer(TrainerCheckpoint):
         if bad:
             self.optimizer.zero_grad(set_to_none=True)
             self.bad_steps += 1
-            log.warning("train step skipped: loss=%s grad_norm=%s (%d in a row)", loss_value, norm_value, self.bad_steps)
+            log.warning(
+                "train step skipped: loss=%s grad_norm=%s (%d in a row)",
+                loss_value,
+                norm_value,
+                self.bad_steps,
+            )
             if self.bad_steps >= cfg.max_bad_steps:
-                raise RuntimeError(f"{self.bad_steps} consecutive training steps had NaN/inf loss or gradients; aborting")
+                raise RuntimeError(
+                    f"{self.bad_steps} consecutive training steps had NaN/inf loss or gradients; aborting"
+                )
         else:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -194,11 +253,20 @@ class Trainer(TrainerCheckpoint):
         self.version += 1
         tokens = max(float(sums[1]), 1.0)
         return StepMetrics(
-            loss=loss_value, grad_norm=norm_value, clip_frac=float(sums[2]) / tokens, approx_kl=float(sums[3]) / tokens,
-            kl_ref=float(sums[4]) / tokens, tokens=int(sums[1]), micro_batches=count, skipped=bad, version=self.version,
+            loss=loss_value,
+            grad_norm=norm_value,
+            clip_frac=float(sums[2]) / tokens,
+            approx_kl=float(sums[3]) / tokens,
+            kl_ref=float(sums[4]) / tokens,
+            tokens=int(sums[1]),
+            micro_batches=count,
+            skipped=bad,
+            version=self.version,
         )
 
-    def _pad(self, rows_values: list[list[float]], rows: list[int], like: torch.Tensor) -> torch.Tensor:
+    def _pad(
+        self, rows_values: list[list[float]], rows: list[int], like: torch.Tensor
+    ) -> torch.Tensor:
         out = torch.zeros_like(like)
         for k, i in enumerate(rows):
             if rows_values[i]:
@@ -211,8 +279,12 @@ class Trainer(TrainerCheckpoint):
         if which == "master":
             tensors = [p.to_local() for p in self.params.values()]
         else:
-            tensors = [v.to_local() if hasattr(v, "to_local") else v
-                       for s in self.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+            tensors = [
+                v.to_local() if hasattr(v, "to_local") else v
+                for s in self.optimizer.state.values()
+                for v in s.values()
+                if isinstance(v, torch.Tensor)
+            ]
         seen: dict[int, torch.UntypedStorage] = {}
         for t in tensors:
             st = t.untyped_storage()
@@ -240,7 +312,9 @@ class Trainer(TrainerCheckpoint):
                 st.resize_(0)
             self._freed[which] = freed
         self._kept_master = keep_master
-        if self.device.type == "cuda":  # hand the freed blocks back to the driver: torch's allocator
+        if (
+            self.device.type == "cuda"
+        ):  # hand the freed blocks back to the driver: torch's allocator
             torch.cuda.empty_cache()  # would keep them cached, out of reach of an sglang process here
 
     def shift_up(self, params: dict[str, torch.Tensor] | None = None) -> None:
@@ -275,7 +349,9 @@ class Trainer(TrainerCheckpoint):
                 start, stop = fsdp_range(full[0], self.rank, self.world)
                 t = t[start:stop]
             elif tuple(t.shape) != local:
-                raise ValueError(f"shift_up: tensor {name!r} has shape {tuple(t.shape)}, expected full {full} or shard {local}")
+                raise ValueError(
+                    f"shift_up: tensor {name!r} has shape {tuple(t.shape)}, expected full {full} or shard {local}"
+                )
             out[name] = t.to(dtype=torch.float32)
         extra = sorted(set(params) - set(self.params) - self.aliases)
         if extra:

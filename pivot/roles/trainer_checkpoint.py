@@ -1,6 +1,7 @@
 """The trainer's own checkpoint: each rank's parameter and AdamW shards in one safetensors file,
 plus `trainer.json` (version, counters, shapes, the caller's `extra`) from rank 0. Restoring
 needs the same training world size."""
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,12 @@ class TrainerCheckpoint:
         save_file(tensors, str(written[0]))
         if self.rank == 0:
             meta = {
-                "world": self.world, "version": self.version, "bad_steps": self.bad_steps, "optimizer_steps": steps,
-                "shapes": {n: list(p.shape) for n, p in self.params.items()}, "config": asdict(self.config),
+                "world": self.world,
+                "version": self.version,
+                "bad_steps": self.bad_steps,
+                "optimizer_steps": steps,
+                "shapes": {n: list(p.shape) for n, p in self.params.items()},
+                "config": asdict(self.config),
                 "extra": extra or {},
             }
             (path / STATE_FILE).write_text(json.dumps(meta, indent=1))
@@ -71,14 +76,18 @@ class TrainerCheckpoint:
             raise FileNotFoundError(f"checkpoint {path}: missing {STATE_FILE}")
         meta = json.loads(meta_file.read_text())
         if meta["world"] != self.world:
-            raise ValueError(f"checkpoint {path} was saved by {meta['world']} training ranks, this group has {self.world}")
+            raise ValueError(
+                f"checkpoint {path} was saved by {meta['world']} training ranks, this group has {self.world}"
+            )
         file = self._rank_file(path, self.rank)
         if not file.is_file():
             raise FileNotFoundError(f"checkpoint {path}: missing {file.name}")
         tensors = load_file(str(file))
         for name, p in self.params.items():
             if tuple(meta["shapes"].get(name, ())) != tuple(p.shape):
-                raise ValueError(f"checkpoint {path}: tensor {name!r} has shape {meta['shapes'].get(name)}, expected {list(p.shape)}")
+                raise ValueError(
+                    f"checkpoint {path}: tensor {name!r} has shape {meta['shapes'].get(name)}, expected {list(p.shape)}"
+                )
             for key in ("param", "exp_avg", "exp_avg_sq"):
                 if key != "param" and name not in meta["optimizer_steps"]:
                     continue
@@ -87,8 +96,10 @@ class TrainerCheckpoint:
                 if t is None:
                     raise ValueError(f"checkpoint {file}: tensor {key}/{name!r} missing")
                 if t.shape != local.shape:
-                    raise ValueError(f"checkpoint {file}: tensor {key}/{name!r} has shape {tuple(t.shape)}, "
-                                     f"expected {tuple(local.shape)}")
+                    raise ValueError(
+                        f"checkpoint {file}: tensor {key}/{name!r} has shape {tuple(t.shape)}, "
+                        f"expected {tuple(local.shape)}"
+                    )
         with torch.no_grad():
             for name, p in self.params.items():
                 p.to_local().copy_(tensors[f"param/{name}"])

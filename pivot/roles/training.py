@@ -1,6 +1,7 @@
 """The training role as the worker sees it: a `Trainer` created on the first shift up, then
 shifted down (optimizer state and fp32 master offloaded to host) and up (restored; parameters
 checked against the GPS Read) as the planner moves the training pool."""
+
 from __future__ import annotations
 
 import time
@@ -18,13 +19,31 @@ from pivot.roles.trainer import Trainer
 
 
 class TrainingRole:
-    def __init__(self, args: ModelArgs, group: dist.ProcessGroup | None, cfg: TrainConfig, device: str, temperature: float,
-                 resume_from: Path | None, tokenizer_file: Path | None, compute_dtype: str = "float32",
-                 attention: str = "sdpa", linear: str = "torch") -> None:
-        self.args, self.group, self.cfg, self.device, self.temperature = args, group, cfg, device, temperature
+    def __init__(
+        self,
+        args: ModelArgs,
+        group: dist.ProcessGroup | None,
+        cfg: TrainConfig,
+        device: str,
+        temperature: float,
+        resume_from: Path | None,
+        tokenizer_file: Path | None,
+        compute_dtype: str = "float32",
+        attention: str = "sdpa",
+        linear: str = "torch",
+    ) -> None:
+        self.args, self.group, self.cfg, self.device, self.temperature = (
+            args,
+            group,
+            cfg,
+            device,
+            temperature,
+        )
         self.attention = attention  # --model.attention: the trainer's whole-sequence kernel too
         self.linear = linear  # --model.linear: the trainer's layers are the inference roles' kind
-        self.compute_dtype = getattr(torch, compute_dtype)  # --model.dtype: FSDP2 mixed precision below fp32
+        self.compute_dtype = getattr(
+            torch, compute_dtype
+        )  # --model.dtype: FSDP2 mixed precision below fp32
         self.resume_from, self.tokenizer_file = resume_from, tokenizer_file
         self.trainer: Trainer | None = None
 
@@ -33,7 +52,9 @@ class TrainingRole:
         if self.trainer is None:
             with torch.device(self.device), params_on_meta():  # storage comes with the FSDP shard
                 model = CausalLM(self.args, linear=self.linear, attention=self.attention)
-            self.trainer = Trainer(model, self.group, self.cfg, self.device, self.temperature, self.compute_dtype)
+            self.trainer = Trainer(
+                model, self.group, self.cfg, self.device, self.temperature, self.compute_dtype
+            )
             self.trainer.shift_down(keep_master=False)  # the GPS Read below is the truth
             self.trainer.shift_up(shards)
             if self.resume_from is not None:

@@ -18,6 +18,7 @@ those two files hold exactly the lineage that produced the final policy.
   killed attempt).
 - `figures`: what happened: plans, replica shifts, restarts, sequences aborted and migrated.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,21 +65,39 @@ def exactly_once(run_dir: Path, steps: int, prompts: int, group: int) -> Account
         groups.setdefault(k[:2], set()).add(k[2])
     per_step = Counter(s for s, _ in groups)
     missing = [(s, p, g) for (s, p), got in groups.items() for g in range(group) if g not in got]
-    missing += [(s, -1, -1) for s in range(steps) for _ in range(max(0, prompts - per_step[s])) for _ in range(group)]
+    missing += [
+        (s, -1, -1)
+        for s in range(steps)
+        for _ in range(max(0, prompts - per_step[s]))
+        for _ in range(group)
+    ]
     acc.lost = len(missing)
-    acc.duplicated = (sum(n - 1 for n in keys.values()) + sum(keys[k] for k in foreign)
-                      + group * sum(max(0, per_step[s] - prompts) for s in range(steps)))
+    acc.duplicated = (
+        sum(n - 1 for n in keys.values())
+        + sum(keys[k] for k in foreign)
+        + group * sum(max(0, per_step[s] - prompts) for s in range(steps))
+    )
     acc.misjudged = sum(1 for r in samples if r["judgings"] != 1)
     if acc.lost:
-        acc.violations.append(f"{acc.lost} samples never trained (step, prompt, sample; -1: a whole group), e.g. {sorted(missing)[:3]}")
+        acc.violations.append(
+            f"{acc.lost} samples never trained (step, prompt, sample; -1: a whole group), e.g. {sorted(missing)[:3]}"
+        )
     if acc.duplicated:
         acc.violations.append(f"{acc.duplicated} samples trained twice or not of this run")
     if acc.misjudged:
-        bad = [(r["step"], r["prompt"], r["sample"], r["judgings"]) for r in samples if r["judgings"] != 1]
-        acc.violations.append(f"{acc.misjudged} samples judged other than once (step, prompt, sample, judgings): {bad[:3]}")
+        bad = [
+            (r["step"], r["prompt"], r["sample"], r["judgings"])
+            for r in samples
+            if r["judgings"] != 1
+        ]
+        acc.violations.append(
+            f"{acc.misjudged} samples judged other than once (step, prompt, sample, judgings): {bad[:3]}"
+        )
     logged = [r["step"] for r in read_rows(run_dir / "metrics.jsonl")]
     if logged != list(range(steps)):
-        acc.violations.append(f"metrics.jsonl steps are not 0..{steps - 1} in order: {logged[:10]}...")
+        acc.violations.append(
+            f"metrics.jsonl steps are not 0..{steps - 1} in order: {logged[:10]}..."
+        )
     return acc
 
 
@@ -93,10 +112,14 @@ def resumes(timeline: list[Row], every: int = 1) -> list[str]:
         start = rows[0]["step"] if rows and rows[0].get("event") == "resume" else 0
         newest = max(committed, default=0)
         if i > 0 and not newest <= start <= newest + every:
-            out.append(f"attempt {i} resumed from step {start}, the newest committed checkpoint was {newest}")
+            out.append(
+                f"attempt {i} resumed from step {start}, the newest committed checkpoint was {newest}"
+            )
         steps = [r["step"] for r in rows if r.get("event") == "checkpoint"]
         if any(b - a not in range(1, every + 1) for a, b in zip([start, *steps], steps)):
-            out.append(f"attempt {i} (from step {start}) committed checkpoints {steps}: a gap or out of order")
+            out.append(
+                f"attempt {i} (from step {start}) committed checkpoints {steps}: a gap or out of order"
+            )
         committed += steps
     return out
 
@@ -105,7 +128,11 @@ def model_checksum(folder: Path) -> float:
     """The sum of every weight in float64, as a shift up reports it (`--log.verify-weights`)."""
     from safetensors.torch import load_file
 
-    return sum(float(t.double().sum()) for f in sorted(folder.glob("*.safetensors")) for t in load_file(str(f)).values())
+    return sum(
+        float(t.double().sum())
+        for f in sorted(folder.glob("*.safetensors"))
+        for t in load_file(str(f)).values()
+    )
 
 
 @dataclass
@@ -116,7 +143,9 @@ class WeightCheck:
     mismatched: list[str] = field(default_factory=list)
 
 
-def shift_up_weights(timeline: list[Row], checkpoints: Path, policy: Path, genrm: Path) -> WeightCheck:
+def shift_up_weights(
+    timeline: list[Row], checkpoints: Path, policy: Path, genrm: Path
+) -> WeightCheck:
     out = WeightCheck()
     sums: dict[Path, float] = {}
 
@@ -142,8 +171,10 @@ def shift_up_weights(timeline: list[Row], checkpoints: Path, policy: Path, genrm
                 continue
             want = expected(folder)
             if not math.isclose(e["checksum"], want, rel_tol=1e-9, abs_tol=1e-6):
-                out.mismatched.append(f"{e['role']}{e['slot']} at t={e['time']} reports version {v}, checksum "
-                                      f"{e['checksum']!r}; {folder} has {want!r}")
+                out.mismatched.append(
+                    f"{e['role']}{e['slot']} at t={e['time']} reports version {v}, checksum "
+                    f"{e['checksum']!r}; {folder} has {want!r}"
+                )
             else:
                 out.verified += 1
     return out

@@ -6,6 +6,7 @@ time of paper-scale models. `pivot/main.py` picks the backend from the config an
 so the backend may build on the runtime (the emulated flow is an `RLFlow`). Without one (None)
 the ranks run on their real devices.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

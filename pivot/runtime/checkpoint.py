@@ -9,6 +9,7 @@ checkpoint, reporting each newer broken one in one line. On resume, steps <= K a
 trained again) and every open sample of later steps is regenerated or re-judged from the
 buffer's state (none lost).
 """
+
 from __future__ import annotations
 
 import json
@@ -56,15 +57,21 @@ class Checkpointer:
         """Every step folder, newest first, complete or not."""
         if not self.dir.is_dir():
             return []
-        steps = [p for p in self.dir.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit()]
-        return sorted(steps, key=lambda p: int(p.name[len(PREFIX):]), reverse=True)
+        steps = [
+            p
+            for p in self.dir.iterdir()
+            if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX) :].isdigit()
+        ]
+        return sorted(steps, key=lambda p: int(p.name[len(PREFIX) :]), reverse=True)
 
     def newest(self) -> Path | None:
         """The newest folder with a manifest (not read back: for messages, not for resuming)."""
         return next((p for p in self.folders() if (p / MANIFEST).is_file()), None)
 
     @staticmethod
-    def first_complete(folders: list[Path], problem: Callable[[Path], str | None], report: Callable[[str], None]) -> Path | None:
+    def first_complete(
+        folders: list[Path], problem: Callable[[Path], str | None], report: Callable[[str], None]
+    ) -> Path | None:
         """The first of `folders` (newest first) `problem` finds nothing wrong with; each one
         before it is reported."""
         for path in folders:

@@ -5,6 +5,7 @@ empty question and response, inside the GenRM's chat template when `reward.chat_
 and the folder has one. The question is bounded by `rollout.max_prompt_tokens` and the response
 by `rollout.max_new_tokens` (policy tokens; the GenRM's tokenizer may count a few more or fewer).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,17 +22,29 @@ def judge_overhead(cfg: PivotConfig, genrm_path: Path) -> int:
     tok = TextTokenizer.from_pretrained(genrm_path)
     text = judge_prompt("", "", judge_template(cfg.reward))
     if cfg.reward.chat_template and tok.chat_template:
-        return len(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                           enable_thinking=cfg.reward.enable_thinking))
+        return len(
+            tok.apply_chat_template(
+                [{"role": "user", "content": text}],
+                add_generation_prompt=True,
+                enable_thinking=cfg.reward.enable_thinking,
+            )
+        )
     return len(tok.encode(text))
 
 
 def check_context(cfg: PivotConfig, policy_path: Path, genrm_path: Path) -> list[ContextNeed]:
     """Both roles' needs; raises ValueError (one line naming both numbers) when one overruns."""
     policy, genrm = ModelArgs.load(policy_path), ModelArgs.load(genrm_path)
-    needs = context_needs(policy_path.name, policy.max_position_embeddings, genrm_path.name,
-                          genrm.max_position_embeddings, cfg.rollout.max_prompt_tokens, cfg.rollout.max_new_tokens,
-                          cfg.reward.max_new_tokens, judge_overhead(cfg, genrm_path))
+    needs = context_needs(
+        policy_path.name,
+        policy.max_position_embeddings,
+        genrm_path.name,
+        genrm.max_position_embeddings,
+        cfg.rollout.max_prompt_tokens,
+        cfg.rollout.max_new_tokens,
+        cfg.reward.max_new_tokens,
+        judge_overhead(cfg, genrm_path),
+    )
     for need in needs:
         if need.problem:
             raise ValueError(need.problem)

@@ -7,6 +7,7 @@ HMAC-authenticated, numbered frames (pivot/runtime/frames.py), keyed by the job 
 (pivot/secret.py); a frame that fails any check is dropped, counted and logged once per peer, and
 the job goes on. zmq keeps each pair's messages in order. docs/security.md has the trust model.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,13 +39,16 @@ def control_host(spec: ClusterSpec) -> str:
         return given
     master = os.environ.get("MASTER_ADDR", "127.0.0.1")
     try:
-        family, _, _, _, where = socket.getaddrinfo(master, int(os.environ.get("MASTER_PORT", "29500")),
-                                                    type=socket.SOCK_DGRAM)[0]
+        family, _, _, _, where = socket.getaddrinfo(
+            master, int(os.environ.get("MASTER_PORT", "29500")), type=socket.SOCK_DGRAM
+        )[0]
         with socket.socket(family, socket.SOCK_DGRAM) as s:
             s.connect(where)  # sends nothing: asks the routing table which local address reaches it
             return s.getsockname()[0]
     except OSError as e:
-        raise ValueError(f"cannot find the interface that reaches MASTER_ADDR={master} ({e}); set {HOST_ENV}") from None
+        raise ValueError(
+            f"cannot find the interface that reaches MASTER_ADDR={master} ({e}); set {HOST_ENV}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -57,18 +61,26 @@ class ControlRecord:
     key_file: str = ""
 
     def encode(self) -> bytes:
-        return json.dumps({"addr": self.addr, "nonce": self.nonce, "key_file": self.key_file}).encode()
+        return json.dumps(
+            {"addr": self.addr, "nonce": self.nonce, "key_file": self.key_file}
+        ).encode()
 
     @classmethod
     def parse(cls, raw: bytes) -> ControlRecord:
         try:
             d = json.loads(raw)
             rec = cls(d["addr"], d["nonce"], d["key_file"])
-            ok = _ADDR.fullmatch(rec.addr) and re.fullmatch(r"[0-9a-f]{32}", rec.nonce) and isinstance(rec.key_file, str)
+            ok = (
+                _ADDR.fullmatch(rec.addr)
+                and re.fullmatch(r"[0-9a-f]{32}", rec.nonce)
+                and isinstance(rec.key_file, str)
+            )
         except (ValueError, KeyError, TypeError):
             ok = False
         if not ok:
-            raise ValueError(f"control plane: malformed record under {CONTROL_KEY!r} in the store: {raw[:200]!r}")
+            raise ValueError(
+                f"control plane: malformed record under {CONTROL_KEY!r} in the store: {raw[:200]!r}"
+            )
         return rec
 
 
@@ -83,8 +95,12 @@ class Rejections:
         self.count += 1
         if peer not in self.peers:
             self.peers.add(peer)
-            log.warning("pivot: control plane: dropped a frame from %s: %s (further ones from this peer are only "
-                        "counted, count/rejected_frames)", peer, reason)
+            log.warning(
+                "pivot: control plane: dropped a frame from %s: %s (further ones from this peer are only "
+                "counted, count/rejected_frames)",
+                peer,
+                reason,
+            )
 
 
 def _peer(frame: object, route: bytes) -> str:
@@ -106,10 +122,14 @@ class ControllerEndpoint:
         self._sealer = frames.Sealer(key, frames.TO_WORKER, 0)
         self._opener = frames.Opener(key, frames.TO_CONTROLLER, None, spec.world_size)
         self._rejected, self._world = frames.Rejected, spec.world_size
-        self.routes: dict[int, bytes] = {}  # rank -> zmq routing id, learnt from its accepted frames
+        self.routes: dict[
+            int, bytes
+        ] = {}  # rank -> zmq routing id, learnt from its accepted frames
         self.rejections = Rejections()
         self.sock = zmq.Context.instance().socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a message to a vanished rank raises, not vanishes
+        self.sock.setsockopt(
+            zmq.ROUTER_MANDATORY, 1
+        )  # a message to a vanished rank raises, not vanishes
         self.sock.setsockopt(zmq.LINGER, 0)
         host = control_host(spec)
         if ":" in host:
@@ -117,7 +137,12 @@ class ControllerEndpoint:
             host = f"[{host}]"
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
-        store.set(CONTROL_KEY, ControlRecord(self.address, nonce.hex(), self._key_file.name if self._key_file else "").encode())
+        store.set(
+            CONTROL_KEY,
+            ControlRecord(
+                self.address, nonce.hex(), self._key_file.name if self._key_file else ""
+            ).encode(),
+        )
 
     @property
     def rejected(self) -> int:
@@ -138,7 +163,9 @@ class ControllerEndpoint:
             parts = self.sock.recv_multipart(copy=False)
             route = parts[0].bytes
             if len(parts) != 2:
-                self.rejections.add(_peer(parts[0], route), f"{len(parts) - 1} frames in one message")
+                self.rejections.add(
+                    _peer(parts[0], route), f"{len(parts) - 1} frames in one message"
+                )
             else:
                 got = self._opener.open(parts[1].buffer)
                 if not isinstance(got, self._rejected):
@@ -168,10 +195,14 @@ class WorkerEndpoint:
         secret = from_env()
         if (secret is None) == (not rec.key_file):
             mine, theirs = ("not set", "uses one") if secret is None else ("set", "does not")
-            raise ValueError(f"{ENV} is {mine} on rank {rank} but the controller (rank 0) {theirs}: give every rank the same one")
+            raise ValueError(
+                f"{ENV} is {mine} on rank {rank} but the controller (rank 0) {theirs}: give every rank the same one"
+            )
         key = frames.session_key(secret or KeyFile.read(rec.key_file), bytes.fromhex(rec.nonce))
         self._sealer = frames.Sealer(key, frames.TO_CONTROLLER, rank)
-        self._opener = frames.Opener(key, frames.TO_WORKER, rank, 1)  # only rank 0 speaks to workers
+        self._opener = frames.Opener(
+            key, frames.TO_WORKER, rank, 1
+        )  # only rank 0 speaks to workers
         self._rejected, self._peer = frames.Rejected, rec.addr
         self.rejections = Rejections()
         self.sock = zmq.Context.instance().socket(zmq.DEALER)

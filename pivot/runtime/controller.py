@@ -11,6 +11,7 @@ A worker handles its messages in order, so a device's ShiftDown always precedes 
 A sequence aborted on one replica is dispatched elsewhere only once its partial (the tokens
 generated so far) has come back, so nothing runs twice.
 """
+
 from __future__ import annotations
 
 import time
@@ -18,10 +19,10 @@ from typing import TYPE_CHECKING
 
 from pivot.config import PivotConfig
 from pivot.dist import SlotTable
-from pivot.runtime.control_plane import ControllerEndpoint
 from pivot.plan import ShiftPlan
 from pivot.rl.evaluation import eval_due
 from pivot.runtime import messages as m
+from pivot.runtime.control_plane import ControllerEndpoint
 from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog
 from pivot.runtime.shift_record import ShiftRecord
@@ -53,10 +54,20 @@ class Controller(ClusterHost):
         checkpointer: Checkpointer,
     ) -> None:
         self.cfg, self.ep = cfg, endpoint
-        self.flow, self.mode, self.log, self.progress, self.ckpt = flow, mode, log, progress, checkpointer
-        kv = {"rollout": cfg.rollout.engine.kv_capacity_tokens, "reward": cfg.reward.engine.kv_capacity_tokens}
-        self.init_cluster(ReplicaTable.build(table, world_size, kv, profiles),
-                          cfg.planner.migration)
+        self.flow, self.mode, self.log, self.progress, self.ckpt = (
+            flow,
+            mode,
+            log,
+            progress,
+            checkpointer,
+        )
+        kv = {
+            "rollout": cfg.rollout.engine.kv_capacity_tokens,
+            "reward": cfg.reward.engine.kv_capacity_tokens,
+        }
+        self.init_cluster(
+            ReplicaTable.build(table, world_size, kv, profiles), cfg.planner.migration
+        )
         self.versions: dict[int, int] = {}  # rid -> weights version it reported
         self.pending: dict[int, ShiftRecord] = {}  # rid -> its shift in flight
         self.awaiting: set[int] = set()  # aborted, partial not back yet
@@ -139,9 +150,15 @@ class Controller(ClusterHost):
         batches: dict[int, list] = {}
         for cmd in cmds:
             if isinstance(cmd, Abort):
-                self.send_slot(cmd.replica_id, m.AbortSequences(self.table.slot_of(cmd.replica_id)[1], [cmd.seq_id]), leader_only=True)
+                self.send_slot(
+                    cmd.replica_id,
+                    m.AbortSequences(self.table.slot_of(cmd.replica_id)[1], [cmd.seq_id]),
+                    leader_only=True,
+                )
                 self.sent_to.pop(cmd.seq_id, None)
-                self.deferred.pop(cmd.seq_id, None)  # its target is leaving: the scheduler queues it or names another
+                self.deferred.pop(
+                    cmd.seq_id, None
+                )  # its target is leaving: the scheduler queues it or names another
                 self.awaiting.add(cmd.seq_id)
             elif isinstance(cmd, Dispatch):
                 if cmd.seq_id in self.awaiting:
@@ -187,7 +204,10 @@ class Controller(ClusterHost):
             if info is None:
                 continue
             role = info.role
-            if self.sent_to.get(out.id) == self.table.rid(msg.role, msg.slot) or out.id in self.awaiting:
+            if (
+                self.sent_to.get(out.id) == self.table.rid(msg.role, msg.slot)
+                or out.id in self.awaiting
+            ):
                 self.sent_to.pop(out.id, None)
                 self.awaiting.discard(out.id)  # it finished before the abort reached it
                 self.deferred.pop(out.id, None)
@@ -218,9 +238,14 @@ class Controller(ClusterHost):
     def execute(self, plan: ShiftPlan) -> None:
         self.shifts.execute(plan)
         self.num_shifts += 1
-        self.log.shift(event="plan", up=[self.table.slot_of(r) for r in plan.up],
-                       down=[self.table.slot_of(r) for r in plan.down], benefit=plan.benefit, planner_s=plan.timings.total_s,
-                       training=self.training is not None)
+        self.log.shift(
+            event="plan",
+            up=[self.table.slot_of(r) for r in plan.up],
+            down=[self.table.slot_of(r) for r in plan.down],
+            benefit=plan.benefit,
+            planner_s=plan.timings.total_s,
+            training=self.training is not None,
+        )
 
     def migrate_off(self, role: str, rid: int) -> None:
         self.apply(self.sched[role].shift_down([rid]))
@@ -236,7 +261,9 @@ class Controller(ClusterHost):
 
     def _begin(self, rid: int, up: bool) -> tuple[str, int]:
         role, slot = self.table.slot_of(rid)
-        self.pending[rid] = ShiftRecord(role, slot, up, time.monotonic(), set(self.table.replicas[rid].devices))
+        self.pending[rid] = ShiftRecord(
+            role, slot, up, time.monotonic(), set(self.table.replicas[rid].devices)
+        )
         return role, slot
 
     def migrate_on(self, role: str, rids: list[int]) -> None:
@@ -265,7 +292,11 @@ class Controller(ClusterHost):
         return self.train_tokens_per_s
 
     def train_ready(self) -> bool:
-        return self.training is None and self.step < self.cfg.train.steps and self.flow.buffer.ready(self.step)
+        return (
+            self.training is None
+            and self.step < self.cfg.train.steps
+            and self.flow.buffer.ready(self.step)
+        )
 
     def maybe_train(self) -> None:
         if self.train_ready() and self.is_up(self.train_rid):
@@ -287,22 +318,34 @@ class Controller(ClusterHost):
         self.step += 1
         for rid in self.up_slots():
             if self.role_of(rid) == "rollout":
-                self.send_slot(rid, m.UpdateWeights(self.table.slot_of(rid)[1], self.version), leader_only=True)
+                self.send_slot(
+                    rid, m.UpdateWeights(self.table.slot_of(rid)[1], self.version), leader_only=True
+                )
         self.report_step(lead.step, lead.metrics, secs)
         if eval_due(self.step, self.cfg.train.steps, self.cfg.eval.every):
             self.submit(self.flow.start_eval(self.step))
         if self.ckpt.due(self.step, self.cfg.train.steps):
-            path = self.ckpt.snapshot(self.step, {"step": self.step, "version": self.version, **self.flow.state_dict()})
+            path = self.ckpt.snapshot(
+                self.step, {"step": self.step, "version": self.version, **self.flow.state_dict()}
+            )
             self.saving, self.saved_files = set(train_ranks), []
             self.send_slot(self.train_rid, m.SaveCheckpoint(self.step, str(path)))
 
     def report_step(self, step: int, train_metrics: dict[str, float], train_s: float) -> None:
         now = time.monotonic()
         devices = self.shifts.states.devices_per_role()
-        metrics = {**{f"train/{k}": v for k, v in train_metrics.items()},
-                   "time/step_s": now - self._step_t0, "time/train_s": train_s, "policy_version": self.version,
-                   "shifts": self.num_shifts, **{f"devices/{k}": v for k, v in devices.items()},
-                   **self.batch_summary, **self.flow.metrics(), **self.kv_metrics(), "count/rejected_frames": self.ep.rejected}
+        metrics = {
+            **{f"train/{k}": v for k, v in train_metrics.items()},
+            "time/step_s": now - self._step_t0,
+            "time/train_s": train_s,
+            "policy_version": self.version,
+            "shifts": self.num_shifts,
+            **{f"devices/{k}": v for k, v in devices.items()},
+            **self.batch_summary,
+            **self.flow.metrics(),
+            **self.kv_metrics(),
+            "count/rejected_frames": self.ep.rejected,
+        }
         self._step_t0 = now
         self.log.step(step, metrics)
         self.progress.update(step + 1, metrics, devices)
@@ -310,13 +353,15 @@ class Controller(ClusterHost):
     def kv_metrics(self) -> dict[str, int]:
         """Prefill and KV migration counters summed over the replicas' engines (cumulative)."""
         st = [s.stats for s in self.stats.values()]
-        return {"count/prefill_tokens": sum(s.prefill_tokens for s in st),
-                "count/reprefill_tokens": sum(s.reprefill_tokens for s in st),
-                "count/kv_imported": sum(s.kv_imported for s in st),
-                "count/kv_imported_tokens": sum(s.kv_imported_tokens for s in st),
-                "count/kv_fallbacks": sum(s.kv_fallbacks for s in st),
-                "count/kv_fallback_tokens": sum(s.kv_fallback_tokens for s in st),
-                "count/kv_fallbacks_stale": sum(s.kv_fallbacks_stale for s in st)}
+        return {
+            "count/prefill_tokens": sum(s.prefill_tokens for s in st),
+            "count/reprefill_tokens": sum(s.reprefill_tokens for s in st),
+            "count/kv_imported": sum(s.kv_imported for s in st),
+            "count/kv_imported_tokens": sum(s.kv_imported_tokens for s in st),
+            "count/kv_fallbacks": sum(s.kv_fallbacks for s in st),
+            "count/kv_fallback_tokens": sum(s.kv_fallback_tokens for s in st),
+            "count/kv_fallbacks_stale": sum(s.kv_fallbacks_stale for s in st),
+        }
 
     # ---- monitor ---------------------------------------------------------------------------
     def monitor(self) -> None:
@@ -327,5 +372,10 @@ class Controller(ClusterHost):
             self.tok_hist[rid] = (st.time, st.stats.tokens_generated)
             if prev and st.time > prev[0] and self.is_up(rid):
                 rates[role] += max(0, st.stats.tokens_generated - prev[1]) / (st.time - prev[0])
-        self.log.sample(self.shifts.states.devices_per_role(), rates, step=self.step,
-                        aborted=self.flow.stats.aborted, migrated=self.flow.stats.migrated)
+        self.log.sample(
+            self.shifts.states.devices_per_role(),
+            rates,
+            step=self.step,
+            aborted=self.flow.stats.aborted,
+            migrated=self.flow.stats.migrated,
+        )

@@ -1,5 +1,6 @@
 """Builds rank 0's controller from the config and runs it in a background thread, so planning
 never stalls rank 0's own role work."""
+
 from __future__ import annotations
 
 import json
@@ -32,22 +33,47 @@ PROFILE_CACHE = ROOT / ".cache"
 log = logging.getLogger(__name__)
 
 
-def role_profiles(cfg: PivotConfig, policy_path: Path, genrm_path: Path, device: str) -> dict[str, ThroughputModel]:
+def role_profiles(
+    cfg: PivotConfig, policy_path: Path, genrm_path: Path, device: str
+) -> dict[str, ThroughputModel]:
     """Each inference role's own throughput constants (`pivot.sched.profile.resolve_profile`):
     rollout's of the policy, reward's of the GenRM, each on its replica shape; a model given
     without a profile is profiled on this rank's device first (`startup_profile`) where it can be."""
     out = {}
-    for role, rcfg, folder, given in (("rollout", cfg.rollout, policy_path, cfg.model.policy),
-                                      ("reward", cfg.reward, genrm_path, cfg.model.genrm)):
-        shape = ReplicaShape(str(folder), hardware_name(device), rcfg.tp, cfg.model.dtype, cfg.model.attention,
-                             rcfg.engine.backend) if given else None
+    for role, rcfg, folder, given in (
+        ("rollout", cfg.rollout, policy_path, cfg.model.policy),
+        ("reward", cfg.reward, genrm_path, cfg.model.genrm),
+    ):
+        shape = (
+            ReplicaShape(
+                str(folder),
+                hardware_name(device),
+                rcfg.tp,
+                cfg.model.dtype,
+                cfg.model.attention,
+                rcfg.engine.backend,
+            )
+            if given
+            else None
+        )
         prof = resolve_profile(role, rcfg.throughput_profile, shape, PROFILE_CACHE)
-        fitted = profile_at_startup(role, shape, rcfg.engine, cfg.model, device, PROFILE_CACHE) if prof.fallback else None
+        fitted = (
+            profile_at_startup(role, shape, rcfg.engine, cfg.model, device, PROFILE_CACHE)
+            if prof.fallback
+            else None
+        )
         if prof.fallback and fitted is None:
-            log.warning("%s: no throughput profile for %s on %s (tp=%d, %s); planning with the tiny CPU constants, so "
-                        "T_i and the planner's benefit are only relative. Give one: --%s.throughput-profile PATH "
-                        "(tools/profile_engine.py writes it)", role, folder, shape.hardware, rcfg.tp,
-                        rcfg.engine.backend, role)
+            log.warning(
+                "%s: no throughput profile for %s on %s (tp=%d, %s); planning with the tiny CPU constants, so "
+                "T_i and the planner's benefit are only relative. Give one: --%s.throughput-profile PATH "
+                "(tools/profile_engine.py writes it)",
+                role,
+                folder,
+                shape.hardware,
+                rcfg.tp,
+                rcfg.engine.backend,
+                role,
+            )
         out[role] = fitted or prof.model
     return out
 
@@ -73,29 +99,66 @@ class ControllerThread(threading.Thread):
 
 
 def start_controller(
-    cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, store: Any, policy_path: Path, genrm_path: Path,
-    ckpt: Checkpointer, resume: tuple[Path, dict] | None, start_step: int, device: str = "cpu",
+    cfg: PivotConfig,
+    spec: ClusterSpec,
+    table: SlotTable,
+    store: Any,
+    policy_path: Path,
+    genrm_path: Path,
+    ckpt: Checkpointer,
+    resume: tuple[Path, dict] | None,
+    start_step: int,
+    device: str = "cpu",
     backend: DeviceBackend | None = None,
 ) -> ControllerThread:
     endpoint = ControllerEndpoint(store, spec)
-    print(f"pivot: control plane listening on {endpoint.address} (authenticated frames)", flush=True)
+    print(
+        f"pivot: control plane listening on {endpoint.address} (authenticated frames)", flush=True
+    )
     # the task's inputs; where the config names none, the tiny task's (pivot/tiny/task.py)
     train = task.training_set(cfg.data, seed=cfg.seed)
     dataset, heldout = task.heldout_split(cfg.data, cfg.eval, train, cfg.seed)
     if backend is not None:  # e.g. emulated: drawn response lengths, the emulated devices' speeds
         flow_cls, flow_fields, profiles = backend.controller_parts(cfg, spec)
     else:
-        flow_cls, flow_fields, profiles = RLFlow, {}, role_profiles(cfg, policy_path, genrm_path, device)
+        flow_cls, flow_fields, profiles = (
+            RLFlow,
+            {},
+            role_profiles(cfg, policy_path, genrm_path, device),
+        )
     flow = flow_cls(
-        cfg, PromptCursor(dataset, seed=cfg.data.shuffle_seed), TextTokenizer.from_pretrained(policy_path),
-        TextTokenizer.from_pretrained(genrm_path), SampleBuffer(cfg.train.group_size, cfg.train.staleness),
-        cfg.train.staleness, task.judge_template(cfg.reward), heldout, **flow_fields,
+        cfg,
+        PromptCursor(dataset, seed=cfg.data.shuffle_seed),
+        TextTokenizer.from_pretrained(policy_path),
+        TextTokenizer.from_pretrained(genrm_path),
+        SampleBuffer(cfg.train.group_size, cfg.train.staleness),
+        cfg.train.staleness,
+        task.judge_template(cfg.reward),
+        heldout,
+        **flow_fields,
     )
-    log = RunLog(cfg.log.dir, cfg.log.tensorboard, start_step if resume is not None else None,
-                 cfg.log.wandb_project if cfg.log.wandb else None, _asdict(cfg))
+    log = RunLog(
+        cfg.log.dir,
+        cfg.log.tensorboard,
+        start_step if resume is not None else None,
+        cfg.log.wandb_project if cfg.log.wandb else None,
+        _asdict(cfg),
+    )
     (Path(cfg.log.dir) / "config.json").write_text(json.dumps(_asdict(cfg), indent=1))
     progress = StepProgress(cfg.train.steps, start_step, cfg.log.progress)
-    ctrl = Controller(cfg, table, spec.world_size, endpoint, flow, make_mode(cfg), log, profiles, start_step, progress, ckpt)
+    ctrl = Controller(
+        cfg,
+        table,
+        spec.world_size,
+        endpoint,
+        flow,
+        make_mode(cfg),
+        log,
+        profiles,
+        start_step,
+        progress,
+        ckpt,
+    )
     if resume is not None:
         ctrl.version = resume[1]["version"]
         for info in flow.load_state_dict(resume[1]):

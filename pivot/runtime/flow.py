@@ -7,6 +7,7 @@ A rollout sequence's version is the oldest policy version that generated any of 
 (rollout replicas update weights between engine steps; a sequence that spans an update is
 judged by its oldest tokens, the conservative choice for the staleness bound).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,7 +50,9 @@ class FlowStats:
     rewards_finished: int = 0
     tokens_rollout: int = 0
     tokens_reward: int = 0
-    duplicates_dropped: int = 0  # outputs of sequences that had already finished (the buffer counts its own)
+    duplicates_dropped: int = (
+        0  # outputs of sequences that had already finished (the buffer counts its own)
+    )
     stale_regenerated: int = 0
     genrm_sum: float = 0.0
     aborted: int = 0  # sequences aborted (shift down or migration) and returned to the queue
@@ -68,37 +71,59 @@ class RLFlow:
     heldout: list[Prompt] = field(default_factory=list)
     next_step: int = 0  # next step whose prompts are not submitted yet
     seqs: dict[int, SeqInfo] = field(default_factory=dict)
-    verifiable: dict[Key, float] = field(default_factory=dict)  # R_verifiable per sample, for metrics
-    reward_extra: dict[Key, dict] = field(default_factory=dict)  # a dict verifier result's other keys (not checkpointed)
+    verifiable: dict[Key, float] = field(
+        default_factory=dict
+    )  # R_verifiable per sample, for metrics
+    reward_extra: dict[Key, dict] = field(
+        default_factory=dict
+    )  # a dict verifier result's other keys (not checkpointed)
     judgings: dict[Key, int] = field(default_factory=dict)  # GenRM verdicts received per sample
     stats: FlowStats = field(default_factory=FlowStats)
     evals: dict[int, EvalRun] = field(default_factory=dict)  # in flight, by step
     eval_results: list[EvalResult] = field(default_factory=list)  # finished, not yet logged
-    sampled: dict[int, list[float]] = field(default_factory=dict)  # step -> [right, responses], every rollout (not checkpointed)
+    sampled: dict[int, list[float]] = field(
+        default_factory=dict
+    )  # step -> [right, responses], every rollout (not checkpointed)
     _next_id: int = 0
-    _policy_ids: dict[str, list[int]] = field(default_factory=dict)  # tokenized prompts by text and messages
+    _policy_ids: dict[str, list[int]] = field(
+        default_factory=dict
+    )  # tokenized prompts by text and messages
 
     def __post_init__(self) -> None:
         reward = self.cfg.reward
-        self.scorer = GenRMScorer(dataclasses.replace(reward, judge_template=self.judge_template,
-                                                      judge_template_file=""))
+        self.scorer = GenRMScorer(
+            dataclasses.replace(reward, judge_template=self.judge_template, judge_template_file="")
+        )
         self.verify = CheckedVerifier(load_verifier(reward.verifier))
         limit = self.cfg.rollout.max_prompt_tokens
         self.heldout = [p for p in self.heldout if len(self.policy_ids(p)) <= limit]
         data = self.cursor.dataset
-        if not any(len(self.policy_ids(p)) <= limit for p in data.prompts):  # fill() would wait for one forever
+        if not any(
+            len(self.policy_ids(p)) <= limit for p in data.prompts
+        ):  # fill() would wait for one forever
             shortest = min(len(self.policy_ids(p)) for p in data.prompts)
-            raise ValueError(f"rollout.max_prompt_tokens={limit}: no prompt of {data.source or 'the dataset'} fits "
-                             f"(the shortest has {shortest} tokens)")
+            raise ValueError(
+                f"rollout.max_prompt_tokens={limit}: no prompt of {data.source or 'the dataset'} fits "
+                f"(the shortest has {shortest} tokens)"
+            )
         ro, rm = self.cfg.rollout, self.cfg.reward
-        self._ro_params = dict(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k, max_new_tokens=ro.max_new_tokens)
+        self._ro_params = dict(
+            temperature=ro.temperature,
+            top_p=ro.top_p,
+            top_k=ro.top_k,
+            max_new_tokens=ro.max_new_tokens,
+        )
         self._rm_params = dict(temperature=rm.temperature, max_new_tokens=rm.max_new_tokens)
 
-    def _new_seq(self, role: str, key: Key, prompt_ids: list[int], params: dict, **extra: float) -> SeqInfo:
+    def _new_seq(
+        self, role: str, key: Key, prompt_ids: list[int], params: dict, **extra: float
+    ) -> SeqInfo:
         sid = step_major_id(key[0], self._next_id)
         self._next_id += 1
         seed = zlib.crc32(repr((self.cfg.seed, role, key, sid)).encode())  # stable across processes
-        info = SeqInfo(sid, role, key, Request(sid, prompt_ids, SamplingParams(seed=seed, **params)), **extra)
+        info = SeqInfo(
+            sid, role, key, Request(sid, prompt_ids, SamplingParams(seed=seed, **params)), **extra
+        )
         self.seqs[sid] = info
         return info
 
@@ -113,7 +138,9 @@ class RLFlow:
             if len(self._policy_ids) >= _PROMPT_CACHE:
                 self._policy_ids.clear()
             data = self.cfg.data
-            templated = data.chat_template or (prompt.messages is not None and self.policy_tok.chat_template is not None)
+            templated = data.chat_template or (
+                prompt.messages is not None and self.policy_tok.chat_template is not None
+            )
             if data.raw_prompts or not templated:
                 ids = self.policy_tok.encode(prompt.text)
             else:
@@ -128,8 +155,11 @@ class RLFlow:
         reward = self.cfg.reward
         if not (reward.chat_template and self.genrm_tok.chat_template):
             return self.genrm_tok.encode(judge_text)
-        return self.genrm_tok.apply_chat_template([{"role": "user", "content": judge_text}], add_generation_prompt=True,
-                                                  enable_thinking=reward.enable_thinking)
+        return self.genrm_tok.apply_chat_template(
+            [{"role": "user", "content": judge_text}],
+            add_generation_prompt=True,
+            enable_thinking=reward.enable_thinking,
+        )
 
     def judge_output(self, out: Output) -> str:
         """The judge's text as the verdict parser must see it: a chat template that opens the
@@ -143,7 +173,9 @@ class RLFlow:
         """Rollout sequences for every step that `version` may generate (staleness bound)."""
         out: list[SeqInfo] = []
         while self.next_step < total_steps and self.next_step - version <= self.staleness:
-            for key in self.buffer.add_prompts(self.next_step, self._next_prompts(self.cfg.train.batch_prompts)):
+            for key in self.buffer.add_prompts(
+                self.next_step, self._next_prompts(self.cfg.train.batch_prompts)
+            ):
                 out.append(self.rollout_seq(key))
             self.next_step += 1
         return out
@@ -167,7 +199,10 @@ class RLFlow:
         if rewards is None or self.buffer.replaced(step) >= self.cfg.train.filter_groups:
             return []
         if self.cfg.train.filter_metric == "verifiable":
-            rewards = [self.verifiable.get((step, prompt_id, g), 0.0) for g in range(self.buffer.group_size)]
+            rewards = [
+                self.verifiable.get((step, prompt_id, g), 0.0)
+                for g in range(self.buffer.group_size)
+            ]
         if min(rewards) != max(rewards):
             return []
         return self._replace(step, prompt_id)
@@ -187,10 +222,17 @@ class RLFlow:
     def on_rollout(self, out: Output) -> list[SeqInfo]:
         """A finished rollout: record it; returns the judge sequence (or a regeneration)."""
         info = self.seqs.pop(out.id)
-        version = min(info.version, out.weights_version) if info.version >= 0 else out.weights_version
+        version = (
+            min(info.version, out.weights_version) if info.version >= 0 else out.weights_version
+        )
         text = self.policy_tok.decode(out.output_ids)
         outcome = self.buffer.on_response(
-            info.key, list(out.output_ids), list(out.output_logprobs), text, version, prompt_ids=list(out.prompt_ids)
+            info.key,
+            list(out.output_ids),
+            list(out.output_logprobs),
+            text,
+            version,
+            prompt_ids=list(out.prompt_ids),
         )
         if outcome == Outcome.DUPLICATE:  # counted by the buffer
             return []
@@ -214,7 +256,11 @@ class RLFlow:
         """Dynamic sampling on the verifiable part decides a group's fate before any verdict: a
         group it drops is never judged (the GenRM's work on it would be thrown away)."""
         train = self.cfg.train
-        return bool(train.filter_groups) and train.filter_metric == "verifiable" and self.cfg.reward.w_genrm != 0
+        return (
+            bool(train.filter_groups)
+            and train.filter_metric == "verifiable"
+            and self.cfg.reward.w_genrm != 0
+        )
 
     def _judge_group_once_verified(self, step: int, prompt_id: int) -> list[SeqInfo]:
         """Nothing until the group's G responses are all in; then the group is dropped and replaced
@@ -224,9 +270,16 @@ class RLFlow:
         samples = [self.buffer.sample(k) for k in keys]
         if any(s.response_ids is None for s in samples):
             return []
-        if self.buffer.replaced(step) < self.cfg.train.filter_groups and len({self.verifiable.get(k, 0.0) for k in keys}) == 1:
+        if (
+            self.buffer.replaced(step) < self.cfg.train.filter_groups
+            and len({self.verifiable.get(k, 0.0) for k in keys}) == 1
+        ):
             return self._replace(step, prompt_id)
-        return [self.judge_seq(s.key, s.text, self.verifiable.get(s.key, 0.0)) for s in samples if s.reward is None]
+        return [
+            self.judge_seq(s.key, s.text, self.verifiable.get(s.key, 0.0))
+            for s in samples
+            if s.reward is None
+        ]
 
     def _verify(self, key: Key, response: str, prompt: Prompt) -> float:
         score = self.verify.check(response, prompt)
@@ -236,13 +289,17 @@ class RLFlow:
         return score.value
 
     def _rewarded(self, key: Key, reward: float) -> list[SeqInfo]:
-        accepted = self.buffer.on_reward(key, reward) == Outcome.ACCEPTED  # duplicates counted there
+        accepted = (
+            self.buffer.on_reward(key, reward) == Outcome.ACCEPTED
+        )  # duplicates counted there
         return self._refill(key) if accepted and self.cfg.train.filter_groups else []
 
     def judge_seq(self, key: Key, response: str, r_verifiable: float) -> SeqInfo:
         """The GenRM sequence judging `response` to sample `key`'s prompt."""
         judge = self.scorer.prompt(self.buffer.sample(key).prompt.text, response)
-        return self._new_seq("reward", key, self.judge_ids(judge), self._rm_params, r_verifiable=r_verifiable)
+        return self._new_seq(
+            "reward", key, self.judge_ids(judge), self._rm_params, r_verifiable=r_verifiable
+        )
 
     # ---- reward side -----------------------------------------------------------------------
     def on_reward(self, out: Output) -> list[SeqInfo]:
@@ -273,8 +330,10 @@ class RLFlow:
             return []
         self.evals[step] = EvalRun(step, len(self.heldout), time.monotonic())
         params = {**self._ro_params, "temperature": 0.0}
-        return [self._new_seq("rollout", (step, i, -1), self.policy_ids(p), params, eval_step=step)
-                for i, p in enumerate(self.heldout)]
+        return [
+            self._new_seq("rollout", (step, i, -1), self.policy_ids(p), params, eval_step=step)
+            for i, p in enumerate(self.heldout)
+        ]
 
     def on_eval(self, out: Output) -> None:
         info = self.seqs.pop(out.id)
@@ -304,15 +363,28 @@ class RLFlow:
         n = max(len(flat), 1)
         right, total = self.sampled.pop(step, [0.0, 0.0])  # dropped groups' rollouts included
         records = [
-            {"step": s.step, "prompt": s.prompt_id, "sample": s.sample_idx, "prompt_row": s.prompt.id,
-             "version": s.version, "reward": s.reward, "verifiable": self.verifiable.get(s.key, 0.0),
-             "judgings": self.judgings.pop(s.key, 0), "response_tokens": len(s.response_ids or ()), "response": s.text}
+            {
+                "step": s.step,
+                "prompt": s.prompt_id,
+                "sample": s.sample_idx,
+                "prompt_row": s.prompt.id,
+                "version": s.version,
+                "reward": s.reward,
+                "verifiable": self.verifiable.get(s.key, 0.0),
+                "judgings": self.judgings.pop(s.key, 0),
+                "response_tokens": len(s.response_ids or ()),
+                "response": s.text,
+            }
             | ({"reward_extra": self.reward_extra[s.key]} if s.key in self.reward_extra else {})
             for s in flat
         ]
         summary = {
             "reward/mean": sum(s.reward or 0.0 for s in flat) / n,
-            "reward/accuracy": sum(accuracy(self.verifiable.pop(s.key, 0.0), self.reward_extra.get(s.key, {})) for s in flat) / n,
+            "reward/accuracy": sum(
+                accuracy(self.verifiable.pop(s.key, 0.0), self.reward_extra.get(s.key, {}))
+                for s in flat
+            )
+            / n,
             "rollout/accuracy_sampled": right / max(total, 1.0),
             "rollout/response_len": sum(len(s.response_ids or ()) for s in flat) / n,
             "rollout/staleness": sum(step - s.version for s in flat) / n,
@@ -339,10 +411,16 @@ class RLFlow:
 
     # ---- checkpoint ------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"buffer": self.buffer.state_dict(), "cursor": self.cursor.state_dict(),
-                "next_step": self.next_step, "next_id": self._next_id,
-                "per_sample": [[*k, self.verifiable.get(k, 0.0), self.judgings.get(k, 0)]
-                               for k in set(self.verifiable) | set(self.judgings)]}
+        return {
+            "buffer": self.buffer.state_dict(),
+            "cursor": self.cursor.state_dict(),
+            "next_step": self.next_step,
+            "next_id": self._next_id,
+            "per_sample": [
+                [*k, self.verifiable.get(k, 0.0), self.judgings.get(k, 0)]
+                for k in set(self.verifiable) | set(self.judgings)
+            ],
+        }
 
     def load_state_dict(self, state: dict) -> list[SeqInfo]:
         """Restore; returns the sequences to resubmit: rollouts of samples without a response

@@ -14,6 +14,7 @@ and a receiver accepts from each source only numbers above the last it accepted.
 
 `Opener.open` never raises: every frame is an `Opened` message or a `Rejected` with a reason.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -112,7 +113,7 @@ class Opener:
         if seq <= self.last.get(src, -1):
             return Rejected(f"replayed or stale frame (sequence {seq} from rank {src})")
         try:
-            msg = wire.decode(code, body[HEADER.size:])
+            msg = wire.decode(code, body[HEADER.size :])
         except wire.WireError as e:
             return Rejected(str(e))
         self.last[src] = seq

@@ -1,4 +1,5 @@
 """Start-up shared by every rank: distributed init, slots and groups, then the worker loop."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -6,12 +7,12 @@ import datetime
 import os
 import signal
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from pathlib import Path
-
+from pivot import secret as job_secret
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable, create_groups, describe
 from pivot.engine.kv_export import sweep
@@ -22,18 +23,17 @@ from pivot.model import ModelArgs, TextTokenizer, load_state_dict
 from pivot.model.hf_folder import check_folder
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
-from pivot import secret as job_secret
 from pivot.runtime.backend import DeviceBackend
 from pivot.runtime.checkpoint import Checkpointer
 from pivot.runtime.context_check import check_context
 from pivot.runtime.control_plane import WorkerEndpoint
 from pivot.runtime.controller_thread import ControllerThread, start_controller
-from pivot.runtime.summary import run_summary
 from pivot.runtime.manifest import problem as manifest_problem
 from pivot.runtime.rank0_wait import Rank0Failed, run_on_rank0
-from pivot.tiny.shipped import ensure_tiny_models
+from pivot.runtime.summary import run_summary
 from pivot.runtime.weights import WeightService
 from pivot.runtime.worker import Worker
+from pivot.tiny.shipped import ensure_tiny_models
 
 
 def resolve_device(cfg: PivotConfig) -> str:
@@ -56,19 +56,32 @@ def init_distributed(device: str, spec: ClusterSpec) -> None:
     # torchrun keeps one store across restarts of the job: without a prefix per attempt, the
     # restarted ranks would read the dead attempt's keys (gloo peers, control-plane addresses)
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), spec.world_size,
-                          is_master=not agent and spec.rank == 0, timeout=timeout, multi_tenant=not agent)
-    attempt = dist.PrefixStore(f"pivot-attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
-    dist.init_process_group(backend, store=attempt, world_size=spec.world_size, rank=spec.rank, timeout=timeout)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        spec.world_size,
+        is_master=not agent and spec.rank == 0,
+        timeout=timeout,
+        multi_tenant=not agent,
+    )
+    attempt = dist.PrefixStore(
+        f"pivot-attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store
+    )
+    dist.init_process_group(
+        backend, store=attempt, world_size=spec.world_size, rank=spec.rank, timeout=timeout
+    )
 
 
 def summary(cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, device: str) -> str:
-    return "\n".join([
-        f"pivot: preset {cfg.preset}, mode {cfg.cluster.mode}, planner {cfg.planner.strategy}, device {device}",
-        describe(spec, table),
-        f"  policy {cfg.model.policy or '<embedded tiny>'} (rollout TP{cfg.rollout.tp}), "
-        f"genrm {cfg.model.genrm or '<embedded tiny>'} (reward TP{cfg.reward.tp}), training pool {cfg.train.devices}",
-    ])
+    return "\n".join(
+        [
+            f"pivot: preset {cfg.preset}, mode {cfg.cluster.mode}, planner {cfg.planner.strategy}, device {device}",
+            describe(spec, table),
+            f"  policy {cfg.model.policy or '<embedded tiny>'} (rollout TP{cfg.rollout.tp}), "
+            f"genrm {cfg.model.genrm or '<embedded tiny>'} (reward TP{cfg.reward.tp}), "
+            f"training pool {cfg.train.devices}",
+        ]
+    )
 
 
 def model_paths(cfg: PivotConfig) -> tuple[Path, Path]:
@@ -83,17 +96,24 @@ def model_paths(cfg: PivotConfig) -> tuple[Path, Path]:
 def _stopped_by_torchrun(ckpt: Checkpointer) -> None:
     """torchrun SIGTERMs every rank when one fails; say what happened and how to go on."""
     newest = ckpt.newest()
-    where = f"the newest checkpoint is {newest}" if newest else f"no checkpoint was written yet (in {ckpt.dir})"
+    where = (
+        f"the newest checkpoint is {newest}"
+        if newest
+        else f"no checkpoint was written yet (in {ckpt.dir})"
+    )
     print(
         "\npivot: stopped because another rank failed (torchrun names it above: 'rank: N ... exitcode').\n"
         f"pivot: {where}; relaunch with --checkpoint.resume auto to continue "
         "(with torchrun --max-restarts N and --checkpoint.resume auto this happens automatically).",
-        file=sys.stderr, flush=True,
+        file=sys.stderr,
+        flush=True,
     )
     os._exit(143)
 
 
-def resume_point(cfg: PivotConfig, ckpt: Checkpointer, spec: ClusterSpec) -> tuple[Path, dict] | None:
+def resume_point(
+    cfg: PivotConfig, ckpt: Checkpointer, spec: ClusterSpec
+) -> tuple[Path, dict] | None:
     """The checkpoint `cfg.checkpoint.resume` asks for, the same on every rank (collective): the
     ranks read the candidate's files back in shares and agree on the first problem any found."""
     mode = cfg.checkpoint.resume
@@ -124,13 +144,19 @@ def resume_point(cfg: PivotConfig, ckpt: Checkpointer, spec: ClusterSpec) -> tup
 def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     """Every rank's job; `backend` stands in for the devices (pivot/main.py picks it), None = real ones."""
     if cfg.cluster.device == "emulated" and backend is None:
-        raise ValueError("cluster.device=emulated needs the emulation backend (pivot/main.py hands it to run)")
+        raise ValueError(
+            "cluster.device=emulated needs the emulation backend (pivot/main.py hands it to run)"
+        )
     spec = ClusterSpec.from_env()
     device = resolve_device(cfg)
     if backend is not None:
         cfg = backend.runtime_config(cfg)
-    if cfg.cluster.mode == "colocated":  # every role on every device, on-policy phases (a copy: the caller's config stays)
-        cfg = cfg.replace(train=dataclasses.replace(cfg.train, devices=spec.world_size, staleness=0))
+    if (
+        cfg.cluster.mode == "colocated"
+    ):  # every role on every device, on-policy phases (a copy: the caller's config stays)
+        cfg = cfg.replace(
+            train=dataclasses.replace(cfg.train, devices=spec.world_size, staleness=0)
+        )
     table = SlotTable.build(spec, cfg.rollout.tp, cfg.reward.tp, cfg.train.devices)
     try:  # before any model is loaded: a multi-node run without PIVOT_JOB_SECRET stops here
         job_secret.require_for(spec.nnodes)
@@ -150,10 +176,17 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         check_folder(policy_src)  # the trainer builds the policy with Pivot's model classes
         # also when sglang serves it: GPS holds the GenRM in Pivot's names and shapes, read from this folder
         check_folder(genrm_path)
-        check_context(cfg, policy_src, genrm_path)  # a role whose longest sequence overruns its model stops here
-        if cfg.data.chat_template and TextTokenizer.from_pretrained(policy_path).chat_template is None:
-            raise ValueError(f"data.chat_template=True: {policy_path} has no chat template "
-                             "(no chat_template.jinja, none in tokenizer_config.json)")
+        check_context(
+            cfg, policy_src, genrm_path
+        )  # a role whose longest sequence overruns its model stops here
+        if (
+            cfg.data.chat_template
+            and TextTokenizer.from_pretrained(policy_path).chat_template is None
+        ):
+            raise ValueError(
+                f"data.chat_template=True: {policy_path} has no chat template "
+                "(no chat_template.jinja, none in tokenizer_config.json)"
+            )
     except (OSError, ValueError) as e:
         if spec.rank == 0:
             print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
@@ -161,28 +194,70 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         return 2
     start_step = resume[1]["step"] if resume else 0
     store = dist.distributed_c10d._get_default_store()
-    elastic_id, restart = os.environ.get("TORCHELASTIC_RUN_ID", "local"), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    elastic_id, restart = (
+        os.environ.get("TORCHELASTIC_RUN_ID", "local"),
+        int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+    )
     run_id = f"{elastic_id}-{restart}"
-    if spec.local_rank == 0 and restart:  # killed attempts never closed their GPS files: one copy of each model apiece
+    if (
+        spec.local_rank == 0 and restart
+    ):  # killed attempts never closed their GPS files: one copy of each model apiece
         remove_namespaces([f"pivot-{elastic_id}-{k}" for k in range(restart)], spec.host)
     host_of = tuple(spec.host_of(r) for r in range(spec.world_size))
-    gps = GPSStore(store, HostInfo(spec.rank, spec.host, spec.local_rank, host_of), namespace=f"pivot-{run_id}")
+    gps = GPSStore(
+        store, HostInfo(spec.rank, spec.host, spec.local_rank, host_of), namespace=f"pivot-{run_id}"
+    )
     # every rank needs the tensor list, only rank 0 the tensors: read headers, not weights
-    specs = {"policy": specs_from_checkpoint(policy_src), "genrm": specs_from_checkpoint(genrm_path)}
-    served_by_sglang = frozenset(r for r, c in (("rollout", cfg.rollout), ("reward", cfg.reward)) if c.engine.backend == "sglang")
-    weights = WeightService(gps, specs, host_of, table.train, start_step, device, cfg.cluster.host_memory_gb,
-                            verify=cfg.log.verify_weights, dtype=cfg.model.dtype, whole=served_by_sglang)
+    specs = {
+        "policy": specs_from_checkpoint(policy_src),
+        "genrm": specs_from_checkpoint(genrm_path),
+    }
+    served_by_sglang = frozenset(
+        r
+        for r, c in (("rollout", cfg.rollout), ("reward", cfg.reward))
+        if c.engine.backend == "sglang"
+    )
+    weights = WeightService(
+        gps,
+        specs,
+        host_of,
+        table.train,
+        start_step,
+        device,
+        cfg.cluster.host_memory_gb,
+        verify=cfg.log.verify_weights,
+        dtype=cfg.model.dtype,
+        whole=served_by_sglang,
+    )
 
-    def rank0_startup() -> ControllerThread:  # minutes for a large model: waited for without a timeout
+    def rank0_startup() -> (
+        ControllerThread
+    ):  # minutes for a large model: waited for without a timeout
         weights.publish("policy", load_state_dict(policy_src))
         weights.publish("genrm", load_state_dict(genrm_path))
         # the dataset is read here: a bad one stops every rank in one line
-        return start_controller(cfg, spec, table, store, policy_path, genrm_path, ckpt, resume, start_step, device,
-                                backend)
+        return start_controller(
+            cfg,
+            spec,
+            table,
+            store,
+            policy_path,
+            genrm_path,
+            ckpt,
+            resume,
+            start_step,
+            device,
+            backend,
+        )
 
     try:  # afterwards the controller's address is in the store and GPS holds both models
-        controller = run_on_rank0(store, spec.rank, "startup", "loading the models into GPS and starting the controller",
-                                  rank0_startup)
+        controller = run_on_rank0(
+            store,
+            spec.rank,
+            "startup",
+            "loading the models into GPS and starting the controller",
+            rank0_startup,
+        )
     except Rank0Failed:
         gps.close()
         dist.destroy_process_group()
@@ -191,19 +266,44 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     # migrated sequences' KV waits in host shm beside GPS's buffers (cleaned with them on restart)
     kv_prefix = shm_path(f"pivot-{run_id}", spec.host, "kv") if cfg.planner.kv_migration else ""
     inference = {
-        "rollout": InferenceRole("rollout", policy_path, cfg.rollout.engine, cfg.model, device, cfg.seed + spec.rank,
-                                 spec.local_rank, kv_prefix),
-        "reward": InferenceRole("reward", genrm_path, cfg.reward.engine, cfg.model, device, cfg.seed + spec.rank,
-                                spec.local_rank, kv_prefix),
+        "rollout": InferenceRole(
+            "rollout",
+            policy_path,
+            cfg.rollout.engine,
+            cfg.model,
+            device,
+            cfg.seed + spec.rank,
+            spec.local_rank,
+            kv_prefix,
+        ),
+        "reward": InferenceRole(
+            "reward",
+            genrm_path,
+            cfg.reward.engine,
+            cfg.model,
+            device,
+            cfg.seed + spec.rank,
+            spec.local_rank,
+            kv_prefix,
+        ),
     }
     trainer = TrainingRole(
-        ModelArgs.load(policy_path), groups[table.train.name] if spec.rank in table.train.ranks else None,
-        cfg.train, device, cfg.rollout.temperature, resume[0] if resume else None, tok_file if tok_file.is_file() else None,
-        cfg.model.dtype, cfg.model.attention, cfg.model.linear,
+        ModelArgs.load(policy_path),
+        groups[table.train.name] if spec.rank in table.train.ranks else None,
+        cfg.train,
+        device,
+        cfg.rollout.temperature,
+        resume[0] if resume else None,
+        tok_file if tok_file.is_file() else None,
+        cfg.model.dtype,
+        cfg.model.attention,
+        cfg.model.linear,
     )
     if backend is not None:
         inference, trainer = backend.install(cfg, spec, inference, trainer)
-    worker = Worker(spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights)
+    worker = Worker(
+        spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights
+    )
     if spec.rank == 0:
         signal.signal(signal.SIGTERM, lambda *_: _stopped_by_torchrun(ckpt))
     worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in

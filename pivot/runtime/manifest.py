@@ -6,6 +6,7 @@ the listed size and digest. Each writer fsyncs its files before reporting their 
 (atomic), then the folder is fsynced. A job killed at any moment leaves either no manifest or a
 complete checkpoint; bytes damaged afterwards (a truncated copy, a flipped bit) fail `problem`.
 """
+
 from __future__ import annotations
 
 import hashlib

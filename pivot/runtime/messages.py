@@ -2,6 +2,7 @@
 with concrete field types: pivot/runtime/wire.py encodes them as MessagePack and decodes each
 back into its own class, checked against these annotations (nothing is pickled). Controller ->
 worker messages name the slot they concern; a worker answers with the records at the bottom."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -138,9 +139,35 @@ class Failed:
 # Wire codes: a frame names its message type by index in this tuple, so only these classes can
 # ever be built from a frame. Append new types at the end; never reorder (codes would change).
 MESSAGE_TYPES: tuple[type, ...] = (
-    ShiftUp, ShiftDown, Generate, AbortSequences, UpdateWeights, TrainStep, SaveCheckpoint, Stop,
-    Hello, Stats, Finished, Aborted, ShiftDone, WeightsUpdated, Trained, Saved, Failed,
+    ShiftUp,
+    ShiftDown,
+    Generate,
+    AbortSequences,
+    UpdateWeights,
+    TrainStep,
+    SaveCheckpoint,
+    Stop,
+    Hello,
+    Stats,
+    Finished,
+    Aborted,
+    ShiftDone,
+    WeightsUpdated,
+    Trained,
+    Saved,
+    Failed,
 )
-ToWorker = ShiftUp | ShiftDown | Generate | AbortSequences | UpdateWeights | TrainStep | SaveCheckpoint | Stop
-ToController = Hello | Stats | Finished | Aborted | ShiftDone | WeightsUpdated | Trained | Saved | Failed
+ToWorker = (
+    ShiftUp
+    | ShiftDown
+    | Generate
+    | AbortSequences
+    | UpdateWeights
+    | TrainStep
+    | SaveCheckpoint
+    | Stop
+)
+ToController = (
+    Hello | Stats | Finished | Aborted | ShiftDone | WeightsUpdated | Trained | Saved | Failed
+)
 Message = ToWorker | ToController

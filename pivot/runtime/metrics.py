@@ -5,6 +5,7 @@
 monitor tick, and kind "shift" (a shift's roles, devices and phase timings).
 `tools/plot_timeline.py` renders the timeline like the paper's Figure 10.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,14 @@ from pivot.rl.evaluation import EvalResult
 
 
 class RunLog:
-    def __init__(self, run_dir: str | Path, tensorboard: bool, resume_step: int | None = None,
-                 wandb_project: str | None = None, config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        tensorboard: bool,
+        resume_step: int | None = None,
+        wandb_project: str | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
         """`resume_step`: continuing from a checkpoint of that step, so rows of later steps
         (trained by the killed run after its last checkpoint, and trained again now) go.
         `wandb_project`: also log to Weights & Biases (offline unless WANDB_MODE is set)."""
@@ -29,7 +36,9 @@ class RunLog:
             file = self.dir / name
             if file.is_file():
                 rows = read_jsonl(file) if resume_step is not None else []
-                file.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] < resume_step))
+                file.write_text(
+                    "".join(json.dumps(r) + "\n" for r in rows if r["step"] < resume_step)
+                )
         self.t0 = time.monotonic()
         self._metrics = (self.dir / "metrics.jsonl").open("a")
         self._timeline = (self.dir / "timeline.jsonl").open("a" if resume_step is not None else "w")
@@ -56,7 +65,10 @@ class RunLog:
         row = {"step": result.step, "time": round(self.now(), 3), **asdict(result)}
         self._eval.write(json.dumps(row) + "\n")
         self._eval.flush()
-        self._scalars(result.step, {"eval/accuracy": result.accuracy, "eval/response_len": result.response_len})
+        self._scalars(
+            result.step,
+            {"eval/accuracy": result.accuracy, "eval/response_len": result.response_len},
+        )
 
     def _scalars(self, step: int, metrics: dict[str, float]) -> None:
         numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
@@ -73,7 +85,15 @@ class RunLog:
         self._samples.flush()
 
     def sample(self, devices: dict[str, int], throughput: dict[str, float], **extra: Any) -> None:
-        self._write({"kind": "sample", "time": round(self.now(), 3), "devices": devices, "throughput": throughput, **extra})
+        self._write(
+            {
+                "kind": "sample",
+                "time": round(self.now(), 3),
+                "devices": devices,
+                "throughput": throughput,
+                **extra,
+            }
+        )
 
     def shift(self, **event: Any) -> None:
         self._write({"kind": "shift", "time": round(self.now(), 3), **event})

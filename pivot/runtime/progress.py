@@ -1,4 +1,5 @@
 """Rank 0's progress bar: step, reward, accuracy, devices per role and the last held-out accuracy (rich)."""
+
 from __future__ import annotations
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -13,24 +14,32 @@ class StepProgress:
         if not enabled:
             return
         self.bar = Progress(
-            TextColumn("[bold]pivot"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[info]}"), refresh_per_second=4,
+            TextColumn("[bold]pivot"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[info]}"),
+            refresh_per_second=4,
         )
         self.task = self.bar.add_task("steps", total=total, completed=start, info="rolling out...")
         self.bar.start()
 
     def eval(self, result: EvalResult) -> None:
         self.heldout = f" | held-out {result.accuracy:.3f} @{result.step}"
-        line = (f"eval after step {result.step}: held-out accuracy {result.accuracy:.3f} "
-                f"({result.prompts} prompts, greedy, {result.seconds:.1f}s)")
+        line = (
+            f"eval after step {result.step}: held-out accuracy {result.accuracy:.3f} "
+            f"({result.prompts} prompts, greedy, {result.seconds:.1f}s)"
+        )
         if self.enabled:
             self.bar.console.print(line)
         else:
             print(line, flush=True)
 
     def update(self, done: int, metrics: dict[str, float], devices: dict[str, int]) -> None:
-        line = (f"reward {metrics.get('reward/mean', 0):.3f} acc {metrics.get('reward/accuracy', 0):.3f} "
-                f"| RO={devices['rollout']} RM={devices['reward']} TR={devices['train']}{self.heldout}")
+        line = (
+            f"reward {metrics.get('reward/mean', 0):.3f} acc {metrics.get('reward/accuracy', 0):.3f} "
+            f"| RO={devices['rollout']} RM={devices['reward']} TR={devices['train']}{self.heldout}"
+        )
         if self.enabled:
             self.bar.update(self.task, completed=done, info=line)
         else:

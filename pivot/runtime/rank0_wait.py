@@ -7,6 +7,7 @@ the work and then writes its outcome under a key of the rendezvous store; the ot
 key (a non-blocking `check`), printing how long they have waited, for as long as it takes. If
 rank 0 dies instead, torchrun stops every rank, so no wait outlives its job.
 """
+
 from __future__ import annotations
 
 import sys
@@ -32,9 +33,14 @@ def _say(line: str) -> None:
 
 
 def run_on_rank0(
-    store: dist.Store, rank: int, key: str, what: str, work: Callable[[], T],
+    store: dist.Store,
+    rank: int,
+    key: str,
+    what: str,
+    work: Callable[[], T],
     expected: tuple[type[BaseException], ...] = (OSError, ValueError),
-    report_every_s: float = REPORT_EVERY_S, announce: bool = True,
+    report_every_s: float = REPORT_EVERY_S,
+    announce: bool = True,
 ) -> T | None:
     """Rank 0 runs `work()` and returns its result; every other rank returns None once it is done.
 
@@ -59,7 +65,9 @@ def run_on_rank0(
     return None
 
 
-def wait_for(store: dist.Store, full_key: str, what: str, reporter: bool, report_every_s: float) -> None:
+def wait_for(
+    store: dist.Store, full_key: str, what: str, reporter: bool, report_every_s: float
+) -> None:
     """Poll `full_key` until rank 0 writes it; raise `Rank0Failed` if it wrote an error."""
     start = next_report = time.monotonic()
     next_report += report_every_s
@@ -71,4 +79,4 @@ def wait_for(store: dist.Store, full_key: str, what: str, reporter: bool, report
             next_report = now + report_every_s
     outcome = store.get(full_key).decode()
     if outcome != OK:
-        raise Rank0Failed(outcome[len(ERROR):])
+        raise Rank0Failed(outcome[len(ERROR) :])

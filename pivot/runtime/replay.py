@@ -9,6 +9,7 @@ the same rewards), trains one step and compares every weight with checkpoint K+1
 One training rank only (the replay runs in this process, as a group of one); runs whose training
 pool is larger are not replayed.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,10 @@ def replayable(checkpoints: Path, step: int, group_size: int, staleness: int) ->
     """Checkpoint `step` holds step `step`'s whole batch, and checkpoint `step + 1` exists."""
     from pivot.rl.buffer import SampleBuffer
 
-    here, after = checkpoints / f"{PREFIX}{step:06d}", checkpoints / f"{PREFIX}{step + 1:06d}" / "policy"
+    here, after = (
+        checkpoints / f"{PREFIX}{step:06d}",
+        checkpoints / f"{PREFIX}{step + 1:06d}" / "policy",
+    )
     if not (here / STATE_FILE).is_file() or not after.is_dir():
         return False
     buffer = SampleBuffer(group_size, staleness)
@@ -43,7 +47,13 @@ def replayable(checkpoints: Path, step: int, group_size: int, staleness: int) ->
     return step in buffer.open_steps() and buffer.ready(step)
 
 
-def replay_step(checkpoints: Path, step: int, train: TrainConfig, temperature: float, logged: list[dict[str, Any]]) -> Replay:
+def replay_step(
+    checkpoints: Path,
+    step: int,
+    train: TrainConfig,
+    temperature: float,
+    logged: list[dict[str, Any]],
+) -> Replay:
     """`logged`: samples.jsonl rows of the run (the step's rows are compared with the batch)."""
     import torch
     import torch.distributed as dist
@@ -54,22 +64,34 @@ def replay_step(checkpoints: Path, step: int, train: TrainConfig, temperature: f
     from pivot.roles.trainer import Trainer
 
     if train.devices != 1:
-        raise ValueError(f"replay runs one training rank; this run trained on train.devices={train.devices}")
+        raise ValueError(
+            f"replay runs one training rank; this run trained on train.devices={train.devices}"
+        )
     here = checkpoints / f"{PREFIX}{step:06d}"
     buffer = SampleBuffer(train.group_size, train.staleness)
     buffer.load_state_dict(json.loads((here / STATE_FILE).read_text())["buffer"])
     groups = buffer.take_batch(step)
     got = sorted((s.step, s.prompt_id, s.sample_idx, s.reward, s.text) for g in groups for s in g)
-    want = sorted((r["step"], r["prompt"], r["sample"], r["reward"], r["response"]) for r in logged if r["step"] == step)
+    want = sorted(
+        (r["step"], r["prompt"], r["sample"], r["reward"], r["response"])
+        for r in logged
+        if r["step"] == step
+    )
     if got != want:
-        raise ValueError(f"checkpoint {here} holds another batch of step {step} than the run trained (samples.jsonl)")
-    batch = batch_from_groups(groups)  # as the controller builds it (samples carry their prompt ids)
+        raise ValueError(
+            f"checkpoint {here} holds another batch of step {step} than the run trained (samples.jsonl)"
+        )
+    batch = batch_from_groups(
+        groups
+    )  # as the controller builds it (samples carry their prompt ids)
     own_group = not dist.is_initialized()
     if own_group:
         store = dist.FileStore(os.path.join(tempfile.mkdtemp(prefix="pivot-replay-"), "store"), 1)
         dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
-        trainer = Trainer.from_pretrained(here / "policy", dist.group.WORLD, train, "cpu", temperature)
+        trainer = Trainer.from_pretrained(
+            here / "policy", dist.group.WORLD, train, "cpu", temperature
+        )
         trainer.load(here)
         trainer.train_step(batch)
         replayed = trainer.full_state_dict()

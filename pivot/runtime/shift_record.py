@@ -1,4 +1,5 @@
 """`ShiftRecord`: one replica's shift in flight on the runtime, gathered from its ranks' ShiftDone."""
+
 from __future__ import annotations
 
 import time
@@ -32,8 +33,13 @@ class ShiftRecord:
 
     def event(self, last: m.ShiftDone, devices: tuple[int, ...]) -> dict:
         """The run log's shift event; `last` is the slot's last ShiftDone (version, checksum)."""
-        event = {"event": "shift_up" if self.up else "shift_down", "role": self.role, "slot": self.slot,
-                 "devices": list(devices), "phases": self.phases}
+        event = {
+            "event": "shift_up" if self.up else "shift_down",
+            "role": self.role,
+            "slot": self.slot,
+            "devices": list(devices),
+            "phases": self.phases,
+        }
         if self.up:
             event["version"], event["checksum"] = last.version, last.checksum
             event["gps_read_bytes"] = [self.read_bytes[d] for d in devices]

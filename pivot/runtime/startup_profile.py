@@ -7,6 +7,7 @@ grid for a few seconds, writes the profile to the cache keyed by model, hardware
 Only a TP=1 replica of the embedded engine is profiled this way (rank 0 alone can hold it);
 other shapes plan with the fallback constants unless a file is given.
 """
+
 from __future__ import annotations
 
 import gc
@@ -39,8 +40,14 @@ def startup_grid(engine_cfg: EngineConfig, max_len: int) -> tuple[list[int], lis
     return seqs, ctxs
 
 
-def profile_at_startup(role: str, shape: ReplicaShape, engine_cfg: EngineConfig, model_cfg: ModelConfig, device: str,
-                       cache_dir: Path) -> ThroughputModel | None:
+def profile_at_startup(
+    role: str,
+    shape: ReplicaShape,
+    engine_cfg: EngineConfig,
+    model_cfg: ModelConfig,
+    device: str,
+    cache_dir: Path,
+) -> ThroughputModel | None:
     """Fit and cache the profile of `role`'s replica shape on `device`; None when this shape
     cannot be profiled here (TP > 1, sglang) or the grid is too small to fit four constants."""
     if shape.tp != 1 or shape.backend != "embedded":
@@ -49,16 +56,35 @@ def profile_at_startup(role: str, shape: ReplicaShape, engine_cfg: EngineConfig,
     seqs, ctxs = startup_grid(engine_cfg, args.max_position_embeddings)
     if len(seqs) * len(ctxs) < 4:
         return None
-    cfg = EngineConfig(kv_capacity_tokens=max(seqs) * (max(ctxs) + 64) + 1024, block_size=engine_cfg.block_size,
-                       max_running_seqs=max(seqs), max_prefill_tokens=engine_cfg.max_prefill_tokens)
+    cfg = EngineConfig(
+        kv_capacity_tokens=max(seqs) * (max(ctxs) + 64) + 1024,
+        block_size=engine_cfg.block_size,
+        max_running_seqs=max(seqs),
+        max_prefill_tokens=engine_cfg.max_prefill_tokens,
+    )
     with torch.device(device):
         model = CausalLM(args, linear=model_cfg.linear).to(getattr(torch, model_cfg.dtype))
     engine = Engine(model, cfg, attention=model_cfg.attention, device=device)
     try:
-        return profile_engine(engine, shape.cache_file(cache_dir), seqs, ctxs, STEPS, passes=1, role=role,
-                              model=shape.model_folder, hardware=shape.hardware, tp=1, dtype=shape.dtype,
-                              attention=shape.attention, source="start-up profile")
-    except (RuntimeError, ValueError) as e:  # a profile is an optimisation: plan with the fallback instead
+        return profile_engine(
+            engine,
+            shape.cache_file(cache_dir),
+            seqs,
+            ctxs,
+            STEPS,
+            passes=1,
+            role=role,
+            model=shape.model_folder,
+            hardware=shape.hardware,
+            tp=1,
+            dtype=shape.dtype,
+            attention=shape.attention,
+            source="start-up profile",
+        )
+    except (
+        RuntimeError,
+        ValueError,
+    ) as e:  # a profile is an optimisation: plan with the fallback instead
         log.warning("%s: start-up throughput profile of %s failed: %s", role, shape.model_folder, e)
         return None
     finally:

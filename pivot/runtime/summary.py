@@ -2,6 +2,7 @@
 
 Read back from the run folder's records (metrics.jsonl, eval.jsonl, timeline.jsonl), so the
 summary says exactly what the files say."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -25,27 +26,42 @@ def run_summary(
         start = first["time"] - first.get("time/step_s", 0.0)
         seconds = max(last["time"] - start, 1e-9)
         tokens = last.get("tokens/rollout", 0) + last.get("tokens/reward", 0)
-        lines.append(f"  steps {first['step']}..{last['step']} ({len(metrics)} trained) in {seconds:.0f} s: "
-                     f"{tokens / seconds:,.0f} tokens/s (rollout + GenRM, prompt + response)")
+        lines.append(
+            f"  steps {first['step']}..{last['step']} ({len(metrics)} trained) in {seconds:.0f} s: "
+            f"{tokens / seconds:,.0f} tokens/s (rollout + GenRM, prompt + response)"
+        )
         # one step's batch is 8-16 prompts: its reward swings more than a run moves it
         k = max(1, min(10, len(metrics) // 4))
         head, tail = metrics[:k], metrics[-k:]
         over = f" (means of the first and last {k} steps)" if k > 1 else ""
-        lines.append(f"  batch reward {_mean(head, 'reward/mean'):.3f} -> {_mean(tail, 'reward/mean'):.3f}, "
-                     f"batch accuracy {_mean(head, 'reward/accuracy'):.3f} -> {_mean(tail, 'reward/accuracy'):.3f}{over}")
+        lines.append(
+            f"  batch reward {_mean(head, 'reward/mean'):.3f} -> {_mean(tail, 'reward/mean'):.3f}, "
+            f"batch accuracy {_mean(head, 'reward/accuracy'):.3f} -> {_mean(tail, 'reward/accuracy'):.3f}{over}"
+        )
         if "rollout/accuracy_sampled" in last:
             # dynamic sampling keeps mixed groups only, which pins the batch's accuracy near 0.5
-            lines.append(f"  sampled accuracy (every rollout, before dynamic sampling) {_mean(head, 'rollout/accuracy_sampled'):.3f}"
-                         f" -> {_mean(tail, 'rollout/accuracy_sampled'):.3f}")
+            lines.append(
+                "  sampled accuracy (every rollout, before dynamic sampling) "
+                f"{_mean(head, 'rollout/accuracy_sampled'):.3f}"
+                f" -> {_mean(tail, 'rollout/accuracy_sampled'):.3f}"
+            )
     if evals:
-        lines.append(f"  held-out accuracy (greedy, {evals[-1]['prompts']} prompts) "
-                     f"{evals[0]['accuracy']:.3f} at step {evals[0]['step']} -> "
-                     f"{evals[-1]['accuracy']:.3f} at step {evals[-1]['step']}"
-                     + _verdict(evals[0].get("scores", []), evals[-1].get("scores", [])))
-    ups = Counter(r["role"] for r in timeline if r.get("kind") == "shift" and r.get("event") == "shift_up")
-    downs = Counter(r["role"] for r in timeline if r.get("kind") == "shift" and r.get("event") == "shift_down")
+        lines.append(
+            f"  held-out accuracy (greedy, {evals[-1]['prompts']} prompts) "
+            f"{evals[0]['accuracy']:.3f} at step {evals[0]['step']} -> "
+            f"{evals[-1]['accuracy']:.3f} at step {evals[-1]['step']}"
+            + _verdict(evals[0].get("scores", []), evals[-1].get("scores", []))
+        )
+    ups = Counter(
+        r["role"] for r in timeline if r.get("kind") == "shift" and r.get("event") == "shift_up"
+    )
+    downs = Counter(
+        r["role"] for r in timeline if r.get("kind") == "shift" and r.get("event") == "shift_down"
+    )
     if ups or downs:
-        per_role = ", ".join(f"{role} +{ups[role]}/-{downs[role]}" for role in ("rollout", "reward", "train"))
+        per_role = ", ".join(
+            f"{role} +{ups[role]}/-{downs[role]}" for role in ("rollout", "reward", "train")
+        )
         lines.append(f"  shifts (up/down): {per_role}")
     lines += extra or []
     lines += [
@@ -69,5 +85,11 @@ def _verdict(before: list[float], after: list[float]) -> str:
     if se == 0:
         return f": {gain:+.3f}"
     z = gain / se
-    word = "learned" if ok else f"gained, within {LEARNED_SE:g} standard errors" if z > 0 else "no gain"
+    word = (
+        "learned"
+        if ok
+        else f"gained, within {LEARNED_SE:g} standard errors"
+        if z > 0
+        else "no gain"
+    )
     return f": {gain:+.3f} +/- {se:.3f} (paired standard error; {z:+.1f} SE): {word}"

@@ -9,6 +9,7 @@ The trainer Writes its shards after every step. GPS counts Writes; the RL loop
 counts policy versions (= training steps done), so `offset` maps one onto the other, also
 after a resume (the first Write of a resumed job carries the checkpoint's version).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -45,8 +46,15 @@ class WeightService:
         floats = ("float32", "float16", "bfloat16", "float64")
         # GPS holds each tensor in its split view (a fused experts' gate_up_proj [E, 2, I, H], so a
         # TP rank's slice of both halves is one box); tensors are reshaped as they cross (`_cast`, `read`)
-        self.specs = {model: split_views([TensorSpec(s.name, s.shape, dtype if dtype and s.dtype in floats else s.dtype)
-                                          for s in ss]) for model, ss in specs.items()}
+        self.specs = {
+            model: split_views(
+                [
+                    TensorSpec(s.name, s.shape, dtype if dtype and s.dtype in floats else s.dtype)
+                    for s in ss
+                ]
+            )
+            for model, ss in specs.items()
+        }
         self.store, self.host_of, self.train = store, host_of, train
         self.device, self.verify = device, verify
         self.offset = {"policy": start_version - 1, "genrm": -1}  # first Write is GPS version 1
@@ -56,7 +64,11 @@ class WeightService:
         budget = int(host_memory_gb * 1e9) if host_memory_gb > 0 else 1 << 62
         for layout in gps_layouts(self.specs, hosts, budget).values():
             store.register(layout)
-        self._train_layout = fsdp_layout("policy", self.specs["policy"], train.ranks, host_of) if train.ranks else None
+        self._train_layout = (
+            fsdp_layout("policy", self.specs["policy"], train.ranks, host_of)
+            if train.ranks
+            else None
+        )
         self._replica_layouts: dict[tuple[str, str], Layout] = {}
 
     def publish(self, model: str, tensors: Mapping[str, torch.Tensor]) -> int:
@@ -66,7 +78,10 @@ class WeightService:
 
     def _cast(self, model: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         dtypes = {s.name: TORCH_DTYPES[s.dtype] for s in self.specs[model]}
-        return {name: t.to(dtypes[name]).reshape(split_view(name, tuple(t.shape))) for name, t in tensors.items()}
+        return {
+            name: t.to(dtypes[name]).reshape(split_view(name, tuple(t.shape)))
+            for name, t in tensors.items()
+        }
 
     def layout(self, model: str, slot: Slot) -> Layout:
         """The layout `slot` reads `model` in: FSDP shards for the trainer, TP slices for a replica
@@ -76,12 +91,22 @@ class WeightService:
         key = (model, slot.name)
         if key not in self._replica_layouts:
             whole = slot.role in self.whole
-            self._replica_layouts[key] = parallel_layout(model, self.specs[model], slot.ranks[:1] if whole else slot.ranks,
-                                                         self.host_of, tp=1 if whole else len(slot.ranks))
+            self._replica_layouts[key] = parallel_layout(
+                model,
+                self.specs[model],
+                slot.ranks[:1] if whole else slot.ranks,
+                self.host_of,
+                tp=1 if whole else len(slot.ranks),
+            )
         return self._replica_layouts[key]
 
-    def read(self, model: str, slot: Slot, version: int | None,
-             out: Mapping[str, torch.Tensor] | None = None) -> tuple[dict[str, torch.Tensor], int]:
+    def read(
+        self,
+        model: str,
+        slot: Slot,
+        version: int | None,
+        out: Mapping[str, torch.Tensor] | None = None,
+    ) -> tuple[dict[str, torch.Tensor], int]:
         """This rank's part of `model` for `slot`: its TP slices or its FSDP shards, read straight
         into `out` (e.g. the engine's parameters) where a tensor's shape and dtype match GPS's,
         else into fresh tensors (then copied into `out`, casting, and returned as `out`'s).
@@ -95,14 +120,22 @@ class WeightService:
             for name, _, piece in layout.held_by(self.store.info.place):
                 given, dtype = out.get(name), TORCH_DTYPES[layout.spec(name).dtype]
                 if given is not None and given.dim() != len(piece.shape) and given.is_contiguous():
-                    given = given.view(split_view(name, tuple(given.shape)))  # same storage, GPS's view
-                fits = given is not None and tuple(given.shape) == piece.shape and given.dtype == dtype
-                targets[name] = given if fits else torch.empty(piece.shape, dtype=dtype, device=device)
+                    given = given.view(
+                        split_view(name, tuple(given.shape))
+                    )  # same storage, GPS's view
+                fits = (
+                    given is not None and tuple(given.shape) == piece.shape and given.dtype == dtype
+                )
+                targets[name] = (
+                    given if fits else torch.empty(piece.shape, dtype=dtype, device=device)
+                )
         gps_version = None if version is None else version - self.offset[model]
         tensors, got = self.store.read(model, layout, gps_version, out=targets, device=device)
         self.last_read_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
         for name, t in list(tensors.items()):
-            tensors[name] = t = t.view(merge_view(name, tuple(t.shape)))  # back to the model's shape
+            tensors[name] = t = t.view(
+                merge_view(name, tuple(t.shape))
+            )  # back to the model's shape
             given = out.get(name) if out is not None else None
             if given is not None and given.data_ptr() == t.data_ptr() and given.shape == t.shape:
                 tensors[name] = given  # read in place
@@ -111,9 +144,16 @@ class WeightService:
                 tensors[name] = given
         return tensors, got + self.offset[model]
 
-    def write_policy(self, shards: Mapping[str, torch.Tensor], group: dist.ProcessGroup | None) -> int:
+    def write_policy(
+        self, shards: Mapping[str, torch.Tensor], group: dist.ProcessGroup | None
+    ) -> int:
         """The trainer's fp32 shards, cast to the stored dtype (bf16 on GPU clusters); collective."""
-        return self.store.write("policy", self._train_layout, self._cast("policy", shards), group=group) + self.offset["policy"]
+        return (
+            self.store.write(
+                "policy", self._train_layout, self._cast("policy", shards), group=group
+            )
+            + self.offset["policy"]
+        )
 
     def latest(self, model: str) -> int:
         return (self.store.latest(model) or 0) + self.offset[model]

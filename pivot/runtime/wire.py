@@ -8,6 +8,7 @@ calls or looks up anything named by the input, which is what makes pickle a remo
 Tensors are refused at encode time (msgspec has no encoder for them), so none can sneak onto a
 message as a pickle; every field is a list of numbers or a record of them.
 """
+
 from __future__ import annotations
 
 import msgspec
@@ -29,7 +30,9 @@ def encode(msg: Message) -> tuple[int, bytes]:
     """(type code, MessagePack payload) of a control message."""
     code = _CODES.get(type(msg))
     if code is None:
-        raise TypeError(f"not a control message: {type(msg).__name__} (see pivot/runtime/messages.py)")
+        raise TypeError(
+            f"not a control message: {type(msg).__name__} (see pivot/runtime/messages.py)"
+        )
     return code, _ENCODER.encode(msg)
 
 
@@ -42,7 +45,9 @@ def decode(code: int, payload: bytes | memoryview) -> Message:
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise WireError(f"malformed {MESSAGE_TYPES[code].__name__}: {e}") from None
     except Exception as e:  # a record's own __post_init__ may raise anything on odd values
-        raise WireError(f"malformed {MESSAGE_TYPES[code].__name__}: {type(e).__name__}: {e}") from None
+        raise WireError(
+            f"malformed {MESSAGE_TYPES[code].__name__}: {type(e).__name__}: {e}"
+        ) from None
 
 
 def encode_many(msgs: list[object]) -> bytes:

@@ -1,6 +1,7 @@
 """The SPMD worker loop every rank runs: poll control messages, apply them, do one unit of role
 work (one engine step), report. A rank inside a training step blocks only its own loop: the
 control plane is asynchronous, never a world-wide collective per tick."""
+
 from __future__ import annotations
 
 import time
@@ -35,7 +36,9 @@ class Worker:
         self.slot = -1
         self.stopped = False
         self._last_stats = 0.0
-        self._later: list[object] = []  # a lockstep follower's messages held until it leaves the slot
+        self._later: list[
+            object
+        ] = []  # a lockstep follower's messages held until it leaves the slot
 
     def run(self) -> None:
         self.endpoint.send(m.Hello(self.spec.rank, self.spec.host))
@@ -53,7 +56,11 @@ class Worker:
                 try:
                     self.handle(msg)
                 except Exception as e:  # report and keep serving: the controller decides
-                    self.endpoint.send(m.Failed(self.spec.rank, f"{type(msg).__name__}: {e}\n{traceback.format_exc()}"))
+                    self.endpoint.send(
+                        m.Failed(
+                            self.spec.rank, f"{type(msg).__name__}: {e}\n{traceback.format_exc()}"
+                        )
+                    )
                     if isinstance(msg, (m.TrainStep, m.ShiftUp)):
                         raise
             if self.stopped:
@@ -83,8 +90,10 @@ class Worker:
             slot_wide += (m.Generate, m.AbortSequences)
         group = self.groups[self.table.get(self.role, self.slot).name]
         if self._leader():
-            data = torch.frombuffer(bytearray(wire.encode_many([msg for msg in msgs if isinstance(msg, slot_wide)])),
-                                    dtype=torch.uint8)
+            data = torch.frombuffer(
+                bytearray(wire.encode_many([msg for msg in msgs if isinstance(msg, slot_wide)])),
+                dtype=torch.uint8,
+            )
             size = torch.tensor([data.numel()], dtype=torch.int64)
         else:
             # a follower acts on slot-wide messages only as the leader forwards them (its own
@@ -103,7 +112,9 @@ class Worker:
         return self.role in self.inference and self.inference[self.role].has_work()
 
     def _leader(self) -> bool:
-        return self.role is not None and self.table.get(self.role, self.slot).leader == self.spec.rank
+        return (
+            self.role is not None and self.table.get(self.role, self.slot).leader == self.spec.rank
+        )
 
     def _maybe_stats(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -111,7 +122,9 @@ class Worker:
             return
         if force or now - self._last_stats >= STATS_EVERY_S:
             stats, progress = self.inference[self.role].stats()
-            self.endpoint.send(m.Stats(self.spec.rank, self.role, self.slot, stats, time.time(), progress))
+            self.endpoint.send(
+                m.Stats(self.spec.rank, self.role, self.slot, stats, time.time(), progress)
+            )
             self._last_stats = now
 
     def handle(self, msg: object) -> None:
@@ -129,13 +142,17 @@ class Worker:
         elif isinstance(msg, m.UpdateWeights):
             t0 = time.perf_counter()
             slot = self.table.get("rollout", msg.slot)
-            version, _ = self.inference["rollout"].update_weights(lambda out: self.weights.read("policy", slot, None, out=out))
+            version, _ = self.inference["rollout"].update_weights(
+                lambda out: self.weights.read("policy", slot, None, out=out)
+            )
             self.endpoint.send(m.WeightsUpdated(rank, msg.slot, version, time.perf_counter() - t0))
         elif isinstance(msg, m.TrainStep):
             t0 = time.perf_counter()
             metrics = self.trainer.train_step(msg.batch)
             t1 = time.perf_counter()
-            version = self.weights.write_policy(self.trainer.shards(), self.groups[self.table.train.name])
+            version = self.weights.write_policy(
+                self.trainer.shards(), self.groups[self.table.train.name]
+            )
             metrics.update(compute_s=t1 - t0, gps_write_s=time.perf_counter() - t1)
             self.endpoint.send(m.Trained(rank, msg.step, version, metrics))
         elif isinstance(msg, m.SaveCheckpoint):
@@ -147,7 +164,9 @@ class Worker:
             raise TypeError(f"unknown control message {msg!r}")
 
     def _shift_down(self, msg: m.ShiftDown) -> None:
-        assert (self.role, self.slot) == (msg.role, msg.slot), f"rank {self.spec.rank} holds {self.role}{self.slot}, not {msg.role}{msg.slot}"
+        assert (self.role, self.slot) == (msg.role, msg.slot), (
+            f"rank {self.spec.rank} holds {self.role}{self.slot}, not {msg.role}{msg.slot}"
+        )
         if msg.role == "train":
             phases = self.trainer.shift_down()
             partials: list = []
@@ -155,7 +174,9 @@ class Worker:
             result, phases = self.inference[msg.role].shift_down()
             partials = list(result)
         self.role, self.slot = None, -1  # leave the slot's sub-communicator
-        self.endpoint.send(m.ShiftDone(self.spec.rank, msg.role, msg.slot, False, -1, phases, partials=partials))
+        self.endpoint.send(
+            m.ShiftDone(self.spec.rank, msg.role, msg.slot, False, -1, phases, partials=partials)
+        )
 
     def _shift_up(self, msg: m.ShiftUp) -> None:
         assert self.role is None, f"rank {self.spec.rank} still holds {self.role}{self.slot}"
@@ -169,9 +190,20 @@ class Worker:
             checksum = 0.0
         else:
             version, phases = self.inference[msg.role].shift_up(
-                msg.slot, group, lambda out: self.weights.read(model, slot, None, out=out))
+                msg.slot, group, lambda out: self.weights.read(model, slot, None, out=out)
+            )
             checksum = self.inference[msg.role].checksum() if self.weights.verify else 0.0
         self.role, self.slot = msg.role, msg.slot  # join the slot's sub-communicator
-        self.endpoint.send(m.ShiftDone(self.spec.rank, msg.role, msg.slot, True, version, phases, checksum=checksum,
-                                       read_bytes=self.weights.last_read_bytes))
+        self.endpoint.send(
+            m.ShiftDone(
+                self.spec.rank,
+                msg.role,
+                msg.slot,
+                True,
+                version,
+                phases,
+                checksum=checksum,
+                read_bytes=self.weights.last_read_bytes,
+            )
+        )
         self._maybe_stats(force=True)

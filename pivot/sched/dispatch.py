@@ -15,10 +15,11 @@ count, decide alike (the same IEEE operations in the same order, tests/sched/tes
 The callers own the rest of Dispatch: which queue entry is the head, and the bookkeeping of a
 placement (ShiftAwareScheduler._dispatch, Trial._dispatch and the fused migration step).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -65,11 +66,15 @@ class TargetArrays:
         self.FREE = np.array([free[i] for i in targets], dtype=np.float64)
         self.buf = np.empty(len(targets), dtype=np.float64)
         self.sums = np.empty(len(targets), dtype=np.float64)
-        self.shift = np.empty((), dtype=np.float64)  # A*l as a 0-d array: cheaper to pass than a float
+        self.shift = np.empty(
+            (), dtype=np.float64
+        )  # A*l as a 0-d array: cheaper to pass than a float
         a0 = A[targets[0]]
         # one A for all (the usual case): A*l is one product, the same one each target's would be
         self.one_A = a0 if all(A[i] == a0 for i in targets) else None
-        self.A = None if self.one_A is not None else np.array([A[i] for i in targets], dtype=np.float64)
+        self.A = (
+            None if self.one_A is not None else np.array([A[i] for i in targets], dtype=np.float64)
+        )
         self.best: Callable[[int], int] = self._kernel(free)
         """`best(ln)`: the target index for a sequence of length `ln`, or -1 (as `best_target`)."""
 
@@ -77,16 +82,31 @@ class TargetArrays:
         """`best(ln)`: `best_target(ln, self.targets, ...)` in numpy. A closure: the arrays are
         bound once, not read as attributes per call; `free` is the caller's table (a list lookup
         of the winner's free KV costs less than reading the array)."""
-        targets, N1, BASE, THR, FREE, buf, shift = self.targets, self.N1, self.BASE, self.THR, self.FREE, self.buf, self.shift
+        targets, N1, BASE, THR, FREE, buf, shift = (
+            self.targets,
+            self.N1,
+            self.BASE,
+            self.THR,
+            self.FREE,
+            self.buf,
+            self.shift,
+        )
         one_A, A = self.one_A, self.A
-        add, mul, div, sub, argmax, inf = np.add, np.multiply, np.divide, np.subtract, buf.argmax, -np.inf
+        add, mul, div, sub, argmax, inf = (
+            np.add,
+            np.multiply,
+            np.divide,
+            np.subtract,
+            buf.argmax,
+            -np.inf,
+        )
 
         def best(ln: int) -> int:
             if one_A is not None:
                 shift[()] = one_A * ln
                 add(BASE, shift, out=buf)
             else:
-                mul(A, ln, out=buf)
+                mul(A, ln, out=buf)  # type: ignore[arg-type]
                 add(BASE, buf, out=buf)
             div(N1, buf, out=buf)
             sub(buf, THR, out=buf)

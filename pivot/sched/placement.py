@@ -11,6 +11,7 @@ abort, shift down and shift up with migration.
   first place for the net commands of a call (`_begin` ... `_commands`) and journals the moves
   of a tentative migration step so that it can be undone.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -37,10 +38,14 @@ class Placement:
             raise ValueError(f"{type(self).__name__}: duplicate replica ids in {ids}")
         for spec in specs:
             if spec.model is None:
-                raise ValueError(f"{type(self).__name__}: replica {spec.replica_id} has no throughput model")
+                raise ValueError(
+                    f"{type(self).__name__}: replica {spec.replica_id} has no throughput model"
+                )
         on = set(ids) if active is None else set(active)
         if not on <= set(ids):
-            raise ValueError(f"{type(self).__name__}: unknown active replicas {sorted(on - set(ids))}")
+            raise ValueError(
+                f"{type(self).__name__}: unknown active replicas {sorted(on - set(ids))}"
+            )
         self._specs = {r.replica_id: r for r in specs}
         self._reps = {r.replica_id: _Rep(r, r.replica_id in on) for r in specs}
         self._priority = priority or (lambda s: s.seq_id)
@@ -104,7 +109,9 @@ class Placement:
                 setattr(c, k, getattr(r, k))
             c.seqs = dict(r.seqs)
             new._reps[rid] = c
-        new._seqs = dict(self._seqs)  # SeqState objects are shared: on_progress replaces, never mutates
+        new._seqs = dict(
+            self._seqs
+        )  # SeqState objects are shared: on_progress replaces, never mutates
         new._where, new._qver, new._queue = dict(self._where), dict(self._qver), list(self._queue)
         new._orig, new._journal, new._active = {}, None, []
         new._sync_active()
@@ -125,13 +132,17 @@ class Placement:
         if seq.seq_id in self._seqs:
             raise ValueError(f"adopt: sequence {seq.seq_id} is already known")
         if replica_id not in self._reps or not self._reps[replica_id].active:
-            raise ValueError(f"adopt: sequence {seq.seq_id} on unknown or inactive replica {replica_id}")
+            raise ValueError(
+                f"adopt: sequence {seq.seq_id} on unknown or inactive replica {replica_id}"
+            )
         self._seqs[seq.seq_id] = SeqState(seq.seq_id, seq.prompt_len, seq.generated)
         self._where[seq.seq_id] = None
         self._move(seq.seq_id, replica_id)
         self._orig.pop(seq.seq_id, None)
 
-    def load_state(self, running: Mapping[int, Iterable[SeqState]], queue: Iterable[SeqState]) -> None:
+    def load_state(
+        self, running: Mapping[int, Iterable[SeqState]], queue: Iterable[SeqState]
+    ) -> None:
         """Bulk load: `adopt` every sequence of `running` (replica id -> its sequences) on its
         replica, then `submit` every sequence of `queue`; the planner mirrors thousands of
         sequences per call. Same state as the one-by-one calls, except that the `SeqState`
@@ -173,7 +184,9 @@ class Placement:
             if sid in seen:
                 raise ValueError(f"{what}: sequence {sid} is already known")
             seen.add(sid)
-        raise ValueError(f"{what}: sequence {next(s for s in ids if s in self._where)} is already known")
+        raise ValueError(
+            f"{what}: sequence {next(s for s in ids if s in self._where)} is already known"
+        )
 
     def on_progress(self, seq_id: int, generated: int) -> None:
         """The monitor reports `generated` tokens so far (absolute count) for `seq_id`."""
@@ -242,10 +255,14 @@ class Placement:
         self._orig = {}
 
     def _commands(self) -> list[Command]:
-        moved = sorted((sid, old) for sid, old in self._orig.items() if self._where.get(sid, old) != old)
+        moved = sorted(
+            (sid, old) for sid, old in self._orig.items() if self._where.get(sid, old) != old
+        )
         self._orig = {}
         aborts: list[Command] = [Abort(sid, old) for sid, old in moved if old is not None]
-        return aborts + [Dispatch(sid, rid) for sid, _ in moved if (rid := self._where.get(sid)) is not None]
+        return aborts + [
+            Dispatch(sid, rid) for sid, _ in moved if (rid := self._where.get(sid)) is not None
+        ]
 
     def _sync_active(self) -> None:
         self._active = [r for r in self._reps.values() if r.active]  # dict is in ascending id

@@ -17,6 +17,7 @@ Which profile a role plans with (`resolve_profile`), first match wins:
    planner's T_i and benefit are then only relative).
 Pure Python: no torch import (the planner and simulator use it at cluster scale).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,7 +30,9 @@ from typing import Any
 from pivot.sched.throughput import ThroughputModel
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY_PROFILE = {role: ROOT / "configs" / f"throughput_tiny_cpu_{role}.json" for role in ("rollout", "reward")}
+TINY_PROFILE = {
+    role: ROOT / "configs" / f"throughput_tiny_cpu_{role}.json" for role in ("rollout", "reward")
+}
 """The fitted profile of each embedded tiny model on CPU (policy serves rollout, GenRM reward)."""
 CONSTANTS = ("A", "B", "C", "D")
 
@@ -51,7 +54,14 @@ class ReplicaShape:
         folder = Path(self.model_folder)
         config = folder / "config.json"
         content = config.read_bytes() if config.is_file() else str(folder.resolve()).encode()
-        parts = [hashlib.sha256(content).hexdigest(), self.hardware, str(self.tp), self.dtype, self.attention, self.backend]
+        parts = [
+            hashlib.sha256(content).hexdigest(),
+            self.hardware,
+            str(self.tp),
+            self.dtype,
+            self.attention,
+            self.backend,
+        ]
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
         return f"{folder.name or 'model'}-{digest}"
 
@@ -95,7 +105,9 @@ def read_profile(path: str | Path) -> ThroughputModel:
     try:
         body = json.loads(file.read_text())
     except FileNotFoundError:
-        raise FileNotFoundError(f"throughput profile {file}: no such file (write one with tools/profile_engine.py)") from None
+        raise FileNotFoundError(
+            f"throughput profile {file}: no such file (write one with tools/profile_engine.py)"
+        ) from None
     except json.JSONDecodeError as e:
         raise ValueError(f"throughput profile {file}: not JSON ({e})") from None
     missing = [k for k in CONSTANTS if not isinstance(body, dict) or k not in body]
@@ -103,14 +115,18 @@ def read_profile(path: str | Path) -> ThroughputModel:
         raise ValueError(f"throughput profile {file}: missing {', '.join(missing)}")
     values = [body[k] for k in CONSTANTS]
     if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
-        raise ValueError(f"throughput profile {file}: A, B, C, D must be finite numbers, got {values}")
+        raise ValueError(
+            f"throughput profile {file}: A, B, C, D must be finite numbers, got {values}"
+        )
     try:
         return ThroughputModel(*(float(v) for v in values))
     except ValueError as e:
         raise ValueError(f"throughput profile {file}: {e}") from None
 
 
-def resolve_profile(role: str, configured: str, shape: ReplicaShape | None, cache_dir: Path) -> RoleProfile:
+def resolve_profile(
+    role: str, configured: str, shape: ReplicaShape | None, cache_dir: Path
+) -> RoleProfile:
     """The profile `role` plans with (order in the module docstring). `configured` is the role's
     `throughput_profile` flag; `shape` is None for the embedded tiny models."""
     if role not in TINY_PROFILE:
@@ -121,4 +137,6 @@ def resolve_profile(role: str, configured: str, shape: ReplicaShape | None, cach
         cached = shape.cache_file(cache_dir)
         if cached.is_file():
             return RoleProfile(read_profile(cached), cached)
-    return RoleProfile(read_profile(TINY_PROFILE[role]), TINY_PROFILE[role], fallback=shape is not None)
+    return RoleProfile(
+        read_profile(TINY_PROFILE[role]), TINY_PROFILE[role], fallback=shape is not None
+    )

@@ -12,6 +12,7 @@
 - `step_major_id(step, counter)`: the sequence id the runtime and the simulator give a new
   sequence of an RL step.
 """
+
 from __future__ import annotations
 
 import enum
@@ -74,11 +75,17 @@ class Replica:
         object.__setattr__(self, "role", Role(self.role))
         object.__setattr__(self, "devices", tuple(self.devices))
         if not self.devices or len(set(self.devices)) != len(self.devices):
-            raise ValueError(f"Replica {self.replica_id}: devices must be non-empty and distinct, got {self.devices}")
+            raise ValueError(
+                f"Replica {self.replica_id}: devices must be non-empty and distinct, got {self.devices}"
+            )
         if self.kv_capacity < 0:
-            raise ValueError(f"Replica {self.replica_id}: kv_capacity must be >= 0, got {self.kv_capacity}")
+            raise ValueError(
+                f"Replica {self.replica_id}: kv_capacity must be >= 0, got {self.kv_capacity}"
+            )
         if self.role != Role.TRAIN and self.model is None:
-            raise ValueError(f"Replica {self.replica_id}: a {self.role} replica needs a ThroughputModel")
+            raise ValueError(
+                f"Replica {self.replica_id}: a {self.role} replica needs a ThroughputModel"
+            )
 
 
 @dataclass(frozen=True, slots=True)

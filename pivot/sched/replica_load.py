@@ -2,6 +2,7 @@
 N^seq and N^tok) and the terms T_i and dT derive from, recomputed by `load_terms` after every
 change. Internal to the scheduler (`Placement` holds one per slot) and its what-if runs
 (trial.py reads it)."""
+
 from __future__ import annotations
 
 from pivot.sched.records import Replica
@@ -11,7 +12,23 @@ from pivot.sched.throughput import load_terms
 class ReplicaLoad:
     """One replica slot's load; dT(l) = n1 / (base + A*l) - thr where free >= l."""
 
-    __slots__ = ("rid", "A", "B", "C", "D", "cap", "n", "tok", "thr", "ver", "active", "seqs", "n1", "base", "free")
+    __slots__ = (
+        "rid",
+        "A",
+        "B",
+        "C",
+        "D",
+        "cap",
+        "n",
+        "tok",
+        "thr",
+        "ver",
+        "active",
+        "seqs",
+        "n1",
+        "base",
+        "free",
+    )
 
     def __init__(self, spec: Replica, active: bool) -> None:
         m = spec.model

@@ -24,10 +24,12 @@
 - The state it decides on (where each sequence is, the loads, the queue, the monitor's input
   and the queries) is its base class `Placement` (placement.py).
 """
+
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from pivot.sched.dispatch import best_target
 from pivot.sched.placement import Placement
@@ -53,7 +55,7 @@ class ShiftAwareScheduler(Placement):
         super().__init__(replicas, active, priority)
         self.migrate = migrate
 
-    def clone(self) -> "ShiftAwareScheduler":
+    def clone(self) -> ShiftAwareScheduler:
         """An independent copy."""
         new = super().clone()
         new.migrate = self.migrate
@@ -65,7 +67,11 @@ class ShiftAwareScheduler(Placement):
         on a clone, bit for bit, without cloning per run (pivot/sched/trial.py). It reads this
         scheduler's tables without copying them: do not change the scheduler while using it."""
         seqs, heap = self._seqs, self._queue
-        live = [(p, sid, seqs[sid].prompt_len + seqs[sid].generated) for p, sid, v in heap if self._live((p, sid, v))]
+        live = [
+            (p, sid, seqs[sid].prompt_len + seqs[sid].generated)
+            for p, sid, v in heap
+            if self._live((p, sid, v))
+        ]
         if len(live) != len(heap):
             heapq.heapify(live)  # stale entries dropped; (priority, id) still orders the rest
         return TrialBase(list(self._reps.values()), live, seqs, self._priority, self.migrate)
@@ -118,7 +124,9 @@ class ShiftAwareScheduler(Placement):
         reps, act = self._reps, self._active
         terms = _terms(act)  # one set of the rule's tables for every step: an abort updates its row
         row = {r.rid: j for j, r in enumerate(act)}
-        for _ in range(len(self._seqs) + 1):  # each kept move raises Σ T_i; N bounds the useful ones
+        for _ in range(
+            len(self._seqs) + 1
+        ):  # each kept move raises Σ T_i; N bounds the useful ones
             while heap and heap[0][2] != reps[heap[0][1]].ver:
                 heapq.heappop(heap)  # stale key
             if not heap:
@@ -140,7 +148,7 @@ class ShiftAwareScheduler(Placement):
             journal, self._journal = self._journal, None
             changed = {rid}
             changed.update(loc for _, loc in journal if loc is not None)
-            changed.update(self._where[s] for s, _ in journal if self._where[s] is not None)
+            changed.update(w for s, _ in journal if (w := self._where[s]) is not None)
             new_total = self.throughput()
             if new_total <= total * (1 + MIGRATION_MIN_GAIN):
                 for s, loc in reversed(journal):
@@ -160,7 +168,14 @@ class ShiftAwareScheduler(Placement):
         # (dispatch.best_target over `terms`, the targets' terms by position: the caller's, or
         # built at the first live head; kept current here), the queue-to-replica move is inlined
         # (same effect as _move(sid, best.rid)), stale heap entries are dropped on the way.
-        q, seqs, where, qver, orig, journal = self._queue, self._seqs, self._where, self._qver, self._orig, self._journal
+        q, seqs, where, qver, orig, journal = (
+            self._queue,
+            self._seqs,
+            self._where,
+            self._qver,
+            self._orig,
+            self._journal,
+        )
         pos = range(len(targets))
         while q:
             _, sid, ver = q[0]
@@ -195,7 +210,13 @@ _Terms = tuple[list[float], list[int], list[float], list[float], list[int]]
 
 def _terms(reps: list[_Rep]) -> _Terms:
     """(A, n1, base, thr, free) of `reps` by position: the tables of the placement rule."""
-    return [r.A for r in reps], [r.n1 for r in reps], [r.base for r in reps], [r.thr for r in reps], [r.free for r in reps]
+    return (
+        [r.A for r in reps],
+        [r.n1 for r in reps],
+        [r.base for r in reps],
+        [r.thr for r in reps],
+        [r.free for r in reps],
+    )
 
 
 def _set_terms(terms: _Terms, j: int, r: _Rep) -> None:

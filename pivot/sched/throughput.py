@@ -12,6 +12,7 @@ model's methods, the scheduler and the planner's what-if runs all call it,
 so they agree bit for bit. `ThroughputModel.fit` recovers A, B, C, D from profiled
 (n_seq, n_tok, latency) samples; it is pure Python (least squares over the knee n* = B / C).
 """
+
 from __future__ import annotations
 
 import math
@@ -34,7 +35,9 @@ def load_terms(a: float, b: float, c: float, d: float, n: int, tok: int) -> tupl
     sequence of length l gains dT(l) = (n + 1) / (base + A * l) - T_i (free of the load's terms,
     the dispatch's arg-max evaluates it per replica with one multiply-add)."""
     a_tok, cn, cn1 = a * tok, c * n, c * (n + 1)  # max(B, C*n) as a conditional: no builtin call
-    return (n / (a_tok + (b if b >= cn else cn) + d) if n else 0.0), a_tok + (b if b >= cn1 else cn1) + d
+    return (n / (a_tok + (b if b >= cn else cn) + d) if n else 0.0), a_tok + (
+        b if b >= cn1 else cn1
+    ) + d
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +95,9 @@ class ThroughputModel:
         return cls(A=max(a, 0.0), B=max(c * k, 0.0), C=max(c, 0.0), D=max(d, 0.0))
 
 
-def _fit_at_knee(rows: list[tuple[float, ...]], knee: float) -> tuple[float, float, float, float, float]:
+def _fit_at_knee(
+    rows: list[tuple[float, ...]], knee: float
+) -> tuple[float, float, float, float, float]:
     """(sse, A, C, D, knee) of the linear least squares with feature max(knee, n_seq)."""
     xs = [(r[1], max(knee, r[0]), 1.0) for r in rows]
     ys = [r[2] for r in rows]
@@ -101,7 +106,9 @@ def _fit_at_knee(rows: list[tuple[float, ...]], knee: float) -> tuple[float, flo
     return sse, coef[0], coef[1], coef[2], knee
 
 
-def _golden(rows: list[tuple[float, ...]], lo: float, hi: float) -> tuple[float, float, float, float, float]:
+def _golden(
+    rows: list[tuple[float, ...]], lo: float, hi: float
+) -> tuple[float, float, float, float, float]:
     """Golden-section search of the knee in [lo, hi] (SSE is smooth between observed n_seq)."""
     g = (math.sqrt(5) - 1) / 2
     a, b = lo, hi

@@ -21,10 +21,12 @@ built for many candidates over one state:
   step is one fused abort + arg-max + placement (trial_migrate.py, which `Trial` inherits).
 - A dispatch that places many sequences takes them from the queue sorted once.
 """
+
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from pivot.sched.dispatch import TargetArrays, best_target
 from pivot.sched.records import SeqState
@@ -67,7 +69,9 @@ class TrialBase:
         self.active = [r.active for r in reps]
         self.migrate = migrate
         self.num_sequences = len(seqs)
-        self._seqs_of = [r.seqs for r in reps]  # read only: the scheduler is not touched while planning
+        self._seqs_of = [
+            r.seqs for r in reps
+        ]  # read only: the scheduler is not touched while planning
         self._running: dict[int, list[tuple[int, int]]] = {}
         self.queue = queue
         self._prio, self._seqs = priority, seqs
@@ -86,7 +90,10 @@ class TrialBase:
         out = self._leaving.get(i)
         if out is None:
             run = self.running(i)
-            out = self._leaving[i] = ([(self.priority(sid), sid, ln) for ln, sid in run], dict.fromkeys(sid for _, sid in run))
+            out = self._leaving[i] = (
+                [(self.priority(sid), sid, ln) for ln, sid in run],
+                dict.fromkeys(sid for _, sid in run),
+            )
         return out
 
     def running(self, i: int) -> list[tuple[int, int]]:
@@ -97,7 +104,7 @@ class TrialBase:
             out = self._running[i] = sorted(zip(seqs.values(), seqs))
         return out
 
-    def run(self, down: Iterable[int], up: Iterable[int]) -> "Trial":
+    def run(self, down: Iterable[int], up: Iterable[int]) -> Trial:
         """Shift down `down`, then shift up `up` (replica ids, sorted inside), like the scheduler."""
         t = Trial(self)
         d = sorted(set(down))
@@ -118,13 +125,19 @@ class Trial(Migration):
         self.n1, self.base, self.free = b.n1[:], b.base[:], b.free[:]
         self.active = b.active[:]
         self.queue = b.queue[:]
-        self.where: dict[int, int | None] = {}  # sequences moved in this run -> replica index or None
+        self.where: dict[
+            int, int | None
+        ] = {}  # sequences moved in this run -> replica index or None
         self.arrivals: dict[int, list[tuple[int, int]]] = {}  # replica -> (length, id) placed on it
         self.left: set[int] = set()  # replicas shifted down in this run
         self.journal: list[tuple[int, int]] | None = None  # (id, length) moved in a migration step
-        self.touched: dict[int, tuple[int, int, float]] | None = None  # replica -> (n, tok, T_i) before the step
+        self.touched: dict[int, tuple[int, int, float]] | None = (
+            None  # replica -> (n, tok, T_i) before the step
+        )
         self.ver = [0] * len(b.ids)
-        self.arrays: TargetArrays | None = None  # numpy copies of the targets' terms, during a migration
+        self.arrays: TargetArrays | None = (
+            None  # numpy copies of the targets' terms, during a migration
+        )
         self._refresh: Callable[[int], None] = self._refresher(None)
 
     # ---------------------------------------------------------------- results
@@ -165,7 +178,9 @@ class Trial(Migration):
         During a migration the targets are the arrays' (`self.arrays`: `_refresh` keeps them in
         sync)."""
         arr = self.arrays
-        if arr is None and len(targets) >= _VECTOR_MIN and len(self.queue) > 2:  # else building arrays costs more
+        if (
+            arr is None and len(targets) >= _VECTOR_MIN and len(self.queue) > 2
+        ):  # else building arrays costs more
             self._use_arrays(self._arrays(targets))
             try:
                 self._dispatch(targets)
@@ -175,7 +190,14 @@ class Trial(Migration):
         pick = None if arr is None else arr.best
         q, journal, touched, refresh = self.queue, self.journal, self.touched, self._refresh
         n, tok, thr, n1, base, free, arrivals, where = (
-            self.n, self.tok, self.thr, self.n1, self.base, self.free, self.arrivals, self.where
+            self.n,
+            self.tok,
+            self.thr,
+            self.n1,
+            self.base,
+            self.free,
+            self.arrivals,
+            self.where,
         )
         A, heappop = self.b.A, heapq.heappop
         h, pops = 0, 0  # h: entries taken from q once sorted (a sorted list is a heap too)

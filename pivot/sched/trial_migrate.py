@@ -9,6 +9,7 @@ carried as an estimate with a rigorous error bound (`_SLACK` scales it; the orde
 computed only when the bound cannot decide), and when nothing else waits a step is one fused
 abort + arg-max + placement (`_fused`).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -35,7 +36,15 @@ class Migration:
         """`refresh(i)`, to call after replica `i`'s load (n, tok) changed: its T_i and dispatch
         terms (the one `load_terms`) and their copies in `arr`. A closure over the tables: the
         hot loops call it once per placement, and bound tables cost less than attribute reads."""
-        n, tok, thr, base, n1, free, ver = self.n, self.tok, self.thr, self.base, self.n1, self.free, self.ver
+        n, tok, thr, base, n1, free, ver = (
+            self.n,
+            self.tok,
+            self.thr,
+            self.base,
+            self.n1,
+            self.free,
+            self.ver,
+        )
         A, B, C, D, cap = self.b.A, self.b.B, self.b.C, self.b.D, self.b.cap
         pos: dict[int, int] = {} if arr is None else arr.pos  # replica -> its slot in the arrays
         N1, BASE, THR, FREE = (None,) * 4 if arr is None else (arr.N1, arr.BASE, arr.THR, arr.FREE)
@@ -59,7 +68,9 @@ class Migration:
         thr = self.thr
         return sum(thr[i] for i in act)
 
-    def _fused(self, arr: TargetArrays) -> Callable[[int, int, int], dict[int, tuple[int, int, float]]]:
+    def _fused(
+        self, arr: TargetArrays
+    ) -> Callable[[int, int, int], dict[int, tuple[int, int, float]]]:
         """`step(i, sid, ln)`: abort `sid` (length `ln`) from replica `i` and dispatch it, the queue
         being otherwise empty (so the dispatch places just this sequence, or leaves it queued):
         `_abort` + `_dispatch` in one. It returns the touched replicas' (n, tok, T_i) before the
@@ -114,9 +125,19 @@ class Migration:
         it and keeps the move if the ordered Σ T_i rose by more than MIGRATION_MIN_GAIN. The sum
         is carried as an estimate of the real Σ T_i (plus the T_i changes of the touched replicas) with a
         bound on its error; the ordered sum is computed only when the bound cannot decide."""
-        b, n, tok, thr, ver, where, arrivals = self.b, self.n, self.tok, self.thr, self.ver, self.where, self.arrivals
+        b, n, tok, thr, ver, where, arrivals = (
+            self.b,
+            self.n,
+            self.tok,
+            self.thr,
+            self.ver,
+            self.where,
+            self.arrivals,
+        )
         c, u2 = 1 + MIGRATION_MIN_GAIN, 2.0**-52
-        g = 1.01 * len(act) * 2.0**-53  # ≥ γ_(R-1): |ordered Σ - real Σ| <= g · real Σ (every T_i >= 0)
+        g = (
+            1.01 * len(act) * 2.0**-53
+        )  # ≥ γ_(R-1): |ordered Σ - real Σ| <= g · real Σ (every T_i >= 0)
         kept = self._total(act)
         err = g * kept  # |kept - real Σ T_i of the kept state| <= err
         # the decision margin, from |ordered Σ - est| and |ordered Σ_kept · c - kept · c| (see below)
@@ -128,7 +149,9 @@ class Migration:
         heap = [(-thr[i], i, ver[i]) for i in act]
         heapq.heapify(heap)
         shortest: dict[int, list[tuple[int, int]]] = {}
-        for _ in range(b.num_sequences + 1):  # each kept move raises Σ T_i; N bounds the useful ones
+        for _ in range(
+            b.num_sequences + 1
+        ):  # each kept move raises Σ T_i; N bounds the useful ones
             while heap and heap[0][2] != ver[heap[0][1]]:
                 heappop(heap)  # stale key
             if not heap:

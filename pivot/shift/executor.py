@@ -22,6 +22,7 @@ ShiftDone is in; the simulator (pivot/sim/simulator.py) schedules timed events a
 costs of pivot/sim/costs.py. Either way the host calls `ShiftExecutor.complete`, which moves
 the replica states on and runs `MIGRATE_ON`.
 """
+
 from __future__ import annotations
 
 import enum
@@ -73,9 +74,13 @@ def plan_actions(plan: ShiftPlan, table: ReplicaTable) -> list[ShiftAction]:
     seen: set[int] = set()
     for rid in (*plan.down, *plan.up):
         if not 0 <= rid < len(table.replicas):
-            raise ShiftError(f"plan names replica {rid}: not in the table (ids 0..{len(table.replicas) - 1})")
+            raise ShiftError(
+                f"plan names replica {rid}: not in the table (ids 0..{len(table.replicas) - 1})"
+            )
         if rid in seen:
-            raise ShiftError(f"plan names {table.name(rid)} twice (up {list(plan.up)}, down {list(plan.down)})")
+            raise ShiftError(
+                f"plan names {table.name(rid)} twice (up {list(plan.up)}, down {list(plan.down)})"
+            )
         seen.add(rid)
     out: list[ShiftAction] = []
     for rid in plan.down:
@@ -92,7 +97,9 @@ class ShiftExecutor:
     """Runs plans on `host` and keeps the replica states and the measured shift durations
     (`timer`, read by `clock`: the runtime's monotonic one, the simulator's simulated one)."""
 
-    def __init__(self, table: ReplicaTable, host: ShiftHost, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, table: ReplicaTable, host: ShiftHost, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.table, self.host, self.clock = table, host, clock
         self.states = ReplicaStates(table)
         self.timer = ShiftTimer()
@@ -109,8 +116,10 @@ class ShiftExecutor:
             self.states.check_start(rid, up=True, leaving=leaving)
             for d in self.table.replicas[rid].devices:
                 if d in taken:
-                    raise ShiftError(f"plan shifts up {self.table.name(taken[d])} and {self.table.name(rid)}, "
-                                     f"both on device {d}")
+                    raise ShiftError(
+                        f"plan shifts up {self.table.name(taken[d])} and {self.table.name(rid)}, "
+                        f"both on device {d}"
+                    )
                 taken[d] = rid
         up_roles = {self.table.role_of(rid) for rid in plan.up}
         if plan.down and len(up_roles) == 1:

@@ -7,6 +7,7 @@ snapshot). A subclass says how training stands (`training_in_flight`, `train_rea
 `train_throughput`) and supplies the shift effects (`migrate_off`, `release`, `acquire`,
 `migrate_on`): real messages in pivot/runtime/controller.py, timed events in pivot/sim/simulator.py.
 """
+
 from __future__ import annotations
 
 import time
@@ -20,12 +21,17 @@ from pivot.shift.table import ReplicaTable, State
 
 
 class ClusterHost:
-    def init_cluster(self, table: ReplicaTable, migrate: bool, clock: Callable[[], float] = time.monotonic) -> None:
+    def init_cluster(
+        self, table: ReplicaTable, migrate: bool, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         """Every replica down, one scheduler per inference role over its slots (none active);
         `clock` times the shifts (the simulator passes its simulated time)."""
         self.table = table
         self.shifts = ShiftExecutor(table, self, clock)  # type: ignore[arg-type]  # the subclass is the ShiftHost
-        self.sched: dict[str, ShiftAwareScheduler] = {role: ShiftAwareScheduler(table.slots(role), active=[], migrate=migrate) for role in INFERENCE_ROLES}
+        self.sched: dict[str, ShiftAwareScheduler] = {
+            role: ShiftAwareScheduler(table.slots(role), active=[], migrate=migrate)
+            for role in INFERENCE_ROLES
+        }
 
     # ---- training, as the subclass runs it ----------------------------------------------------
     @property
@@ -66,8 +72,13 @@ class ClusterHost:
         active = frozenset(self.up_slots())
         training = self.training_in_flight
         return ClusterSnapshot(
-            replicas=self.table.replicas, active=active,
-            running={rid: tuple(self.sched[self.role_of(rid)].running(rid)) for rid in active if rid != self.train_rid},
+            replicas=self.table.replicas,
+            active=active,
+            running={
+                rid: tuple(self.sched[self.role_of(rid)].running(rid))
+                for rid in active
+                if rid != self.train_rid
+            },
             queues={role: tuple(self.sched[role].queued()) for role in INFERENCE_ROLES},
             # the planner locks the trainer (never shifts it down) when its batch is ready, so a
             # running step is reported as ready; a trainer that is down with its batch ready

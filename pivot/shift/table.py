@@ -13,6 +13,7 @@ and which replica holds each device: a replica may start up only on devices that
 held by a replica going down (its shift down is queued ahead of the shift up on those devices).
 Anything else raises `ShiftError` naming the replica, its state and the device.
 """
+
 from __future__ import annotations
 
 import enum
@@ -49,8 +50,13 @@ class ReplicaTable:
     _rids: dict[tuple[str, int], int] = field(init=False, repr=False, compare=False)
 
     @classmethod
-    def build(cls, slots: SlotTable, world: int, kv_capacity: Mapping[str, int],
-              models: Mapping[str, ThroughputModel]) -> ReplicaTable:
+    def build(
+        cls,
+        slots: SlotTable,
+        world: int,
+        kv_capacity: Mapping[str, int],
+        models: Mapping[str, ThroughputModel],
+    ) -> ReplicaTable:
         """Replicas of `slots`; `kv_capacity` and `models` give each inference role's KV tokens and
         throughput model."""
         reps: list[Replica] = []
@@ -68,13 +74,21 @@ class ReplicaTable:
     def __post_init__(self) -> None:
         ids = [r.replica_id for r in self.replicas]
         if ids != list(range(len(ids))):
-            raise ValueError(f"ReplicaTable.replicas: ids must be 0..{len(ids) - 1} in order, got {ids}")
+            raise ValueError(
+                f"ReplicaTable.replicas: ids must be 0..{len(ids) - 1} in order, got {ids}"
+            )
         if len(self.slot_index) != len(ids):
-            raise ValueError(f"ReplicaTable.slot_index: {len(self.slot_index)} entries for {len(ids)} replicas")
+            raise ValueError(
+                f"ReplicaTable.slot_index: {len(self.slot_index)} entries for {len(ids)} replicas"
+            )
         for r in self.replicas:
             if not all(0 <= d < self.world for d in r.devices):
-                raise ValueError(f"ReplicaTable: replica {r.replica_id} devices {r.devices} outside 0..{self.world - 1}")
-        object.__setattr__(self, "_rids", {self.slot_of(r.replica_id): r.replica_id for r in self.replicas})
+                raise ValueError(
+                    f"ReplicaTable: replica {r.replica_id} devices {r.devices} outside 0..{self.world - 1}"
+                )
+        object.__setattr__(
+            self, "_rids", {self.slot_of(r.replica_id): r.replica_id for r in self.replicas}
+        )
 
     def role_of(self, rid: int) -> str:
         return str(self.replicas[rid].role)
@@ -121,13 +135,21 @@ class ReplicaStates:
         want = State.DOWN if up else State.UP
         if self.state[rid] != want:
             verb = "up" if up else "down"
-            raise ShiftError(f"{self.table.name(rid)}: cannot shift {verb} while {self.state[rid]} (needs {want})")
+            raise ShiftError(
+                f"{self.table.name(rid)}: cannot shift {verb} while {self.state[rid]} (needs {want})"
+            )
         if up:
             for d in self.table.replicas[rid].devices:
                 other = self.holder.get(d)
-                if other is not None and self.state[other] != State.GOING_DOWN and other not in leaving:
-                    raise ShiftError(f"{self.table.name(rid)}: cannot shift up, device {d} is held by "
-                                     f"{self.table.name(other)} ({self.state[other]})")
+                if (
+                    other is not None
+                    and self.state[other] != State.GOING_DOWN
+                    and other not in leaving
+                ):
+                    raise ShiftError(
+                        f"{self.table.name(rid)}: cannot shift up, device {d} is held by "
+                        f"{self.table.name(other)} ({self.state[other]})"
+                    )
 
     def start(self, rid: int, up: bool) -> None:
         self.check_start(rid, up)

@@ -9,6 +9,7 @@ Plans that shift nothing down are not timed: their penalty is 0 whatever tau_shi
 runtime times with its monotonic clock, the simulator with its simulated one, so a replica
 that is slow to shift (a TP8 122B GenRM) is priced by what its shifts have cost.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -49,7 +49,7 @@ def corner(hw: HardwareProfile, which: str) -> HardwareProfile:
         raise ValueError(f"corner {which!r}: expected one of {', '.join(CORNERS)}")
     fast = which == "fast"
     values = {name: (r.high if r.faster_when_high == fast else r.low) for name, r in RANGES.items()}
-    return dataclasses.replace(hw, name=f"{hw.name}-{which}", **values)
+    return dataclasses.replace(hw, name=f"{hw.name}-{which}", **values)  # type: ignore[arg-type]
 
 
 def check_nominal_inside(hw: HardwareProfile) -> None:

@@ -3,6 +3,7 @@ tiles it) and the costs the hardware model derives for each role: decode through
 capacity, prefill time, shift up and down times (colocated: the rollout phase's up is the
 trainer's weight push into the engines, `hardware.weight_sync_s`), training's forward passes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,18 +46,31 @@ class SimCosts:
         return self.roles[role].up_s if up else self.roles[role].down_s
 
 
-def _role_costs(spec: ModelSpec, hw: HardwareProfile, tp: int, field: str, kv_limit: int | None,
-                max_running: int) -> RoleCosts:
+def _role_costs(
+    spec: ModelSpec,
+    hw: HardwareProfile,
+    tp: int,
+    field: str,
+    kv_limit: int | None,
+    max_running: int,
+) -> RoleCosts:
     a, b, c, d = hwm.decode_constants(spec, hw, tp)
     kv = hwm.kv_capacity_tokens(spec, hw, tp, field)
     return RoleCosts(
-        spec, tp, ThroughputModel(a, b, c, d), kv if kv_limit is None else min(kv, kv_limit),
-        hwm.prefill_s(spec, hw, tp, 1), hwm.inference_shift_s(spec, hw, tp, True), hwm.inference_shift_s(spec, hw, tp, False),
+        spec,
+        tp,
+        ThroughputModel(a, b, c, d),
+        kv if kv_limit is None else min(kv, kv_limit),
+        hwm.prefill_s(spec, hw, tp, 1),
+        hwm.inference_shift_s(spec, hw, tp, True),
+        hwm.inference_shift_s(spec, hw, tp, False),
         max_running,
     )
 
 
-def build_cluster(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = True) -> tuple[ReplicaTable, SimCosts]:
+def build_cluster(
+    cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = True
+) -> tuple[ReplicaTable, SimCosts]:
     """Replica table and costs for `cfg` on `hw`; raises `SimConfigError`/`ConfigError` naming the field.
     A replica's KV capacity is its engine's `kv_capacity_tokens` (what the runtime gives both the
     engine and the scheduler) where the device memory holds it; `kv_from_engine=False` gives it
@@ -71,24 +85,49 @@ def build_cluster(cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = 
     except ConfigError as e:
         raise SimConfigError(str(e)) from None
     if cfg.train.devices <= 0 and cfg.cluster.mode != "colocated":
-        raise SimConfigError(f"train.devices={cfg.train.devices!r}: mode {cfg.cluster.mode} needs a training pool")
+        raise SimConfigError(
+            f"train.devices={cfg.train.devices!r}: mode {cfg.cluster.mode} needs a training pool"
+        )
     m = cfg.model
     policy = hwm.model_spec(m.policy, m.policy_params_b)
     genrm = hwm.model_spec(m.genrm, m.genrm_params_b, m.genrm_active_params_b)
     costs: dict[str, RoleCosts] = {
-        Role.ROLLOUT: _role_costs(policy, hw, cfg.rollout.tp, "rollout.tp",
-                                  cfg.rollout.engine.kv_capacity_tokens if kv_from_engine else None,
-                                  cfg.rollout.engine.max_running_seqs),
-        Role.REWARD: _role_costs(genrm, hw, cfg.reward.tp, "reward.tp",
-                                 cfg.reward.engine.kv_capacity_tokens if kv_from_engine else None,
-                                 cfg.reward.engine.max_running_seqs),
+        Role.ROLLOUT: _role_costs(
+            policy,
+            hw,
+            cfg.rollout.tp,
+            "rollout.tp",
+            cfg.rollout.engine.kv_capacity_tokens if kv_from_engine else None,
+            cfg.rollout.engine.max_running_seqs,
+        ),
+        Role.REWARD: _role_costs(
+            genrm,
+            hw,
+            cfg.reward.tp,
+            "reward.tp",
+            cfg.reward.engine.kv_capacity_tokens if kv_from_engine else None,
+            cfg.reward.engine.max_running_seqs,
+        ),
     }
     train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.devices
     hwm.check_train_fits(policy, hw, train_devices)
     if cfg.cluster.mode == "colocated":  # the trainer pushes the new policy into the engines
-        costs[Role.ROLLOUT] = dataclasses.replace(costs[Role.ROLLOUT], up_s=hwm.weight_sync_s(policy, hw))
-    slots = SlotTable.build(ClusterSpec(world, 0, per_node), cfg.rollout.tp, cfg.reward.tp, train_devices)
-    table = ReplicaTable.build(slots, world, {r: c.kv_capacity for r, c in costs.items()},
-                               {r: c.throughput for r, c in costs.items()})
-    return table, SimCosts(costs, policy, hwm.train_shift_s(policy, hw, train_devices, True),
-                           hwm.train_shift_s(policy, hw, train_devices, False), 1 + (cfg.train.kl_coef > 0))
+        costs[Role.ROLLOUT] = dataclasses.replace(
+            costs[Role.ROLLOUT], up_s=hwm.weight_sync_s(policy, hw)
+        )
+    slots = SlotTable.build(
+        ClusterSpec(world, 0, per_node), cfg.rollout.tp, cfg.reward.tp, train_devices
+    )
+    table = ReplicaTable.build(
+        slots,
+        world,
+        {r: c.kv_capacity for r, c in costs.items()},
+        {r: c.throughput for r, c in costs.items()},
+    )
+    return table, SimCosts(
+        costs,
+        policy,
+        hwm.train_shift_s(policy, hw, train_devices, True),
+        hwm.train_shift_s(policy, hw, train_devices, False),
+        1 + (cfg.train.kl_coef > 0),
+    )

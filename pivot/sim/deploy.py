@@ -11,6 +11,7 @@ slot; `rollout_devices`: disaggregated's rollout pool). The paper tunes each sys
 configuration; `search` does the same for every deployment, Pivot included, over one grid and
 returns every point tried; `table4` is the paper's Appendix E allocation.
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,7 +20,16 @@ from dataclasses import dataclass, field
 from pivot.config import PivotConfig
 from pivot.sim.simulator import SimOptions, SimResult, simulate
 
-DEPLOYMENTS = ("colocated", "disaggregated", "rr_colocated", "pivot", "static", "rule_based", "vanilla", "vanilla+tm")
+DEPLOYMENTS = (
+    "colocated",
+    "disaggregated",
+    "rr_colocated",
+    "pivot",
+    "static",
+    "rule_based",
+    "vanilla",
+    "vanilla+tm",
+)
 
 
 @dataclass(frozen=True)
@@ -33,7 +43,9 @@ def world_of(cfg: PivotConfig) -> int:
     return cfg.cluster.nnodes * cfg.cluster.devices_per_node
 
 
-def deployment(base: PivotConfig, name: str, alloc: Allocation | None = None, horizon_s: float | None = None) -> PivotConfig:
+def deployment(
+    base: PivotConfig, name: str, alloc: Allocation | None = None, horizon_s: float | None = None
+) -> PivotConfig:
     if name not in DEPLOYMENTS:
         raise ValueError(f"deployment {name!r}: expected one of {', '.join(DEPLOYMENTS)}")
     cfg = copy.deepcopy(base)
@@ -49,7 +61,9 @@ def deployment(base: PivotConfig, name: str, alloc: Allocation | None = None, ho
         if mode == "disaggregated":
             inference = world_of(cfg) - alloc.train_devices
             if not 0 < alloc.rollout_devices < inference:
-                raise ValueError(f"rollout_devices={alloc.rollout_devices}: need 0 < it < {inference} inference devices")
+                raise ValueError(
+                    f"rollout_devices={alloc.rollout_devices}: need 0 < it < {inference} inference devices"
+                )
             cfg.rollout.replicas = alloc.rollout_devices // cfg.rollout.tp
             cfg.reward.replicas = (inference - alloc.rollout_devices) // cfg.reward.tp
     return cfg
@@ -70,7 +84,9 @@ def candidate_allocations(base: PivotConfig, name: str) -> list[Allocation]:
         return [table4(base, name)]
     world = world_of(base)
     trains = sorted({base.train.devices, world // 8, world // 4, world // 2})
-    trains = [t for t in trains if t >= base.rollout.tp and t % base.cluster.devices_per_node in (0, t)]
+    trains = [
+        t for t in trains if t >= base.rollout.tp and t % base.cluster.devices_per_node in (0, t)
+    ]
     if name != "disaggregated":
         return [Allocation(t) for t in trains]
     unit = max(base.rollout.tp, base.reward.tp)
@@ -93,8 +109,9 @@ class SearchPoint:
     """The point's run of each seed (callers reuse them instead of simulating again)."""
 
 
-def search(base: PivotConfig, name: str, opts: SimOptions,
-           seeds: tuple[int, ...] | None = None) -> tuple[Allocation, list[SearchPoint]]:
+def search(
+    base: PivotConfig, name: str, opts: SimOptions, seeds: tuple[int, ...] | None = None
+) -> tuple[Allocation, list[SearchPoint]]:
     """Simulate every candidate allocation of a deployment on `opts` (its measured window: tune
     on the window the figures are measured on) and each of `seeds` (default: the base's); the
     best by mean throughput and all points tried."""
@@ -106,7 +123,9 @@ def search(base: PivotConfig, name: str, opts: SimOptions,
             for seed in seeds or (base.seed,):
                 cfg.seed = seed
                 runs[seed] = simulate(cfg, opts)
-            points.append(SearchPoint(alloc, sum(r.throughput for r in runs.values()) / len(runs), runs=runs))
+            points.append(
+                SearchPoint(alloc, sum(r.throughput for r in runs.values()) / len(runs), runs=runs)
+            )
         except ValueError as e:  # an impossible allocation (e.g. training state does not fit)
             points.append(SearchPoint(alloc, 0.0, str(e).splitlines()[0]))
     best = max(points, key=lambda p: p.throughput)

@@ -1,5 +1,6 @@
 """The simulator's event queue: events pop in time order, ties in the order they were pushed,
 so a run is deterministic."""
+
 from __future__ import annotations
 
 import heapq

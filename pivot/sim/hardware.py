@@ -47,6 +47,7 @@ Awesome-ML-SYS-Tutorial issue 169), so its rollout up costs
 
     colocated rollout up = up_fixed_s + weight_bytes / weight_sync_bw       (whole model, each engine)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -138,18 +139,26 @@ def model_spec(path: str, params_b: float, active_params_b: float = 0.0) -> Mode
     """The spec of a preset's model (`/models/<name>`); unknown names get a dense guess."""
     name = path.rstrip("/").rsplit("/", 1)[-1]
     if params_b <= 0:
-        raise SimConfigError(f"model params_b={params_b!r} for {name or path!r}: the simulator needs the size")
-    layers, kv_heads, head_dim = _ARCH.get(name, (max(16, int(8 * params_b ** 0.5)), 8, 128))
+        raise SimConfigError(
+            f"model params_b={params_b!r} for {name or path!r}: the simulator needs the size"
+        )
+    layers, kv_heads, head_dim = _ARCH.get(name, (max(16, int(8 * params_b**0.5)), 8, 128))
     return ModelSpec(name, params_b, active_params_b or params_b, layers, kv_heads, head_dim)
 
 
 # ---------------------------------------------------------------- derived costs
-def decode_constants(m: ModelSpec, hw: HardwareProfile, tp: int) -> tuple[float, float, float, float]:
+def decode_constants(
+    m: ModelSpec, hw: HardwareProfile, tp: int
+) -> tuple[float, float, float, float]:
     """(A, B, C, D) of the throughput model for one replica of `tp` devices."""
     bw = tp * hw.hbm_tb_s * 1e12 * hw.mem_eff
     flops = tp * hw.peak_tflops * 1e12 * hw.dec_eff
-    return (m.kv_bytes_per_token / bw, m.weight_bytes / bw, 2.0 * m.active_params_b * 1e9 / flops,
-            hw.step_overhead_s + hw.tp_overhead_s * (tp - 1))
+    return (
+        m.kv_bytes_per_token / bw,
+        m.weight_bytes / bw,
+        2.0 * m.active_params_b * 1e9 / flops,
+        hw.step_overhead_s + hw.tp_overhead_s * (tp - 1),
+    )
 
 
 def decode_steps_s(a: float, b: float, c: float, d: float, n: int, tok: int, k: int) -> float:
@@ -176,7 +185,9 @@ def prefill_s(m: ModelSpec, hw: HardwareProfile, tp: int, tokens: int) -> float:
     return 2.0 * m.active_params_b * 1e9 * tokens / (tp * hw.peak_tflops * 1e12 * hw.prefill_eff)
 
 
-def train_s(m: ModelSpec, hw: HardwareProfile, devices: int, tokens: int, forwards: int = 1) -> float:
+def train_s(
+    m: ModelSpec, hw: HardwareProfile, devices: int, tokens: int, forwards: int = 1
+) -> float:
     """A training step over `tokens`: the update (6N per token) and `forwards` forward-only passes
     (2N each: the old-log-prob forward, plus the reference forward under a KL term)."""
     flops = (6.0 + 2.0 * forwards) * m.params_b * 1e9 * tokens

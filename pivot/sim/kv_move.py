@@ -2,6 +2,7 @@
 migration, `planner.kv_migration`; the runtime's side is pivot/engine/kv_export.py): out of the
 source replica's devices into host memory, then into the destination's, each device copying
 its TP share of the K/V over its own device-host link."""
+
 from __future__ import annotations
 
 from pivot.sim.hardware import ModelSpec

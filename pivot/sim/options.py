@@ -1,4 +1,5 @@
 """`SimOptions`: how a simulated run is driven (hardware, workload, planner cadence, KV sizing)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,4 +41,6 @@ class SimOptions:
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 0 or (self.steps is not None and self.warmup_steps >= self.steps):
-            raise ValueError(f"SimOptions.warmup_steps={self.warmup_steps}: need 0 <= it < steps={self.steps}")
+            raise ValueError(
+                f"SimOptions.warmup_steps={self.warmup_steps}: need 0 <= it < steps={self.steps}"
+            )

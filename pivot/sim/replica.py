@@ -28,6 +28,7 @@ that a sequence running on this replica already holds: the engine computes a sha
 (as the shift-aware scheduler counts it), and a prefix held only by finished sequences is not
 reused (under load, an engine evicts those blocks first).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -38,16 +39,48 @@ from pivot.sim.hardware import decode_steps_s
 
 
 class SimReplica:
-    __slots__ = ("rid", "m", "cap", "limit", "max_running", "steps", "clock", "tok", "seqs", "waiting", "_finish", "ver",
-                 "prefill_per_tok", "prefilled", "prefix_hits", "preemptions", "busy_s", "_arrivals", "_prefixes",
-                 "_holders", "kv_per_tok", "kv_moved", "_kept")
+    __slots__ = (
+        "rid",
+        "m",
+        "cap",
+        "limit",
+        "max_running",
+        "steps",
+        "clock",
+        "tok",
+        "seqs",
+        "waiting",
+        "_finish",
+        "ver",
+        "prefill_per_tok",
+        "prefilled",
+        "prefix_hits",
+        "preemptions",
+        "busy_s",
+        "_arrivals",
+        "_prefixes",
+        "_holders",
+        "kv_per_tok",
+        "kv_moved",
+        "_kept",
+    )
 
-    def __init__(self, rid: int, model: ThroughputModel, cap: int, prefill_per_tok: float, max_running: int = 1 << 30,
-                 headroom: float = 0.0, kv_per_tok: float | None = None) -> None:
+    def __init__(
+        self,
+        rid: int,
+        model: ThroughputModel,
+        cap: int,
+        prefill_per_tok: float,
+        max_running: int = 1 << 30,
+        headroom: float = 0.0,
+        kv_per_tok: float | None = None,
+    ) -> None:
         """`kv_per_tok`: seconds per token to take in a migrated sequence's KV instead of
         re-prefilling it (KV-preserving migration, pivot/sim/kv_move.py); None: re-prefill."""
         if max_running < 1 or not 0.0 <= headroom < 1.0:
-            raise ValueError(f"SimReplica {rid}: need max_running >= 1 and 0 <= headroom < 1, got {max_running}, {headroom}")
+            raise ValueError(
+                f"SimReplica {rid}: need max_running >= 1 and 0 <= headroom < 1, got {max_running}, {headroom}"
+            )
         self.rid, self.m, self.cap, self.prefill_per_tok = rid, model, cap, prefill_per_tok
         self.limit = int(cap * (1.0 - headroom))  # running KV allowed at admission
         self.max_running = max_running
@@ -56,13 +89,19 @@ class SimReplica:
         self.tok = 0  # KV of the running sequences
         # running: sid -> (step it started, generated then, prompt, ver, target, arrival)
         self.seqs: dict[int, tuple[int, int, int, int, int, int]] = {}
-        self.waiting: dict[int, tuple[int, int, int, int]] = {}  # in admission order: sid -> (prompt, generated, target, arrival)
+        self.waiting: dict[
+            int, tuple[int, int, int, int]
+        ] = {}  # in admission order: sid -> (prompt, generated, target, arrival)
         self._arrivals = 0
-        self._finish: list[tuple[int, int, int]] = []  # (step at which it finishes, sid, ver), lazy deletion
+        self._finish: list[
+            tuple[int, int, int]
+        ] = []  # (step at which it finishes, sid, ver), lazy deletion
         self.ver = 0
         self.prefilled = 0  # tokens prefilled (first prefills and re-prefills)
         self.prefix_hits = 0  # tokens of shared prefixes reused instead of prefilled
-        self._prefixes: dict[int, tuple[tuple[object, int], ...]] = {}  # waiting and running: sid -> its prefixes
+        self._prefixes: dict[
+            int, tuple[tuple[object, int], ...]
+        ] = {}  # waiting and running: sid -> its prefixes
         self._holders: dict[object, int] = {}  # prefix key -> running sequences holding it
         self.preemptions = 0
         self.busy_s = 0.0  # seconds spent in decode steps and prefills
@@ -130,7 +169,9 @@ class SimReplica:
         """When the next sequence finishes or the KV cache would overflow; None when idle."""
         if not self.seqs:
             return None
-        return self.clock + self._step_time(max(1, min(self._next_finish_steps(), self._room_steps())))
+        return self.clock + self._step_time(
+            max(1, min(self._next_finish_steps(), self._room_steps()))
+        )
 
     def finished(self) -> list[int]:
         """Sequences that reached their target, removed from the replica, ascending id; then
@@ -147,8 +188,16 @@ class SimReplica:
         self._admit()
         return sorted(out)
 
-    def add(self, sid: int, prompt_len: int, generated: int, target: int, now: float,
-            prefixes: tuple[tuple[object, int], ...] = (), kept: int = 0) -> None:
+    def add(
+        self,
+        sid: int,
+        prompt_len: int,
+        generated: int,
+        target: int,
+        now: float,
+        prefixes: tuple[tuple[object, int], ...] = (),
+        kept: int = 0,
+    ) -> None:
         """A dispatched sequence joins the waiting list (call `advance(now)` first); `prefixes`:
         the (key, tokens) prefixes of its prompt that other sequences share; `kept`: tokens of
         KV it brings from the replica it was aborted on (with `kv_per_tok`)."""
@@ -191,7 +240,9 @@ class SimReplica:
             sid = next(iter(self.waiting))
             prompt, gen, target, arrival = self.waiting[sid]
             length = prompt + gen
-            if self.seqs and self.tok + length + len(self.seqs) + 1 > self.limit:  # room for one more step
+            if (
+                self.seqs and self.tok + length + len(self.seqs) + 1 > self.limit
+            ):  # room for one more step
                 return  # the head waits, and the rest behind it (arrival order)
             del self.waiting[sid]
             self.ver += 1
@@ -223,6 +274,9 @@ class SimReplica:
             _, _, prompt, _, target, arrival = self.seqs[sid]
             prefixes = self._prefixes[sid]
             gen = self.remove(sid)
-            self.waiting = {sid: (prompt, gen, target, arrival), **self.waiting}  # first to be readmitted
+            self.waiting = {
+                sid: (prompt, gen, target, arrival),
+                **self.waiting,
+            }  # first to be readmitted
             self._prefixes[sid] = prefixes
             self.preemptions += 1

@@ -43,6 +43,7 @@ Device-time breakdown: each role's device-seconds split into busy (decoding, pre
 training), idle (up without work) and shifting (its shifts up and down in flight); the devices
 of no role at a moment are unassigned. The parts add up to devices x run time.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,10 +64,12 @@ def critical_path_s(res: SimResult) -> float:
     """The time below which no run of these steps with this staleness and training can finish
     the measured window (after the warm-up steps as they ran)."""
     ro, rm = res.costs.roles[Role.ROLLOUT], res.costs.roles[Role.REWARD]
-    end: list[float] = list(res.step_end_s[:res.warmup_steps])
+    end: list[float] = list(res.step_end_s[: res.warmup_steps])
     for st in range(res.warmup_steps, res.steps):
-        longest = max(chain_s(ro, s.prompt_len, s.response_len) + chain_s(rm, s.judge_prompt_len, s.judge_len)
-                      for s in res.samples[st])
+        longest = max(
+            chain_s(ro, s.prompt_len, s.response_len) + chain_s(rm, s.judge_prompt_len, s.judge_len)
+            for s in res.samples[st]
+        )
         release = end[st - res.staleness - 1] if st - res.staleness - 1 >= 0 else 0.0
         end.append(max(end[-1] if end else 0.0, release + longest) + res.train_s[st])
     return end[-1] - res.window_start_s
@@ -132,7 +135,7 @@ def work_s(res: SimResult, workload: Workload | None = None) -> dict[str, float]
         batch = max(1, min(c.max_running, c.kv_capacity // shortest))
         out[str(role)] = _role_work_s(c, batch, chains, prefill_tokens_lower(prompts))
     train_devices = len(res.table.replicas[res.table.train_rid].devices)
-    out[str(Role.TRAIN)] = train_devices * sum(res.train_s[res.warmup_steps:res.steps])
+    out[str(Role.TRAIN)] = train_devices * sum(res.train_s[res.warmup_steps : res.steps])
     return out
 
 
@@ -141,7 +144,7 @@ def work_bound_s(res: SimResult, workload: Workload | None = None) -> float:
     it: max over sets of roles of their work over their devices (and training's own time)."""
     work = work_s(res, workload)
     pools = {role: _pool_devices(res, role) for role in work}
-    best = sum(res.train_s[res.warmup_steps:res.steps])
+    best = sum(res.train_s[res.warmup_steps : res.steps])
     roles = list(work)
     for mask in range(1, 1 << len(roles)):
         chosen = [r for i, r in enumerate(roles) if mask >> i & 1]
@@ -158,7 +161,11 @@ def bound_s(res: SimResult) -> tuple[float, str]:
 
 def shift_ups_per_step(res: SimResult) -> float:
     """Inference replicas brought up from the window's start on, per measured step."""
-    ups = sum(1 for ev in res.shifts if ev.up and ev.role != Role.TRAIN and ev.t_start >= res.window_start_s)
+    ups = sum(
+        1
+        for ev in res.shifts
+        if ev.up and ev.role != Role.TRAIN and ev.t_start >= res.window_start_s
+    )
     return ups / (res.steps - res.warmup_steps)
 
 
@@ -180,7 +187,10 @@ class Breakdown:
         def pct(x: float) -> str:
             return f"{100 * x / self.total:4.1f}%"
 
-        parts = [f"{role} {pct(t.busy)}/{pct(t.idle)}/{pct(t.shifting)}" for role, t in self.roles.items()]
+        parts = [
+            f"{role} {pct(t.busy)}/{pct(t.idle)}/{pct(t.shifting)}"
+            for role, t in self.roles.items()
+        ]
         return " | ".join(parts) + f" | unassigned {pct(self.unassigned)}"
 
 

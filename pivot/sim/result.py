@@ -1,5 +1,6 @@
 """What a simulated run returns: its throughput, step ends, shifts, timeline and the counters
 the reports (pivot/sim/report.py) turn into bounds and device-time breakdowns."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -77,11 +78,19 @@ class SimResult:
     kv_moved_tokens: int = 0
     """Tokens whose KV moved with a migrated sequence instead of being re-prefilled (planner.kv_migration)."""
 
-    def finish(self, end_s: float, samples: dict[int, list[SimSample]], reps: Mapping[int, SimReplica],
-               train_rid: int, wall_s: float) -> None:
+    def finish(
+        self,
+        end_s: float,
+        samples: dict[int, list[SimSample]],
+        reps: Mapping[int, SimReplica],
+        train_rid: int,
+        wall_s: float,
+    ) -> None:
         """Totals of a run that ended at `end_s` (simulated) after `wall_s` (real) seconds."""
         self.sim_time_s, self.samples, self.wall_s = end_s, samples, wall_s
-        self.tokens = sum(s.tokens for st in range(self.warmup_steps, self.steps) for s in samples[st])
+        self.tokens = sum(
+            s.tokens for st in range(self.warmup_steps, self.steps) for s in samples[st]
+        )
         self.preemptions = sum(r.preemptions for r in reps.values())
         self.prefill_tokens = sum(r.prefilled for r in reps.values())
         self.prefix_hit_tokens = sum(r.prefix_hits for r in reps.values())

@@ -28,6 +28,7 @@ the steady-state window after the warm-up steps; the same seed gives every deplo
 same samples, so throughput ratios are inverse time ratios. Sequence ids lead with their
 step (`pivot.sched.records.step_major_id`), so the schedulers, which queue by id, serve the oldest step first.
 """
+
 from __future__ import annotations
 
 import copy
@@ -44,8 +45,8 @@ from pivot.shift import ClusterHost
 from pivot.sim import hardware as hwm
 from pivot.sim.costs import build_cluster
 from pivot.sim.events import EventQueue
-from pivot.sim.options import SimOptions
 from pivot.sim.kv_move import kv_move_s_per_token
+from pivot.sim.options import SimOptions
 from pivot.sim.replica import SimReplica
 from pivot.sim.result import ShiftEvent, SimResult, TimelinePoint
 from pivot.sim.workload import SimSample, step_samples
@@ -65,20 +66,39 @@ class Simulator(ClusterHost):
         self.cfg, self.opts = copy.deepcopy(cfg), opts
         self.steps = opts.steps if opts.steps is not None else cfg.train.steps
         if opts.warmup_steps >= self.steps:
-            raise ValueError(f"SimOptions.warmup_steps={opts.warmup_steps}: need < steps={self.steps}")
+            raise ValueError(
+                f"SimOptions.warmup_steps={opts.warmup_steps}: need < steps={self.steps}"
+            )
         table, self.costs = build_cluster(self.cfg, opts.hardware, opts.kv_from_engine)
         self.init_cluster(table, self.cfg.planner.migration, clock=lambda: self.now)
         engines = {Role.ROLLOUT: self.cfg.rollout.engine, Role.REWARD: self.cfg.reward.engine}
-        kv = self.cfg.planner.kv_migration  # aborted sequences' KV moves with them (pivot/sim/kv_move.py)
+        kv = (
+            self.cfg.planner.kv_migration
+        )  # aborted sequences' KV moves with them (pivot/sim/kv_move.py)
         self.reps = {
-            s.replica_id: SimReplica(s.replica_id, s.model, s.kv_capacity, self.costs.roles[s.role].prefill_s_per_token,
-                                     engines[s.role].max_running_seqs, opts.kv_headroom,
-                                     kv_move_s_per_token(self.costs.roles[s.role].model, self.costs.roles[s.role].tp) if kv else None)
-            for s in table.replicas if s.role != Role.TRAIN
+            s.replica_id: SimReplica(
+                s.replica_id,
+                s.model,
+                s.kv_capacity,
+                self.costs.roles[s.role].prefill_s_per_token,
+                engines[s.role].max_running_seqs,
+                opts.kv_headroom,
+                kv_move_s_per_token(self.costs.roles[s.role].model, self.costs.roles[s.role].tp)
+                if kv
+                else None,
+            )
+            for s in table.replicas
+            if s.role != Role.TRAIN and s.model is not None  # Replica checks it has one
         }
-        self._kv_kept: dict[int, int] = {}  # aborted, not yet re-dispatched: sid -> tokens of its KV
-        self._role_reps = {role: [self.reps[s.replica_id] for s in table.slots(role)] for role in INFERENCE_ROLES}
-        self._stale: dict[str, set[int]] = {role: set() for role in INFERENCE_ROLES}  # progress not yet reported
+        self._kv_kept: dict[
+            int, int
+        ] = {}  # aborted, not yet re-dispatched: sid -> tokens of its KV
+        self._role_reps: dict[str, list[SimReplica]] = {
+            role: [self.reps[s.replica_id] for s in table.slots(role)] for role in INFERENCE_ROLES
+        }
+        self._stale: dict[str, set[int]] = {
+            role: set() for role in INFERENCE_ROLES
+        }  # progress not yet reported
         self.dev_free_at = [0.0] * table.world
         self.training = False
         self.train_tps = 0.0
@@ -95,9 +115,18 @@ class Simulator(ClusterHost):
         self.mode = make_mode(self.cfg, on_planned=self.on_planned)
         self._cheap_mode = not isinstance(self.mode, Shiftable)
         self._plan_due, self._last_plan = True, float("-inf")
-        self.res = SimResult(self.cfg.cluster.mode, self.cfg.planner.strategy, self.cfg.preset, opts.hardware.name,
-                             self.steps, table, self.costs, self.staleness, warmup_steps=opts.warmup_steps,
-                             workload=opts.workload)
+        self.res = SimResult(
+            self.cfg.cluster.mode,
+            self.cfg.planner.strategy,
+            self.cfg.preset,
+            opts.hardware.name,
+            self.steps,
+            table,
+            self.costs,
+            self.staleness,
+            warmup_steps=opts.warmup_steps,
+            workload=opts.workload,
+        )
         # steady state: later steps' prompts keep coming, as the steps after the last one would
         self.released = self.steps + (self.staleness if opts.warmup_steps else 0)
 
@@ -110,10 +139,14 @@ class Simulator(ClusterHost):
         self.events.push(0.0, "tick", ())
         while self.step < self.steps:
             if not self.events:
-                raise RuntimeError(f"simulation stalled at t={self.now:.1f}s, step {self.step} (no event left)")
+                raise RuntimeError(
+                    f"simulation stalled at t={self.now:.1f}s, step {self.step} (no event left)"
+                )
             t, kind, payload = self.events.pop()
             if t > self.opts.max_sim_s:
-                raise RuntimeError(f"simulation exceeded max_sim_s={self.opts.max_sim_s} at step {self.step}")
+                raise RuntimeError(
+                    f"simulation exceeded max_sim_s={self.opts.max_sim_s} at step {self.step}"
+                )
             self.now = t
             if kind == "rep":
                 self._on_replica(*payload)
@@ -179,8 +212,20 @@ class Simulator(ClusterHost):
                 self.sched[role].on_progress(sid, seq.generated)
             else:
                 w = self.opts.workload
-                prefixes = w.rollout_prefixes(seq.sample) if role == Role.ROLLOUT else w.judge_prefixes(seq.sample)
-                rep.add(sid, seq.prompt_len, seq.generated, seq.target, self.now, prefixes, self._kv_kept.pop(sid, 0))
+                prefixes = (
+                    w.rollout_prefixes(seq.sample)
+                    if role == Role.ROLLOUT
+                    else w.judge_prefixes(seq.sample)
+                )
+                rep.add(
+                    sid,
+                    seq.prompt_len,
+                    seq.generated,
+                    seq.target,
+                    self.now,
+                    prefixes,
+                    self._kv_kept.pop(sid, 0),
+                )
         for rid in touched:
             self._schedule(rid)
 
@@ -221,7 +266,9 @@ class Simulator(ClusterHost):
 
     def _queued(self, role: str) -> int:
         """Sequences of `role` waiting in the scheduler's queue (not on any replica)."""
-        return self.sched[role].num_sequences() - sum(len(r.seqs) + len(r.waiting) for r in self._role_reps[role])
+        return self.sched[role].num_sequences() - sum(
+            len(r.seqs) + len(r.waiting) for r in self._role_reps[role]
+        )
 
     def _sync_stale(self, role: str) -> None:
         for rid in sorted(self._stale[role]):
@@ -244,7 +291,9 @@ class Simulator(ClusterHost):
         return self.training
 
     def train_ready(self) -> bool:
-        return not self.training and self.step < self.steps and self.rewarded[self.step] == self.group
+        return (
+            not self.training and self.step < self.steps and self.rewarded[self.step] == self.group
+        )
 
     def train_throughput(self) -> float:
         return self.train_tps
@@ -253,7 +302,9 @@ class Simulator(ClusterHost):
         if self.train_ready() and self.is_up(self.train_rid):
             tokens = sum(s.train_tokens for s in self.samples[self.step])
             devices = len(self.table.replicas[self.train_rid].devices)
-            dur = hwm.train_s(self.costs.policy, self.opts.hardware, devices, tokens, self.costs.train_forwards)
+            dur = hwm.train_s(
+                self.costs.policy, self.opts.hardware, devices, tokens, self.costs.train_forwards
+            )
             self.training, self.train_tps = True, tokens / dur
             self.res.train_s.append(dur)
             self.events.push(self.now + dur, "train", ())
@@ -309,14 +360,18 @@ class Simulator(ClusterHost):
     # ------------------------------------------------------------------ timeline
     def _sample(self) -> None:
         devices = self.shifts.states.devices_per_role()
-        tps = {Role.ROLLOUT: 0.0, Role.REWARD: 0.0}
+        tps: dict[str, float] = {Role.ROLLOUT: 0.0, Role.REWARD: 0.0}
         for rid in self.up_slots():
             if rid in self.reps:
                 rep = self.reps[rid]
                 tps[self.role_of(rid)] += rep.m.throughput(rep.n, rep.tok)
         n_ro, n_rm = (self.sched[r].num_sequences() for r in INFERENCE_ROLES)
         overall = overall_throughput(n_ro, tps[Role.ROLLOUT], n_rm, tps[Role.REWARD])
-        self.res.timeline.append(TimelinePoint(self.now, devices, tps[Role.ROLLOUT], tps[Role.REWARD], overall, self.training))
+        self.res.timeline.append(
+            TimelinePoint(
+                self.now, devices, tps[Role.ROLLOUT], tps[Role.REWARD], overall, self.training
+            )
+        )
 
 
 def simulate(cfg: PivotConfig, opts: SimOptions = SimOptions()) -> SimResult:

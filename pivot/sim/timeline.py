@@ -1,5 +1,6 @@
 """Render a simulated run as a Figure 10 style timeline: rollout, reward and overall throughput
 (Equation 1) over time, the devices of each role below, training intervals shaded, shifts marked."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +22,11 @@ def render_timeline(runs: dict[str, SimResult], path: str | Path) -> Path:
     fig, axes = plt.subplots(4, len(runs), figsize=(6 * len(runs), 9), sharex="col", squeeze=False)
     for col, (title, res) in enumerate(runs.items()):
         ts = [p.t for p in res.timeline]
-        series = (("Rollout", [p.rollout_tps for p in res.timeline]), ("Reward", [p.reward_tps for p in res.timeline]),
-                  ("Overall", [p.overall_tps for p in res.timeline]))
+        series = (
+            ("Rollout", [p.rollout_tps for p in res.timeline]),
+            ("Reward", [p.reward_tps for p in res.timeline]),
+            ("Overall", [p.overall_tps for p in res.timeline]),
+        )
         for row, (name, ys) in enumerate(series):
             ax = axes[row][col]
             ax.plot(ts, ys, lw=0.8)
@@ -30,7 +34,9 @@ def render_timeline(runs: dict[str, SimResult], path: str | Path) -> Path:
             _shade_training(ax, res)
         ax = axes[3][col]
         roles = ("rollout", "reward", "train")
-        ax.stackplot(ts, *[[p.devices[r] for p in res.timeline] for r in roles], labels=roles, step="post")
+        ax.stackplot(
+            ts, *[[p.devices[r] for p in res.timeline] for r in roles], labels=roles, step="post"
+        )
         for s in res.shifts:
             if s.up:
                 ax.axvline(s.t_end, color="k", lw=0.3, alpha=0.4)

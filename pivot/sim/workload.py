@@ -29,6 +29,7 @@ says, DAPO's recipe where it does not.
 Every length of step s is drawn from `random.Random(f"{seed}/{step}")`, so a step's samples do
 not depend on the deployment or on event order.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,7 +52,12 @@ class LengthDist:
             raise ValueError(f"LengthDist: need median > 0, sigma >= 0, 0 < low <= cap, got {self}")
 
     def draw(self, rng: random.Random) -> int:
-        return int(min(self.cap, max(self.low, round(rng.lognormvariate(math.log(self.median), self.sigma)))))
+        return int(
+            min(
+                self.cap,
+                max(self.low, round(rng.lognormvariate(math.log(self.median), self.sigma))),
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -73,13 +79,19 @@ class Workload:
 
     def __post_init__(self) -> None:
         if self.prompts_per_step is not None and self.prompts_per_step < 1:
-            raise ValueError(f"Workload.prompts_per_step={self.prompts_per_step}: need >= 1 (or None)")
+            raise ValueError(
+                f"Workload.prompts_per_step={self.prompts_per_step}: need >= 1 (or None)"
+            )
         if self.group_size < 1:
             raise ValueError(f"Workload.group_size={self.group_size}: need >= 1")
         if not 0 <= self.judge_common_tokens <= self.judge_template_tokens:
-            raise ValueError(f"Workload.judge_common_tokens={self.judge_common_tokens}: need 0..judge_template_tokens")
+            raise ValueError(
+                f"Workload.judge_common_tokens={self.judge_common_tokens}: need 0..judge_template_tokens"
+            )
         if self.prompt_common_tokens < 0:
-            raise ValueError(f"Workload.prompt_common_tokens={self.prompt_common_tokens}: need >= 0")
+            raise ValueError(
+                f"Workload.prompt_common_tokens={self.prompt_common_tokens}: need >= 0"
+            )
 
     def rollout_prefixes(self, s: SimSample) -> tuple[tuple[object, int], ...]:
         """(key, tokens) of the prefixes `s`'s rollout prompt shares with others, shortest first."""
@@ -94,14 +106,20 @@ class Workload:
         return out
 
     def prompts(self, devices: int) -> int:
-        return self.prompts_per_step if self.prompts_per_step is not None else DAPO_PROMPTS_PER_DEVICE * devices
+        return (
+            self.prompts_per_step
+            if self.prompts_per_step is not None
+            else DAPO_PROMPTS_PER_DEVICE * devices
+        )
 
     def describe(self, devices: int) -> str:
         def d(x: LengthDist) -> str:
             return f"lognormal(median {x.median:g}, sigma {x.sigma:g}) <= {x.cap}"
 
-        return (f"{self.prompts(devices)} prompts x {self.group_size} per step; prompt {d(self.prompt)}, "
-                f"response {d(self.response)}, judge {d(self.judge)}")
+        return (
+            f"{self.prompts(devices)} prompts x {self.group_size} per step; prompt {d(self.prompt)}, "
+            f"response {d(self.response)}, judge {d(self.judge)}"
+        )
 
 
 @dataclass(frozen=True)

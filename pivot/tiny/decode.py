@@ -1,5 +1,6 @@
 """Batched KV-cache decoding for the tiny models' build and evaluation (self-contained: the
 build must not depend on the engine it later serves)."""
+
 from __future__ import annotations
 
 import torch
@@ -16,7 +17,9 @@ class _KVCache:
         self.v: list[torch.Tensor | None] = [None] * layers
         self.valid = valid  # [B, S] which cached keys are real tokens
 
-    def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
         prev_k, prev_v = self.k[layer_idx], self.v[layer_idx]
         k = k if prev_k is None else torch.cat([prev_k, k], dim=1)
         v = v if prev_v is None else torch.cat([prev_v, v], dim=1)
@@ -39,7 +42,12 @@ def _diag(t: int, s: int) -> torch.Tensor:
 
 @torch.no_grad()
 def generate(
-    model: CausalLM, prompts: list[list[int]], max_new: int, eos_id: int, temperature: float = 0.0, seed: int = 0
+    model: CausalLM,
+    prompts: list[list[int]],
+    max_new: int,
+    eos_id: int,
+    temperature: float = 0.0,
+    seed: int = 0,
 ) -> list[list[int]]:
     """Greedy (temperature 0) or sampled continuations, each cut at (and without) EOS."""
     gen = torch.Generator().manual_seed(seed)
@@ -54,7 +62,9 @@ def generate(
     next_pos = pos[:, -1:] + 1
     for _ in range(max_new):
         if temperature > 0:
-            token = torch.multinomial(F.softmax(logits.float() / temperature, -1), 1, generator=gen)[:, 0]
+            token = torch.multinomial(
+                F.softmax(logits.float() / temperature, -1), 1, generator=gen
+            )[:, 0]
         else:
             token = logits.argmax(-1)
         for row in (~done).nonzero()[:, 0].tolist():

@@ -3,6 +3,7 @@
 Pure Python (no torch): the data loaders, the held-out split and the manifest check read it
 without building anything.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +22,9 @@ class TinyRecipe:
     intermediate_size: int = 256
     train_problems: int = 8000
     max_digits: int = 3  # operands of 1..max_digits digits: short ones are learnt, long ones fail
-    policy_steps: int = 1300  # constant rate: ~25% greedy held-out, mid-climb; RL lifts it from there
+    policy_steps: int = (
+        1300  # constant rate: ~25% greedy held-out, mid-climb; RL lifts it from there
+    )
     policy_warmup: int = 90
     genrm_seed_steps: int = 1200  # the GenRM's own start (a decayed rate: ~60% greedy)
     genrm_base_steps: int = 1500  # more column practice before judging

@@ -7,6 +7,7 @@ recipe, the build's torch version and thread count, the held-out figures the bui
 and a SHA-256 per file; `ensure_tiny_models` checks them so a damaged checkout fails in one
 line instead of training a corrupted model. `tools/make_tiny_models.py` rebuilds them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,8 +46,10 @@ def folder_checksums(root: Path) -> dict[str, str]:
 def read_manifest(root: Path = WEIGHTS) -> dict[str, Any]:
     path = root / MANIFEST
     if not path.is_file():
-        raise FileNotFoundError(f"the embedded tiny models are missing: no {path} (restore pivot/tiny/weights/ from git, "
-                                "or rebuild with: python tools/make_tiny_models.py --install)")
+        raise FileNotFoundError(
+            f"the embedded tiny models are missing: no {path} (restore pivot/tiny/weights/ from git, "
+            "or rebuild with: python tools/make_tiny_models.py --install)"
+        )
     return json.loads(path.read_text())
 
 
@@ -61,7 +64,14 @@ def ensure_tiny_models(root: Path = WEIGHTS) -> TinyModels:
     manifest = read_manifest(root)
     bad = mismatches(root, manifest)
     if bad:
-        raise ValueError(f"the embedded tiny models in {root} differ from their manifest ({', '.join(bad[:3])}"
-                         f"{' ...' if len(bad) > 3 else ''}): restore them with `git checkout -- {root}`")
-    return TinyModels(root=root, policy=root / "policy", genrm=root / "genrm", tokenizer=root / "tokenizer.json",
-                      **manifest["metrics"])
+        raise ValueError(
+            f"the embedded tiny models in {root} differ from their manifest ({', '.join(bad[:3])}"
+            f"{' ...' if len(bad) > 3 else ''}): restore them with `git checkout -- {root}`"
+        )
+    return TinyModels(
+        root=root,
+        policy=root / "policy",
+        genrm=root / "genrm",
+        tokenizer=root / "tokenizer.json",
+        **manifest["metrics"],
+    )

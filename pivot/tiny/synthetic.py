@@ -23,6 +23,7 @@ same way as the operands' digits.
 
 Pure Python: no torch, so data loaders and tests import it cheaply.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -83,7 +84,9 @@ def generate_problems(n: int, seed: int, min_digits: int = 1, max_digits: int = 
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     if not 1 <= min_digits <= max_digits:
-        raise ValueError(f"need 1 <= min_digits <= max_digits, got min_digits={min_digits} max_digits={max_digits}")
+        raise ValueError(
+            f"need 1 <= min_digits <= max_digits, got min_digits={min_digits} max_digits={max_digits}"
+        )
     rng = random.Random(seed)
     problems = []
     for i in range(n):
@@ -195,7 +198,9 @@ def wrong_answer_solution(problem: Problem, rng: random.Random) -> str:
     while True:
         answer = str(rng.randrange(10 ** len(problem.answer)))
         if answer != problem.answer:
-            return "\n".join(column_lines(problem.a, problem.op, problem.b) + [ANSWER_PREFIX + answer])
+            return "\n".join(
+                column_lines(problem.a, problem.op, problem.b) + [ANSWER_PREFIX + answer]
+            )
 
 
 def judge_prompt(question: str, response: str) -> str:
@@ -218,7 +223,9 @@ def judge_reasoning(question: str, response: str) -> str:
         g = claimed[col] if col < len(claimed) else "_"
         same = g == str(digit) or (g == "_" and digit == 0)  # a leading zero may be absent
         matched = matched and same
-        lines.append(f"{g} {x}{op}{y}{op}{carry}={digit} {g}{_mark(same)} {flag}{out} {_mark(matched)}")
+        lines.append(
+            f"{g} {x}{op}{y}{op}{carry}={digit} {g}{_mark(same)} {flag}{out} {_mark(matched)}"
+        )
     expected = str(a + b if op == "+" else a - b)
     return "\n".join(lines + [f"{VERDICT_PREFIX}{int(verify(response, expected))}"])
 

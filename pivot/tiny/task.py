@@ -8,6 +8,7 @@ gives the synthetic arithmetic task of `pivot.tiny.synthetic` (the one the tiny 
     heldout_split(data, eval, train, seed)   rl's split; for the synthetic set, fresh problems
     judge_template(reward)                   --reward.judge-template(-file), else the tiny GenRM's
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -59,8 +60,9 @@ def fresh_heldout(data: DataConfig, n: int, seen: set[str], seed: int) -> list[P
     return [dataclasses.replace(p, id=i) for i, p in enumerate(chosen)]
 
 
-def heldout_split(data: DataConfig, config: EvalConfig, train: PromptDataset,
-                  seed: int) -> tuple[PromptDataset, list[Prompt]]:
+def heldout_split(
+    data: DataConfig, config: EvalConfig, train: PromptDataset, seed: int
+) -> tuple[PromptDataset, list[Prompt]]:
     """`pivot.rl.evaluation.split_heldout`, with fresh synthetic problems as the held-out set
     when the training set is the synthetic one (none of its rows is then given up)."""
     fresh = None if data.path else partial(fresh_heldout, data, seed=seed)

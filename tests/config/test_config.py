@@ -1,4 +1,5 @@
 """Config tree, presets and validation: bad values fail before any process group, naming the field."""
+
 from __future__ import annotations
 
 import subprocess
@@ -40,11 +41,24 @@ def test_paper_groups_match_tables_1_and_4() -> None:
         (["--preset", "nope"], "preset='nope'"),
         (["--rollout.top-p", "0"], "rollout.top_p=0.0"),
         (["--planner.rule-low", "0.9"], "planner.rule_low=0.9"),
-        (["--model.attention", "flash", "--model.dtype", "bfloat16", "--reward.engine.block-size", "16"], "reward.engine.block_size=16"),
+        (
+            [
+                "--model.attention",
+                "flash",
+                "--model.dtype",
+                "bfloat16",
+                "--reward.engine.block-size",
+                "16",
+            ],
+            "reward.engine.block_size=16",
+        ),
         (["--rollout.engine.block-size", "-1"], "engine.block_size=-1"),
         (["--emulate.time-scale", "0"], "emulate.time_scale=0.0"),  # the emulation section
         (["--emulate.length-scale", "0"], "emulate.length_scale=0"),
-        (["--cluster.device", "emulated", "--emulate.preset", "tiny-cpu"], "emulate.preset='tiny-cpu'"),
+        (
+            ["--cluster.device", "emulated", "--emulate.preset", "tiny-cpu"],
+            "emulate.preset='tiny-cpu'",
+        ),
     ],
 )
 def test_bad_values_name_the_field(argv: list[str], field: str) -> None:
@@ -54,8 +68,13 @@ def test_bad_values_name_the_field(argv: list[str], field: str) -> None:
 
 @pytest.mark.parametrize(
     ("argv", "mode"),
-    [([], "no"), (["--checkpoint.resume"], "yes"), (["--checkpoint.resume", "--train.steps", "3"], "yes"),
-     (["--checkpoint.resume", "auto"], "auto"), (["--checkpoint.resume", "auto", "--checkpoint.resume", "no"], "no")],
+    [
+        ([], "no"),
+        (["--checkpoint.resume"], "yes"),
+        (["--checkpoint.resume", "--train.steps", "3"], "yes"),
+        (["--checkpoint.resume", "auto"], "auto"),
+        (["--checkpoint.resume", "auto", "--checkpoint.resume", "no"], "no"),
+    ],
 )
 def test_resume_modes_and_bare_flag(argv: list[str], mode: str) -> None:
     assert parse(argv, 4, 4).checkpoint.resume == mode
@@ -64,11 +83,31 @@ def test_resume_modes_and_bare_flag(argv: list[str], mode: str) -> None:
 def test_block_size_default_follows_the_attention_kernel() -> None:
     """flash-attn's paged KV takes blocks of a multiple of 256 tokens (its `block_table` contract)."""
     cfg = parse(["--model.attention", "flash", "--model.dtype", "bfloat16"], 4, 4)
-    assert cfg.rollout.engine.kv_block_size("flash") == 256 and cfg.reward.engine.kv_block_size("sdpa") == 16
-    assert parse(["--model.attention", "flash", "--model.dtype", "bfloat16", "--rollout.engine.block-size", "512"], 4, 4).rollout.engine.block_size == 512
+    assert (
+        cfg.rollout.engine.kv_block_size("flash") == 256
+        and cfg.reward.engine.kv_block_size("sdpa") == 16
+    )
+    assert (
+        parse(
+            [
+                "--model.attention",
+                "flash",
+                "--model.dtype",
+                "bfloat16",
+                "--rollout.engine.block-size",
+                "512",
+            ],
+            4,
+            4,
+        ).rollout.engine.block_size
+        == 512
+    )
     for name in PRESETS:  # the paper presets run flash attention with the kernel's default block
         cfg = get_preset(name)
-        assert cfg.rollout.engine.kv_block_size(cfg.model.attention) % 256 == 0 or cfg.model.attention == "sdpa"
+        assert (
+            cfg.rollout.engine.kv_block_size(cfg.model.attention) % 256 == 0
+            or cfg.model.attention == "sdpa"
+        )
 
 
 def test_overrides_apply_on_top_of_preset() -> None:
@@ -79,13 +118,19 @@ def test_overrides_apply_on_top_of_preset() -> None:
 def test_main_exits_2_with_one_line_before_process_groups() -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "pivot" / "main.py"), "--train.staleness", "-1"],
-        capture_output=True, text=True, env={"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "RANK": "0", "PATH": ""},
+        capture_output=True,
+        text=True,
+        env={"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "RANK": "0", "PATH": ""},
     )
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == ["pivot: config error: train.staleness=-1: must be >= 0"]
+    assert out.stderr.strip().splitlines() == [
+        "pivot: config error: train.staleness=-1: must be >= 0"
+    ]
 
 
 def test_help_lists_flags_with_docstrings() -> None:
-    out = subprocess.run([sys.executable, str(ROOT / "pivot" / "main.py"), "--help"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "pivot" / "main.py"), "--help"], capture_output=True, text=True
+    )
     assert out.returncode == 0
     assert "--train.staleness" in out.stdout and "Largest policy-version lag" in out.stdout

@@ -1,6 +1,7 @@
 """The emulation backend is handed to the runtime (pivot/runtime/backend.py): pivot/main.py picks
 `EmulatedDevices` for `--cluster.device emulated` and nothing otherwise; the runtime refuses an
 emulated config without one; the backend has every method of the protocol, with its parameters."""
+
 from __future__ import annotations
 
 import inspect
@@ -21,7 +22,13 @@ def _methods(cls: type) -> dict[str, list[str]]:
 
 def test_the_backend_implements_the_protocol() -> None:
     wanted = _methods(DeviceBackend)
-    assert set(wanted) == {"runtime_config", "controller_parts", "install", "finish", "summary_lines"}
+    assert set(wanted) == {
+        "runtime_config",
+        "controller_parts",
+        "install",
+        "finish",
+        "summary_lines",
+    }
     got = _methods(EmulatedDevices)
     assert {name: got.get(name) for name in wanted} == wanted
 

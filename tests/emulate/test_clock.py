@@ -1,6 +1,7 @@
 """The emulated device's clock and costs: deadline arithmetic and time scale with a fake clock,
 and that what a wrapped role waits is the hardware profile's prediction for the paper-scale
 model (oracles written from the hardware numbers, step by step, not from the closed forms)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -11,8 +12,17 @@ from configs.presets import tiny_cpu
 from pivot.emulate import EmulatedClock, EmulatedCosts, paper_config, runtime_config
 from pivot.emulate.roles import EmulatedInference, EmulatedTrainer
 
-# H20 (pivot/sim/hardware.py: bandwidth share, step overhead and prefill share fit to Qwen's SGLang benchmark) and Qwen2.5-7B (config.json: 28 layers, 4 KV heads, 128 dims)
-HBM, FLOPS, MEM_EFF, DEC_EFF, PREFILL_EFF, MFU, STEP_OVERHEAD = 4.0e12, 148e12, 0.35, 0.3, 0.6, 0.45, 0.002
+# H20 (pivot/sim/hardware.py: bandwidth share, step overhead and prefill share fit to Qwen's SGLang
+# benchmark) and Qwen2.5-7B (config.json: 28 layers, 4 KV heads, 128 dims)
+HBM, FLOPS, MEM_EFF, DEC_EFF, PREFILL_EFF, MFU, STEP_OVERHEAD = (
+    4.0e12,
+    148e12,
+    0.35,
+    0.3,
+    0.6,
+    0.45,
+    0.002,
+)
 P7B, KV7B = 7.6e9, 2 * 28 * 4 * 128 * 2
 
 
@@ -38,7 +48,11 @@ def test_waits_until_the_scaled_deadline_and_tallies() -> None:
     assert ft.slept == [pytest.approx(0.015)] and ft.t == pytest.approx(10.02)
     t = clock.tally["rollout"]
     assert (t.count, t.emulated_s, t.device_s) == (1, 2.0, 8.0)
-    assert t.compute_s == pytest.approx(0.005) and t.waited_s == pytest.approx(0.015) and t.overrun_s == 0
+    assert (
+        t.compute_s == pytest.approx(0.005)
+        and t.waited_s == pytest.approx(0.015)
+        and t.overrun_s == 0
+    )
 
 
 def test_compute_past_the_deadline_is_an_overrun_not_a_wait() -> None:
@@ -57,19 +71,35 @@ def test_time_scale_must_be_positive() -> None:
 
 def emulated_cfg(length_scale: int = 100, time_scale: float = 0.01):
     cfg = tiny_cpu()
-    cfg.cluster.device, cfg.emulate.length_scale, cfg.emulate.time_scale = "emulated", length_scale, time_scale
+    cfg.cluster.device, cfg.emulate.length_scale, cfg.emulate.time_scale = (
+        "emulated",
+        length_scale,
+        time_scale,
+    )
     cfg.train.devices = 2
     return runtime_config(cfg)
 
 
 def test_runtime_config_scales_engines_and_planner_and_paper_config_undoes_it() -> None:
     cfg = emulated_cfg()
-    assert cfg.rollout.engine.kv_capacity_tokens == 262144 // 100 and cfg.rollout.engine.max_running_seqs == 256
-    assert cfg.reward.engine.max_prefill_tokens == 16384  # a real step is 100 paper steps of one chunk each
-    assert cfg.reward.engine.backend == "embedded" and cfg.rollout.max_new_tokens == 154  # 15,360 / 100 up
-    assert cfg.planner.horizon_s == pytest.approx(0.6) and cfg.planner.tau_shift_s == pytest.approx(0.03)
+    assert (
+        cfg.rollout.engine.kv_capacity_tokens == 262144 // 100
+        and cfg.rollout.engine.max_running_seqs == 256
+    )
+    assert (
+        cfg.reward.engine.max_prefill_tokens == 16384
+    )  # a real step is 100 paper steps of one chunk each
+    assert (
+        cfg.reward.engine.backend == "embedded" and cfg.rollout.max_new_tokens == 154
+    )  # 15,360 / 100 up
+    assert cfg.planner.horizon_s == pytest.approx(0.6) and cfg.planner.tau_shift_s == pytest.approx(
+        0.03
+    )
     paper = paper_config(cfg, 8, 8)
-    assert paper.planner.horizon_s == pytest.approx(60.0) and paper.rollout.engine.kv_capacity_tokens == 262100
+    assert (
+        paper.planner.horizon_s == pytest.approx(60.0)
+        and paper.rollout.engine.kv_capacity_tokens == 262100
+    )
     assert paper.reward.engine.max_prefill_tokens == 16384
     assert paper.model.policy_params_b == 7.6 and paper.cluster.nnodes == 1
 
@@ -77,10 +107,19 @@ def test_runtime_config_scales_engines_and_planner_and_paper_config_undoes_it() 
 def test_engine_step_waits_the_profiles_decode_and_prefill_time() -> None:
     costs = EmulatedCosts(emulated_cfg(), 8, 8)
     n, kv, prefill, L = 3, 120, 40, 100
-    a, b, c, d = KV7B / (HBM * MEM_EFF), 2 * P7B / (HBM * MEM_EFF), 2 * P7B / (FLOPS * DEC_EFF), STEP_OVERHEAD
-    decode = sum(a * (kv * L + n * i) + max(b, c * n) + d for i in range(L))  # L decode steps, one by one
+    a, b, c, d = (
+        KV7B / (HBM * MEM_EFF),
+        2 * P7B / (HBM * MEM_EFF),
+        2 * P7B / (FLOPS * DEC_EFF),
+        STEP_OVERHEAD,
+    )
+    decode = sum(
+        a * (kv * L + n * i) + max(b, c * n) + d for i in range(L)
+    )  # L decode steps, one by one
     prefill_s = 2 * P7B * prefill * L / (FLOPS * PREFILL_EFF)
-    assert costs.engine_step_s("rollout", n, kv, prefill) == pytest.approx(decode + prefill_s, rel=1e-9)
+    assert costs.engine_step_s("rollout", n, kv, prefill) == pytest.approx(
+        decode + prefill_s, rel=1e-9
+    )
 
     ft = FakeTime()
     clock = EmulatedClock(0.01, now=ft.now, sleep=ft.sleep)
@@ -88,37 +127,60 @@ def test_engine_step_waits_the_profiles_decode_and_prefill_time() -> None:
     sched = SimpleNamespace(running=seqs, prefill_tokens=0, prefix_hit_tokens=0)
     engine = SimpleNamespace(scheduler=sched, runner=SimpleNamespace(is_leader=True))
 
-    def step() -> list:  # 3 ms of compute; prefills 40 tokens; one sequence (41 tokens now) finishes
+    def step() -> (
+        list
+    ):  # 3 ms of compute; prefills 40 tokens; one sequence (41 tokens now) finishes
         ft.t += 0.003
         sched.prefill_tokens += 40
         sched.prefix_hit_tokens += 8
         return [SimpleNamespace(prompt_ids=[0] * 10, output_ids=[0] * 31)]
 
-    role = EmulatedInference(SimpleNamespace(engine=engine, role="rollout", step=step), costs, clock)
+    role = EmulatedInference(
+        SimpleNamespace(engine=engine, role="rollout", step=step), costs, clock
+    )
     t0 = ft.now()
     role.step()
     # sequences advanced: 2 running (40 tokens each) + 1 finished (41): n = 3, KV before the step = 121 - 3
     expected = costs.engine_step_s("rollout", 3, 118, 40)
-    assert ft.t - t0 == pytest.approx(expected * 0.01) and ft.slept == [pytest.approx(expected * 0.01 - 0.003)]
-    assert (clock.tally["rollout"].prefill_tokens, clock.tally["rollout"].prefix_hit_tokens) == (40, 8)
+    assert ft.t - t0 == pytest.approx(expected * 0.01) and ft.slept == [
+        pytest.approx(expected * 0.01 - 0.003)
+    ]
+    assert (clock.tally["rollout"].prefill_tokens, clock.tally["rollout"].prefix_hit_tokens) == (
+        40,
+        8,
+    )
 
 
 def test_training_and_shifts_wait_the_profiles_time() -> None:
     costs = EmulatedCosts(emulated_cfg(length_scale=50), 8, 8)
     ft = FakeTime()
     clock = EmulatedClock(0.02, now=ft.now, sleep=ft.sleep)
-    batch = SimpleNamespace(prompt_ids=[[1] * 10, [1] * 12], response_ids=[[2] * 30, [2] * 8])  # 60 real tokens
-    trainer = EmulatedTrainer(SimpleNamespace(train_step=lambda b: {}, shift_up=lambda s: {}, shift_down=dict), costs, clock)
+    batch = SimpleNamespace(
+        prompt_ids=[[1] * 10, [1] * 12], response_ids=[[2] * 30, [2] * 8]
+    )  # 60 real tokens
+    trainer = EmulatedTrainer(
+        SimpleNamespace(train_step=lambda b: {}, shift_up=lambda s: {}, shift_down=dict),
+        costs,
+        clock,
+    )
     t0 = ft.now()
     trainer.train_step(batch)
-    assert ft.t - t0 == pytest.approx(0.02 * (6 + 2) * P7B * 60 * 50 / (2 * FLOPS * MFU))  # update + old-log-prob forward
+    assert ft.t - t0 == pytest.approx(
+        0.02 * (6 + 2) * P7B * 60 * 50 / (2 * FLOPS * MFU)
+    )  # update + old-log-prob forward
     t0 = ft.now()
     phases = trainer.shift_up({})
     # 2 s fixed + 16 B/param of the 2 devices on one host at 22 GB/s, shared by both devices
-    assert phases["emulated_s"] == pytest.approx(2.0 + 16 * P7B / 22e9) and ft.t - t0 == pytest.approx(0.02 * phases["emulated_s"])
-    rollout = EmulatedInference(SimpleNamespace(role="rollout", shift_down=lambda: ([], {"release": 0.0})), costs, clock)
+    assert phases["emulated_s"] == pytest.approx(
+        2.0 + 16 * P7B / 22e9
+    ) and ft.t - t0 == pytest.approx(0.02 * phases["emulated_s"])
+    rollout = EmulatedInference(
+        SimpleNamespace(role="rollout", shift_down=lambda: ([], {"release": 0.0})), costs, clock
+    )
     _, phases = rollout.shift_down()
-    assert phases["emulated_s"] == pytest.approx(0.5 + 2 * P7B / 1e9 * 0.02)  # discard: fixed + per-GB
+    assert phases["emulated_s"] == pytest.approx(
+        0.5 + 2 * P7B / 1e9 * 0.02
+    )  # discard: fixed + per-GB
 
 
 def test_an_unknown_or_tiny_preset_is_named() -> None:

@@ -1,6 +1,7 @@
 """The main job on 8 emulated devices (torchrun, CPU ranks): 2 steps, exactly-once accounting as
 in the runtime tests, response lengths drawn from the simulator's workload, and every rank's
 device time in the run summary."""
+
 from __future__ import annotations
 
 import json
@@ -23,13 +24,51 @@ L = 400  # paper tokens per real token: responses of a few real tokens keep the 
 
 def test_emulated_run_exactly_once_with_drawn_lengths(tmp_path: Path) -> None:
     policy, genrm = random_models(tmp_path / "models")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "8",
-           str(ROOT / "pivot" / "main.py"), "--model.policy", str(policy), "--model.genrm", str(genrm),
-           "--cluster.device", "emulated", "--emulate.time-scale", "0.001", "--emulate.length-scale", str(L),
-           "--train.devices", "2", "--train.steps", "2", "--train.batch-prompts", str(B), "--train.group-size", str(G),
-           "--data.max-digits", "2", "--eval.every", "0", "--train.filter-groups", "0", "--checkpoint.every", "0", "--log.no-progress",
-           "--log.no-tensorboard", "--log.dir", str(tmp_path / "run")]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "8",
+        str(ROOT / "pivot" / "main.py"),
+        "--model.policy",
+        str(policy),
+        "--model.genrm",
+        str(genrm),
+        "--cluster.device",
+        "emulated",
+        "--emulate.time-scale",
+        "0.001",
+        "--emulate.length-scale",
+        str(L),
+        "--train.devices",
+        "2",
+        "--train.steps",
+        "2",
+        "--train.batch-prompts",
+        str(B),
+        "--train.group-size",
+        str(G),
+        "--data.max-digits",
+        "2",
+        "--eval.every",
+        "0",
+        "--train.filter-groups",
+        "0",
+        "--checkpoint.every",
+        "0",
+        "--log.no-progress",
+        "--log.no-tensorboard",
+        "--log.dir",
+        str(tmp_path / "run"),
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "PYTHONUNBUFFERED": "1",
+    }
     out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     run = tmp_path / "run"
@@ -40,6 +79,11 @@ def test_emulated_run_exactly_once_with_drawn_lengths(tmp_path: Path) -> None:
         assert r["response_tokens"] == max(1, round(drawn / L)), r
     tallies = sorted(p.name for p in (run / "emulated").iterdir())
     assert tallies == [f"rank_{i}.json" for i in range(8)]
-    train = [json.loads((run / "emulated" / f"rank_{i}.json").read_text()).get("train", {}).get("count", 0) for i in range(8)]
+    train = [
+        json.loads((run / "emulated" / f"rank_{i}.json").read_text())
+        .get("train", {})
+        .get("count", 0)
+        for i in range(8)
+    ]
     assert train == [0] * 6 + [2, 2]  # the training slot is the last two devices
     assert "emulated device time" in out.stdout

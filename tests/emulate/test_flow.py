@@ -1,6 +1,7 @@
 """The emulated flow's GenRM prompts hold every token of the drawn response, as the simulator's
 judge prompt does: the EOS tokens a policy writes while EOS is ignored are read, not dropped.
 Oracle: the response's own token ids, found verbatim in the judge's prompt."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,22 +23,33 @@ pytest.importorskip("transformers")
 
 
 def _contains(seq: list[int], part: list[int]) -> bool:
-    return any(seq[i:i + len(part)] == part for i in range(len(seq) - len(part) + 1))
+    return any(seq[i : i + len(part)] == part for i in range(len(seq) - len(part) + 1))
 
 
 @pytest.mark.parametrize("emulated", [True, False])
-def test_the_judge_reads_the_eos_tokens_written_inside_the_drawn_length(tmp_path: Path, emulated: bool) -> None:
+def test_the_judge_reads_the_eos_tokens_written_inside_the_drawn_length(
+    tmp_path: Path, emulated: bool
+) -> None:
     _write_folder(tmp_path, QWEN3_TEMPLATE, None)
     tok = TextTokenizer.from_pretrained(tmp_path)
     cfg = PivotConfig(data=DataConfig(synthetic_size=8), reward=RewardConfig(chat_template=False))
-    parts = (cfg, PromptCursor(training_set(cfg.data)), tok, tok, SampleBuffer(2, 1), 1,
-             judge_template(cfg.reward))
+    parts = (
+        cfg,
+        PromptCursor(training_set(cfg.data)),
+        tok,
+        tok,
+        SampleBuffer(2, 1),
+        1,
+        judge_template(cfg.reward),
+    )
     workload = Workload(prompts_per_step=cfg.train.batch_prompts, group_size=cfg.train.group_size)
     flow = EmulatedFlow(*parts, workload=workload) if emulated else RLFlow(*parts)
     rollout = flow.fill(version=0, total_steps=1)[0]
     eos = tok.encode("<|im_end|>")
     response = tok.encode("Answer: 4") + eos + tok.encode("fox") + eos * 2
-    out = Output(rollout.seq_id, rollout.request.prompt_ids, response, [0.0] * len(response), "length", 0)
+    out = Output(
+        rollout.seq_id, rollout.request.prompt_ids, response, [0.0] * len(response), "length", 0
+    )
     (judge,) = flow.on_rollout(out)
     assert _contains(judge.request.prompt_ids, response) == emulated
     assert _contains(judge.request.prompt_ids, tok.encode("Answer: 4"))

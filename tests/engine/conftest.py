@@ -1,4 +1,5 @@
 """Tiny random models for the engine tests, built on the fly."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,11 +13,24 @@ EOS = 1
 
 
 def tiny_args(family: str = "qwen2", vocab: int = 96, tie: bool = False) -> ModelArgs:
-    moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32} if family == "qwen3_moe" else {}
+    moe = (
+        {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+        if family == "qwen3_moe"
+        else {}
+    )
     return ModelArgs(
-        family=family, vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-        tie_word_embeddings=tie, eos_token_id=EOS, **moe,
+        family=family,
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=tie,
+        eos_token_id=EOS,
+        **moe,
     )
 
 

@@ -26,6 +26,7 @@ tests/engine/test_sglang_contract.py checks the signatures used here against the
   abort of a forgotten rid is dropped (2246-2253): `delivery_s` models that last chunk's way.
 Generation: streams token (prompt length + i) % 50 with log-prob -i, one per 1 ms, cumulatively.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,9 +41,13 @@ INFLIGHT_S = 0.02
 # sglang's own refusal messages (weight_updater.py:123-133, 235-238, 311-316, 325-329)
 SESSION_OPEN = "a weight-update session is already open; call end_weight_update() first"
 NO_SESSION = "no weight-update session is open; call begin_weight_update() first"
-UPDATE_OUTSIDE = "update_weights_from_tensor must run between begin_weight_update() and end_weight_update()"
-FLUSH_REFUSED = ("Weights were updated, but the cache was not flushed because requests are still running or queued. "
-                 "Retract or finish them, then call /flush_cache.")
+UPDATE_OUTSIDE = (
+    "update_weights_from_tensor must run between begin_weight_update() and end_weight_update()"
+)
+FLUSH_REFUSED = (
+    "Weights were updated, but the cache was not flushed because requests are still running or queued. "
+    "Retract or finish them, then call /flush_cache."
+)
 
 
 @dataclass
@@ -104,7 +109,9 @@ class FakeSglang:
             await asyncio.sleep(0.001)
         return FlushCacheReqOutput(True)
 
-    async def async_generate(self, input_ids=None, sampling_params=None, return_logprob=False, stream=False, rid=None):
+    async def async_generate(
+        self, input_ids=None, sampling_params=None, return_logprob=False, stream=False, rid=None
+    ):
         self.streams += 1
         self.live_rids.add(rid)
 
@@ -114,21 +121,32 @@ class FakeSglang:
                 for i in range(sampling_params["max_new_tokens"]):
                     await asyncio.sleep(0.001)
                     if rid in self.aborted:
-                        yield {"meta_info": {"completion_tokens": i, "output_token_logprobs": pairs,
-                                             "finish_reason": {"type": "abort"}}}
+                        yield {
+                            "meta_info": {
+                                "completion_tokens": i,
+                                "output_token_logprobs": pairs,
+                                "finish_reason": {"type": "abort"},
+                            }
+                        }
                         return
                     pairs = pairs + [(-float(i), (len(input_ids) + i) % 50, None)]
                     done = i + 1 == sampling_params["max_new_tokens"]
                     if done:  # finished in the scheduler: forgotten, then the last chunk arrives
                         self.live_rids.discard(rid)
                         await asyncio.sleep(self.delivery_s)
-                    yield {"meta_info": {"completion_tokens": i + 1, "output_token_logprobs": pairs,
-                                         "finish_reason": {"type": "length"} if done else None}}
+                    yield {
+                        "meta_info": {
+                            "completion_tokens": i + 1,
+                            "output_token_logprobs": pairs,
+                            "finish_reason": {"type": "length"} if done else None,
+                        }
+                    }
             finally:
                 self.streams -= 1
                 self.live_rids.discard(rid)
                 self.aborted.discard(rid)
                 self.busy_until = time.monotonic() + INFLIGHT_S
+
         return gen()
 
     def begin_weight_update(self, selector: str = "all") -> tuple[bool, str]:
@@ -145,7 +163,9 @@ class FakeSglang:
         self.session = False
         return self._reply("end", True, "Success")
 
-    def update_weights_from_tensor(self, named_tensors, load_format=None, flush_cache=True) -> tuple[bool, str]:
+    def update_weights_from_tensor(
+        self, named_tensors, load_format=None, flush_cache=True
+    ) -> tuple[bool, str]:
         self._wait_streams()
         if not self.session:
             return self._reply("update", False, UPDATE_OUTSIDE)

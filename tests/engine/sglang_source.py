@@ -1,5 +1,6 @@
 """Pinned libraries' own source, read from their wheel or sdist with `ast` (never imported): the
 oracle of the contract tests. Fetched once with `pip download --no-deps` into .cache/wheels."""
+
 from __future__ import annotations
 
 import ast
@@ -14,39 +15,79 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEELS = ROOT / ".cache" / "wheels"
-NETWORK_ERRORS = ("NewConnectionError", "Temporary failure in name resolution", "Network is unreachable",
-                  "ConnectionError", "Connection refused", "timed out", "ReadTimeoutError", "No route to host")
+NETWORK_ERRORS = (
+    "NewConnectionError",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "ConnectionError",
+    "Connection refused",
+    "timed out",
+    "ReadTimeoutError",
+    "No route to host",
+)
 
 
 def fetch_wheel(name: str, version: str) -> Path:
     """The pinned wheel under .cache/wheels (downloaded if absent); skips only when the registry
     cannot be reached, fails on any other pip error."""
-    return _download(name, version, f"{name.replace('-', '_')}-{version}-*.whl", ["--only-binary", ":all:"], 600)
+    return _download(
+        name, version, f"{name.replace('-', '_')}-{version}-*.whl", ["--only-binary", ":all:"], 600
+    )
 
 
 def fetch_sdist(name: str, version: str) -> Path:
     """The pinned source archive under .cache/wheels (downloaded if absent). pip prepares its
     metadata with the venv's torch (`--no-build-isolation`) and no CUDA build."""
-    return _download(name, version, f"{name.replace('-', '_')}-{version}.tar.gz",
-                     ["--no-binary", ":all:", "--no-build-isolation"], 900,
-                     {**os.environ, "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"})
+    return _download(
+        name,
+        version,
+        f"{name.replace('-', '_')}-{version}.tar.gz",
+        ["--no-binary", ":all:", "--no-build-isolation"],
+        900,
+        {**os.environ, "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"},
+    )
 
 
-def _download(name: str, version: str, pattern: str, flags: list[str], timeout: int,
-              env: dict[str, str] | None = None) -> Path:
+def _download(
+    name: str,
+    version: str,
+    pattern: str,
+    flags: list[str],
+    timeout: int,
+    env: dict[str, str] | None = None,
+) -> Path:
     found = sorted(WHEELS.glob(pattern))
     if found:
         return found[0]
     WHEELS.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", *flags, f"{name}=={version}",
-                          "-d", str(WHEELS)], capture_output=True, text=True, timeout=timeout, env=env)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            *flags,
+            f"{name}=={version}",
+            "-d",
+            str(WHEELS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     found = sorted(WHEELS.glob(pattern))
     if found:
         return found[0]
     out = res.stdout + res.stderr
     if any(e in out for e in NETWORK_ERRORS):
-        pytest.skip(f"package registry unreachable, cannot fetch {name}=={version}: {out.strip().splitlines()[-1]}")
-    raise RuntimeError(f"pip download {name}=={version} {' '.join(flags)} failed (exit {res.returncode}): {out[-2000:]}")
+        pytest.skip(
+            f"package registry unreachable, cannot fetch {name}=={version}: {out.strip().splitlines()[-1]}"
+        )
+    raise RuntimeError(
+        f"pip download {name}=={version} {' '.join(flags)} failed (exit {res.returncode}): {out[-2000:]}"
+    )
 
 
 class Source:
@@ -75,7 +116,9 @@ class Source:
                 return node
         raise AssertionError(f"{path}: {cls} has no method {name}")
 
-    def find_method(self, classes: list[tuple[str, str]], name: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    def find_method(
+        self, classes: list[tuple[str, str]], name: str
+    ) -> ast.FunctionDef | ast.AsyncFunctionDef:
         """`name` in the first of (path, class) that defines it (a class and its mixins, in MRO order)."""
         for path, cls in classes:
             try:
@@ -85,7 +128,11 @@ class Source:
         raise AssertionError(f"no method {name} in {', '.join(c for _, c in classes)}")
 
     def strings(self, path: str) -> set[str]:
-        return {n.value for n in ast.walk(self.tree(path)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        return {
+            n.value
+            for n in ast.walk(self.tree(path))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        }
 
 
 def params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str], bool]:
@@ -99,7 +146,11 @@ def returned_strings(fn: ast.AST) -> list[str]:
     out = []
     for node in ast.walk(fn):
         if isinstance(node, ast.keyword) and node.arg == "message":
-            parts = [n.value for n in ast.walk(node.value) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+            parts = [
+                n.value
+                for n in ast.walk(node.value)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            ]
             if parts:
                 out.append("".join(parts))
     return out

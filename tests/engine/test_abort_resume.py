@@ -1,4 +1,5 @@
 """Abort/resume across two engines equals an uninterrupted run; stats() is exact."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +9,9 @@ import pytest
 from pivot.engine import Engine, EngineConfig, Request, SamplingParams
 from tests.engine.conftest import prompts, run_all
 
-CONFIG = EngineConfig(kv_capacity_tokens=512, block_size=4, max_running_seqs=5, max_prefill_tokens=24)
+CONFIG = EngineConfig(
+    kv_capacity_tokens=512, block_size=4, max_running_seqs=5, max_prefill_tokens=24
+)
 
 
 @pytest.mark.parametrize(
@@ -51,11 +54,18 @@ def test_stats_exact(tiny_path: Path) -> None:
     engine = Engine.from_pretrained(tiny_path, CONFIG)
     ps = prompts(9, seed=5)
     for i, p in enumerate(ps):
-        engine.add(Request(i, p, SamplingParams(temperature=0, max_new_tokens=3 + i, ignore_eos=True)))
+        engine.add(
+            Request(i, p, SamplingParams(temperature=0, max_new_tokens=3 + i, ignore_eos=True))
+        )
     lens = {i: len(p) for i, p in enumerate(ps)}
     generated = 0
     s = engine.stats()
-    assert (s.n_seq, s.n_tok, s.kv_free_tokens, s.kv_total_tokens) == (9, sum(lens.values()), 512, 512)
+    assert (s.n_seq, s.n_tok, s.kv_free_tokens, s.kv_total_tokens) == (
+        9,
+        sum(lens.values()),
+        512,
+        512,
+    )
     while engine.has_work():
         done = engine.step()
         s = engine.stats()

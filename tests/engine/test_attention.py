@@ -1,4 +1,5 @@
 """Paged attention over packed sequences of mixed lengths equals per-sequence dense attention."""
+
 from __future__ import annotations
 
 import pytest
@@ -44,13 +45,17 @@ def test_packed_groups_equal_dense_per_sequence() -> None:
     for (c, n), table in zip(shapes, tables):
         slots = [table[p // BS] * BS + p % BS for p in range(c + n)]
         keys, values = cache.k[0, slots], cache.v[0, slots]  # includes this step's writes
-        assert torch.equal(keys[c:], k[0, row : row + n]) and torch.equal(values[c:], v[0, row : row + n])
+        assert torch.equal(keys[c:], k[0, row : row + n]) and torch.equal(
+            values[c:], v[0, row : row + n]
+        )
         for i in range(n):
             qi = q[0, row + i]  # position c + i sees keys 0..c+i
             kk = keys[: c + i + 1].repeat_interleave(HQ // HKV, dim=1)
             vv = values[: c + i + 1].repeat_interleave(HQ // HKV, dim=1)
             w = torch.softmax((kk * qi).sum(-1) / D**0.5, dim=0)  # [keys, HQ]
-            torch.testing.assert_close(out[row + i], (w[..., None] * vv).sum(0), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(
+                out[row + i], (w[..., None] * vv).sum(0), atol=1e-5, rtol=1e-5
+            )
         assert attn.positions[row : row + n].tolist() == list(range(c, c + n))
         row += n
 
@@ -77,4 +82,9 @@ def test_engine_refuses_a_flash_block_size_flash_attn_cannot_page() -> None:
     with torch.device("meta"):
         model = CausalLM(tiny_args())
     with pytest.raises(ValueError, match="engine.block_size=16"):
-        Engine(model, EngineConfig(kv_capacity_tokens=1024, block_size=16), attention="flash", device="cpu")
+        Engine(
+            model,
+            EngineConfig(kv_capacity_tokens=1024, block_size=16),
+            attention="flash",
+            device="cpu",
+        )

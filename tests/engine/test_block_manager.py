@@ -1,4 +1,5 @@
 """Block manager and scheduler: pure-Python bookkeeping."""
+
 from __future__ import annotations
 
 from hypothesis import given, settings
@@ -10,7 +11,14 @@ from pivot.engine.sequence import SamplingParams, SeqStatus, Sequence
 
 
 def _seq(i: int, n: int) -> Sequence:
-    return Sequence(id=i, token_ids=list(range(n)), prompt_len=n, params=SamplingParams(), logprobs=[], arrival=i)
+    return Sequence(
+        id=i,
+        token_ids=list(range(n)),
+        prompt_len=n,
+        params=SamplingParams(),
+        logprobs=[],
+        arrival=i,
+    )
 
 
 def test_blocks_all_or_nothing() -> None:
@@ -18,7 +26,12 @@ def test_blocks_all_or_nothing() -> None:
     a, b = _seq(0, 9), _seq(1, 8)
     assert bm.allocate(a, 9) and bm.num_free_blocks == 1  # 3 blocks
     assert not bm.allocate(b, 8) and 1 not in bm.tables and bm.num_free_blocks == 1
-    assert bm.allocate(a, 12) and len(bm.tables[0]) == 3 and bm.allocate(a, 16) and not bm.allocate(a, 17)
+    assert (
+        bm.allocate(a, 12)
+        and len(bm.tables[0]) == 3
+        and bm.allocate(a, 16)
+        and not bm.allocate(a, 17)
+    )
     bm.free(a)
     assert bm.num_free_blocks == 4 and bm.free_tokens == 16 and bm.ref == [0] * 4
 

@@ -4,6 +4,7 @@ an abort on one engine resumed on another.
 
 Folders are written by transformers' own classes (`save_pretrained`), as the hub ships them.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,8 +19,12 @@ from tests.engine.conftest import prompts, run_all
 transformers = pytest.importorskip("transformers")
 from tests.engine.hf_models import EOS, FAMILIES, save_hf_model  # noqa: E402 (needs transformers)
 
-CHUNKED = EngineConfig(kv_capacity_tokens=1024, block_size=4, max_running_seqs=6, max_prefill_tokens=16)
-PREEMPTING = EngineConfig(kv_capacity_tokens=64, block_size=8, max_running_seqs=8)  # recompute mid-run
+CHUNKED = EngineConfig(
+    kv_capacity_tokens=1024, block_size=4, max_running_seqs=6, max_prefill_tokens=16
+)
+PREEMPTING = EngineConfig(
+    kv_capacity_tokens=64, block_size=8, max_running_seqs=8
+)  # recompute mid-run
 
 
 @functools.cache
@@ -28,9 +33,14 @@ def hf_folder(family: str, root: Path) -> tuple[Path, torch.nn.Module]:
     return path, save_hf_model(path, family, seed=3)
 
 
-@pytest.mark.parametrize(("family", "config"), [(f, CHUNKED) for f in FAMILIES] + [("qwen3_5_moe", PREEMPTING)],
-                         ids=[*FAMILIES, "qwen3_5_moe-preempting"])
-def test_greedy_matches_transformers(family: str, config: EngineConfig, tmp_path_factory: pytest.TempPathFactory) -> None:
+@pytest.mark.parametrize(
+    ("family", "config"),
+    [(f, CHUNKED) for f in FAMILIES] + [("qwen3_5_moe", PREEMPTING)],
+    ids=[*FAMILIES, "qwen3_5_moe-preempting"],
+)
+def test_greedy_matches_transformers(
+    family: str, config: EngineConfig, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     path, hf = hf_folder(family, tmp_path_factory.getbasetemp())
     engine = Engine.from_pretrained(path, config)
     ps = prompts(5, seed=1)
@@ -38,8 +48,10 @@ def test_greedy_matches_transformers(family: str, config: EngineConfig, tmp_path
         engine.add(Request(i, p, SamplingParams(temperature=0, max_new_tokens=10)))
     outs = run_all(engine)
     for i, p in enumerate(ps):
-        ref = hf.generate(torch.tensor([p]), max_new_tokens=10, do_sample=False, eos_token_id=EOS, pad_token_id=0)
-        want = ref[0, len(p):].tolist()
+        ref = hf.generate(
+            torch.tensor([p]), max_new_tokens=10, do_sample=False, eos_token_id=EOS, pad_token_id=0
+        )
+        want = ref[0, len(p) :].tolist()
         assert outs[i].output_ids == want, (family, i)
         assert outs[i].finish_reason == ("stop" if want[-1] in EOS else "length")
 
@@ -80,8 +92,10 @@ def test_hybrid_groups_share_no_prefix(tmp_path_factory: pytest.TempPathFactory)
         engine.add(Request(i, p, SamplingParams(temperature=0, max_new_tokens=8)))
     outs = run_all(engine)
     for i, p in enumerate(ps):
-        ref = hf.generate(torch.tensor([p]), max_new_tokens=8, do_sample=False, eos_token_id=EOS, pad_token_id=0)
-        assert outs[i].output_ids == ref[0, len(p):].tolist(), i
+        ref = hf.generate(
+            torch.tensor([p]), max_new_tokens=8, do_sample=False, eos_token_id=EOS, pad_token_id=0
+        )
+        assert outs[i].output_ids == ref[0, len(p) :].tolist(), i
     s = engine.stats()
     assert s.prefix_hit_tokens == 0 and s.prefill_tokens == sum(map(len, ps))
     assert not engine.blocks.index and engine.blocks.num_free_blocks == engine.blocks.num_blocks

@@ -1,4 +1,5 @@
 """Generation: greedy equals transformers, log-probs, sampling, stop conditions, bad input."""
+
 from __future__ import annotations
 
 import functools
@@ -17,7 +18,9 @@ from tests.engine.conftest import EOS, prompts, run_all
 transformers = pytest.importorskip("transformers")
 
 # small blocks and a small prefill budget so paging and chunked prefill are exercised
-CHUNKED = EngineConfig(kv_capacity_tokens=1024, block_size=4, max_running_seqs=6, max_prefill_tokens=16)
+CHUNKED = EngineConfig(
+    kv_capacity_tokens=1024, block_size=4, max_running_seqs=6, max_prefill_tokens=16
+)
 
 
 @functools.lru_cache(maxsize=2)
@@ -28,15 +31,22 @@ def _hf_model(path: Path) -> torch.nn.Module:
 def _hf_greedy(path: Path, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
     hf = _hf_model(path)
     out = hf.generate(
-        torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=EOS, pad_token_id=0,
-        output_logits=True, return_dict_in_generate=True,
+        torch.tensor([prompt]),
+        max_new_tokens=n,
+        do_sample=False,
+        eos_token_id=EOS,
+        pad_token_id=0,
+        output_logits=True,
+        return_dict_in_generate=True,
     )
     ids = out.sequences[0, len(prompt) :].tolist()
     lps = [torch.log_softmax(lg[0].float(), -1)[t].item() for lg, t in zip(out.logits, ids)]
     return ids, lps
 
 
-@pytest.mark.parametrize("config", [CHUNKED, EngineConfig(kv_capacity_tokens=96, block_size=8, max_running_seqs=8)])
+@pytest.mark.parametrize(
+    "config", [CHUNKED, EngineConfig(kv_capacity_tokens=96, block_size=8, max_running_seqs=8)]
+)
 def test_greedy_matches_transformers(tiny_path: Path, config: EngineConfig) -> None:
     """The second config's tiny KV cache forces preemption (recompute) mid-run."""
     engine = Engine.from_pretrained(tiny_path, config)
@@ -48,7 +58,9 @@ def test_greedy_matches_transformers(tiny_path: Path, config: EngineConfig) -> N
         ref_ids, ref_lps = _hf_greedy(tiny_path, p, 12)
         assert outs[i].output_ids == ref_ids, i
         assert outs[i].finish_reason == ("stop" if ref_ids[-1] == EOS else "length")
-        torch.testing.assert_close(torch.tensor(outs[i].output_logprobs), torch.tensor(ref_lps), atol=1e-4, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(outs[i].output_logprobs), torch.tensor(ref_lps), atol=1e-4, rtol=0
+        )
 
 
 def test_seeded_sampling_reproducible_and_filters(tiny_path: Path) -> None:
@@ -81,8 +93,18 @@ def test_stop_strings_ignore_eos_and_max_new(tiny_path: Path) -> None:
     engine.add(Request(0, p, SamplingParams(temperature=0, max_new_tokens=20, ignore_eos=True)))
     free = run_all(engine)[0]
     assert len(free.output_ids) == 20 and free.finish_reason == "length"
-    k = next(j for j in range(2, 20) if free.output_ids[j] not in free.output_ids[:j])  # first repeat-free token
-    engine.add(Request(1, p, SamplingParams(temperature=0, max_new_tokens=20, ignore_eos=True, stop=(f"w{free.output_ids[k]}",))))
+    k = next(
+        j for j in range(2, 20) if free.output_ids[j] not in free.output_ids[:j]
+    )  # first repeat-free token
+    engine.add(
+        Request(
+            1,
+            p,
+            SamplingParams(
+                temperature=0, max_new_tokens=20, ignore_eos=True, stop=(f"w{free.output_ids[k]}",)
+            ),
+        )
+    )
     stopped = run_all(engine)[1]
     assert stopped.finish_reason == "stop" and stopped.output_ids == free.output_ids[: k + 1]
 

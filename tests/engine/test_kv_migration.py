@@ -4,6 +4,7 @@ produces (the oracle: the same requests run to the end on one engine, never abor
 none of its tokens again (prefill 0), and a destination that cannot take the KV re-prefills,
 counted. Dense and the Qwen3.5 hybrid (its linear-attention state moves too); TP=2 moves each
 rank's head slice."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,9 @@ from pivot.engine import Engine, EngineConfig, Request, SamplingParams
 from pivot.model import ModelArgs
 from tests.engine.conftest import make_model, prompts, run_all
 
-CONFIG = EngineConfig(kv_capacity_tokens=512, block_size=4, max_running_seqs=8, max_prefill_tokens=256)
+CONFIG = EngineConfig(
+    kv_capacity_tokens=512, block_size=4, max_running_seqs=8, max_prefill_tokens=256
+)
 GREEDY = SamplingParams(temperature=0, max_new_tokens=14, ignore_eos=True)
 SEEDED = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=14, seed=11, ignore_eos=True)
 N = 6
@@ -56,7 +59,9 @@ def _reference(path: Path, params: SamplingParams) -> dict:
 
 @pytest.mark.parametrize("family", ["qwen2", "qwen3_5_moe"])
 @pytest.mark.parametrize("params", [GREEDY, SEEDED], ids=["greedy", "seeded"])
-def test_migrated_with_kv_continues_exactly(tmp_path: Path, family: str, params: SamplingParams) -> None:
+def test_migrated_with_kv_continues_exactly(
+    tmp_path: Path, family: str, params: SamplingParams
+) -> None:
     path = _model(tmp_path, family)
     want = _reference(path, params)
     a, b = _engine(path, tmp_path / "kv_a"), _engine(path, tmp_path / "kv_b")
@@ -66,14 +71,19 @@ def test_migrated_with_kv_continues_exactly(tmp_path: Path, family: str, params:
     for _ in range(5):  # every prompt prefilled, a few tokens decoded
         got.update({o.id: o for o in a.step()})
     moved = a.abort([0, 2, 3, 5])
-    assert all(r.kv is not None and r.kv.num_tokens == len(r.prompt_ids) + len(r.output_ids) - 1 for r in moved)
+    assert all(
+        r.kv is not None and r.kv.num_tokens == len(r.prompt_ids) + len(r.output_ids) - 1
+        for r in moved
+    )
     assert all(os.path.exists(f"{r.kv.path}_r0") for r in moved)
     b.add_all(list(moved))
     assert b.stats().kv_imported == 4 and b.stats().kv_fallbacks == 0
     assert not any(os.path.exists(f"{r.kv.path}_r0") for r in moved)  # consumed
     got.update(run_all(b))
     got.update(run_all(a))
-    assert b.stats().prefill_tokens == b.stats().reprefill_tokens == 0  # every moved token's K/V came along
+    assert (
+        b.stats().prefill_tokens == b.stats().reprefill_tokens == 0
+    )  # every moved token's K/V came along
     assert b.stats().kv_imported_tokens == sum(r.kv.num_tokens for r in moved)
     for i in range(N):
         assert got[i].output_ids == want[i].output_ids, i
@@ -85,7 +95,9 @@ def test_moved_back_and_forth_and_mid_prefill(tmp_path: Path) -> None:
     the uncomputed rest is prefilled at the destination."""
     path = _model(tmp_path, "qwen2")
     want = _reference(path, GREEDY)
-    small = EngineConfig(kv_capacity_tokens=512, block_size=4, max_running_seqs=8, max_prefill_tokens=6)
+    small = EngineConfig(
+        kv_capacity_tokens=512, block_size=4, max_running_seqs=8, max_prefill_tokens=6
+    )
     a = Engine.from_pretrained(path, small)
     a.enable_kv_migration(str(tmp_path / "kv_a"))
     b = _engine(path, tmp_path / "kv_b")
@@ -111,7 +123,9 @@ def test_destination_that_cannot_take_it_reprefills_counted(tmp_path: Path) -> N
     path = _model(tmp_path, "qwen2")
     want = _reference(path, GREEDY)
     a, b = _engine(path, tmp_path / "kv_a"), _engine(path, tmp_path / "kv_b")
-    b.load_weights(b.weight_buffers(), version=3)  # same weights, other version: its K/V are not b's
+    b.load_weights(
+        b.weight_buffers(), version=3
+    )  # same weights, other version: its K/V are not b's
     for i, p in enumerate(prompts(N, seed=5)):
         a.add(Request(i, p, GREEDY))
     got = {}
@@ -125,7 +139,9 @@ def test_destination_that_cannot_take_it_reprefills_counted(tmp_path: Path) -> N
     assert not any(os.path.exists(f"{r.kv.path}_r0") for r in moved)  # discarded, not leaked
     got.update(run_all(b))
     assert b.stats().prefill_tokens == sum(len(r.prompt_ids) + len(r.output_ids) for r in moved)
-    assert b.stats().reprefill_tokens == sum(len(r.prompt_ids) + len(r.output_ids) for r in moved if r.output_ids)
+    assert b.stats().reprefill_tokens == sum(
+        len(r.prompt_ids) + len(r.output_ids) for r in moved if r.output_ids
+    )
     for i in range(N):
         assert got[i].output_ids == want[i].output_ids, i
 
@@ -150,7 +166,10 @@ def _tp_worker(rank: int, port: int, root: str, family: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     group = dist.new_group([0, 1])
     path = Path(root) / family
-    ref, a, b = (_engine(path, None if k == "ref" else Path(root) / f"kv_{k}", group) for k in ("ref", "a", "b"))
+    ref, a, b = (
+        _engine(path, None if k == "ref" else Path(root) / f"kv_{k}", group)
+        for k in ("ref", "a", "b")
+    )
     reqs = [Request(i, p, GREEDY) for i, p in enumerate(prompts(N, seed=5))]
     if rank == 0:
         for r in reqs:
@@ -162,17 +181,24 @@ def _tp_worker(rank: int, port: int, root: str, family: str) -> None:
     result: dict = {}
     if rank == 0:
         result["handles"] = [(r.kv.tp_size, r.kv.num_tokens) for r in moved]
-        result["slice_heads"] = [load_file(f"{moved[0].kv.path}_r{k}")["k"].shape[2] for k in (0, 1)]
-        result["slices_differ"] = not torch.equal(load_file(f"{moved[0].kv.path}_r0")["k"],
-                                                  load_file(f"{moved[0].kv.path}_r1")["k"])
+        result["slice_heads"] = [
+            load_file(f"{moved[0].kv.path}_r{k}")["k"].shape[2] for k in (0, 1)
+        ]
+        result["slices_differ"] = not torch.equal(
+            load_file(f"{moved[0].kv.path}_r0")["k"], load_file(f"{moved[0].kv.path}_r1")["k"]
+        )
     shared = [list(moved)]  # the runtime forwards the leader's Generate to its followers
     dist.broadcast_object_list(shared, group_src=0, group=group)
     b.add_all(shared[0])  # every rank: each reads its own
     got.update(_run_tp([a, b], group))
     if rank == 0:
         st = b.stats()
-        result.update(imported=st.kv_imported, prefill=st.prefill_tokens,
-                      equal=sorted(got) == sorted(want) and all(got[i].output_ids == want[i].output_ids for i in want))
+        result.update(
+            imported=st.kv_imported,
+            prefill=st.prefill_tokens,
+            equal=sorted(got) == sorted(want)
+            and all(got[i].output_ids == want[i].output_ids for i in want),
+        )
         (Path(root) / "tp2.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 

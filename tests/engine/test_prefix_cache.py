@@ -4,6 +4,7 @@ The shadow is the oracle: a slot written for token p of a sequence holds that se
 [0, p] and the weight generations they were computed under. Whatever the block manager lets a
 new sequence reuse must hold exactly its own prefix, computed under the current weights.
 """
+
 from __future__ import annotations
 
 from hypothesis import given, settings
@@ -17,7 +18,14 @@ BASES = [[5, 6, 7, 8, 9, 10, 11], [5, 6, 7, 8, 20, 21], [30, 31, 32]]
 
 
 def _seq(i: int, tokens: list[int]) -> Sequence:
-    return Sequence(id=i, token_ids=list(tokens), prompt_len=len(tokens), params=SamplingParams(), logprobs=[], arrival=i)
+    return Sequence(
+        id=i,
+        token_ids=list(tokens),
+        prompt_len=len(tokens),
+        params=SamplingParams(),
+        logprobs=[],
+        arrival=i,
+    )
 
 
 class Shadow:
@@ -84,7 +92,9 @@ class Shadow:
         bm = self.bm
         held = {b for t in bm.tables.values() for b in t} | set(bm._pinned)
         empty, cached = set(bm._empty), set(bm._cached)
-        assert len(empty) == len(bm._empty) and not (empty & cached) and not (held & (empty | cached))
+        assert (
+            len(empty) == len(bm._empty) and not (empty & cached) and not (held & (empty | cached))
+        )
         assert held | empty | cached == set(range(NUM_BLOCKS))
         for b in range(NUM_BLOCKS):
             users = sum(t.count(b) for t in bm.tables.values()) + bm._pinned.count(b)
@@ -100,7 +110,11 @@ class Shadow:
 def test_shared_prefixes_hold_the_right_tokens(data: st.DataObject) -> None:
     sh = Shadow()
     for _ in range(data.draw(st.integers(5, 40))):
-        op = data.draw(st.sampled_from(["place", "place", "compute", "compute", "compute", "grow", "free", "reset"]))
+        op = data.draw(
+            st.sampled_from(
+                ["place", "place", "compute", "compute", "compute", "grow", "free", "reset"]
+            )
+        )
         live = sorted(sh.placed)
         if op == "place":
             base = data.draw(st.sampled_from(BASES))

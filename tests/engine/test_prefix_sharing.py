@@ -1,5 +1,6 @@
 """Prefix sharing in the engine: outputs equal those of each request run alone in its own engine
 (nothing to share), for GRPO-style groups, under abort/resume and under KV pressure."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,12 +10,16 @@ import pytest
 from pivot.engine import Engine, EngineConfig, Output, Request, SamplingParams
 from tests.engine.conftest import make_model, prompts, run_all
 
-CONFIG = EngineConfig(kv_capacity_tokens=512, block_size=4, max_running_seqs=8, max_prefill_tokens=32)
+CONFIG = EngineConfig(
+    kv_capacity_tokens=512, block_size=4, max_running_seqs=8, max_prefill_tokens=32
+)
 GREEDY = SamplingParams(temperature=0, max_new_tokens=10, ignore_eos=True)
 
 
 def _seeded(i: int) -> SamplingParams:
-    return SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=10, ignore_eos=True, seed=100 + i)
+    return SamplingParams(
+        temperature=1.0, top_p=0.9, max_new_tokens=10, ignore_eos=True, seed=100 + i
+    )
 
 
 def _groups(lengths: list[int], g: int, params) -> list[Request]:
@@ -46,7 +51,10 @@ def _assert_all_free(engine: Engine) -> None:
 
 @pytest.mark.parametrize("params", [lambda i: GREEDY, _seeded], ids=["greedy", "seeded"])
 def test_groups_prefill_once_and_match_running_alone(tiny_path: Path, params) -> None:
-    lengths, g = [10, 12, 13], 4  # copy-on-write of a partial block (10), of a full one (12), none (13)
+    lengths, g = (
+        [10, 12, 13],
+        4,
+    )  # copy-on-write of a partial block (10), of a full one (12), none (13)
     requests = _groups(lengths, g, params)
     engine = Engine.from_pretrained(tiny_path, CONFIG)
     for r in requests:
@@ -77,12 +85,16 @@ def test_abort_resume_reuses_own_blocks(tiny_path: Path, params) -> None:
         engine.add(r)  # the same engine: the computed blocks are still cached
     got.update(run_all(engine))
     _assert_same(got, want)
-    assert engine.stats().prefix_hit_tokens - hits >= sum(len(r.prompt_ids) + len(r.output_ids) - 4 for r in partials)
+    assert engine.stats().prefix_hit_tokens - hits >= sum(
+        len(r.prompt_ids) + len(r.output_ids) - 4 for r in partials
+    )
     _assert_all_free(engine)
 
 
 def test_kv_pressure_preempts_and_evicts(tiny_path: Path) -> None:
-    small = EngineConfig(kv_capacity_tokens=64, block_size=4, max_running_seqs=6, max_prefill_tokens=16)
+    small = EngineConfig(
+        kv_capacity_tokens=64, block_size=4, max_running_seqs=6, max_prefill_tokens=16
+    )
     requests = _groups([9, 14, 5], 3, _seeded)
     engine = Engine.from_pretrained(tiny_path, small)
     for r in requests:

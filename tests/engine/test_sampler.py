@@ -1,4 +1,5 @@
 """The vectorised sampler: per-row parameters, batch-independent seeded draws, exact distributions."""
+
 from __future__ import annotations
 
 import math
@@ -31,11 +32,20 @@ def test_frequencies_match_the_filtered_distribution() -> None:
     n = 20_000
     gen = torch.Generator().manual_seed(0)
     for temperature, top_k, top_p in [(1.0, 0, 1.0), (0.7, 4, 1.0), (1.3, 0, 0.8), (1.0, 5, 0.6)]:
-        params = [SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=s) for s in range(n)]
+        params = [
+            SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=s)
+            for s in range(n)
+        ]
         tokens, logprobs = sample(LOGITS.expand(n, -1), params, [0] * n, gen)
         freq = torch.bincount(torch.tensor(tokens), minlength=len(LOGITS)).double() / n
-        want = torch.tensor(_filtered(LOGITS.tolist(), temperature, top_k, top_p), dtype=torch.double)
-        assert torch.all((freq - want).abs() <= 4 * (want * (1 - want) / n).sqrt() + 1e-9), (temperature, top_k, top_p)
+        want = torch.tensor(
+            _filtered(LOGITS.tolist(), temperature, top_k, top_p), dtype=torch.double
+        )
+        assert torch.all((freq - want).abs() <= 4 * (want * (1 - want) / n).sqrt() + 1e-9), (
+            temperature,
+            top_k,
+            top_p,
+        )
         full = torch.log_softmax(LOGITS / temperature, -1)
         assert logprobs == [full[t].item() for t in tokens]  # before truncation
 
@@ -55,7 +65,9 @@ def test_mixed_rows_draw_as_if_alone() -> None:
     assert tokens[0] == int(logits[0].argmax())
     assert logprobs[0] == torch.log_softmax(logits[0], -1)[tokens[0]].item()
     for i in (1, 2, 4):
-        alone, lp = sample(logits[i : i + 1], [params[i]], [done[i]], torch.Generator().manual_seed(9))
+        alone, lp = sample(
+            logits[i : i + 1], [params[i]], [done[i]], torch.Generator().manual_seed(9)
+        )
         assert alone == [tokens[i]] and lp == [logprobs[i]]
     draws = {sample(logits[2:3], [params[2]], [k], gen)[0][0] for k in range(20)}
     assert len(draws) > 1  # the generated index moves the draw

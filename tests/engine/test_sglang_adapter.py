@@ -3,6 +3,7 @@ against a fake `sglang` module (in sys.modules) that models sglang 0.5.23's weig
 session, refusals and idle rules as its source does (tests/engine/fake_sglang.py says where each
 comes from; tests/engine/test_sglang_contract.py checks the calls against that source). Nothing
 here runs sglang itself."""
+
 from __future__ import annotations
 
 import asyncio
@@ -54,12 +55,18 @@ def test_adapter_protocol(fake_sglang: type[FakeSglang], tiny_path: Path) -> Non
     outs = []
     while not outs:
         outs = eng.step()
-    assert outs[0].id == 1 and outs[0].output_ids == [3, 4, 5, 6] and outs[0].finish_reason == "length"
+    assert (
+        outs[0].id == 1 and outs[0].output_ids == [3, 4, 5, 6] and outs[0].finish_reason == "length"
+    )
     assert outs[0].output_logprobs == [0.0, -1.0, -2.0, -3.0]
     assert eng.progress()[2] >= 1
     parts = eng.abort([2, 9])
-    assert parts.unknown_ids == [9] and len(parts[0].output_ids) == len(parts[0].output_logprobs) >= 1
-    assert parts[0].output_ids == [(10 + i) % 50 for i in range(len(parts[0].output_ids))]  # the tokens streamed
+    assert (
+        parts.unknown_ids == [9] and len(parts[0].output_ids) == len(parts[0].output_logprobs) >= 1
+    )
+    assert parts[0].output_ids == [
+        (10 + i) % 50 for i in range(len(parts[0].output_ids))
+    ]  # the tokens streamed
     assert fake.ever_aborted == {"2"} and not eng.has_work()
     with pytest.raises(ValueError, match="exceed"):
         eng.add(Request(3, [1] * 300, SamplingParams()))
@@ -70,19 +77,29 @@ def test_adapter_protocol(fake_sglang: type[FakeSglang], tiny_path: Path) -> Non
     assert sum(len(names) for names, _ in fake.updates) == len(eng.full_shapes)
 
 
-def test_weights_go_in_buckets_and_come_back_by_name(fake_sglang: type[FakeSglang], tmp_path: Path) -> None:
-    make_model(tmp_path, "llama")  # LlamaForCausalLM: sglang 0.5.23's only served class with get_weights_by_name
+def test_weights_go_in_buckets_and_come_back_by_name(
+    fake_sglang: type[FakeSglang], tmp_path: Path
+) -> None:
+    make_model(
+        tmp_path, "llama"
+    )  # LlamaForCausalLM: sglang 0.5.23's only served class with get_weights_by_name
     state = load_state_dict(tmp_path)
     eng = SglangEngine.from_pretrained(tmp_path, EngineConfig())
     eng.bucket_bytes = 64 * 1024
     eng.load_weights(state, version=1)
     fake = fake_sglang.built[0]
-    assert len(fake.updates) > 1 and [flush for _, flush in fake.updates] == [False] * (len(fake.updates) - 1) + [True]
+    assert len(fake.updates) > 1 and [flush for _, flush in fake.updates] == [False] * (
+        len(fake.updates) - 1
+    ) + [True]
     back = eng.named_parameters_hf()  # what --log.verify-weights sums
-    assert back.keys() == state.keys() and all(torch.equal(back[k], state[k].float()) for k in state)
+    assert back.keys() == state.keys() and all(
+        torch.equal(back[k], state[k].float()) for k in state
+    )
 
 
-def test_every_weight_update_runs_in_one_session(fake_sglang: type[FakeSglang], tiny_path: Path) -> None:
+def test_every_weight_update_runs_in_one_session(
+    fake_sglang: type[FakeSglang], tiny_path: Path
+) -> None:
     """0.5.23 refuses update_weights_from_tensor outside begin/end_weight_update (weight_updater.py:232-239)."""
     eng = SglangEngine.from_pretrained(tiny_path, EngineConfig())
     eng.bucket_bytes = 64 * 1024
@@ -91,27 +108,43 @@ def test_every_weight_update_runs_in_one_session(fake_sglang: type[FakeSglang], 
     fake = fake_sglang.built[0]
     calls = [call for call, _ in fake.replies]
     n = len(calls) // 2 - 2  # updates per load
-    assert calls == (["begin"] + ["update"] * n + ["end"]) * 2 and all(ok for _, (ok, _) in fake.replies)
+    assert calls == (["begin"] + ["update"] * n + ["end"]) * 2 and all(
+        ok for _, (ok, _) in fake.replies
+    )
     assert not fake.session and eng.weights_version == 2
 
 
-def test_a_refusal_is_an_error_and_closes_the_session(fake_sglang: type[FakeSglang], tiny_path: Path) -> None:
+def test_a_refusal_is_an_error_and_closes_the_session(
+    fake_sglang: type[FakeSglang], tiny_path: Path
+) -> None:
     eng = SglangEngine.from_pretrained(tiny_path, EngineConfig())
     fake = fake_sglang.built[0]
     fake.session = True  # a session left open (sglang refuses a second begin)
-    with pytest.raises(ValueError, match="begin_weight_update: sglang refused: a weight-update session is already open"):
+    with pytest.raises(
+        ValueError,
+        match="begin_weight_update: sglang refused: a weight-update session is already open",
+    ):
         eng.load_weights(load_state_dict(tiny_path), version=1)
     fake.session = False
-    fake.update_weights_from_tensor = lambda named, load_format=None, flush_cache=True: (False, "boom")
+    fake.update_weights_from_tensor = lambda named, load_format=None, flush_cache=True: (
+        False,
+        "boom",
+    )
     with pytest.raises(ValueError, match="update_weights_from_tensor: sglang refused: boom"):
         eng.load_weights(load_state_dict(tiny_path), version=2)
-    assert not fake.session and eng.weights_version == 0  # end_weight_update ran; the version did not move
-    fake.update_weights_from_tensor = lambda named, load_format=None, flush_cache=True: None  # not (success, message)
+    assert (
+        not fake.session and eng.weights_version == 0
+    )  # end_weight_update ran; the version did not move
+    fake.update_weights_from_tensor = lambda named, load_format=None, flush_cache=True: (
+        None
+    )  # not (success, message)
     with pytest.raises(ValueError, match="unexpected reply"):
         eng.load_weights(load_state_dict(tiny_path), version=3)
 
 
-def test_release_waits_until_the_scheduler_is_idle(fake_sglang: type[FakeSglang], tiny_path: Path) -> None:
+def test_release_waits_until_the_scheduler_is_idle(
+    fake_sglang: type[FakeSglang], tiny_path: Path
+) -> None:
     """release_memory_occupation asserts an idle scheduler, its in-flight batch included."""
     eng = SglangEngine.from_pretrained(tiny_path, EngineConfig())
     eng.add(Request(1, [5, 6, 7], SamplingParams(max_new_tokens=200)))
@@ -121,7 +154,9 @@ def test_release_waits_until_the_scheduler_is_idle(fake_sglang: type[FakeSglang]
     assert fake_sglang.built[0].calls == ["release"] and len(partials[0].output_ids) >= 1
 
 
-def test_weight_update_with_requests_running_resumes_them(fake_sglang: type[FakeSglang], tiny_path: Path) -> None:
+def test_weight_update_with_requests_running_resumes_them(
+    fake_sglang: type[FakeSglang], tiny_path: Path
+) -> None:
     """A running stream would hold the update until it ends and leave the cache unflushed (a
     failed update in 0.5.23): the adapter aborts, updates, and re-adds with the tokens kept."""
     eng = SglangEngine.from_pretrained(tiny_path, EngineConfig())
@@ -133,7 +168,11 @@ def test_weight_update_with_requests_running_resumes_them(fake_sglang: type[Fake
     outs = []
     while not outs:
         outs = eng.step()
-    assert outs[0].output_ids[:3] == [3, 4, 5] and len(outs[0].output_ids) == 150 and outs[0].weights_version == 5
+    assert (
+        outs[0].output_ids[:3] == [3, 4, 5]
+        and len(outs[0].output_ids) == 150
+        and outs[0].weights_version == 5
+    )
 
 
 def test_a_stream_that_ends_during_the_update_abort_is_kept_finished(
@@ -160,11 +199,15 @@ def test_a_stream_that_ends_during_the_update_abort_is_kept_finished(
 def test_verify_weights_refused_where_sglang_cannot_return_whole_tensors(
     fake_sglang: type[FakeSglang], tiny_path: Path, tmp_path: Path
 ) -> None:
-    qwen2 = SglangEngine.from_pretrained(tiny_path, EngineConfig())  # Qwen2ForCausalLM: no get_weights_by_name
+    qwen2 = SglangEngine.from_pretrained(
+        tiny_path, EngineConfig()
+    )  # Qwen2ForCausalLM: no get_weights_by_name
     with pytest.raises(ValueError, match="cannot return whole weights of Qwen2ForCausalLM at TP 1"):
         qwen2.named_parameters_hf()
     make_model(tmp_path, "llama")
-    llama = SglangEngine.from_pretrained(tmp_path, EngineConfig(), tp_size=2)  # TP 2: q/k/v, gate/up come back sharded
+    llama = SglangEngine.from_pretrained(
+        tmp_path, EngineConfig(), tp_size=2
+    )  # TP 2: q/k/v, gate/up come back sharded
     with pytest.raises(ValueError, match="at TP 2"):
         llama.named_parameters_hf()
     llama1 = SglangEngine.from_pretrained(tmp_path, EngineConfig())
@@ -175,25 +218,47 @@ def test_verify_weights_refused_where_sglang_cannot_return_whole_tensors(
 
 
 def test_buckets_keep_order_and_limit() -> None:
-    pairs = [(str(i), torch.zeros(n)) for i, n in enumerate([3, 3, 10, 1, 1, 1])]  # float32: 4 B each
+    pairs = [
+        (str(i), torch.zeros(n)) for i, n in enumerate([3, 3, 10, 1, 1, 1])
+    ]  # float32: 4 B each
     got = [[name for name, _ in b] for b in buckets(pairs, 24)]
     assert got == [["0", "1"], ["2"], ["3", "4", "5"]]  # 12 + 12 bytes fill 24; 40 bytes go alone
 
 
-def test_engine_from_pretrained_passes_the_device_index(fake_sglang: type[FakeSglang], tiny_path: Path) -> None:
-    Engine.from_pretrained(tiny_path, EngineConfig(backend="sglang"), device="cuda:5", dtype="bfloat16")
-    assert fake_sglang.built[0].kwargs["base_gpu_id"] == 5 and fake_sglang.built[0].kwargs["tp_size"] == 1
+def test_engine_from_pretrained_passes_the_device_index(
+    fake_sglang: type[FakeSglang], tiny_path: Path
+) -> None:
+    Engine.from_pretrained(
+        tiny_path, EngineConfig(backend="sglang"), device="cuda:5", dtype="bfloat16"
+    )
+    assert (
+        fake_sglang.built[0].kwargs["base_gpu_id"] == 5
+        and fake_sglang.built[0].kwargs["tp_size"] == 1
+    )
 
 
 def test_role_leader_serves_sglang_from_its_slots_first_device(
     fake_sglang: type[FakeSglang], tiny_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(inference, "group_position", lambda group: (0, 4))  # leader of a 4-device slot
-    role = InferenceRole("rollout", tiny_path, EngineConfig(backend="sglang"), ModelConfig(dtype="bfloat16"), "cuda", 0,
-                         local_device=4)
+    monkeypatch.setattr(
+        inference, "group_position", lambda group: (0, 4)
+    )  # leader of a 4-device slot
+    role = InferenceRole(
+        "rollout",
+        tiny_path,
+        EngineConfig(backend="sglang"),
+        ModelConfig(dtype="bfloat16"),
+        "cuda",
+        0,
+        local_device=4,
+    )
     version, phases = role.shift_up(1, object(), gps_read(tiny_path, 7))
     fake = fake_sglang.built[0]
-    assert (fake.kwargs["tp_size"], fake.kwargs["base_gpu_id"], fake.kwargs["dtype"]) == (4, 4, "bfloat16")
+    assert (fake.kwargs["tp_size"], fake.kwargs["base_gpu_id"], fake.kwargs["dtype"]) == (
+        4,
+        4,
+        "bfloat16",
+    )
     assert version == 7 and isinstance(role.engine, SglangEngine) and "gps_read" in phases
     assert sum(len(names) for names, _ in fake.updates) == len(load_state_dict(tiny_path))
     role.add([Request(11, [3, 4, 5], SamplingParams(max_new_tokens=500))])
@@ -202,25 +267,43 @@ def test_role_leader_serves_sglang_from_its_slots_first_device(
     partials, _ = role.shift_down()  # abort (partials keep their tokens) + release
     assert [p.id for p in partials] == [11] and len(partials[0].output_ids) >= 1
     assert fake.calls == ["release"] and not role.has_work()
-    version, _ = role.shift_up(1, object(), gps_read(tiny_path, 8))  # resume + the Read again, no new engine
+    version, _ = role.shift_up(
+        1, object(), gps_read(tiny_path, 8)
+    )  # resume + the Read again, no new engine
     assert fake.calls == ["release", "resume"] and len(fake_sglang.built) == 1 and version == 8
     role.add(partials)  # migration: the partial resumes where it stopped
     assert role.abort([11])[0].output_ids[: len(partials[0].output_ids)] == partials[0].output_ids
-    with pytest.raises(ValueError, match="at TP 4"):  # --log.verify-weights is refused with sglang at config time
+    with pytest.raises(
+        ValueError, match="at TP 4"
+    ):  # --log.verify-weights is refused with sglang at config time
         role.checksum()
 
 
-def test_role_follower_is_parked(fake_sglang: type[FakeSglang], tiny_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_role_follower_is_parked(
+    fake_sglang: type[FakeSglang], tiny_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(inference, "group_position", lambda group: (2, 4))
-    role = InferenceRole("reward", tiny_path, EngineConfig(backend="sglang"), ModelConfig(), "cuda", 0, local_device=6)
-    version, _ = role.shift_up(0, object(), lambda buffers: ({}, 3))  # a parked rank's Read holds nothing
+    role = InferenceRole(
+        "reward",
+        tiny_path,
+        EngineConfig(backend="sglang"),
+        ModelConfig(),
+        "cuda",
+        0,
+        local_device=6,
+    )
+    version, _ = role.shift_up(
+        0, object(), lambda buffers: ({}, 3)
+    )  # a parked rank's Read holds nothing
     assert version == 3 and role.parked and fake_sglang.built == []
     assert role.step() == [] and not role.has_work() and role.checksum() == 0.0
     partials, _ = role.shift_down()
     assert list(partials) == [] and role.slot is None
 
 
-def test_sglang_genrm_needs_no_pivot_model_class(fake_sglang: type[FakeSglang], tmp_path: Path) -> None:
+def test_sglang_genrm_needs_no_pivot_model_class(
+    fake_sglang: type[FakeSglang], tmp_path: Path
+) -> None:
     """A MoE GenRM with a config Pivot's own model classes refuse (yarn RoPE) is served by sglang:
     the role and the adapter read the checkpoint's tensor list, not ModelArgs."""
     save_hf_model(tmp_path, "qwen3_moe", 0)
@@ -229,9 +312,13 @@ def test_sglang_genrm_needs_no_pivot_model_class(fake_sglang: type[FakeSglang], 
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="rope_type"):
         ModelArgs.load(tmp_path)
-    role = InferenceRole("reward", tmp_path, EngineConfig(backend="sglang"), ModelConfig(), "cpu", 0)
+    role = InferenceRole(
+        "reward", tmp_path, EngineConfig(backend="sglang"), ModelConfig(), "cpu", 0
+    )
     version, _ = role.shift_up(0, None, gps_read(tmp_path, 2))
     names = {n for names, _ in fake_sglang.built[0].updates for n in names}
     assert version == 2 and names == {s.name for s in specs_from_checkpoint(tmp_path)}
     assert any(".mlp.experts." in n for n in names)
-    assert len(fake_sglang.built[0].replies) >= 3 and all(ok for _, (ok, _) in fake_sglang.built[0].replies)
+    assert len(fake_sglang.built[0].replies) >= 3 and all(
+        ok for _, (ok, _) in fake_sglang.built[0].replies
+    )

@@ -2,6 +2,7 @@
 imported): every method and keyword the adapter calls exists, the weight-update session and its
 refusals are what the fake `sglang` models, and the tensor names Pivot publishes are names the
 sglang model classes load. Nothing here runs sglang."""
+
 from __future__ import annotations
 
 import ast
@@ -34,8 +35,12 @@ def adapter_calls() -> list[tuple[str, str, int, list[str]]]:
     """(receiver, method, positional count, keyword names) of every call the adapter and its
     weights module make on the sglang engine (`self.engine` / `engine`: "engine") and its
     `tokenizer_manager` ("tokenizer_manager")."""
-    receivers = {"self.engine": "engine", "engine": "engine", "self.engine.tokenizer_manager": "tokenizer_manager",
-                 "engine.tokenizer_manager": "tokenizer_manager"}
+    receivers = {
+        "self.engine": "engine",
+        "engine": "engine",
+        "self.engine.tokenizer_manager": "tokenizer_manager",
+        "engine.tokenizer_manager": "tokenizer_manager",
+    }
     out = []
     for module in (adapter, sglang_weights):
         for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
@@ -43,7 +48,9 @@ def adapter_calls() -> list[tuple[str, str, int, list[str]]]:
                 continue
             kind = receivers.get(ast.unparse(node.func.value))
             if kind:
-                out.append((kind, node.func.attr, len(node.args), [k.arg for k in node.keywords if k.arg]))
+                out.append(
+                    (kind, node.func.attr, len(node.args), [k.arg for k in node.keywords if k.arg])
+                )
     return out
 
 
@@ -55,60 +62,100 @@ def test_tm_is_the_mixin(src: Source) -> None:
 def test_every_call_the_adapter_makes_exists_with_its_keywords(src: Source) -> None:
     calls = adapter_calls()
     methods = {m for _, m, _, _ in calls}
-    assert {"begin_weight_update", "end_weight_update", "update_weights_from_tensor", "release_memory_occupation",
-            "resume_memory_occupation", "async_generate", "abort_request", "flush_cache"} <= methods, methods
+    assert {
+        "begin_weight_update",
+        "end_weight_update",
+        "update_weights_from_tensor",
+        "release_memory_occupation",
+        "resume_memory_occupation",
+        "async_generate",
+        "abort_request",
+        "flush_cache",
+    } <= methods, methods
     for kind, method, n_pos, keywords in calls:
         fn = src.find_method(ENGINE_CLASSES if kind == "engine" else TM_CLASSES, method)
         names, var_kw = params(fn)
-        assert n_pos <= len(fn.args.posonlyargs + fn.args.args) - 1, f"{kind}.{method}: {n_pos} positional arguments"
+        assert n_pos <= len(fn.args.posonlyargs + fn.args.args) - 1, (
+            f"{kind}.{method}: {n_pos} positional arguments"
+        )
         missing = [k for k in keywords if k not in names]
-        assert var_kw or not missing, f"{kind}.{method} has no keyword(s) {missing} in sglang 0.5.23 ({names})"
+        assert var_kw or not missing, (
+            f"{kind}.{method} has no keyword(s) {missing} in sglang 0.5.23 ({names})"
+        )
 
 
 def test_the_fake_has_the_same_signatures(src: Source) -> None:
     """What the tests' fake accepts is what sglang accepts (a keyword the adapter could pass to the
     fake but sglang would refuse is caught here, not on the first GPU run)."""
     for kind, method, _, _ in adapter_calls():
-        real, _ = params(src.find_method(ENGINE_CLASSES if kind == "engine" else TM_CLASSES, method))
+        real, _ = params(
+            src.find_method(ENGINE_CLASSES if kind == "engine" else TM_CLASSES, method)
+        )
         mine = list(inspect.signature(getattr(fake_sglang.FakeSglang, method)).parameters)
         assert set(mine) <= set(real), f"fake {method}{mine} vs sglang {real}"
 
 
 def test_server_args_the_adapter_passes_exist(src: Source) -> None:
     fields = set()
-    for path in sorted(n for n in src.names if n.startswith("sglang/srt/arg_groups/fields/") and n.endswith(".py")):
-        fields |= {n.target.id for n in ast.walk(src.tree(path)) if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    for path in sorted(
+        n for n in src.names if n.startswith("sglang/srt/arg_groups/fields/") and n.endswith(".py")
+    ):
+        fields |= {
+            n.target.id
+            for n in ast.walk(src.tree(path))
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+        }
     assert len(fields) > 100, "the ServerArgs field namespaces moved"
     fn = inspect.getsource(adapter.SglangEngine.from_pretrained)
     passed = set(re.findall(r"\b(\w+)=", fn.split("kwargs = dict(")[1].split(")\n")[0]))
-    extra = {"mem_fraction_static", "enable_deterministic_inference"}  # tools/gpu_checks.py, the docstring
+    extra = {
+        "mem_fraction_static",
+        "enable_deterministic_inference",
+    }  # tools/gpu_checks.py, the docstring
     assert passed and not (passed | extra) - fields, sorted((passed | extra) - fields)
 
 
 def test_sampling_params_exist(src: Source) -> None:
     cls = src.cls("sglang/srt/sampling/sampling_params.py", "SamplingParams")
-    fields = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    fields = {
+        n.target.id
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
     eng = adapter.SglangEngine.__new__(adapter.SglangEngine)
     sent = eng._sampling(SamplingParams(max_new_tokens=8, seed=3, top_k=0), 0)
     assert set(sent) <= fields, set(sent) - fields
-    assert sent["top_k"] == -1 and "self.top_k == -1" in src.text("sglang/srt/sampling/sampling_params.py")
+    assert sent["top_k"] == -1 and "self.top_k == -1" in src.text(
+        "sglang/srt/sampling/sampling_params.py"
+    )
 
 
 def test_session_protocol_and_refusals_are_what_the_fake_models(src: Source) -> None:
     """The scheduler's session: begin refuses an open session, end and update refuse a closed
     one, each as success False with the message the fake returns."""
-    for method, state, message in (("begin_weight_update", "is not None", fake_sglang.SESSION_OPEN),
-                                   ("end_weight_update", "is None", fake_sglang.NO_SESSION),
-                                   ("update_weights_from_tensor", "is None", fake_sglang.UPDATE_OUTSIDE)):
+    for method, state, message in (
+        ("begin_weight_update", "is not None", fake_sglang.SESSION_OPEN),
+        ("end_weight_update", "is None", fake_sglang.NO_SESSION),
+        ("update_weights_from_tensor", "is None", fake_sglang.UPDATE_OUTSIDE),
+    ):
         fn = src.method(UPDATER, "SchedulerWeightUpdaterManager", method)
-        first = fn.body[1] if isinstance(fn.body[0], ast.Expr) else fn.body[0]  # after the docstring
-        assert isinstance(first, ast.If) and ast.unparse(first.test) == f"self._session {state}", ast.unparse(first)
+        first = (
+            fn.body[1] if isinstance(fn.body[0], ast.Expr) else fn.body[0]
+        )  # after the docstring
+        assert isinstance(first, ast.If) and ast.unparse(first.test) == f"self._session {state}", (
+            ast.unparse(first)
+        )
         ret = first.body[0]
         assert isinstance(ret, ast.Return) and "success=False" in ast.unparse(ret)
         assert returned_strings(ret) == [message], method
     flush = src.method(UPDATER, "SchedulerWeightUpdaterManager", "flush_cache_after_weight_update")
-    got = ["".join(n.value for n in ast.walk(t) if isinstance(n, ast.Constant) and isinstance(n.value, str))
-           for t in ast.walk(flush) if isinstance(t, ast.Tuple)]
+    got = [
+        "".join(
+            n.value for n in ast.walk(t) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        )
+        for t in ast.walk(flush)
+        if isinstance(t, ast.Tuple)
+    ]
     assert fake_sglang.FLUSH_REFUSED in got
 
 
@@ -120,21 +167,37 @@ def test_weight_calls_answer_success_message_tuples(src: Source) -> None:
     assert ast.unparse(merge.body[-1]) == "return (all_success, all_message)"
     for method in ("begin_weight_update", "end_weight_update", "update_weights_from_tensor"):
         body = ast.unparse(src.method(ENGINE, "Engine", method))
-        assert f"self.tokenizer_manager.{method}(obj, None)" in body, method  # the Engine passes the tuple on
+        assert f"self.tokenizer_manager.{method}(obj, None)" in body, (
+            method
+        )  # the Engine passes the tuple on
 
 
 def test_an_update_flush_refused_fails_the_update_and_release_needs_idle(src: Source) -> None:
-    flush = ast.unparse(src.method(UPDATER, "SchedulerWeightUpdaterManager", "flush_cache_after_weight_update"))
+    flush = ast.unparse(
+        src.method(UPDATER, "SchedulerWeightUpdaterManager", "flush_cache_after_weight_update")
+    )
     assert "return (False," in flush and "recv_req.flush_cache and (not self.flush_cache(" in flush
     release = src.method(UPDATER, "SchedulerWeightUpdaterManager", "release_memory_occupation")
-    assert any(isinstance(n, ast.Assert) and "is_fully_idle" in ast.unparse(n) for n in release.body[:3])
+    assert any(
+        isinstance(n, ast.Assert) and "is_fully_idle" in ast.unparse(n) for n in release.body[:3]
+    )
     idle = ast.unparse(src.method("sglang/srt/managers/scheduler.py", "Scheduler", "is_fully_idle"))
-    assert "self.result_queue" in idle and "self.last_batch" in idle  # the overlap batch counts as busy
-    wrapper = ast.unparse(src.method("sglang/srt/managers/scheduler_components/flush_wrapper.py",
-                                     "SchedulerFlushWrapper", "check_pending"))
+    assert (
+        "self.result_queue" in idle and "self.last_batch" in idle
+    )  # the overlap batch counts as busy
+    wrapper = ast.unparse(
+        src.method(
+            "sglang/srt/managers/scheduler_components/flush_wrapper.py",
+            "SchedulerFlushWrapper",
+            "check_pending",
+        )
+    )
     assert "self._is_fully_idle()" in wrapper and "Timed out waiting for idle state." in wrapper
     out = src.cls("sglang/srt/managers/io_struct.py", "FlushCacheReqOutput")
-    assert [ast.unparse(n.target) for n in out.body if isinstance(n, ast.AnnAssign)] == ["success", "message"]
+    assert [ast.unparse(n.target) for n in out.body if isinstance(n, ast.AnnAssign)] == [
+        "success",
+        "message",
+    ]
 
 
 def test_streams_hold_the_update_lock(src: Source) -> None:
@@ -148,10 +211,15 @@ def test_streams_hold_the_update_lock(src: Source) -> None:
 
 def _served_classes(src: Source) -> dict[str, tuple[list[str], bool]]:
     out: dict[str, tuple[list[str], bool]] = {}
-    for path in sorted(n for n in src.names if n.startswith("sglang/srt/models/") and n.endswith(".py")):
+    for path in sorted(
+        n for n in src.names if n.startswith("sglang/srt/models/") and n.endswith(".py")
+    ):
         for node in src.tree(path).body:
             if isinstance(node, ast.ClassDef):
-                has = any(isinstance(x, ast.FunctionDef) and x.name == "get_weights_by_name" for x in node.body)
+                has = any(
+                    isinstance(x, ast.FunctionDef) and x.name == "get_weights_by_name"
+                    for x in node.body
+                )
                 bases = [ast.unparse(b).split(".")[-1] for b in node.bases]
                 old = out.get(node.name, ([], False))
                 out[node.name] = (old[0] + bases, old[1] or has)
@@ -165,12 +233,26 @@ def test_whole_weights_by_name_is_what_sglang_has(src: Source) -> None:
         bases, own = classes.get(name, ([], False))
         return own or any(has(b, seen | {name}) for b in bases if b not in seen)
 
-    for arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Glm4ForCausalLM",
-                 "Qwen3_5MoeForConditionalGeneration"):
+    for arch in (
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "Glm4ForCausalLM",
+        "Qwen3_5MoeForConditionalGeneration",
+    ):
         assert arch in classes and not has(arch), arch
     assert all(has(arch) for arch in adapter.WHOLE_WEIGHTS_BY_NAME)
-    exporter = ast.unparse(src.method("sglang/srt/model_executor/model_runner_components/weight_exporter.py",
-                                      "WeightExporter", "get_weights_by_name"))
+    exporter = ast.unparse(
+        src.method(
+            "sglang/srt/model_executor/model_runner_components/weight_exporter.py",
+            "WeightExporter",
+            "get_weights_by_name",
+        )
+    )
     assert "return None" in exporter  # a class without it answers None, it does not raise
-    llama = ast.unparse(src.method("sglang/srt/models/llama.py", "LlamaForCausalLM", "get_weights_by_name"))
-    assert "// tp_size" in llama and "all_gather" in llama and "o_proj" in llama  # only o/down are gathered
+    llama = ast.unparse(
+        src.method("sglang/srt/models/llama.py", "LlamaForCausalLM", "get_weights_by_name")
+    )
+    assert (
+        "// tp_size" in llama and "all_gather" in llama and "o_proj" in llama
+    )  # only o/down are gathered

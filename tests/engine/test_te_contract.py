@@ -3,6 +3,7 @@ imported. The Python package `transformer_engine/pytorch/` ships in the pure-Pyt
 `transformer-engine` wheel (py3-none-any, ~0.7 MB); the `transformer_engine_torch` sdist holds only
 the C++ extension, and `transformer-engine-cu13` the core library. So the wheel is what
 `import transformer_engine.pytorch as te; te.Linear(...)` runs, and the oracle here."""
+
 from __future__ import annotations
 
 import ast
@@ -25,8 +26,13 @@ def te() -> Source:
 
 def _te_aliases(tree: ast.Module) -> set[str]:
     """Names bound to `transformer_engine.pytorch` by `import transformer_engine.pytorch as X`."""
-    return {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
-            for a in n.names if a.name == "transformer_engine.pytorch"}
+    return {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import)
+        for a in n.names
+        if a.name == "transformer_engine.pytorch"
+    }
 
 
 def _te_calls() -> list[tuple[Path, ast.Call]]:
@@ -35,8 +41,14 @@ def _te_calls() -> list[tuple[Path, ast.Call]]:
     for path in sorted((ROOT / "pivot").rglob("*.py")):
         tree = ast.parse(path.read_text())
         aliases = _te_aliases(tree)
-        out += [(path, n) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                and isinstance(n.func.value, ast.Name) and n.func.value.id in aliases]
+        out += [
+            (path, n)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and isinstance(n.func.value, ast.Name)
+            and n.func.value.id in aliases
+        ]
     return out
 
 
@@ -48,13 +60,17 @@ def _init(te: Source) -> ast.FunctionDef:
 
 def _defaults(fn: ast.FunctionDef) -> dict[str, object]:
     a = fn.args
-    named = a.args[len(a.args) - len(a.defaults):]
-    return {p.arg: ast.literal_eval(d) for p, d in zip(named, a.defaults) if isinstance(d, ast.Constant)}
+    named = a.args[len(a.args) - len(a.defaults) :]
+    return {
+        p.arg: ast.literal_eval(d) for p, d in zip(named, a.defaults) if isinstance(d, ast.Constant)
+    }
 
 
 def test_te_linear_is_the_class_pivot_imports(te: Source) -> None:
     # transformer_engine/pytorch/__init__.py:28 and module/__init__.py:7 re-export module/linear.py's Linear
-    assert "from transformer_engine.pytorch.module import Linear" in te.text("transformer_engine/pytorch/__init__.py")
+    assert "from transformer_engine.pytorch.module import Linear" in te.text(
+        "transformer_engine/pytorch/__init__.py"
+    )
     assert "from .linear import Linear" in te.text("transformer_engine/pytorch/module/__init__.py")
     module, attr, _, _ = KERNELS["te"]  # what the start-up check imports is what the model calls
     assert (module, attr) == ("transformer_engine.pytorch", "Linear")
@@ -74,8 +90,12 @@ def test_pivot_calls_match_the_constructor(te: Source) -> None:
         where = f"{path.relative_to(ROOT)}: {ast.unparse(call)}"
         assert len(call.args) <= 2, where  # the rest of TE's parameters are not in torch's order
         assert {k.arg for k in call.keywords} <= set(names), where
-        assert "bias" in {k.arg for k in call.keywords}, where  # TE's default is bias=True, like torch
-        assert "device" in {k.arg for k in call.keywords}, where  # TE's default is "cuda": see below
+        assert "bias" in {k.arg for k in call.keywords}, (
+            where
+        )  # TE's default is bias=True, like torch
+        assert "device" in {k.arg for k in call.keywords}, (
+            where
+        )  # TE's default is "cuda": see below
 
 
 def test_defaults_give_torch_linear_semantics(te: Source) -> None:
@@ -87,17 +107,27 @@ def test_defaults_give_torch_linear_semantics(te: Source) -> None:
     assert d["parameters_split"] is None and d["return_bias"] is False and d["tp_size"] == 1
     assert d["parallel_mode"] is None and d["tp_group"] is None and d["params_dtype"] is None
     src = ast.unparse(_init(te))
-    assert "self.weight_names = ['weight']" in src and "self.bias_names = ['bias']" in src  # ast.unparse quotes
+    assert (
+        "self.weight_names = ['weight']" in src and "self.bias_names = ['bias']" in src
+    )  # ast.unparse quotes
     assert "torch.empty(self.out_features, self.in_features" in src  # nn.Linear's [out, in] layout
-    assert "params_dtype = torch.get_default_dtype() if params_dtype is None else params_dtype" in src
+    assert (
+        "params_dtype = torch.get_default_dtype() if params_dtype is None else params_dtype" in src
+    )
 
 
 def test_forward_takes_one_tensor_and_returns_one(te: Source) -> None:
     fn = te.method(LINEAR, "Linear", "forward")
     a = fn.args
     assert [p.arg for p in a.args[:2]] == ["self", "inp"]
-    assert len(a.defaults) == len(a.args) - 2  # everything after `inp` is optional: Pivot calls module(x)
-    returns = [ast.unparse(n.value) for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
+    assert (
+        len(a.defaults) == len(a.args) - 2
+    )  # everything after `inp` is optional: Pivot calls module(x)
+    returns = [
+        ast.unparse(n.value)
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Return) and n.value is not None
+    ]
     assert "out" in returns  # return_bias=False (Pivot's default) returns the output alone
     # any leading dims ([B, T, H] from Pivot): only the last must equal in_features (linear.py:131)
     assert "assert inp.shape[-1] == in_features" in te.text(LINEAR)

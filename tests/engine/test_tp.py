@@ -3,6 +3,7 @@
 Dense (qwen2), MoE (qwen3_moe, every expert sliced over the two ranks), GLM-4 (fused gate_up_proj
 sliced per section) and the Qwen3.5 hybrid (linear-attention heads split like attention heads).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,9 @@ from pivot.engine import Engine, EngineConfig, Request, SamplingParams
 from pivot.model import load_state_dict
 from tests.engine.conftest import make_model, prompts, run_all
 
-CONFIG = EngineConfig(kv_capacity_tokens=256, block_size=4, max_running_seqs=4, max_prefill_tokens=16)
+CONFIG = EngineConfig(
+    kv_capacity_tokens=256, block_size=4, max_running_seqs=4, max_prefill_tokens=16
+)
 PARAMS = SamplingParams(temperature=0, max_new_tokens=10, ignore_eos=True)
 
 
@@ -51,7 +54,9 @@ def _worker(rank: int, port: int, root: str) -> None:
             for r in _requests():
                 engine.add(r)
         outs = _run_tp(engine, group)
-        result[phase] = {i: [o.output_ids, o.output_logprobs, o.weights_version] for i, o in outs.items()}
+        result[phase] = {
+            i: [o.output_ids, o.output_logprobs, o.weights_version] for i, o in outs.items()
+        }
     full = engine.named_parameters_hf()  # collective: every rank gathers
     ref = load_state_dict(Path(root) / "b")
     result["readback_ok"] = set(full) == set(ref) and all(torch.equal(full[k], ref[k]) for k in ref)

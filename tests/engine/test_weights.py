@@ -1,4 +1,5 @@
 """load_weights in place (validated first), read-back, release / resume."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,7 +32,9 @@ def test_load_weights_in_place_and_read_back(tmp_path: Path, tie: bool) -> None:
 
     engine.load_weights(b_state.items(), version=3)  # an iterable of pairs works too
     assert engine.runner.cache.k is k_cache  # KV cache not reallocated
-    assert {n: p.data_ptr() for n, p in engine.runner.params.items()} == ptrs  # parameters copied in place
+    assert {
+        n: p.data_ptr() for n, p in engine.runner.params.items()
+    } == ptrs  # parameters copied in place
     got = _greedy(engine)
     assert {i: o.output_ids for i, o in got.items()} == {i: o.output_ids for i, o in want.items()}
     assert all(o.weights_version == 3 for o in got.values()) and engine.stats().weights_version == 3

@@ -1,6 +1,7 @@
 """GPS with fused experts: gate_up_proj [E, 2I, H] is stored in its split view [E, 2, I, H], so a
 TP rank's share (a slice of the gate half and of the up half) is one box; Reads hand back the
 model's shapes, in place into the engine's buffers; sglang-style whole reads get the hub's tensors."""
+
 from __future__ import annotations
 
 import uuid
@@ -37,7 +38,9 @@ def test_layout_boxes_of_fused_experts(folder: Path) -> None:
         mine = {n: p for n, _, p in layout.held_by(Place(0, t))}
         assert mine[GATE_UP].box == ((0, e), (0, 2), (t * i // 2, (t + 1) * i // 2), (0, h))
         assert mine[DOWN].box == ((0, e), (0, h), (t * i // 2, (t + 1) * i // 2))
-    with pytest.raises(ValueError, match=r"'model.layers.\d+.mlp.experts.gate_up_proj' .* is not in its split view"):
+    with pytest.raises(
+        ValueError, match=r"'model.layers.\d+.mlp.experts.gate_up_proj' .* is not in its split view"
+    ):
         parallel_layout("genrm", specs, [0, 1], [0, 0], tp=2)
 
 
@@ -45,21 +48,36 @@ def _halves(t: torch.Tensor, rank: int) -> torch.Tensor:
     """Rank `rank` of 2's part of a fused gate_up [E, 2I, H], by hand: the gate's and the up's slice."""
     i = t.shape[1] // 2
     lo, hi = rank * i // 2, (rank + 1) * i // 2
-    return torch.cat([t[:, lo:hi], t[:, i + lo:i + hi]], dim=1)
+    return torch.cat([t[:, lo:hi], t[:, i + lo : i + hi]], dim=1)
 
 
 def test_read_gives_each_rank_its_halves(folder: Path) -> None:
     full = load_state_dict(folder)
     specs = specs_from_checkpoint(folder)
     kv, ns, host_of = dist.HashStore(), "gpsf" + uuid.uuid4().hex[:8], (0, 0)
-    stores = [GPSStore(kv, HostInfo(r, 0, r, host_of), namespace=ns) for r in (0, 1)]  # both ranks of one host
+    stores = [
+        GPSStore(kv, HostInfo(r, 0, r, host_of), namespace=ns) for r in (0, 1)
+    ]  # both ranks of one host
     try:
-        services = [WeightService(st, {"policy": specs, "genrm": specs}, host_of, Slot("train", 0, ()), 0, "cpu",
-                                  whole=frozenset({"rollout"})) for st in stores]
+        services = [
+            WeightService(
+                st,
+                {"policy": specs, "genrm": specs},
+                host_of,
+                Slot("train", 0, ()),
+                0,
+                "cpu",
+                whole=frozenset({"rollout"}),
+            )
+            for st in stores
+        ]
         services[0].publish("genrm", full)
         reward = Slot("reward", 0, (0, 1))
         for rank, service in enumerate(services):
-            out = {n: torch.empty(shard_tensor(n, t, rank, 2).shape, dtype=t.dtype) for n, t in full.items()}
+            out = {
+                n: torch.empty(shard_tensor(n, t, rank, 2).shape, dtype=t.dtype)
+                for n, t in full.items()
+            }
             got, _ = service.read("genrm", reward, None, out=out)
             for name, t in full.items():
                 assert got[name] is out[name], name  # filled in place, in the engine's shape
@@ -69,9 +87,13 @@ def test_read_gives_each_rank_its_halves(folder: Path) -> None:
                     assert torch.equal(got[name], t.chunk(2, dim=2)[rank]), name
                 else:  # the dense split, checked against its own oracle in tests/runtime/test_gps_read_layout.py
                     assert torch.equal(got[name], shard_tensor(name, t, rank, 2)), name
-        whole, _ = services[0].read("genrm", Slot("rollout", 0, (0, 1)), None)  # an sglang replica's leader
+        whole, _ = services[0].read(
+            "genrm", Slot("rollout", 0, (0, 1)), None
+        )  # an sglang replica's leader
         assert all(torch.equal(whole[n], full[n]) for n in full)
-        assert whole[GATE_UP].shape == full[GATE_UP].shape  # the hub's [E, 2I, H], as sglang loads it
+        assert (
+            whole[GATE_UP].shape == full[GATE_UP].shape
+        )  # the hub's [E, 2I, H], as sglang loads it
     finally:
         for st in reversed(stores):
             st.close()

@@ -1,5 +1,6 @@
 """GPS's GPU-only plumbing on CPU: page-locking of the shm buffers (a fake cudart counts the
 registrations) and the choice of the installed NIXL wheel (fake modules)."""
+
 from __future__ import annotations
 
 import uuid
@@ -32,11 +33,15 @@ class FakeCudart:
         return 0
 
 
-def test_gps_buffer_is_page_locked_once_and_unlocked_at_close(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gps_buffer_is_page_locked_once_and_unlocked_at_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     cudart = FakeCudart()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "cudart", lambda: cudart)
-    store = GPSStore(dist.HashStore(), HostInfo(0, 0, 0, (0,)), namespace="gpsp" + uuid.uuid4().hex[:8])
+    store = GPSStore(
+        dist.HashStore(), HostInfo(0, 0, 0, (0,)), namespace="gpsp" + uuid.uuid4().hex[:8]
+    )
     gps = replicated_layout("m", SPECS, [0])
     store.register(gps)
     store.register(gps)  # again, as a second WeightSync on the same store would
@@ -49,15 +54,24 @@ def test_gps_buffer_is_page_locked_once_and_unlocked_at_close(monkeypatch: pytes
     buf = store.buffers["m"]
     assert cudart.registered == [(buf.raw.data_ptr(), buf.size)]
     with pytest.raises(ValueError, match="another layout"):
-        store.register(replicated_layout("m", qwen2_specs(1, 16, 32, 4, 2, 4, 64, dtype="float32"), [0]))
+        store.register(
+            replicated_layout("m", qwen2_specs(1, 16, 32, 4, 2, 4, 64, dtype="float32"), [0])
+        )
     store.close()
     assert cudart.unregistered == [buf.raw.data_ptr()]
 
 
-@pytest.mark.parametrize(("installed", "chosen"), [
-    ({"nixl_cu13"}, "nixl_cu13"), ({"nixl_cu12"}, "nixl_cu12"), ({"nixl", "nixl_cu12"}, "nixl"),
-])
-def test_nixl_api_is_taken_from_the_installed_wheel(monkeypatch: pytest.MonkeyPatch, installed: set[str], chosen: str) -> None:
+@pytest.mark.parametrize(
+    ("installed", "chosen"),
+    [
+        ({"nixl_cu13"}, "nixl_cu13"),
+        ({"nixl_cu12"}, "nixl_cu12"),
+        ({"nixl", "nixl_cu12"}, "nixl"),
+    ],
+)
+def test_nixl_api_is_taken_from_the_installed_wheel(
+    monkeypatch: pytest.MonkeyPatch, installed: set[str], chosen: str
+) -> None:
     def fake_import(name: str) -> SimpleNamespace:
         top = name.split(".")[0]
         if top not in installed:

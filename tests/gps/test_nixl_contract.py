@@ -2,6 +2,7 @@
 `nixl_cu12` wheel ships it (its `_api.py`, read with `ast`, not imported): every `nixl_agent`
 method Pivot calls exists and takes its arguments. nixl-cu13 1.5.1 (the GPU hosts' wheel) is the
 same release of the same source."""
+
 from __future__ import annotations
 
 import ast
@@ -31,10 +32,21 @@ def _methods(tree: ast.Module, cls: str) -> dict[str, ast.FunctionDef]:
 
 def test_every_agent_call_exists_with_its_arguments(api: ast.Module) -> None:
     agent = _methods(api, "nixl_agent")
-    calls = [n for n in ast.walk(ast.parse((ROOT / "pivot/gps/nixl_link.py").read_text()))
-             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and ast.unparse(n.func.value) == "self.agent"]
+    calls = [
+        n
+        for n in ast.walk(ast.parse((ROOT / "pivot/gps/nixl_link.py").read_text()))
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and ast.unparse(n.func.value) == "self.agent"
+    ]
     used = {c.func.attr for c in calls}
-    assert {"register_memory", "get_xfer_descs", "initialize_xfer", "transfer", "check_xfer_state"} <= used, used
+    assert {
+        "register_memory",
+        "get_xfer_descs",
+        "initialize_xfer",
+        "transfer",
+        "check_xfer_state",
+    } <= used, used
     for call in calls:
         fn = agent.get(call.func.attr)
         assert fn is not None, f"nixl_agent has no {call.func.attr}"

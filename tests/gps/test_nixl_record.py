@@ -1,5 +1,6 @@
 """The NIXL buffer record in the c10d store (pivot/gps/nixl_link.py): typed MessagePack, never a
 pickle; with the job secret, a record not written by this job or moved to another key is refused."""
+
 from __future__ import annotations
 
 import pickle
@@ -21,10 +22,16 @@ def test_round_trip_signed_and_unsigned() -> None:
 def test_forged_moved_or_pickled_records_are_refused(tmp_path: Path) -> None:
     raw = pack_remote("gps/policy/0", INFO, SECRET)
     with pytest.raises(ValueError, match="fails authentication"):  # another job's (or nobody's) key
-        unpack_remote("gps/policy/0", pack_remote("gps/policy/0", INFO, b"another-secret-000000"), SECRET)
-    with pytest.raises(ValueError, match="fails authentication"):  # a genuine record under another key
+        unpack_remote(
+            "gps/policy/0", pack_remote("gps/policy/0", INFO, b"another-secret-000000"), SECRET
+        )
+    with pytest.raises(
+        ValueError, match="fails authentication"
+    ):  # a genuine record under another key
         unpack_remote("gps/genrm/0", raw, SECRET)
-    with pytest.raises(ValueError, match="fails authentication"):  # unsigned, where the job has a secret
+    with pytest.raises(
+        ValueError, match="fails authentication"
+    ):  # unsigned, where the job has a secret
         unpack_remote("gps/policy/0", pack_remote("gps/policy/0", INFO, None), SECRET)
     target = tmp_path / "pwned"
 

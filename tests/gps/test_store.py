@@ -1,4 +1,5 @@
 """Store tests: single-process versions and failures; two processes playing two hosts."""
+
 from __future__ import annotations
 
 import os
@@ -65,6 +66,7 @@ def test_bad_shard_and_failed_write_keep_previous_version(solo, monkeypatch):
 
     def boom(*args, **kwargs):
         raise RuntimeError("writer died mid-copy")
+
     monkeypatch.setattr(solo, "_push", boom)
     with pytest.raises(RuntimeError, match="mid-copy"):
         solo.write("m", full, model_state(2))
@@ -75,6 +77,7 @@ def test_bad_shard_and_failed_write_keep_previous_version(solo, monkeypatch):
 
 
 # --- two processes, each a separate "host" -------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -87,13 +90,19 @@ def two_hosts(rank: int, port: int, ns: str, scenario: str, grouped: bool) -> No
     dist.init_process_group("gloo", store=kv, rank=rank, world_size=2)
     store = GPSStore(kv, HostInfo(rank, rank, 0, (0, 1)), namespace=ns)
     try:
-        gps = grouped_layout("m", SPECS, [0, 1], 2) if grouped else replicated_layout("m", SPECS, [0, 1])
+        gps = (
+            grouped_layout("m", SPECS, [0, 1], 2)
+            if grouped
+            else replicated_layout("m", SPECS, [0, 1])
+        )
         store.register(gps)
         dist.barrier()
         world = dist.new_group([0, 1])
         state = model_state(7)
         fsdp = fsdp_layout("m", SPECS, [0, 1], [0, 1])
-        shards = {n: state[n][p.box[0][0]:p.box[0][1]] for n, _, p in fsdp.held_by(store.info.place)}
+        shards = {
+            n: state[n][p.box[0][0] : p.box[0][1]] for n, _, p in fsdp.held_by(store.info.place)
+        }
         v = store.write("m", fsdp, shards, group=world)
         tp2 = parallel_layout("m", SPECS, [0, 1], [0, 1], tp=2)
         dp2 = parallel_layout("m", SPECS, [0, 1], [0, 1], dp=2)
@@ -122,7 +131,9 @@ def two_hosts(rank: int, port: int, ns: str, scenario: str, grouped: bool) -> No
                     if ver == v:  # the random-valued first version
                         assert all(torch.equal(got[n], state[n]) for n in got)
                         continue
-                    values = {float(t.min()) for t in got.values()} | {float(t.max()) for t in got.values()}
+                    values = {float(t.min()) for t in got.values()} | {
+                        float(t.max()) for t in got.values()
+                    }
                     assert len(values) == 1, f"torn read at version {ver}: {values}"
                     seen.add(ver)
         dist.barrier()

@@ -1,4 +1,5 @@
 """Pure-Python tests: layouts, refinement, balanced plans, plan cache, bad input."""
+
 from __future__ import annotations
 
 import itertools
@@ -33,7 +34,9 @@ def scenario(draw):
     tp = draw(st.sampled_from([t for t in (1, 2, 4) if t <= hosts * per_host]))
     pp = draw(st.sampled_from([p for p in (1, 2) if tp * p <= hosts * per_host]))
     dp = draw(st.integers(1, hosts * per_host // (tp * pp)))
-    specs = tiny_specs(draw(st.integers(1, 3)), 4 * draw(st.integers(1, 3)), 8 * draw(st.integers(1, 3)))
+    specs = tiny_specs(
+        draw(st.integers(1, 3)), 4 * draw(st.integers(1, 3)), 8 * draw(st.integers(1, 3))
+    )
     k = draw(st.sampled_from([k for k in range(1, hosts + 1) if hosts % k == 0]))
     gps = grouped_layout("m", specs, list(range(hosts)), k)
     host_of = [r // per_host for r in range(hosts * per_host)]
@@ -41,8 +44,11 @@ def scenario(draw):
     caller = parallel_layout("m", specs, ranks, host_of, dp=dp, tp=tp, pp=pp)
     if draw(st.booleans()):
         caller = fsdp_layout("m", specs, ranks, host_of)
-    profile = LinkProfile(local_bw=draw(st.sampled_from([10.0, 50.0])), remote_bw=draw(st.sampled_from([5.0, 10.0])),
-                          overhead_s=draw(st.sampled_from([0.0, 1.0])))
+    profile = LinkProfile(
+        local_bw=draw(st.sampled_from([10.0, 50.0])),
+        remote_bw=draw(st.sampled_from([5.0, 10.0])),
+        overhead_s=draw(st.sampled_from([0.0, 1.0])),
+    )
     return gps, caller, profile
 
 
@@ -105,7 +111,9 @@ def test_plan_cache_hits_by_signature():
     gps = replicated_layout("m", specs, [0, 1])
     a = parallel_layout("m", specs, [0, 1], [0, 1], tp=2)
     first = cache.get(gps, a)
-    again = cache.get(replicated_layout("m", specs, [0, 1]), parallel_layout("m", specs, [0, 1], [0, 1], tp=2))
+    again = cache.get(
+        replicated_layout("m", specs, [0, 1]), parallel_layout("m", specs, [0, 1], [0, 1], tp=2)
+    )
     assert again is first and cache.hits == 1 and cache.misses == 1
     cache.get(gps, parallel_layout("m", specs, [0, 1], [0, 1], dp=2))
     assert cache.misses == 2
@@ -114,7 +122,9 @@ def test_plan_cache_hits_by_signature():
 def test_gps_layouts_pick_smallest_group_that_fits():
     specs = tiny_specs(1, 8, 16)
     total = sum(s.nbytes for s in specs)
-    assert gps_layouts({"m": specs}, [0, 1, 2, 3], budget_bytes=2 * total)["m"].parallelism.group == 1
+    assert (
+        gps_layouts({"m": specs}, [0, 1, 2, 3], budget_bytes=2 * total)["m"].parallelism.group == 1
+    )
     grouped = gps_layouts({"m": specs}, [0, 1, 2, 3], budget_bytes=total)["m"]
     assert grouped.parallelism.group == 2
     with pytest.raises(ValueError, match=r"model 'm'.*tensor 'model.embed_tokens.weight'"):
@@ -128,7 +138,11 @@ def test_layout_not_covering_a_tensor_names_model_and_tensor():
     del pieces["model.norm.weight"]
     with pytest.raises(ValueError, match=r"model 'm'.*'model.norm.weight'"):
         Layout("m", good.specs, pieces, good.parallelism, good.places)
-    half = pieces | {"model.norm.weight": (good.pieces["model.embed_tokens.weight"][0].__class__(((0, 2),), (Place(0),)),)}
+    half = pieces | {
+        "model.norm.weight": (
+            good.pieces["model.embed_tokens.weight"][0].__class__(((0, 2),), (Place(0),)),
+        )
+    }
     with pytest.raises(ValueError, match="model.norm.weight"):
         Layout("m", good.specs, half, good.parallelism, good.places)
 
@@ -149,7 +163,9 @@ def test_72b_plan_has_one_transfer_per_device_slice():
     specs = qwen25_72b_specs()
     assert len(specs) == 963 and 72.5e9 < sum(s.numel for s in specs) < 73e9
     gps = replicated_layout("m", specs, range(16))
-    caller = parallel_layout("m", specs, list(range(128)), [r // 8 for r in range(128)], dp=16, tp=8)
+    caller = parallel_layout(
+        "m", specs, list(range(128)), [r // 8 for r in range(128)], dp=16, tp=8
+    )
     p = plan(gps, caller)
     assert len(p.sources) == sum(len(s.receivers) for s in p.slices)
     assert p.max_load <= plan(gps, caller, balanced=False).max_load

@@ -2,6 +2,7 @@
 python, a broken or too old torch, a GPU torch cannot use: FAIL and exit 1), and its report on a
 faked CUDA machine (torch.cuda patched in, nvidia-smi, pytest and torchrun replaced by stand-ins
 with canned results)."""
+
 from __future__ import annotations
 
 import os
@@ -29,14 +30,28 @@ NO_GPU = {"NVIDIA_SMI": "/nonexistent/nvidia-smi", "GPU_CHECK_DEV": "/nonexisten
 
 
 def _run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("GPU_CHECK_", "NPROC", "TORCHRUN", "PYTHON", "NVIDIA_SMI"))}
-    return subprocess.run([BASH, str(SCRIPT)], env={**base, **NO_GPU, **env}, capture_output=True, text=True, timeout=120)
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GPU_CHECK_", "NPROC", "TORCHRUN", "PYTHON", "NVIDIA_SMI"))
+    }
+    return subprocess.run(
+        [BASH, str(SCRIPT)],
+        env={**base, **NO_GPU, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _smi(tmp_path: Path) -> str:
     """An nvidia-smi that lists one GPU."""
-    return str(_exe(tmp_path / "nvidia-smi", "#!/usr/bin/env bash\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n"))
+    return str(
+        _exe(
+            tmp_path / "nvidia-smi",
+            "#!/usr/bin/env bash\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n",
+        )
+    )
 
 
 def _site(tmp_path: Path, body: str) -> dict[str, str]:
@@ -50,12 +65,16 @@ def test_syntax() -> None:
 
 
 def test_never_installs_from_the_network() -> None:
-    text = "\n".join(line for line in SCRIPT.read_text().splitlines() if not line.lstrip().startswith("#"))
+    text = "\n".join(
+        line for line in SCRIPT.read_text().splitlines() if not line.lstrip().startswith("#")
+    )
     for word in ("pip install", "pip download", "curl ", "wget ", "uv pip", "conda install"):
         assert word not in text, word
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the script would run the real check")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="CUDA present: the script would run the real check"
+)
 def test_without_a_gpu_says_so_and_exits_0() -> None:
     res = _run({"PYTHON": sys.executable})
     assert res.returncode == 0, res.stdout + res.stderr
@@ -65,16 +84,22 @@ def test_without_a_gpu_says_so_and_exits_0() -> None:
 
 def test_a_missing_python_fails() -> None:
     res = _run({"PYTHON": "/nonexistent/python3"})
-    assert res.returncode == 1 and res.stdout.startswith("FAIL python: '/nonexistent/python3' not found")
+    assert res.returncode == 1 and res.stdout.startswith(
+        "FAIL python: '/nonexistent/python3' not found"
+    )
 
 
 def test_a_torch_that_does_not_import_fails(tmp_path: Path) -> None:
     (tmp_path / "torch").mkdir()
-    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('libcudart.so.13: cannot open shared object file')\n")
+    (tmp_path / "torch" / "__init__.py").write_text(
+        "raise ImportError('libcudart.so.13: cannot open shared object file')\n"
+    )
     res = _run({"PYTHONPATH": str(tmp_path), "PYTHON": sys.executable})
     assert res.returncode == 1, res.stdout
-    assert res.stdout.strip() == (f"FAIL torch: {sys.executable} cannot import torch: "
-                                  "ImportError: libcudart.so.13: cannot open shared object file")
+    assert res.stdout.strip() == (
+        f"FAIL torch: {sys.executable} cannot import torch: "
+        "ImportError: libcudart.so.13: cannot open shared object file"
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present")
@@ -83,7 +108,11 @@ def test_a_gpu_torch_cannot_use_fails(tmp_path: Path) -> None:
     CUDA build (torch warns and answers False), is a FAIL, not 'nothing to check'."""
     res = _run({**_site(tmp_path, ""), "NVIDIA_SMI": _smi(tmp_path)})
     assert res.returncode == 1 and "FAIL cuda: 1 GPU(s) listed by" in res.stdout
-    assert ("is a CPU-only build" if torch.version.cuda is None else f"(CUDA {torch.version.cuda}) cannot use it") in res.stdout
+    assert (
+        "is a CPU-only build"
+        if torch.version.cuda is None
+        else f"(CUDA {torch.version.cuda}) cannot use it"
+    ) in res.stdout
     old_driver = (
         "import warnings, torch\n"
         "torch.version.cuda = '13.0'\n"
@@ -94,7 +123,10 @@ def test_a_gpu_torch_cannot_use_fails(tmp_path: Path) -> None:
     )
     res = _run({**_site(tmp_path, old_driver), "NVIDIA_SMI": _smi(tmp_path)})
     assert res.returncode == 1, res.stdout
-    assert "(CUDA 13.0) cannot use it" in res.stdout and "driver on your system is too old" in res.stdout
+    assert (
+        "(CUDA 13.0) cannot use it" in res.stdout
+        and "driver on your system is too old" in res.stdout
+    )
 
 
 def test_a_torch_older_than_2_11_fails(tmp_path: Path) -> None:
@@ -102,7 +134,9 @@ def test_a_torch_older_than_2_11_fails(tmp_path: Path) -> None:
     assert res.returncode == 1 and "FAIL torch: 2.10.0+cu128 is older than 2.11" in res.stdout
 
 
-def _fake_cuda(tmp_path: Path, pytest_rc: int, torchrun_rc: int, failing: str = "") -> dict[str, str]:
+def _fake_cuda(
+    tmp_path: Path, pytest_rc: int, torchrun_rc: int, failing: str = ""
+) -> dict[str, str]:
     """torch sees 2 fake GPUs; `python -m pytest` and `python tools/gpu_checks.py CHECK` are
     stand-ins (the check named `failing` prints a FAIL line and exits 1); torchrun exits torchrun_rc."""
     (tmp_path / "sitecustomize.py").write_text(
@@ -113,17 +147,22 @@ def _fake_cuda(tmp_path: Path, pytest_rc: int, torchrun_rc: int, failing: str = 
         "torch.cuda.get_device_name = lambda i=0: 'FakeGPU'\n"
     )
     summary = "PASSED tests/x.py::test_a\\nFAILED tests/x.py::test_b - boom\\nSKIPPED [1] tests/x.py:9: why\\n"
-    python = _exe(tmp_path / "python", (
-        "#!/usr/bin/env bash\n"
-        f'if [[ "$1" == -m && "$2" == pytest ]]; then printf "{summary}"; exit {pytest_rc}; fi\n'
-        'if [[ "$1" == tools/gpu_checks.py ]]; then\n'
-        '  name="$2"; [[ "$2" == job ]] && name="$7"\n'
-        f'  if [[ "$name" == "{failing}" ]]; then echo "FAIL $name: broken"; exit 1; fi\n'
-        '  echo "PASS $name: fake figure"; exit 0\n'
-        "fi\n"
-        f'PYTHONPATH={tmp_path} exec {sys.executable} "$@"\n'
-    ))
-    torchrun = _exe(tmp_path / "torchrun", f"#!/usr/bin/env bash\necho fake torchrun \"$@\"\nexit {torchrun_rc}\n")
+    python = _exe(
+        tmp_path / "python",
+        (
+            "#!/usr/bin/env bash\n"
+            f'if [[ "$1" == -m && "$2" == pytest ]]; then printf "{summary}"; exit {pytest_rc}; fi\n'
+            'if [[ "$1" == tools/gpu_checks.py ]]; then\n'
+            '  name="$2"; [[ "$2" == job ]] && name="$7"\n'
+            f'  if [[ "$name" == "{failing}" ]]; then echo "FAIL $name: broken"; exit 1; fi\n'
+            '  echo "PASS $name: fake figure"; exit 0\n'
+            "fi\n"
+            f'PYTHONPATH={tmp_path} exec {sys.executable} "$@"\n'
+        ),
+    )
+    torchrun = _exe(
+        tmp_path / "torchrun", f'#!/usr/bin/env bash\necho fake torchrun "$@"\nexit {torchrun_rc}\n'
+    )
     return {"PYTHON": str(python), "TORCHRUN": str(torchrun), "NVIDIA_SMI": _smi(tmp_path)}
 
 
@@ -137,7 +176,16 @@ def test_every_check_reports_one_line_and_a_failed_test_fails(tmp_path: Path) ->
     assert "2 x FakeGPU" in res.stdout
     report = res.stdout.split("== gpu_check report")[1]
     names = [line.split()[1].rstrip(":") for line in _lines(report)]
-    assert names == ["torch", "cuda", "gpu-tests", "engine", "sglang", "train", "nccl-shift", "main-job"]
+    assert names == [
+        "torch",
+        "cuda",
+        "gpu-tests",
+        "engine",
+        "sglang",
+        "train",
+        "nccl-shift",
+        "main-job",
+    ]
     assert "FAIL gpu-tests: 1 passed, 1 failed, 0 errors, 1 skipped" in report
     assert "--nproc-per-node 2 pivot/main.py --cluster.device cuda --train.steps 3" in res.stdout
 
@@ -150,7 +198,13 @@ def test_all_pass_exits_0(tmp_path: Path) -> None:
 
 def test_failed_check_or_job_fails_the_run(tmp_path: Path) -> None:
     res = _run(_fake_cuda(tmp_path, pytest_rc=0, torchrun_rc=0, failing="sglang"))
-    assert res.returncode == 1 and "FAIL sglang: broken" in res.stdout.split("== gpu_check report")[1]
+    assert (
+        res.returncode == 1 and "FAIL sglang: broken" in res.stdout.split("== gpu_check report")[1]
+    )
     res = _run(_fake_cuda(tmp_path, pytest_rc=0, torchrun_rc=3))
     report = res.stdout.split("== gpu_check report")[1]
-    assert res.returncode == 1 and "FAIL main-job-run: exit 3" in report and "FAIL nccl-shift-run: exit 3" in report
+    assert (
+        res.returncode == 1
+        and "FAIL main-job-run: exit 3" in report
+        and "FAIL nccl-shift-run: exit 3" in report
+    )

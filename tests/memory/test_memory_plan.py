@@ -1,4 +1,5 @@
 """The memory plan's arithmetic against hand-computed values (formulas: pivot/memory/plan.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,7 +31,14 @@ def test_footprint_from_folder(qwen2_folder: Path) -> None:
     assert hf.num_parameters() == PARAMS  # the hand count agrees with transformers
     fp = from_folder(qwen2_folder, "bfloat16")
     assert (fp.params, fp.nbytes, fp.layer_params()) == (PARAMS, 2 * PARAMS, LAYER)
-    assert (fp.layers, fp.kv_layers, fp.kv_heads, fp.head_dim, fp.hidden, fp.vocab) == (2, 2, 2, 8, 32, 64)
+    assert (fp.layers, fp.kv_layers, fp.kv_heads, fp.head_dim, fp.hidden, fp.vocab) == (
+        2,
+        2,
+        2,
+        8,
+        32,
+        64,
+    )
     assert fp.tp_bytes(2) == 2 * ((PARAMS - UNSPLIT) // 2 + UNSPLIT)
 
 
@@ -39,7 +47,8 @@ def _cfg(**cluster: object) -> PivotConfig:
     engine = EngineConfig(kv_capacity_tokens=128, max_prefill_tokens=64, max_running_seqs=4)
     return cfg.replace(
         model=ModelConfig(dtype="bfloat16"),
-        rollout=RolloutConfig(tp=2, engine=engine), reward=RewardConfig(tp=1, engine=engine),
+        rollout=RolloutConfig(tp=2, engine=engine),
+        reward=RewardConfig(tp=1, engine=engine),
         train=TrainConfig(devices=2, micro_batch_tokens=100),
         cluster=ClusterConfig(device="cuda", **cluster),
     )
@@ -49,15 +58,25 @@ def test_device_lines(qwen2_folder: Path) -> None:
     fp = from_folder(qwen2_folder, "bfloat16")
     plan = plan_memory(_cfg(gpu_memory_gb=1.0), fp, fp, nnodes=1, devices_per_node=4)
     rollout, reward, train = ({i.what: i.nbytes for i in u.items} for u in plan.devices)
-    assert rollout == {"weights": 22976, "KV cache": 128 * 2 * 2 * 1 * 8 * 2,
-                       "activations": 64 * (4 * 32 + 3 * 32) * 2 + 4 * 64 * 4}
+    assert rollout == {
+        "weights": 22976,
+        "KV cache": 128 * 2 * 2 * 1 * 8 * 2,
+        "activations": 64 * (4 * 32 + 3 * 32) * 2 + 4 * 64 * 4,
+    }
     assert reward["KV cache"] == 128 * 2 * 2 * 2 * 8 * 2 and reward["weights"] == 2 * PARAMS
-    assert train == {"master weights fp32": 4 * 11408, "gradients fp32": 4 * 11408, "optimizer fp32": 8 * 11408,
-                     "FSDP all-gather": 2 * LAYER * 2, "activations": 100 * (2 * (8 * 32 + 4 * 64) * 2 + 64 * 8)}
+    assert train == {
+        "master weights fp32": 4 * 11408,
+        "gradients fp32": 4 * 11408,
+        "optimizer fp32": 8 * 11408,
+        "FSDP all-gather": 2 * LAYER * 2,
+        "activations": 100 * (2 * (8 * 32 + 4 * 64) * 2 + 64 * 8),
+    }
     assert plan.problems == ()
     host = {i.what: i.nbytes for i in plan.hosts[0].items}
-    assert host == {"GPS buffers (replicated, 2 per model)": 2 * 2 * 2 * PARAMS,
-                    "trainer offload (2 devices)": 2 * 12 * 11408}
+    assert host == {
+        "GPS buffers (replicated, 2 per model)": 2 * 2 * 2 * PARAMS,
+        "trainer offload (2 devices)": 2 * 12 * 11408,
+    }
     assert plan.host_pinned == 2 * 2 * 2 * PARAMS + 2 * 12 * 11408  # CUDA: GPS pinned too
 
 
@@ -66,8 +85,13 @@ def test_training_activations_with_recompute(qwen2_folder: Path) -> None:
     fp32 logits 100 x 64 x 8 B."""
     fp = from_folder(qwen2_folder, "bfloat16")
     cfg = _cfg(gpu_memory_gb=1.0)
-    cfg = cfg.replace(train=TrainConfig(devices=2, micro_batch_tokens=100, activation_checkpointing=True))
-    train = {i.what: i.nbytes for i in plan_memory(cfg, fp, fp, nnodes=1, devices_per_node=4).devices[-1].items}
+    cfg = cfg.replace(
+        train=TrainConfig(devices=2, micro_batch_tokens=100, activation_checkpointing=True)
+    )
+    train = {
+        i.what: i.nbytes
+        for i in plan_memory(cfg, fp, fp, nnodes=1, devices_per_node=4).devices[-1].items
+    }
     assert train["activations"] == 12800 + 102400 + 51200
     assert train["master weights fp32"] == 4 * 11408  # only the activations change
 
@@ -77,15 +101,24 @@ def test_device_overflow_names_role_and_amount(qwen2_folder: Path) -> None:
     plan = plan_memory(_cfg(gpu_memory_gb=250e-6), fp, fp, nnodes=1, devices_per_node=4)
     [problem] = plan.problems  # only training (256000 B of activations alone) exceeds 250 kB
     total = 16 * 11408 + 4 * LAYER + 256000
-    assert problem.startswith("train device (FSDP over 2") and "cluster.gpu_memory_gb=0.00025" in problem
-    assert f"short by {(total - 250000) / 1e9:.2f} GB" in problem and "largest: activations" in problem
+    assert (
+        problem.startswith("train device (FSDP over 2")
+        and "cluster.gpu_memory_gb=0.00025" in problem
+    )
+    assert (
+        f"short by {(total - 250000) / 1e9:.2f} GB" in problem and "largest: activations" in problem
+    )
 
 
-@pytest.mark.parametrize("host_gb, k, fits", [(0, 1, True), (13, 1, True), (11.9, 2, True), (5, 4, True), (2, 4, False)])
+@pytest.mark.parametrize(
+    "host_gb, k, fits", [(0, 1, True), (13, 1, True), (11.9, 2, True), (5, 4, True), (2, 4, False)]
+)
 def test_gps_group_size(host_gb: float, k: int, fits: bool) -> None:
     """Policy 1B + GenRM 2B in bf16, 2 buffers: 12 GB per host replicated, 12/k grouped."""
     cfg = _cfg(host_memory_gb=host_gb).replace(train=TrainConfig(devices=0))
-    plan = plan_memory(cfg, from_params("", 1.0, 0.0, "bfloat16"), from_params("", 2.0, 0.0, "bfloat16"), 4, 1)
+    plan = plan_memory(
+        cfg, from_params("", 1.0, 0.0, "bfloat16"), from_params("", 2.0, 0.0, "bfloat16"), 4, 1
+    )
     assert plan.gps_group == k
     assert plan.hosts[0].items[0].nbytes == 12_000_000_000 // k
     assert (plan.problems == ()) == fits

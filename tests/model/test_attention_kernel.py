@@ -2,6 +2,7 @@
 the model is built with attention="flash" (and its errors surface, no fall back to SDPA), and
 never when it is not, even with flash-attn importable and half-precision inputs. A fake
 `flash_attn` module in sys.modules stands in for the GPU kernel and records its calls."""
+
 from __future__ import annotations
 
 import sys
@@ -15,8 +16,16 @@ from pivot.model import CausalLM, ModelArgs
 
 
 def tiny_args() -> ModelArgs:
-    return ModelArgs(family="qwen2", vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-                     num_attention_heads=2, num_key_value_heads=1, head_dim=8)
+    return ModelArgs(
+        family="qwen2",
+        vocab_size=31,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+    )
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -33,7 +42,9 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> to
 def flash(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[int, ...], dict]]:
     calls: list[tuple[tuple[int, ...], dict]] = []
 
-    def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: object) -> torch.Tensor:
+    def flash_attn_func(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: object
+    ) -> torch.Tensor:
         calls.append((tuple(q.shape), dict(kwargs)))
         return reference_attention(q, k, v)
 

@@ -1,4 +1,5 @@
 """Bad checkpoints fail with errors that name the file and the tensor."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,14 @@ import pivot.model as pm
 from pivot.model.hf_folder import check_folder, tensor_headers
 
 ARGS = pm.ModelArgs(
-    family="qwen2", vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-    num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+    family="qwen2",
+    vocab_size=50,
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=8,
 )
 
 
@@ -53,7 +60,8 @@ def test_wrong_shape_and_missing_tensor(ckpt: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("model_type", "match"), [("gpt2", "unsupported architecture"), ("mixtral", "mixture-of-experts")]
+    ("model_type", "match"),
+    [("gpt2", "unsupported architecture"), ("mixtral", "mixture-of-experts")],
 )
 def test_unsupported_architecture(ckpt: Path, model_type: str, match: str) -> None:
     cfg = json.loads((ckpt / "config.json").read_text())
@@ -77,7 +85,10 @@ def test_missing_shard_named_by_every_reader(tmp_path: Path) -> None:
     for read in (pm.from_pretrained, check_folder, tensor_headers):
         with pytest.raises(FileNotFoundError) as e:
             read(tmp_path)
-        assert _one_line(e) == f"{tmp_path / shard}: listed in model.safetensors.index.json but missing"
+        assert (
+            _one_line(e)
+            == f"{tmp_path / shard}: listed in model.safetensors.index.json but missing"
+        )
 
 
 def test_check_folder_reads_headers_against_config(ckpt: Path) -> None:
@@ -87,19 +98,39 @@ def test_check_folder_reads_headers_against_config(ckpt: Path) -> None:
     (ckpt / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError) as e:
         check_folder(ckpt)
-    assert _one_line(e) == f"{ckpt}: tensor 'model.layers.0.mlp.gate_proj.weight' has shape (32, 16), config.json implies (48, 16)"
+    assert (
+        _one_line(e)
+        == f"{ckpt}: tensor 'model.layers.0.mlp.gate_proj.weight' has shape (32, 16), config.json implies (48, 16)"
+    )
 
 
-@pytest.mark.parametrize(("change", "match"), [
-    ({"num_experts_per_tok": 5}, "num_experts_per_tok=5 must be in 1..num_experts=4"),
-    ({"moe_intermediate_size": 0}, "moe_intermediate_size=0"),
-    ({"partial_rotary_factor": 0.1}, "partial_rotary_factor=0.1 must give an even rotary width"),
-    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope_type='yarn' is not supported"),
-    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
-])
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"num_experts_per_tok": 5}, "num_experts_per_tok=5 must be in 1..num_experts=4"),
+        ({"moe_intermediate_size": 0}, "moe_intermediate_size=0"),
+        (
+            {"partial_rotary_factor": 0.1},
+            "partial_rotary_factor=0.1 must give an even rotary width",
+        ),
+        (
+            {"rope_parameters": {"rope_type": "yarn", "factor": 4.0}},
+            "rope_type='yarn' is not supported",
+        ),
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ],
+)
 def test_bad_hyper_parameters_name_the_field(ckpt: Path, change: dict, match: str) -> None:
     cfg = json.loads((ckpt / "config.json").read_text())
-    cfg.update({"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8, **change})
+    cfg.update(
+        {
+            "model_type": "qwen3_moe",
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 8,
+            **change,
+        }
+    )
     (ckpt / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match=match):
         pm.ModelArgs.load(ckpt)

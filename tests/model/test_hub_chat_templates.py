@@ -6,6 +6,7 @@ its policy and GenRM. The expected texts below are written by hand from the form
 families document (Qwen's ChatML with the Qwen2.5 base files' default system prompt, Qwen3/3.5's thinking
 block, GLM-4-0414's `[gMASK]<sop>` prefix and role tags), not produced by the code under test.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,9 @@ from tests.model.fixtures.hub_layouts import (
 )
 
 JUDGE = "Judge the response to the question.\nQuestion: What is 2+3?\nResponse: 5\nVerdict:"
-QWEN25_SYSTEM = "You are a helpful assistant."  # the base checkpoints' default (Instruct: "You are Qwen, ...")
+QWEN25_SYSTEM = (
+    "You are a helpful assistant."  # the base checkpoints' default (Instruct: "You are Qwen, ...")
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +56,21 @@ def test_tokenizer_config_carries_the_template_and_eos(folders: dict[str, Path])
 
 def test_qwen25_judge_prompt_gets_the_default_system_prompt(folders: dict[str, Path]) -> None:
     tok = _tok(folders, "Qwen2.5-1.5B")
-    got = tok.render_chat([{"role": "user", "content": JUDGE}], add_generation_prompt=True, enable_thinking=True)
-    assert got == (f"<|im_start|>system\n{QWEN25_SYSTEM}<|im_end|>\n"
-                   f"<|im_start|>user\n{JUDGE}<|im_end|>\n<|im_start|>assistant\n")
-    policy = [{"role": "system", "content": "Reason step by step."}, {"role": "user", "content": "What is 2+3?"}]
-    assert tok.render_chat(policy) == ("<|im_start|>system\nReason step by step.<|im_end|>\n"
-                                       "<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n")
+    got = tok.render_chat(
+        [{"role": "user", "content": JUDGE}], add_generation_prompt=True, enable_thinking=True
+    )
+    assert got == (
+        f"<|im_start|>system\n{QWEN25_SYSTEM}<|im_end|>\n"
+        f"<|im_start|>user\n{JUDGE}<|im_end|>\n<|im_start|>assistant\n"
+    )
+    policy = [
+        {"role": "system", "content": "Reason step by step."},
+        {"role": "user", "content": "What is 2+3?"},
+    ]
+    assert tok.render_chat(policy) == (
+        "<|im_start|>system\nReason step by step.<|im_end|>\n"
+        "<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 @pytest.mark.parametrize("name", ["Qwen3-30B-A3B", "Qwen3.5-122B-A10B"])
@@ -74,21 +86,31 @@ def test_qwen3_family_judge_prompt(folders: dict[str, Path], name: str) -> None:
 
 @pytest.mark.parametrize("name", ["Qwen3-30B-A3B", "Qwen3.5-122B-A10B"])
 def test_qwen3_family_drops_earlier_reasoning(folders: dict[str, Path], name: str) -> None:
-    chat = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>\nr\n</think>\n\nx"},
-            {"role": "user", "content": "b"}]
+    chat = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "<think>\nr\n</think>\n\nx"},
+        {"role": "user", "content": "b"},
+    ]
     got = _tok(folders, name).render_chat(chat, enable_thinking=False)
-    assert got == ("<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nx<|im_end|>\n"
-                   "<|im_start|>user\nb<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert got == (
+        "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nx<|im_end|>\n"
+        "<|im_start|>user\nb<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
 
 
 def test_glm_z1_judge_prompt(folders: dict[str, Path]) -> None:
     tok = _tok(folders, "GLM-Z1-9B-0414")
     judge = tok.render_chat([{"role": "user", "content": JUDGE}])
     assert judge == f"[gMASK]<sop><|user|>\n{JUDGE}<|assistant|>\n<think>"
-    chat = [{"role": "system", "content": "S"}, {"role": "user", "content": "a"},
-            {"role": "assistant", "content": "<think>r</think>x"}, {"role": "user", "content": "b"}]
-    assert tok.render_chat(chat) == ("[gMASK]<sop><|system|>\nS<|user|>\na<|assistant|>\nx"
-                                     "<|user|>\nb<|assistant|>\n<think>")
+    chat = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "<think>r</think>x"},
+        {"role": "user", "content": "b"},
+    ]
+    assert tok.render_chat(chat) == (
+        "[gMASK]<sop><|system|>\nS<|user|>\na<|assistant|>\nx<|user|>\nb<|assistant|>\n<think>"
+    )
     # the template's tags are one token each, as in the real vocabulary
     ids = tok.apply_chat_template([{"role": "user", "content": "hi"}])
     assert [tok.decode([i], keep_special=True) for i in ids[:3]] == ["[gMASK]", "<sop>", "<|user|>"]
@@ -98,24 +120,48 @@ def test_configs_carry_the_hub_eos_ids() -> None:
     cfg = MODELS["GLM-Z1-9B-0414"]["config"]
     assert cfg["eos_token_id"] == [151329, 151336, 151338] and cfg["pad_token_id"] == 151329
     q35 = MODELS["Qwen3.5-122B-A10B"]["config"]
-    assert (q35["eos_token_id"], q35["pad_token_id"], q35["text_config"]["eos_token_id"]) == (248046, 248044, 248044)
+    assert (q35["eos_token_id"], q35["pad_token_id"], q35["text_config"]["eos_token_id"]) == (
+        248046,
+        248044,
+        248044,
+    )
     assert MODELS["Qwen3-30B-A3B"]["config"]["eos_token_id"] == 151645
-    assert all(MODELS[n]["config"]["eos_token_id"] == 151643 for n in MODELS if n.startswith("Qwen2.5"))
+    assert all(
+        MODELS[n]["config"]["eos_token_id"] == 151643 for n in MODELS if n.startswith("Qwen2.5")
+    )
 
 
 CHATS = [
     [{"role": "user", "content": JUDGE}],
-    [{"role": "system", "content": "Reason step by step."}, {"role": "user", "content": "What is 2+3? Größe €"}],
-    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>\nr\n</think>\n\nx"},
-     {"role": "user", "content": "b"}],
-    [{"role": "user", "content": "What is the weather?"},
-     {"role": "assistant", "content": "",
-      "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Zürich"}}}]},
-     {"role": "tool", "content": "sunny"}],
+    [
+        {"role": "system", "content": "Reason step by step."},
+        {"role": "user", "content": "What is 2+3? Größe €"},
+    ],
+    [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "<think>\nr\n</think>\n\nx"},
+        {"role": "user", "content": "b"},
+    ],
+    [
+        {"role": "user", "content": "What is the weather?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Zürich"}}}],
+        },
+        {"role": "tool", "content": "sunny"},
+    ],
 ]
-TOOLS = [{"type": "function", "function": {
-    "name": "weather", "description": "Wetter für eine Stadt",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "weather",
+            "description": "Wetter für eine Stadt",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 
 
 @pytest.mark.parametrize("family", ["qwen2", "qwen3_moe", "glm4", "qwen3_5_moe"])
@@ -130,9 +176,21 @@ def test_templates_render_as_transformers_renders_them(family: str, thinking: bo
     source = chat_template(family)
     for chat in CHATS:
         for tools in (None, TOOLS):
-            want = render([chat], tools=tools, chat_template=source, add_generation_prompt=True,
-                          enable_thinking=thinking, eos_token=EOS_TOKENS[family])
+            want = render(
+                [chat],
+                tools=tools,
+                chat_template=source,
+                add_generation_prompt=True,
+                enable_thinking=thinking,
+                eos_token=EOS_TOKENS[family],
+            )
             want = want[0][0]  # (rendered conversations, generation masks)
-            got = render_chat(source, chat, True, {"eos_token": EOS_TOKENS[family]}, tools=tools,
-                              enable_thinking=thinking)
+            got = render_chat(
+                source,
+                chat,
+                True,
+                {"eos_token": EOS_TOKENS[family]},
+                tools=tools,
+                enable_thinking=thinking,
+            )
             assert got == want, (family, chat, tools)

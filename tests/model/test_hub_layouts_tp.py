@@ -1,5 +1,6 @@
 """TP=2 (two spawned gloo ranks) equals TP=1 on the hub's fused Qwen3.5 layout: greedy tokens and
 log-probs, a full-tensor reload, and the gathered read-back (fused experts re-assembled per half)."""
+
 from __future__ import annotations
 
 import json
@@ -15,13 +16,18 @@ from pivot.engine import Engine, EngineConfig, Request, SamplingParams
 from pivot.model import load_state_dict
 from tests.model.fixtures.hub_layouts import write_tiny
 
-CONFIG = EngineConfig(kv_capacity_tokens=256, block_size=4, max_running_seqs=4, max_prefill_tokens=16)
+CONFIG = EngineConfig(
+    kv_capacity_tokens=256, block_size=4, max_running_seqs=4, max_prefill_tokens=16
+)
 PARAMS = SamplingParams(temperature=0, max_new_tokens=8, ignore_eos=True)
 
 
 def _requests() -> list[Request]:
     g = torch.Generator().manual_seed(5)
-    return [Request(i, torch.randint(0, 118, (k,), generator=g).tolist(), PARAMS) for i, k in enumerate((4, 9, 13))]
+    return [
+        Request(i, torch.randint(0, 118, (k,), generator=g).tolist(), PARAMS)
+        for i, k in enumerate((4, 9, 13))
+    ]
 
 
 def _run(engine: Engine, group: dist.ProcessGroup | None) -> dict:
@@ -49,7 +55,9 @@ def _worker(rank: int, port: int, root: str) -> None:
                 engine.add(r)
         result[phase] = _run(engine, group)
     full, ref = engine.named_parameters_hf(), load_state_dict(Path(root) / "b")
-    result["readback_ok"] = set(full) == set(ref) and all(torch.equal(full[k], ref[k].to(full[k].dtype)) for k in ref)
+    result["readback_ok"] = set(full) == set(ref) and all(
+        torch.equal(full[k], ref[k].to(full[k].dtype)) for k in ref
+    )
     if rank == 0:
         (Path(root) / "tp2.json").write_text(json.dumps(result))
     dist.destroy_process_group()
@@ -82,11 +90,15 @@ def _trainer_worker(rank: int, port: int, root: str) -> None:
     from pivot.model import from_pretrained
     from pivot.roles.trainer import Trainer
 
-    trainer = Trainer.from_pretrained(Path(root) / "a", dist.group.WORLD, TrainConfig(), "cpu")  # dim-0 sliced reads
+    trainer = Trainer.from_pretrained(
+        Path(root) / "a", dist.group.WORLD, TrainConfig(), "cpu"
+    )  # dim-0 sliced reads
     ref = from_pretrained(Path(root) / "a").state_dict()
     ok = all(torch.equal(p.full_tensor(), ref[n]) for n, p in trainer.params.items())
     if rank == 0:
-        (Path(root) / "trainer.json").write_text(json.dumps({"ok": ok, "names": sorted(trainer.params)}))
+        (Path(root) / "trainer.json").write_text(
+            json.dumps({"ok": ok, "names": sorted(trainer.params)})
+        )
     dist.destroy_process_group()
 
 
@@ -120,8 +132,15 @@ def _shift_up_worker(rank: int, port: int, root: str) -> None:
     specs = specs_from_checkpoint(folder)
     gps = GPSStore(store, HostInfo(rank, 0, rank, (0, 0)), namespace="hubtp" + str(port))
     try:
-        service = WeightService(gps, {"policy": specs, "genrm": specs}, (0, 0), Slot("train", 0, ()), 0, "cpu",
-                                dtype="float32")
+        service = WeightService(
+            gps,
+            {"policy": specs, "genrm": specs},
+            (0, 0),
+            Slot("train", 0, ()),
+            0,
+            "cpu",
+            dtype="float32",
+        )
         if rank == 0:
             service.publish("genrm", load_state_dict(folder))
         dist.barrier()
@@ -130,7 +149,13 @@ def _shift_up_worker(rank: int, port: int, root: str) -> None:
         engine = Engine(model, CONFIG, tp_group=group, device="cpu")
         buffers = engine.weight_buffers()
         tensors, version = service.read("genrm", Slot("reward", 0, (0, 1)), None, out=buffers)
-        not_in_place = sorted({n.split(".")[-2] + "." + n.split(".")[-1] for n in buffers if tensors[n] is not buffers[n]})
+        not_in_place = sorted(
+            {
+                n.split(".")[-2] + "." + n.split(".")[-1]
+                for n in buffers
+                if tensors[n] is not buffers[n]
+            }
+        )
         engine.load_weights({**buffers, **tensors}, version)
         if rank == 0:
             for r in _requests():
@@ -172,9 +197,17 @@ def test_job_runs_with_the_hubs_fused_genrm(tmp_path: Path) -> None:
     from tests.runtime.test_runtime import check_exactly_once, torchrun
 
     policy, _ = random_models(tmp_path / "models")
-    genrm = write_tiny("Qwen3.5-122B-A10B", tmp_path / "models" / "q35", seed=4,
-                       text={"vocab_size": len(CHARS) + 2, "eos_token_id": 0, "pad_token_id": 1,
-                             "max_position_embeddings": 512})
+    genrm = write_tiny(
+        "Qwen3.5-122B-A10B",
+        tmp_path / "models" / "q35",
+        seed=4,
+        text={
+            "vocab_size": len(CHARS) + 2,
+            "eos_token_id": 0,
+            "pad_token_id": 1,
+            "max_position_embeddings": 512,
+        },
+    )
     (genrm / "tokenizer.json").write_bytes((policy / "tokenizer.json").read_bytes())
     (genrm / "tokenizer_config.json").unlink()  # the character tokenizer's own specials, not Qwen's
     torchrun((policy, genrm), tmp_path / "run", "--train.steps", "2", "--reward.tp", "2")

@@ -5,6 +5,7 @@ the hub ships it); Pivot loads its language model only. The chunked and the recu
 the delta rule are checked against each other, and a layer continued from its carried state
 against one pass over the whole sequence.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,12 +18,34 @@ from pivot.model.deltanet import chunked_delta_rule, recurrent_delta_rule
 
 transformers = pytest.importorskip("transformers")
 
-TEXT = {"vocab_size": 97, "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
-        "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2,
-        "moe_intermediate_size": 16, "shared_expert_intermediate_size": 24, "rms_norm_eps": 1e-6}
-VISION = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 32, "patch_size": 4,
-          "spatial_merge_size": 2, "temporal_patch_size": 2}
+TEXT = {
+    "vocab_size": 97,
+    "hidden_size": 32,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 16,
+    "shared_expert_intermediate_size": 24,
+    "rms_norm_eps": 1e-6,
+}
+VISION = {
+    "depth": 1,
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_heads": 2,
+    "out_hidden_size": 32,
+    "patch_size": 4,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+}
 
 
 @pytest.fixture(scope="module")
@@ -79,4 +102,3 @@ def test_layer_continues_from_its_state(folder: tuple[Path, torch.nn.Module]) ->
             out, state = layer(x[:, lo:hi], state)
             parts.append(out)
     torch.testing.assert_close(torch.cat(parts, dim=1), whole, atol=1e-5, rtol=1e-5)
-

@@ -4,6 +4,7 @@
 device itself, and "meta" while parameters go to meta (`params_on_meta`); the training role
 builds the same kind of layers as the inference roles. A fake `transformer_engine.pytorch`
 records what it was asked for."""
+
 from __future__ import annotations
 
 import sys
@@ -25,9 +26,13 @@ def te_devices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     asked: list[str] = []
 
     class Linear(nn.Linear):
-        def __init__(self, in_features: int, out_features: int, bias: bool = True, device: str = "cuda") -> None:
+        def __init__(
+            self, in_features: int, out_features: int, bias: bool = True, device: str = "cuda"
+        ) -> None:
             asked.append(str(device))
-            super().__init__(in_features, out_features, bias=bias, device="cpu" if device == "cuda" else device)
+            super().__init__(
+                in_features, out_features, bias=bias, device="cpu" if device == "cuda" else device
+            )
 
     pytorch = ModuleType("transformer_engine.pytorch")
     pytorch.Linear = Linear  # type: ignore[attr-defined]
@@ -38,7 +43,9 @@ def te_devices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return asked
 
 
-def test_te_linear_is_built_on_the_active_device_and_on_meta_under_params_on_meta(te_devices: list[str]) -> None:
+def test_te_linear_is_built_on_the_active_device_and_on_meta_under_params_on_meta(
+    te_devices: list[str],
+) -> None:
     make_linear(4, 8, False, "te")
     with torch.device("meta"):
         make_linear(4, 8, False, "te")
@@ -61,8 +68,16 @@ def test_the_training_role_builds_te_layers_when_asked(monkeypatch: pytest.Monke
         raise Stop  # the FSDP trainer after it needs a process group; what it was built as is the point
 
     monkeypatch.setattr(training, "CausalLM", spy)
-    args = ModelArgs(family="qwen2", vocab_size=31, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
-                     num_attention_heads=2, num_key_value_heads=1, head_dim=8)
+    args = ModelArgs(
+        family="qwen2",
+        vocab_size=31,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+    )
     with pytest.raises(Stop):
         TrainingRole(args, None, TrainConfig(), "cpu", 1.0, None, None, linear="te").shift_up({})
     assert built == [{"linear": "te", "attention": "sdpa"}]

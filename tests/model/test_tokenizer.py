@@ -4,6 +4,7 @@ The folder is written here (a small byte-level BPE, a Qwen3-style tokenizer_conf
 generation_config.json, the Qwen3-style template in fixtures/); transformers' AutoTokenizer and
 GenerationConfig read the same folder and are the oracle.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,10 @@ PLAIN_TEMPLATE = """{{ bos_token }}
 {% if add_generation_prompt %}[ASSISTANT]{% endif %}"""
 
 CHATS = [
-    [{"role": "system", "content": "You grade answers."}, {"role": "user", "content": "Is 2+2=4 right?"}],
+    [
+        {"role": "system", "content": "You grade answers."},
+        {"role": "user", "content": "Is 2+2=4 right?"},
+    ],
     [
         {"role": "user", "content": "Solve x+1=3."},
         {"role": "assistant", "content": "<think>\nsubtract one\n</think>\n\nx = 2"},
@@ -39,36 +43,72 @@ CHATS = [
     ],
     [
         {"role": "user", "content": "What is the weather?"},
-        {"role": "assistant", "content": "", "reasoning_content": "call the tool",
-         "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Zürich"}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "call the tool",
+            "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Zürich"}}}],
+        },
         {"role": "tool", "content": "sunny"},
     ],
 ]
-TOOLS = [{"type": "function", "function": {"name": "weather", "description": "Wetter für eine Stadt",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "weather",
+            "description": "Wetter für eine Stadt",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 
 
 def _write_folder(path: Path, template_in_config: str | None, template_file: str | None) -> None:
-    corpus = [json.dumps(CHATS), QWEN3_TEMPLATE, "the quick brown fox jumps over the lazy dog 0123456789"] * 3
+    corpus = [
+        json.dumps(CHATS),
+        QWEN3_TEMPLATE,
+        "the quick brown fox jumps over the lazy dog 0123456789",
+    ] * 3
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=400, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
-    ))
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=400,
+            special_tokens=SPECIAL,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     tok.add_tokens([AddedToken("<think>", special=False), AddedToken("</think>", special=False)])
     path.mkdir(parents=True, exist_ok=True)
     tok.save(str(path / "tokenizer.json"))
-    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "bos_token": "<|endoftext|>",
-           "pad_token": {"__type": "AddedToken", "content": "<|endoftext|>", "lstrip": False, "normalized": False,
-                         "rstrip": False, "single_word": False, "special": True}, "model_max_length": 4096}
+    cfg = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": "<|im_end|>",
+        "bos_token": "<|endoftext|>",
+        "pad_token": {
+            "__type": "AddedToken",
+            "content": "<|endoftext|>",
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        },
+        "model_max_length": 4096,
+    }
     if template_in_config is not None:
         cfg["chat_template"] = template_in_config
     (path / "tokenizer_config.json").write_text(json.dumps(cfg))
     if template_file is not None:
         (path / "chat_template.jinja").write_text(template_file)
     ids = {t: tok.token_to_id(t) for t in SPECIAL}
-    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]]}))
+    (path / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]]})
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +133,16 @@ def test_special_ids_from_config_files(qwen3_folder: Path) -> None:
 
 
 @pytest.mark.parametrize("chat", range(len(CHATS)))
-@pytest.mark.parametrize("switches", [
-    {"add_generation_prompt": True},
-    {"add_generation_prompt": False},
-    {"add_generation_prompt": True, "enable_thinking": False},
-    {"add_generation_prompt": True, "tools": TOOLS},
-], ids=["gen", "nogen", "nothink", "tools"])
+@pytest.mark.parametrize(
+    "switches",
+    [
+        {"add_generation_prompt": True},
+        {"add_generation_prompt": False},
+        {"add_generation_prompt": True, "enable_thinking": False},
+        {"add_generation_prompt": True, "tools": TOOLS},
+    ],
+    ids=["gen", "nogen", "nothink", "tools"],
+)
 def test_qwen3_template_matches_transformers(qwen3_folder: Path, chat: int, switches: dict) -> None:
     ours = TextTokenizer.from_pretrained(qwen3_folder)
     got = ours.apply_chat_template(CHATS[chat], **switches)
@@ -109,10 +153,17 @@ def test_qwen3_template_matches_transformers(qwen3_folder: Path, chat: int, swit
 def test_template_file_wins_and_plain_template(tmp_path: Path) -> None:
     _write_folder(tmp_path, QWEN3_TEMPLATE, PLAIN_TEMPLATE)
     ours = TextTokenizer.from_pretrained(tmp_path)
-    chat = [{"role": "system", "content": "  judge  "}, {"role": "user", "content": "hi", "meta": {"ü": [1, "é"]}}]
+    chat = [
+        {"role": "system", "content": "  judge  "},
+        {"role": "user", "content": "hi", "meta": {"ü": [1, "é"]}},
+    ]
     for gen in (True, False):
-        assert ours.apply_chat_template(chat, add_generation_prompt=gen) == _hf_ids(tmp_path, chat, add_generation_prompt=gen)
-    assert ours.render_chat(chat).startswith("<|endoftext|>\n[SYSTEM] judge\n[USER] hi")  # the file, not the config
+        assert ours.apply_chat_template(chat, add_generation_prompt=gen) == _hf_ids(
+            tmp_path, chat, add_generation_prompt=gen
+        )
+    assert ours.render_chat(chat).startswith(
+        "<|endoftext|>\n[SYSTEM] judge\n[USER] hi"
+    )  # the file, not the config
     with pytest.raises(ValueError, match="chat template failed: unknown role robot"):
         ours.apply_chat_template([{"role": "robot", "content": "x"}])
 

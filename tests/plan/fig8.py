@@ -1,4 +1,5 @@
 """The situation of the paper's Figure 8, as a snapshot (shared by the plan tests)."""
+
 from __future__ import annotations
 
 from pivot.plan import ClusterSnapshot
@@ -14,7 +15,10 @@ def figure8(train_batch_ready: bool = False) -> ClusterSnapshot:
     (slots 0-31), training over GPUs 24-31. Up now: reward on GPUs 0-15, rollout on 16-23,
     training (idle, batch not ready) on 24-31. Reward is the bottleneck."""
     slots = [Replica(i, "rollout", (i,), 100_000, RO_MODEL) for i in range(32)]
-    slots += [Replica(100 + i, "reward", tuple(range(4 * i, 4 * i + 4)), 200_000, RM_MODEL) for i in range(8)]
+    slots += [
+        Replica(100 + i, "reward", tuple(range(4 * i, 4 * i + 4)), 200_000, RM_MODEL)
+        for i in range(8)
+    ]
     slots.append(Replica(TRAIN_ID, "train", tuple(range(24, 32))))
     active = {100, 101, 102, 103, TRAIN_ID, *range(16, 24)}
     running: dict[int, tuple[SeqState, ...]] = {}
@@ -28,5 +32,9 @@ def figure8(train_batch_ready: bool = False) -> ClusterSnapshot:
         sid += n
     queue = tuple(SeqState(sid + j, 1200, 300) for j in range(145))
     return ClusterSnapshot(
-        tuple(slots), frozenset(active), running, {"reward": queue}, train_batch_ready=train_batch_ready
+        tuple(slots),
+        frozenset(active),
+        running,
+        {"reward": queue},
+        train_batch_ready=train_batch_ready,
     )

@@ -9,6 +9,7 @@ penalty the later transition in traversal order wins (Appendix D.2). One candida
 reachable j in 1..max_up, in ascending j. Plans are kept as back-pointer chains so a
 transition is O(1); the DP is O(K * I).
 """
+
 from __future__ import annotations
 
 import math
@@ -36,7 +37,9 @@ def build_candidates(pairs: Sequence[ShiftPair], max_up: int) -> list[Candidate]
         raise ValueError(f"build_candidates: max_up must be >= 0, got {max_up}")
     for i, p in enumerate(pairs):
         if not p.up or not p.penalty >= 0:
-            raise ValueError(f"build_candidates: pair {i} needs up replicas and a penalty >= 0, got {p}")
+            raise ValueError(
+                f"build_candidates: pair {i} needs up replicas and a penalty >= 0, got {p}"
+            )
     K = max_up
     best = [0.0] + [math.inf] * K
     plan: list[tuple | None] = [None] * (K + 1)  # (pair index, e, parent chain)

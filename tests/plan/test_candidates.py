@@ -1,4 +1,5 @@
 """Algorithm 1 against brute force, and the Figure 8 candidates."""
+
 from __future__ import annotations
 
 import itertools
@@ -24,7 +25,9 @@ def brute_force(pairs: list[ShiftPair], max_up: int) -> dict[int, float]:
 
 
 pair_st = st.builds(
-    lambda n, phi: (n, phi), st.integers(1, 4), st.one_of(st.integers(0, 6).map(float), st.floats(0, 100))
+    lambda n, phi: (n, phi),
+    st.integers(1, 4),
+    st.one_of(st.integers(0, 6).map(float), st.floats(0, 100)),
 )
 
 
@@ -65,7 +68,13 @@ def test_bad_pairs_rejected() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 6), st.sampled_from([0.0, 1.0, 2.0, 0.1, 0.2, 0.3, 7.5])), max_size=12), st.integers(0, 40))
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 6), st.sampled_from([0.0, 1.0, 2.0, 0.1, 0.2, 0.3, 7.5])),
+        max_size=12,
+    ),
+    st.integers(0, 40),
+)
 def test_vectorised_dp_equals_scalar_reference(spec: list[tuple[int, float]], max_up: int) -> None:
     """Same candidates (replicas, down sets, penalties bit for bit) as the frozen scalar DP,
     with many equal and float-rounded penalty sums (the tie rule decides)."""

@@ -1,6 +1,7 @@
 """The chaos strategy: over random cluster states, every plan it issues is one the runtime can
 execute, keeps the trainer's step, brings a ready trainer up, and leaves each inference role a
 replica whenever the cluster has room for one of each beside the trainer."""
+
 from __future__ import annotations
 
 import itertools
@@ -17,8 +18,10 @@ MODEL = ThroughputModel(A=1e-6, B=0.010, C=2e-4, D=0.005)
 
 
 def tiled(role: Role, tp: int, world: int, first_id: int) -> list[Replica]:
-    return [Replica(first_id + i, role, tuple(range(s, s + tp)), 4096, MODEL)
-            for i, s in enumerate(range(0, world - tp + 1, tp))]
+    return [
+        Replica(first_id + i, role, tuple(range(s, s + tp)), 4096, MODEL)
+        for i, s in enumerate(range(0, world - tp + 1, tp))
+    ]
 
 
 def random_state(rng: random.Random) -> ClusterSnapshot:
@@ -28,7 +31,11 @@ def random_state(rng: random.Random) -> ClusterSnapshot:
     rollout = tiled(Role.ROLLOUT, rng.choice([1, 2]) if world > 1 else 1, world, 0)
     reward = tiled(Role.REWARD, rng.choice([1, 2]) if world > 1 else 1, world, 100)
     train_devices = rng.randint(0, world)
-    train = [Replica(999, Role.TRAIN, tuple(range(world - train_devices, world)))] if train_devices else []
+    train = (
+        [Replica(999, Role.TRAIN, tuple(range(world - train_devices, world)))]
+        if train_devices
+        else []
+    )
     slots = rollout + reward + train
     active: set[int] = set()
     busy: set[int] = set()
@@ -37,17 +44,34 @@ def random_state(rng: random.Random) -> ClusterSnapshot:
             active.add(slot.replica_id)
             busy |= set(slot.devices)
     ids = itertools.count()
-    running = {r.replica_id: tuple(SeqState(next(ids), 10, rng.randint(0, 50)) for _ in range(rng.randint(0, 3)))
-               for r in rollout + reward if r.replica_id in active}
-    queues = {role: tuple(SeqState(next(ids), 10) for _ in range(rng.randint(0, 3))) for role in ("rollout", "reward")}
-    return ClusterSnapshot(tuple(slots), frozenset(active), running, queues, train_batch_ready=rng.random() < 0.4,
-                           devices=tuple(range(world)))
+    running = {
+        r.replica_id: tuple(
+            SeqState(next(ids), 10, rng.randint(0, 50)) for _ in range(rng.randint(0, 3))
+        )
+        for r in rollout + reward
+        if r.replica_id in active
+    }
+    queues = {
+        role: tuple(SeqState(next(ids), 10) for _ in range(rng.randint(0, 3)))
+        for role in ("rollout", "reward")
+    }
+    return ClusterSnapshot(
+        tuple(slots),
+        frozenset(active),
+        running,
+        queues,
+        train_batch_ready=rng.random() < 0.4,
+        devices=tuple(range(world)),
+    )
 
 
 def room_for_both(snap: ClusterSnapshot, reserved: set[int]) -> bool:
     """Brute force: a rollout slot and a reward slot, disjoint, both off `reserved`."""
-    return any(set(a.devices).isdisjoint(b.devices) and reserved.isdisjoint(a.devices + b.devices)
-               for a in snap.slots(Role.ROLLOUT) for b in snap.slots(Role.REWARD))
+    return any(
+        set(a.devices).isdisjoint(b.devices) and reserved.isdisjoint(a.devices + b.devices)
+        for a in snap.slots(Role.ROLLOUT)
+        for b in snap.slots(Role.REWARD)
+    )
 
 
 def up_roles_after(snap: ClusterSnapshot, up: tuple[int, ...], down: tuple[int, ...]) -> set[str]:
@@ -79,9 +103,14 @@ def test_plans_are_valid_on_random_cluster_states(chunk: int) -> None:
             assert len(devices) == len(set(devices)), f"a device in two replicas after {plan}"
             if locked_train:
                 assert train.replica_id not in plan.down, "interrupts a training step"
-                assert snap.train_active or train.replica_id in plan.up, "a ready trainer stays down"
+                assert snap.train_active or train.replica_id in plan.up, (
+                    "a ready trainer stays down"
+                )
             if room_for_both(snap, reserved):
-                assert {Role.ROLLOUT, Role.REWARD} <= up_roles_after(snap, plan.up, plan.down), (snap, plan)
+                assert {Role.ROLLOUT, Role.REWARD} <= up_roles_after(snap, plan.up, plan.down), (
+                    snap,
+                    plan,
+                )
             shifted_busy += any(snap.running.get(rid) for rid in plan.down)
     assert issued > 500 and shifted_busy > 100  # it does shift, and it does hit running sequences
 
@@ -93,12 +122,20 @@ def test_seeded_and_every_role_and_slot_is_shifted() -> None:
     for _ in range(2):
         planner = make_planner(PlannerConfig(strategy="chaos", chaos_seed=3))
         runs.append([planner.plan(s) for s in snaps])
-    assert [(p.up, p.down) if p else None for p in runs[0]] == [(p.up, p.down) if p else None for p in runs[1]]
+    assert [(p.up, p.down) if p else None for p in runs[0]] == [
+        (p.up, p.down) if p else None for p in runs[1]
+    ]
     other = make_planner(PlannerConfig(strategy="chaos", chaos_seed=4))
-    assert [(p.up, p.down) if p else None for p in (other.plan(s) for s in snaps)] != \
-           [(p.up, p.down) if p else None for p in runs[0]]
-    moved = {(s.by_id[rid].role, up) for s, p in zip(snaps, runs[0]) if p for up, ids in ((True, p.up), (False, p.down))
-             for rid in ids}
+    assert [(p.up, p.down) if p else None for p in (other.plan(s) for s in snaps)] != [
+        (p.up, p.down) if p else None for p in runs[0]
+    ]
+    moved = {
+        (s.by_id[rid].role, up)
+        for s, p in zip(snaps, runs[0])
+        if p
+        for up, ids in ((True, p.up), (False, p.down))
+        for rid in ids
+    }
     assert moved == {(role, up) for role in Role for up in (True, False)}
 
 
@@ -112,7 +149,9 @@ def test_four_ranks_as_the_tiny_job_keeps_both_roles_through_many_plans() -> Non
     active = frozenset({0, 5})
     shifts = 0
     for _ in range(2000):
-        snap = ClusterSnapshot(slots, active, train_batch_ready=rng.random() < 0.3, devices=(0, 1, 2, 3))
+        snap = ClusterSnapshot(
+            slots, active, train_batch_ready=rng.random() < 0.3, devices=(0, 1, 2, 3)
+        )
         plan = planner.plan(snap)
         if plan is None:
             continue

@@ -1,6 +1,7 @@
 """The planner's optimised evaluation returns exactly the straightforward evaluation's numbers:
 per candidate, clone the paper oracle (tests/sched/reference_scheduler.py), shift down, shift
 up, read the rates."""
+
 from __future__ import annotations
 
 import random
@@ -15,8 +16,14 @@ from tests.plan.fig8 import figure8
 from tests.sched import reference_scheduler as ref
 from tools.bench_planner import clone_benefits, scenario
 
-RO = [ThroughputModel(A=1e-6, B=0.010, C=2e-4, D=0.005), ThroughputModel(A=3e-6, B=0.004, C=1e-4, D=0.002)]
-RM = [ThroughputModel(A=2e-6, B=0.020, C=4e-4, D=0.010), ThroughputModel(A=0.0, B=0.02, C=0.0, D=0.0)]
+RO = [
+    ThroughputModel(A=1e-6, B=0.010, C=2e-4, D=0.005),
+    ThroughputModel(A=3e-6, B=0.004, C=1e-4, D=0.002),
+]
+RM = [
+    ThroughputModel(A=2e-6, B=0.020, C=4e-4, D=0.010),
+    ThroughputModel(A=0.0, B=0.02, C=0.0, D=0.0),
+]
 
 
 def random_snapshot(seed: int) -> ClusterSnapshot:
@@ -24,8 +31,19 @@ def random_snapshot(seed: int) -> ClusterSnapshot:
     a training pool on the last quarter; random up sets, running sequences and queues."""
     rng = random.Random(seed)
     n = 4 * rng.randint(2, 8)
-    slots = [Replica(i, "rollout", (i,), rng.choice([3000, 8000]), rng.choice(RO)) for i in range(n)]
-    slots += [Replica(n + i, "reward", tuple(range(4 * i, 4 * i + 4)), rng.choice([6000, 20000]), rng.choice(RM)) for i in range(n // 4)]
+    slots = [
+        Replica(i, "rollout", (i,), rng.choice([3000, 8000]), rng.choice(RO)) for i in range(n)
+    ]
+    slots += [
+        Replica(
+            n + i,
+            "reward",
+            tuple(range(4 * i, 4 * i + 4)),
+            rng.choice([6000, 20000]),
+            rng.choice(RM),
+        )
+        for i in range(n // 4)
+    ]
     train = 2 * n
     slots.append(Replica(train, "train", tuple(range(3 * n // 4, n))))
     held: set[int] = set()
@@ -43,19 +61,32 @@ def random_snapshot(seed: int) -> ClusterSnapshot:
     running, sid = {}, 0
     for rid in sorted(active - {train}):
         k = rng.randint(0, 6)
-        running[rid] = tuple(SeqState(sid + j, rng.randint(50, 600), rng.randint(0, 300)) for j in range(k))
+        running[rid] = tuple(
+            SeqState(sid + j, rng.randint(50, 600), rng.randint(0, 300)) for j in range(k)
+        )
         sid += k
     queues = {}
     for role in ("rollout", "reward"):
-        queues[role] = tuple(SeqState(sid + j, rng.randint(50, 900), rng.randint(0, 300)) for j in range(rng.randint(0, 60)))
+        queues[role] = tuple(
+            SeqState(sid + j, rng.randint(50, 900), rng.randint(0, 300))
+            for j in range(rng.randint(0, 60))
+        )
         sid += len(queues[role])
-    return _Snap(tuple(slots), frozenset(active), running, queues, train_batch_ready=rng.random() < 0.2,
-                 train_throughput=rng.choice([0.0, 500.0]))
+    return _Snap(
+        tuple(slots),
+        frozenset(active),
+        running,
+        queues,
+        train_batch_ready=rng.random() < 0.2,
+        train_throughput=rng.choice([0.0, 500.0]),
+    )
 
 
 def ref_scheduler(snap: ClusterSnapshot, role: str, migrate: bool) -> ref.ShiftAwareScheduler:
     slots = snap.slots(role)
-    s = ref.ShiftAwareScheduler(slots, active=[r.replica_id for r in slots if r.replica_id in snap.active], migrate=migrate)
+    s = ref.ShiftAwareScheduler(
+        slots, active=[r.replica_id for r in slots if r.replica_id in snap.active], migrate=migrate
+    )
     for r in slots:
         for seq in snap.running.get(r.replica_id, ()):
             s.adopt(seq, r.replica_id)

@@ -1,5 +1,6 @@
 """The shift penalty with KV-preserving migration (`planner.kv_migration`): the discarded KV of a
 shifted-down replica is priced at `kv_refill_share` of its re-prefill, by hand on Figure 8."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +10,6 @@ import pytest
 from pivot.config import ConfigError, PlannerConfig
 from pivot.plan import PivotPlanner, Role, build_pairs
 from pivot.plan.pairs import replica_rates
-
 from tests.plan.fig8 import TRAIN_ID, figure8
 
 
@@ -23,7 +23,9 @@ def test_kv_migration_prices_the_transfer_not_the_recompute() -> None:
     assert kept.down == (16, 17, 18, 19)
     assert kept.penalty == pytest.approx(4 * 3.1 * 4 / 0.017)
     for on, want in ((True, 3.1), (False, 3.4)):
-        planner = PivotPlanner(PlannerConfig(tau_shift_s=3.0, kv_migration=on, kv_refill_share=0.25))
+        planner = PivotPlanner(
+            PlannerConfig(tau_shift_s=3.0, kv_migration=on, kv_refill_share=0.25)
+        )
         planner.plan(dataclasses.replace(snap, shift_s={"reward": 3.0}))
         cand = planner.last_candidates[2][0]
         assert cand.down == (16, 17, 18, 19, TRAIN_ID)

@@ -1,4 +1,5 @@
 """The five-step planner: Figure 8, the no-positive-benefit rule, training, ablations."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -154,12 +155,16 @@ def snapshots(draw: st.DrawFn) -> ClusterSnapshot:
         n = draw(st.integers(0, 12))
         queues[role] = tuple(SeqState(sid + j, draw(st.integers(10, 900))) for j in range(n))
         sid += n
-    return ClusterSnapshot(tuple(slots), frozenset(active), running, queues, train_batch_ready=draw(st.booleans()))
+    return ClusterSnapshot(
+        tuple(slots), frozenset(active), running, queues, train_batch_ready=draw(st.booleans())
+    )
 
 
 @settings(max_examples=60, deadline=None)
 @given(snapshots(), st.floats(0.01, 100), st.floats(0, 50))
-def test_no_shift_when_no_benefit_is_positive(snap: ClusterSnapshot, horizon: float, tau: float) -> None:
+def test_no_shift_when_no_benefit_is_positive(
+    snap: ClusterSnapshot, horizon: float, tau: float
+) -> None:
     planner = PivotPlanner(PlannerConfig(horizon_s=horizon, tau_shift_s=tau))
     plan = planner.plan(snap)
     benefits = [b for _, b in planner.last_candidates]

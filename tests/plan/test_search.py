@@ -1,4 +1,5 @@
 """Bounded step 4: exact up to `max_evaluated` candidates, a consistent subset beyond it."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,7 +25,11 @@ def test_exact_when_candidates_fit_the_budget(seed: int) -> None:
     bounded, got = plan_with(seed, budget)
     assert bounded.last_candidates == full.last_candidates
     assert len(full.last_candidates) == full.last_num_candidates
-    assert got == want or (got is not None and want is not None and (got.up, got.down, got.benefit) == (want.up, want.down, want.benefit))
+    assert got == want or (
+        got is not None
+        and want is not None
+        and (got.up, got.down, got.benefit) == (want.up, want.down, want.benefit)
+    )
 
 
 @pytest.mark.parametrize("seed", range(1, 40))
@@ -62,7 +67,11 @@ def test_search_is_deterministic(seed: int) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(1, 2000), min_size=1, max_size=120, unique=True), st.integers(2, 12), st.randoms(use_true_random=False))
+@given(
+    st.lists(st.integers(1, 2000), min_size=1, max_size=120, unique=True),
+    st.integers(2, 12),
+    st.randoms(use_true_random=False),
+)
 def test_coarse_to_fine_calls(ks: list[int], budget: int, rnd) -> None:  # noqa: ANN001
     ks.sort()
     scores = [rnd.uniform(-5, 5) for _ in ks]

@@ -1,4 +1,5 @@
 """Inconsistent snapshots are rejected with an error naming the item."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,7 +14,9 @@ M = ThroughputModel(1e-6, 0.01, 2e-4, 0.005)
 
 def test_device_roles_view() -> None:
     roles = figure8().device_roles()
-    assert roles[0] == ("reward", 100) and roles[16] == ("rollout", 16) and roles[30] == ("train", 200)
+    assert (
+        roles[0] == ("reward", 100) and roles[16] == ("rollout", 16) and roles[30] == ("train", 200)
+    )
 
 
 def test_device_in_two_replicas() -> None:
@@ -27,7 +30,9 @@ def test_sequence_on_two_replicas() -> None:
     with pytest.raises(ValueError, match="sequence 5 is on two replicas"):
         ClusterSnapshot(slots, frozenset({0, 1}), {0: (SeqState(5, 1),), 1: (SeqState(5, 1),)})
     with pytest.raises(ValueError, match="sequence 5 is on two replicas"):
-        ClusterSnapshot(slots, frozenset({0, 1}), {0: (SeqState(5, 1),)}, {"rollout": (SeqState(5, 1),)})
+        ClusterSnapshot(
+            slots, frozenset({0, 1}), {0: (SeqState(5, 1),)}, {"rollout": (SeqState(5, 1),)}
+        )
 
 
 def test_negative_length() -> None:
@@ -58,4 +63,8 @@ def test_other_inconsistencies() -> None:
 def test_bad_snapshot_gives_no_plan() -> None:
     planner = make_planner(PlannerConfig())
     with pytest.raises(ValueError):
-        planner.plan(ClusterSnapshot((Replica(0, "rollout", (0,), 10, M), Replica(0, "reward", (1,), 10, M)), frozenset()))
+        planner.plan(
+            ClusterSnapshot(
+                (Replica(0, "rollout", (0,), 10, M), Replica(0, "reward", (1,), 10, M)), frozenset()
+            )
+        )

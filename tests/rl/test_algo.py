@@ -1,4 +1,5 @@
 """RL math against hand-computed values."""
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,9 @@ def test_grpo_advantages_hand_values() -> None:
     expect0 = torch.tensor([0.5, -0.5, -0.5, 0.5]) / std
     assert torch.allclose(adv[0], expect0)
     assert torch.equal(adv[1], torch.zeros(4))
-    assert torch.allclose(grpo_advantages(r, normalize_std=False)[0], torch.tensor([0.5, -0.5, -0.5, 0.5]))
+    assert torch.allclose(
+        grpo_advantages(r, normalize_std=False)[0], torch.tensor([0.5, -0.5, -0.5, 0.5])
+    )
 
 
 def test_grpo_single_sample_group_is_zero() -> None:
@@ -58,9 +61,13 @@ def test_aggregation_token_vs_sequence() -> None:
     assert aggregate(v, m, "token").item() == pytest.approx((1 + 2 + 3 + 4) / 4)
     assert aggregate(v, m, "sequence").item() == pytest.approx((2.0 + 4.0) / 2)
     # an explicit normalizer lets micro-batches sum to the whole batch's loss
-    parts = aggregate(v[:1], m[:1], "token", normalizer=4) + aggregate(v[1:], m[1:], "token", normalizer=4)
+    parts = aggregate(v[:1], m[:1], "token", normalizer=4) + aggregate(
+        v[1:], m[1:], "token", normalizer=4
+    )
     assert parts.item() == pytest.approx(aggregate(v, m, "token").item())
-    parts = aggregate(v[:1], m[:1], "sequence", normalizer=2) + aggregate(v[1:], m[1:], "sequence", normalizer=2)
+    parts = aggregate(v[:1], m[:1], "sequence", normalizer=2) + aggregate(
+        v[1:], m[1:], "sequence", normalizer=2
+    )
     assert parts.item() == pytest.approx(aggregate(v, m, "sequence").item())
     with pytest.raises(ValueError, match="aggregation"):
         aggregate(v, m, "mean")
@@ -79,7 +86,9 @@ def test_kl_term_and_gradient() -> None:
     k3 = kl_k3(logp.detach(), ref)
     # exp(ref - logp) - (ref - logp) - 1 = 0.5 - log(0.5) - 1
     assert k3.item() == pytest.approx(0.5 - math.log(0.5) - 1)
-    loss, st = ppo_clip_loss(logp, logp.detach(), torch.tensor([0.0]), torch.ones(1, 1), ref_logprobs=ref, kl_coef=0.1)
+    loss, st = ppo_clip_loss(
+        logp, logp.detach(), torch.tensor([0.0]), torch.ones(1, 1), ref_logprobs=ref, kl_coef=0.1
+    )
     assert loss.item() == pytest.approx(0.1 * k3.item())
     assert st.kl_ref == pytest.approx(k3.item())
     loss.backward()
@@ -110,15 +119,22 @@ def test_sequence_aggregation_skips_fully_masked_rows() -> None:
         )
         assert parts.item() == pytest.approx(3.0)
     assert aggregate(v[1:2], m[1:2], "sequence").item() == 0.0  # nothing to average: zero, not NaN
-    loss, st = ppo_clip_loss(torch.zeros(3, 3), torch.zeros(3, 3), torch.tensor([1.0, 7.0, -3.0]), m, agg="sequence")
+    loss, st = ppo_clip_loss(
+        torch.zeros(3, 3), torch.zeros(3, 3), torch.tensor([1.0, 7.0, -3.0]), m, agg="sequence"
+    )
     assert loss.item() == pytest.approx((-1.0 + 3.0) / 2) and st.tokens == 4
 
 
 def test_kl_k3_clamped_like_verl_low_var_kl() -> None:
-    x = torch.tensor([-1e4, -50.0, -20.0, -11.0, -5.0, 0.0, 2.0, 2.5, 3.0, 20.0, 50.0, 1e4])  # ref - logp
+    x = torch.tensor(
+        [-1e4, -50.0, -20.0, -11.0, -5.0, 0.0, 2.0, 2.5, 3.0, 20.0, 50.0, 1e4]
+    )  # ref - logp
     logp = torch.zeros_like(x, requires_grad=True)
     k3 = kl_k3(logp, x)
-    want = [min(math.exp(max(-20.0, min(20.0, v))) - max(-20.0, min(20.0, v)) - 1.0, 10.0) for v in x.tolist()]
+    want = [
+        min(math.exp(max(-20.0, min(20.0, v))) - max(-20.0, min(20.0, v)) - 1.0, 10.0)
+        for v in x.tolist()
+    ]
     assert k3.tolist() == pytest.approx(want, rel=1e-6)
     assert k3.tolist()[5] == 0.0 and max(k3.tolist()) == 10.0
     k3.sum().backward()

@@ -1,4 +1,5 @@
 """`verify` on the answer forms a DAPO-Math user meets: right answers match, wrong ones stay wrong."""
+
 from __future__ import annotations
 
 import pytest

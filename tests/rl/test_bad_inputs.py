@@ -6,6 +6,7 @@ skipped and N in a row aborting in the trainer (tests/roles/test_trainer.py), mo
 with a missing shard or a wrong shape (tests/model/test_checkpoint_errors.py), an unknown
 preset and bad values (tests/config/test_config.py), judge template and template file together
 (tests/rl/test_plugins.py); in the main job: tests/runtime/test_bad_runs.py."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,14 @@ def test_parquet_rows_missing_empty_or_mistyped_are_counted(tmp_path: Path) -> N
     rows = [
         GOOD,
         {"prompt": None, "reward_model": {"ground_truth": "1"}},  # missing prompt
-        {"prompt": [{"role": "user", "content": "2+2?"}], "reward_model": {"ground_truth": None}},  # missing answer
-        {"prompt": [{"role": "user", "content": "   "}], "reward_model": {"ground_truth": "0"}},  # empty prompt
+        {
+            "prompt": [{"role": "user", "content": "2+2?"}],
+            "reward_model": {"ground_truth": None},
+        },  # missing answer
+        {
+            "prompt": [{"role": "user", "content": "   "}],
+            "reward_model": {"ground_truth": "0"},
+        },  # empty prompt
         {"prompt": [], "reward_model": {"ground_truth": "0"}},  # no messages
         GOOD,
     ]
@@ -42,7 +49,14 @@ def test_parquet_rows_missing_empty_or_mistyped_are_counted(tmp_path: Path) -> N
     ds = load_dataset(DataConfig(path=str(path)))
     s = ds.stats
     assert [p.id for p in ds.prompts] == [0, 5]
-    assert (s.rows, s.valid, s.missing_prompt, s.missing_answer, s.bad_type, s.skipped) == (6, 2, 2, 1, 1, 4)
+    assert (s.rows, s.valid, s.missing_prompt, s.missing_answer, s.bad_type, s.skipped) == (
+        6,
+        2,
+        2,
+        1,
+        1,
+        4,
+    )
 
 
 def test_a_truncated_parquet_file_is_one_line_naming_it(tmp_path: Path) -> None:
@@ -51,13 +65,17 @@ def test_a_truncated_parquet_file_is_one_line_naming_it(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(ValueError) as e:
         load_dataset(DataConfig(path=str(path)))
-    assert str(e.value).startswith(f"dataset {path}: not a readable parquet file") and "\n" not in str(e.value)
+    assert str(e.value).startswith(
+        f"dataset {path}: not a readable parquet file"
+    ) and "\n" not in str(e.value)
 
 
 def test_jsonl_lines_that_are_not_utf8_are_counted(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
     good = json.dumps({"prompt": "3+4?", "ground_truth": "7"}).encode()
-    latin1 = '{"prompt": "caf\u00e9 3+4?", "ground_truth": "7"}'.encode("latin-1")  # é as one byte 0xe9
+    latin1 = '{"prompt": "caf\u00e9 3+4?", "ground_truth": "7"}'.encode(
+        "latin-1"
+    )  # é as one byte 0xe9
     path.write_bytes(b"\n".join([good, latin1, b"\xff\xfe garbage", good]) + b"\n")
     ds = load_dataset(DataConfig(path=str(path)))
     assert [p.id for p in ds.prompts] == [0, 3]
@@ -70,8 +88,12 @@ def test_jsonl_lines_that_are_not_utf8_are_counted(tmp_path: Path) -> None:
 
 def test_empty_prompts_are_counted(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
-    rows = [{"prompt": "", "ground_truth": "1"}, {"prompt": " \n\t", "ground_truth": "1"},
-            {"prompt": [{"role": "user", "content": ""}], "ground_truth": "1"}, {"prompt": "5-2?", "ground_truth": "3"}]
+    rows = [
+        {"prompt": "", "ground_truth": "1"},
+        {"prompt": " \n\t", "ground_truth": "1"},
+        {"prompt": [{"role": "user", "content": ""}], "ground_truth": "1"},
+        {"prompt": "5-2?", "ground_truth": "3"},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     ds = load_dataset(DataConfig(path=str(path)))
     assert [p.text for p in ds.prompts] == ["5-2?"] and ds.stats.missing_prompt == 3
@@ -84,13 +106,24 @@ def tok(tmp_path_factory: pytest.TempPathFactory) -> TextTokenizer:
     return TextTokenizer.from_pretrained(path)
 
 
-def flow(tok: TextTokenizer, tmp_path: Path, prompts: list[str], limit: int, group: int = 2) -> RLFlow:
+def flow(
+    tok: TextTokenizer, tmp_path: Path, prompts: list[str], limit: int, group: int = 2
+) -> RLFlow:
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps({"prompt": p, "ground_truth": "1"}) + "\n" for p in prompts))
-    cfg = PivotConfig(data=DataConfig(path=str(path)), rollout=RolloutConfig(max_prompt_tokens=limit))
+    cfg = PivotConfig(
+        data=DataConfig(path=str(path)), rollout=RolloutConfig(max_prompt_tokens=limit)
+    )
     cfg.train.batch_prompts, cfg.train.group_size = 2, group
-    return RLFlow(cfg, PromptCursor(load_dataset(cfg.data), shuffle=False), tok, tok, SampleBuffer(group, 1), 1,
-                  judge_template(cfg.reward))
+    return RLFlow(
+        cfg,
+        PromptCursor(load_dataset(cfg.data), shuffle=False),
+        tok,
+        tok,
+        SampleBuffer(group, 1),
+        1,
+        judge_template(cfg.reward),
+    )
 
 
 def test_prompts_over_the_limit_are_skipped_and_counted(tok: TextTokenizer, tmp_path: Path) -> None:
@@ -100,13 +133,17 @@ def test_prompts_over_the_limit_are_skipped_and_counted(tok: TextTokenizer, tmp_
     f = flow(tok, tmp_path, [long, short, long, short], limit)
     seqs = f.fill(version=0, total_steps=1)
     assert len(seqs) == 2 * 2 and all(len(s.request.prompt_ids) <= limit for s in seqs)
-    assert f.stats.prompts_skipped_too_long == 2 and f.metrics()["count/prompts_skipped_too_long"] == 2
+    assert (
+        f.stats.prompts_skipped_too_long == 2 and f.metrics()["count/prompts_skipped_too_long"] == 2
+    )
 
 
 def test_no_prompt_within_the_limit_is_one_line(tok: TextTokenizer, tmp_path: Path) -> None:
     with pytest.raises(ValueError) as e:
         flow(tok, tmp_path, ["1+1? " * 40, "2+2? " * 30], 8)
-    assert str(e.value).startswith("rollout.max_prompt_tokens=8: no prompt of") and "\n" not in str(e.value)
+    assert str(e.value).startswith("rollout.max_prompt_tokens=8: no prompt of") and "\n" not in str(
+        e.value
+    )
 
 
 @pytest.mark.parametrize(
@@ -114,18 +151,26 @@ def test_no_prompt_within_the_limit_is_one_line(tok: TextTokenizer, tmp_path: Pa
     [
         ("I am not sure at all", None),  # never a verdict: the fallback score, counted
         ("Verdict: 0 ... on reflection Verdict: 1", 1.0),  # two: the last one counts
-        ("<think>Verdict: 1 is tempting</think> I cannot tell", None),  # only inside the thinking block
+        (
+            "<think>Verdict: 1 is tempting</think> I cannot tell",
+            None,
+        ),  # only inside the thinking block
         ("<think>Verdict: 0</think> Verdict: 1", 1.0),
     ],
 )
-def test_genrm_verdicts_each_sample_judged_once_with_a_score(tok: TextTokenizer, tmp_path: Path, judge_text: str,
-                                                              genrm_score: float | None) -> None:
+def test_genrm_verdicts_each_sample_judged_once_with_a_score(
+    tok: TextTokenizer, tmp_path: Path, judge_text: str, genrm_score: float | None
+) -> None:
     f = flow(tok, tmp_path, ["1+1?", "2+2?"], 64, group=1)
     rollouts = f.fill(version=0, total_steps=1)
     for seq in rollouts:  # both rollouts answer, then both are judged with the same text
         answer = tok.encode("Answer: 2")
-        (judge,) = f.on_output(Output(seq.seq_id, seq.request.prompt_ids, answer, [0.0] * len(answer), "stop", 0))
-        f.on_output(Output(judge.seq_id, judge.request.prompt_ids, tok.encode(judge_text), [], "stop", 0))
+        (judge,) = f.on_output(
+            Output(seq.seq_id, seq.request.prompt_ids, answer, [0.0] * len(answer), "stop", 0)
+        )
+        f.on_output(
+            Output(judge.seq_id, judge.request.prompt_ids, tok.encode(judge_text), [], "stop", 0)
+        )
     fallback, cfg = f.cfg.reward.fallback_score, f.cfg.reward
     assert f.buffer.ready(0)
     _, _, records = f.batch(0)
@@ -140,9 +185,23 @@ def test_genrm_verdicts_each_sample_judged_once_with_a_score(tok: TextTokenizer,
     ("argv", "words"),
     [
         (["--preset", "tiny-gpu"], "preset='tiny-gpu'"),
-        (["--cluster.mode", "colocated", "--planner.strategy", "chaos"], "planner.strategy='chaos'"),
-        (["--cluster.mode", "disaggregated", "--train.devices", "2", "--rollout.replicas", "2", "--reward.replicas", "1"],
-         "rollout.replicas=2"),
+        (
+            ["--cluster.mode", "colocated", "--planner.strategy", "chaos"],
+            "planner.strategy='chaos'",
+        ),
+        (
+            [
+                "--cluster.mode",
+                "disaggregated",
+                "--train.devices",
+                "2",
+                "--rollout.replicas",
+                "2",
+                "--reward.replicas",
+                "1",
+            ],
+            "rollout.replicas=2",
+        ),
     ],
 )
 def test_unknown_preset_and_contradictory_flags_are_one_line(argv: list[str], words: str) -> None:

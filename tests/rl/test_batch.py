@@ -1,4 +1,5 @@
 """From rewarded groups to a TrainBatch."""
+
 from __future__ import annotations
 
 import math
@@ -32,20 +33,51 @@ def test_batch_validation() -> None:
 
 
 def _sample(prompt_id: int, idx: int, reward: float | None, response: list[int]) -> Sample:
-    return Sample(0, prompt_id, idx, Prompt(prompt_id, "p", "1"), response, None, "x", 0, reward, prompt_ids=[1])
+    return Sample(
+        0,
+        prompt_id,
+        idx,
+        Prompt(prompt_id, "p", "1"),
+        response,
+        None,
+        "x",
+        0,
+        reward,
+        prompt_ids=[1],
+    )
 
 
 def test_ragged_groups_get_advantages_of_their_own_size() -> None:
     groups = [
-        [_sample(0, 0, 1.0, [5]), _sample(0, 1, 0.0, [5]), _sample(0, 2, 0.0, [5])],  # one response dropped
+        [
+            _sample(0, 0, 1.0, [5]),
+            _sample(0, 1, 0.0, [5]),
+            _sample(0, 2, 0.0, [5]),
+        ],  # one response dropped
         [_sample(1, 0, 1.0, [5])],  # a group of one: no baseline, no signal
-        [_sample(2, 0, 0.0, [5]), _sample(2, 1, 1.0, [5]), _sample(2, 2, 0.0, [5]), _sample(2, 3, 1.0, [5])],
+        [
+            _sample(2, 0, 0.0, [5]),
+            _sample(2, 1, 1.0, [5]),
+            _sample(2, 2, 0.0, [5]),
+            _sample(2, 3, 1.0, [5]),
+        ],
         [_sample(3, 0, 0.7, [5]), _sample(3, 1, 0.7, [])],  # all equal; one empty response
     ]
     batch = batch_from_groups(groups)
     # group 0: mean 1/3, unbiased std sqrt(1/3); group 2: mean 1/2, std sqrt(1/3)
     s = math.sqrt(1 / 3)
-    want = [(2 / 3) / s, (-1 / 3) / s, (-1 / 3) / s, 0.0, -0.5 / s, 0.5 / s, -0.5 / s, 0.5 / s, 0.0, 0.0]
+    want = [
+        (2 / 3) / s,
+        (-1 / 3) / s,
+        (-1 / 3) / s,
+        0.0,
+        -0.5 / s,
+        0.5 / s,
+        -0.5 / s,
+        0.5 / s,
+        0.0,
+        0.0,
+    ]
     assert batch.advantages == pytest.approx(want, rel=1e-5)
     assert len(batch) == 10 and batch.rows_with_tokens == 9 and batch.response_tokens == 9
     assert batch_from_groups([]).advantages == []

@@ -1,4 +1,5 @@
 """Sample buffer: readiness, staleness regeneration, exactly-once, resume."""
+
 from __future__ import annotations
 
 import json

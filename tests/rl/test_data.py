@@ -1,4 +1,5 @@
 """DAPO-format loading, bad rows, the synthetic set (pivot/tiny/task.py) and the resumable cursor."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pivot.config import DataConfig
-from pivot.tiny import synthetic
 from pivot.rl.data import PromptCursor, load_dataset, stats_dict
+from pivot.tiny import synthetic
 from pivot.tiny.task import synthetic_dataset, training_set
 
 DAPO_ROWS = [
@@ -47,21 +48,32 @@ def test_jsonl_flat_plain_text_and_bad_rows(tmp_path: Path) -> None:
     assert [p.text for p in ds.prompts] == ["3*3?"] and ds.prompts[0].ground_truth == "9"
     assert ds.prompts[0].messages is None
     s = ds.stats
-    assert (s.rows, s.valid, s.bad_json, s.missing_answer, s.missing_prompt, s.bad_type) == (7, 1, 1, 1, 1, 3)
+    assert (s.rows, s.valid, s.bad_json, s.missing_answer, s.missing_prompt, s.bad_type) == (
+        7,
+        1,
+        1,
+        1,
+        1,
+        3,
+    )
     assert stats_dict(s)["skipped"] == 6
 
 
 def test_no_valid_rows_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"prompt": "x"}) + "\n")
-    with pytest.raises(ValueError, match="no valid row.*row 0: no field 'reward_model.ground_truth'"):
+    with pytest.raises(
+        ValueError, match="no valid row.*row 0: no field 'reward_model.ground_truth'"
+    ):
         load_dataset(DataConfig(path=str(path)))
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         load_dataset(DataConfig(path=str(tmp_path / "missing.jsonl")))
     (tmp_path / "d.csv").write_text("a,b")
     with pytest.raises(ValueError, match="unknown format"):
         load_dataset(DataConfig(path=str(tmp_path / "d.csv")))
-    with pytest.raises(ValueError, match="data.path: empty"):  # the default set is pivot.tiny.task's
+    with pytest.raises(
+        ValueError, match="data.path: empty"
+    ):  # the default set is pivot.tiny.task's
         load_dataset(DataConfig())
 
 

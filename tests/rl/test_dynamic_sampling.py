@@ -2,6 +2,7 @@
 and a fresh prompt rolled out in its place, at most `filter_groups` times per step; the step
 trains B whole groups, every dropped sample is counted and none is trained. Oracle: the
 rewards are chosen by the test (the verifier's answer is right or wrong by construction)."""
+
 from __future__ import annotations
 
 import json
@@ -28,14 +29,25 @@ def tok(tmp_path_factory: pytest.TempPathFactory) -> TextTokenizer:
     return TextTokenizer.from_pretrained(path)
 
 
-def make_flow(tok: TextTokenizer, tmp_path: Path, limit: int, w_genrm: float = 0.0, metric: str = "reward") -> RLFlow:
+def make_flow(
+    tok: TextTokenizer, tmp_path: Path, limit: int, w_genrm: float = 0.0, metric: str = "reward"
+) -> RLFlow:
     path = tmp_path / "d.jsonl"
-    path.write_text("".join(json.dumps({"prompt": f"q{i}", "ground_truth": "1"}) + "\n" for i in range(40)))
+    path.write_text(
+        "".join(json.dumps({"prompt": f"q{i}", "ground_truth": "1"}) + "\n" for i in range(40))
+    )
     cfg = PivotConfig(data=DataConfig(path=str(path)), reward=RewardConfig(w_genrm=w_genrm))
     cfg.train.batch_prompts, cfg.train.group_size, cfg.train.filter_groups = 2, G, limit
     cfg.train.filter_metric = metric
-    return RLFlow(cfg, PromptCursor(load_dataset(cfg.data), shuffle=False), tok, tok, SampleBuffer(G, 1), 1,
-                  judge_template(cfg.reward))
+    return RLFlow(
+        cfg,
+        PromptCursor(load_dataset(cfg.data), shuffle=False),
+        tok,
+        tok,
+        SampleBuffer(G, 1),
+        1,
+        judge_template(cfg.reward),
+    )
 
 
 def answer(f: RLFlow, seq: SeqInfo, right: bool) -> list[SeqInfo]:
@@ -43,7 +55,9 @@ def answer(f: RLFlow, seq: SeqInfo, right: bool) -> list[SeqInfo]:
     return f.on_output(Output(seq.seq_id, seq.request.prompt_ids, ids, [0.0] * len(ids), "stop", 0))
 
 
-def test_uniform_groups_are_replaced_until_the_limit_then_kept(tok: TextTokenizer, tmp_path: Path) -> None:
+def test_uniform_groups_are_replaced_until_the_limit_then_kept(
+    tok: TextTokenizer, tmp_path: Path
+) -> None:
     f = make_flow(tok, tmp_path, limit=2)
     first = f.fill(version=0, total_steps=1)
     a, b = first[:G], first[G:]
@@ -54,13 +68,18 @@ def test_uniform_groups_are_replaced_until_the_limit_then_kept(tok: TextTokenize
     assert answer(f, fresh[0], False) == []
     again = answer(f, fresh[1], False)  # all wrong: the second and last replacement
     assert [s.key for s in again] == [(0, 3, g) for g in range(G)]
-    assert answer(f, again[0], True) == [] and answer(f, again[1], True) == []  # limit reached: kept
+    assert (
+        answer(f, again[0], True) == [] and answer(f, again[1], True) == []
+    )  # limit reached: kept
     assert f.buffer.ready(0)
     _, summary, records = f.batch(0)
     assert sorted({(r["prompt"], r["sample"]) for r in records}) == [(0, 0), (0, 1), (3, 0), (3, 1)]
     assert summary["reward/accuracy"] == 3 / 4  # the trained groups only
     assert summary["rollout/accuracy_sampled"] == 5 / 8  # every response, the dropped groups' too
-    assert [r["prompt_row"] for r in records if r["prompt"] == 3] == [3, 3]  # the fourth row of the data
+    assert [r["prompt_row"] for r in records if r["prompt"] == 3] == [
+        3,
+        3,
+    ]  # the fourth row of the data
     assert f.metrics()["count/groups_dropped"] == 2
 
 
@@ -69,7 +88,9 @@ def judge(f: RLFlow, seq: SeqInfo, verdict: int) -> list[SeqInfo]:
     return f.on_output(Output(seq.seq_id, seq.request.prompt_ids, ids, [0.0] * len(ids), "stop", 0))
 
 
-def test_a_noisy_judge_hides_a_uniform_group_when_filtering_on_the_reward(tok: TextTokenizer, tmp_path: Path) -> None:
+def test_a_noisy_judge_hides_a_uniform_group_when_filtering_on_the_reward(
+    tok: TextTokenizer, tmp_path: Path
+) -> None:
     f = make_flow(tok, tmp_path, limit=2, w_genrm=1.0, metric="reward")
     first = f.fill(version=0, total_steps=1)
     judges = [answer(f, s, True)[0] for s in first[:G]]  # both answers right: verifiable 1, 1
@@ -93,11 +114,15 @@ def test_filtering_on_the_verifiable_reward_drops_a_uniform_group_before_judging
     assert [judge(f, s, 1) for s in judges] == [[], []]
 
 
-def test_a_group_held_for_judging_resumes_from_a_checkpoint(tok: TextTokenizer, tmp_path: Path) -> None:
+def test_a_group_held_for_judging_resumes_from_a_checkpoint(
+    tok: TextTokenizer, tmp_path: Path
+) -> None:
     f = make_flow(tok, tmp_path, limit=1, w_genrm=1.0, metric="verifiable")
     seqs = f.fill(version=0, total_steps=1)
     answer(f, seqs[0], True)  # held: its group-mate is still generating
-    judges = answer(f, seqs[G], True) + answer(f, seqs[G + 1], False)  # group 1 released: 2 judgings
+    judges = answer(f, seqs[G], True) + answer(
+        f, seqs[G + 1], False
+    )  # group 1 released: 2 judgings
     judge(f, judges[0], 1)  # one verdict in before the checkpoint
     g = make_flow(tok, tmp_path, limit=1, w_genrm=1.0, metric="verifiable")
     resubmitted = g.load_state_dict(json.loads(json.dumps(f.state_dict())))
@@ -112,7 +137,9 @@ def test_off_keeps_every_group(tok: TextTokenizer, tmp_path: Path) -> None:
     assert f.buffer.ready(0) and f.metrics()["count/groups_dropped"] == 0
 
 
-def test_a_checkpoint_between_replacements_resumes_with_the_same_ids(tok: TextTokenizer, tmp_path: Path) -> None:
+def test_a_checkpoint_between_replacements_resumes_with_the_same_ids(
+    tok: TextTokenizer, tmp_path: Path
+) -> None:
     f = make_flow(tok, tmp_path, limit=3)
     seqs = f.fill(version=0, total_steps=1)
     answer(f, seqs[0], True)
@@ -120,7 +147,9 @@ def test_a_checkpoint_between_replacements_resumes_with_the_same_ids(tok: TextTo
     state = json.loads(json.dumps(f.state_dict()))
     g = make_flow(tok, tmp_path, limit=3)
     resubmitted = g.load_state_dict(state)
-    assert sorted(s.key for s in resubmitted) == sorted([s.key for s in fresh] + [s.key for s in seqs[G:]])
+    assert sorted(s.key for s in resubmitted) == sorted(
+        [s.key for s in fresh] + [s.key for s in seqs[G:]]
+    )
     assert g.buffer.replaced(0) == 1
     answer(g, next(s for s in resubmitted if s.key == (0, 2, 0)), True)
     more = answer(g, next(s for s in resubmitted if s.key == (0, 2, 1)), True)

@@ -1,5 +1,6 @@
 """Held-out set construction and the evaluation bookkeeping (pivot/rl/evaluation.py; the synthetic
 task's fresh held-out problems: pivot/tiny/task.py)."""
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,9 @@ def test_synthetic_heldout_is_disjoint_from_training_and_deterministic() -> None
     again = heldout_split(data, EvalConfig(prompts=50), training_set(data, seed=0), seed=0)[1]
     assert [p.text for p in again] == [p.text for p in held]
     for p in held:  # the ground truth is the arithmetic answer of the question
-        a, op, b = p.text.split("\n")[0].split("=")[0].replace("-", " - ").replace("+", " + ").split()[-3:]
+        a, op, b = (
+            p.text.split("\n")[0].split("=")[0].replace("-", " - ").replace("+", " + ").split()[-3:]
+        )
         assert int(p.ground_truth) == (int(a) + int(b) if op == "+" else int(a) - int(b))
 
 
@@ -37,12 +40,16 @@ def test_synthetic_heldout_avoids_the_tiny_policys_finetuning_problems_while_it_
     held = heldout_split(data, EvalConfig(prompts=200), training_set(data, seed=0), seed=0)[1]
     assert len(held) == 200 and not {p.text for p in held} & fine_tuned
     one_digit = DataConfig(synthetic_size=8, max_digits=1)  # 200 problems, all fine-tuned on
-    held = heldout_split(one_digit, EvalConfig(prompts=20), training_set(one_digit, seed=0), seed=0)[1]
+    held = heldout_split(
+        one_digit, EvalConfig(prompts=20), training_set(one_digit, seed=0), seed=0
+    )[1]
     assert len(held) == 20 and {p.text for p in held} <= fine_tuned  # better recalled than none
 
 
 def _jsonl(path: Path, n: int) -> Path:
-    path.write_text("".join(json.dumps({"prompt": f"q{i}", "ground_truth": str(i)}) + "\n" for i in range(n)))
+    path.write_text(
+        "".join(json.dumps({"prompt": f"q{i}", "ground_truth": str(i)}) + "\n" for i in range(n))
+    )
     return path
 
 
@@ -60,7 +67,9 @@ def test_tiny_user_dataset_gets_no_heldout_and_eval_path_wins(tmp_path: Path) ->
     data = DataConfig(path=str(_jsonl(tmp_path / "d.jsonl", 9)))
     train = load_dataset(data)
     assert split_heldout(data, EvalConfig(), train, seed=0) == (train, [])
-    kept, held = split_heldout(data, EvalConfig(prompts=3, path=str(_jsonl(tmp_path / "e.jsonl", 5))), train, seed=0)
+    kept, held = split_heldout(
+        data, EvalConfig(prompts=3, path=str(_jsonl(tmp_path / "e.jsonl", 5))), train, seed=0
+    )
     assert kept is train and [p.text for p in held] == ["q0", "q1", "q2"]
 
 
@@ -90,7 +99,11 @@ def test_eval_due_before_first_every_k_and_after_last() -> None:
 
 def test_eval_run_accuracy_and_versions() -> None:
     run = EvalRun(step=4, total=3, started=10.0)
-    for prompt, score, tokens, version in ((2, 1.0, 5, 4), (0, 0.0, 7, 3), (1, 1.0, 6, 4)):  # in finishing order
+    for prompt, score, tokens, version in (
+        (2, 1.0, 5, 4),
+        (0, 0.0, 7, 3),
+        (1, 1.0, 6, 4),
+    ):  # in finishing order
         assert not run.finished
         run.add(prompt, score, tokens, version)
     assert run.finished
@@ -108,7 +121,9 @@ def test_paired_gain_counts_only_prompts_that_changed() -> None:
     gain, se = paired_gain(before, after)
     var = (8 * 0.94**2 + 2 * 1.06**2 + 90 * 0.06**2) / 99
     assert abs(gain - 0.06) < 1e-12 and abs(se - (var / 100) ** 0.5) < 1e-12
-    unpaired = ((0.42 * 0.58 + 0.48 * 0.52) / 100) ** 0.5  # the same accuracies as independent draws
+    unpaired = (
+        (0.42 * 0.58 + 0.48 * 0.52) / 100
+    ) ** 0.5  # the same accuracies as independent draws
     assert se < unpaired / 2
     with pytest.raises(ValueError, match="one length"):
         paired_gain([1.0, 0.0], [1.0])

@@ -1,4 +1,5 @@
 """GRPO group advantages against hand values and an exact (Fraction) oracle."""
+
 from __future__ import annotations
 
 import math

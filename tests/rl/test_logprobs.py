@@ -1,4 +1,5 @@
 """Response log-probs and micro-batch packing."""
+
 from __future__ import annotations
 
 import torch

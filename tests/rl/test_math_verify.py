@@ -11,6 +11,7 @@ lenient about trailing words it reads "5 apples" as 5. Pivot's rule is DAPO's re
 "Answer:" line or `\\boxed{}`, whichever is last; exact rational or normalised string), so it is
 the default: DAPO defines its reward by that rule (veRL: `verl/utils/reward_score/math_dapo.py`).
 """
+
 from __future__ import annotations
 
 import threading
@@ -66,10 +67,22 @@ CORPUS = [
     ("\\boxed{3, 2, 1}", "1, 2, 3", 0, 1, "lists compare unordered"),
     ("\\boxed{0.5}", "50\\%", 0, 1, "a percentage is a fraction"),
     ("\\boxed{\\text{(B)}}", "B", 0, 1, "a choice letter in \\text{()}"),
-    ("The final answer is $\\frac{3}{4}$.", "0.75", 0, 1, "no Answer: line or \\boxed{}: Pivot finds no answer"),
+    (
+        "The final answer is $\\frac{3}{4}$.",
+        "0.75",
+        0,
+        1,
+        "no Answer: line or \\boxed{}: Pivot finds no answer",
+    ),
     ("#### 72", "72", 0, 1, "GSM8K's marker: Pivot reads only Answer:/\\boxed{}"),
     ("The total is 72.", "72", 0, 1, "math-verify takes a closing number"),
-    ("Answer: 5 apples", "5", 0, 1, "math-verify ignores trailing words; Pivot drops only known units"),
+    (
+        "Answer: 5 apples",
+        "5",
+        0,
+        1,
+        "math-verify ignores trailing words; Pivot drops only known units",
+    ),
     ("Answer: 5 pi", "5", 0, 1, "math-verify ignores trailing words (5 pi is not 5)"),
     # Pivot right, math-verify wrong
     ("Answer: \\pi", "\\pi", 1, 0, "bare LaTeX after Answer: (no $) is not parsed by math-verify"),
@@ -82,7 +95,13 @@ CORPUS = [
     ("Answer: +7", "7", 1, 0, "a leading plus sign"),
     ("Answer: B", "\\text{B}", 1, 0, "\\text{} around the truth"),
     ("Answer: y = 2x + 1", "2x+1", 1, 0, "bare equation after Answer:"),
-    ("\\boxed{9} ... Answer: 8", "8", 1, 0, "Pivot takes the last of the two; math-verify prefers \\boxed{}"),
+    (
+        "\\boxed{9} ... Answer: 8",
+        "8",
+        1,
+        0,
+        "Pivot takes the last of the two; math-verify prefers \\boxed{}",
+    ),
 ]
 
 
@@ -99,7 +118,11 @@ def test_both_verdicts(response: str, truth: str, pivot: int, mv: int, why: str)
 
 def test_the_corpus_covers_both_directions() -> None:
     agree = sum(p == m for _, _, p, m, _ in CORPUS)
-    assert agree >= 30 and sum(p > m for _, _, p, m, _ in CORPUS) >= 8 and sum(m > p for _, _, p, m, _ in CORPUS) >= 8
+    assert (
+        agree >= 30
+        and sum(p > m for _, _, p, m, _ in CORPUS) >= 8
+        and sum(m > p for _, _, p, m, _ in CORPUS) >= 8
+    )
 
 
 def test_by_name_and_off_the_main_thread() -> None:

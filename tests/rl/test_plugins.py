@@ -1,4 +1,5 @@
 """A user's verifier and judge template plugged in, and their start-up errors (pivot/rl/plugins.py)."""
+
 from __future__ import annotations
 
 import sys
@@ -22,7 +23,9 @@ def test_empty_spec_is_the_builtin_check() -> None:
     assert load_verifier("") is verify
 
 
-def test_verifier_from_a_file_and_from_a_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verifier_from_a_file_and_from_a_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = "def exact(response, ground_truth):\n    return float(response.strip() == ground_truth)\n"
     fn = load_verifier(f"{_file(tmp_path / 'my_check.py', src)}:exact")
     assert fn("42 ", "42") == 1.0 and fn("41", "42") == 0.0
@@ -30,13 +33,16 @@ def test_verifier_from_a_file_and_from_a_module(tmp_path: Path, monkeypatch: pyt
     assert load_verifier("my_check:exact")("7", "7") == 1.0
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("no_colon", "module:function"),
-    ("pivot_no_such_module_xyz:f", "no module named"),
-    ("/nonexistent/file.py:f", "no such file"),
-    ("pivot.rl.reward:no_such_function", "no function"),
-    ("pivot.rl.reward:parse_verdict", "must accept"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("no_colon", "module:function"),
+        ("pivot_no_such_module_xyz:f", "no module named"),
+        ("/nonexistent/file.py:f", "no such file"),
+        ("pivot.rl.reward:no_such_function", "no function"),
+        ("pivot.rl.reward:parse_verdict", "must accept"),
+    ],
+)
 def test_bad_verifier_is_one_line_config_error(spec: str, words: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_verifier(spec)
@@ -55,7 +61,14 @@ def test_checked_verifier_counts_failures_and_goes_on(capsys: pytest.CaptureFixt
         return {"nan": float("nan"), "text": "yes"}.get(response, response == ground_truth)
 
     check = CheckedVerifier(flaky)
-    assert [check(r, "a") for r in ("a", "b", "boom", "nan", "text", "a")] == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert [check(r, "a") for r in ("a", "b", "boom", "nan", "text", "a")] == [
+        1.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        1.0,
+    ]
     assert check.errors == 3
     assert capsys.readouterr().out.count("verifier failed") == 1  # said once, counted always
 
@@ -63,17 +76,31 @@ def test_checked_verifier_counts_failures_and_goes_on(capsys: pytest.CaptureFixt
 def test_judge_template_from_file(tmp_path: Path) -> None:
     path = _file(tmp_path / "judge.txt", "Q: {question}\nA: {response}\nVerdict:")
     assert judge_template(RewardConfig(judge_template_file=str(path))) == path.read_text()
-    assert judge_template(RewardConfig(judge_template="{question}{response}")) == "{question}{response}"
+    assert (
+        judge_template(RewardConfig(judge_template="{question}{response}"))
+        == "{question}{response}"
+    )
     with pytest.raises(ConfigError, match="judge_template_file.*missing.txt"):
         judge_template(RewardConfig(judge_template_file=str(tmp_path / "missing.txt")))
     with pytest.raises(ConfigError, match=r"judge_template_file: .*\{response\}"):
-        check_plugins(RewardConfig(judge_template_file=str(_file(tmp_path / "bad.txt", "Q: {question}"))))
+        check_plugins(
+            RewardConfig(judge_template_file=str(_file(tmp_path / "bad.txt", "Q: {question}")))
+        )
 
 
 def test_cli_rejects_contradictory_and_bad_plugin_flags(tmp_path: Path) -> None:
     path = _file(tmp_path / "judge.txt", "{question} {response}")
     with pytest.raises(ConfigError, match="not both"):
-        parse(["--reward.judge-template", "{question}{response}", "--reward.judge-template-file", str(path)], 4, 4)
+        parse(
+            [
+                "--reward.judge-template",
+                "{question}{response}",
+                "--reward.judge-template-file",
+                str(path),
+            ],
+            4,
+            4,
+        )
     with pytest.raises(ConfigError, match="reward.verifier"):
         parse(["--reward.verifier", "nope"], 4, 4)
     cfg = parse(["--reward.judge-template-file", str(path), "--eval.every", "5"], 4, 4)
@@ -82,12 +109,16 @@ def test_cli_rejects_contradictory_and_bad_plugin_flags(tmp_path: Path) -> None:
 
 def test_wandb_flag_needs_wandb(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "wandb", None)  # find_spec then reports it missing
-    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "wandb" else object())
+    monkeypatch.setattr(
+        "importlib.util.find_spec", lambda name, *a: None if name == "wandb" else object()
+    )
     with pytest.raises(ConfigError, match="pip install wandb"):
         parse(["--log.wandb"], 4, 4)
 
 
-def test_runlog_sends_steps_and_evals_to_wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runlog_sends_steps_and_evals_to_wandb_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pivot.rl.evaluation import EvalResult
     from pivot.runtime.metrics import RunLog
 
@@ -109,7 +140,9 @@ def test_runlog_sends_steps_and_evals_to_wandb_offline(tmp_path: Path, monkeypat
 
     assert os.environ["WANDB_MODE"] == "offline"
     log.step(3, {"reward/mean": 0.5, "note": "text"})
-    log.eval(EvalResult(step=4, accuracy=0.25, prompts=8, response_len=9.0, versions=(4, 4), seconds=1.0))
+    log.eval(
+        EvalResult(step=4, accuracy=0.25, prompts=8, response_len=9.0, versions=(4, 4), seconds=1.0)
+    )
     log.close()
     assert calls[0] == ("init", "proj")
     assert calls[1] == ("log", 3, {"reward/mean": 0.5})

@@ -1,11 +1,10 @@
 """Verifiable reward, judge prompt and verdict parsing."""
+
 from __future__ import annotations
 
 import pytest
 
 from pivot.config import RewardConfig
-from pivot.tiny import synthetic
-from pivot.tiny.task import judge_template
 from pivot.rl.reward import (
     GenRMScorer,
     extract_answer,
@@ -15,6 +14,8 @@ from pivot.rl.reward import (
     total_reward,
     verify,
 )
+from pivot.tiny import synthetic
+from pivot.tiny.task import judge_template
 
 
 @pytest.mark.parametrize(
@@ -76,7 +77,9 @@ def test_parse_verdict(text: str, score: float | None) -> None:
 
 
 def test_judge_prompt_uses_template() -> None:
-    default = judge_prompt("Problem: 1+1=?", "Answer: 2", judge_template(RewardConfig()))  # tiny task's
+    default = judge_prompt(
+        "Problem: 1+1=?", "Answer: 2", judge_template(RewardConfig())
+    )  # tiny task's
     assert default == synthetic.judge_prompt("Problem: 1+1=?", "Answer: 2")
     assert judge_prompt("Q", "R", "<{question}|{response}>") == "<Q|R>"
     with pytest.raises(ValueError, match="response"):
@@ -88,8 +91,9 @@ def test_judge_prompt_uses_template() -> None:
 
 
 def test_scorer_fallback_counter_and_total() -> None:
-    cfg = RewardConfig(fallback_score=0.25, w_verifiable=1.0, w_genrm=0.5,
-                       judge_template=synthetic.JUDGE_TEMPLATE)
+    cfg = RewardConfig(
+        fallback_score=0.25, w_verifiable=1.0, w_genrm=0.5, judge_template=synthetic.JUDGE_TEMPLATE
+    )
     scorer = GenRMScorer(cfg)
     assert scorer.score("Verdict: 1") == 1.0
     assert scorer.score("garbage") == 0.25

@@ -6,6 +6,7 @@ weights go back to the engine. The policy trains on a pool of TRAIN_SIZE three-d
 the asserted accuracy is greedy on that pool, before and after. Held-out accuracy is printed
 too but not asserted: a few dozen steps on 32 problems do not generalise (it can even drop).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,14 +34,18 @@ LR = 3e-4
 TRAIN_SIZE = 32
 
 
-def generate(engine: object, tok: object, prompts: list[Prompt], group: int, temperature: float, seed: int) -> list:
+def generate(
+    engine: object, tok: object, prompts: list[Prompt], group: int, temperature: float, seed: int
+) -> list:
     from pivot.engine.sequence import Request, SamplingParams
 
     ids = {}
     for p, prompt in enumerate(prompts):
         for g in range(group):
             rid = p * group + g
-            params = SamplingParams(temperature=temperature, max_new_tokens=MAX_NEW, seed=seed * 100_003 + rid)
+            params = SamplingParams(
+                temperature=temperature, max_new_tokens=MAX_NEW, seed=seed * 100_003 + rid
+            )
             engine.add(Request(rid, tok.encode(prompt.text), params))  # type: ignore[attr-defined]
             ids[rid] = (p, g)
     outs = {}
@@ -52,10 +57,19 @@ def generate(engine: object, tok: object, prompts: list[Prompt], group: int, tem
 
 def accuracy(engine: object, tok: object, prompts: list[Prompt]) -> float:
     outs = generate(engine, tok, prompts, 1, 0.0, 0)
-    return sum(verify(tok.decode(o.output_ids), p.ground_truth) for o, p in zip(outs, prompts)) / len(prompts)  # type: ignore[attr-defined]
+    return sum(
+        verify(tok.decode(o.output_ids), p.ground_truth) for o, p in zip(outs, prompts)
+    ) / len(prompts)  # type: ignore[attr-defined]
 
 
-def _learn(rank: int, world: int, group: dist.ProcessGroup, out: str, policy: str, knobs: dict | None = None) -> None:
+def _learn(
+    rank: int,
+    world: int,
+    group: dist.ProcessGroup,
+    out: str,
+    policy: str,
+    knobs: dict | None = None,
+) -> None:
     globals().update(knobs or {})  # tuning runs override the module constants
     from pivot.engine.config import EngineConfig
     from pivot.engine.engine import Engine
@@ -63,13 +77,21 @@ def _learn(rank: int, world: int, group: dist.ProcessGroup, out: str, policy: st
     from pivot.roles.trainer import Trainer
 
     tok = TextTokenizer.from_pretrained(policy)
-    engine = Engine.from_pretrained(policy, EngineConfig(kv_capacity_tokens=PROMPTS * GROUP * 160, max_running_seqs=PROMPTS * GROUP), tokenizer=tok)
-    cfg = TrainConfig(lr=LR, micro_batch_tokens=4096, grad_clip=1.0, batch_prompts=PROMPTS, group_size=GROUP)
+    engine = Engine.from_pretrained(
+        policy,
+        EngineConfig(kv_capacity_tokens=PROMPTS * GROUP * 160, max_running_seqs=PROMPTS * GROUP),
+        tokenizer=tok,
+    )
+    cfg = TrainConfig(
+        lr=LR, micro_batch_tokens=4096, grad_clip=1.0, batch_prompts=PROMPTS, group_size=GROUP
+    )
     trainer = Trainer.from_pretrained(policy, group, cfg, temperature=1.0)
     data = DataConfig(synthetic_size=TRAIN_SIZE, min_digits=DIGITS[0], max_digits=DIGITS[1])
     pool = training_set(data, seed=11)
     cursor = PromptCursor(pool, seed=0)
-    held_out = training_set(DataConfig(synthetic_size=EVAL, min_digits=DIGITS[0], max_digits=DIGITS[1]), seed=999).prompts
+    held_out = training_set(
+        DataConfig(synthetic_size=EVAL, min_digits=DIGITS[0], max_digits=DIGITS[1]), seed=999
+    ).prompts
     t0 = time.perf_counter()
     before, before_held_out = accuracy(engine, tok, pool.prompts), accuracy(engine, tok, held_out)
     buffer = SampleBuffer(group_size=GROUP, staleness=cfg.staleness)
@@ -80,7 +102,12 @@ def _learn(rank: int, world: int, group: dist.ProcessGroup, out: str, policy: st
         outs = generate(engine, tok, prompts, GROUP, 1.0, step + 1)
         for key, o in zip(keys, outs):
             text = tok.decode(o.output_ids)
-            assert buffer.on_response(key, o.output_ids, o.output_logprobs, text, o.weights_version, o.prompt_ids) is Outcome.ACCEPTED
+            assert (
+                buffer.on_response(
+                    key, o.output_ids, o.output_logprobs, text, o.weights_version, o.prompt_ids
+                )
+                is Outcome.ACCEPTED
+            )
             buffer.on_reward(key, verify(text, buffer.sample(key).prompt.ground_truth))
         groups = buffer.take_batch(step)
         train_rewards.append(sum(s.reward or 0.0 for g in groups for s in g) / (PROMPTS * GROUP))
@@ -89,9 +116,17 @@ def _learn(rank: int, world: int, group: dist.ProcessGroup, out: str, policy: st
         kls.append(round(metrics.approx_kl, 5))
         engine.load_weights(trainer.full_state_dict(), metrics.version)
     after, after_held_out = accuracy(engine, tok, pool.prompts), accuracy(engine, tok, held_out)
-    result = {"before": before, "after": after, "before_held_out": before_held_out, "after_held_out": after_held_out, "train_reward_first4": sum(train_rewards[:4]) / 4,
-              "train_reward_last4": sum(train_rewards[-4:]) / 4, "seconds": time.perf_counter() - t0,
-              "rewards": [round(r, 3) for r in train_rewards], "approx_kl": kls}
+    result = {
+        "before": before,
+        "after": after,
+        "before_held_out": before_held_out,
+        "after_held_out": after_held_out,
+        "train_reward_first4": sum(train_rewards[:4]) / 4,
+        "train_reward_last4": sum(train_rewards[-4:]) / 4,
+        "seconds": time.perf_counter() - t0,
+        "rewards": [round(r, 3) for r in train_rewards],
+        "approx_kl": kls,
+    }
     Path(out).write_text(json.dumps(result))
 
 

@@ -1,6 +1,7 @@
 """Meta-device construction plus sliced loading equals loading everything: for an inference
 replica of TP=2 (its slices from safetensors boxes) and for the FSDP trainer over 2 ranks. The
 reference is the whole checkpoint loaded at once (`load_state_dict`, `from_pretrained`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,17 @@ from tests.roles.trainer_harness import spawn
 
 def _checkpoint(path: Path, tie: bool) -> Path:
     """Random weights; heads, KV heads, vocab and intermediate all divide over 2 TP ranks."""
-    args = ModelArgs(family="qwen2", vocab_size=38, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-                     num_attention_heads=2, num_key_value_heads=2, head_dim=8, tie_word_embeddings=tie)
+    args = ModelArgs(
+        family="qwen2",
+        vocab_size=38,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=tie,
+    )
     torch.manual_seed(3)
     model = CausalLM(args)
     with torch.no_grad():
@@ -40,7 +50,9 @@ def test_meta_model_with_whole_boxes_equals_loaded(tmp_path: Path) -> None:
     assert all(p.is_meta for p in model.parameters()) and not model.model.rotary.inv_freq.is_meta
     materialize(model, "cpu")
     specs = specs_from_checkpoint(path)
-    model.load_state_dict(read_boxes(path, {s.name: tuple((0, n) for n in s.shape) for s in specs}), strict=False)
+    model.load_state_dict(
+        read_boxes(path, {s.name: tuple((0, n) for n in s.shape) for s in specs}), strict=False
+    )
     assert model.lm_head.weight is model.model.embed_tokens.weight
     ids = torch.randint(0, 38, (2, 7))
     torch.testing.assert_close(model(ids), from_pretrained(path)(ids), atol=0, rtol=0)
@@ -55,7 +67,9 @@ def _ranks(rank: int, world: int, group: dist.ProcessGroup, path: Path) -> None:
     assert sum(t.numel() for t in slices.values()) < sum(t.numel() for t in full.values())
     with params_on_meta():
         model = CausalLM(ModelArgs.load(path))
-    engine = Engine(model, EngineConfig(kv_capacity_tokens=64, block_size=16), tp_group=group, device="cpu")
+    engine = Engine(
+        model, EngineConfig(kv_capacity_tokens=64, block_size=16), tp_group=group, device="cpu"
+    )
     engine.load_weights(slices, version=1)
     got = engine.named_parameters_hf()
     assert set(got) == set(full)

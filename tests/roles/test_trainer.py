@@ -1,5 +1,6 @@
 """FSDP2 trainer on 2 gloo ranks: shift bit-exactness, shards, reference math, activation recompute,
 checkpoints, NaN."""
+
 from __future__ import annotations
 
 import copy
@@ -38,8 +39,11 @@ def config(**kw: object) -> TrainConfig:
 
 
 def optim_state(t: Trainer) -> list[torch.Tensor]:
-    return [v.to_local().clone() if hasattr(v, "to_local") else v.clone()
-            for s in t.optimizer.state.values() for v in s.values()]
+    return [
+        v.to_local().clone() if hasattr(v, "to_local") else v.clone()
+        for s in t.optimizer.state.values()
+        for v in s.values()
+    ]
 
 
 def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -107,7 +111,12 @@ def _shards_and_reference(rank: int, world: int, group: dist.ProcessGroup, famil
     # one step equals the single-process reference: whole-batch token-mean loss, clip, AdamW
     metrics = trainer.train_step(batch)
     assert metrics.micro_batches >= 2  # the budget forced micro-batching
-    opt = torch.optim.AdamW(reference.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(
+        reference.parameters(),
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+        weight_decay=cfg.weight_decay,
+    )
     lp_rows, masks, olds = [], [], []
     width = max(len(r) for r in batch.response_ids)
     for p, r, old in zip(batch.prompt_ids, batch.response_ids, batch.behaviour_logprobs or []):
@@ -116,8 +125,14 @@ def _shards_and_reference(rank: int, world: int, group: dist.ProcessGroup, famil
         lp_rows.append(torch.cat([row, torch.zeros(width - len(r))]))
         masks.append(torch.tensor([1.0] * len(r) + [0.0] * (width - len(r))))
         olds.append(torch.tensor(old + [0.0] * (width - len(r))))
-    loss, _ = ppo_clip_loss(torch.stack(lp_rows), torch.stack(olds), torch.tensor(batch.advantages), torch.stack(masks),
-                            cfg.clip_eps_low, cfg.clip_eps_high)
+    loss, _ = ppo_clip_loss(
+        torch.stack(lp_rows),
+        torch.stack(olds),
+        torch.tensor(batch.advantages),
+        torch.stack(masks),
+        cfg.clip_eps_low,
+        cfg.clip_eps_high,
+    )
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), cfg.grad_clip)
     opt.step()
@@ -128,7 +143,9 @@ def _shards_and_reference(rank: int, world: int, group: dist.ProcessGroup, famil
         if name in after:
             assert torch.allclose(after[name], t, atol=1e-5), name
     if family == "qwen3_moe":  # the router trains too
-        assert not torch.equal(after["model.layers.0.mlp.gate.weight"], full["model.layers.0.mlp.gate.weight"])
+        assert not torch.equal(
+            after["model.layers.0.mlp.gate.weight"], full["model.layers.0.mlp.gate.weight"]
+        )
 
 
 @pytest.mark.slow
@@ -141,17 +158,27 @@ def _recompute_matches_plain(rank: int, world: int, group: dist.ProcessGroup) ->
     batch = make_batch(7, n=5)
     for family in ("qwen2", "qwen3_moe"):  # layer 0 of the MoE model routes over experts
         plain = Trainer(tiny_model(family=family), group, config(micro_batch_tokens=12))
-        ckpt = Trainer(tiny_model(family=family), group, config(micro_batch_tokens=12, activation_checkpointing=True))
+        ckpt = Trainer(
+            tiny_model(family=family),
+            group,
+            config(micro_batch_tokens=12, activation_checkpointing=True),
+        )
         assert ckpt.params.keys() == plain.params.keys()  # HF names survive the checkpointing
         lp1, lp2 = (t.compute_logprobs(batch.prompt_ids, batch.response_ids) for t in (plain, ckpt))
         assert sum(lp2, []) == pytest.approx(sum(lp1, []), abs=1e-6)
         calls: list[str] = []
         for name, t in (("plain", plain), ("ckpt", ckpt)):
-            t.model.model.layers[0].mlp.register_forward_pre_hook(lambda *_, name=name, calls=calls: calls.append(name))
+            t.model.model.layers[0].mlp.register_forward_pre_hook(
+                lambda *_, name=name, calls=calls: calls.append(name)
+            )
         m1, m2 = plain.train_step(batch), ckpt.train_step(batch)
         assert m2.micro_batches >= 2 and not m2.skipped
-        assert calls.count("ckpt") == 2 * calls.count("plain")  # each layer really ran again in the backward
-        assert m2.loss == pytest.approx(m1.loss, abs=1e-6) and m2.grad_norm == pytest.approx(m1.grad_norm, abs=1e-6)
+        assert calls.count("ckpt") == 2 * calls.count(
+            "plain"
+        )  # each layer really ran again in the backward
+        assert m2.loss == pytest.approx(m1.loss, abs=1e-6) and m2.grad_norm == pytest.approx(
+            m1.grad_norm, abs=1e-6
+        )
         # after one AdamW step exp_avg = (1 - beta1) * clipped gradient: the gradients agree
         for a, b in zip(optim_state(plain), optim_state(ckpt)):
             assert torch.allclose(a, b, rtol=0, atol=1e-7), family
@@ -182,7 +209,9 @@ def _checkpoint_and_nan(rank: int, world: int, group: dist.ProcessGroup, tmp: st
     bad = make_batch(2)
     bad.advantages[0] = math.nan
     m = a.train_step(bad)
-    assert m.skipped and a.bad_steps == 1 and a.version == 3  # the version counts steps, a skipped one too
+    assert (
+        m.skipped and a.bad_steps == 1 and a.version == 3
+    )  # the version counts steps, a skipped one too
     assert_same(before, a.full_state_dict())
     assert not a.train_step(make_batch(3)).skipped and a.bad_steps == 0
     a.train_step(bad)
@@ -221,12 +250,17 @@ def _bf16_step_and_shift(rank: int, world: int, group: dist.ProcessGroup, device
     seen: list[torch.dtype] = []
     mlp = trainer.model.model.layers[0].mlp
     hook = mlp.register_forward_pre_hook(lambda mod, _: seen.append(next(mod.parameters()).dtype))
-    before = {k: v.clone() for k, v in trainer.full_state_dict().items()}  # one rank: no gather, no copy
+    before = {
+        k: v.clone() for k, v in trainer.full_state_dict().items()
+    }  # one rank: no gather, no copy
     m, ref = trainer.train_step(make_batch(0)), reference.train_step(make_batch(0))
     hook.remove()
     assert seen and set(seen) == {torch.bfloat16}
     assert not m.skipped and math.isfinite(m.loss)
-    assert m.loss != ref.loss and abs(m.loss - ref.loss) <= 0.05 * abs(ref.loss) + 1e-3, (m.loss, ref.loss)
+    assert m.loss != ref.loss and abs(m.loss - ref.loss) <= 0.05 * abs(ref.loss) + 1e-3, (
+        m.loss,
+        ref.loss,
+    )
     after = {k: v.clone() for k, v in trainer.full_state_dict().items()}
     assert all(t.dtype == torch.float32 for t in after.values())  # fp32 master
     assert any(not torch.equal(before[k], after[k]) for k in before)
@@ -238,7 +272,9 @@ def _bf16_step_and_shift(rank: int, world: int, group: dist.ProcessGroup, device
 
 def _cuda_step_and_shift(rank: int, world: int, group: dist.ProcessGroup) -> None:
     _bf16_step_and_shift(rank, world, group, f"cuda:{rank}")
-    trainer = Trainer(tiny_model(), group, config(), device=f"cuda:{rank}", compute_dtype=torch.bfloat16)
+    trainer = Trainer(
+        tiny_model(), group, config(), device=f"cuda:{rank}", compute_dtype=torch.bfloat16
+    )
     trainer.train_step(make_batch(0))
     free_before = torch.cuda.memory_allocated()
     trainer.shift_down()

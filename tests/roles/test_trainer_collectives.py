@@ -2,6 +2,7 @@
 GPU check's FSDP test, the gpu-marked trainer test) has no backend for CPU tensors. On a CPU
 machine the trainer's device is the CPU, so this checks the rule, not NCCL itself (that is
 tests/roles/test_trainer.py::test_cuda_bf16_step_and_shift and `tools/gpu_checks.py train`)."""
+
 from __future__ import annotations
 
 import torch

@@ -3,6 +3,7 @@ after every storage is freed: torch's caching allocator would otherwise keep the
 process on the same device could not use the memory the trainer just left. On a CPU machine the
 trainer is told its device is CUDA and `empty_cache` is a spy; nothing else in `shift_down`
 depends on the device but the host copies' pinning, which is switched off here."""
+
 from __future__ import annotations
 
 import torch
@@ -16,7 +17,9 @@ from pivot.roles.trainer import Trainer
 
 def _shift_down_releases_cache(rank: int, world: int, group: dist.ProcessGroup) -> None:
     trainer = Trainer(tiny_model(), group, TrainConfig(lr=1e-2, micro_batch_tokens=16))
-    trainer.train_step(TrainBatch([[1, 2, 3], [4, 5]], [[6, 7], [8]], [1.0, -1.0]))  # optimizer state exists
+    trainer.train_step(
+        TrainBatch([[1, 2, 3], [4, 5]], [[6, 7], [8]], [1.0, -1.0])
+    )  # optimizer state exists
     storages = [st for which in ("master", "optim") for st in trainer._storages(which)]
     assert storages
     calls: list[int] = []  # bytes still held by the trainer's storages when empty_cache runs

@@ -1,4 +1,5 @@
 """Spawn helpers for multi-rank CPU tests (gloo), and a tiny random policy."""
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _entry(rank: int, world: int, port: int, backend: str, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+def _entry(
+    rank: int, world: int, port: int, backend: str, fn: Callable[..., None], args: tuple[Any, ...]
+) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)  # two ranks on two cores; also keeps CPU math deterministic
     if backend == "nccl":
@@ -38,11 +41,28 @@ def spawn(fn: Callable[..., None], world: int, *args: Any, backend: str = "gloo"
 
 def tiny_model(seed: int = 0, vocab: int = 37, tie: bool = True, family: str = "qwen2") -> CausalLM:
     # qwen3_moe: layer 0 routes top-2 of 4 experts, layer 1 is dense
-    moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8, "norm_topk_prob": True,
-           "mlp_only_layers": [1]} if family == "qwen3_moe" else {}
+    moe = (
+        {
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 8,
+            "norm_topk_prob": True,
+            "mlp_only_layers": [1],
+        }
+        if family == "qwen3_moe"
+        else {}
+    )
     args = ModelArgs(
-        family=family, vocab_size=vocab, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=8, tie_word_embeddings=tie, **moe,
+        family=family,
+        vocab_size=vocab,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        tie_word_embeddings=tie,
+        **moe,
     )
     torch.manual_seed(seed)
     model = CausalLM(args)

@@ -1,5 +1,6 @@
 """Random-weight tiny checkpoints with a character tokenizer, for fast runtime tests
 (the learning signal is not the point here; the trained tiny models are for the main job)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,8 +26,16 @@ def char_tokenizer(path: Path) -> Path:
 # the GenRM families beyond the dense default, written by transformers' own classes as the hub
 # lays them out: (config class, model class, their extra hyper-parameters)
 HF_GENRMS = {
-    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
-                  {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": True}),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        {
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 16,
+            "norm_topk_prob": True,
+        },
+    ),
     "glm4": ("Glm4Config", "Glm4ForCausalLM", {"partial_rotary_factor": 0.5}),
 }
 
@@ -39,9 +48,19 @@ def hf_genrm(path: Path, family: str, tokenizer_file: Path, seed: int) -> Path:
     config_cls, model_cls, extra = HF_GENRMS[family]
     torch.manual_seed(seed)
     cfg = getattr(transformers, config_cls)(
-        vocab_size=len(CHARS) + 2, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, tie_word_embeddings=True, eos_token_id=0, pad_token_id=1,
-        max_position_embeddings=512, **extra)
+        vocab_size=len(CHARS) + 2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=True,
+        eos_token_id=0,
+        pad_token_id=1,
+        max_position_embeddings=512,
+        **extra,
+    )
     getattr(transformers, model_cls)(cfg).save_pretrained(path)
     (path / "tokenizer.json").write_bytes(tokenizer_file.read_bytes())
     return path
@@ -53,14 +72,37 @@ def hybrid_genrm(path: Path, tokenizer_file: Path, seed: int) -> Path:
     import transformers
 
     torch.manual_seed(seed)
-    text = {"vocab_size": len(CHARS) + 2, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "head_dim": 8, "layer_types": ["linear_attention", "full_attention"],
-            "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
-            "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2,
-            "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16, "eos_token_id": 0, "pad_token_id": 1,
-            "max_position_embeddings": 512}
-    vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 32,
-              "patch_size": 4, "spatial_merge_size": 2, "temporal_patch_size": 2}
+    text = {
+        "vocab_size": len(CHARS) + 2,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "layer_types": ["linear_attention", "full_attention"],
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 8,
+        "linear_value_head_dim": 8,
+        "linear_conv_kernel_dim": 4,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "shared_expert_intermediate_size": 16,
+        "eos_token_id": 0,
+        "pad_token_id": 1,
+        "max_position_embeddings": 512,
+    }
+    vision = {
+        "depth": 1,
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_heads": 2,
+        "out_hidden_size": 32,
+        "patch_size": 4,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    }
     cfg = transformers.Qwen3_5MoeConfig(text_config=text, vision_config=vision)
     transformers.Qwen3_5MoeForConditionalGeneration(cfg).save_pretrained(path)
     (path / "tokenizer.json").write_bytes(tokenizer_file.read_bytes())
@@ -74,9 +116,20 @@ def random_models(root: Path, seed: int = 0, genrm_family: str = "qwen2") -> tup
     out = []
     for name, layers in (("policy", 2), ("genrm", 1))[: 1 if genrm_family != "qwen2" else 2]:
         torch.manual_seed(seed + layers)
-        args = ModelArgs(family="qwen2", vocab_size=len(CHARS) + 2, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                         tie_word_embeddings=True, eos_token_id=0, pad_token_id=1, max_position_embeddings=512)
+        args = ModelArgs(
+            family="qwen2",
+            vocab_size=len(CHARS) + 2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            tie_word_embeddings=True,
+            eos_token_id=0,
+            pad_token_id=1,
+            max_position_embeddings=512,
+        )
         save_pretrained(CausalLM(args), root / name, tokenizer_file=tok)
         out.append(root / name)
     if genrm_family == "qwen3_5_moe":

@@ -1,5 +1,6 @@
 """The run audit (pivot/runtime/audit.py) on hand-written records: a clean run passes, and each
 kind of fault the soak must catch is caught and counted."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,12 @@ def write(run: Path, samples: list[dict], steps: list[int]) -> Path:
 
 
 def clean_samples() -> list[dict]:
-    return [{"step": s, "prompt": p, "sample": g, "judgings": 1} for s in range(STEPS) for p in range(B) for g in range(G)]
+    return [
+        {"step": s, "prompt": p, "sample": g, "judgings": 1}
+        for s in range(STEPS)
+        for p in range(B)
+        for g in range(G)
+    ]
 
 
 def test_a_clean_run_passes(tmp_path: Path) -> None:
@@ -39,7 +45,10 @@ def test_lost_duplicated_misjudged_and_a_missing_step_are_counted(tmp_path: Path
     samples[2]["judgings"] = 0
     acc = exactly_once(write(tmp_path, samples, [0, 2]), STEPS, B, G)
     assert (acc.lost, acc.duplicated, acc.misjudged) == (1, 2, 2)
-    assert len(acc.violations) == 4 and str([(lost["step"], lost["prompt"], lost["sample"])]) in acc.violations[0]
+    assert (
+        len(acc.violations) == 4
+        and str([(lost["step"], lost["prompt"], lost["sample"])]) in acc.violations[0]
+    )
 
 
 def shift(event: str, **kw: object) -> dict:
@@ -47,10 +56,22 @@ def shift(event: str, **kw: object) -> dict:
 
 
 def test_resumes_from_the_newest_checkpoint_without_gaps() -> None:
-    good = [shift("checkpoint", step=1), shift("checkpoint", step=2), shift("resume", step=2), shift("checkpoint", step=3)]
+    good = [
+        shift("checkpoint", step=1),
+        shift("checkpoint", step=2),
+        shift("resume", step=2),
+        shift("checkpoint", step=3),
+    ]
     assert resumes(good) == []
-    older = [shift("checkpoint", step=1), shift("checkpoint", step=2), shift("resume", step=1), shift("checkpoint", step=2)]
-    assert resumes(older) == ["attempt 1 resumed from step 1, the newest committed checkpoint was 2"]
+    older = [
+        shift("checkpoint", step=1),
+        shift("checkpoint", step=2),
+        shift("resume", step=1),
+        shift("checkpoint", step=2),
+    ]
+    assert resumes(older) == [
+        "attempt 1 resumed from step 1, the newest committed checkpoint was 2"
+    ]
     # killed between checkpoint 3's manifest and its row: resuming from 3 is right, from 4 is not
     unlogged = [shift("checkpoint", step=1), shift("checkpoint", step=2), shift("resume", step=3)]
     assert resumes(unlogged) == [] and len(resumes(unlogged[:2] + [shift("resume", step=4)])) == 1
@@ -71,10 +92,17 @@ def test_shift_up_checksums_against_the_version_they_report(tmp_path: Path) -> N
     folder(ckpt / "step_000002" / "policy", 3.0)  # rewritten by the second attempt
     up = lambda role, v, total: shift("shift_up", role=role, slot=0, version=v, checksum=total)  # noqa: E731
     timeline = [
-        up("rollout", 0, 6.0), up("reward", 0, 3.0), shift("checkpoint", step=1), up("rollout", 1, 12.0),
+        up("rollout", 0, 6.0),
+        up("reward", 0, 3.0),
+        shift("checkpoint", step=1),
+        up("rollout", 1, 12.0),
         up("rollout", 2, 99.0),  # version 2 of the killed attempt: never checkpointed by it
-        shift("resume", step=1), up("rollout", 1, 12.0), shift("checkpoint", step=2), up("rollout", 2, 18.0),
-        up("rollout", 2, 18.5), up("train", 2, 0.0),
+        shift("resume", step=1),
+        up("rollout", 1, 12.0),
+        shift("checkpoint", step=2),
+        up("rollout", 2, 18.0),
+        up("rollout", 2, 18.5),
+        up("train", 2, 0.0),
     ]
     check = shift_up_weights(timeline, ckpt, policy, genrm)
     assert (check.verified, check.unverifiable) == (5, 1)
@@ -82,12 +110,28 @@ def test_shift_up_checksums_against_the_version_they_report(tmp_path: Path) -> N
 
 
 def test_figures_add_up_over_attempts() -> None:
-    timeline = [shift("plan", training=True), shift("shift_up"), shift("shift_down"), {"kind": "sample", "aborted": 3, "migrated": 2},
-                {"kind": "sample", "aborted": 5, "migrated": 4}, shift("resume", step=1), shift("plan"), shift("shift_up"),
-                {"kind": "sample", "aborted": 1, "migrated": 0}]
+    timeline = [
+        shift("plan", training=True),
+        shift("shift_up"),
+        shift("shift_down"),
+        {"kind": "sample", "aborted": 3, "migrated": 2},
+        {"kind": "sample", "aborted": 5, "migrated": 4},
+        shift("resume", step=1),
+        shift("plan"),
+        shift("shift_up"),
+        {"kind": "sample", "aborted": 1, "migrated": 0},
+    ]
     f = figures(timeline)
-    assert (f.plans, f.plans_mid_step, f.shifts_up, f.shifts_down, f.shifts, f.restarts, f.aborted, f.migrated) == \
-           (2, 1, 2, 1, 3, 1, 6, 4)
+    assert (
+        f.plans,
+        f.plans_mid_step,
+        f.shifts_up,
+        f.shifts_down,
+        f.shifts,
+        f.restarts,
+        f.aborted,
+        f.migrated,
+    ) == (2, 1, 2, 1, 3, 1, 6, 4)
 
 
 @pytest.mark.parametrize("name", ["samples.jsonl", "metrics.jsonl"])

@@ -1,6 +1,7 @@
 """Bad input to the main job on 4 CPU ranks: a dataset it cannot read stops every rank with one
 line (exit 2), and training steps whose loss is NaN are skipped and counted, then abort the job
 in one line after `train.max_bad_steps` in a row, its checkpoints intact."""
+
 from __future__ import annotations
 
 import subprocess
@@ -29,31 +30,61 @@ def run(models: tuple[Path, Path], run_dir: Path, *flags: str) -> tuple[int, str
     return proc.returncode, out
 
 
-def test_unreadable_dataset_is_one_line_on_every_rank(models: tuple[Path, Path], tmp_path: Path) -> None:
+def test_unreadable_dataset_is_one_line_on_every_rank(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
     data = tmp_path / "d.parquet"
     pq.write_table(pa.Table.from_pylist([{"prompt": "1+1?", "ground_truth": "2"}] * 40), data)
     data.write_bytes(data.read_bytes()[:100])
     code, out = run(models, tmp_path / "run", "--data.path", str(data), "--eval.path", "")
     said = [line for line in out.splitlines() if line.startswith("pivot: cannot start")]
-    assert code != 0 and said == [f"pivot: cannot start: dataset {data}: not a readable parquet file "
-                                  f"({said[0].split('(', 1)[1]}"], out[-3000:]
+    assert code != 0 and said == [
+        f"pivot: cannot start: dataset {data}: not a readable parquet file "
+        f"({said[0].split('(', 1)[1]}"
+    ], out[-3000:]
     # torchrun reports the exit codes with its own traceback; none comes from Pivot's code
-    assert not [line for line in out.splitlines() if line.strip().startswith('File "') and "/pivot/" in line], out[-3000:]
+    assert not [
+        line for line in out.splitlines() if line.strip().startswith('File "') and "/pivot/" in line
+    ], out[-3000:]
 
 
-def test_nan_steps_are_skipped_then_abort_with_checkpoints_intact(models: tuple[Path, Path], tmp_path: Path) -> None:
+def test_nan_steps_are_skipped_then_abort_with_checkpoints_intact(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
     # random rewards give every group an advantage; a learning rate of 1e30 turns the first
     # update's weights into overflowing logits, so every later loss is NaN
     verifier = tmp_path / "noisy.py"
-    verifier.write_text("import random\n\n\ndef score(response, ground_truth):\n    return random.random()\n")
-    code, out = run(models, tmp_path / "run", "--train.steps", "6", "--train.lr", "1e30", "--train.max-bad-steps", "2",
-                    "--checkpoint.every", "1", "--reward.verifier", f"{verifier}:score")
+    verifier.write_text(
+        "import random\n\n\ndef score(response, ground_truth):\n    return random.random()\n"
+    )
+    code, out = run(
+        models,
+        tmp_path / "run",
+        "--train.steps",
+        "6",
+        "--train.lr",
+        "1e30",
+        "--train.max-bad-steps",
+        "2",
+        "--checkpoint.every",
+        "1",
+        "--reward.verifier",
+        f"{verifier}:score",
+    )
     assert code != 0
-    assert ("pivot: rank 3 failed: TrainStep: 2 consecutive training steps had NaN/inf loss or gradients; aborting"
-            in out.splitlines()), out[-3000:]
+    assert (
+        "pivot: rank 3 failed: TrainStep: 2 consecutive training steps had NaN/inf loss or gradients; aborting"
+        in out.splitlines()
+    ), out[-3000:]
     metrics = rows(tmp_path / "run", "metrics.jsonl")
-    assert [(r["step"], r["train/skipped"]) for r in metrics] == [(0, 0.0), (1, 1.0)]  # the skipped step is counted
-    assert [r["policy_version"] for r in metrics] == [1, 2]  # and advances the version like any step
+    assert [(r["step"], r["train/skipped"]) for r in metrics] == [
+        (0, 0.0),
+        (1, 1.0),
+    ]  # the skipped step is counted
+    assert [r["policy_version"] for r in metrics] == [
+        1,
+        2,
+    ]  # and advances the version like any step
     checkpoints = sorted((tmp_path / "run" / "checkpoints").iterdir())
     assert [p.name for p in checkpoints] == ["step_000001", "step_000002"]
     assert [problem(p) for p in checkpoints] == [None, None]
@@ -67,5 +98,8 @@ def test_context_overrun_is_refused_at_startup(models: tuple[Path, Path], tmp_pa
     code, out = run(models, tmp_path / "run", "--reward.max-new-tokens", str(limit))
     said = [line for line in out.splitlines() if line.startswith("pivot: cannot start")]
     assert code != 0 and len(said) == 1, out[-3000:]
-    assert said[0].startswith("pivot: cannot start: reward: longest prompt ") and f"reward.max_new_tokens={limit}" in said[0]
+    assert (
+        said[0].startswith("pivot: cannot start: reward: longest prompt ")
+        and f"reward.max_new_tokens={limit}" in said[0]
+    )
     assert f"max_position_embeddings={limit}" in said[0], said[0]

@@ -1,6 +1,7 @@
 """Checkpoint completeness: a damaged newest checkpoint (truncated file, flipped byte, missing
 manifest) is reported in one line and the previous complete one is resumed; `auto` without any
 checkpoint starts fresh, `yes` fails. One rank, in process (gloo, world 1)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -38,8 +39,11 @@ def write_checkpoint(ckpt: Checkpointer, step: int) -> Path:
     path = ckpt.snapshot(step, {"step": step, "version": step})
     (path / "policy").mkdir(parents=True)
     files = []
-    for name, size in (("rank00000-of-00002.safetensors", 3000), ("rank00001-of-00002.safetensors", 3000),
-                       ("policy/model.safetensors", 5000)):
+    for name, size in (
+        ("rank00000-of-00002.safetensors", 3000),
+        ("rank00001-of-00002.safetensors", 3000),
+        ("policy/model.safetensors", 5000),
+    ):
         (path / name).write_bytes(bytes((step * 7 + i) % 251 for i in range(size)))
         files.append(path / name)
     ckpt.commit(step, seal(files, path))
@@ -49,7 +53,9 @@ def write_checkpoint(ckpt: Checkpointer, step: int) -> Path:
 def truncate(path: Path) -> str:
     f = path / "policy" / "model.safetensors"
     f.write_bytes(f.read_bytes()[:1000])
-    return "policy/model.safetensors: 1000 bytes, manifest.json says 5000 (truncated or overwritten)"
+    return (
+        "policy/model.safetensors: 1000 bytes, manifest.json says 5000 (truncated or overwritten)"
+    )
 
 
 def flip(path: Path) -> str:
@@ -68,9 +74,19 @@ def no_manifest(path: Path) -> str:
 def test_manifest_lists_every_file_with_its_sha256(tmp_path: Path) -> None:
     path = write_checkpoint(Checkpointer(config(tmp_path, "no")), 2)
     entries = {e["path"]: e for e in json.loads((path / MANIFEST).read_text())["files"]}
-    on_disk = sorted(str(f.relative_to(path)) for f in path.rglob("*") if f.is_file() and f.name != MANIFEST)
-    assert sorted(entries) == on_disk == ["controller.json", "policy/model.safetensors",
-                                          "rank00000-of-00002.safetensors", "rank00001-of-00002.safetensors"]
+    on_disk = sorted(
+        str(f.relative_to(path)) for f in path.rglob("*") if f.is_file() and f.name != MANIFEST
+    )
+    assert (
+        sorted(entries)
+        == on_disk
+        == [
+            "controller.json",
+            "policy/model.safetensors",
+            "rank00000-of-00002.safetensors",
+            "rank00001-of-00002.safetensors",
+        ]
+    )
     for name, e in entries.items():
         data = (path / name).read_bytes()
         assert (e["size"], e["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
@@ -78,8 +94,12 @@ def test_manifest_lists_every_file_with_its_sha256(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [truncate, flip, no_manifest])
-def test_damaged_newest_falls_back_to_previous(tmp_path: Path, one_rank: None, damage: Callable[[Path], str],
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_damaged_newest_falls_back_to_previous(
+    tmp_path: Path,
+    one_rank: None,
+    damage: Callable[[Path], str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     ckpt = Checkpointer(config(tmp_path, "auto"))
     write_checkpoint(ckpt, 2)
     newest = write_checkpoint(ckpt, 4)
@@ -104,17 +124,24 @@ def test_rewriting_a_step_first_removes_its_manifest(tmp_path: Path) -> None:
 
 
 def test_auto_without_checkpoint_starts_fresh(tmp_path: Path, one_rank: None) -> None:
-    assert resume_point(config(tmp_path, "auto"), Checkpointer(config(tmp_path, "auto")), SPEC) is None
+    assert (
+        resume_point(config(tmp_path, "auto"), Checkpointer(config(tmp_path, "auto")), SPEC) is None
+    )
 
 
-def test_auto_with_only_broken_checkpoints_starts_fresh_and_sets_them_aside(tmp_path: Path, one_rank: None,
-                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_auto_with_only_broken_checkpoints_starts_fresh_and_sets_them_aside(
+    tmp_path: Path, one_rank: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = config(tmp_path, "auto")
     ckpt = Checkpointer(cfg)
     no_manifest(write_checkpoint(ckpt, 2))
     assert resume_point(cfg, ckpt, SPEC) is None
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 and "step_000002 skipped: no manifest.json" in lines[0] and "ckpt.old-1" in lines[1]
+    assert (
+        len(lines) == 2
+        and "step_000002 skipped: no manifest.json" in lines[0]
+        and "ckpt.old-1" in lines[1]
+    )
     assert not ckpt.dir.exists() and (tmp_path / "ckpt.old-1" / "step_000002").is_dir()
 
 
@@ -122,6 +149,10 @@ def test_no_never_resumes_and_yes_needs_a_complete_one(tmp_path: Path, one_rank:
     ckpt = Checkpointer(config(tmp_path, "no"))
     write_checkpoint(ckpt, 2)
     assert resume_point(config(tmp_path, "no"), ckpt, SPEC) is None
-    assert (tmp_path / "ckpt.old-1" / "step_000002" / MANIFEST).is_file()  # another run's: set aside
-    with pytest.raises(FileNotFoundError, match="--checkpoint.resume yes: no complete checkpoint in"):
+    assert (
+        tmp_path / "ckpt.old-1" / "step_000002" / MANIFEST
+    ).is_file()  # another run's: set aside
+    with pytest.raises(
+        FileNotFoundError, match="--checkpoint.resume yes: no complete checkpoint in"
+    ):
         resume_point(config(tmp_path, "yes"), ckpt, SPEC)

@@ -7,6 +7,7 @@ passing, `count/rejected_frames` shows each rejection and the log names the peer
 The replayed frame is rebuilt bit for bit from what an eavesdropper would have: the session
 nonce read from the c10d store (which the trust model leaves as torchrun provides it) and, to
 stand in for the captured bytes, the job secret the test itself handed the job."""
+
 from __future__ import annotations
 
 import hashlib
@@ -61,28 +62,72 @@ def test_hand_built_hello_is_what_a_worker_sends() -> None:
     assert sealer.seal(0, m.Hello(1, 0)) == hello_frame(nonce, 1, 0)
 
 
-def wait_for(cond, what: str, proc: subprocess.Popen, lines: list[str], timeout: float = 180) -> None:
+def wait_for(
+    cond, what: str, proc: subprocess.Popen, lines: list[str], timeout: float = 180
+) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         assert proc.poll() is None, f"job ended while waiting for {what}:\n" + "".join(lines[-60:])
-        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n" + "".join(lines[-60:])
+        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n" + "".join(
+            lines[-60:]
+        )
         time.sleep(0.1)
 
 
 def test_rogue_client_cannot_run_code_or_forge_and_the_job_completes(tmp_path: Path) -> None:
     models = random_models(tmp_path / "models")
     run_dir, target, port = tmp_path / "run", tmp_path / "pwned", free_port()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "4",
-           "--master-addr", "127.0.0.1", "--master-port", str(port), "--max-restarts", "0",
-           str(ROOT / "pivot" / "main.py"), "--model.policy", str(models[0]), "--model.genrm", str(models[1]),
-           "--log.dir", str(run_dir), *SMALL, "--train.steps", str(STEPS)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PIVOT_JOB_SECRET": SECRET}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "4",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "--max-restarts",
+        "0",
+        str(ROOT / "pivot" / "main.py"),
+        "--model.policy",
+        str(models[0]),
+        "--model.genrm",
+        str(models[1]),
+        "--log.dir",
+        str(run_dir),
+        *SMALL,
+        "--train.steps",
+        str(STEPS),
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PIVOT_JOB_SECRET": SECRET,
+    }
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader = threading.Thread(
+        target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True
+    )
     reader.start()
     try:
-        wait_for(lambda: any("control plane listening on" in line for line in lines), "the control address", proc, lines)
+        wait_for(
+            lambda: any("control plane listening on" in line for line in lines),
+            "the control address",
+            proc,
+            lines,
+        )
         addr = next(line for line in lines if "control plane listening on" in line).split()[5]
         assert addr.startswith("tcp://127.0.0.1:"), addr
 
@@ -90,7 +135,13 @@ def test_rogue_client_cannot_run_code_or_forge_and_the_job_completes(tmp_path: P
             def __reduce__(self) -> tuple:
                 return open, (str(target), "w")
 
-        store = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=30))
+        store = dist.TCPStore(
+            "127.0.0.1",
+            port,
+            is_master=False,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=30),
+        )
         key = next(k for k in store.list_keys() if k.endswith("pivot/control"))
         nonce = bytes.fromhex(json.loads(store.get(key))["nonce"])
         wrong = hmac.new(b"a guessed secret", b"pivot-control-v1|" + nonce, hashlib.sha256).digest()
@@ -99,12 +150,21 @@ def test_rogue_client_cannot_run_code_or_forge_and_the_job_completes(tmp_path: P
         rogue = zmq.Context.instance().socket(zmq.DEALER)
         rogue.setsockopt(zmq.LINGER, 1000)
         rogue.connect(addr)
-        attacks = [pickle.dumps(Evil()), os.urandom(200), body + hmac.new(wrong, body, hashlib.sha256).digest(), body]
+        attacks = [
+            pickle.dumps(Evil()),
+            os.urandom(200),
+            body + hmac.new(wrong, body, hashlib.sha256).digest(),
+            body,
+        ]
         for frame in attacks:
             rogue.send(frame)
         timeline = run_dir / "timeline.jsonl"
-        wait_for(lambda: timeline.is_file() and '"sample"' in timeline.read_text(), "the first monitor sample "
-                 "(every rank said Hello)", proc, lines)
+        wait_for(
+            lambda: timeline.is_file() and '"sample"' in timeline.read_text(),
+            "the first monitor sample (every rank said Hello)",
+            proc,
+            lines,
+        )
         rogue.send(hello_frame(nonce, 1, 0))  # (d) rank 1's first frame, replayed
         attacks.append(b"replay")
         proc.wait(timeout=300)
@@ -118,6 +178,9 @@ def test_rogue_client_cannot_run_code_or_forge_and_the_job_completes(tmp_path: P
     assert not target.exists()
     assert exactly_once(run_dir, STEPS, B, G).violations == []
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == STEPS and rows[-1]["count/rejected_frames"] == len(attacks), (rows[-1], out[-3000:])
+    assert len(rows) == STEPS and rows[-1]["count/rejected_frames"] == len(attacks), (
+        rows[-1],
+        out[-3000:],
+    )
     logged = [line for line in out.splitlines() if "dropped a frame from" in line]
     assert len(logged) == 1 and "127.0.0.1" in logged[0], logged

@@ -3,6 +3,7 @@ controller listens on loopback only for a single host, a rogue local client's pi
 bytes, multi-part message, wrong or missing tag and replayed frame are dropped, counted and
 logged once while genuine traffic goes on; the per-job secret's sources and their one-line
 errors."""
+
 from __future__ import annotations
 
 import logging
@@ -17,9 +18,15 @@ import torch.distributed as dist
 import zmq
 
 from pivot.dist import ClusterSpec
-from pivot.runtime.control_plane import CONTROL_KEY, ControlRecord, ControllerEndpoint, WorkerEndpoint, control_host
 from pivot.runtime import frames
 from pivot.runtime import messages as m
+from pivot.runtime.control_plane import (
+    CONTROL_KEY,
+    ControllerEndpoint,
+    ControlRecord,
+    WorkerEndpoint,
+    control_host,
+)
 from pivot.secret import ENV, KeyFile, private_dir, require_for
 
 SECRET = "test-secret-0123456789abcdef"
@@ -47,7 +54,9 @@ def own_addresses() -> set[str]:
     return {ip for ip in found if not ip.startswith("127.")}
 
 
-def start(world: int, spec: ClusterSpec | None = None) -> tuple[dist.Store, ControllerEndpoint, list[WorkerEndpoint]]:
+def start(
+    world: int, spec: ClusterSpec | None = None
+) -> tuple[dist.Store, ControllerEndpoint, list[WorkerEndpoint]]:
     store = dist.HashStore()
     ctrl = ControllerEndpoint(store, spec or ClusterSpec(world, 0, world))
     workers = [WorkerEndpoint(store, r) for r in range(world)]
@@ -87,7 +96,9 @@ def test_single_host_listens_on_loopback_only(env: pytest.MonkeyPatch) -> None:
     assert drain_worker(workers[1], 1) == [m.Stop("x")]
 
 
-def test_multi_node_interface_is_the_one_that_reaches_the_rendezvous(env: pytest.MonkeyPatch) -> None:
+def test_multi_node_interface_is_the_one_that_reaches_the_rendezvous(
+    env: pytest.MonkeyPatch,
+) -> None:
     spec = ClusterSpec(16, 0, 8)
     env.setenv("MASTER_ADDR", "127.0.0.1")
     assert control_host(spec) == "127.0.0.1"
@@ -115,13 +126,17 @@ def test_multi_node_interface_is_the_one_that_reaches_the_rendezvous(env: pytest
         control_host(spec)
 
 
-def test_rogue_client_is_dropped_counted_and_logged_once(env: pytest.MonkeyPatch, tmp_path: Path,
-                                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_rogue_client_is_dropped_counted_and_logged_once(
+    env: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     env.setenv(ENV, SECRET)
     _, ctrl, workers = start(2)
     captured: list[bytes] = []
     real_send = workers[1].sock.send
-    workers[1].sock.send = lambda data, copy=True: (captured.append(bytes(data)), real_send(data, copy=copy))[1]  # type: ignore[method-assign]
+    workers[1].sock.send = lambda data, copy=True: (
+        captured.append(bytes(data)),
+        real_send(data, copy=copy),
+    )[1]  # type: ignore[method-assign]
     workers[1].send(m.Hello(1, 0))  # a genuine frame, recorded
     assert recv(ctrl) == (1, m.Hello(1, 0))
 
@@ -137,12 +152,21 @@ def test_rogue_client_is_dropped_counted_and_logged_once(env: pytest.MonkeyPatch
     rogue.setsockopt(zmq.LINGER, 0)
     rogue.setsockopt(zmq.IDENTITY, b"1")  # claiming rank 1's old zmq identity buys nothing
     rogue.connect(ctrl.address)
-    attacks = [[pickle.dumps(Evil())], [os.urandom(64)], [b"a", b"b"], [forged],
-               [captured[0][:-32] + bytes(32)], [captured[0][:-32]], [captured[0]]]
+    attacks = [
+        [pickle.dumps(Evil())],
+        [os.urandom(64)],
+        [b"a", b"b"],
+        [forged],
+        [captured[0][:-32] + bytes(32)],
+        [captured[0][:-32]],
+        [captured[0]],
+    ]
     caplog.set_level(logging.WARNING, logger="pivot.runtime.control_plane")
     for parts in attacks:
         rogue.send_multipart(parts)
-    for _ in range(50):  # the rogue's connection is not ordered with the workers': wait for its frames
+    for _ in range(
+        50
+    ):  # the rogue's connection is not ordered with the workers': wait for its frames
         assert ctrl.recv(100) is None
         if ctrl.rejected == len(attacks):
             break
@@ -170,7 +194,9 @@ def test_worker_drops_frames_from_an_impostor_controller(env: pytest.MonkeyPatch
     worker.send(m.Hello(1, 0))
     assert impostor.poll(3000)
     route, _ = impostor.recv_multipart()
-    wrong_key = frames.Sealer(frames.session_key(b"guessed-secret-000000", bytes.fromhex("ab" * 16)), frames.TO_WORKER, 0)
+    wrong_key = frames.Sealer(
+        frames.session_key(b"guessed-secret-000000", bytes.fromhex("ab" * 16)), frames.TO_WORKER, 0
+    )
     for frame in (pickle.dumps(m.Stop()), wrong_key.seal(1, m.Stop()), b"\x00" * 80):
         impostor.send_multipart([route, frame])
     assert drain_worker(worker, 3) == [] and worker.rejected == 3
@@ -182,7 +208,10 @@ def test_single_host_makes_its_own_secret_file_and_removes_it(env: pytest.Monkey
     ctrl = ControllerEndpoint(store, ClusterSpec(2, 0, 2))
     name = ControlRecord.parse(store.get(CONTROL_KEY)).key_file
     path = private_dir() / name
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert (
+        stat.S_IMODE(path.stat().st_mode) == 0o600
+        and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    )
     workers = [WorkerEndpoint(store, r) for r in range(2)]
     for r, w in enumerate(workers):
         w.send(m.Hello(r, 0))
@@ -207,7 +236,9 @@ def test_secret_errors_are_one_line(env: pytest.MonkeyPatch, tmp_path: Path) -> 
     store = dist.HashStore()
     ControllerEndpoint(store, ClusterSpec(2, 0, 2))  # with the secret ...
     env.delenv(ENV)
-    with pytest.raises(ValueError, match="not set on rank 1 but the controller"):  # ... that rank 1 lacks
+    with pytest.raises(
+        ValueError, match="not set on rank 1 but the controller"
+    ):  # ... that rank 1 lacks
         WorkerEndpoint(store, 1)
     bad = private_dir()
     bad.chmod(0o755)

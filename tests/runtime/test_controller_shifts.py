@@ -2,6 +2,7 @@
 in the executor's order (on every rank, the shift down it leaves precedes the shift up it takes),
 and a shift completes only when every rank of the slot has sent its ShiftDone. No workers: a
 recording endpoint stands in for the control plane."""
+
 from __future__ import annotations
 
 import pytest
@@ -47,17 +48,35 @@ def plan(up: tuple[int, ...] = (), down: tuple[int, ...] = ()) -> ShiftPlan:
 def ctrl() -> Controller:
     cfg = get_preset("tiny-cpu")
     table = SlotTable.build(ClusterSpec(4, 0, 4), 1, 1, 2)
-    return Controller(cfg, table, 4, Endpoint(), None, None, Log(), dict.fromkeys(("rollout", "reward"), ThroughputModel(1e-8, 1e-3, 1e-4, 1e-2)), 0, None, None)
+    return Controller(
+        cfg,
+        table,
+        4,
+        Endpoint(),
+        None,
+        None,
+        Log(),
+        dict.fromkeys(("rollout", "reward"), ThroughputModel(1e-8, 1e-3, 1e-4, 1e-2)),
+        0,
+        None,
+        None,
+    )
 
 
 def done(ctrl: Controller, rank: int, role: str, slot: int, up: bool) -> None:
-    ctrl.handle(rank, m.ShiftDone(rank, role, slot, up, 0, {"gps_read": 0.1 * rank}, read_bytes=100 + rank))
+    ctrl.handle(
+        rank, m.ShiftDone(rank, role, slot, up, 0, {"gps_read": 0.1 * rank}, read_bytes=100 + rank)
+    )
 
 
 def test_a_plan_becomes_messages_and_completes_on_the_last_rank(ctrl: Controller) -> None:
     ctrl.execute(plan(up=(0, 5, 8)))
-    assert ctrl.ep.take() == [(0, "ShiftUp", "rollout", 0), (1, "ShiftUp", "reward", 1),
-                              (2, "ShiftUp", "train", 0), (3, "ShiftUp", "train", 0)]
+    assert ctrl.ep.take() == [
+        (0, "ShiftUp", "rollout", 0),
+        (1, "ShiftUp", "reward", 1),
+        (2, "ShiftUp", "train", 0),
+        (3, "ShiftUp", "train", 0),
+    ]
     done(ctrl, 0, "rollout", 0, True)
     done(ctrl, 1, "reward", 1, True)
     done(ctrl, 2, "train", 0, True)
@@ -66,7 +85,11 @@ def test_a_plan_becomes_messages_and_completes_on_the_last_rank(ctrl: Controller
     assert ctrl.up_slots() == [0, 5, 8] and ctrl.pending == {}
     assert ctrl.sched["rollout"].active_ids == [0] and ctrl.sched["reward"].active_ids == [5]
     train = ctrl.log.events[-1]
-    assert train["event"] == "shift_up" and train["devices"] == [2, 3] and train["gps_read_bytes"] == [102, 103]
+    assert (
+        train["event"] == "shift_up"
+        and train["devices"] == [2, 3]
+        and train["gps_read_bytes"] == [102, 103]
+    )
     assert train["phases"]["gps_read"] == pytest.approx(0.3)  # the slowest rank's
 
 
@@ -76,8 +99,12 @@ def test_each_rank_leaves_its_role_before_it_takes_the_next(ctrl: Controller) ->
         done(ctrl, rank, role, slot, True)
     ctrl.ep.take()
     ctrl.execute(plan(up=(2, 7), down=(8,)))  # training hands ranks 2 and 3 to rollout2 and reward3
-    assert ctrl.ep.take() == [(2, "ShiftDown", "train", 0), (3, "ShiftDown", "train", 0),
-                              (2, "ShiftUp", "rollout", 2), (3, "ShiftUp", "reward", 3)]
+    assert ctrl.ep.take() == [
+        (2, "ShiftDown", "train", 0),
+        (3, "ShiftDown", "train", 0),
+        (2, "ShiftUp", "rollout", 2),
+        (3, "ShiftUp", "reward", 3),
+    ]
     done(ctrl, 2, "train", 0, False)  # each rank reports in the order it handled the messages
     done(ctrl, 2, "rollout", 2, True)
     assert ctrl.shifts.states[2] == State.UP and ctrl.sched["rollout"].active_ids == [0, 2]
@@ -85,12 +112,18 @@ def test_each_rank_leaves_its_role_before_it_takes_the_next(ctrl: Controller) ->
     done(ctrl, 3, "train", 0, False)
     assert ctrl.shifts.states[8] == State.DOWN and ctrl.log.events[-1]["event"] == "shift_down"
     done(ctrl, 3, "reward", 3, True)
-    assert ctrl.up_slots() == [0, 2, 5, 7] and ctrl.shifts.states.devices_per_role() == {"rollout": 2, "reward": 2, "train": 0}
+    assert ctrl.up_slots() == [0, 2, 5, 7] and ctrl.shifts.states.devices_per_role() == {
+        "rollout": 2,
+        "reward": 2,
+        "train": 0,
+    }
 
 
 def test_an_illegal_plan_sends_nothing(ctrl: Controller) -> None:
     ctrl.execute(plan(up=(0,)))
     ctrl.ep.take()
-    with pytest.raises(ShiftError, match=r"reward0 \(replica 4\): cannot shift up, device 0 is held by rollout0"):
+    with pytest.raises(
+        ShiftError, match=r"reward0 \(replica 4\): cannot shift up, device 0 is held by rollout0"
+    ):
         ctrl.execute(plan(up=(4,)))
     assert ctrl.ep.take() == []

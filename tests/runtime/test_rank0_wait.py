@@ -1,4 +1,5 @@
 """Rank 0's one-time work is waited for through the store, for as long as it takes."""
+
 from __future__ import annotations
 
 import threading
@@ -14,7 +15,9 @@ from pivot.runtime.rank0_wait import Rank0Failed, run_on_rank0
 def _waiter(store: dist.Store, rank: int, key: str, out: dict) -> threading.Thread:
     def wait() -> None:
         try:
-            out[rank] = run_on_rank0(store, rank, key, "test work", lambda: "never", report_every_s=0.1)
+            out[rank] = run_on_rank0(
+                store, rank, key, "test work", lambda: "never", report_every_s=0.1
+            )
         except Rank0Failed as e:
             out[rank] = e
 
@@ -23,11 +26,14 @@ def _waiter(store: dist.Store, rank: int, key: str, out: dict) -> threading.Thre
     return t
 
 
-def test_the_others_wait_past_any_collective_timeout_and_say_so(capsys: pytest.CaptureFixture[str],
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_others_wait_past_any_collective_timeout_and_say_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(rank0_wait, "POLL_S", 0.01)
     store = dist.HashStore()
-    store.set_timeout(__import__("datetime").timedelta(seconds=0.2))  # a blocking get would fail long before
+    store.set_timeout(
+        __import__("datetime").timedelta(seconds=0.2)
+    )  # a blocking get would fail long before
     out: dict = {}
     threads = [_waiter(store, r, "phase", out) for r in (1, 2)]
     time.sleep(0.5)
@@ -40,7 +46,9 @@ def test_the_others_wait_past_any_collective_timeout_and_say_so(capsys: pytest.C
     assert "waiting for rank 0 (test work)" in err and "no time limit" in err
 
 
-def test_a_bad_input_on_rank0_stops_every_rank_with_rank0s_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_input_on_rank0_stops_every_rank_with_rank0s_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     store = dist.HashStore()
     out: dict = {}
     threads = [_waiter(store, r, "bad", out) for r in (1, 2)]
@@ -52,7 +60,10 @@ def test_a_bad_input_on_rank0_stops_every_rank_with_rank0s_one_line(capsys: pyte
         run_on_rank0(store, 0, "bad", "test work", work)
     for t in threads:
         t.join(5)
-    assert all(isinstance(e, Rank0Failed) and "no such file" in str(e) for e in out.values()) and len(out) == 2
+    assert (
+        all(isinstance(e, Rank0Failed) and "no such file" in str(e) for e in out.values())
+        and len(out) == 2
+    )
     said = [line for line in capsys.readouterr().err.splitlines() if "waiting" not in line]
     assert said == ["pivot: cannot start: data.path='x.parquet': no such file"]
 

@@ -1,5 +1,6 @@
 """A role given a model folder and no profile is profiled at start-up on rank 0's device, and
 the profile is cached for the next run; shapes rank 0 cannot hold plan with the fallback."""
+
 from __future__ import annotations
 
 import json
@@ -16,12 +17,17 @@ from tests.engine.conftest import make_model
 
 
 def test_grid_follows_the_role_and_the_model() -> None:
-    assert startup_grid(EngineConfig(max_running_seqs=32), 4096) == ([1, 4, 16, 32], [64, 256, 1024])
+    assert startup_grid(EngineConfig(max_running_seqs=32), 4096) == (
+        [1, 4, 16, 32],
+        [64, 256, 1024],
+    )
     assert startup_grid(EngineConfig(max_running_seqs=256), 256) == ([1, 4, 16, 64], [64])
     assert startup_grid(EngineConfig(max_running_seqs=1), 40) == ([1], [34])
 
 
-def test_given_genrm_is_profiled_once_then_read_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_given_genrm_is_profiled_once_then_read_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "genrm"
     make_model(folder)
     monkeypatch.setattr(controller_thread, "PROFILE_CACHE", tmp_path / "cache")
@@ -30,7 +36,11 @@ def test_given_genrm_is_profiled_once_then_read_from_the_cache(tmp_path: Path, m
     got = controller_thread.role_profiles(cfg, tmp_path / "policy", folder, "cpu")
     cached = ReplicaShape(str(folder), "cpu", 1, "float32", "sdpa").cache_file(tmp_path / "cache")
     body = json.loads(cached.read_text())
-    assert body["source"] == "start-up profile" and body["role"] == "reward" and len(body["samples"]) == 4
+    assert (
+        body["source"] == "start-up profile"
+        and body["role"] == "reward"
+        and len(body["samples"]) == 4
+    )
     assert got == {"rollout": read_profile(TINY_PROFILE["rollout"]), "reward": read_profile(cached)}
 
     def no_second_profile(*args: object) -> None:
@@ -40,8 +50,9 @@ def test_given_genrm_is_profiled_once_then_read_from_the_cache(tmp_path: Path, m
     assert controller_thread.role_profiles(cfg, tmp_path / "policy", folder, "cpu") == got
 
 
-def test_shapes_rank_0_cannot_hold_fall_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_shapes_rank_0_cannot_hold_fall_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     folder = tmp_path / "genrm"
     make_model(folder)
     monkeypatch.setattr(controller_thread, "PROFILE_CACHE", tmp_path / "cache")

@@ -19,6 +19,7 @@ Where the pseudocode leaves a choice open, the rule below is the one the product
 Commands are the net change of each call: Aborts (from the first replica), then Dispatches
 (to the final one), each by sequence id.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -37,7 +38,9 @@ def replica_throughput(m: Any, n: int, tok: int) -> float:
 
 def throughput_gain(m: Any, n: int, tok: int, length: int) -> float:
     """§6.1: ΔT_i of adding one sequence of `length` tokens."""
-    return (n + 1) / (m.A * (tok + length) + max(m.B, m.C * (n + 1)) + m.D) - replica_throughput(m, n, tok)
+    return (n + 1) / (m.A * (tok + length) + max(m.B, m.C * (n + 1)) + m.D) - replica_throughput(
+        m, n, tok
+    )
 
 
 class ShiftAwareScheduler:
@@ -54,7 +57,9 @@ class ShiftAwareScheduler:
         self.migrate = migrate
         self.seqs: dict[int, SeqState] = {}
         self.where: dict[int, int | None] = {}  # sequence -> replica, None while queued
-        self.on: dict[int, dict[int, None]] = {rid: {} for rid in self.specs}  # replica -> its sequences
+        self.on: dict[int, dict[int, None]] = {
+            rid: {} for rid in self.specs
+        }  # replica -> its sequences
         self.tok = dict.fromkeys(self.specs, 0)  # N_i^Token: KV tokens held
         self.queue: list[tuple[Any, int]] = []  # (priority, id), kept sorted
         self.key: dict[int, Any] = {}  # priority of each queued sequence, taken when it joined
@@ -84,7 +89,12 @@ class ShiftAwareScheduler:
 
     def clone(self) -> ShiftAwareScheduler:
         new = ShiftAwareScheduler(self.specs.values(), self.active, self.priority, self.migrate)
-        new.seqs, new.where, new.tok, new.queue = dict(self.seqs), dict(self.where), dict(self.tok), list(self.queue)
+        new.seqs, new.where, new.tok, new.queue = (
+            dict(self.seqs),
+            dict(self.where),
+            dict(self.tok),
+            list(self.queue),
+        )
         new.on, new.key = {rid: dict(s) for rid, s in self.on.items()}, dict(self.key)
         return new
 
@@ -149,7 +159,9 @@ class ShiftAwareScheduler:
             best, best_gain = None, 0.0
             for rid in targets:
                 if self.specs[rid].kv_capacity - self.tok[rid] >= length:
-                    gain = throughput_gain(self.specs[rid].model, len(self.on[rid]), self.tok[rid], length)
+                    gain = throughput_gain(
+                        self.specs[rid].model, len(self.on[rid]), self.tok[rid], length
+                    )
                     if best is None or gain > best_gain:
                         best, best_gain = rid, gain
             if best is None:

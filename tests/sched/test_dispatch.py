@@ -3,6 +3,7 @@ out from DESIGN.md: largest dT_i = (N+1) / (A*(tok+l) + max(B, C*(N+1)) + D) - T
 replicas with free KV >= l, ties to the smallest id, none -> -1. The oracle computes dT from
 the raw loads (not from the precomputed terms) and compares exact floats, so it also pins the
 terms' algebra to the formula."""
+
 from __future__ import annotations
 
 import random
@@ -13,7 +14,9 @@ from pivot.sched.dispatch import TargetArrays, best_target
 from pivot.sched.throughput import load_terms
 
 
-def oracle(ln: int, targets: list[int], loads: list[tuple[float, float, float, float, int, int, int]]) -> int:
+def oracle(
+    ln: int, targets: list[int], loads: list[tuple[float, float, float, float, int, int, int]]
+) -> int:
     best, best_gain = -1, None
     for i in targets:
         a, b, c, d, n, tok, cap = loads[i]
@@ -26,7 +29,9 @@ def oracle(ln: int, targets: list[int], loads: list[tuple[float, float, float, f
     return best
 
 
-def tables(loads: list[tuple[float, float, float, float, int, int, int]]) -> tuple[list, list, list, list, list]:
+def tables(
+    loads: list[tuple[float, float, float, float, int, int, int]],
+) -> tuple[list, list, list, list, list]:
     A, n1, base, thr, free = [], [], [], [], []
     for a, b, c, d, n, tok, cap in loads:
         t, bs = load_terms(a, b, c, d, n, tok)

@@ -1,5 +1,6 @@
 """The production scheduler returns exactly what the paper oracle (reference_scheduler.py) does:
 the same commands and the same state after every call of a random series."""
+
 from __future__ import annotations
 
 import random
@@ -30,13 +31,18 @@ def state(s: object) -> tuple:
 def test_random_operation_series_match_reference(seed: int) -> None:
     rng = random.Random(seed)
     n = rng.randint(1, 7)
-    specs = [Replica(i, "rollout", (i,), rng.choice([500, 800, 3000]), rng.choice(MODELS)) for i in range(n)]
+    specs = [
+        Replica(i, "rollout", (i,), rng.choice([500, 800, 3000]), rng.choice(MODELS))
+        for i in range(n)
+    ]
     active = [i for i in range(n) if rng.random() < 0.5] or [0]
     fast = ShiftAwareScheduler(specs, active=active)
     slow = ref.ShiftAwareScheduler(specs, active=active)
     sid = 0
     for _ in range(60):
-        op = rng.choice(["submit", "submit", "dispatch", "abort", "progress", "finish", "up", "down", "clone"])
+        op = rng.choice(
+            ["submit", "submit", "dispatch", "abort", "progress", "finish", "up", "down", "clone"]
+        )
         if op == "submit":
             seq = SeqState(sid, rng.randint(1, 400), rng.randint(0, 50))
             sid += 1

@@ -1,5 +1,6 @@
 """Per-role throughput profiles: the file format, which profile a role plans with, and the
 profiler writing exactly what the runtime reads."""
+
 from __future__ import annotations
 
 import json
@@ -30,13 +31,16 @@ def test_round_trip_keeps_constants_and_metadata(tmp_path: Path) -> None:
     assert (body["role"], body["tp"], body["A"]) == ("reward", 4, 1e-6)
 
 
-@pytest.mark.parametrize(("body", "why"), [
-    ('{"A": 1, "B": 1, "C": 1}', "missing D"),
-    ('{"A": -1, "B": 1, "C": 1, "D": 0}', "ThroughputModel.A"),
-    ('{"A": "x", "B": 1, "C": 1, "D": 0}', "finite numbers"),
-    ("[1, 2]", "missing A, B, C, D"),
-    ("{", "not JSON"),
-])
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ('{"A": 1, "B": 1, "C": 1}', "missing D"),
+        ('{"A": -1, "B": 1, "C": 1, "D": 0}', "ThroughputModel.A"),
+        ('{"A": "x", "B": 1, "C": 1, "D": 0}', "finite numbers"),
+        ("[1, 2]", "missing A, B, C, D"),
+        ("{", "not JSON"),
+    ],
+)
 def test_bad_file_is_one_line_naming_it(tmp_path: Path, body: str, why: str) -> None:
     (tmp_path / "bad.json").write_text(body)
     with pytest.raises(ValueError, match=f"bad.json: .*{why}"):
@@ -50,13 +54,17 @@ def test_cache_key_follows_model_hardware_and_shape(tmp_path: Path) -> None:
     (tmp_path / "m" / "config.json").write_text('{"hidden_size": 8}')
     base = ReplicaShape(str(tmp_path / "m"), "NVIDIA H200", 4, "bfloat16", "flash")
     keys = {base.key()}
-    for other in (ReplicaShape(base.model_folder, "NVIDIA H20", 4, "bfloat16", "flash"),
-                  ReplicaShape(base.model_folder, "NVIDIA H200", 8, "bfloat16", "flash"),
-                  ReplicaShape(base.model_folder, "NVIDIA H200", 4, "bfloat16", "flash", "sglang")):
+    for other in (
+        ReplicaShape(base.model_folder, "NVIDIA H20", 4, "bfloat16", "flash"),
+        ReplicaShape(base.model_folder, "NVIDIA H200", 8, "bfloat16", "flash"),
+        ReplicaShape(base.model_folder, "NVIDIA H200", 4, "bfloat16", "flash", "sglang"),
+    ):
         keys.add(other.key())
     assert len(keys) == 4 and base.key().startswith("m-")
     before = base.key()
-    (tmp_path / "m" / "config.json").write_text('{"hidden_size": 16}')  # another model in the folder
+    (tmp_path / "m" / "config.json").write_text(
+        '{"hidden_size": 16}'
+    )  # another model in the folder
     assert base.key() != before
 
 
@@ -71,7 +79,9 @@ def test_resolution_order(tmp_path: Path) -> None:
     assert got.model == M1 and not got.fallback and got.source == shape.cache_file(tmp_path)
     given = write_profile(tmp_path / "given.json", M2)
     assert resolve_profile("reward", str(given), shape, tmp_path).model == M2  # the flag wins
-    assert resolve_profile("rollout", "", None, tmp_path).model == read_profile(TINY_PROFILE["rollout"])
+    assert resolve_profile("rollout", "", None, tmp_path).model == read_profile(
+        TINY_PROFILE["rollout"]
+    )
     with pytest.raises(ValueError, match="role='train'"):
         resolve_profile("train", "", None, tmp_path)
 
@@ -83,10 +93,13 @@ def test_each_role_plans_with_its_own_file(tmp_path: Path) -> None:
     assert role_profiles(cfg, tmp_path, tmp_path, "cpu") == {"rollout": M1, "reward": M2}
     cfg = get_preset("tiny-cpu")  # the embedded models: each role's fitted tiny file
     assert role_profiles(cfg, tmp_path, tmp_path, "cpu") == {
-        role: read_profile(TINY_PROFILE[role]) for role in ("rollout", "reward")}
+        role: read_profile(TINY_PROFILE[role]) for role in ("rollout", "reward")
+    }
 
 
-def test_profiler_writes_what_the_runtime_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_profiler_writes_what_the_runtime_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """tools/profile_engine.py on a tiny folder, default output: the runtime's lookup for that
     model, hardware and TP finds the file, with the constants the tool fitted."""
     import tools.profile_engine as tool
@@ -94,18 +107,39 @@ def test_profiler_writes_what_the_runtime_reads(tmp_path: Path, monkeypatch: pyt
     folder = tmp_path / "genrm"
     make_model(folder)
     monkeypatch.setattr(tool, "PROFILE_CACHE", tmp_path / "cache")
-    tool.main(["--model", str(folder), "--role", "reward", "--seqs", "1,2", "--ctx", "8,16", "--steps", "1", "--passes", "1"])
+    tool.main(
+        [
+            "--model",
+            str(folder),
+            "--role",
+            "reward",
+            "--seqs",
+            "1,2",
+            "--ctx",
+            "8,16",
+            "--steps",
+            "1",
+            "--passes",
+            "1",
+        ]
+    )
     shape = ReplicaShape(str(folder), "cpu", 1, "float32", "sdpa")
     got = resolve_profile("reward", "", shape, tmp_path / "cache")
     body = json.loads(shape.cache_file(tmp_path / "cache").read_text())
-    assert not got.fallback and got.model == ThroughputModel(body["A"], body["B"], body["C"], body["D"])
+    assert not got.fallback and got.model == ThroughputModel(
+        body["A"], body["B"], body["C"], body["D"]
+    )
     assert body["role"] == "reward" and body["tp"] == 1 and len(body["samples"]) == 4
 
 
 def test_profiler_rejects_bad_grids() -> None:
     import tools.profile_engine as tool
 
-    for argv in (["--tiny", "rollout", "--seqs", "1,x"], ["--tiny", "rollout", "--seqs", "1", "--ctx", "8"],
-                 ["--model", "m", "--ctx", "0,8"], []):
+    for argv in (
+        ["--tiny", "rollout", "--seqs", "1,x"],
+        ["--tiny", "rollout", "--seqs", "1", "--ctx", "8"],
+        ["--model", "m", "--ctx", "0,8"],
+        [],
+    ):
         with pytest.raises(SystemExit):
             tool.parse_args(argv)

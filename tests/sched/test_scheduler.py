@@ -1,4 +1,5 @@
 """ShiftAwareScheduler: dispatch, abort, shift down / up migration, commands."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,12 @@ from pivot.sched import Abort, Dispatch, Replica, SeqState, ShiftAwareScheduler,
 M = ThroughputModel(A=2e-6, B=0.012, C=1.5e-4, D=0.004)
 
 
-def make(n: int, cap: int = 10_000, active: list[int] | None = None, **kw: object) -> ShiftAwareScheduler:
-    return ShiftAwareScheduler([Replica(i, "rollout", (i,), cap, M) for i in range(n)], active=active, **kw)
+def make(
+    n: int, cap: int = 10_000, active: list[int] | None = None, **kw: object
+) -> ShiftAwareScheduler:
+    return ShiftAwareScheduler(
+        [Replica(i, "rollout", (i,), cap, M) for i in range(n)], active=active, **kw
+    )
 
 
 def test_dispatch_picks_largest_gain_and_ties_to_smallest_id() -> None:
@@ -99,8 +104,14 @@ def test_load_state_equals_adopt_then_submit() -> None:
     for q in queue:
         one.submit(q)
     for s in (bulk, one):
-        assert [q.seq_id for q in s.queued()] == [3, 9] and s.load(0) == (2, 115) and s.load(2) == (1, 12)
-    assert [bulk.replica_throughput(r) for r in range(3)] == [one.replica_throughput(r) for r in range(3)]
+        assert (
+            [q.seq_id for q in s.queued()] == [3, 9]
+            and s.load(0) == (2, 115)
+            and s.load(2) == (1, 12)
+        )
+    assert [bulk.replica_throughput(r) for r in range(3)] == [
+        one.replica_throughput(r) for r in range(3)
+    ]
     assert bulk.dispatch() == one.dispatch() == [Dispatch(3, 1), Dispatch(9, 2)]
     with pytest.raises(ValueError, match="sequence 4 is already known"):
         make(3).load_state({0: [SeqState(4, 1)]}, [SeqState(4, 1)])
@@ -169,12 +180,16 @@ def run_ops(s: ShiftAwareScheduler, steps: list[tuple[str, int]], progress: bool
                 mirror[c.seq_id] = c.replica_id
         # no loss, no duplicate: every known sequence is in exactly one place
         assert mirror == {sid: s.location(sid) for sid in mirror}
-        placed = [q.seq_id for r in s.replica_ids for q in s.running(r)] + [q.seq_id for q in s.queued()]
+        placed = [q.seq_id for r in s.replica_ids for q in s.running(r)] + [
+            q.seq_id for q in s.queued()
+        ]
         assert sorted(placed) == sorted(mirror)
         for r in s.replica_ids:
             n, tok = s.load(r)
             assert n == len(s.running(r)) and tok == sum(q.length for q in s.running(r))
-            assert s.replica_throughput(r) == s.spec(r).model.throughput(n, tok)  # one T_i, bit for bit
+            assert s.replica_throughput(r) == s.spec(r).model.throughput(
+                n, tok
+            )  # one T_i, bit for bit
             if r not in s.active_ids:
                 assert n == 0
             if not progress:
@@ -184,7 +199,9 @@ def run_ops(s: ShiftAwareScheduler, steps: list[tuple[str, int]], progress: bool
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.integers(100, 1500), min_size=1, max_size=6), ops)
 def test_dispatch_never_exceeds_kv_capacity(caps: list[int], steps: list[tuple[str, int]]) -> None:
-    s = ShiftAwareScheduler([Replica(i, "reward", (i,), c, M) for i, c in enumerate(caps)], active=[0])
+    s = ShiftAwareScheduler(
+        [Replica(i, "reward", (i,), c, M) for i, c in enumerate(caps)], active=[0]
+    )
     run_ops(s, steps, progress=False)
 
 
@@ -202,9 +219,13 @@ def test_no_sequence_lost_or_duplicated(n: int, steps: list[tuple[str, int]]) ->
     st.floats(0.0, 5e-4),
     st.data(),
 )
-def test_shift_up_never_lowers_throughput(n: int, lens: list[int], a: float, c: float, data: st.DataObject) -> None:
+def test_shift_up_never_lowers_throughput(
+    n: int, lens: list[int], a: float, c: float, data: st.DataObject
+) -> None:
     model = ThroughputModel(A=a, B=0.01, C=c, D=0.003)
-    s = ShiftAwareScheduler([Replica(i, "rollout", (i,), 5000, model) for i in range(n)], active=[0])
+    s = ShiftAwareScheduler(
+        [Replica(i, "rollout", (i,), 5000, model) for i in range(n)], active=[0]
+    )
     for i, ln in enumerate(lens):
         s.submit(SeqState(i, ln))
     s.dispatch()

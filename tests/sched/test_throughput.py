@@ -1,4 +1,5 @@
 """ThroughputModel: the paper's formulas and the offline fit."""
+
 from __future__ import annotations
 
 import math
@@ -23,23 +24,33 @@ def test_formulas_by_hand() -> None:
     assert M.gain(0, 0, 100) == pytest.approx(1 / (2e-6 * 100 + 0.016))
 
 
-@pytest.mark.parametrize("n,tok", [(0, 0), (0, 700), (10, 1000), (79, 5000), (80, 5000), (200, 10**5)])
+@pytest.mark.parametrize(
+    "n,tok", [(0, 0), (0, 700), (10, 1000), (79, 5000), (80, 5000), (200, 10**5)]
+)
 def test_load_terms_by_hand(n: int, tok: int) -> None:
     """T_i and base = latency(n + 1, tok) on both sides of the knee B / C = 80."""
     thr, base = load_terms(2e-6, 0.012, 1.5e-4, 0.004, n, tok)
     assert thr == (pytest.approx(n / (2e-6 * tok + max(0.012, 1.5e-4 * n) + 0.004)) if n else 0.0)
     assert base == pytest.approx(2e-6 * tok + max(0.012, 1.5e-4 * (n + 1)) + 0.004)
-    assert M.gain(n, tok, 300) == (n + 1) / (base + 2e-6 * 300) - thr  # the form the dispatch scans use
+    assert (
+        M.gain(n, tok, 300) == (n + 1) / (base + 2e-6 * 300) - thr
+    )  # the form the dispatch scans use
 
 
 @settings(max_examples=50, deadline=None)
 @given(st.integers(0, 500), st.integers(0, 10**6), st.integers(1, 10**5))
 def test_gain_is_difference_of_throughputs(n: int, tok: int, ln: int) -> None:
-    assert M.gain(n, tok, ln) == pytest.approx(M.throughput(n + 1, tok + ln) - M.throughput(n, tok), rel=1e-9, abs=1e-9)
+    assert M.gain(n, tok, ln) == pytest.approx(
+        M.throughput(n + 1, tok + ln) - M.throughput(n, tok), rel=1e-9, abs=1e-9
+    )
 
 
 def test_fit_recovers_constants() -> None:
-    samples = [(n, t, M.latency(n, t)) for n in (1, 4, 16, 32, 64, 80, 128, 256) for t in (0, 5_000, 50_000, 200_000)]
+    samples = [
+        (n, t, M.latency(n, t))
+        for n in (1, 4, 16, 32, 64, 80, 128, 256)
+        for t in (0, 5_000, 50_000, 200_000)
+    ]
     fit = ThroughputModel.fit(samples)
     for n, t, lat in samples:
         assert fit.latency(n, t) == pytest.approx(lat, rel=1e-6)

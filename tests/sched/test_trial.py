@@ -1,6 +1,7 @@
 """The planner's what-if runs (pivot/sched/trial.py) equal shift_down + shift_up on a clone of
 the paper oracle (reference_scheduler.py): same throughput (bit for bit) and same busy
 replicas, on the scalar and on the numpy arg-max path."""
+
 from __future__ import annotations
 
 import random
@@ -9,8 +10,8 @@ import pytest
 
 import pivot.sched.trial as trial
 import pivot.sched.trial_migrate as trial_migrate
-from pivot.sched.dispatch import TargetArrays
 from pivot.sched import Replica, SeqState, ShiftAwareScheduler, ThroughputModel
+from pivot.sched.dispatch import TargetArrays
 from tests.sched import reference_scheduler as ref
 
 MODELS = [
@@ -20,12 +21,17 @@ MODELS = [
 ]
 
 
-def random_pair(rng: random.Random, n: int, mixed: bool) -> tuple[ShiftAwareScheduler, ref.ShiftAwareScheduler]:
+def random_pair(
+    rng: random.Random, n: int, mixed: bool
+) -> tuple[ShiftAwareScheduler, ref.ShiftAwareScheduler]:
     """The same random state in both schedulers, reached by a series of operations (so the
     queue holds stale entries and replicas hold moved sequences)."""
     model = rng.choice(MODELS)
     specs = [
-        Replica(i, "rollout", (i,), rng.choice([500, 800, 3000]), rng.choice(MODELS) if mixed else model) for i in range(n)
+        Replica(
+            i, "rollout", (i,), rng.choice([500, 800, 3000]), rng.choice(MODELS) if mixed else model
+        )
+        for i in range(n)
     ]
     active = [i for i in range(n) if rng.random() < 0.5] or [0]
     fast = ShiftAwareScheduler(specs, active=active, migrate=rng.random() < 0.85)
@@ -43,7 +49,9 @@ def random_pair(rng: random.Random, n: int, mixed: bool) -> tuple[ShiftAwareSche
             fast.dispatch()
             slow.dispatch()
             continue
-        known = sorted(q.seq_id for q in slow.queued()) + sorted(q.seq_id for r in slow.replica_ids for q in slow.running(r))
+        known = sorted(q.seq_id for q in slow.queued()) + sorted(
+            q.seq_id for r in slow.replica_ids for q in slow.running(r)
+        )
         if not known:
             continue
         s = rng.choice(known)
@@ -60,7 +68,9 @@ def random_pair(rng: random.Random, n: int, mixed: bool) -> tuple[ShiftAwareSche
     return fast, slow
 
 
-def check(fast: ShiftAwareScheduler, slow: ref.ShiftAwareScheduler, rng: random.Random, rounds: int) -> None:
+def check(
+    fast: ShiftAwareScheduler, slow: ref.ShiftAwareScheduler, rng: random.Random, rounds: int
+) -> None:
     base = fast.what_if()
     for _ in range(rounds):
         act = slow.active_ids
@@ -83,7 +93,9 @@ def check(fast: ShiftAwareScheduler, slow: ref.ShiftAwareScheduler, rng: random.
 @pytest.mark.parametrize("sort_after", [trial._SORT_AFTER, 0])
 @pytest.mark.parametrize("vector_min", [1, 10**9])
 @pytest.mark.parametrize("seed", range(30))
-def test_trial_equals_reference_shifts(seed: int, vector_min: int, sort_after: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trial_equals_reference_shifts(
+    seed: int, vector_min: int, sort_after: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """sort_after=0: every dispatch of 2+ sequences takes them from a sorted queue."""
     monkeypatch.setattr(trial, "_VECTOR_MIN", vector_min)
     if sort_after == 0:
@@ -104,7 +116,9 @@ def test_trial_equals_reference_many_replicas(seed: int) -> None:
 
 @pytest.mark.parametrize("slack", [1.0, float("inf")])
 @pytest.mark.parametrize("seed", range(12))
-def test_trial_drained_equals_reference(seed: int, slack: float, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trial_drained_equals_reference(
+    seed: int, slack: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Queues dispatched first (the state the runtime plans on), so migration steps take the
     fused abort + arg-max path; slack=inf makes every keep/stop decision use the ordered sums
     (the estimate with its error bound must decide the same)."""
@@ -126,4 +140,3 @@ def test_trial_drained_equals_reference(seed: int, slack: float, monkeypatch: py
     check(fast, slow, rng, 5)
     if seed % 2:
         assert fused > 0 or not fast.migrate
-

@@ -4,6 +4,7 @@ Oracle for the table: the tiling rule written out by hand here (rollout, then re
 tiled host by host with its TP size, a TP larger than a host spanning whole hosts; the training
 slot is the last `train.devices` devices), compared with both the runtime's construction and the
 simulator's, for every paper preset in every deployment mode."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,13 +21,18 @@ from tests.shift.conftest import MODEL, table
 PAPER = [name for name in PRESETS if name != "tiny-cpu"]
 
 
-def expected(world: int, per_host: int, tps: dict[str, int], train: int) -> list[tuple[str, int, tuple[int, ...]]]:
+def expected(
+    world: int, per_host: int, tps: dict[str, int], train: int
+) -> list[tuple[str, int, tuple[int, ...]]]:
     out = []
     for role in ("rollout", "reward"):
         tp = tps[role]
         if tp <= per_host:
-            groups = [list(range(h * per_host + k * tp, h * per_host + (k + 1) * tp))
-                      for h in range(world // per_host) for k in range(per_host // tp)]
+            groups = [
+                list(range(h * per_host + k * tp, h * per_host + (k + 1) * tp))
+                for h in range(world // per_host)
+                for k in range(per_host // tp)
+            ]
         else:
             groups = [list(range(s, s + tp)) for s in range(0, world, tp)]
         out += [(role, i, tuple(g)) for i, g in enumerate(groups)]
@@ -39,8 +45,15 @@ def rows(t: ReplicaTable) -> list[tuple[str, int, tuple[int, ...]]]:
 
 def test_small_table_by_hand() -> None:
     t = table()
-    assert rows(t) == [("rollout", 0, (0, 1)), ("rollout", 1, (2, 3)), ("rollout", 2, (4, 5)), ("rollout", 3, (6, 7)),
-                       ("reward", 0, (0, 1, 2, 3)), ("reward", 1, (4, 5, 6, 7)), ("train", 0, (4, 5, 6, 7))]
+    assert rows(t) == [
+        ("rollout", 0, (0, 1)),
+        ("rollout", 1, (2, 3)),
+        ("rollout", 2, (4, 5)),
+        ("rollout", 3, (6, 7)),
+        ("reward", 0, (0, 1, 2, 3)),
+        ("reward", 1, (4, 5, 6, 7)),
+        ("train", 0, (4, 5, 6, 7)),
+    ]
     assert t.train_rid == 6 and t.rid("reward", 1) == 5 and t.role_of(5) == "reward"
     assert [r.kv_capacity for r in t.replicas] == [100] * 4 + [200] * 2 + [0]
     assert [r.replica_id for r in t.slots("rollout")] == [0, 1, 2, 3]
@@ -61,12 +74,20 @@ def test_runtime_and_simulator_tables_agree_with_the_tiling_rule(name: str, mode
     if mode == "colocated":  # as pivot/runtime/launch.py: training takes every device
         cfg = cfg.replace(train=dataclasses.replace(cfg.train, devices=world))
     # the runtime's construction (pivot/runtime/launch.py, then Controller.__init__)
-    slots = SlotTable.build(ClusterSpec(world, 0, per_host), cfg.rollout.tp, cfg.reward.tp, cfg.train.devices)
-    runtime = ReplicaTable.build(slots, world, {"rollout": 1, "reward": 1}, {"rollout": MODEL, "reward": MODEL})
+    slots = SlotTable.build(
+        ClusterSpec(world, 0, per_host), cfg.rollout.tp, cfg.reward.tp, cfg.train.devices
+    )
+    runtime = ReplicaTable.build(
+        slots, world, {"rollout": 1, "reward": 1}, {"rollout": MODEL, "reward": MODEL}
+    )
     sim, _ = build_cluster(cfg, H20)
-    want = expected(world, per_host, {"rollout": cfg.rollout.tp, "reward": cfg.reward.tp}, cfg.train.devices)
+    want = expected(
+        world, per_host, {"rollout": cfg.rollout.tp, "reward": cfg.reward.tp}, cfg.train.devices
+    )
     assert rows(runtime) == rows(sim) == want
-    assert runtime.train_rid == sim.train_rid == len(want) - 1 and runtime.world == sim.world == world
+    assert (
+        runtime.train_rid == sim.train_rid == len(want) - 1 and runtime.world == sim.world == world
+    )
 
 
 def test_states_walk_the_cycle_and_track_devices() -> None:
@@ -84,16 +105,36 @@ def test_states_walk_the_cycle_and_track_devices() -> None:
     assert s.finish(4) is True and s.devices_per_role() == {"rollout": 0, "reward": 4, "train": 0}
 
 
-@pytest.mark.parametrize("setup, rid, up, message", [
-    ([], 0, False, r"rollout0 \(replica 0\): cannot shift down while down \(needs up\)"),
-    ([(0, True)], 0, True, r"rollout0 \(replica 0\): cannot shift up while going_up \(needs down\)"),
-    ([(0, True), 0], 0, True, r"cannot shift up while up"),
-    ([(0, True), 0, (0, False)], 0, False, r"cannot shift down while going_down"),
-    ([(0, True), 0], 4, True, r"reward0 \(replica 4\): cannot shift up, device 0 is held by rollout0 \(replica 0\) \(up\)"),
-    ([(5, True)], 6, True, r"train0 \(replica 6\): cannot shift up, device 4 is held by reward1 \(replica 5\) \(going_up\)"),
-    ([], 9, True, r"replica 9: not in the table"),
-])
-def test_illegal_transitions_raise_naming_replica_and_state(setup: list, rid: int, up: bool, message: str) -> None:
+@pytest.mark.parametrize(
+    "setup, rid, up, message",
+    [
+        ([], 0, False, r"rollout0 \(replica 0\): cannot shift down while down \(needs up\)"),
+        (
+            [(0, True)],
+            0,
+            True,
+            r"rollout0 \(replica 0\): cannot shift up while going_up \(needs down\)",
+        ),
+        ([(0, True), 0], 0, True, r"cannot shift up while up"),
+        ([(0, True), 0, (0, False)], 0, False, r"cannot shift down while going_down"),
+        (
+            [(0, True), 0],
+            4,
+            True,
+            r"reward0 \(replica 4\): cannot shift up, device 0 is held by rollout0 \(replica 0\) \(up\)",
+        ),
+        (
+            [(5, True)],
+            6,
+            True,
+            r"train0 \(replica 6\): cannot shift up, device 4 is held by reward1 \(replica 5\) \(going_up\)",
+        ),
+        ([], 9, True, r"replica 9: not in the table"),
+    ],
+)
+def test_illegal_transitions_raise_naming_replica_and_state(
+    setup: list, rid: int, up: bool, message: str
+) -> None:
     s = ReplicaStates(table())
     for step in setup:
         if isinstance(step, tuple):

@@ -1,6 +1,7 @@
 """The shift executor (pivot/shift/executor.py): plan-to-actions order, legality checks before any
 effect, completion and joining, against a host that records what it is asked to do (the
 cluster of tests/shift/conftest.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -43,23 +44,34 @@ def executor(up: tuple[int, ...] = ()) -> tuple[ShiftExecutor, Recorder]:
 def test_actions_release_every_device_before_acquiring_it() -> None:
     # rollout2 and rollout3 (devices 4-7) hand their devices over to reward1 (4-7)
     got = plan_actions(plan(up=(5,), down=(2, 3)), table())
-    assert got == [ShiftAction(Phase.MIGRATE_OFF, 2, "rollout", 2), ShiftAction(Phase.RELEASE, 2, "rollout", 2),
-                   ShiftAction(Phase.MIGRATE_OFF, 3, "rollout", 3), ShiftAction(Phase.RELEASE, 3, "rollout", 3),
-                   ShiftAction(Phase.ACQUIRE, 5, "reward", 1)]
+    assert got == [
+        ShiftAction(Phase.MIGRATE_OFF, 2, "rollout", 2),
+        ShiftAction(Phase.RELEASE, 2, "rollout", 2),
+        ShiftAction(Phase.MIGRATE_OFF, 3, "rollout", 3),
+        ShiftAction(Phase.RELEASE, 3, "rollout", 3),
+        ShiftAction(Phase.ACQUIRE, 5, "reward", 1),
+    ]
 
 
 def test_training_shifts_as_a_whole_and_has_no_sequences_to_migrate() -> None:
     t = table()
     assert t.replicas[t.train_rid].devices == (4, 5, 6, 7)  # the whole pool, one slot
     got = plan_actions(plan(up=(2, 3), down=(t.train_rid,)), t)
-    assert [(a.phase, a.rid) for a in got] == [(Phase.RELEASE, 6), (Phase.ACQUIRE, 2), (Phase.ACQUIRE, 3)]
+    assert [(a.phase, a.rid) for a in got] == [
+        (Phase.RELEASE, 6),
+        (Phase.ACQUIRE, 2),
+        (Phase.ACQUIRE, 3),
+    ]
 
 
-@pytest.mark.parametrize("up, down, message", [
-    ((0,), (0,), r"plan names rollout0 \(replica 0\) twice"),
-    ((1, 1), (), r"plan names rollout1 \(replica 1\) twice"),
-    ((7,), (), r"plan names replica 7: not in the table \(ids 0..6\)"),
-])
+@pytest.mark.parametrize(
+    "up, down, message",
+    [
+        ((0,), (0,), r"plan names rollout0 \(replica 0\) twice"),
+        ((1, 1), (), r"plan names rollout1 \(replica 1\) twice"),
+        ((7,), (), r"plan names replica 7: not in the table \(ids 0..6\)"),
+    ],
+)
 def test_malformed_plans_are_rejected(up: tuple, down: tuple, message: str) -> None:
     with pytest.raises(ShiftError, match=message):
         plan_actions(plan(up, down), table())
@@ -68,8 +80,17 @@ def test_malformed_plans_are_rejected(up: tuple, down: tuple, message: str) -> N
 def test_execute_runs_the_actions_then_complete_joins_per_role_at_once() -> None:
     ex, host = executor(up=(0, 1, 5))
     ex.execute(plan(up=(2, 3), down=(5,)))
-    assert host.calls == [("migrate_off", "reward", 5), ("release", 5), ("acquire", 2), ("acquire", 3)]
-    assert (ex.states[5], ex.states[2], ex.states[3]) == (State.GOING_DOWN, State.GOING_UP, State.GOING_UP)
+    assert host.calls == [
+        ("migrate_off", "reward", 5),
+        ("release", 5),
+        ("acquire", 2),
+        ("acquire", 3),
+    ]
+    assert (ex.states[5], ex.states[2], ex.states[3]) == (
+        State.GOING_DOWN,
+        State.GOING_UP,
+        State.GOING_UP,
+    )
     assert ex.states.in_flight == 3
     host.calls.clear()
     ex.complete([5])
@@ -86,12 +107,23 @@ def test_a_trainer_coming_up_joins_no_scheduler() -> None:
     assert host.calls == [("acquire", 6)] and ex.states.up() == [6]
 
 
-@pytest.mark.parametrize("up, down, message", [
-    ((5,), (), r"reward1 \(replica 5\): cannot shift up, device 4 is held by rollout2 \(replica 2\) \(up\)"),
-    ((2,), (5,), r"reward1 \(replica 5\): cannot shift down while down"),
-    ((0,), (), r"rollout0 \(replica 0\): cannot shift up while up"),
-    ((1, 4), (0,), r"plan shifts up rollout1 \(replica 1\) and reward0 \(replica 4\), both on device 2"),
-])
+@pytest.mark.parametrize(
+    "up, down, message",
+    [
+        (
+            (5,),
+            (),
+            r"reward1 \(replica 5\): cannot shift up, device 4 is held by rollout2 \(replica 2\) \(up\)",
+        ),
+        ((2,), (5,), r"reward1 \(replica 5\): cannot shift down while down"),
+        ((0,), (), r"rollout0 \(replica 0\): cannot shift up while up"),
+        (
+            (1, 4),
+            (0,),
+            r"plan shifts up rollout1 \(replica 1\) and reward0 \(replica 4\), both on device 2",
+        ),
+    ],
+)
 def test_an_illegal_plan_changes_nothing(up: tuple, down: tuple, message: str) -> None:
     ex, host = executor(up=(0, 2, 3))
     before = dict(ex.states.state)

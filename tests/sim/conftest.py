@@ -1,4 +1,5 @@
 """Small simulated clusters: one 8-device host (two for scaling checks), few short sequences."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,11 @@ from pivot.config import PivotConfig
 from pivot.sim import LengthDist, SimOptions, Workload
 
 SMALL_WORKLOAD = Workload(
-    prompt=LengthDist(100, 0.3, 512), response=LengthDist(300, 1.0, 3000), judge=LengthDist(200, 1.0, 3000),
-    prompts_per_step=4, group_size=4,
+    prompt=LengthDist(100, 0.3, 512),
+    response=LengthDist(300, 1.0, 3000),
+    judge=LengthDist(200, 1.0, 3000),
+    prompts_per_step=4,
+    group_size=4,
 )
 
 

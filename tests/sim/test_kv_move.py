@@ -1,6 +1,7 @@
 """The simulator's KV-preserving migration hook (`planner.kv_migration`): a sequence aborted on
 one simulated replica and dispatched to another with its KV pays the transfer of the tokens it
 had computed instead of their prefill, by hand; without the flag it re-prefills them all."""
+
 from __future__ import annotations
 
 import pytest

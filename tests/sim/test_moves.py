@@ -1,6 +1,7 @@
 """How often the simulator moves or recomputes a sequence: never in phased deployments (each
 phase brings all its replicas up at once onto an idle role), and a bounded number of times when
 a larger batch fills the KV caches (the replicas admit with headroom and preempt locally)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,8 +17,11 @@ from tests.sim.conftest import small_cfg
 def _first_prefill_tokens(cfg: object, opts: SimOptions) -> int:
     """Tokens prefilled if every rollout and judge sequence is prefilled exactly once, shared
     prefixes counted for each sequence (what the replicas prefill plus what they reuse)."""
-    return sum(s.prompt_len + s.judge_prompt_len for st in range(opts.steps)
-               for s in step_samples(opts.workload, cfg.seed, st, 8))
+    return sum(
+        s.prompt_len + s.judge_prompt_len
+        for st in range(opts.steps)
+        for s in step_samples(opts.workload, cfg.seed, st, 8)
+    )
 
 
 @pytest.mark.parametrize("name", ["colocated", "rr_colocated"])
@@ -31,8 +35,13 @@ def test_phase_switch_brings_replicas_up_together(name: str, opts: SimOptions) -
     assert res.prefill_tokens + res.prefix_hit_tokens == _first_prefill_tokens(cfg, opts)
 
 
-LONG = Workload(prompt=LengthDist(200, 0.3, 1024), response=LengthDist(1500, 1.0, 8000), judge=LengthDist(1000, 1.0, 8000),
-                prompts_per_step=32, group_size=16)
+LONG = Workload(
+    prompt=LengthDist(200, 0.3, 1024),
+    response=LengthDist(1500, 1.0, 8000),
+    judge=LengthDist(1000, 1.0, 8000),
+    prompts_per_step=32,
+    group_size=16,
+)
 N_SEQS = 2 * 2 * 32 * 16  # rollout and judge sequences of two steps
 SMALL_HBM = dataclasses.replace(H20, memory_gb=24.0)  # the 9B GenRM keeps 88K KV tokens per device
 

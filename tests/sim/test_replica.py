@@ -1,6 +1,7 @@
 """The closed-form simulated replica against a step-by-step engine written here from the rules of
 pivot/engine/scheduler.py: FIFO admission under a running-sequence cap and a KV limit, preemption
 of the newest arrival when the running KV outgrows the cache, recompute on readmission."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,7 +12,9 @@ from pivot.sim.replica import SimReplica
 M = ThroughputModel(A=1e-6, B=0.01, C=0.002, D=0.003)
 
 
-def _brute_force(seqs: dict[int, tuple[int, int]], max_running: int, cap: int, limit: int) -> tuple[dict[int, float], int]:
+def _brute_force(
+    seqs: dict[int, tuple[int, int]], max_running: int, cap: int, limit: int
+) -> tuple[dict[int, float], int]:
     """Finish time of each sequence (id -> (prompt, target)) decoding one step at a time."""
     waiting = list(seqs)  # arrival order == id order here
     running: list[int] = []
@@ -27,8 +30,13 @@ def _brute_force(seqs: dict[int, tuple[int, int]], max_running: int, cap: int, l
             running.remove(newest)
             waiting.insert(0, newest)
             preempted += 1
-        while waiting and len(running) < max_running and (
-            not running or sum(map(length, running)) + length(waiting[0]) + len(running) + 1 <= limit
+        while (
+            waiting
+            and len(running) < max_running
+            and (
+                not running
+                or sum(map(length, running)) + length(waiting[0]) + len(running) + 1 <= limit
+            )
         ):
             running.append(waiting.pop(0))
         tok = sum(map(length, running))
@@ -41,7 +49,9 @@ def _brute_force(seqs: dict[int, tuple[int, int]], max_running: int, cap: int, l
     return done, preempted
 
 
-def _closed_form(seqs: dict[int, tuple[int, int]], max_running: int, cap: int, headroom: float) -> tuple[dict[int, float], int]:
+def _closed_form(
+    seqs: dict[int, tuple[int, int]], max_running: int, cap: int, headroom: float
+) -> tuple[dict[int, float], int]:
     rep = SimReplica(0, M, cap, prefill_per_tok=0.0, max_running=max_running, headroom=headroom)
     for sid, (prompt, target) in seqs.items():
         rep.add(sid, prompt, 0, target, 0.0)
@@ -61,7 +71,14 @@ SEQS = {1: (30, 30), 2: (30, 30), 3: (30, 12), 4: (10, 8), 5: (20, 25)}  # id ->
 
 @pytest.mark.parametrize(
     "max_running,cap,headroom",
-    [(1 << 30, 10**6, 0.0), (2, 10**6, 0.0), (3, 100, 0.0), (3, 100, 0.2), (8, 120, 0.0), (8, 120, 0.3)],
+    [
+        (1 << 30, 10**6, 0.0),
+        (2, 10**6, 0.0),
+        (3, 100, 0.0),
+        (3, 100, 0.2),
+        (8, 120, 0.0),
+        (8, 120, 0.3),
+    ],
 )
 def test_replica_matches_step_by_step_engine(max_running: int, cap: int, headroom: float) -> None:
     want, want_preempted = _brute_force(SEQS, max_running, cap, int(cap * (1 - headroom)))
@@ -100,10 +117,14 @@ def test_admission_and_readmission_pay_the_prefill() -> None:
     while 3 in rep.waiting:
         rep.advance(rep.next_event())
         rep.finished()
-    assert rep.preemptions == 1 and rep.prefilled == 90 + 30 + gen  # prompt and generated tokens recomputed
+    assert (
+        rep.preemptions == 1 and rep.prefilled == 90 + 30 + gen
+    )  # prompt and generated tokens recomputed
 
 
-def _prefill_of(rep: SimReplica, sid: int, prompt: int, prefixes: tuple, generated: int = 0) -> float:
+def _prefill_of(
+    rep: SimReplica, sid: int, prompt: int, prefixes: tuple, generated: int = 0
+) -> float:
     """Seconds the replica stalls to admit one more sequence."""
     before = rep.clock
     rep.add(sid, prompt, generated, 100, rep.clock, prefixes)

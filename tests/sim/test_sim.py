@@ -50,7 +50,9 @@ def test_more_rollout_devices_never_slower_when_rollout_bound(opts: SimOptions) 
 
 
 @pytest.mark.parametrize("name", ["pivot", "static", "rule_based", "vanilla", "vanilla+tm"])
-def test_planner_decisions_equal_fresh_planner_on_same_snapshots(name: str, opts: SimOptions) -> None:
+def test_planner_decisions_equal_fresh_planner_on_same_snapshots(
+    name: str, opts: SimOptions
+) -> None:
     cfg = deployment(small_cfg(), name)
     res = simulate(cfg, dataclasses.replace(opts, record_plans=True))
     assert res.plans and res.num_plans > 0
@@ -74,7 +76,9 @@ def test_pivot_shifts_training_up_and_back(opts: SimOptions) -> None:
 def test_planner_sees_shift_times_on_the_simulated_clock(opts: SimOptions) -> None:
     """A timed plan lasts one release (of whichever role gave up the devices) plus the acquire of
     the role brought up, both at the cost model's times, so each role's mean lies between."""
-    res = simulate(deployment(small_cfg(), "pivot"), dataclasses.replace(opts, steps=5, record_plans=True))
+    res = simulate(
+        deployment(small_cfg(), "pivot"), dataclasses.replace(opts, steps=5, record_plans=True)
+    )
     measured = res.plans[-1][0].shift_s
     assert measured
     downs = [res.costs.shift_s(role, False) for role in ("rollout", "reward", "train")]
@@ -107,4 +111,6 @@ def test_training_state_must_fit() -> None:
 def test_search_reports_every_point(opts: SimOptions) -> None:
     best, points = search(small_cfg(), "disaggregated", dataclasses.replace(opts, steps=2))
     assert len(points) >= 3 and best in [p.alloc for p in points]
-    assert max(p.throughput for p in points) == next(p.throughput for p in points if p.alloc == best)
+    assert max(p.throughput for p in points) == next(
+        p.throughput for p in points if p.alloc == best
+    )

@@ -1,4 +1,5 @@
 """The schedulers serve the oldest step first: the batch the trainer waits for."""
+
 from __future__ import annotations
 
 from pivot.sched import Role

@@ -1,4 +1,5 @@
 """The steady-state window (`SimOptions.warmup_steps`): what it measures and what it releases."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,10 +18,18 @@ def _alloc(name: str) -> Allocation | None:
 
 
 @pytest.mark.parametrize("name", ["colocated", "disaggregated", "pivot"])
-def test_window_counts_the_measured_steps_only_and_keeps_its_bound(name: str, opts: SimOptions) -> None:
-    res = simulate(deployment(small_cfg(), name, _alloc(name)), dataclasses.replace(opts, steps=4, warmup_steps=2))
-    tokens = sum(s.prompt_len + s.response_len + s.judge_prompt_len + s.judge_len
-                 for st in (2, 3) for s in res.samples[st])
+def test_window_counts_the_measured_steps_only_and_keeps_its_bound(
+    name: str, opts: SimOptions
+) -> None:
+    res = simulate(
+        deployment(small_cfg(), name, _alloc(name)),
+        dataclasses.replace(opts, steps=4, warmup_steps=2),
+    )
+    tokens = sum(
+        s.prompt_len + s.response_len + s.judge_prompt_len + s.judge_len
+        for st in (2, 3)
+        for s in res.samples[st]
+    )
     assert res.throughput == pytest.approx(tokens / (res.step_end_s[3] - res.step_end_s[1]))
     per_step = [sum(s.tokens for s in res.samples[st]) for st in range(4)]
     assert res.throughput == pytest.approx(window_rate(res.step_end_s, per_step, Window(2, 2)))
@@ -28,12 +37,16 @@ def test_window_counts_the_measured_steps_only_and_keeps_its_bound(name: str, op
 
 
 @pytest.mark.parametrize(("name", "beyond"), [("colocated", 0), ("disaggregated", 2), ("pivot", 2)])
-def test_steady_state_keeps_releasing_prompts_within_the_staleness(name: str, beyond: int, opts: SimOptions) -> None:
+def test_steady_state_keeps_releasing_prompts_within_the_staleness(
+    name: str, beyond: int, opts: SimOptions
+) -> None:
     cfg = deployment(small_cfg(), name, _alloc(name))
     whole = simulate(cfg, opts)
     steady = simulate(cfg, dataclasses.replace(opts, warmup_steps=1))
     assert sorted(whole.samples) == list(range(opts.steps))
-    assert sorted(steady.samples) == list(range(opts.steps + beyond))  # staleness 2; colocated on-policy
+    assert sorted(steady.samples) == list(
+        range(opts.steps + beyond)
+    )  # staleness 2; colocated on-policy
     assert len(steady.step_end_s) == opts.steps
 
 

@@ -1,4 +1,5 @@
 """The simulated workload: the paper's caps, DAPO's batch ratio, clear errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,10 +10,14 @@ from pivot.sim.workload import step_samples
 
 def test_default_batch_is_dapo_ratio_with_groups_of_16() -> None:
     w = Workload()
-    assert w.prompts(128) == 512 and w.prompts(32) == 128 and w.group_size == 16  # DAPO: 512 x 16 on 128 GPUs
+    assert (
+        w.prompts(128) == 512 and w.prompts(32) == 128 and w.group_size == 16
+    )  # DAPO: 512 x 16 on 128 GPUs
     samples = step_samples(w, 0, 0, 8)
     assert len(samples) == 32 * 16
-    assert all(len({s.prompt_len for s in samples[g * 16:(g + 1) * 16]}) == 1 for g in range(32))  # a group shares its prompt
+    assert all(
+        len({s.prompt_len for s in samples[g * 16 : (g + 1) * 16]}) == 1 for g in range(32)
+    )  # a group shares its prompt
 
 
 def test_lengths_respect_the_papers_caps() -> None:

@@ -1,4 +1,5 @@
 """The synthetic arithmetic task: formats, determinism, correct answers, judge targets."""
+
 from __future__ import annotations
 
 import random
@@ -61,7 +62,9 @@ def _check_columns(a: int, op: str, b: int) -> None:
         value = x + y + c_in if op == "+" else x - y - c_in
         assert d == value % 10 and k == int(value >= 10 or value < 0)
         carry, digits = k, [str(d)] + digits
-    assert int(("1" if carry and op == "+" else "") + "".join(digits)) == (a + b if op == "+" else a - b)
+    assert int(("1" if carry and op == "+" else "") + "".join(digits)) == (
+        a + b if op == "+" else a - b
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -90,11 +93,19 @@ def test_wrong_solutions_are_wrong_and_plausible() -> None:
 def test_judge_prompt_and_reasoning() -> None:
     p = syn.Problem(0, 93, 8, "-")
     prompt = syn.judge_prompt(syn.policy_prompt(p), syn.worked_solution(p))
-    assert prompt == syn.JUDGE_TEMPLATE.format(question="Problem: 93-8=?", response=syn.worked_solution(p))
+    assert prompt == syn.JUDGE_TEMPLATE.format(
+        question="Problem: 93-8=?", response=syn.worked_solution(p)
+    )
     right = syn.judge_reasoning(syn.policy_prompt(p), syn.worked_solution(p))
-    assert right == "5 3-8-0=5 5= b1 =\n8 9-0-1=8 8= b0 =\n_ 0-0-0=0 _= b0 =\n_ 0-0-0=0 _= b0 =\nVerdict: 1"
+    assert (
+        right
+        == "5 3-8-0=5 5= b1 =\n8 9-0-1=8 8= b0 =\n_ 0-0-0=0 _= b0 =\n_ 0-0-0=0 _= b0 =\nVerdict: 1"
+    )
     wrong = syn.judge_reasoning(p.question, "3-8-0=5 b1\n9-0-1=8 b0\nAnswer: 95")
-    assert wrong == "5 3-8-0=5 5= b1 =\n9 9-0-1=8 9! b0 !\n_ 0-0-0=0 _= b0 !\n_ 0-0-0=0 _= b0 !\nVerdict: 0"
+    assert (
+        wrong
+        == "5 3-8-0=5 5= b1 =\n9 9-0-1=8 9! b0 !\n_ 0-0-0=0 _= b0 !\n_ 0-0-0=0 _= b0 !\nVerdict: 0"
+    )
     extra_digit = syn.judge_reasoning(p.question, "Answer: 185")
     assert extra_digit.endswith("1 0-0-0=0 1! b0 !\n_ 0-0-0=0 _= b0 !\nVerdict: 0")
     assert syn.judge_reasoning(p.question, "garbage").endswith("Verdict: 0")
@@ -107,13 +118,23 @@ def test_judge_marks_agree_with_correctness(seed: int) -> None:
     """The last running mark is the verdict for every well-formed candidate, right or wrong,
     including dropped leading zeros and a final carry."""
     rng = random.Random(seed)
-    for p in syn.generate_problems(400, seed=seed, max_digits=4) + [syn.Problem(1, 100, 95, "-"), syn.Problem(2, 999, 1, "+")]:
-        for response in (syn.worked_solution(p), syn.wrong_solution(p, rng), syn.wrong_answer_solution(p, rng)):
+    for p in syn.generate_problems(400, seed=seed, max_digits=4) + [
+        syn.Problem(1, 100, 95, "-"),
+        syn.Problem(2, 999, 1, "+"),
+    ]:
+        for response in (
+            syn.worked_solution(p),
+            syn.wrong_solution(p, rng),
+            syn.wrong_answer_solution(p, rng),
+        ):
             text = syn.judge_reasoning(syn.policy_prompt(p), response)
             last_mark, verdict = text.splitlines()[-2][-1], text.splitlines()[-1]
             assert verdict == f"Verdict: {int(last_mark == '=')}"
             assert verdict == f"Verdict: {int(verify(response, p.answer))}"
-    assert syn.trailing_digits("x\nAnswer: 0042 ") == "0042" and syn.trailing_digits("Answer: none") == ""
+    assert (
+        syn.trailing_digits("x\nAnswer: 0042 ") == "0042"
+        and syn.trailing_digits("Answer: none") == ""
+    )
 
 
 def test_wrong_answer_solution_keeps_the_columns() -> None:

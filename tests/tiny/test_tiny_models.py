@@ -1,4 +1,5 @@
 """Tiny-model plumbing (tokenizer, KV-cache decoding), the deterministic build and the shipped models."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _tokenizer() -> TextTokenizer:
     problems = syn.generate_problems(200, seed=0)
-    return TextTokenizer(train_tokenizer([syn.policy_prompt(p) + syn.worked_solution(p) for p in problems]))
+    return TextTokenizer(
+        train_tokenizer([syn.policy_prompt(p) + syn.worked_solution(p) for p in problems])
+    )
 
 
 def test_tokenizer_round_trips_and_splits_digits() -> None:
@@ -50,15 +53,29 @@ def test_cached_decoding_matches_full_recompute() -> None:
     assert sampled == generate(model, prompts, max_new=8, eos_id=-1, temperature=1.0, seed=3)
 
 
-SMALL = TinyRecipe(train_problems=64, policy_steps=3, policy_warmup=1, genrm_seed_steps=2, genrm_base_steps=2, genrm_steps=3,
-                   eval_problems=4, genrm_own_samples=4, batch_size=4)
+SMALL = TinyRecipe(
+    train_problems=64,
+    policy_steps=3,
+    policy_warmup=1,
+    genrm_seed_steps=2,
+    genrm_base_steps=2,
+    genrm_steps=3,
+    eval_problems=4,
+    genrm_own_samples=4,
+    batch_size=4,
+)
 
 
 def test_build_is_deterministic_and_its_manifest_names_every_file(tmp_path: Path) -> None:
     first = build_tiny_models(tmp_path / "a", seed=0, recipe=SMALL)
     second = build_tiny_models(tmp_path / "b", seed=0, recipe=SMALL)
     assert first["files"] == second["files"] == folder_checksums(tmp_path / "a")
-    for name in ("tokenizer.json", "policy/model.safetensors", "genrm/config.json", "genrm/generation_config.json"):
+    for name in (
+        "tokenizer.json",
+        "policy/model.safetensors",
+        "genrm/config.json",
+        "genrm/generation_config.json",
+    ):
         assert name in first["files"]
     assert first["recipe"]["threads"] == 1 and first["built_with"]["threads"] == 1
     other = build_tiny_models(tmp_path / "c", seed=1, recipe=SMALL)
@@ -84,7 +101,12 @@ def test_a_damaged_shipped_file_is_refused_in_one_line(tmp_path: Path) -> None:
 def test_shipped_models_load_without_transformers() -> None:
     models = ensure_tiny_models()
     for folder in (models.policy, models.genrm):
-        for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
+        for name in (
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "generation_config.json",
+        ):
             assert (folder / name).is_file()
     assert json.loads((models.policy / "config.json").read_text())["model_type"] == "qwen2"
     # the bands the embedded default promises (docs/usage.md, the embedded default)
@@ -100,5 +122,7 @@ for path in ({str(models.policy)!r}, {str(models.genrm)!r}):
 assert "transformers" not in sys.modules
 print("ok")
 """
-    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -1,5 +1,6 @@
 """tools/gpu_checks.py on a machine without CUDA: it imports, checks its arguments, skips every
 GPU check with exit 0, and its `job` check reads a main job's run folder (a real CPU run's format)."""
+
 from __future__ import annotations
 
 import json
@@ -17,11 +18,17 @@ TOOL = ROOT / "tools" / "gpu_checks.py"
 
 
 def test_help_lists_every_check() -> None:
-    out = subprocess.run([sys.executable, str(TOOL), "--help"], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and all(c in out.stdout for c in ("engine", "sglang", "train", "job"))
+    out = subprocess.run(
+        [sys.executable, str(TOOL), "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and all(
+        c in out.stdout for c in ("engine", "sglang", "train", "job")
+    )
 
 
-@pytest.mark.parametrize("argv", [[], ["nope"], ["engine", "--seqs", "0"], ["train", "--steps", "-1"], ["job", "d"]])
+@pytest.mark.parametrize(
+    "argv", [[], ["nope"], ["engine", "--seqs", "0"], ["train", "--steps", "-1"], ["job", "d"]]
+)
 def test_bad_arguments_exit_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         gpu_checks.parse_args(argv)
@@ -37,36 +44,59 @@ def test_gpu_checks_skip_without_cuda(check: str, capsys: pytest.CaptureFixture[
 
 def _run_folder(path: Path, steps: int, roles: list[str]) -> Path:
     path.mkdir()
-    (path / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(steps)))
-    events = [{"kind": "shift", "event": "shift_up", "role": r, "phases": {"total": 0.5 + i}} for i, r in enumerate(roles)]
+    (path / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s}) + "\n" for s in range(steps))
+    )
+    events = [
+        {"kind": "shift", "event": "shift_up", "role": r, "phases": {"total": 0.5 + i}}
+        for i, r in enumerate(roles)
+    ]
     events.append({"kind": "sample", "time": 1.0})
     (path / "timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     return path
 
 
-def test_job_check_reads_the_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_job_check_reads_the_run_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(gpu_checks, "FAILED", [])
     good = _run_folder(tmp_path / "good", 3, ["rollout", "reward", "train"])
-    assert gpu_checks.main(["job", str(good), "--steps", "3", "--name", "main-job", "--min-roles", "2"]) == 0
-    assert capsys.readouterr().out == "PASS main-job: 3 steps, 3 shift ups (reward, rollout, train), slowest 2.50 s\n"
+    assert (
+        gpu_checks.main(
+            ["job", str(good), "--steps", "3", "--name", "main-job", "--min-roles", "2"]
+        )
+        == 0
+    )
+    assert (
+        capsys.readouterr().out
+        == "PASS main-job: 3 steps, 3 shift ups (reward, rollout, train), slowest 2.50 s\n"
+    )
     short = _run_folder(tmp_path / "short", 2, ["rollout"])
     assert gpu_checks.main(["job", str(short), "--steps", "3", "--name", "x"]) == 1
     assert capsys.readouterr().out == "FAIL x: AssertionError: 2 steps recorded, expected 3\n"
     monkeypatch.setattr(gpu_checks, "FAILED", [])
-    assert gpu_checks.main(["job", str(short), "--steps", "2", "--name", "y", "--min-roles", "2"]) == 1
+    assert (
+        gpu_checks.main(["job", str(short), "--steps", "2", "--name", "y", "--min-roles", "2"]) == 1
+    )
     assert "FAIL y: AssertionError: shift ups of ['rollout'] only" in capsys.readouterr().out
     monkeypatch.setattr(gpu_checks, "FAILED", [])
     assert gpu_checks.main(["job", str(tmp_path / "absent"), "--steps", "1"]) == 1
     assert capsys.readouterr().out.startswith("FAIL main-job: FileNotFoundError")
 
 
-def test_a_missing_library_is_a_skip_line_not_a_failure(capsys: pytest.CaptureFixture[str],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_library_is_a_skip_line_not_a_failure(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """sglang (not installed here) makes its three checks SKIP lines naming it; nothing is installed."""
     monkeypatch.setitem(sys.modules, "sglang", None)
     gpu_checks.check_sglang(gpu_checks.parse_args(["sglang"]))
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["SKIP gps-read", "SKIP sglang-greedy", "SKIP sglang-shift"]
+    assert [line.split(":")[0] for line in lines] == [
+        "SKIP gps-read",
+        "SKIP sglang-greedy",
+        "SKIP sglang-shift",
+    ]
     assert all("sglang is not usable" in line for line in lines) and not gpu_checks.FAILED
-    assert gpu_checks.missing("json") == "" and "flash_attn" in gpu_checks.missing("json", "flash_attn")
+    assert gpu_checks.missing("json") == "" and "flash_attn" in gpu_checks.missing(
+        "json", "flash_attn"
+    )

@@ -1,5 +1,6 @@
 """requirements-gpu.txt against sglang 0.5.23's own pins (its wheel's METADATA, from .cache/wheels):
 the cheap part of `tools/resolve_gpu_requirements.py`, which runs pip's whole resolver (minutes)."""
+
 from __future__ import annotations
 
 import zipfile
@@ -18,7 +19,9 @@ def pins() -> dict[str, str]:
         line = line.split("#")[0].strip()
         if line:
             req = Requirement(line)
-            assert len(req.specifier) == 1 and next(iter(req.specifier)).operator == "==", f"{line}: pin one version"
+            assert len(req.specifier) == 1 and next(iter(req.specifier)).operator == "==", (
+                f"{line}: pin one version"
+            )
             out[req.name.lower()] = next(iter(req.specifier)).version
     return out
 
@@ -26,21 +29,32 @@ def pins() -> dict[str, str]:
 def sglang_requires() -> list[Requirement]:
     with zipfile.ZipFile(fetch_wheel("sglang", "0.5.23")) as z:
         meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
-    return [Requirement(line.split(":", 1)[1].strip()) for line in meta.splitlines() if line.startswith("Requires-Dist:")]
+    return [
+        Requirement(line.split(":", 1)[1].strip())
+        for line in meta.splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
 
 
 def test_every_pin_satisfies_sglang() -> None:
     mine = pins()
     assert mine["sglang"] == "0.5.23"
     checked = []
-    env = {"python_version": "3.11", "sys_platform": "linux", "platform_machine": "x86_64", "platform_system": "Linux",
-           "extra": ""}
+    env = {
+        "python_version": "3.11",
+        "sys_platform": "linux",
+        "platform_machine": "x86_64",
+        "platform_system": "Linux",
+        "extra": "",
+    }
     for req in sglang_requires():
         if req.marker is not None and not req.marker.evaluate(env):
             continue
         name = req.name.lower()
         if name in mine:
-            assert req.specifier.contains(mine[name], prereleases=True), f"{name}=={mine[name]} but sglang needs {req}"
+            assert req.specifier.contains(mine[name], prereleases=True), (
+                f"{name}=={mine[name]} but sglang needs {req}"
+            )
             checked.append(name)
     assert {"torch", "tokenizers", "numpy", "pyzmq"} <= set(checked), checked
 
@@ -57,4 +71,8 @@ def test_kernels_without_wheels_are_not_in_the_file() -> None:
     mine = pins()
     assert not {"flash-attn", "transformer-engine", "transformer-engine-torch"} & set(mine)
     doc = (ROOT / "docs" / "gpu.md").read_text()
-    assert "pip install --no-build-isolation" in doc and "flash-attn==2.8.3" in doc and "transformer_engine" in doc
+    assert (
+        "pip install --no-build-isolation" in doc
+        and "flash-attn==2.8.3" in doc
+        and "transformer_engine" in doc
+    )

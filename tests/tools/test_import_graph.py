@@ -6,6 +6,7 @@ or under `if TYPE_CHECKING:` alike, absolute or relative. A cycle A -> B -> ... 
 test, printed with the file and line of each import along it. Imports of a part's own modules
 are not edges (a package may be layered internally as it likes).
 """
+
 from __future__ import annotations
 
 import ast
@@ -72,7 +73,7 @@ def find_cycle(edges: Edges) -> list[str] | None:
         path.append(node)
         for nxt in sorted(edges.get(node, {})):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         path.pop()
@@ -114,13 +115,20 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 def test_the_scan_finds_lazy_relative_and_from_package_cycles(tmp_path: Path) -> None:
     # planted: a -> b by a lazy import, b -> c relatively, c -> a by `from pivot import a`
-    pkg = _tree(tmp_path, {
-        "__init__.py": "", "util.py": "import os\n",
-        "a/__init__.py": "", "a/x.py": "from pivot.a import y\n\ndef f():\n    import pivot.b.z\n",
-        "a/y.py": "from . import x\n",
-        "b/__init__.py": "", "b/z.py": "from ..c.w import thing\nfrom pivot import util\n",
-        "c/__init__.py": "", "c/w.py": "from pivot import a\n",
-    })
+    pkg = _tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "util.py": "import os\n",
+            "a/__init__.py": "",
+            "a/x.py": "from pivot.a import y\n\ndef f():\n    import pivot.b.z\n",
+            "a/y.py": "from . import x\n",
+            "b/__init__.py": "",
+            "b/z.py": "from ..c.w import thing\nfrom pivot import util\n",
+            "c/__init__.py": "",
+            "c/w.py": "from pivot import a\n",
+        },
+    )
     edges = import_edges(pkg)
     assert edges == {
         "a": {"b": "pivot/a/x.py:4"},

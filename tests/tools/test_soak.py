@@ -2,6 +2,7 @@
 rank SIGKILLed; torchrun restarts it, and the audit over both attempts finds nothing lost,
 nothing trained or judged twice, every shift up's weights equal to its GPS version and the last
 steps replayed bit for bit."""
+
 from __future__ import annotations
 
 import os
@@ -18,9 +19,24 @@ pytestmark = pytest.mark.slow
 
 
 def test_short_soak_with_one_kill(tmp_path: Path) -> None:
-    cmd = [sys.executable, str(ROOT / "tools" / "soak.py"), "--steps", "20", "--kills", "1", "--gap-s", "0.2", "1",
-           "--seed", "1", "--run-dir", str(tmp_path / "run")]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=480, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        str(ROOT / "tools" / "soak.py"),
+        "--steps",
+        "20",
+        "--kills",
+        "1",
+        "--gap-s",
+        "0.2",
+        "1",
+        "--seed",
+        "1",
+        "--run-dir",
+        str(tmp_path / "run"),
+    ]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=480, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     text = out.stdout + out.stderr
     assert out.returncode == 0 and "soak: passed" in text, text[-4000:]
     assert "VIOLATION" not in text

@@ -4,6 +4,7 @@ as a user would run it; the figures are not judged (too small to mean anything),
 tool finishes and prints its result line. Tools with their own tests are listed in
 `TESTED_ELSEWHERE`; `test_every_tool_is_covered` keeps the two lists complete. The ones that
 start several processes or train are `slow`."""
+
 from __future__ import annotations
 
 import os
@@ -25,29 +26,141 @@ TESTED_ELSEWHERE = {
     "stress_gps.py": "tests/tools/test_stress_gps.py",
 }
 # the main job at its smallest: two prompts of two responses, short generations, few held-out prompts
-TINY_JOB = ["--train.batch-prompts", "2", "--train.group-size", "2", "--rollout.max-new-tokens", "8",
-            "--reward.max-new-tokens", "8", "--eval.prompts", "4"]
+TINY_JOB = [
+    "--train.batch-prompts",
+    "2",
+    "--train.group-size",
+    "2",
+    "--rollout.max-new-tokens",
+    "8",
+    "--reward.max-new-tokens",
+    "8",
+    "--eval.prompts",
+    "4",
+]
 SLOW = pytest.mark.slow
 # tool -> (arguments, {tmp} for a fresh folder; a regex its output must match; marks)
 SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
     "bench_control.py": (["--round-trips", "20", "--repeats", "1"], r"^new/old", (SLOW,)),
-    "bench_planner.py": (["--sizes", "16", "--repeats", "1", "--check-max", "16"], r"\n\s+16\s.*\byes\s*$", ()),
-    "bench_sim.py": (["--groups", "qwen2.5-1.5b+glm-z1-9b", "--steps", "2", "--warmup", "1", "--seeds", "0", "--prompts", "4", "--group-size", "2",
-                      "--alloc", "table4"], r"Figure 9[\s\S]*pivot\s+[\d,]+ \|", ()),
-    "profile_engine.py": (["--tiny", "rollout", "--seqs", "1,2", "--ctx", "16,32", "--steps", "1", "--passes", "1",
-                           "--out", "{tmp}/profile.json"], r"R\^2|R2", ()),
-    "bench_engine.py": (["--requests", "4", "--only", "long-tail@1", "--hidden", "32", "--layers", "1", "--cap", "8",
-                         "--median", "4"], r"^long-tail\s+1\s+4\s+\d+", ()),
+    "bench_planner.py": (
+        ["--sizes", "16", "--repeats", "1", "--check-max", "16"],
+        r"\n\s+16\s.*\byes\s*$",
+        (),
+    ),
+    "bench_sim.py": (
+        [
+            "--groups",
+            "qwen2.5-1.5b+glm-z1-9b",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--seeds",
+            "0",
+            "--prompts",
+            "4",
+            "--group-size",
+            "2",
+            "--alloc",
+            "table4",
+        ],
+        r"Figure 9[\s\S]*pivot\s+[\d,]+ \|",
+        (),
+    ),
+    "profile_engine.py": (
+        [
+            "--tiny",
+            "rollout",
+            "--seqs",
+            "1,2",
+            "--ctx",
+            "16,32",
+            "--steps",
+            "1",
+            "--passes",
+            "1",
+            "--out",
+            "{tmp}/profile.json",
+        ],
+        r"R\^2|R2",
+        (),
+    ),
+    "bench_engine.py": (
+        [
+            "--requests",
+            "4",
+            "--only",
+            "long-tail@1",
+            "--hidden",
+            "32",
+            "--layers",
+            "1",
+            "--cap",
+            "8",
+            "--median",
+            "4",
+        ],
+        r"^long-tail\s+1\s+4\s+\d+",
+        (),
+    ),
     # pip is asked about nothing: the tool's whole path except the resolver's network reads
-    "resolve_gpu_requirements.py": (["--requirements", os.devnull], r"(PASS|FAIL) gpu-requirements", ()),
-    "bench_e2e_emulated.py": (["--sim-only", "--steps", "2", "--warmup", "1", "--seeds", "0", "--modes", "pivot", "--batch-prompts", "2", "--group-size", "2"],
-                              r"pivot: sim [\d,]+ tok/s", ()),
+    "resolve_gpu_requirements.py": (
+        ["--requirements", os.devnull],
+        r"(PASS|FAIL) gpu-requirements",
+        (),
+    ),
+    "bench_e2e_emulated.py": (
+        [
+            "--sim-only",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--seeds",
+            "0",
+            "--modes",
+            "pivot",
+            "--batch-prompts",
+            "2",
+            "--group-size",
+            "2",
+        ],
+        r"pivot: sim [\d,]+ tok/s",
+        (),
+    ),
     "make_tiny_models.py": (["--smoke", "--out", "{tmp}/tiny"], r"built in \d+ s", (SLOW,)),
-    "bench_memory.py": (["--smoke", "--gb", "0.001", "--ranks", "2", "--dir", "{tmp}"], r"worst peak/share", (SLOW,)),
-    "bench_gps.py": (["--gb", "0.002", "--reps", "1"], r"^NIXL cross-host Read .* -> ratio [\d.]+", (SLOW,)),
+    "bench_memory.py": (
+        ["--smoke", "--gb", "0.001", "--ranks", "2", "--dir", "{tmp}"],
+        r"worst peak/share",
+        (SLOW,),
+    ),
+    "bench_gps.py": (
+        ["--gb", "0.002", "--reps", "1"],
+        r"^NIXL cross-host Read .* -> ratio [\d.]+",
+        (SLOW,),
+    ),
+    "bench_kv_migration.py": (
+        [
+            "--nproc",
+            "4",
+            "--steps",
+            "2",
+            "--batch-prompts",
+            "2",
+            "--group-size",
+            "2",
+            "--out",
+            "{tmp}",
+        ],
+        r"kv / reprefill: throughput x[\d.]+",
+        (SLOW,),
+    ),
     "bench_e2e.py": (["--steps", "1", "--modes", "pivot", *TINY_JOB], r"pivot\s+\d+", (SLOW,)),
-    "bench_learning.py": (["--steps", "1", "--modes", "pivot", "--seeds", "0", "--out", "{tmp}", *TINY_JOB],
-                          r"(PASS|MISS): every mode", (SLOW,)),
+    "bench_learning.py": (
+        ["--steps", "1", "--modes", "pivot", "--seeds", "0", "--out", "{tmp}", *TINY_JOB],
+        r"(PASS|MISS): every mode",
+        (SLOW,),
+    ),
 }
 # tools whose command line is another tool's (bench_e2e_emulated runs as `bench_e2e.py --emulated`)
 ENTRY = {"bench_e2e_emulated.py": ["bench_e2e.py", "--emulated"]}
@@ -57,7 +170,9 @@ VERDICT_EXIT = {"resolve_gpu_requirements.py": {0, 1}}
 
 def test_every_tool_is_covered() -> None:
     tools = {p.name for p in TOOLS.iterdir() if p.suffix in (".py", ".sh")}
-    assert tools == set(SMOKE) | set(TESTED_ELSEWHERE), "a tool without a smoke test (or a stale entry here)"
+    assert tools == set(SMOKE) | set(TESTED_ELSEWHERE), (
+        "a tool without a smoke test (or a stale entry here)"
+    )
     for test in TESTED_ELSEWHERE.values():
         assert (ROOT / test).is_file(), test
 
@@ -66,22 +181,51 @@ def test_every_tool_is_covered() -> None:
 def test_tool_runs_at_its_smallest_size(tool: str, tmp_path: Path) -> None:
     args, expect, _ = SMOKE[tool]
     entry = ENTRY.get(tool, [tool])
-    cmd = [sys.executable, str(TOOLS / entry[0]), *entry[1:], *(a.format(tmp=tmp_path) for a in args)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path,
-                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    cmd = [
+        sys.executable,
+        str(TOOLS / entry[0]),
+        *entry[1:],
+        *(a.format(tmp=tmp_path) for a in args),
+    ]
+    out = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
     text = out.stdout + out.stderr
     assert out.returncode in VERDICT_EXIT.get(tool, {0}), f"{' '.join(cmd)}\n{text[-4000:]}"
-    assert re.search(expect, out.stdout, re.M), f"{' '.join(cmd)}: no match for {expect!r}\n{text[-4000:]}"
+    assert re.search(expect, out.stdout, re.M), (
+        f"{' '.join(cmd)}: no match for {expect!r}\n{text[-4000:]}"
+    )
 
 
 def test_bench_planner_against_a_revision(tmp_path: Path) -> None:
     """--against REV imports pivot/ as of REV beside ours and prints ours/REV (here REV = HEAD:
     the same plan by construction)."""
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
     if head.returncode != 0:
         pytest.skip("not a git checkout")
-    cmd = [sys.executable, str(TOOLS / "bench_planner.py"), "--sizes", "16", "--repeats", "1", "--check-max", "0",
-           "--against", "HEAD"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        str(TOOLS / "bench_planner.py"),
+        "--sizes",
+        "16",
+        "--repeats",
+        "1",
+        "--check-max",
+        "0",
+        "--against",
+        "HEAD",
+    ]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    assert re.search(r"^\s+16 \|\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+ \|\s+yes$", out.stdout, re.M), out.stdout
+    assert re.search(
+        r"^\s+16 \|\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+ \|\s+yes$", out.stdout, re.M
+    ), out.stdout
