@@ -50,9 +50,8 @@ class FlowStats:
     rewards_finished: int = 0
     tokens_rollout: int = 0
     tokens_reward: int = 0
-    duplicates_dropped: int = (
-        0  # outputs of sequences that had already finished (the buffer counts its own)
-    )
+    # outputs of sequences that had already finished (the buffer counts its own)
+    duplicates_dropped: int = 0
     stale_regenerated: int = 0
     genrm_sum: float = 0.0
     aborted: int = 0  # sequences aborted (shift down or migration) and returned to the queue
@@ -71,23 +70,18 @@ class RLFlow:
     heldout: list[Prompt] = field(default_factory=list)
     next_step: int = 0  # next step whose prompts are not submitted yet
     seqs: dict[int, SeqInfo] = field(default_factory=dict)
-    verifiable: dict[Key, float] = field(
-        default_factory=dict
-    )  # R_verifiable per sample, for metrics
-    reward_extra: dict[Key, dict] = field(
-        default_factory=dict
-    )  # a dict verifier result's other keys (not checkpointed)
+    verifiable: dict[Key, float] = field(default_factory=dict)  # R_verifiable per sample
+    # a dict verifier result's other keys (not checkpointed)
+    reward_extra: dict[Key, dict] = field(default_factory=dict)
     judgings: dict[Key, int] = field(default_factory=dict)  # GenRM verdicts received per sample
     stats: FlowStats = field(default_factory=FlowStats)
     evals: dict[int, EvalRun] = field(default_factory=dict)  # in flight, by step
     eval_results: list[EvalResult] = field(default_factory=list)  # finished, not yet logged
-    sampled: dict[int, list[float]] = field(
-        default_factory=dict
-    )  # step -> [right, responses], every rollout (not checkpointed)
+    # step -> [right, responses] over every rollout, dropped groups' too (not checkpointed)
+    sampled: dict[int, list[float]] = field(default_factory=dict)
     _next_id: int = 0
-    _policy_ids: dict[str, list[int]] = field(
-        default_factory=dict
-    )  # tokenized prompts by text and messages
+    # tokenized prompts by text and messages
+    _policy_ids: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         reward = self.cfg.reward
@@ -436,10 +430,12 @@ class RLFlow:
         unrewarded = self.buffer.unrewarded_keys()
         for key in unrewarded:
             sample = self.buffer.sample(key)
-            r_v = self._verify(key, sample.text, sample.prompt)
-            if not self._filters_before_judging():
-                out.append(self.judge_seq(key, sample.text, r_v))
-        if self._filters_before_judging():
+            self._verify(key, sample.text, sample.prompt)
+        if self._filters_before_judging():  # once per group: its judgings wait for all G
             for step, prompt_id in sorted({k[:2] for k in unrewarded}):
                 out += self._judge_group_once_verified(step, prompt_id)
+        else:
+            for key in unrewarded:
+                sample = self.buffer.sample(key)
+                out.append(self.judge_seq(key, sample.text, self.verifiable[key]))
         return out
