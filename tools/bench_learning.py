@@ -11,11 +11,13 @@ reference's curve against the run-to-run spread of the reference across seeds, m
 same invocation. A mode agrees when its distance is within that spread.
 
 Distance between two curves: mean over steps of |a - b| after a centred moving average (window
-`--smooth`) of the batch reward, and the mean |a - b| of the held-out gain (accuracy minus the
-run's own first evaluation: another seed draws another held-out set, whose level differs) over
-the evaluations. A run learned when its last evaluation beats its first by at least `--min-gain`
-(10 points) and by more than four paired standard errors (`pivot.rl.evaluation.paired_gain`:
-the same prompts, compared one by one). Steps and held-out size are the preset's unless given.
+`--smooth`) of the accuracy of every rollout (the batch reward is not compared: dynamic sampling
+trains mixed groups only, which holds it near the middle whatever the policy does), and the
+mean |a - b| of the held-out gain (accuracy minus the run's own first evaluation: another seed
+draws another held-out set, whose level differs) over the evaluations. A run learned when its
+last evaluation beats its first by at least `--min-gain` (10 points) and by more than four
+paired standard errors (`pivot.rl.evaluation.paired_gain`: the same prompts, compared one by
+one). Steps and held-out size are the preset's unless given.
 """
 
 from __future__ import annotations
@@ -168,7 +170,10 @@ def main() -> None:
     )
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument(
-        "--smooth", type=int, default=9, help="moving-average window of the reward curve, in steps"
+        "--smooth",
+        type=int,
+        default=9,
+        help="moving-average window of the curves compared, in steps",
     )
     ap.add_argument("--out", default=str(ROOT / "runs" / "learning"))
     ap.add_argument(
@@ -193,27 +198,27 @@ def main() -> None:
     (out / "curves.json").write_text(json.dumps(curves))
 
     ref = curves[f"{REFERENCE}-seed{seeds[0]}"]
-    ref_r = smooth(ref["reward"], args.smooth)
-    spread = {"reward": 0.0, "eval": 0.0}
+    ref_r = smooth(ref["sampled"], args.smooth)
+    spread = {"sampled": 0.0, "eval": 0.0}
     for seed in seeds[1:]:
         other = curves[f"{REFERENCE}-seed{seed}"]
-        spread["reward"] = max(
-            spread["reward"], distance(ref_r, smooth(other["reward"], args.smooth))
+        spread["sampled"] = max(
+            spread["sampled"], distance(ref_r, smooth(other["sampled"], args.smooth))
         )
         spread["eval"] = max(spread["eval"], distance(gains(ref), gains(other)))
     print(
         f"\nheld-out accuracy (greedy, {len(ref['eval'])} evaluations) and distance to {REFERENCE} seed {seeds[0]}; "
-        f"reference spread across seeds: reward {spread['reward']:.3f}, held-out {spread['eval']:.3f}"
+        f"reference spread across seeds: sampled accuracy {spread['sampled']:.3f}, held-out {spread['eval']:.3f}"
     )
     print(
-        f"{'run':22s} {'before':>7s} {'after':>7s} {'gain':>7s} {'se':>6s} {'d(reward)':>10s} "
+        f"{'run':22s} {'before':>7s} {'after':>7s} {'gain':>7s} {'se':>6s} {'d(sampled)':>10s} "
         f"{'/spread':>8s} {'d(held-out)':>12s} {'/spread':>8s}  verdict"
     )
     ok = True
     for name, c in curves.items():
-        d_r = distance(ref_r, smooth(c["reward"], args.smooth))
+        d_r = distance(ref_r, smooth(c["sampled"], args.smooth))
         d_e = distance(gains(ref), gains(c))
-        ratio_r = d_r / spread["reward"] if spread["reward"] else float("nan")
+        ratio_r = d_r / spread["sampled"] if spread["sampled"] else float("nan")
         ratio_e = d_e / spread["eval"] if spread["eval"] else float("nan")
         agree = name.startswith(REFERENCE) or (ratio_r <= 1.0 and ratio_e <= 1.0)
         gain, se, up = learned(*c["eval_scores"], min_gain=args.min_gain)

@@ -18,6 +18,23 @@ _depth = 0  # how many `params_on_meta` blocks are open (building_on_meta)
 
 
 @contextlib.contextmanager
+def meta_normal_skipped() -> Iterator[None]:
+    """`nn.init.normal_` does nothing to a meta tensor inside. On meta it runs a Python
+    decomposition whose first call imports torch._dynamo, about 2 CPU-seconds per process, paid
+    by every rank that only checks a checkpoint's shapes; a meta tensor has no values to draw."""
+    normal = nn.init.normal_
+
+    def normal_(tensor: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        return tensor if tensor.is_meta else normal(tensor, *args, **kwargs)  # type: ignore[arg-type]
+
+    nn.init.normal_ = normal_  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        nn.init.normal_ = normal
+
+
+@contextlib.contextmanager
 def params_on_meta() -> Iterator[None]:
     """Parameters registered inside are moved to the meta device as they are registered. Their
     construction-time `torch.empty` never touches its pages and the initialisers then run on
@@ -35,7 +52,8 @@ def params_on_meta() -> Iterator[None]:
     nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
     _depth += 1
     try:
-        yield
+        with meta_normal_skipped():
+            yield
     finally:
         _depth -= 1
         nn.Module.register_parameter = register  # type: ignore[method-assign]

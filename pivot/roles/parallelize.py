@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch.distributed._composable import checkpoint as checkpoint_activations
-from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from pivot.model import CausalLM
 from pivot.model.meta_init import is_meta, materialize
@@ -26,6 +23,12 @@ def parallelize(
     each layer is checkpointed first (composable AC keeps the HF parameter names, a wrapper
     module would prefix them; before FSDP, so recompute re-gathers the layer). A model built on
     the meta device gets storage for this rank's shards only, uninitialised."""
+    # imported here, not at the top: FSDP pulls in DTensor and sympy, about a quarter of a rank's
+    # start-up CPU, which the ranks that never train (most of them) should not pay
+    from torch.distributed._composable import checkpoint as checkpoint_activations
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
     meta = is_meta(model)
     model = model.to(dtype=torch.float32) if meta else model.to(device=device, dtype=torch.float32)
     mesh = DeviceMesh.from_group(group, device_type=device.type)

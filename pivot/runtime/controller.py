@@ -106,6 +106,10 @@ class Controller(ClusterHost):
             if got and isinstance(got[1], m.Hello):
                 hello.add(got[0])
         self.execute(self.mode.initial(self))
+        # the first step's rollouts before the held-out evaluation of the starting policy: ids
+        # order the queues, so this step's first prompts take the replicas' seats first and the
+        # evaluation fills the rest, instead of the first trained step waiting behind all of it
+        self.submit(self.flow.fill(self.version, self.cfg.train.steps))
         self.submit(self.flow.start_eval(self.step))
         while (self.step < self.cfg.train.steps or self.flow.evals) and self.failed is None:
             got = self.ep.recv(5)
