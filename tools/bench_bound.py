@@ -1,16 +1,19 @@
-"""PivotRL against the tighter of its bounds, policy variant by variant (docs/toward_the_bound.md).
+"""PivotRL against the tighter of its bounds, variant by variant (docs/toward_the_bound.md).
 
-    python tools/bench_bound.py                                   # 1.5B and 7B, H20 and H200, seeds 0 1 2
     python tools/bench_bound.py --groups qwen2.5-1.5b+glm-z1-9b --hardware h200 --seeds 0 --tails
+    python tools/bench_bound.py --variants base no-kv          # 1.5B and 7B, H20 and H200, seeds 0 1 2
 
-Every run is the pivot deployment at a fixed training slot (`--train`, default each group's tuned
+Every run is the pivot deployment at a fixed training slot (`--train`, default the group's tuned
 one), on the aligned window (pivot/sim/window.py: steps 4..9 at staleness 2), with KV-preserving
-migration on (`planner.kv_migration`: the regime the variants assume). Each variant is a set of
-config overrides; the report prints tokens/s, the share of the tighter bound and, seed by seed,
-the ratio over the same seed's `base` run (the same samples, so a ratio is an inverse time
-ratio). `--tails` adds, per measured step of the first seed, how late its last rollout and its
-last judge finished after the step's prompts were released, beside the step's critical chain
-run alone (pivot/sim/report.py `chain_s`), and the GenRM's decode time at few sequences.
+migration on (`planner.kv_migration`) unless a variant turns it off. A variant is a '+'-joined
+set of config overrides (`VARIANTS`); each run prints tokens/s, the share of the tighter bound
+(and of each bound), and the ratio over the same seed's `base` run (the same samples, so an
+inverse time ratio). Two diagnostics beside the bounds, neither a bound: `crowded path` decodes
+every chain at the step latency of a KV-full replica instead of alone; `KV-limited work` is the
+work bound with each role's batch limited by the KV its sequences really hold. `--tails` adds,
+per measured step of the first seed, when its rollouts and judges finished after its prompts
+were released (50/99/100%) beside its longest chain run alone, and the three samples judged
+last: their rollout's and judge's run time against alone, and the judge's queueing.
 """
 
 from __future__ import annotations
@@ -25,14 +28,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from configs.presets import get_preset  # noqa: E402
 from pivot.config import PivotConfig  # noqa: E402
-from pivot.plan.planner import PivotPlanner  # noqa: E402
-from pivot.plan.upstream_first import UpstreamFirstPlanner  # noqa: E402
-from pivot.sched import INFERENCE_ROLES, Abort, Command, Role  # noqa: E402
-from pivot.sched.tail_lane import TailLaneScheduler  # noqa: E402
+from pivot.sched import Abort, Command, Role  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload  # noqa: E402
 from pivot.sim.costs import RoleCosts  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
-from pivot.sim.report import bound_s, breakdown, chain_s, critical_path_s, work_bound_s  # noqa: E402
+from pivot.sim.report import (  # noqa: E402
+    bound_s,
+    breakdown,
+    chain_s,
+    critical_path_s,
+    decode_work_s,
+    prefill_tokens_lower,
+    work_bound_s,
+)
 from pivot.sim.simulator import Simulator  # noqa: E402
 from pivot.sim.window import DEFAULT_SEEDS, Spread, aligned_window  # noqa: E402
 
@@ -48,38 +56,24 @@ def _kv(cfg: PivotConfig) -> None:
     cfg.planner.kv_migration = True
 
 
+def _no_kv(cfg: PivotConfig) -> None:
+    cfg.planner.kv_migration = False
+
+
 VARIANTS: dict[str, Callable[[PivotConfig], None]] = {
     "base": _kv,
+    "no-kv": _no_kv,
 }
-PLANNERS: dict[str, type[PivotPlanner]] = {"upstream": UpstreamFirstPlanner}
-LANES: dict[str, tuple[int, float, float]] = {
-    # variant -> TailLaneScheduler (tail_seqs, lane_share, lane_kv_share)
-    "lane16": (16, 0.125, 1.0),
-    "lane32kv": (32, 0.25, 0.25),
-}
+"""Config overrides on top of `base`; a policy to try goes here (the ones tried, with their
+results: docs/toward_the_bound.md)."""
 
 
 class _Probe(Simulator):
     """The simulator, also recording when each step's prompts were released and when each of its
     rollouts and judges finished (diagnostics only)."""
 
-    def __init__(
-        self,
-        cfg: PivotConfig,
-        opts: SimOptions,
-        lane: tuple[int, float, float] | None = None,
-        planner: type[PivotPlanner] | None = None,
-    ) -> None:
+    def __init__(self, cfg: PivotConfig, opts: SimOptions) -> None:
         super().__init__(cfg, opts)
-        if planner is not None:
-            self.mode.planner = planner(cfg.planner)  # type: ignore[attr-defined]  # pivot mode
-        if lane is not None:  # before anything is up: the host's schedulers are empty
-            self.sched = {
-                role: TailLaneScheduler(
-                    self.table.slots(role), [], None, cfg.planner.migration, *lane
-                )
-                for role in INFERENCE_ROLES
-            }
         self.released_at: dict[int, float] = {}
         self.first_run: dict[int, float] = {}  # sid -> first dispatch
         self.sample_t: dict[tuple[str, int, int], tuple[float, float]] = {}  # first run, finish
@@ -134,13 +128,35 @@ def crowded_path_s(res: SimResult, headroom: float = 0.1) -> float:
     return end[-1] - res.window_start_s
 
 
-def run(
-    cfg: PivotConfig,
-    opts: SimOptions,
-    lane: tuple[int, float, float] | None = None,
-    planner: type[PivotPlanner] | None = None,
-) -> tuple[SimResult, _Probe]:
-    sim = _Probe(cfg, opts, lane, planner)
+def kv_work_bound_s(res: SimResult, headroom: float = 0.1) -> float:
+    """`work_bound_s` with each role's batch limited by the KV its sequences really hold: a
+    decoded token sees on average contexts / tokens of KV per running sequence, so a replica
+    runs at most (1 - headroom) * KV / that many sequences, not KV / the shortest prompt."""
+    steps = range(res.warmup_steps, res.steps)
+    samples = [s for st in steps for s in res.samples[st]]
+    w = res.workload
+    work: dict[str, float] = {}
+    for role in (Role.ROLLOUT, Role.REWARD):
+        c = res.costs.roles[role]
+        if role == Role.ROLLOUT:
+            chains = [(s.prompt_len, s.response_len) for s in samples]
+            prompts = [(w.rollout_prefixes(s), s.prompt_len) for s in samples]
+        else:
+            chains = [(s.judge_prompt_len, s.judge_len) for s in samples]
+            prompts = [(w.judge_prefixes(s), s.judge_prompt_len) for s in samples]
+        contexts = sum(o * p + o * (o - 1) / 2 for p, o in chains)
+        tokens = sum(o for _, o in chains)
+        batch = max(1, min(c.max_running, int((1 - headroom) * c.kv_capacity * tokens / contexts)))
+        prefill = c.prefill_s_per_token * prefill_tokens_lower(prompts)
+        work[role] = c.tp * (decode_work_s(c, contexts, tokens, batch) + prefill)
+    train = sum(res.train_s[res.warmup_steps : res.steps])
+    t_dev = len(res.table.replicas[res.table.train_rid].devices)
+    # under Pivot every device may run every role: the cluster, or training alone
+    return max(train, (sum(work.values()) + t_dev * train) / res.table.world)
+
+
+def run(cfg: PivotConfig, opts: SimOptions) -> tuple[SimResult, _Probe]:
+    sim = _Probe(cfg, opts)
     return sim.run(), sim
 
 
@@ -182,8 +198,8 @@ def main() -> None:
     ap.add_argument(
         "--variants",
         nargs="+",
-        default=["base", *LANES, *PLANNERS],
-        help=f"each a '+'-joined set of: {', '.join([*VARIANTS, *LANES, *PLANNERS])}",
+        default=["base"],
+        help=f"each a '+'-joined set of: {', '.join(VARIANTS)} (ratios: over base)",
     )
     ap.add_argument("--train", type=int, default=None, help="training slot (default: tuned)")
     ap.add_argument("--steps", type=int, default=None, help="default: the aligned window's")
@@ -214,24 +230,20 @@ def main() -> None:
                 cfg = deployment(base, "pivot", Allocation(train))
                 VARIANTS["base"](cfg)
                 parts = v.split("+")
-                bad = [
-                    p for p in parts if p not in VARIANTS and p not in LANES and p not in PLANNERS
-                ]
+                bad = [p for p in parts if p not in VARIANTS]
                 if bad:
                     raise SystemExit(f"--variants {v}: unknown {', '.join(bad)}")
                 for p in parts:
-                    if p in VARIANTS:
-                        VARIANTS[p](cfg)
-                lane = next((LANES[p] for p in parts if p in LANES), None)
-                planner = next((PLANNERS[p] for p in parts if p in PLANNERS), None)
+                    VARIANTS[p](cfg)
                 runs[v] = []
                 for seed in args.seeds:
                     cfg.seed = seed
-                    res, sim = run(cfg, opts, lane, planner)
+                    res, sim = run(cfg, opts)
                     runs[v].append(res)
                     b, kind = bound_s(res)
                     cp, wk = critical_path_s(res), work_bound_s(res)
                     crowd = crowded_path_s(res, opts.kv_headroom)
+                    kvw = kv_work_bound_s(res, opts.kv_headroom)
                     rat = (
                         f"  x{res.throughput / runs['base'][len(runs[v]) - 1].throughput:.3f}"
                         if v != "base" and "base" in runs
@@ -240,7 +252,8 @@ def main() -> None:
                     print(
                         f"  {v:12s} seed {seed}: {res.throughput:9,.0f} tok/s  bound ({kind}) "
                         f"{b / res.measured_s:4.0%} (path {cp / res.measured_s:.0%}, "
-                        f"work {wk / res.measured_s:.0%}, crowded path {crowd / res.measured_s:.0%})"
+                        f"work {wk / res.measured_s:.0%}; crowded path {crowd / res.measured_s:.0%}, "
+                        f"KV-limited work {kvw / res.measured_s:.0%})"
                         f"  aborts {res.aborts}{rat}  "
                         f"[{res.wall_s:.0f} s]\n    {breakdown(res).line()}",
                         flush=True,

@@ -85,12 +85,6 @@ class PivotPlanner(Planner):
         ] = []  # evaluated (candidate, benefit), ascending k
         self.last_num_candidates = 0  # all candidates of the last call, evaluated or not
 
-    def up_role(
-        self, snap: ClusterSnapshot, scheds: dict[str, ShiftAwareScheduler], binary: bool
-    ) -> Role | None:
-        """Step 1, the role that gains devices (a subclass may choose otherwise)."""
-        return choose_up_role(snap, scheds, binary)
-
     def plan(self, snap: ClusterSnapshot) -> ShiftPlan | None:
         # The cyclic GC is paused for the call: step 4 allocates many short-lived acyclic tuples,
         # which trigger collections whose full passes walk every object of the process (the
@@ -112,7 +106,7 @@ class PivotPlanner(Planner):
             r: snap.scheduler(r, self.priority, migrate=cfg.migration) for r in INFERENCE_ROLES
         }
         rates = replica_rates(snap, scheds, binary)
-        up_role = self.up_role(snap, scheds, binary)
+        up_role = choose_up_role(snap, scheds, binary)
         pairs = []
         # measured once that role's shifts were timed
         tau = snap.shift_s.get(up_role, cfg.tau_shift_s) if up_role is not None else cfg.tau_shift_s

@@ -65,10 +65,10 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
             "2",
             "--variants",
             "base",
-            "upstream+lane32kv",
+            "no-kv",
             "--tails",
         ],
-        r"upstream\+lane32kv over base: x[\d.]+",
+        r"no-kv\s+over base: x[\d.]+",
         (),
     ),
     "bench_sim.py": (
