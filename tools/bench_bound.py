@@ -209,6 +209,12 @@ def main() -> None:
         "--prompts", type=int, default=None, help="prompts per step (default: 4 per device)"
     )
     ap.add_argument("--group-size", type=int, default=16)
+    ap.add_argument(
+        "--kv",
+        default="engine",
+        choices=("engine", "device"),
+        help="replica KV: the engine config's kv_capacity_tokens or all free device memory",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     for g in args.groups:
@@ -222,9 +228,12 @@ def main() -> None:
                 hardware=HARDWARE[hw],
                 steps=steps,
                 warmup_steps=warmup,
+                kv_from_engine=args.kv == "engine",
                 workload=Workload(prompts_per_step=args.prompts, group_size=args.group_size),
             )
-            print(f"{g} on {hw}: pivot T{train}, steps {warmup}..{steps - 1}, KV migration on")
+            print(
+                f"{g} on {hw}: pivot T{train}, steps {warmup}..{steps - 1}, KV migration on, KV {args.kv}"
+            )
             runs: dict[str, list[SimResult]] = {}
             for v in args.variants:
                 cfg = deployment(base, "pivot", Allocation(train))
