@@ -1,0 +1,281 @@
+"""PivotRL against the tighter of its bounds, variant by variant (docs/toward_the_bound.md).
+
+    python tools/bench_bound.py --groups qwen2.5-1.5b+glm-z1-9b --hardware h200 --seeds 0 --tails
+    python tools/bench_bound.py --variants base no-kv          # 1.5B and 7B, H20 and H200, seeds 0 1 2
+
+Every run is the pivot deployment at a fixed training slot (`--train`, default the group's tuned
+one), on the aligned window (pivot/sim/window.py: steps 4..9 at staleness 2), with KV-preserving
+migration on (`planner.kv_migration`) unless a variant turns it off. A variant is a '+'-joined
+set of config overrides (`VARIANTS`); each run prints tokens/s, the share of the tighter bound
+(and of each bound), and the ratio over the same seed's `base` run (the same samples, so an
+inverse time ratio). Two diagnostics beside the bounds, neither a bound: `crowded path` decodes
+every chain at the step latency of a KV-full replica instead of alone; `KV-limited work` is the
+work bound with each role's batch limited by the KV its sequences really hold. `--tails` adds,
+per measured step of the first seed, when its rollouts and judges finished after its prompts
+were released (50/99/100%) beside its longest chain run alone, and the three samples judged
+last: their rollout's and judge's run time against alone, and the judge's queueing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from configs.presets import get_preset  # noqa: E402
+from pivot.config import PivotConfig  # noqa: E402
+from pivot.sched import Abort, Command, Role  # noqa: E402
+from pivot.sim import HARDWARE, SimOptions, SimResult, Workload  # noqa: E402
+from pivot.sim.costs import RoleCosts  # noqa: E402
+from pivot.sim.deploy import Allocation, deployment  # noqa: E402
+from pivot.sim.report import (  # noqa: E402
+    bound_s,
+    breakdown,
+    chain_s,
+    critical_path_s,
+    decode_work_s,
+    prefill_tokens_lower,
+    work_bound_s,
+)
+from pivot.sim.simulator import Simulator  # noqa: E402
+from pivot.sim.window import DEFAULT_SEEDS, Spread, aligned_window  # noqa: E402
+
+GROUPS = ("qwen2.5-1.5b+glm-z1-9b", "qwen2.5-7b+qwen3-30b-a3b")
+TUNED_TRAIN = {  # PivotRL's tuned training slot (docs/simulator_cost_model.md; 7B: the preset's)
+    "qwen2.5-1.5b+glm-z1-9b": 8,
+    "qwen2.5-7b+qwen3-30b-a3b": 8,
+    "qwen2.5-32b+qwen3-30b-a3b": 32,
+}
+
+
+def _kv(cfg: PivotConfig) -> None:
+    cfg.planner.kv_migration = True
+
+
+def _no_kv(cfg: PivotConfig) -> None:
+    cfg.planner.kv_migration = False
+
+
+VARIANTS: dict[str, Callable[[PivotConfig], None]] = {
+    "base": _kv,
+    "no-kv": _no_kv,
+}
+"""Config overrides on top of `base`; a policy to try goes here (the ones tried, with their
+results: docs/toward_the_bound.md)."""
+
+
+class _Probe(Simulator):
+    """The simulator, also recording when each step's prompts were released and when each of its
+    rollouts and judges finished (diagnostics only)."""
+
+    def __init__(self, cfg: PivotConfig, opts: SimOptions) -> None:
+        super().__init__(cfg, opts)
+        self.released_at: dict[int, float] = {}
+        self.first_run: dict[int, float] = {}  # sid -> first dispatch
+        self.sample_t: dict[tuple[str, int, int], tuple[float, float]] = {}  # first run, finish
+        self.done_at: dict[tuple[str, int], list[float]] = {}
+
+    def _fill(self) -> None:
+        before = self.next_step
+        super()._fill()
+        for st in range(before, self.next_step):
+            self.released_at[st] = self.now
+
+    def _apply(self, role: str, cmds: list[Command]) -> None:
+        for c in cmds:
+            if not isinstance(c, Abort):
+                self.first_run.setdefault(c.seq_id, self.now)
+        super()._apply(role, cmds)
+
+    def _on_finish(self, role: str, sid: int) -> None:
+        s = self.seqs[sid].sample
+        self.sample_t[(str(role), s.step, s.index)] = (self.first_run.pop(sid, self.now), self.now)
+        step = self.seqs[sid].sample.step
+        self.done_at.setdefault((str(role), step), []).append(self.now)
+        super()._on_finish(role, sid)
+
+
+def _full_step_s(c: RoleCosts, lens: list[float], headroom: float) -> float:
+    """Step latency of a replica whose KV is full up to its headroom, holding sequences of the
+    mean of `lens` (what a throughput-maximising dispatch makes of every replica in a burst)."""
+    tok = (1 - headroom) * c.kv_capacity
+    n = max(1, min(c.max_running, int(tok // max(sum(lens) / len(lens), 1))))
+    return c.throughput.latency(n, int(tok))
+
+
+def crowded_path_s(res: SimResult, headroom: float = 0.1) -> float:
+    """`critical_path_s` with every chain decoded at a full replica's step latency instead of
+    alone: the dependency bound a run cannot beat while it keeps its replicas full."""
+    ro, rm = res.costs.roles[Role.ROLLOUT], res.costs.roles[Role.REWARD]
+    end: list[float] = list(res.step_end_s[: res.warmup_steps])
+    for st in range(res.warmup_steps, res.steps):
+        ss = res.samples[st]
+        l_ro = _full_step_s(ro, [s.prompt_len + s.response_len / 2 for s in ss], headroom)
+        l_rm = _full_step_s(rm, [s.judge_prompt_len + s.judge_len / 2 for s in ss], headroom)
+        longest = max(
+            ro.prefill_s_per_token * s.prompt_len
+            + s.response_len * l_ro
+            + rm.prefill_s_per_token * s.judge_prompt_len
+            + s.judge_len * l_rm
+            for s in ss
+        )
+        release = end[st - res.staleness - 1] if st - res.staleness - 1 >= 0 else 0.0
+        end.append(max(end[-1] if end else 0.0, release + longest) + res.train_s[st])
+    return end[-1] - res.window_start_s
+
+
+def kv_work_bound_s(res: SimResult, headroom: float = 0.1) -> float:
+    """`work_bound_s` with each role's batch limited by the KV its sequences really hold: a
+    decoded token sees on average contexts / tokens of KV per running sequence, so a replica
+    runs at most (1 - headroom) * KV / that many sequences, not KV / the shortest prompt."""
+    steps = range(res.warmup_steps, res.steps)
+    samples = [s for st in steps for s in res.samples[st]]
+    w = res.workload
+    work: dict[str, float] = {}
+    for role in (Role.ROLLOUT, Role.REWARD):
+        c = res.costs.roles[role]
+        if role == Role.ROLLOUT:
+            chains = [(s.prompt_len, s.response_len) for s in samples]
+            prompts = [(w.rollout_prefixes(s), s.prompt_len) for s in samples]
+        else:
+            chains = [(s.judge_prompt_len, s.judge_len) for s in samples]
+            prompts = [(w.judge_prefixes(s), s.judge_prompt_len) for s in samples]
+        contexts = sum(o * p + o * (o - 1) / 2 for p, o in chains)
+        tokens = sum(o for _, o in chains)
+        batch = max(1, min(c.max_running, int((1 - headroom) * c.kv_capacity * tokens / contexts)))
+        prefill = c.prefill_s_per_token * prefill_tokens_lower(prompts)
+        work[role] = c.tp * (decode_work_s(c, contexts, tokens, batch) + prefill)
+    train = sum(res.train_s[res.warmup_steps : res.steps])
+    t_dev = len(res.table.replicas[res.table.train_rid].devices)
+    # under Pivot every device may run every role: the cluster, or training alone
+    return max(train, (sum(work.values()) + t_dev * train) / res.table.world)
+
+
+def run(cfg: PivotConfig, opts: SimOptions) -> tuple[SimResult, _Probe]:
+    sim = _Probe(cfg, opts)
+    return sim.run(), sim
+
+
+def tails(res: SimResult, sim: _Probe) -> None:
+    ro, rm = res.costs.roles[Role.ROLLOUT], res.costs.roles[Role.REWARD]
+    for st in range(res.warmup_steps, res.steps):
+        rel = sim.released_at[st]
+        chain = max(
+            chain_s(ro, s.prompt_len, s.response_len) + chain_s(rm, s.judge_prompt_len, s.judge_len)
+            for s in res.samples[st]
+        )
+        r_done = sorted(sim.done_at[("rollout", st)])
+        j_done = sorted(sim.done_at[("reward", st)])
+        n = len(j_done)
+        train_start = res.step_end_s[st] - res.train_s[st]
+        print(
+            f"    step {st}: released {rel:7.1f}  rollouts 50/99/100% +{r_done[n // 2] - rel:5.1f}"
+            f"/{r_done[int(n * 0.99)] - rel:5.1f}/{r_done[-1] - rel:5.1f}  judges 50/99/100% "
+            f"+{j_done[n // 2] - rel:5.1f}/{j_done[int(n * 0.99)] - rel:5.1f}/{j_done[-1] - rel:5.1f}"
+            f"  chain alone {chain:5.1f}  train {train_start - rel:+6.1f}..{res.step_end_s[st] - rel:+6.1f}"
+        )
+        last = sorted(res.samples[st], key=lambda s: sim.sample_t[("reward", st, s.index)][1])[-3:]
+        for s in last:
+            r0, r1 = sim.sample_t[("rollout", st, s.index)]
+            j0, j1 = sim.sample_t[("reward", st, s.index)]
+            print(
+                f"      late sample: rollout {s.response_len:5d} tok run +{r0 - rel:5.1f}..+{r1 - rel:5.1f}"
+                f" (alone {chain_s(ro, s.prompt_len, s.response_len):5.1f})  judge {s.judge_len:5d} tok"
+                f" queued {j0 - r1:5.1f} run ..+{j1 - rel:5.1f} ({(j1 - j0) / s.judge_len * 1e3:.1f} ms/tok,"
+                f" alone {chain_s(rm, s.judge_prompt_len, s.judge_len):5.1f} s)"
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--groups", nargs="+", default=list(GROUPS))
+    ap.add_argument("--hardware", nargs="+", default=["h20", "h200"], choices=sorted(HARDWARE))
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
+    ap.add_argument(
+        "--variants",
+        nargs="+",
+        default=["base"],
+        help=f"each a '+'-joined set of: {', '.join(VARIANTS)} (ratios: over base)",
+    )
+    ap.add_argument("--train", type=int, default=None, help="training slot (default: tuned)")
+    ap.add_argument("--steps", type=int, default=None, help="default: the aligned window's")
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--tails", action="store_true")
+    ap.add_argument(
+        "--prompts", type=int, default=None, help="prompts per step (default: 4 per device)"
+    )
+    ap.add_argument("--group-size", type=int, default=16)
+    ap.add_argument(
+        "--kv",
+        default="engine",
+        choices=("engine", "device"),
+        help="replica KV: the engine config's kv_capacity_tokens or all free device memory",
+    )
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    for g in args.groups:
+        base = get_preset(g)
+        w = aligned_window(base.train.staleness)
+        steps = args.steps or w.steps
+        warmup = w.warmup if args.warmup is None else args.warmup
+        train = args.train or TUNED_TRAIN.get(g, base.train.devices)
+        for hw in args.hardware:
+            opts = SimOptions(
+                hardware=HARDWARE[hw],
+                steps=steps,
+                warmup_steps=warmup,
+                kv_from_engine=args.kv == "engine",
+                workload=Workload(prompts_per_step=args.prompts, group_size=args.group_size),
+            )
+            print(
+                f"{g} on {hw}: pivot T{train}, steps {warmup}..{steps - 1}, KV migration on, KV {args.kv}"
+            )
+            runs: dict[str, list[SimResult]] = {}
+            for v in args.variants:
+                cfg = deployment(base, "pivot", Allocation(train))
+                VARIANTS["base"](cfg)
+                parts = v.split("+")
+                bad = [p for p in parts if p not in VARIANTS]
+                if bad:
+                    raise SystemExit(f"--variants {v}: unknown {', '.join(bad)}")
+                for p in parts:
+                    VARIANTS[p](cfg)
+                runs[v] = []
+                for seed in args.seeds:
+                    cfg.seed = seed
+                    res, sim = run(cfg, opts)
+                    runs[v].append(res)
+                    b, kind = bound_s(res)
+                    cp, wk = critical_path_s(res), work_bound_s(res)
+                    crowd = crowded_path_s(res, opts.kv_headroom)
+                    kvw = kv_work_bound_s(res, opts.kv_headroom)
+                    rat = (
+                        f"  x{res.throughput / runs['base'][len(runs[v]) - 1].throughput:.3f}"
+                        if v != "base" and "base" in runs
+                        else ""
+                    )
+                    print(
+                        f"  {v:12s} seed {seed}: {res.throughput:9,.0f} tok/s  bound ({kind}) "
+                        f"{b / res.measured_s:4.0%} (path {cp / res.measured_s:.0%}, "
+                        f"work {wk / res.measured_s:.0%}; crowded path {crowd / res.measured_s:.0%}, "
+                        f"KV-limited work {kvw / res.measured_s:.0%})"
+                        f"  aborts {res.aborts}{rat}  "
+                        f"[{res.wall_s:.0f} s]\n    {breakdown(res).line()}",
+                        flush=True,
+                    )
+                    if args.tails and seed == args.seeds[0]:
+                        tails(res, sim)
+                if v != "base" and "base" in runs:
+                    r = Spread.of(
+                        a.throughput / b.throughput for a, b in zip(runs[v], runs["base"])
+                    )
+                    print(f"  {v:12s} over base: {r.fmt('.3f', 'x')}", flush=True)
+    print(f"total wall {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
