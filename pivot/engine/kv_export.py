@@ -34,7 +34,7 @@ from pivot.engine.attention import KVCache
 from pivot.engine.block_manager import BlockManager
 from pivot.engine.linear_state import LinearStates
 from pivot.engine.scheduler import Scheduler
-from pivot.engine.sequence import KVHandle, Sequence
+from pivot.engine.sequence import REFUSALS, KVHandle, Sequence
 
 if TYPE_CHECKING:
     from pivot.engine.model_runner import ModelRunner
@@ -70,9 +70,8 @@ class KVCounters:
     fallbacks: int = 0
     """Sequences that arrived with a handle this engine could not use: re-prefilled."""
     fallback_tokens: int = 0
-    fallbacks_stale: int = 0
-    """Of the fallbacks, those whose K/V came from other weights (a rollout replica updated its
-    policy in between): recomputing is the exact choice there, not a shortcoming."""
+    refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REFUSALS, 0))
+    """Fallbacks by reason (`REFUSALS`); they sum to `fallbacks`."""
 
     def stats(self) -> dict[str, int]:
         """As `EngineStats` fields."""
@@ -81,7 +80,7 @@ class KVCounters:
             kv_imported_tokens=self.imported_tokens,
             kv_fallbacks=self.fallbacks,
             kv_fallback_tokens=self.fallback_tokens,
-            kv_fallbacks_stale=self.fallbacks_stale,
+            **{f"kv_refused_{r}": n for r, n in self.refused.items()},
         )
 
 
@@ -215,6 +214,11 @@ class KVPorter:
         plan = share_plan(plan, runner.group)
         if runner.cache is not None:
             write_slices(plan, runner.rank, runner.cache, runner.linear_states)
+        if plan.ops and runner.group is not None:
+            # the leader hands out the handle only once every rank's slice is written: without
+            # this a destination could look for a follower's file before it exists (a refusal
+            # as "unreachable", seen at TP=2 under load)
+            dist.barrier(group=runner.group)
         self.counters.exported += len(plan.ops)
         layout = self.layout if plan.ops else ""
         return {
@@ -222,25 +226,42 @@ class KVPorter:
             for op in plan.ops
         }
 
+    def refusal(self, seq: Sequence, handle: KVHandle, version: int) -> str | None:
+        """Why this engine cannot take `handle` for `seq` now (one of `REFUSALS`), or None."""
+        cache, n = self.runner.cache, handle.num_tokens
+        if cache is None:
+            return "released"
+        if handle.tp_size != self.runner.world:
+            return "other_tp"
+        if handle.layout != self.layout:
+            return "other_layout"
+        if handle.weights_version != version:
+            return "stale"
+        if not 0 < n < len(seq.token_ids):
+            return "bad_length"
+        if not reachable(handle):
+            return "unreachable"
+        if (
+            self.blocks.blocks_for(n) * self.blocks.block_size
+            > self.scheduler.free_tokens_for_admission()
+        ):
+            return "no_room"
+        return None
+
     def accept(self, seq: Sequence, handle: KVHandle, version: int) -> SliceOp | None:
         """Leader: place `seq` (not yet scheduled) over fresh blocks holding `handle`'s tokens as
-        computed, or None (the handle is discarded, the sequence re-prefills, counted)."""
+        computed, or None (the handle is discarded, the sequence re-prefills, counted by reason)."""
         n, c = handle.num_tokens, self.counters
-        ok = (
-            self.runner.cache is not None
-            and handle.tp_size == self.runner.world
-            and handle.layout == self.layout
-            and handle.weights_version == version
-            and 0 < n < len(seq.token_ids)
-            and reachable(handle)
-            and self.blocks.blocks_for(n) * self.blocks.block_size
-            <= self.scheduler.free_tokens_for_admission()
-        )
-        if not ok or not self.blocks.allocate(seq, n):
+        reason = self.refusal(seq, handle, version)
+        if reason is None and not self.blocks.allocate(seq, n):
+            reason = "no_room"
+        if reason is not None:
             discard(handle)
             c.fallbacks, c.fallback_tokens = c.fallbacks + 1, c.fallback_tokens + n
-            c.fallbacks_stale += handle.weights_version != version
-            log.debug("sequence %d: KV handle not taken (%s), re-prefilled", seq.id, handle)
+            c.refused[reason] += 1
+            log.debug(
+                "sequence %d: KV handle not taken (%s): %s, re-prefilled", seq.id, reason, handle
+            )
             return None
         self.blocks.commit(seq, 0, n)
         seq.num_computed = n
