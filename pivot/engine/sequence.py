@@ -62,6 +62,13 @@ class KVHandle:
     """`kv_layout` of the engine that wrote it (layers, heads per rank, head dim, dtype)."""
     weights_version: int
     """K/V computed with other weights are stale: a destination on another version re-prefills."""
+    host: int = 0
+    """Host id of the source (`ClusterSpec.host`): the files are in that host's /dev/shm."""
+    nixl_key: str = ""
+    """Store key prefix under which the source serves each rank's file over NIXL ("": not
+    served, so reachable from its own host only)."""
+    cuda_ipc: bool = False
+    """The source also keeps device copies a same-host CUDA destination can open by IPC."""
 
 
 @dataclass
