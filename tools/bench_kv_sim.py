@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from configs.presets import get_preset  # noqa: E402
-from pivot.sim import HARDWARE, SimOptions, SimResult, simulate  # noqa: E402
+from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
 from pivot.sim.window import DEFAULT_SEEDS, aligned_window  # noqa: E402
 
@@ -36,18 +36,19 @@ GROUPS = (
 
 
 def run(
-    group: str, hw: str, seed: int, train: int | None, kv: bool, steps: int | None
+    group: str, hw: str, seed: int, train: int | None, kv: bool, args: argparse.Namespace
 ) -> SimResult:
     cfg = get_preset(group)
     cfg.seed = seed
     cfg = deployment(cfg, "pivot", Allocation(train or cfg.train.devices))
     cfg.planner.kv_migration = kv
     w = aligned_window(cfg.train.staleness)
-    n = steps or w.steps
-    return simulate(
-        cfg,
-        SimOptions(hardware=HARDWARE[hw], steps=n, warmup_steps=min(w.warmup, n - 1)),
+    n = args.steps or w.steps
+    workload = Workload(prompts_per_step=args.prompts, group_size=args.group_size)
+    opts = SimOptions(
+        hardware=HARDWARE[hw], steps=n, warmup_steps=min(w.warmup, n - 1), workload=workload
     )
+    return simulate(cfg, opts)
 
 
 def main() -> None:
@@ -61,6 +62,10 @@ def main() -> None:
         "--use", nargs="+", default=[], metavar="GROUP=T", help="PivotRL's training slot per group"
     )
     ap.add_argument("--steps", type=int, default=None, help="steps (default: the aligned window's)")
+    ap.add_argument(
+        "--prompts", type=int, default=None, help="prompts per step (default: 4 per device)"
+    )
+    ap.add_argument("--group-size", type=int, default=16)
     args = ap.parse_args()
     use = {g: int(t) for g, t in (u.split("=") for u in args.use)}
     t0 = time.perf_counter()
@@ -74,8 +79,8 @@ def main() -> None:
             gains, cuts = [], []
             for seed in args.seeds:
                 t1 = time.perf_counter()
-                off = run(group, hw, seed, use.get(group), False, args.steps)
-                on = run(group, hw, seed, use.get(group), True, args.steps)
+                off = run(group, hw, seed, use.get(group), False, args)
+                on = run(group, hw, seed, use.get(group), True, args)
                 gain = on.throughput / off.throughput
                 cut = on.reprefill_tokens / max(off.reprefill_tokens, 1)
                 gains.append(gain)
