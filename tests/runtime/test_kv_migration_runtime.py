@@ -37,6 +37,11 @@ CHAOS = [
     "--train.steps",
     str(STEPS),
     *SMALL_ENGINES,
+    # a rollout lives 40 engine steps, several of the worker's 0.1 s stats reports: the monitor
+    # sees it mid-generation, which is what the chaos planner targets (at 12 tokens a fast
+    # TP=1 replica could finish a sequence between two reports, and nothing was aborted)
+    "--rollout.max-new-tokens",
+    "40",
     "--planner.strategy",
     "chaos",
     "--planner.interval-s",
