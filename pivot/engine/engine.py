@@ -32,6 +32,7 @@ import torch.distributed as dist
 from pivot.engine.block_manager import BlockManager
 from pivot.engine.config import ATTENTIONS, FLASH_BLOCK_MULTIPLE, EngineConfig
 from pivot.engine.kv_export import KVPorter, SliceOp, discard
+from pivot.engine.kv_transport import KVPlace
 from pivot.engine.model_runner import ModelRunner
 from pivot.engine.sampler import sample
 from pivot.engine.scheduler import Scheduler
@@ -93,10 +94,14 @@ class Engine:
         self._last_latency = 0.0
         self.kv: KVPorter | None = None
 
-    def enable_kv_migration(self, prefix: str) -> None:
+    def enable_kv_migration(
+        self, prefix: str, place: KVPlace | None = None, nixl_prefix: str = ""
+    ) -> None:
         """Export aborted sequences' K/V to files `{prefix}_s{id}_n{k}_r{rank}` (host memory,
-        e.g. /dev/shm) and import the handles partials arrive with. Every rank of the group."""
-        self.kv = KVPorter(prefix, self.runner, self.blocks, self.scheduler)
+        e.g. /dev/shm) and import the handles partials arrive with. Every rank of the group.
+        `place` (this rank's host, CUDA, NIXL link) and `nixl_prefix` decide which transports
+        the exports are offered over (pivot/engine/kv_transport.py)."""
+        self.kv = KVPorter(prefix, self.runner, self.blocks, self.scheduler, place, nixl_prefix)
 
     @classmethod
     def from_pretrained(

@@ -12,10 +12,11 @@ Every rank of a replica exports and imports its own slice in lockstep: the leade
 sequences, which cache slots) and broadcasts a `KVPlan` (MessagePack bytes, two tensor
 broadcasts) over the replica's TP group; all ranks then run the same copies.
 
-Transport: the files live in /dev/shm of the machine that wrote them, so a destination on the
-same host reads them directly (host shared memory, as GPS's buffers are). A destination that
-cannot see them (another host) falls back to re-prefill: the NIXL pull of these files between
-hosts is not implemented.
+Transport (pivot/engine/kv_transport.py): the files live in /dev/shm of the host that wrote
+them; a destination on that host reads them directly (host shared memory, as GPS's buffers
+are), one on another host READs them over GPS's NIXL agent when the source served them, one on
+the same host and on CUDA may open the source's device copy by CUDA IPC. The handle says where
+the KV lives; the destination picks.
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ from typing import TYPE_CHECKING
 import msgspec
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from pivot.engine.attention import KVCache
 from pivot.engine.block_manager import BlockManager
+from pivot.engine.kv_transport import KVPlace, Offers, fetch, rank_path, release
+from pivot.engine.kv_transport import reachable as reachable_from
 from pivot.engine.linear_state import LinearStates
 from pivot.engine.scheduler import Scheduler
-from pivot.engine.sequence import KVHandle, Sequence
+from pivot.engine.sequence import REFUSALS, KVHandle, Sequence
 
 if TYPE_CHECKING:
     from pivot.engine.model_runner import ModelRunner
@@ -49,6 +52,8 @@ class SliceOp:
     slots: list[int]
     """Cache slots of the sequence's first len(slots) tokens, in token order (the same on every
     rank: followers mirror the leader's block tables)."""
+    source: KVHandle | None = None
+    """On import: the handle to read from (each rank fetches its slice by its transport)."""
 
 
 @dataclass
@@ -70,9 +75,8 @@ class KVCounters:
     fallbacks: int = 0
     """Sequences that arrived with a handle this engine could not use: re-prefilled."""
     fallback_tokens: int = 0
-    fallbacks_stale: int = 0
-    """Of the fallbacks, those whose K/V came from other weights (a rollout replica updated its
-    policy in between): recomputing is the exact choice there, not a shortcoming."""
+    refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REFUSALS, 0))
+    """Fallbacks by reason (`REFUSALS`); they sum to `fallbacks`."""
 
     def stats(self) -> dict[str, int]:
         """As `EngineStats` fields."""
@@ -81,17 +85,13 @@ class KVCounters:
             kv_imported_tokens=self.imported_tokens,
             kv_fallbacks=self.fallbacks,
             kv_fallback_tokens=self.fallback_tokens,
-            kv_fallbacks_stale=self.fallbacks_stale,
+            **{f"kv_refused_{r}": n for r, n in self.refused.items()},
         )
 
 
 def kv_layout(cache: KVCache, linear: bool) -> str:
     layers, _, heads, dim = cache.k.shape
     return f"L{layers}xH{heads}xD{dim}:{str(cache.k.dtype).removeprefix('torch.')}:lin{int(linear)}"
-
-
-def rank_path(path: str, rank: int) -> str:
-    return f"{path}_r{rank}"
 
 
 def token_slots(table: list[int], block_size: int, num_tokens: int) -> list[int]:
@@ -116,29 +116,41 @@ def share_plan(plan: KVPlan | None, group: dist.ProcessGroup | None) -> KVPlan:
     return plan if leader else _PLAN_DECODER.decode(buf.numpy().tobytes())
 
 
-def write_slices(plan: KVPlan, rank: int, cache: KVCache, linear: LinearStates | None) -> None:
-    """This rank's slice of each planned sequence to `{op.path}_r{rank}` in host memory."""
+def write_slices(
+    plan: KVPlan,
+    rank: int,
+    cache: KVCache,
+    linear: LinearStates | None,
+    offers: Offers | None = None,
+) -> None:
+    """This rank's slice of each planned sequence to `{op.path}_r{rank}` in host memory, offered
+    beyond this host as `offers` can (NIXL, CUDA IPC)."""
     for op in plan.ops:
         idx = torch.tensor(op.slots, dtype=torch.long, device=cache.k.device)
-        tensors = {"k": cache.k.index_select(1, idx).cpu(), "v": cache.v.index_select(1, idx).cpu()}
+        tensors = {"k": cache.k.index_select(1, idx), "v": cache.v.index_select(1, idx)}
         if linear is not None:
             for layer, (conv, state) in linear.get(op.seq_id).items():
-                tensors[f"conv.{layer}"], tensors[f"state.{layer}"] = conv.cpu(), state.cpu()
+                tensors[f"conv.{layer}"], tensors[f"state.{layer}"] = conv, state
         tmp = rank_path(op.path, rank) + ".tmp"
-        save_file({k: t.contiguous() for k, t in tensors.items()}, tmp)
+        save_file({k: t.cpu().contiguous() for k, t in tensors.items()}, tmp)
         os.replace(tmp, rank_path(op.path, rank))  # a reader never sees a half-written file
+        if offers is not None:
+            offers.offer(op.path, rank, tensors)
 
 
-def read_slices(plan: KVPlan, rank: int, cache: KVCache, linear: LinearStates | None) -> None:
-    """Each planned sequence's slice from `{op.path}_r{rank}` into its slots; the file goes."""
+def read_slices(
+    plan: KVPlan, rank: int, cache: KVCache, linear: LinearStates | None, here: KVPlace
+) -> None:
+    """Each planned sequence's slice into its slots, fetched by the transport `here` picks for
+    its handle (the source's file or served copy is consumed)."""
     for op in plan.ops:
-        path = rank_path(op.path, rank)
-        tensors = load_file(path)
-        os.unlink(path)
+        assert op.source is not None, f"KV import of sequence {op.seq_id} without its handle"
+        tensors = fetch(op.source, rank, here, cache.k.device)
         n = len(op.slots)
         if tensors["k"].shape[1] != n:
             raise RuntimeError(
-                f"KV import of sequence {op.seq_id}: {path} holds {tensors['k'].shape[1]} tokens, want {n}"
+                f"KV import of sequence {op.seq_id}: {op.path} rank {rank} holds "
+                f"{tensors['k'].shape[1]} tokens, want {n}"
             )
         idx = torch.tensor(op.slots, dtype=torch.long, device=cache.k.device)
         cache.k.index_copy_(1, idx, tensors["k"].to(cache.k.device))
@@ -152,18 +164,14 @@ def read_slices(plan: KVPlan, rank: int, cache: KVCache, linear: LinearStates | 
             )
 
 
-def reachable(handle: KVHandle) -> bool:
-    """Every rank's file of `handle` is on this machine."""
-    return all(os.path.exists(rank_path(handle.path, r)) for r in range(handle.tp_size))
+def reachable(handle: KVHandle, here: KVPlace | None = None) -> bool:
+    """Every rank's slice of `handle` can be read from `here` (default: host 0, no NIXL)."""
+    return reachable_from(handle, here or KVPlace())
 
 
-def discard(handle: KVHandle) -> None:
-    """Remove the files of a handle nobody will import (those this machine can see)."""
-    for r in range(handle.tp_size):
-        try:
-            os.unlink(rank_path(handle.path, r))
-        except FileNotFoundError:
-            pass
+def discard(handle: KVHandle, here: KVPlace | None = None) -> None:
+    """Give up a handle nobody will import (files this host can see go; a remote source is told)."""
+    release(handle, here or KVPlace())
 
 
 def sweep(prefix: str) -> list[str]:
@@ -184,9 +192,19 @@ class KVPorter:
     slice."""
 
     def __init__(
-        self, prefix: str, runner: ModelRunner, blocks: BlockManager, scheduler: Scheduler
+        self,
+        prefix: str,
+        runner: ModelRunner,
+        blocks: BlockManager,
+        scheduler: Scheduler,
+        place: KVPlace | None = None,
+        nixl_prefix: str = "",
     ) -> None:
+        """`place`: this rank's host, device kind and NIXL link (pivot/engine/kv_transport.py);
+        `nixl_prefix`: store key prefix to serve exports under when `place` has a link."""
         self.prefix, self.runner, self.blocks, self.scheduler = prefix, runner, blocks, scheduler
+        self.place = place or KVPlace()
+        self.offers = Offers(self.place, nixl_prefix)
         self.counters = KVCounters()
         self._nonce = 0
 
@@ -213,41 +231,73 @@ class KVPorter:
                     SliceOp(s.id, path, token_slots(table, self.blocks.block_size, s.num_computed))
                 )
         plan = share_plan(plan, runner.group)
+        self.offers.collect()
         if runner.cache is not None:
-            write_slices(plan, runner.rank, runner.cache, runner.linear_states)
+            write_slices(plan, runner.rank, runner.cache, runner.linear_states, self.offers)
+        if plan.ops and runner.group is not None:
+            # the leader hands out the handle only once every rank's slice is written: without
+            # this a destination could look for a follower's file before it exists (a refusal
+            # as "unreachable", seen at TP=2 under load)
+            dist.barrier(group=runner.group)
         self.counters.exported += len(plan.ops)
         layout = self.layout if plan.ops else ""
+        here = self.place
         return {
-            op.seq_id: KVHandle(op.path, len(op.slots), runner.world, layout, version)
+            op.seq_id: KVHandle(
+                op.path,
+                len(op.slots),
+                runner.world,
+                layout,
+                version,
+                host=here.host,
+                nixl_key=self.offers.nixl_key(op.path),
+                cuda_ipc=here.cuda,
+            )
             for op in plan.ops
         }
 
+    def refusal(self, seq: Sequence, handle: KVHandle, version: int) -> str | None:
+        """Why this engine cannot take `handle` for `seq` now (one of `REFUSALS`), or None."""
+        cache, n = self.runner.cache, handle.num_tokens
+        if cache is None:
+            return "released"
+        if handle.tp_size != self.runner.world:
+            return "other_tp"
+        if handle.layout != self.layout:
+            return "other_layout"
+        if handle.weights_version != version:
+            return "stale"
+        if not 0 < n < len(seq.token_ids):
+            return "bad_length"
+        if not reachable(handle, self.place):
+            return "unreachable"
+        if (
+            self.blocks.blocks_for(n) * self.blocks.block_size
+            > self.scheduler.free_tokens_for_admission()
+        ):
+            return "no_room"
+        return None
+
     def accept(self, seq: Sequence, handle: KVHandle, version: int) -> SliceOp | None:
         """Leader: place `seq` (not yet scheduled) over fresh blocks holding `handle`'s tokens as
-        computed, or None (the handle is discarded, the sequence re-prefills, counted)."""
+        computed, or None (the handle is discarded, the sequence re-prefills, counted by reason)."""
         n, c = handle.num_tokens, self.counters
-        ok = (
-            self.runner.cache is not None
-            and handle.tp_size == self.runner.world
-            and handle.layout == self.layout
-            and handle.weights_version == version
-            and 0 < n < len(seq.token_ids)
-            and reachable(handle)
-            and self.blocks.blocks_for(n) * self.blocks.block_size
-            <= self.scheduler.free_tokens_for_admission()
-        )
-        if not ok or not self.blocks.allocate(seq, n):
-            discard(handle)
+        reason = self.refusal(seq, handle, version)
+        if reason is None and not self.blocks.allocate(seq, n):
+            reason = "no_room"
+        if reason is not None:
+            discard(handle, self.place)
             c.fallbacks, c.fallback_tokens = c.fallbacks + 1, c.fallback_tokens + n
-            c.fallbacks_stale += handle.weights_version != version
-            log.debug("sequence %d: KV handle not taken (%s), re-prefilled", seq.id, handle)
+            c.refused[reason] += 1
+            log.debug(
+                "sequence %d: KV handle not taken (%s): %s, re-prefilled", seq.id, reason, handle
+            )
             return None
         self.blocks.commit(seq, 0, n)
         seq.num_computed = n
         c.imported, c.imported_tokens = c.imported + 1, c.imported_tokens + n
-        return SliceOp(
-            seq.id, handle.path, token_slots(self.blocks.tables[seq.id], self.blocks.block_size, n)
-        )
+        table = self.blocks.tables[seq.id]
+        return SliceOp(seq.id, handle.path, token_slots(table, self.blocks.block_size, n), handle)
 
     def arrive(self, seq: Sequence, handle: KVHandle, version: int, ops: list[SliceOp]) -> bool:
         """`accept`, queuing the slice copy in `ops` (for `load`); whether the KV was taken."""
@@ -261,4 +311,6 @@ class KVPorter:
         plan = share_plan(KVPlan(ops) if self.runner.is_leader else None, self.runner.group)
         if plan.ops:
             assert self.runner.cache is not None, "KV import into a released engine"
-            read_slices(plan, self.runner.rank, self.runner.cache, self.runner.linear_states)
+            read_slices(
+                plan, self.runner.rank, self.runner.cache, self.runner.linear_states, self.place
+            )

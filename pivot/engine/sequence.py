@@ -36,6 +36,18 @@ class SamplingParams:
         object.__setattr__(self, "stop", tuple(self.stop))
 
 
+REFUSALS = ("stale", "no_room", "other_tp", "other_layout", "unreachable", "released", "bad_length")
+"""Why a destination refuses a KV handle (`KVPorter.refusal`), each counted apart:
+- stale: the K/V were computed with other weights (a rollout replica updated its policy in
+  between): recomputing is the exact choice, not a shortcoming;
+- no_room: too few free KV blocks for the imported tokens now (a full destination);
+- other_tp / other_layout: the destination's TP size or cache layout (layers, heads per rank,
+  head dim, dtype) differs from the source's, so its ranks' slices do not match;
+- unreachable: no transport reaches the KV from here (pivot/engine/kv_transport.py);
+- released: the destination's KV cache is released (it is shifting down);
+- bad_length: the handle holds no tokens, or not fewer than the sequence has (a bug upstream)."""
+
+
 @dataclass
 class KVHandle:
     """Where a migrated sequence's exported KV waits, and what it is valid for
@@ -50,6 +62,13 @@ class KVHandle:
     """`kv_layout` of the engine that wrote it (layers, heads per rank, head dim, dtype)."""
     weights_version: int
     """K/V computed with other weights are stale: a destination on another version re-prefills."""
+    host: int = 0
+    """Host id of the source (`ClusterSpec.host`): the files are in that host's /dev/shm."""
+    nixl_key: str = ""
+    """Store key prefix under which the source serves each rank's file over NIXL ("": not
+    served, so reachable from its own host only)."""
+    cuda_ipc: bool = False
+    """The source also keeps device copies a same-host CUDA destination can open by IPC."""
 
 
 @dataclass
@@ -113,8 +132,15 @@ class EngineStats:
     kv_fallbacks: int = 0
     """Migrated sequences whose KV handle this engine could not use: re-prefilled."""
     kv_fallback_tokens: int = 0
-    kv_fallbacks_stale: int = 0
-    """Of the fallbacks, those whose K/V were computed with other weights."""
+    # the fallbacks by reason (pivot/engine/kv_export.py REFUSALS); they sum to kv_fallbacks
+    kv_refused_stale: int = 0
+    """K/V computed with other weights (the exact choice is to recompute them)."""
+    kv_refused_no_room: int = 0
+    kv_refused_other_tp: int = 0
+    kv_refused_other_layout: int = 0
+    kv_refused_unreachable: int = 0
+    kv_refused_released: int = 0
+    kv_refused_bad_length: int = 0
 
 
 class SeqStatus(enum.Enum):

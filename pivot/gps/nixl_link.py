@@ -113,6 +113,7 @@ class NixlLink:
         self.secret = from_env()
         self.agent = api.nixl_agent(name, api.nixl_agent_config(backends=["UCX"]))
         self._peers: dict[str, str] = {}
+        self._meta: dict[str, bytes] = {}  # each peer's metadata as last loaded
         self._remote: dict[str, RemoteBuffer] = {}
         self._regs: dict[tuple[int, int], object] = {}
 
@@ -138,9 +139,17 @@ class NixlLink:
         info = self._remote.get(key)
         if info is None:
             info = self._remote[key] = unpack_remote(key, self.kv.get(key), self.secret)
-            if info.agent not in self._peers:
+            # a peer that registered memory since we loaded its metadata (a KV export serves a
+            # new buffer per slice, pivot/engine/kv_transport.py) is reloaded: NIXL would not
+            # find the new region otherwise (NIXL_ERR_NOT_FOUND at initialize_xfer)
+            if self._meta.get(info.agent) != info.metadata:
                 self._peers[info.agent] = self.agent.add_remote_agent(info.metadata)
+                self._meta[info.agent] = info.metadata
         return info
+
+    def forget(self, key: str) -> None:
+        """Drop the cached record of a one-shot buffer (a KV slice read once)."""
+        self._remote.pop(key, None)
 
     # transfers ---------------------------------------------------------------------------
     def unregister(self, t: torch.Tensor) -> None:
@@ -183,3 +192,4 @@ class NixlLink:
         for peer in self._peers.values():
             self.agent.remove_remote_agent(peer)
         self._peers.clear()
+        self._meta.clear()

@@ -16,6 +16,14 @@ progresses:
   already. Rollout is needed to make samples, reward to judge them; without either the next
   batch never fills. When no disjoint anchors exist (a cluster too small for both roles beside
   a locked trainer) a role may be left without a replica until the trainer is unlocked.
+
+What it always does, so a soak is certain to exercise migration rather than by chance: when an
+up inference replica outside the locked slots holds a sequence known to be mid-generation (the
+monitor reported tokens generated for it) that no earlier plan targeted, the plan shifts that
+replica down (the one holding the most such sequences, the lowest id on a tie), so its
+sequences are aborted with their KV and migrated. Each sequence is targeted once: targeting
+again whatever resumed would abort it on every tick, and a slow replica's sequences would never
+finish. It yields only where the anchors need that very replica.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ class ChaosPlanner(Planner):
     def __init__(self, cfg: PlannerConfig) -> None:
         self.cfg = cfg
         self.rng = random.Random(cfg.chaos_seed)
+        self.targeted: set[int] = set()  # sequences a plan shifted down on purpose
 
     def plan(self, snap: ClusterSnapshot) -> ShiftPlan | None:
         t0 = time.perf_counter()
@@ -61,11 +70,17 @@ class ChaosPlanner(Planner):
                 up.append(train.replica_id)
                 down |= {held[d] for d in train.devices if d in held}
         reserved = {d for rid in locked for d in by_id[rid].devices}
+        target = self._mid_generation(snap, locked | down)
+        if target is not None:
+            down.add(target)
         for anchor in self._anchors(snap, reserved, down):
             locked.add(anchor.replica_id)
             if anchor.replica_id not in snap.active:
                 up.append(anchor.replica_id)
                 down |= {held[d] for d in anchor.devices if d in held}
+        down -= locked  # an anchor chosen over the target keeps it up
+        if target in down:
+            self.targeted.update(s.seq_id for s in snap.running[target])
         p_down, p_up = rng.random(), rng.random()
         for rid in sorted(snap.active - locked - down):
             if rng.random() < p_down:
@@ -82,6 +97,17 @@ class ChaosPlanner(Planner):
         if not up and not down:
             return None
         return ShiftPlan(up_role, tuple(up), tuple(sorted(down)), 0.0, 0.0, PlanTimings())
+
+    def _mid_generation(self, snap: ClusterSnapshot, skip: set[int]) -> int | None:
+        """The up inference replica (not in `skip`) holding the most sequences with tokens
+        generated that no plan targeted yet, lowest id first on a tie; None if there is none."""
+        fresh = {
+            rid: [s.seq_id for s in seqs if s.generated > 0 and s.seq_id not in self.targeted]
+            for rid, seqs in snap.running.items()
+            if rid not in skip and rid in snap.active
+        }
+        best = max(sorted(fresh), key=lambda rid: len(fresh[rid]), default=None)
+        return best if best is not None and fresh[best] else None
 
     def _anchors(
         self, snap: ClusterSnapshot, reserved: set[int], going_down: set[int]

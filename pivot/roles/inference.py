@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from pivot.config import EngineConfig, ModelConfig
 from pivot.engine import AbortResult, Engine, EngineStats, Output, Request
+from pivot.engine.kv_transport import KVPlace
 from pivot.model import CausalLM, ModelArgs, TextTokenizer
 from pivot.model.meta_init import params_on_meta
 
@@ -54,9 +55,11 @@ class InferenceRole:
         seed: int,
         local_device: int = 0,
         kv_prefix: str = "",
+        kv_place: KVPlace | None = None,
     ) -> None:
         """`local_device`: this rank's device index on its host (an sglang replica's base_gpu_id when it leads);
-        `kv_prefix`: where embedded engines export migrated sequences' KV (host shm; "" = re-prefill)."""
+        `kv_prefix`: where embedded engines export migrated sequences' KV (host shm; "" = re-prefill);
+        `kv_place`: this rank's host, device kind and NIXL link (which transports reach it)."""
         self.role, self.model_path = role, Path(model_path)
         self.engine_cfg, self.model_cfg, self.device, self.seed = (
             engine_cfg,
@@ -66,7 +69,7 @@ class InferenceRole:
         )
         self.local_device = local_device
         self.sglang = engine_cfg.backend == "sglang"
-        self.kv_prefix = kv_prefix
+        self.kv_prefix, self.kv_place = kv_prefix, kv_place
         self.kv_migration = (
             bool(kv_prefix) and not self.sglang
         )  # sglang has no KV import (docs/kv_migration.md)
@@ -140,7 +143,8 @@ class InferenceRole:
             device=self.device,
         )
         if self.kv_migration:
-            engine.enable_kv_migration(f"{self.kv_prefix}_{self.role}{slot}")
+            stem = f"{self.kv_prefix}_{self.role}{slot}"
+            engine.enable_kv_migration(stem, self.kv_place, f"kv/{stem.rsplit('/', 1)[-1]}")
         return engine
 
     def update_weights(self, read: Read) -> tuple[int, float]:

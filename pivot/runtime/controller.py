@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from pivot.config import PivotConfig
 from pivot.dist import SlotTable
+from pivot.engine.sequence import REFUSALS
 from pivot.plan import ShiftPlan
 from pivot.rl.evaluation import eval_due
 from pivot.runtime import messages as m
@@ -364,7 +365,10 @@ class Controller(ClusterHost):
             "count/kv_imported_tokens": sum(s.kv_imported_tokens for s in st),
             "count/kv_fallbacks": sum(s.kv_fallbacks for s in st),
             "count/kv_fallback_tokens": sum(s.kv_fallback_tokens for s in st),
-            "count/kv_fallbacks_stale": sum(s.kv_fallbacks_stale for s in st),
+            **{
+                f"count/kv_refused_{r}": sum(getattr(s, f"kv_refused_{r}") for s in st)
+                for r in REFUSALS
+            },
         }
 
     # ---- monitor ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pivot import secret as job_secret
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable, create_groups, describe
 from pivot.engine.kv_export import sweep
+from pivot.engine.kv_transport import KVPlace
 from pivot.gps.shm import remove_namespaces, shm_path
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
@@ -265,6 +266,12 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     tok_file = policy_path / "tokenizer.json"
     # migrated sequences' KV waits in host shm beside GPS's buffers (cleaned with them on restart)
     kv_prefix = shm_path(f"pivot-{run_id}", spec.host, "kv") if cfg.planner.kv_migration else ""
+    # where this rank's exports can be read from (pivot/engine/kv_transport.py): its host's shm,
+    # GPS's NIXL agent when the job spans hosts, CUDA IPC on a GPU
+    multi_host = len(set(gps.info.host_of)) > 1
+    kv_place = KVPlace(
+        spec.host, str(device).startswith("cuda"), gps.link if kv_prefix and multi_host else None
+    )
     inference = {
         "rollout": InferenceRole(
             "rollout",
@@ -275,6 +282,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             cfg.seed + spec.rank,
             spec.local_rank,
             kv_prefix,
+            kv_place,
         ),
         "reward": InferenceRole(
             "reward",
@@ -285,6 +293,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             cfg.seed + spec.rank,
             spec.local_rank,
             kv_prefix,
+            kv_place,
         ),
     }
     trainer = TrainingRole(

@@ -62,6 +62,7 @@ class SimReplica:
         "_holders",
         "kv_per_tok",
         "kv_moved",
+        "reprefilled",
         "_kept",
     )
 
@@ -107,6 +108,7 @@ class SimReplica:
         self.busy_s = 0.0  # seconds spent in decode steps and prefills
         self.kv_per_tok = kv_per_tok
         self.kv_moved = 0  # tokens whose KV arrived with a migrated sequence
+        self.reprefilled = 0  # of `prefilled`, tokens of resumed sequences computed again
         self._kept: dict[int, int] = {}  # waiting: sid -> tokens of KV it brought
 
     @property
@@ -266,6 +268,7 @@ class SimReplica:
             self.clock += self.prefill_per_tok * (length - shared)
             self.busy_s += self.prefill_per_tok * (length - shared)
             self.prefilled += length - shared
+            self.reprefilled += (length - shared) * (gen > 0)
             self.prefix_hits += shared
 
     def _preempt(self) -> None:

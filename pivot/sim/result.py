@@ -77,6 +77,9 @@ class SimResult:
     """Prompt tokens a replica reused from a shared prefix instead of prefilling."""
     kv_moved_tokens: int = 0
     """Tokens whose KV moved with a migrated sequence instead of being re-prefilled (planner.kv_migration)."""
+    reprefill_tokens: int = 0
+    """Of `prefill_tokens`, those of sequences resumed with generated tokens (aborted without
+    their KV, or preempted) computed again."""
 
     def finish(
         self,
@@ -95,6 +98,7 @@ class SimResult:
         self.prefill_tokens = sum(r.prefilled for r in reps.values())
         self.prefix_hit_tokens = sum(r.prefix_hits for r in reps.values())
         self.kv_moved_tokens = sum(r.kv_moved for r in reps.values())
+        self.reprefill_tokens = sum(r.reprefilled for r in reps.values())
         self.busy_s = {rid: r.busy_s for rid, r in reps.items()}
         self.busy_s[train_rid] = sum(self.train_s)
 

@@ -160,3 +160,22 @@ def test_four_ranks_as_the_tiny_job_keeps_both_roles_through_many_plans() -> Non
         ClusterSnapshot(slots, active)  # validates: no device in two replicas
         assert {Role.ROLLOUT, Role.REWARD} <= {snap.by_id[rid].role for rid in active}
     assert shifts > 2000
+
+
+def test_shifts_down_a_replica_with_sequences_mid_generation_once() -> None:
+    """A sequence known to be mid-generation (tokens generated) makes its replica go down in the
+    plan, so a soak migrates for certain; each sequence is targeted once (no livelock)."""
+    reps = [Replica(i, Role.ROLLOUT, (i,), 4096, MODEL) for i in (0, 1)]
+    reps += [Replica(100 + i, Role.REWARD, (2 + i,), 4096, MODEL) for i in (0, 1)]
+    running = {0: (), 1: (SeqState(7, 10, 3),), 100: ()}
+    snap = ClusterSnapshot(tuple(reps), frozenset({0, 1, 100}), running, {}, devices=(0, 1, 2, 3))
+    hits = 0
+    for seed in range(200):
+        planner = ChaosPlanner(PlannerConfig(strategy="chaos", chaos_seed=seed))
+        plan = planner.plan(snap)
+        hit = plan is not None and 1 in plan.down
+        hits += hit
+        assert planner.targeted == ({7} if hit else set())
+    # random plans alone shift replica 1 down about half the time; the anchor of rollout takes
+    # replica 1 itself in at most a quarter of the plans
+    assert hits >= 0.8 * 200, hits

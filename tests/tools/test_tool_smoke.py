@@ -163,21 +163,19 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         r"^NIXL cross-host Read .* -> ratio [\d.]+",
         (SLOW,),
     ),
+    # two jobs of 2 ranks (not 4) over the 1.5B group, one step, short rollouts: half the CPU
     "bench_kv_migration.py": (
-        [
-            "--nproc",
-            "4",
-            "--steps",
-            "2",
-            "--batch-prompts",
-            "2",
-            "--group-size",
-            "2",
-            "--out",
-            "{tmp}",
-        ],
+        "--nproc 2 --train-devices 1 --reward-tp 1 --emulate qwen2.5-1.5b+glm-z1-9b --steps 1 "
+        "--batch-prompts 2 --group-size 2 --time-scale 0.02 --out {tmp} "
+        "--rollout.max-new-tokens 8 --reward.max-new-tokens 8 --eval.prompts 2".split(),
         r"kv / reprefill: throughput x[\d.]+",
         (SLOW,),
+    ),
+    "bench_kv_sim.py": (
+        "--groups qwen2.5-1.5b+glm-z1-9b --hardware h20 --seeds 0 --steps 2 --prompts 4 "
+        "--group-size 2".split(),
+        r"mean over seeds \[0\]: throughput x[\d.]+",
+        (),
     ),
     "bench_e2e.py": (["--steps", "1", "--modes", "pivot", *TINY_JOB], r"pivot\s+\d+", (SLOW,)),
     "bench_learning.py": (
