@@ -201,6 +201,29 @@ class Placement:
             r.refresh()
         self._seqs[seq_id] = SeqState(seq_id, seq.prompt_len, generated)
 
+    def on_progress_many(self, progress: Iterable[tuple[int, int]]) -> None:
+        """`on_progress` for each (seq_id, generated) pair, each touched replica's terms
+        recomputed once at the end instead of once per sequence (the simulator reports a whole
+        replica at a time; the terms depend only on the final n and tok, so the state is the same)."""
+        seqs, where, reps = self._seqs, self._where, self._reps
+        touched: dict[int, _Rep] = {}
+        try:
+            for seq_id, generated in progress:
+                seq = self._get(seq_id, "on_progress")
+                if generated < 0:
+                    raise ValueError(
+                        f"on_progress: sequence {seq_id} negative generated={generated}"
+                    )
+                rid = where[seq_id]
+                if rid is not None:
+                    r = touched[rid] = reps[rid]
+                    r.tok += generated - seq.generated
+                    r.seqs[seq_id] = seq.prompt_len + generated
+                seqs[seq_id] = SeqState(seq_id, seq.prompt_len, generated)
+        finally:  # a bad pair leaves the pairs before it applied, as one call each would
+            for r in touched.values():
+                r.refresh()
+
     def on_finish(self, seq_id: int) -> None:
         """`seq_id` completed (or was cancelled): forget it, freeing its KV."""
         self._get(seq_id, "on_finish")

@@ -278,8 +278,8 @@ class Simulator(ClusterHost):
         self._stale[role].discard(rid)
         rep, sched = self.reps[rid], self.sched[role]
         rep.advance(self.now)
-        for sid in rep.seqs:
-            sched.on_progress(sid, rep.generated(sid))
+        gen = rep.generated
+        sched.on_progress_many([(sid, gen(sid)) for sid in rep.seqs])
 
     def _sync(self, role: str) -> None:
         for rid in self.sched[role].active_ids:

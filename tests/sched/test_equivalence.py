@@ -77,3 +77,47 @@ def test_random_operation_series_match_reference(seed: int) -> None:
             continue
         assert got == want, op
         assert state(fast) == state(slow), op
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_batched_progress_matches_one_call_each(seed: int) -> None:
+    """`on_progress_many` leaves the state (T_i included) and the next dispatch exactly as the
+    same reports one `on_progress` call each, queued sequences and repeats included."""
+    rng = random.Random(seed)
+    specs = [Replica(i, "rollout", (i,), 3000, rng.choice(MODELS)) for i in range(4)]
+    one, many = (
+        ShiftAwareScheduler(specs, active=[0, 1, 2]),
+        ShiftAwareScheduler(specs, active=[0, 1, 2]),
+    )
+    for sid in range(40):
+        seq = SeqState(sid, rng.randint(1, 200), rng.randint(0, 20))
+        one.submit(seq)
+        many.submit(seq)
+    assert one.dispatch() == many.dispatch()
+    for _ in range(5):
+        pairs = [(rng.randrange(40), rng.randint(20, 400)) for _ in range(25)]
+        for s, g in pairs:
+            one.on_progress(s, g)
+        many.on_progress_many(pairs)
+        assert state(many) == state(one)
+    # new work: the next placement reads the refreshed terms
+    extra = [SeqState(sid, rng.randint(1, 200), 0) for sid in range(40, 60)]
+    for seq in extra:
+        one.submit(seq)
+        many.submit(seq)
+    assert many.dispatch() == one.dispatch()
+    assert state(many) == state(one)
+
+
+def test_batched_progress_rejects_bad_input_after_applying_the_pairs_before() -> None:
+    specs = [Replica(0, "rollout", (0,), 3000, MODELS[0])]
+    one, many = ShiftAwareScheduler(specs, active=[0]), ShiftAwareScheduler(specs, active=[0])
+    for s in (one, many):
+        s.submit(SeqState(0, 10, 0))
+        s.dispatch()
+    one.on_progress(0, 5)
+    with pytest.raises(KeyError, match="unknown sequence 9"):
+        many.on_progress_many([(0, 5), (9, 1)])
+    assert state(many) == state(one)
+    with pytest.raises(ValueError, match="negative generated"):
+        many.on_progress_many([(0, -1)])
