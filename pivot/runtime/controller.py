@@ -107,10 +107,6 @@ class Controller(ClusterHost):
             if got and isinstance(got[1], m.Hello):
                 hello.add(got[0])
         self.execute(self.mode.initial(self))
-        # the first step's rollouts before the held-out evaluation of the starting policy: ids
-        # order the queues, so this step's first prompts take the replicas' seats first and the
-        # evaluation fills the rest, instead of the first trained step waiting behind all of it
-        self.submit(self.flow.fill(self.version, self.cfg.train.steps))
         self.submit(self.flow.start_eval(self.step))
         while (self.step < self.cfg.train.steps or self.flow.evals) and self.failed is None:
             got = self.ep.recv(5)
@@ -297,10 +293,13 @@ class Controller(ClusterHost):
         return self.train_tokens_per_s
 
     def train_ready(self) -> bool:
+        # a held-out evaluation of the current policy still running holds the step back: its
+        # sequences queue after the step's rollouts, and the next weights would reach them
         return (
             self.training is None
             and self.step < self.cfg.train.steps
             and self.flow.buffer.ready(self.step)
+            and self.step not in self.flow.evals
         )
 
     def maybe_train(self) -> None:

@@ -26,6 +26,8 @@ from pivot.rl.plugins import CheckedVerifier, accuracy, extra_means, load_verifi
 from pivot.rl.reward import GenRMScorer, total_reward
 from pivot.sched.records import SeqState, step_major_id
 
+EVAL_ID_OFFSET = 1 << 39  # below STEP_ID_SHIFT: a run's counter never reaches it
+
 _PROMPT_CACHE = 4096  # tokenized prompts kept: a few steps' worth, each used G + 1 times
 
 
@@ -112,7 +114,11 @@ class RLFlow:
     def _new_seq(
         self, role: str, key: Key, prompt_ids: list[int], params: dict, **extra: float
     ) -> SeqInfo:
-        sid = step_major_id(key[0], self._next_id)
+        # an evaluation's sequences queue after every rollout of their step, its dynamic
+        # sampling's replacements included (the step's training waits for both)
+        sid = step_major_id(
+            key[0], self._next_id + (EVAL_ID_OFFSET if extra.get("eval_step", -1) >= 0 else 0)
+        )
         self._next_id += 1
         seed = zlib.crc32(repr((self.cfg.seed, role, key, sid)).encode())  # stable across processes
         info = SeqInfo(
