@@ -1,7 +1,8 @@
 """KV-preserving migration in the main job (4 CPU ranks, torchrun) under the chaos planner: a
 random valid shift plan every tick, each shifting down a replica that holds a sequence known to
 be mid-generation (pivot/plan/chaos.py), so sequences are aborted and migrated with their KV
-on every run, not by chance (TP=1, and TP=2 where each rank moves its own head slice). A
+(TP=1, and TP=2 where each rank moves its own head slice); a run in which the monitor caught
+nothing mid-generation is repeated. A
 destination refuses KV only for the two reasons the design expects (computed with an older
 policy; no room in a small engine), and the exactly-once audit still finds every sample
 generated, judged and trained once."""
@@ -33,6 +34,7 @@ SMALL_ENGINES = [
     )
 ]
 STEPS = 3  # the chaos planner aborts mid-generation sequences whenever there are any
+ATTEMPTS = 3
 CHAOS = [
     "--train.steps",
     str(STEPS),
@@ -56,18 +58,26 @@ def test_chaos_with_kv_migration_exactly_once(
     tp: int,
 ) -> None:
     t0 = time.time()
-    torchrun(
-        models,
-        tmp_path,
-        *CHAOS,
-        "--planner.kv-migration",
-        "--rollout.tp",
-        str(tp),
-        "--reward.tp",
-        str(tp),
-    )
-    check_exactly_once(tmp_path, STEPS)
-    last = rows(tmp_path, "metrics.jsonl")[-1]
+    # the chaos planner targets what the 0.1 s monitor saw mid-generation; on a fast, quiet
+    # machine a TP=1 replica can finish every sequence between two reports (one CI run aborted
+    # nothing), and a run that migrated nothing tests nothing: such a run is repeated, at most
+    # twice, and every run's audit must pass
+    for attempt in range(ATTEMPTS):
+        run_dir = tmp_path / f"run{attempt}"
+        torchrun(
+            models,
+            run_dir,
+            *CHAOS,
+            "--planner.kv-migration",
+            "--rollout.tp",
+            str(tp),
+            "--reward.tp",
+            str(tp),
+        )
+        check_exactly_once(run_dir, STEPS)
+        last = rows(run_dir, "metrics.jsonl")[-1]
+        if last["count/migrated"] > 0:
+            break
     counts = {k: v for k, v in last.items() if k.startswith("count/")}
     assert last["count/migrated"] > 0 and last["count/kv_imported"] > 0, counts
     assert last["count/kv_imported_tokens"] > 0, counts
