@@ -39,11 +39,12 @@ CHAOS = [
     "--train.steps",
     str(STEPS),
     *SMALL_ENGINES,
-    # a rollout lives 40 engine steps, several of the worker's 0.1 s stats reports: the monitor
-    # sees it mid-generation, which is what the chaos planner targets (at 12 tokens a fast
-    # TP=1 replica could finish a sequence between two reports, and nothing was aborted)
+    # the random policy rarely ends early, so a rollout lives about 200 engine steps, longer
+    # than the monitor's 0.2 s period even on a quiet machine: it is seen mid-generation, which
+    # is what the chaos planner targets (at 40 tokens a quiet CI machine finished every sequence
+    # between two reports, and nothing was aborted)
     "--rollout.max-new-tokens",
-    "40",
+    "200",
     "--planner.strategy",
     "chaos",
     "--planner.interval-s",
