@@ -21,18 +21,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_sim import GROUPS  # noqa: E402  (the paper's four groups, listed once)
 
 from configs.presets import get_preset  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
 from pivot.sim.window import DEFAULT_SEEDS, aligned_window  # noqa: E402
-
-GROUPS = (
-    "qwen2.5-1.5b+glm-z1-9b",
-    "qwen2.5-7b+qwen3-30b-a3b",
-    "qwen2.5-32b+qwen3-30b-a3b",
-    "qwen2.5-72b+qwen3.5-122b-a10b",
-)
 
 
 def run(
