@@ -1,9 +1,7 @@
 """KV-preserving migration in the main job (4 CPU ranks, torchrun) under the chaos planner: a
 random valid shift plan every tick, each shifting down a replica that holds a sequence known to
 be mid-generation (pivot/plan/chaos.py), so sequences are aborted and migrated with their KV
-(TP=1, and TP=2 where each rank moves its own head slice); a run in which the monitor caught
-nothing mid-generation is repeated. A
-destination refuses KV only for the two reasons the design expects (computed with an older
+(TP=1, and TP=2 where each rank moves its own head slice). A destination refuses KV only for the two reasons the design expects (computed with an older
 policy; no room in a small engine), and the exactly-once audit still finds every sample
 generated, judged and trained once."""
 
@@ -33,15 +31,17 @@ SMALL_ENGINES = [
         "8192",
     )
 ]
-STEPS = 3  # the chaos planner aborts mid-generation sequences whenever there are any
-ATTEMPTS = 3
+# No plan is made while a shift is in flight, and the trainer's first shift up takes about a
+# second on CPU (importing FSDP, sharding). On a quiet machine a 3-step run's rollouts (two steps
+# ahead under the staleness bound) all finished inside it: CI runs aborted nothing. Steps 3 and 4
+# generate while the trainer is up and the chaos planner plans every tick.
+STEPS = 5
 CHAOS = [
     "--train.steps",
     str(STEPS),
     *SMALL_ENGINES,
     # a rollout lives 40 engine steps, several of the worker's 0.1 s stats reports: the monitor
-    # sees it mid-generation, which is what the chaos planner targets (200 tokens aborted
-    # nothing in three runs: to be understood)
+    # sees it mid-generation, which is what the chaos planner targets
     "--rollout.max-new-tokens",
     "40",
     "--planner.strategy",
@@ -58,31 +58,21 @@ def test_chaos_with_kv_migration_exactly_once(
     tp: int,
 ) -> None:
     t0 = time.time()
-    # the chaos planner targets what the 0.1 s monitor saw mid-generation; on a fast, quiet
-    # machine a TP=1 replica can finish every sequence between two reports (one CI run aborted
-    # nothing), and a run that migrated nothing tests nothing: such a run is repeated, at most
-    # twice, and every run's audit must pass
-    for attempt in range(ATTEMPTS):
-        run_dir = tmp_path / f"run{attempt}"
-        torchrun(
-            models,
-            run_dir,
-            *CHAOS,
-            "--planner.kv-migration",
-            "--rollout.tp",
-            str(tp),
-            "--reward.tp",
-            str(tp),
-        )
-        check_exactly_once(run_dir, STEPS)
-        last = rows(run_dir, "metrics.jsonl")[-1]
-        if last["count/migrated"] > 0 and last["count/kv_imported"] > 0:
-            break
+    torchrun(
+        models,
+        tmp_path,
+        *CHAOS,
+        "--planner.kv-migration",
+        "--rollout.tp",
+        str(tp),
+        "--reward.tp",
+        str(tp),
+    )
+    check_exactly_once(tmp_path, STEPS)
+    last = rows(tmp_path, "metrics.jsonl")[-1]
     counts = {k: v for k, v in last.items() if k.startswith("count/")}
     assert last["count/migrated"] > 0, counts
-    # a quiet CI machine once had every migrated KV refused at TP=1 (migrated 10, imported 0,
-    # the reason not captured); each must then have re-prefilled for an expected reason below
-    assert last["count/kv_imported"] > 0 or last["count/kv_fallbacks"] > 0, counts
+    assert last["count/kv_imported"] > 0, counts
     assert (last["count/kv_imported"] > 0) == (last["count/kv_imported_tokens"] > 0), counts
     # every refusal has an expected reason: K/V of an older policy (a rollout replica updated in
     # between: recomputing is exact) or a destination without room (small engines under chaos);
