@@ -1,9 +1,9 @@
 """KV-preserving migration in the main job (4 CPU ranks, torchrun) under the chaos planner: a
 random valid shift plan every tick, each shifting down a replica that holds a sequence known to
 be mid-generation (pivot/plan/chaos.py), so sequences are aborted and migrated with their KV
-(TP=1, and TP=2 where each rank moves its own head slice). A destination refuses KV only for the two reasons the design expects (computed with an older
-policy; no room in a small engine), and the exactly-once audit still finds every sample
-generated, judged and trained once."""
+(TP=1, and TP=2 where each rank moves its own head slice). A destination refuses KV only for
+the two reasons the design expects (computed with an older policy; no room in a small engine),
+and the exactly-once audit still finds every sample generated, judged and trained once."""
 
 from __future__ import annotations
 
