@@ -36,9 +36,10 @@ from pivot.sim.report import (  # noqa: E402
     bound_s,
     breakdown,
     chain_s,
+    context_sums,
     critical_path_s,
-    decode_work_s,
-    prefill_tokens_lower,
+    measured_chains,
+    role_work_s,
     work_bound_s,
 )
 from pivot.sim.simulator import Simulator  # noqa: E402
@@ -132,23 +133,13 @@ def kv_work_bound_s(res: SimResult, headroom: float = 0.1) -> float:
     """`work_bound_s` with each role's batch limited by the KV its sequences really hold: a
     decoded token sees on average contexts / tokens of KV per running sequence, so a replica
     runs at most (1 - headroom) * KV / that many sequences, not KV / the shortest prompt."""
-    steps = range(res.warmup_steps, res.steps)
-    samples = [s for st in steps for s in res.samples[st]]
-    w = res.workload
     work: dict[str, float] = {}
     for role in (Role.ROLLOUT, Role.REWARD):
         c = res.costs.roles[role]
-        if role == Role.ROLLOUT:
-            chains = [(s.prompt_len, s.response_len) for s in samples]
-            prompts = [(w.rollout_prefixes(s), s.prompt_len) for s in samples]
-        else:
-            chains = [(s.judge_prompt_len, s.judge_len) for s in samples]
-            prompts = [(w.judge_prefixes(s), s.judge_prompt_len) for s in samples]
-        contexts = sum(o * p + o * (o - 1) / 2 for p, o in chains)
-        tokens = sum(o for _, o in chains)
+        chains, prefill = measured_chains(res, role)
+        contexts, tokens = context_sums(chains)
         batch = max(1, min(c.max_running, int((1 - headroom) * c.kv_capacity * tokens / contexts)))
-        prefill = c.prefill_s_per_token * prefill_tokens_lower(prompts)
-        work[role] = c.tp * (decode_work_s(c, contexts, tokens, batch) + prefill)
+        work[role] = role_work_s(c, batch, chains, prefill)
     train = sum(res.train_s[res.warmup_steps : res.steps])
     t_dev = len(res.table.replicas[res.table.train_rid].devices)
     # under Pivot every device may run every role: the cluster, or training alone

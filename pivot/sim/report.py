@@ -98,14 +98,37 @@ def prefill_tokens_lower(prompts: list[tuple[tuple[tuple[object, int], ...], int
     return own + sum(keys.values())
 
 
-def _role_work_s(
+def measured_chains(
+    res: SimResult, role: Role, workload: Workload | None = None
+) -> tuple[list[tuple[int, int]], int]:
+    """The measured steps' (prompt, generated) lengths of every `role` sequence, and the fewest
+    prompt tokens that must be prefilled for them (each shared prefix once)."""
+    workload = workload or res.workload
+    steps = range(res.warmup_steps, res.steps)
+    samples: list[SimSample] = [s for st in steps for s in res.samples[st]]
+    if role == Role.ROLLOUT:
+        chains = [(s.prompt_len, s.response_len) for s in samples]
+        prompts = [(workload.rollout_prefixes(s), s.prompt_len) for s in samples]
+    else:
+        chains = [(s.judge_prompt_len, s.judge_len) for s in samples]
+        prompts = [(workload.judge_prefixes(s), s.judge_prompt_len) for s in samples]
+    return chains, prefill_tokens_lower(prompts)
+
+
+def context_sums(chains: list[tuple[int, int]]) -> tuple[float, int]:
+    """The sum over generated tokens of the context each attends to, and their count."""
+    contexts = sum(out * p + out * (out - 1) / 2 for p, out in chains)
+    return contexts, sum(out for _, out in chains)
+
+
+def role_work_s(
     c: RoleCosts, batch: int, chains: list[tuple[int, int]], prefill_tokens: int
 ) -> float:
-    """Device-seconds of a role's measured work: (prompt, generated) per sequence."""
-    contexts = sum(out * p + out * (out - 1) / 2 for p, out in chains)
-    tokens = sum(out for _, out in chains)
-    prefill = c.prefill_s_per_token * prefill_tokens
-    return c.tp * (decode_work_s(c, contexts, tokens, batch) + prefill)
+    """Device-seconds of a role's measured work at `batch` running sequences."""
+    contexts, tokens = context_sums(chains)
+    return c.tp * (
+        decode_work_s(c, contexts, tokens, batch) + c.prefill_s_per_token * prefill_tokens
+    )
 
 
 def _pool_devices(res: SimResult, role: str) -> set[int]:
@@ -119,21 +142,13 @@ def _pool_devices(res: SimResult, role: str) -> set[int]:
 def work_s(res: SimResult, workload: Workload | None = None) -> dict[str, float]:
     """Device-seconds of the measured steps' work per role (rollout, reward: at best batch;
     train: its steps on the training devices)."""
-    workload = workload or res.workload
-    steps = range(res.warmup_steps, res.steps)
-    samples: list[SimSample] = [s for st in steps for s in res.samples[st]]
     out = {}
     for role in (Role.ROLLOUT, Role.REWARD):
         c = res.costs.roles[role]
-        if role == Role.ROLLOUT:
-            chains = [(s.prompt_len, s.response_len) for s in samples]
-            prompts = [(workload.rollout_prefixes(s), s.prompt_len) for s in samples]
-        else:
-            chains = [(s.judge_prompt_len, s.judge_len) for s in samples]
-            prompts = [(workload.judge_prefixes(s), s.judge_prompt_len) for s in samples]
+        chains, prefill = measured_chains(res, role, workload)
         shortest = min(p for p, _ in chains) + 1
         batch = max(1, min(c.max_running, c.kv_capacity // shortest))
-        out[str(role)] = _role_work_s(c, batch, chains, prefill_tokens_lower(prompts))
+        out[str(role)] = role_work_s(c, batch, chains, prefill)
     train_devices = len(res.table.replicas[res.table.train_rid].devices)
     out[str(Role.TRAIN)] = train_devices * sum(res.train_s[res.warmup_steps : res.steps])
     return out
