@@ -235,8 +235,8 @@ def main() -> None:
             f"{d_r:10.3f} {ratio_r:7.2f}x {d_e:12.3f} {ratio_e:7.2f}x  {verdict}"
         )
     print(
-        f"\nfigure: {png}\n{'PASS' if ok else 'MISS'}: "
-        + ("every mode within the reference's seed spread, and " if len(seeds) > 1 else "")
+        f"\nfigure: {png}\n{'PASS' if ok else 'MISS'}: every mode "
+        + ("within the reference's seed spread, and " if len(seeds) > 1 else "")
         + f"up at least {args.min_gain:.2f} and more than {LEARNED_SE:g} se on held-out problems"
     )
 
