@@ -79,19 +79,9 @@ def materialize(model: nn.Module, device: torch.device | str) -> None:
         if source != name:
             ties.append((name, source))
     buffers = {name: b.detach().to(device) for name, b in model.named_buffers()}
-    model._apply(lambda t: _empty(t, device))
+    model.to_empty(device=device)
     for name, b in model.named_buffers():
         b.copy_(buffers[name])
     for name, source in ties:
         owner, _, attr = name.rpartition(".")
         setattr(model.get_submodule(owner), attr, model.get_parameter(source))
-
-
-def _empty(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """Uninitialised storage shaped like `t`. A plain tensor's comes from `torch.empty`: the
-    meta device's `empty_like` runs a Python reference whose first call imports sympy (about
-    0.85 CPU-s per process, paid by every inference rank's first engine); a DTensor (an FSDP
-    shard) keeps `empty_like`, which allocates only its local shard."""
-    if type(t) in (torch.Tensor, nn.Parameter):
-        return torch.empty(t.shape, dtype=t.dtype, device=device)
-    return torch.empty_like(t, device=device)

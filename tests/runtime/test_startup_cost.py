@@ -1,10 +1,8 @@
-"""What every rank pays before the first step: no rank imports FSDP, torch._dynamo or sympy
-just to start or to build its first inference engine.
+"""What every rank pays before the first step: no rank imports FSDP or torch._dynamo just to start.
 
-Each is about a CPU-second per process (FSDP pulls in DTensor and sympy; dynamo is imported by
-the first Python decomposition run on the meta device, sympy by the meta device's `empty_like`),
-and on a 2-core machine the four ranks pay them one after another. A fresh interpreter, as
-torchrun starts each rank.
+Both are seconds of CPU per process (FSDP pulls in DTensor and sympy; dynamo is imported by the
+first Python decomposition run on the meta device), and on a 2-core machine the four ranks pay
+them one after another. A fresh interpreter, as torchrun starts each rank.
 """
 
 from __future__ import annotations
@@ -24,16 +22,11 @@ tiny = ensure_tiny_models()
 check_folder(tiny.policy)
 check_folder(tiny.genrm)
 from_pretrained(tiny.policy)
-from configs.presets import get_preset
-from pivot.roles.inference import InferenceRole
-cfg = get_preset("tiny-cpu")
-role = InferenceRole("rollout", tiny.policy, cfg.rollout.engine, cfg.model, "cpu", 0)
-role.shift_up(0, None, lambda buffers: ({}, 0))  # storage only: weights come from GPS
-print(sorted(m for m in ("torch.distributed.fsdp", "torch._dynamo", "sympy") if m in sys.modules))
+print(sorted(m for m in ("torch.distributed.fsdp", "torch._dynamo") if m in sys.modules))
 """
 
 
-def test_start_up_and_first_engine_import_neither_fsdp_dynamo_nor_sympy() -> None:
+def test_start_up_imports_neither_fsdp_nor_dynamo() -> None:
     out = subprocess.run(
         [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True
     )
