@@ -369,7 +369,8 @@ class EmulateConfig:
     """Emulated devices (`--cluster.device emulated`, pivot/emulate/); unused on real ones."""
 
     preset: str = "qwen2.5-7b+qwen3-30b-a3b"
-    """The paper preset whose policy and GenRM sizes (and engine KV) the devices emulate."""
+    """The paper preset whose policy and GenRM sizes, engine KV and planner horizon the devices
+    emulate."""
     hardware: Literal["h20", "h200"] = "h20"
     """The hardware profile of pivot/sim/hardware.py whose costs the devices take."""
     time_scale: float = 0.01

@@ -77,7 +77,12 @@ def runtime_config(cfg: PivotConfig, workload: Workload | None = None) -> PivotC
         engine=_scaled_engine(preset.reward.engine, 1 / L),
         max_new_tokens=math.ceil(workload.judge.cap / L),
     )
-    return _scaled_planner(cfg.replace(rollout=rollout, reward=reward), cfg.emulate.time_scale)
+    # the horizon is the emulated workload's time scale (steps of minutes), not the starting
+    # preset's (tiny-cpu plans over 10 s for its 5-second steps): the preset's, like the engines
+    planner = dataclasses.replace(cfg.planner, horizon_s=preset.planner.horizon_s)
+    return _scaled_planner(
+        cfg.replace(rollout=rollout, reward=reward, planner=planner), cfg.emulate.time_scale
+    )
 
 
 def paper_config(cfg: PivotConfig, world: int, per_node: int) -> PivotConfig:
