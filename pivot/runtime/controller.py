@@ -230,10 +230,11 @@ class Controller(ClusterHost):
         rid = self.table.rid(msg.role, msg.slot)
         self.stats[rid] = msg
         self.versions[rid] = msg.stats.weights_version
-        sched = self.sched[msg.role]
-        for sid, generated in msg.progress.items():
-            if self.sent_to.get(sid) == rid:
-                sched.on_progress(sid, generated)
+        self.sched[msg.role].on_progress_many(
+            (sid, generated)
+            for sid, generated in msg.progress.items()
+            if self.sent_to.get(sid) == rid
+        )
 
     # ---- shifts (pivot/shift/executor.py) -----------------------------------------------------
     def execute(self, plan: ShiftPlan) -> None:

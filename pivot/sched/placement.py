@@ -190,21 +190,13 @@ class Placement:
 
     def on_progress(self, seq_id: int, generated: int) -> None:
         """The monitor reports `generated` tokens so far (absolute count) for `seq_id`."""
-        seq = self._get(seq_id, "on_progress")
-        if generated < 0:
-            raise ValueError(f"on_progress: sequence {seq_id} negative generated={generated}")
-        rid = self._where[seq_id]
-        if rid is not None:
-            r = self._reps[rid]
-            r.tok += generated - seq.generated
-            r.seqs[seq_id] = seq.prompt_len + generated
-            r.refresh()
-        self._seqs[seq_id] = SeqState(seq_id, seq.prompt_len, generated)
+        self.on_progress_many(((seq_id, generated),))
 
     def on_progress_many(self, progress: Iterable[tuple[int, int]]) -> None:
         """`on_progress` for each (seq_id, generated) pair, each touched replica's terms
-        recomputed once at the end instead of once per sequence (the simulator reports a whole
-        replica at a time; the terms depend only on the final n and tok, so the state is the same)."""
+        recomputed once at the end instead of once per sequence (the monitor and the simulator
+        report a whole replica at a time; the terms depend only on the final n and tok, so the
+        state is the same)."""
         seqs, where, reps = self._seqs, self._where, self._reps
         touched: dict[int, _Rep] = {}
         try:

@@ -71,9 +71,8 @@ def test_chaos_with_kv_migration_exactly_once(
     check_exactly_once(tmp_path, STEPS)
     last = rows(tmp_path, "metrics.jsonl")[-1]
     counts = {k: v for k, v in last.items() if k.startswith("count/")}
-    assert last["count/migrated"] > 0, counts
-    assert last["count/kv_imported"] > 0, counts
-    assert (last["count/kv_imported"] > 0) == (last["count/kv_imported_tokens"] > 0), counts
+    assert last["count/migrated"] > 0 and last["count/kv_imported"] > 0, counts
+    assert last["count/kv_imported_tokens"] > 0, counts
     # every refusal has an expected reason: K/V of an older policy (a rollout replica updated in
     # between: recomputing is exact) or a destination without room (small engines under chaos);
     # never a TP or layout mismatch, a handle the destination could not reach, a released cache
