@@ -182,8 +182,10 @@ class TrainConfig:
     """Abort after this many consecutive steps with NaN/inf loss or gradients."""
     filter_groups: int = 0
     """DAPO's dynamic sampling: a group whose G rewards are all equal has zero advantage, so it is
-    dropped and a fresh prompt rolled out in its place, up to this many times per step (then
-    such groups are kept); 0 = off. Rollouts and judgings of dropped groups are counted, not trained."""
+    dropped, up to this many per step (then such groups are kept); 0 = off. A step draws spare
+    groups up front, as many as the uniform share of recent groups says it will drop (veRL's
+    `gen_batch_size`, sized by measurement), and a fresh prompt only when those fall short;
+    spares it does not need are surplus. Dropped and surplus groups are counted, not trained."""
     filter_metric: Literal["reward", "verifiable"] = "reward"
     """What dynamic sampling compares within a group: the reward trained on, or only its verifiable
     part (DAPO's `acc`): with a GenRM whose verdicts are noisy, a group whose answers are all right

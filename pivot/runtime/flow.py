@@ -29,6 +29,7 @@ from pivot.sched.records import SeqState, step_major_id
 EVAL_ID_OFFSET = 1 << 39  # below STEP_ID_SHIFT: a run's counter never reaches it
 
 _PROMPT_CACHE = 4096  # tokenized prompts kept: a few steps' worth, each used G + 1 times
+_FADE = 0.98
 
 
 @dataclass
@@ -82,6 +83,10 @@ class RLFlow:
     # step -> [right, responses] over every rollout, dropped groups' too (not checkpointed)
     sampled: dict[int, list[float]] = field(default_factory=dict)
     _next_id: int = 0
+    # groups whose uniformity was decided, and the uniform ones among them, each fading by
+    # `_FADE` per new group (about a step's worth): what spare groups a step draws up front
+    _groups_seen: float = 0.0
+    _groups_uniform: float = 0.0
     # tokenized prompts by text and messages
     _policy_ids: dict[str, list[int]] = field(default_factory=dict)
 
@@ -172,13 +177,29 @@ class RLFlow:
     def fill(self, version: int, total_steps: int) -> list[SeqInfo]:
         """Rollout sequences for every step that `version` may generate (staleness bound)."""
         out: list[SeqInfo] = []
+        b = self.cfg.train.batch_prompts
         while self.next_step < total_steps and self.next_step - version <= self.staleness:
-            for key in self.buffer.add_prompts(
-                self.next_step, self._next_prompts(self.cfg.train.batch_prompts)
-            ):
+            prompts = self._next_prompts(b + self.spare_groups())
+            for key in self.buffer.add_prompts(self.next_step, prompts, keep=b):
                 out.append(self.rollout_seq(key))
             self.next_step += 1
         return out
+
+    def spare_groups(self) -> int:
+        """Groups beyond the batch a step draws up front when dynamic sampling is on: as many as
+        the uniform share u of recent groups says it will drop, B * u / (1 - u) (a prior of one
+        uniform and one mixed group), within `train.filter_groups`. Drawn together, they
+        generate side by side instead of one replacement after another behind the step's
+        slowest group; the ones a step does not need are surplus (counted, never trained)."""
+        limit = self.cfg.train.filter_groups
+        if not limit:
+            return 0
+        u = (self._groups_uniform + 1) / (self._groups_seen + 2)
+        return min(limit, round(self.cfg.train.batch_prompts * u / (1 - u)))
+
+    def _saw_group(self, uniform: bool) -> None:
+        self._groups_seen = _FADE * self._groups_seen + 1
+        self._groups_uniform = _FADE * self._groups_uniform + uniform
 
     def _next_prompts(self, n: int) -> list[Prompt]:
         prompts: list[Prompt] = []
@@ -193,26 +214,33 @@ class RLFlow:
     def _refill(self, key: Key) -> list[SeqInfo]:
         """DAPO's dynamic sampling (`train.filter_groups`): once `key`'s group has all its rewards
         and they (or their verifiable parts: `train.filter_metric`) are all equal, it is replaced by
-        a fresh prompt's group while the step has replacements left."""
+        dropped while the step has drops left (`_replace`)."""
         step, prompt_id, _ = key
         rewards = self.buffer.group_rewards(step, prompt_id)
-        if rewards is None or self.buffer.replaced(step) >= self.cfg.train.filter_groups:
+        if rewards is None:
             return []
         if self.cfg.train.filter_metric == "verifiable":
             rewards = [
                 self.verifiable.get((step, prompt_id, g), 0.0)
                 for g in range(self.buffer.group_size)
             ]
-        if min(rewards) != max(rewards):
+        uniform = min(rewards) == max(rewards)
+        self._saw_group(uniform)
+        if not uniform or self.buffer.replaced(step) >= self.cfg.train.filter_groups:
             return []
         return self._replace(step, prompt_id)
 
     def _replace(self, step: int, prompt_id: int) -> list[SeqInfo]:
+        """Drop a uniform group; a fresh prompt's group takes its place when the step's
+        remaining groups (spares included) fall short of its batch."""
         for g in range(self.buffer.group_size):
             self.verifiable.pop((step, prompt_id, g), None)
             self.judgings.pop((step, prompt_id, g), None)
             self.reward_extra.pop((step, prompt_id, g), None)
-        keys = self.buffer.replace_group(step, prompt_id, self._next_prompts(1)[0])
+        self.buffer.drop_group(step, prompt_id)
+        if self.buffer.live_groups(step) >= self.buffer.keep(step):
+            return []
+        keys = self.buffer.add_group(step, self._next_prompts(1)[0])
         return [self.rollout_seq(k) for k in keys]
 
     def rollout_seq(self, key: Key) -> SeqInfo:
@@ -234,7 +262,7 @@ class RLFlow:
             version,
             prompt_ids=list(out.prompt_ids),
         )
-        if outcome == Outcome.DUPLICATE:  # counted by the buffer
+        if outcome in (Outcome.DUPLICATE, Outcome.SURPLUS):  # counted by the buffer
             return []
         if outcome == Outcome.STALE:
             self.stats.stale_regenerated += 1
@@ -270,10 +298,9 @@ class RLFlow:
         samples = [self.buffer.sample(k) for k in keys]
         if any(s.response_ids is None for s in samples):
             return []
-        if (
-            self.buffer.replaced(step) < self.cfg.train.filter_groups
-            and len({self.verifiable.get(k, 0.0) for k in keys}) == 1
-        ):
+        uniform = len({self.verifiable.get(k, 0.0) for k in keys}) == 1
+        self._saw_group(uniform)
+        if uniform and self.buffer.replaced(step) < self.cfg.train.filter_groups:
             return self._replace(step, prompt_id)
         return [
             self.judge_seq(s.key, s.text, self.verifiable.get(s.key, 0.0))
@@ -390,6 +417,9 @@ class RLFlow:
             "rollout/staleness": sum(step - s.version for s in flat) / n,
             **extra_means([self.reward_extra.pop(s.key, {}) for s in flat]),
         }
+        for per_key in (self.verifiable, self.judgings, self.reward_extra):  # surplus groups'
+            for k in [k for k in per_key if k[0] == step]:
+                del per_key[k]
         return batch_from_groups(groups, self.policy_tok.encode), summary, records
 
     def metrics(self) -> dict[str, float]:
@@ -399,6 +429,8 @@ class RLFlow:
             "tokens/reward": st.tokens_reward,
             "count/duplicates_dropped": st.duplicates_dropped + buf.duplicates_dropped,
             "count/groups_dropped": buf.groups_dropped,
+            "count/groups_surplus": buf.groups_surplus,
+            "count/surplus_outputs": buf.surplus_outputs,
             "count/stale_regenerated": st.stale_regenerated,
             "count/aborted": st.aborted,
             "count/migrated": st.migrated,

@@ -1,6 +1,8 @@
-"""DAPO's dynamic sampling (`train.filter_groups`): a group whose rewards are all equal is dropped
-and a fresh prompt rolled out in its place, at most `filter_groups` times per step; the step
-trains B whole groups, every dropped sample is counted and none is trained. Oracle: the
+"""DAPO's dynamic sampling (`train.filter_groups`): a step draws spare groups up front (as many as
+the uniform share seen predicts it drops), a group whose rewards are all equal is dropped, and a
+fresh prompt is rolled out when the groups left fall short of the batch, at most `filter_groups`
+drops per step; the step trains B whole groups, every dropped or surplus sample is counted and
+none is trained. Oracle: the
 rewards are chosen by the test (the verifier's answer is right or wrong by construction)."""
 
 from __future__ import annotations
@@ -55,32 +57,74 @@ def answer(f: RLFlow, seq: SeqInfo, right: bool) -> list[SeqInfo]:
     return f.on_output(Output(seq.seq_id, seq.request.prompt_ids, ids, [0.0] * len(ids), "stop", 0))
 
 
-def test_uniform_groups_are_replaced_until_the_limit_then_kept(
+def test_spares_are_drawn_up_front_and_uniform_groups_dropped_until_the_limit_then_kept(
     tok: TextTokenizer, tmp_path: Path
 ) -> None:
     f = make_flow(tok, tmp_path, limit=2)
+    assert f.spare_groups() == 2  # the prior: half the groups uniform, so B * 1/2 / (1 - 1/2)
     first = f.fill(version=0, total_steps=1)
-    a, b = first[:G], first[G:]
-    assert answer(f, a[0], True) == [] and answer(f, a[1], False) == []  # mixed: kept
-    assert answer(f, b[0], True) == []
-    fresh = answer(f, b[1], True)  # all right: dropped, a fresh prompt's group replaces it
-    assert [s.key for s in fresh] == [(0, 2, g) for g in range(G)]
-    assert answer(f, fresh[0], False) == []
-    again = answer(f, fresh[1], False)  # all wrong: the second and last replacement
-    assert [s.key for s in again] == [(0, 3, g) for g in range(G)]
-    assert (
-        answer(f, again[0], True) == [] and answer(f, again[1], True) == []
-    )  # limit reached: kept
+    groups = [first[i : i + G] for i in range(0, len(first), G)]
+    assert [[s.key for s in g] for g in groups] == [[(0, p, g) for g in range(G)] for p in range(4)]
+    assert answer(f, groups[0][0], True) == [] and answer(f, groups[0][1], False) == []  # mixed
+    assert answer(f, groups[1][0], True) == []
+    assert answer(f, groups[1][1], True) == []  # all right: dropped, a spare is still there
+    assert answer(f, groups[2][0], False) == []
+    assert answer(f, groups[2][1], False) == []  # all wrong: the second and last drop
+    assert not f.buffer.ready(0)
+    assert answer(f, groups[3][0], True) == [] and answer(f, groups[3][1], True) == []  # kept
     assert f.buffer.ready(0)
     _, summary, records = f.batch(0)
     assert sorted({(r["prompt"], r["sample"]) for r in records}) == [(0, 0), (0, 1), (3, 0), (3, 1)]
     assert summary["reward/accuracy"] == 3 / 4  # the trained groups only
     assert summary["rollout/accuracy_sampled"] == 5 / 8  # every response, the dropped groups' too
-    assert [r["prompt_row"] for r in records if r["prompt"] == 3] == [
-        3,
-        3,
-    ]  # the fourth row of the data
+    assert [r["prompt_row"] for r in records if r["prompt"] == 3] == [3, 3]  # the data's 4th row
     assert f.metrics()["count/groups_dropped"] == 2
+    assert f.metrics()["count/groups_surplus"] == 0
+
+
+def test_a_fresh_group_replaces_a_dropped_one_once_the_spares_run_out(
+    tok: TextTokenizer, tmp_path: Path
+) -> None:
+    f = make_flow(tok, tmp_path, limit=3)
+    first = f.fill(version=0, total_steps=1)  # B + 2 spares
+    assert len(first) == 4 * G
+    for i in range(2):  # two uniform groups: the spares absorb them
+        assert answer(f, first[G * i], True) == [] and answer(f, first[G * i + 1], True) == []
+    assert answer(f, first[2 * G], True) == []
+    fresh = answer(f, first[2 * G + 1], True)  # a third: one group left of two, so a fresh one
+    assert [s.key for s in fresh] == [(0, 4, g) for g in range(G)]
+    assert answer(f, first[3 * G], True) == [] and answer(f, first[3 * G + 1], False) == []
+    assert answer(f, fresh[0], False) == [] and answer(f, fresh[1], True) == []
+    _, _, records = f.batch(0)
+    assert sorted({r["prompt"] for r in records}) == [3, 4]
+
+
+def test_groups_a_step_did_not_need_are_surplus_never_trained(
+    tok: TextTokenizer, tmp_path: Path
+) -> None:
+    f = make_flow(tok, tmp_path, limit=2)
+    first = f.fill(version=0, total_steps=1)  # 4 groups for a batch of 2
+    for i in (2, 1, 3):  # mixed, finishing out of order; group 0 still generating
+        assert answer(f, first[G * i], True) == [] and answer(f, first[G * i + 1], False) == []
+    assert f.buffer.ready(0)
+    _, _, records = f.batch(0)
+    assert sorted({r["prompt"] for r in records}) == [1, 2]  # the lowest complete ids
+    assert answer(f, first[0], True) == []  # a surplus group's late output: dropped as such
+    m = f.metrics()
+    assert (m["count/groups_surplus"], m["count/surplus_outputs"]) == (2, 1)
+    assert m["count/duplicates_dropped"] == 0 and m["count/groups_dropped"] == 0
+    assert not f.verifiable and not f.judgings  # nothing of step 0 kept behind
+
+
+def test_spares_follow_the_uniform_share_seen(tok: TextTokenizer, tmp_path: Path) -> None:
+    f = make_flow(tok, tmp_path, limit=40)
+    for _ in range(200):
+        f._saw_group(True)  # nearly every group uniform: up to the limit
+    assert f.spare_groups() == 40
+    for _ in range(400):
+        f._saw_group(False)  # none uniform lately: hardly any
+    assert f.spare_groups() == 0
+    assert make_flow(tok, tmp_path, limit=0).spare_groups() == 0  # dynamic sampling off
 
 
 def judge(f: RLFlow, seq: SeqInfo, verdict: int) -> list[SeqInfo]:
@@ -105,8 +149,7 @@ def test_filtering_on_the_verifiable_reward_drops_a_uniform_group_before_judging
     f = make_flow(tok, tmp_path, limit=2, w_genrm=1.0, metric="verifiable")
     first = f.fill(version=0, total_steps=1)
     assert answer(f, first[0], True) == []  # judging waits for the whole group
-    fresh = answer(f, first[1], True)  # verifiable 1, 1: replaced, neither answer judged
-    assert [(s.role, s.key) for s in fresh] == [("rollout", (0, 2, g)) for g in range(G)]
+    assert answer(f, first[1], True) == []  # verifiable 1, 1: dropped (a spare is left), unjudged
     assert f.metrics()["count/groups_dropped"] == 1 and f.stats.rewards_finished == 0
     assert answer(f, first[G], True) == []
     judges = answer(f, first[G + 1], False)  # mixed: both judged, once each
@@ -126,7 +169,8 @@ def test_a_group_held_for_judging_resumes_from_a_checkpoint(
     judge(f, judges[0], 1)  # one verdict in before the checkpoint
     g = make_flow(tok, tmp_path, limit=1, w_genrm=1.0, metric="verifiable")
     resubmitted = g.load_state_dict(json.loads(json.dumps(f.state_dict())))
-    expected = [("rollout", (0, 0, 1)), ("reward", judges[1].key)]
+    spare = [("rollout", (0, 2, i)) for i in range(G)]  # the step's one spare group, not started
+    expected = [("rollout", (0, 0, 1)), ("reward", judges[1].key), *spare]
     assert sorted((s.role, s.key) for s in resubmitted) == sorted(expected)  # nothing judged twice
 
 
@@ -137,23 +181,21 @@ def test_off_keeps_every_group(tok: TextTokenizer, tmp_path: Path) -> None:
     assert f.buffer.ready(0) and f.metrics()["count/groups_dropped"] == 0
 
 
-def test_a_checkpoint_between_replacements_resumes_with_the_same_ids(
+def test_a_checkpoint_between_drops_resumes_with_the_same_ids(
     tok: TextTokenizer, tmp_path: Path
 ) -> None:
     f = make_flow(tok, tmp_path, limit=3)
-    seqs = f.fill(version=0, total_steps=1)
-    answer(f, seqs[0], True)
-    fresh = answer(f, seqs[1], True)
+    seqs = f.fill(version=0, total_steps=1)  # 4 groups: B + 2 spares
+    for s in seqs[: 2 * G]:
+        answer(f, s, True)  # groups 0 and 1 uniform: dropped
     state = json.loads(json.dumps(f.state_dict()))
     g = make_flow(tok, tmp_path, limit=3)
     resubmitted = g.load_state_dict(state)
-    assert sorted(s.key for s in resubmitted) == sorted(
-        [s.key for s in fresh] + [s.key for s in seqs[G:]]
-    )
-    assert g.buffer.replaced(0) == 1
+    assert sorted(s.key for s in resubmitted) == sorted(s.key for s in seqs[2 * G :])
+    assert g.buffer.replaced(0) == 2
     answer(g, next(s for s in resubmitted if s.key == (0, 2, 0)), True)
     more = answer(g, next(s for s in resubmitted if s.key == (0, 2, 1)), True)
-    assert [s.key for s in more] == [(0, 3, gi) for gi in range(G)]  # ids are never reused
+    assert [s.key for s in more] == [(0, 4, gi) for gi in range(G)]  # ids are never reused
 
 
 def test_buffer_replace_group() -> None:
