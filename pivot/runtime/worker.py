@@ -193,6 +193,7 @@ class Worker:
                 msg.slot, group, lambda out: self.weights.read(model, slot, None, out=out)
             )
             checksum = self.inference[msg.role].checksum() if self.weights.verify else 0.0
+            self.trainer.prewarm()  # a rank of the training pool: its first shift up, prepared
         self.role, self.slot = msg.role, msg.slot  # join the slot's sub-communicator
         self.endpoint.send(
             m.ShiftDone(

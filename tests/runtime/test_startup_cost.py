@@ -51,3 +51,36 @@ def test_checked_shapes_are_the_models() -> None:
     assert meta == real
     assert set(on_disk) <= set(meta) and all(meta[k] == on_disk[k] for k in on_disk)
     assert torch.nn.init.normal_.__module__ == "torch.nn.init"  # the patch is undone
+
+
+PREWARM = """
+import sys
+from pivot.config import TrainConfig
+from pivot.model import ModelArgs
+from pivot.roles.training import TrainingRole
+from pivot.tiny.shipped import ensure_tiny_models
+args = ModelArgs.load(ensure_tiny_models().policy)
+role = TrainingRole(args, {group}, TrainConfig(), "cpu", 1.0, None, None)
+role.prewarm()
+role.prewarm()  # once
+if role._prewarm is not None:
+    role._prewarm.join()
+print(sorted(m for m in ("torch.distributed.fsdp", "torch._dynamo") if m in sys.modules))
+"""
+
+
+def test_only_a_training_rank_prewarms_its_first_shift_up() -> None:
+    """A rank of the training pool imports FSDP and torch._dynamo on a background thread once its
+    engine is up; any other rank never does."""
+    for group, want in (
+        ("None", "[]"),
+        ("object()", "['torch._dynamo', 'torch.distributed.fsdp']"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", PREWARM.format(group=group)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert out.stdout.strip().splitlines()[-1] == want
