@@ -213,8 +213,8 @@ class RLFlow:
 
     def _refill(self, key: Key) -> list[SeqInfo]:
         """DAPO's dynamic sampling (`train.filter_groups`): once `key`'s group has all its rewards
-        and they (or their verifiable parts: `train.filter_metric`) are all equal, it is replaced by
-        dropped while the step has drops left (`_replace`)."""
+        and they (or their verifiable parts: `train.filter_metric`) are all equal, it is dropped
+        while the step has drops left (`_replace`)."""
         step, prompt_id, _ = key
         rewards = self.buffer.group_rewards(step, prompt_id)
         if rewards is None:
