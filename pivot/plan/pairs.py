@@ -33,37 +33,18 @@ class ShiftPair:
     """phi = sum over `down` of (tau_shift + tau_refill_i) * T_i (`penalty`)."""
 
 
-Share = float | Mapping[str, float]
-"""What a discarded KV costs as a share of recomputing it: one for every role, or per role
-(1.0 for a role absent)."""
-
-
-def refill_s(snap: ClusterSnapshot, rids: Iterable[int], share: Share = 1.0) -> dict[int, float]:
+def refill_s(snap: ClusterSnapshot, rids: Iterable[int], share: float = 1.0) -> dict[int, float]:
     """Seconds to re-prefill the KV each replica of `rids` holds (prompt plus generated tokens of
     its running sequences), at its throughput model's compute cost per token C: a shift down
     aborts those sequences and their next replica recomputes them. The training slot has none.
-    With KV-preserving migration the KV moves instead: `share` (`kv_shares`) is what moving it
-    costs as a share of recomputing it."""
+    With KV-preserving migration the KV moves instead: `share` (`planner.kv_refill_share`) is
+    what moving it costs as a share of recomputing it."""
     want = set(rids)
-
-    def of(role: str) -> float:
-        return share if isinstance(share, float | int) else share.get(role, 1.0)
-
     return {
-        r.replica_id: of(r.role)
-        * r.model.C
-        * sum(s.length for s in snap.running.get(r.replica_id, ()))
+        r.replica_id: share * r.model.C * sum(s.length for s in snap.running.get(r.replica_id, ()))
         for r in snap.replicas
         if r.replica_id in want and r.model is not None
     }
-
-
-def kv_shares(snap: ClusterSnapshot, kv_migration: bool, default: float) -> dict[str, float]:
-    """Each inference role's share: 1.0 without KV-preserving migration, else the snapshot's
-    (the simulator's cost model) or `default` (`planner.kv_refill_share`)."""
-    if not kv_migration:
-        return {}
-    return {role: snap.kv_refill_share.get(role, default) for role in INFERENCE_ROLES}
 
 
 def penalty(
@@ -120,7 +101,7 @@ def choose_up_role(
 
 
 def training_pair(
-    snap: ClusterSnapshot, rates: Mapping[int, float], tau_shift: float, share: Share = 1.0
+    snap: ClusterSnapshot, rates: Mapping[int, float], tau_shift: float, share: float = 1.0
 ) -> ShiftPair:
     """The single pair that brings training up: every replica on its pool shifts down."""
     slot = snap.train_slot
@@ -137,7 +118,7 @@ def build_pairs(
     up_role: str,
     rates: Mapping[int, float],
     tau_shift: float,
-    share: Share = 1.0,
+    share: float = 1.0,
 ) -> list[ShiftPair]:
     held = snap.holders()
     train = snap.train_slot

@@ -23,13 +23,7 @@ from typing import Any
 from pivot.config import PlannerConfig
 from pivot.plan.candidates import Candidate, CandidateTable
 from pivot.plan.evaluate import CandidateEvaluator, benefit
-from pivot.plan.pairs import (
-    build_pairs,
-    choose_up_role,
-    kv_shares,
-    replica_rates,
-    training_pair,
-)
+from pivot.plan.pairs import build_pairs, choose_up_role, replica_rates, training_pair
 from pivot.plan.search import coarse_to_fine
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import INFERENCE_ROLES, Role, SeqState
@@ -117,7 +111,7 @@ class PivotPlanner(Planner):
         # measured once that role's shifts were timed
         tau = snap.shift_s.get(up_role, cfg.tau_shift_s) if up_role is not None else cfg.tau_shift_s
         # aborted KV moves instead of being recomputed
-        share = kv_shares(snap, cfg.kv_migration, cfg.kv_refill_share)
+        share = cfg.kv_refill_share if cfg.kv_migration else 1.0
         if up_role == Role.TRAIN:
             pairs = [training_pair(snap, rates, tau, share)]
         elif up_role is not None:

@@ -39,10 +39,6 @@ class ClusterSnapshot:
     """Measured tau_shift of each role brought up so far: mean seconds from the start of a plan
     that shifted replicas down for it to its last completed shift (pivot/shift/timing.py); the
     planner uses `planner.tau_shift_s` for a role not measured yet."""
-    kv_refill_share: Mapping[str, float] = field(default_factory=dict)
-    """What moving an aborted sequence's KV to its next replica costs as a share of re-prefilling
-    it, per inference role, where the host knows it (the simulator, from its cost model); the
-    planner uses `planner.kv_refill_share` for a role absent here."""
 
     def __post_init__(self) -> None:
         object.__setattr__(

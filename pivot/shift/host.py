@@ -87,10 +87,4 @@ class ClusterHost:
             train_throughput=self.train_throughput() if training else 0.0,
             shift_s=self.shifts.timer.means(),
             devices=tuple(range(self.table.world)),
-            kv_refill_share=self.kv_refill_share(),
         )
-
-    def kv_refill_share(self) -> dict[str, float]:
-        """Per inference role, what moving a sequence's KV costs as a share of re-prefilling it,
-        where the host knows (the simulator does; the runtime leaves it to the planner's config)."""
-        return {}

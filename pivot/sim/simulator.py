@@ -322,18 +322,6 @@ class Simulator(ClusterHost):
             self._sync(role)
         return super().snapshot()
 
-    def kv_refill_share(self) -> dict[str, float]:
-        """With KV-preserving migration, each role's KV move (pivot/sim/kv_move.py) over the
-        planner's recompute price of a token (its throughput model's C): the planner then pays
-        what the simulated move costs, from 0.02 of a recompute (7B on H20) to 0.4 (1.5B on H200)."""
-        if not self.cfg.planner.kv_migration:
-            return {}
-        return {
-            role: kv_move_s_per_token(c.model, c.tp) / c.throughput.C
-            for role, c in self.costs.roles.items()
-            if c.throughput.C > 0
-        }
-
     def on_planned(self, snap: ClusterSnapshot, plan: ShiftPlan | None, wall_s: float) -> None:
         self.res.planner_calls += 1
         self.res.planner_wall_s += wall_s
