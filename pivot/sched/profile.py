@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ def write_profile(path: str | Path, constants: ThroughputModel, /, **meta: Any) 
     out.parent.mkdir(parents=True, exist_ok=True)
     body = {name: getattr(constants, name) for name in CONSTANTS}
     body.update({k: v for k, v in meta.items() if k not in CONSTANTS})
-    tmp = out.with_name(f".{out.name}.tmp")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # two jobs may write one profile
     tmp.write_text(json.dumps(body, indent=2) + "\n")
     tmp.replace(out)
     return out

@@ -4,6 +4,7 @@ oracle of the contract tests. Fetched once with `pip download --no-deps` into .c
 from __future__ import annotations
 
 import ast
+import fcntl
 import os
 import subprocess
 import sys
@@ -56,10 +57,23 @@ def _download(
     timeout: int,
     env: dict[str, str] | None = None,
 ) -> Path:
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    with open(WHEELS / ".lock", "w") as lock:  # one download per wheel across test processes
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _download_locked(name, version, pattern, flags, timeout, env)
+
+
+def _download_locked(
+    name: str,
+    version: str,
+    pattern: str,
+    flags: list[str],
+    timeout: int,
+    env: dict[str, str] | None,
+) -> Path:
     found = sorted(WHEELS.glob(pattern))
     if found:
         return found[0]
-    WHEELS.mkdir(parents=True, exist_ok=True)
     res = subprocess.run(
         [
             sys.executable,
