@@ -165,11 +165,6 @@ class SampleBuffer:
         self._steps[step].update(new)
         return list(new)
 
-    def replace_group(self, step: int, prompt_id: int, prompt: Prompt) -> list[Key]:
-        """`drop_group` then `add_group`: returns the new group's keys."""
-        self.drop_group(step, prompt_id)
-        return self.add_group(step, prompt)
-
     def _complete_groups(self, step: int) -> list[int]:
         """Prompt ids of open step `step` whose G samples all have rewards, ascending."""
         left: dict[int, int] = {}

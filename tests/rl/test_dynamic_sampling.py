@@ -198,14 +198,16 @@ def test_a_checkpoint_between_drops_resumes_with_the_same_ids(
     assert [s.key for s in more] == [(0, 4, gi) for gi in range(G)]  # ids are never reused
 
 
-def test_buffer_replace_group() -> None:
+def test_buffer_drop_then_add_group() -> None:
     buf = SampleBuffer(G, 1)
     buf.add_prompts(0, [Prompt(0, "a", "1"), Prompt(1, "b", "1")])
     with pytest.raises(KeyError, match="no open group 5"):
-        buf.replace_group(0, 5, Prompt(2, "c", "1"))
-    assert buf.replace_group(0, 1, Prompt(2, "c", "1")) == [(0, 2, 0), (0, 2, 1)]
+        buf.drop_group(0, 5)
+    buf.drop_group(0, 1)
+    assert buf.add_group(0, Prompt(2, "c", "1")) == [(0, 2, 0), (0, 2, 1)]
     assert buf.group_rewards(0, 2) is None
     restored = SampleBuffer(G, 1)
     restored.load_state_dict(json.loads(json.dumps(buf.state_dict())))
-    assert restored.replace_group(0, 2, Prompt(3, "d", "1")) == [(0, 3, 0), (0, 3, 1)]
+    restored.drop_group(0, 2)
+    assert restored.add_group(0, Prompt(3, "d", "1")) == [(0, 3, 0), (0, 3, 1)]
     assert restored.stats.groups_dropped == 2
