@@ -48,11 +48,13 @@ class Worker:
             # in the leader's broadcast instead, so an idle replica loops once per leader wait
             busy = self._engine_busy() or (lockstep and not self._leader())
             msgs = self.endpoint.recv_all(timeout_ms=0 if busy or self._later else 20)
-            if not lockstep and self._later:
+            # a follower's held messages wait until it leaves the slot; a leader's (the rest of a
+            # batch in which it joined the slot) go out through its next forward
+            if self._later and (not lockstep or self._leader()):
                 msgs, self._later = self._later + msgs, []
             if lockstep:
                 msgs = self._forward(msgs)
-            for msg in msgs:
+            for i, msg in enumerate(msgs):
                 try:
                     self.handle(msg)
                 except Exception as e:  # report and keep serving: the controller decides
@@ -63,13 +65,20 @@ class Worker:
                     )
                     if isinstance(msg, (m.TrainStep, m.ShiftUp)):
                         raise
+                if isinstance(msg, m.ShiftUp) and self._lockstep():
+                    # joined a replica of several ranks mid-batch: the rest of the batch (a Stop,
+                    # a Generate) is slot-wide business, acted on only through the leader's
+                    # forward, so every rank of the slot sees it in the same loop. Acting on it
+                    # here let a follower stop while its leader waited for it in a broadcast.
+                    self._later = msgs[i + 1 :] + self._later
+                    break
             if self.stopped:
                 break
             if lockstep and (self.role, self.slot) == held:  # followers mirror every leader step
                 outputs = self.inference[self.role].step()
                 if outputs:
                     self.endpoint.send(m.Finished(self.spec.rank, self.role, self.slot, outputs))
-            elif self._engine_busy():
+            elif self._engine_busy() and not self._lockstep():
                 outputs = self.inference[self.role].step()
                 if outputs:
                     self.endpoint.send(m.Finished(self.spec.rank, self.role, self.slot, outputs))
