@@ -139,7 +139,10 @@ class Controller(ClusterHost):
             self.sched[info.role].submit(info.state())
 
     def finish(self) -> None:
-        while self.saving and self.failed is None:  # let the last checkpoint land
+        # let the last checkpoint land, and every shift in flight finish: a Stop reaches a
+        # replica of several ranks through its leader's forward, which waits for every follower,
+        # so each rank must be settled in its slot (or out of it) when the Stop arrives
+        while (self.saving or self.shifts.states.in_flight) and self.failed is None:
             got = self.ep.recv(100)
             if got is not None:
                 self.handle(*got)

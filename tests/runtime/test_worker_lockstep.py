@@ -5,7 +5,10 @@ through the leader's forward, so leader and follower see it in the same loop.
 Found as a hang in CI (`test_chaos_with_kv_migration_exactly_once[2]`): the controller sent
 ShiftUp(reward0) and then Stop; the follower received both in one batch and stopped at once,
 while its leader, which received them in two batches, waited for it in the forward's broadcast.
-The fakes here stand for the engine role and the leader's broadcast; the loop is the real one."""
+(The controller now also sends its Stop only once no shift is in flight: a leader that left one
+slot and joined another in one batch would otherwise forward the Stop to its old follower in the
+old slot and wait for it in the new one.) The fakes here stand for the engine role and the
+leader's broadcast; the loop is the real one."""
 
 from __future__ import annotations
 
