@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pivot.rl.evaluation import EvalResult
@@ -9,7 +10,9 @@ from pivot.rl.evaluation import EvalResult
 
 class StepProgress:
     def __init__(self, total: int, start: int, enabled: bool) -> None:
-        self.enabled = enabled
+        # a live bar only on a terminal: piped to a file (a Slurm log, `| tee`) it would show
+        # nothing until the end, so there every step prints its own line
+        self.enabled = enabled and Console().is_terminal
         self.heldout = ""
         if not enabled:
             return
