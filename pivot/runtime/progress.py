@@ -14,7 +14,7 @@ class StepProgress:
         # nothing until the end, so there every step prints its own line
         self.enabled = enabled and Console().is_terminal
         self.heldout = ""
-        if not enabled:
+        if not self.enabled:
             return
         self.bar = Progress(
             TextColumn("[bold]pivot"),

@@ -17,3 +17,7 @@ def test_a_step_prints_its_line_when_stdout_is_not_a_terminal(
     )
     progress.close()
     assert capsys.readouterr().out == "step 1: reward 0.500 acc 0.250 | RO=2 RM=1 TR=1\n"
+
+
+def test_no_bar_is_started_off_a_terminal() -> None:
+    assert not hasattr(StepProgress(total=3, start=0, enabled=True), "bar")
