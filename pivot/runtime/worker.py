@@ -74,11 +74,10 @@ class Worker:
                     break
             if self.stopped:
                 break
-            if lockstep and (self.role, self.slot) == held:  # followers mirror every leader step
-                outputs = self.inference[self.role].step()
-                if outputs:
-                    self.endpoint.send(m.Finished(self.spec.rank, self.role, self.slot, outputs))
-            elif self._engine_busy() and not self._lockstep():
+            # followers mirror every leader step; a rank that just joined a lockstep slot waits
+            # for its next loop, where it steps with the rest of the slot
+            mirror = lockstep and (self.role, self.slot) == held
+            if mirror or (not self._lockstep() and self._engine_busy()):
                 outputs = self.inference[self.role].step()
                 if outputs:
                     self.endpoint.send(m.Finished(self.spec.rank, self.role, self.slot, outputs))
