@@ -2,13 +2,15 @@
 
     python tools/bench_bound.py --groups qwen2.5-1.5b+glm-z1-9b --hardware h200 --seeds 0 --tails
     python tools/bench_bound.py --variants base no-kv          # 1.5B and 7B, H20 and H200, seeds 0 1 2
+    python tools/bench_bound.py --variants no-kv no-kv+paper-phi   # the planner's penalty
 
 Every run is the pivot deployment at a fixed training slot (`--train`, default the group's tuned
 one), on the aligned window (pivot/sim/window.py: steps 4..9 at staleness 2), with KV-preserving
 migration on (`planner.kv_migration`) unless a variant turns it off. A variant is a '+'-joined
-set of config overrides (`VARIANTS`); each run prints tokens/s, the share of the tighter bound
-(and of each bound), and the ratio over the same seed's `base` run (the same samples, so an
-inverse time ratio). Two diagnostics beside the bounds, neither a bound: `crowded path` decodes
+set of config overrides (`VARIANTS`, and `PATCHES` for what no config field expresses); each run
+prints tokens/s, the share of the tighter bound (and of each bound), shift-ups, aborts and
+re-prefilled tokens, and the ratio over the same seed's run of the first variant listed (the
+same samples, so an inverse time ratio). Two diagnostics beside the bounds, neither a bound: `crowded path` decodes
 every chain at the step latency of a KV-full replica instead of alone; `KV-limited work` is the
 work bound with each role's batch limited by the KV its sequences really hold. `--tails` adds,
 per measured step of the first seed, when its rollouts and judges finished after its prompts
@@ -19,10 +21,12 @@ last: their rollout's and judge's run time against alone, and the judge's queuei
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -61,12 +65,35 @@ def _no_kv(cfg: PivotConfig) -> None:
     cfg.planner.kv_migration = False
 
 
+def _no_refill(snap: object, rids: object, share: float = 1.0) -> dict[int, float]:
+    return {}
+
+
 VARIANTS: dict[str, Callable[[PivotConfig], None]] = {
     "base": _kv,
     "no-kv": _no_kv,
+    "paper-phi": lambda cfg: None,
 }
 """Config overrides on top of `base`; a policy to try goes here (the ones tried, with their
 results: docs/toward_the_bound.md)."""
+
+PATCHES: dict[str, tuple[str, Callable[..., object]]] = {
+    # the paper's phi = tau_shift * T_i: the discarded KV's re-prefill left out of the penalty
+    "paper-phi": ("pivot.plan.pairs.refill_s", _no_refill),
+}
+"""Variants that replace a function for their runs (what no config field expresses)."""
+
+
+def shift_ups(res: SimResult, within_s: float = 30.0) -> tuple[int, int]:
+    """Shift-ups of an inference role in the measured window, and how many of them came within
+    `within_s` after a shift-down of the same role (a replica shifted out and another back)."""
+    infer = [e for e in res.shifts if e.role != Role.TRAIN]
+    downs = [e for e in infer if not e.up]
+    ups = [e for e in infer if e.up and e.t_start >= res.window_start_s]
+    back = sum(
+        any(d.role == u.role and 0 <= u.t_start - d.t_start <= within_s for d in downs) for u in ups
+    )
+    return len(ups), back
 
 
 class _Probe(Simulator):
@@ -190,7 +217,7 @@ def main() -> None:
         "--variants",
         nargs="+",
         default=["base"],
-        help=f"each a '+'-joined set of: {', '.join(VARIANTS)} (ratios: over base)",
+        help=f"each a '+'-joined set of: {', '.join(VARIANTS)} (ratios: over the first)",
     )
     ap.add_argument("--train", type=int, default=None, help="training slot (default: tuned)")
     ap.add_argument("--steps", type=int, default=None, help="default: the aligned window's")
@@ -238,33 +265,38 @@ def main() -> None:
                 runs[v] = []
                 for seed in args.seeds:
                     cfg.seed = seed
-                    res, sim = run(cfg, opts)
+                    patch = PATCHES.get(next((q for q in parts if q in PATCHES), ""))
+                    with mock.patch(*patch) if patch else contextlib.nullcontext():
+                        res, sim = run(cfg, opts)
                     runs[v].append(res)
                     b, kind = bound_s(res)
                     cp, wk = critical_path_s(res), work_bound_s(res)
                     crowd = crowded_path_s(res, opts.kv_headroom)
                     kvw = kv_work_bound_s(res, opts.kv_headroom)
+                    ref = runs[args.variants[0]]
                     rat = (
-                        f"  x{res.throughput / runs['base'][len(runs[v]) - 1].throughput:.3f}"
-                        if v != "base" and "base" in runs
+                        f"  x{res.throughput / ref[len(runs[v]) - 1].throughput:.3f}"
+                        if ref is not runs[v]
                         else ""
                     )
+                    ups, back = shift_ups(res)
                     print(
                         f"  {v:12s} seed {seed}: {res.throughput:9,.0f} tok/s  bound ({kind}) "
                         f"{b / res.measured_s:4.0%} (path {cp / res.measured_s:.0%}, "
                         f"work {wk / res.measured_s:.0%}; crowded path {crowd / res.measured_s:.0%}, "
                         f"KV-limited work {kvw / res.measured_s:.0%})"
-                        f"  aborts {res.aborts}{rat}  "
+                        f"  shift-ups {ups} ({back} within 30 s of one down)  aborts {res.aborts}"
+                        f"  re-prefilled {res.reprefill_tokens / 1e6:.1f}M{rat}  "
                         f"[{res.wall_s:.0f} s]\n    {breakdown(res).line()}",
                         flush=True,
                     )
                     if args.tails and seed == args.seeds[0]:
                         tails(res, sim)
-                if v != "base" and "base" in runs:
+                if v != args.variants[0]:
                     r = Spread.of(
-                        a.throughput / b.throughput for a, b in zip(runs[v], runs["base"])
+                        a.throughput / b.throughput for a, b in zip(runs[v], runs[args.variants[0]])
                     )
-                    print(f"  {v:12s} over base: {r.fmt('.3f', 'x')}", flush=True)
+                    print(f"  {v:12s} over {args.variants[0]}: {r.fmt('.3f', 'x')}", flush=True)
     print(f"total wall {time.perf_counter() - t0:.0f} s")
 
 

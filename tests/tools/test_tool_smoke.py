@@ -66,9 +66,11 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
             "--variants",
             "base",
             "no-kv",
+            "no-kv+paper-phi",
             "--tails",
         ],
-        r"no-kv\s+over base: x[\d.]+",
+        r"no-kv\s+over base: x[\d.]+(.|\n)*shift-ups \d+ \(\d+ within 30 s(.|\n)*"
+        r"no-kv\+paper-phi over base: x[\d.]+",
         (),
     ),
     "bench_sim.py": (
