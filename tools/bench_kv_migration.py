@@ -1,21 +1,25 @@
 """KV-preserving migration in the emulated runtime: the same pivot-mode job on the same emulated
 cluster with `--planner.kv-migration` and with `--planner.no-kv-migration`, run at the same time
-(so both see the same CPU load), reported as ratios of one against the other.
+(so both see the same CPU load), reported as ratios of one against the other, seed by seed.
 
-    python tools/bench_kv_migration.py [--nproc 16] [--steps 4] [--batch-prompts 16] [--time-scale 0.1] ...
+    python tools/bench_kv_migration.py [--nproc 16] [--batch-prompts 16] [--time-scale 0.1] [--seeds 0 1 2] ...
 
-Flags as tools/bench_e2e_emulated.py's (hardware, model group, TP, training pool, length and time
-scale); the emulated time is the whole run's (first plan to last step), one seed. Prints per
-run: emulated throughput (the trained samples' paper-scale tokens over emulated time), tokens
-prefilled, of those re-prefilled (sequences resumed without their KV, or preempted),
-KV tokens that migrated instead, fallbacks (KV a replica could not take), the tiny model's compute
-share of the emulated windows and the wall seconds it overran them (high values mean the CPUs,
-not the emulated devices, set the pace: raise --time-scale); then with/without ratios.
+Flags as tools/bench_e2e.py --emulated (hardware, model group, TP, training pool, length and time
+scale, window, seeds). Throughput is over the same measured window as there: by default the
+period-aligned steady state of pivot/sim/window.py (steps 4..9 after 4 warm-up steps, the
+runtime running 2 steps past it), the trained samples' paper-scale tokens of those steps (the
+simulator's, which draws the same samples) over their emulated time. Prints per run: that
+throughput, tokens prefilled, of those re-prefilled (sequences resumed without their KV, or
+preempted), KV tokens that migrated instead, fallbacks (KV a replica could not take), all over
+the whole run, the tiny model's compute share of the emulated windows and the wall seconds it
+overran them (high values mean the CPUs, not the emulated devices, set the pace: raise
+--time-scale); then with/without ratios, per seed and as mean (min-max) over the seeds.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
@@ -27,51 +31,82 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import bench_e2e_emulated as emu  # noqa: E402
 
+from configs.presets import tiny_cpu  # noqa: E402
 from pivot.emulate import emulated_workload, paper_config, read_tallies  # noqa: E402
 from pivot.emulate.measure import EmulatedRun, measure  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, simulate  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
+from pivot.sim.window import Spread, Window  # noqa: E402
 
 RUNS = {"kv": ["--planner.kv-migration"], "reprefill": ["--planner.no-kv-migration"]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """One seed's two runs, each with the emulated seconds of its measured window."""
+
+    runs: dict[str, tuple[EmulatedRun, float]]
+    tokens: int
+    """Paper-scale tokens of the window's trained samples (the simulator's, the same samples)."""
+
+    def tps(self, name: str) -> float:
+        return self.tokens / self.runs[name][1]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=None, help="default: the aligned window's")
     ap.add_argument("--nproc", type=int, default=16)
-    ap.add_argument("--hardware", default="h20", choices=sorted(HARDWARE))
-    ap.add_argument(
-        "--emulate",
-        default="qwen2.5-7b+qwen3-30b-a3b",
-        help="paper preset whose model sizes are emulated",
+    emu.add_args(ap)
+    ap.set_defaults(
+        time_scale=0.1,
+        reward_tp=4,
+        train_devices=4,
+        batch_prompts=16,
+        out="runs/bench_kv_migration",
     )
-    ap.add_argument("--time-scale", type=float, default=0.1)
-    ap.add_argument("--length-scale", type=int, default=100)
-    ap.add_argument("--rollout-tp", type=int, default=1)
-    ap.add_argument("--reward-tp", type=int, default=4)
-    ap.add_argument("--train-devices", type=int, default=4)
-    ap.add_argument("--batch-prompts", type=int, default=16)
-    ap.add_argument("--group-size", type=int, default=16)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="runs/bench_kv_migration")
-    ap.add_argument("--reuse", action="store_true", help="read the runs already in --out")
     args, extra = ap.parse_known_args()
-    base = emu.base_config(args, args.steps)  # the same emulated job as bench_e2e --emulated
-    paper = paper_config(base, args.nproc, args.nproc)
-    cfg = deployment(paper, "pivot", Allocation(args.train_devices, 0))
+    w = emu.window_of(args)
+    seeds = [args.seed] if args.seed is not None else args.seeds
+    pairs = [run_seed(args, w, extra) for args.seed in seeds]
+    if len(pairs) > 1:
+        thr = Spread.of(p.tps("kv") / p.tps("reprefill") for p in pairs)
+        re = Spread.of(
+            p.runs["kv"][0].reprefill_tokens / max(p.runs["reprefill"][0].reprefill_tokens, 1)
+            for p in pairs
+        )
+        print(
+            f"\nseeds {' '.join(map(str, seeds))}, kv / reprefill: throughput "
+            f"{thr.fmt('.3f', 'x')}, re-prefilled tokens {re.fmt('.3f', 'x')}"
+        )
+
+
+def run_seed(args: argparse.Namespace, w: Window, extra: list[str]) -> Pair:
+    staleness = tiny_cpu().train.staleness
+    base = emu.base_config(args, w.steps + (staleness if w.warmup else 0))
+    cfg = deployment(
+        paper_config(base, args.nproc, args.nproc), "pivot", Allocation(args.train_devices, 0)
+    )
     workload = emulated_workload(
         args.batch_prompts, args.group_size, emu.tiny_shape(base), args.length_scale
     )
     sim = simulate(
-        cfg, SimOptions(hardware=HARDWARE[args.hardware], workload=workload, steps=args.steps)
+        cfg,
+        SimOptions(
+            hardware=HARDWARE[args.hardware],
+            workload=workload,
+            steps=w.steps,
+            warmup_steps=w.warmup,
+        ),
     )
-    out = ROOT / args.out
+    out = ROOT / args.out / f"seed{args.seed}"
     print(
-        f"emulated {args.nproc} x {args.hardware} serving {args.emulate} (rollout TP{args.rollout_tp}, GenRM "
-        f"TP{args.reward_tp}), pivot mode, {args.steps} steps, time scale {args.time_scale:g}, length scale "
-        f"{args.length_scale}; {workload.describe(args.nproc)}",
+        f"seed {args.seed}: emulated {args.nproc} x {args.hardware} serving {args.emulate} (rollout "
+        f"TP{args.rollout_tp}, GenRM TP{args.reward_tp}), pivot mode, time scale {args.time_scale:g}, "
+        f"length scale {args.length_scale}; {workload.describe(args.nproc)}; measured "
+        f"{w.describe(staleness)}",
         flush=True,
     )
     procs = {}
@@ -104,26 +139,37 @@ def main() -> None:
         text, _ = p.communicate()
         if p.returncode != 0:
             raise SystemExit(f"{name} failed:\n{text[-3000:]}")
-    runs = {name: measure(out / name, args.time_scale, read_tallies(out / name)) for name in RUNS}
-    report(runs, sim.tokens)
+    pair = Pair(
+        {
+            name: (
+                measure(out / name, args.time_scale, read_tallies(out / name)),
+                emu.window_s(out / name, w, args.time_scale),
+            )
+            for name in RUNS
+        },
+        sim.tokens,
+    )
+    report(pair)
+    return pair
 
 
-def report(runs: dict[str, EmulatedRun], tokens: float) -> None:
+def report(pair: Pair) -> None:
     print(
-        f"\n{'run':10s} {'tok/s':>9s} {'prefilled':>9s} {'re-prefilled':>12s} {'KV moved':>9s} {'fallback':>8s} "
+        f"{'run':10s} {'tok/s':>9s} {'prefilled':>9s} {'re-prefilled':>12s} {'KV moved':>9s} {'fallback':>8s} "
         f"{'plans':>5s} {'compute%':>8s} {'overrun s':>9s}"
     )
-    for name, r in runs.items():
+    for name, (r, _) in pair.runs.items():
         print(
-            f"{name:10s} {tokens / r.emulated_s:9,.0f} {r.prefill_tokens:9,d} {r.reprefill_tokens:12,d} "
+            f"{name:10s} {pair.tps(name):9,.0f} {r.prefill_tokens:9,d} {r.reprefill_tokens:12,d} "
             f"{r.kv_imported_tokens:9,d} {r.kv_fallback_tokens:8,d} {r.plans:5d} {100 * r.compute_share:8.0f} "
             f"{r.overrun_s:9.1f}"
         )
-    kv, re = runs["kv"], runs["reprefill"]
+    kv, re = pair.runs["kv"][0], pair.runs["reprefill"][0]
     print(
-        f"\nkv / reprefill: throughput x{re.emulated_s / kv.emulated_s:.3f}, prefilled tokens "
+        f"kv / reprefill: throughput x{pair.tps('kv') / pair.tps('reprefill'):.3f}, prefilled tokens "
         f"x{kv.prefill_tokens / max(re.prefill_tokens, 1):.3f}, re-prefilled tokens "
-        f"x{kv.reprefill_tokens / max(re.reprefill_tokens, 1):.3f}"
+        f"x{kv.reprefill_tokens / max(re.reprefill_tokens, 1):.3f}",
+        flush=True,
     )
 
 
