@@ -53,9 +53,8 @@ def penalty(
     """phi of shifting `down` replicas: each stops serving for tau_shift (the measured duration of
     the shift, pivot/shift/timing.py) and its discarded KV costs `refill` seconds of recompute.
     The paper's phi is tau_shift * T_i alone, which departs here because with it the
-    simulated 32B group shifted TP4 replicas out and back within seconds (1,305 shift-ups in
-    7 steps, 85% within 30 s of a shift-down of the same role) and re-prefilled 4x its prompts,
-    25% slower than with the re-prefill priced (docs/results.md)."""
+    simulated 32B and 72B groups abort 1.4-4.2x as many sequences, re-prefill 2-8x as many
+    tokens and run 2-6% slower, while on 1.5B and 7B the two are within 3% (docs/results.md)."""
     return sum((tau_shift + refill.get(h, 0.0)) * rates.get(h, 0.0) for h in down)
 
 
