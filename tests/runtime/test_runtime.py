@@ -120,8 +120,7 @@ def test_many_shifts_exactly_once_and_weights_match_gps(
     assert len({(r["step"], r["prompt"]) for r in rows(tmp_path, "samples.jsonl")}) == 4 * B
     events = [r for r in rows(tmp_path, "timeline.jsonl") if r.get("kind") == "shift"]
     ups = [e for e in events if e.get("event") == "shift_up" and e["role"] != "train"]
-    # the chaos planner ticks on wall time, so a loaded machine gets fewer shifts (6 seen in CI)
-    assert sum(e.get("event") in ("shift_up", "shift_down") for e in events) >= 4
+    assert sum(e.get("event") in ("shift_up", "shift_down") for e in events) >= 8
     weights = shift_up_weights(events, tmp_path / "checkpoints", *models)
     assert (weights.verified, weights.unverifiable, weights.mismatched) == (len(ups), 0, [])
 
