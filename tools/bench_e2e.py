@@ -98,6 +98,7 @@ def main() -> None:
         "--emulated", action="store_true", help="emulated devices, beside the simulator"
     )
     bench_e2e_emulated.add_args(ap)
+    bench_e2e_emulated.add_mode_args(ap)
     args, extra = ap.parse_known_args()
     if args.emulated:
         args.modes = args.modes or ",".join(bench_e2e_emulated.MODES)

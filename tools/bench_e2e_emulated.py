@@ -53,12 +53,6 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--rollout-tp", type=int, default=1)
     g.add_argument("--reward-tp", type=int, default=1)
     g.add_argument("--train-devices", type=int, default=2)
-    g.add_argument(
-        "--rollout-devices",
-        type=int,
-        default=0,
-        help="disaggregated rollout pool; 0 = half the rest",
-    )
     g.add_argument("--batch-prompts", type=int, default=8)
     g.add_argument("--group-size", type=int, default=16)
     g.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
@@ -68,14 +62,25 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--out", default="runs/bench_emulated")
     g.add_argument(
-        "--sim-only",
-        action="store_true",
-        help="only the simulator's figures (to choose a configuration)",
-    )
-    g.add_argument(
         "--reuse",
         action="store_true",
         help="read the runs already in --out instead of running them again",
+    )
+
+
+def add_mode_args(ap: argparse.ArgumentParser) -> None:
+    """Flags of the comparison across deployment modes (not of a single-mode job)."""
+    g = ap.add_argument_group("--emulated, across modes")
+    g.add_argument(
+        "--rollout-devices",
+        type=int,
+        default=0,
+        help="disaggregated rollout pool; 0 = half the rest",
+    )
+    g.add_argument(
+        "--sim-only",
+        action="store_true",
+        help="only the simulator's figures (to choose a configuration)",
     )
 
 
@@ -183,10 +188,10 @@ def flags_of(cfg: PivotConfig) -> list[str]:
     ]
 
 
-def run_runtime(
+def launch(
     name: str, cfg: PivotConfig, nproc: int, out: Path, extra: list[str]
-) -> EmulatedRun:
-    run_dir = out / name
+) -> subprocess.Popen:
+    """Start the job of `cfg` on `nproc` emulated devices, logging under out/name; output piped."""
     cmd = [
         sys.executable,
         "-m",
@@ -197,14 +202,21 @@ def run_runtime(
         str(ROOT / "pivot" / "main.py"),
         *flags_of(cfg),
         "--log.dir",
-        str(run_dir),
+        str(out / name),
         *extra,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+
+
+def finish(name: str, proc: subprocess.Popen, out: Path, time_scale: float) -> EmulatedRun:
+    """Wait for a launched job and read its emulated run (a failed job ends the tool with its log)."""
+    text, _ = proc.communicate()
     if proc.returncode != 0:
-        raise SystemExit(f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return measure(run_dir, cfg.emulate.time_scale, read_tallies(run_dir))
+        raise SystemExit(f"{name} failed:\n{text[-3000:]}")
+    return measure(out / name, time_scale, read_tallies(out / name))
 
 
 def shares_real(r: EmulatedRun, world: int) -> str:
@@ -258,6 +270,38 @@ def window_s(run_dir: Path, w: Window, time_scale: float) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
+class SeedJob:
+    """One seed's paper-scale job: the runtime's config, the simulator's options on the window."""
+
+    paper: PivotConfig
+    opts: SimOptions
+    out: Path
+
+
+def seed_job(args: argparse.Namespace, w: Window) -> SeedJob:
+    """The job of seed `args.seed` on window `w`, announced on stdout."""
+    # the runtime runs `staleness` steps past the window, so its measured steps do not drain alone
+    # (the simulator keeps releasing prompts past its last step in a steady-state window)
+    staleness = tiny_cpu().train.staleness
+    base = base_config(args, w.steps + (staleness if w.warmup else 0))
+    workload = emulated_workload(
+        args.batch_prompts, args.group_size, tiny_shape(base), args.length_scale
+    )
+    opts = SimOptions(
+        hardware=HARDWARE[args.hardware], workload=workload, steps=w.steps, warmup_steps=w.warmup
+    )
+    print(
+        f"seed {args.seed}: emulated {args.nproc} x {args.hardware} serving {args.emulate} (rollout "
+        f"TP{args.rollout_tp}, GenRM TP{args.reward_tp}), time scale {args.time_scale:g}, length "
+        f"scale {args.length_scale}; {workload.describe(args.nproc)}; measured {w.describe(staleness)}",
+        flush=True,
+    )
+    return SeedJob(
+        paper_config(base, args.nproc, args.nproc), opts, ROOT / args.out / f"seed{args.seed}"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class Measured:
     real: EmulatedRun
     sim: SimResult
@@ -280,26 +324,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     results: dict[str, list[Measured]] = {}
     for seed in seeds:
         args.seed = seed
-        # the runtime runs `staleness` steps past the window, so its measured steps do not drain alone
-        # (the simulator keeps releasing prompts past its last step in a steady-state window)
-        base = base_config(args, w.steps + (tiny_cpu().train.staleness if w.warmup else 0))
-        paper = paper_config(base, world, world)
-        workload = emulated_workload(
-            args.batch_prompts, args.group_size, tiny_shape(base), args.length_scale
-        )
-        opts = SimOptions(
-            hardware=HARDWARE[args.hardware],
-            workload=workload,
-            steps=w.steps,
-            warmup_steps=w.warmup,
-        )
-        out = ROOT / args.out / f"seed{seed}"
-        print(
-            f"seed {seed}: emulated {world} x {args.hardware} serving {args.emulate} (rollout TP{args.rollout_tp}, "
-            f"GenRM TP{args.reward_tp}), time scale {args.time_scale:g}, length scale {args.length_scale}; "
-            f"{workload.describe(world)}; measured {w.describe(base.train.staleness)}",
-            flush=True,
-        )
+        job = seed_job(args, w)
+        paper, opts, out = job.paper, job.opts, job.out
         for name in args.modes.split(","):
             sim_cfg = deployment(
                 paper,
@@ -317,7 +343,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
             real = (
                 measure(out / name, args.time_scale, read_tallies(out / name))
                 if done
-                else run_runtime(name, sim_cfg, world, out, extra)
+                else finish(name, launch(name, sim_cfg, world, out, extra), out, args.time_scale)
             )
             results.setdefault(name, []).append(
                 Measured(real, sim, window_s(out / name, w, args.time_scale))

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,10 +29,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import bench_e2e_emulated as emu  # noqa: E402
 
-from configs.presets import tiny_cpu  # noqa: E402
-from pivot.emulate import emulated_workload, paper_config, read_tallies  # noqa: E402
+from pivot.emulate import read_tallies  # noqa: E402
 from pivot.emulate.measure import EmulatedRun, measure  # noqa: E402
-from pivot.sim import HARDWARE, SimOptions, simulate  # noqa: E402
+from pivot.sim import simulate  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
 from pivot.sim.window import Spread, Window  # noqa: E402
 
@@ -84,70 +81,24 @@ def main() -> None:
 
 
 def run_seed(args: argparse.Namespace, w: Window, extra: list[str]) -> Pair:
-    staleness = tiny_cpu().train.staleness
-    base = emu.base_config(args, w.steps + (staleness if w.warmup else 0))
-    cfg = deployment(
-        paper_config(base, args.nproc, args.nproc), "pivot", Allocation(args.train_devices, 0)
-    )
-    workload = emulated_workload(
-        args.batch_prompts, args.group_size, emu.tiny_shape(base), args.length_scale
-    )
-    sim = simulate(
-        cfg,
-        SimOptions(
-            hardware=HARDWARE[args.hardware],
-            workload=workload,
-            steps=w.steps,
-            warmup_steps=w.warmup,
-        ),
-    )
-    out = ROOT / args.out / f"seed{args.seed}"
-    print(
-        f"seed {args.seed}: emulated {args.nproc} x {args.hardware} serving {args.emulate} (rollout "
-        f"TP{args.rollout_tp}, GenRM TP{args.reward_tp}), pivot mode, time scale {args.time_scale:g}, "
-        f"length scale {args.length_scale}; {workload.describe(args.nproc)}; measured "
-        f"{w.describe(staleness)}",
-        flush=True,
-    )
-    procs = {}
-    for name, flags in RUNS.items():
-        if args.reuse and (out / name / "emulated").is_dir():
-            continue
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            str(args.nproc),
-            str(ROOT / "pivot" / "main.py"),
-            *emu.flags_of(cfg),
-            "--log.dir",
-            str(out / name),
-            *flags,
-            *extra,
-        ]
-        env = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-        procs[name] = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, **env},
+    job = emu.seed_job(args, w)
+    cfg = deployment(job.paper, "pivot", Allocation(args.train_devices, 0))
+    sim = simulate(cfg, job.opts)
+    procs = {
+        name: emu.launch(name, cfg, args.nproc, job.out, [*flags, *extra])
+        for name, flags in RUNS.items()
+        if not (args.reuse and (job.out / name / "emulated").is_dir())
+    }  # side by side, so both see the same CPU load
+    runs = {
+        name: (
+            emu.finish(name, procs[name], job.out, args.time_scale)
+            if name in procs
+            else measure(job.out / name, args.time_scale, read_tallies(job.out / name))
         )
-    for name, p in procs.items():
-        text, _ = p.communicate()
-        if p.returncode != 0:
-            raise SystemExit(f"{name} failed:\n{text[-3000:]}")
+        for name in RUNS
+    }
     pair = Pair(
-        {
-            name: (
-                measure(out / name, args.time_scale, read_tallies(out / name)),
-                emu.window_s(out / name, w, args.time_scale),
-            )
-            for name in RUNS
-        },
-        sim.tokens,
+        {n: (r, emu.window_s(job.out / n, w, args.time_scale)) for n, r in runs.items()}, sim.tokens
     )
     report(pair)
     return pair
