@@ -7,7 +7,7 @@
 Every run is the pivot deployment at a fixed training slot (`--train`, default the group's tuned
 one), on the aligned window (pivot/sim/window.py: steps 4..9 at staleness 2), with KV-preserving
 migration on (`planner.kv_migration`) unless a variant turns it off. A variant is a '+'-joined
-set of config overrides (`VARIANTS`, and `PATCHES` for what no config field expresses); each run
+set of config overrides and function patches (`VARIANTS`); each run
 prints tokens/s, the share of the tighter bound (and of each bound), shift-ups, aborts and
 re-prefilled tokens, and the ratio over the same seed's run of the first variant listed (the
 same samples, so an inverse time ratio). Two diagnostics beside the bounds, neither a bound: `crowded path` decodes
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -69,19 +70,22 @@ def _no_refill(snap: object, rids: object, share: float = 1.0) -> dict[int, floa
     return {}
 
 
-VARIANTS: dict[str, Callable[[PivotConfig], None]] = {
-    "base": _kv,
-    "no-kv": _no_kv,
-    "paper-phi": lambda cfg: None,
-}
-"""Config overrides on top of `base`; a policy to try goes here (the ones tried, with their
-results: docs/toward_the_bound.md)."""
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A config override, and a function replaced for the run where no config field expresses it."""
 
-PATCHES: dict[str, tuple[str, Callable[..., object]]] = {
+    override: Callable[[PivotConfig], None] = lambda cfg: None
+    patch: tuple[str, Callable[..., object]] | None = None
+
+
+VARIANTS: dict[str, Variant] = {
+    "base": Variant(_kv),
+    "no-kv": Variant(_no_kv),
     # the paper's phi = tau_shift * T_i: the discarded KV's re-prefill left out of the penalty
-    "paper-phi": ("pivot.plan.pairs.refill_s", _no_refill),
+    "paper-phi": Variant(patch=("pivot.plan.pairs.refill_s", _no_refill)),
 }
-"""Variants that replace a function for their runs (what no config field expresses)."""
+"""Variants on top of `base`; a policy to try goes here (the ones tried, with their results:
+docs/toward_the_bound.md)."""
 
 
 def shift_ups(res: SimResult, within_s: float = 30.0) -> tuple[int, int]:
@@ -255,18 +259,20 @@ def main() -> None:
             runs: dict[str, list[SimResult]] = {}
             for v in args.variants:
                 cfg = deployment(base, "pivot", Allocation(train))
-                VARIANTS["base"](cfg)
                 parts = v.split("+")
                 bad = [p for p in parts if p not in VARIANTS]
                 if bad:
                     raise SystemExit(f"--variants {v}: unknown {', '.join(bad)}")
-                for p in parts:
-                    VARIANTS[p](cfg)
+                chosen = [VARIANTS["base"], *(VARIANTS[p] for p in parts)]
+                for variant in chosen:
+                    variant.override(cfg)
                 runs[v] = []
                 for seed in args.seeds:
                     cfg.seed = seed
-                    patch = PATCHES.get(next((q for q in parts if q in PATCHES), ""))
-                    with mock.patch(*patch) if patch else contextlib.nullcontext():
+                    with contextlib.ExitStack() as patches:
+                        for variant in chosen:
+                            if variant.patch:
+                                patches.enter_context(mock.patch(*variant.patch))
                         res, sim = run(cfg, opts)
                     runs[v].append(res)
                     b, kind = bound_s(res)

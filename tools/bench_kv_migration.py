@@ -13,12 +13,15 @@ throughput, tokens prefilled, of those re-prefilled (sequences resumed without t
 preempted), KV tokens that migrated instead, fallbacks (KV a replica could not take), all over
 the whole run, the tiny model's compute share of the emulated windows and the wall seconds it
 overran them (high values mean the CPUs, not the emulated devices, set the pace: raise
---time-scale); then with/without ratios, per seed and as mean (min-max) over the seeds.
+--time-scale), beside the simulator's throughput for the identical configuration, samples and
+window; then with/without ratios, emulated and simulated, per seed and as mean (min-max) over
+the seeds.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import sys
 from pathlib import Path
@@ -29,9 +32,10 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import bench_e2e_emulated as emu  # noqa: E402
 
+from pivot.config import PivotConfig  # noqa: E402
 from pivot.emulate import read_tallies  # noqa: E402
 from pivot.emulate.measure import EmulatedRun, measure  # noqa: E402
-from pivot.sim import simulate  # noqa: E402
+from pivot.sim import SimResult, simulate  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
 from pivot.sim.window import Spread, Window  # noqa: E402
 
@@ -40,14 +44,19 @@ RUNS = {"kv": ["--planner.kv-migration"], "reprefill": ["--planner.no-kv-migrati
 
 @dataclasses.dataclass(frozen=True)
 class Pair:
-    """One seed's two runs, each with the emulated seconds of its measured window."""
+    """One seed's two runs, each with the emulated seconds of its measured window, and the
+    simulator's prediction of each (the identical configuration, samples and window)."""
 
     runs: dict[str, tuple[EmulatedRun, float]]
-    tokens: int
-    """Paper-scale tokens of the window's trained samples (the simulator's, the same samples)."""
+    sims: dict[str, SimResult]
 
     def tps(self, name: str) -> float:
-        return self.tokens / self.runs[name][1]
+        # paper-scale tokens of the window's trained samples: the simulator's, the same samples
+        return self.sims[name].tokens / self.runs[name][1]
+
+    def ratio(self, num: str, den: str) -> tuple[float, float]:
+        """num over den: emulated, simulated."""
+        return self.tps(num) / self.tps(den), self.sims[num].throughput / self.sims[den].throughput
 
 
 def main() -> None:
@@ -69,21 +78,23 @@ def main() -> None:
     seeds = [args.seed] if args.seed is not None else args.seeds
     pairs = [run_seed(args, w, extra) for args.seed in seeds]
     if len(pairs) > 1:
-        thr = Spread.of(p.tps("kv") / p.tps("reprefill") for p in pairs)
+        thr = Spread.of(p.ratio("kv", "reprefill")[0] for p in pairs)
+        sim = Spread.of(p.ratio("kv", "reprefill")[1] for p in pairs)
         re = Spread.of(
             p.runs["kv"][0].reprefill_tokens / max(p.runs["reprefill"][0].reprefill_tokens, 1)
             for p in pairs
         )
         print(
             f"\nseeds {' '.join(map(str, seeds))}, kv / reprefill: throughput "
-            f"{thr.fmt('.3f', 'x')}, re-prefilled tokens {re.fmt('.3f', 'x')}"
+            f"{thr.fmt('.3f', 'x')} (simulated {sim.fmt('.3f', 'x')}), re-prefilled tokens "
+            f"{re.fmt('.3f', 'x')}"
         )
 
 
 def run_seed(args: argparse.Namespace, w: Window, extra: list[str]) -> Pair:
     job = emu.seed_job(args, w)
     cfg = deployment(job.paper, "pivot", Allocation(args.train_devices, 0))
-    sim = simulate(cfg, job.opts)
+    sims = {name: simulate(with_kv(cfg, name == "kv"), job.opts) for name in RUNS}
     procs = {
         name: emu.launch(name, cfg, args.nproc, job.out, [*flags, *extra])
         for name, flags in RUNS.items()
@@ -98,26 +109,35 @@ def run_seed(args: argparse.Namespace, w: Window, extra: list[str]) -> Pair:
         for name in RUNS
     }
     pair = Pair(
-        {n: (r, emu.window_s(job.out / n, w, args.time_scale)) for n, r in runs.items()}, sim.tokens
+        {n: (r, emu.window_s(job.out / n, w, args.time_scale)) for n, r in runs.items()}, sims
     )
     report(pair)
     return pair
 
 
+def with_kv(cfg: PivotConfig, kv: bool) -> PivotConfig:
+    # a copy, not dataclasses.replace: the paper-scale config is the simulator's, not one a
+    # runtime on these ranks would accept (its checks run again on replace)
+    out = copy.deepcopy(cfg)
+    out.planner.kv_migration = kv
+    return out
+
+
 def report(pair: Pair) -> None:
     print(
-        f"{'run':10s} {'tok/s':>9s} {'prefilled':>9s} {'re-prefilled':>12s} {'KV moved':>9s} {'fallback':>8s} "
-        f"{'plans':>5s} {'compute%':>8s} {'overrun s':>9s}"
+        f"{'run':10s} {'tok/s':>9s} {'sim':>9s} {'prefilled':>9s} {'re-prefilled':>12s} "
+        f"{'KV moved':>9s} {'fallback':>8s} {'plans':>5s} {'compute%':>8s} {'overrun s':>9s}"
     )
     for name, (r, _) in pair.runs.items():
         print(
-            f"{name:10s} {pair.tps(name):9,.0f} {r.prefill_tokens:9,d} {r.reprefill_tokens:12,d} "
-            f"{r.kv_imported_tokens:9,d} {r.kv_fallback_tokens:8,d} {r.plans:5d} {100 * r.compute_share:8.0f} "
-            f"{r.overrun_s:9.1f}"
+            f"{name:10s} {pair.tps(name):9,.0f} {pair.sims[name].throughput:9,.0f} "
+            f"{r.prefill_tokens:9,d} {r.reprefill_tokens:12,d} {r.kv_imported_tokens:9,d} "
+            f"{r.kv_fallback_tokens:8,d} {r.plans:5d} {100 * r.compute_share:8.0f} {r.overrun_s:9.1f}"
         )
     kv, re = pair.runs["kv"][0], pair.runs["reprefill"][0]
+    real, sim = pair.ratio("kv", "reprefill")
     print(
-        f"kv / reprefill: throughput x{pair.tps('kv') / pair.tps('reprefill'):.3f}, prefilled tokens "
+        f"kv / reprefill: throughput x{real:.3f} (simulated x{sim:.3f}), prefilled tokens "
         f"x{kv.prefill_tokens / max(re.prefill_tokens, 1):.3f}, re-prefilled tokens "
         f"x{kv.reprefill_tokens / max(re.reprefill_tokens, 1):.3f}",
         flush=True,
