@@ -9,7 +9,9 @@ Each run is one PivotRL simulation at a fixed allocation (no search: `--use GROU
 each preset's training pool), one at a time. The window is pivot/sim/window.py's aligned one
 (4 warm-up steps, then whole staleness periods: steps 4..9 at staleness 2). Per group, hardware
 and seed it prints tokens/s, prefilled tokens, re-prefilled tokens (resumed without their KV, or
-preempted) and KV-moved tokens, on / off; then the ratios per seed and their mean.
+preempted) and KV-moved tokens, on / off; then the ratios per seed and their mean; `--band`
+adds the on/off ratio at the cost model's slow and fast corners (pivot/sim/band.py; seed 0
+unless `--band-seeds`).
 """
 
 from __future__ import annotations
@@ -27,12 +29,19 @@ from bench_sim import GROUPS  # noqa: E402  (the paper's four groups, listed onc
 
 from configs.presets import get_preset  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noqa: E402
+from pivot.sim.band import CORNERS, corner  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
+from pivot.sim.hardware import HardwareProfile  # noqa: E402
 from pivot.sim.window import DEFAULT_SEEDS, aligned_window  # noqa: E402
 
 
 def run(
-    group: str, hw: str, seed: int, train: int | None, kv: bool, args: argparse.Namespace
+    group: str,
+    hw: HardwareProfile,
+    seed: int,
+    train: int | None,
+    kv: bool,
+    args: argparse.Namespace,
 ) -> SimResult:
     cfg = get_preset(group)
     cfg.seed = seed
@@ -41,9 +50,7 @@ def run(
     w = aligned_window(cfg.train.staleness)
     n = args.steps or w.steps
     workload = Workload(prompts_per_step=args.prompts, group_size=args.group_size)
-    opts = SimOptions(
-        hardware=HARDWARE[hw], steps=n, warmup_steps=min(w.warmup, n - 1), workload=workload
-    )
+    opts = SimOptions(hardware=hw, steps=n, warmup_steps=min(w.warmup, n - 1), workload=workload)
     return simulate(cfg, opts)
 
 
@@ -62,6 +69,14 @@ def main() -> None:
         "--prompts", type=int, default=None, help="prompts per step (default: 4 per device)"
     )
     ap.add_argument("--group-size", type=int, default=16)
+    ap.add_argument(
+        "--band",
+        action="store_true",
+        help="also on the cost model's slow and fast corners (pivot/sim/band.py)",
+    )
+    ap.add_argument(
+        "--band-seeds", type=int, nargs="+", default=[0], help="seeds of the band's runs"
+    )
     args = ap.parse_args()
     use = {g: int(t) for g, t in (u.split("=") for u in args.use)}
     t0 = time.perf_counter()
@@ -75,8 +90,8 @@ def main() -> None:
             gains, cuts = [], []
             for seed in args.seeds:
                 t1 = time.perf_counter()
-                off = run(group, hw, seed, use.get(group), False, args)
-                on = run(group, hw, seed, use.get(group), True, args)
+                off = run(group, HARDWARE[hw], seed, use.get(group), False, args)
+                on = run(group, HARDWARE[hw], seed, use.get(group), True, args)
                 gain = on.throughput / off.throughput
                 cut = on.reprefill_tokens / max(off.reprefill_tokens, 1)
                 gains.append(gain)
@@ -93,7 +108,22 @@ def main() -> None:
                 f"(x{min(gains):.3f}..x{max(gains):.3f}), re-prefilled x{statistics.mean(cuts):.3f}",
                 flush=True,
             )
+            if args.band:
+                print(f"{group} {hw} band: {band(group, hw, use.get(group), args)}", flush=True)
     print(f"total wall {time.perf_counter() - t0:.0f} s")
+
+
+def band(group: str, hw: str, train: int | None, args: argparse.Namespace) -> str:
+    """Throughput on/off at each corner of the cost model, over the band's seeds."""
+    parts = []
+    for c in CORNERS:
+        gains = [
+            run(group, corner(HARDWARE[hw], c), seed, train, True, args).throughput
+            / run(group, corner(HARDWARE[hw], c), seed, train, False, args).throughput
+            for seed in args.band_seeds
+        ]
+        parts.append(f"{c} x{statistics.mean(gains):.3f}")
+    return f"throughput on/off {', '.join(parts)} (seeds {' '.join(map(str, args.band_seeds))})"
 
 
 if __name__ == "__main__":

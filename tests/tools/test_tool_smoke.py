@@ -175,8 +175,9 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
     ),
     "bench_kv_sim.py": (
         "--groups qwen2.5-1.5b+glm-z1-9b --hardware h20 --seeds 0 --steps 2 --prompts 4 "
-        "--group-size 2".split(),
-        r"mean over seeds \[0\]: throughput x[\d.]+",
+        "--group-size 2 --band".split(),
+        r"mean over seeds \[0\]: throughput x[\d.]+(.|\n)*band: throughput on/off slow x[\d.]+, "
+        r"fast x[\d.]+",
         (),
     ),
     "bench_e2e.py": (["--steps", "1", "--modes", "pivot", *TINY_JOB], r"pivot\s+\d+", (SLOW,)),
