@@ -14,8 +14,9 @@ preempted), KV tokens that migrated instead, fallbacks (KV a replica could not t
 the whole run, the tiny model's compute share of the emulated windows and the wall seconds it
 overran them (high values mean the CPUs, not the emulated devices, set the pace: raise
 --time-scale), beside the simulator's throughput for the identical configuration, samples and
-window; then with/without ratios, emulated and simulated, per seed and as mean (min-max) over
-the seeds.
+window; then with/without ratios, emulated and simulated (nominal, and at the cost model's slow
+and fast corners, pivot/sim/band.py: the emulated devices run the nominal model), per seed and
+as mean (min-max) over the seeds.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pivot.config import PivotConfig  # noqa: E402
 from pivot.emulate import read_tallies  # noqa: E402
 from pivot.emulate.measure import EmulatedRun, measure  # noqa: E402
 from pivot.sim import SimResult, simulate  # noqa: E402
+from pivot.sim.band import CORNERS, corner  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
 from pivot.sim.window import Spread, Window  # noqa: E402
 
@@ -49,6 +51,8 @@ class Pair:
 
     runs: dict[str, tuple[EmulatedRun, float]]
     sims: dict[str, SimResult]
+    band: dict[str, float]
+    """The simulated kv / reprefill ratio at each corner of the cost model (pivot/sim/band.py)."""
 
     def tps(self, name: str) -> float:
         # paper-scale tokens of the window's trained samples: the simulator's, the same samples
@@ -86,8 +90,11 @@ def main() -> None:
         )
         print(
             f"\nseeds {' '.join(map(str, seeds))}, kv / reprefill: throughput "
-            f"{thr.fmt('.3f', 'x')} (simulated {sim.fmt('.3f', 'x')}), re-prefilled tokens "
-            f"{re.fmt('.3f', 'x')}"
+            f"{thr.fmt('.3f', 'x')} (simulated {sim.fmt('.3f', 'x')}; "
+            + ", ".join(
+                f"{c} corner {Spread.of(p.band[c] for p in pairs).fmt('.3f', 'x')}" for c in CORNERS
+            )
+            + f"), re-prefilled tokens {re.fmt('.3f', 'x')}"
         )
 
 
@@ -95,6 +102,11 @@ def run_seed(args: argparse.Namespace, w: Window, extra: list[str]) -> Pair:
     job = emu.seed_job(args, w)
     cfg = deployment(job.paper, "pivot", Allocation(args.train_devices, 0))
     sims = {name: simulate(with_kv(cfg, name == "kv"), job.opts) for name in RUNS}
+    band = {}
+    for c in CORNERS:
+        opts = dataclasses.replace(job.opts, hardware=corner(job.opts.hardware, c))
+        on, off = (simulate(with_kv(cfg, kv), opts).throughput for kv in (True, False))
+        band[c] = on / off
     procs = {
         name: emu.launch(name, cfg, args.nproc, job.out, [*flags, *extra])
         for name, flags in RUNS.items()
@@ -109,7 +121,9 @@ def run_seed(args: argparse.Namespace, w: Window, extra: list[str]) -> Pair:
         for name in RUNS
     }
     pair = Pair(
-        {n: (r, emu.window_s(job.out / n, w, args.time_scale)) for n, r in runs.items()}, sims
+        {n: (r, emu.window_s(job.out / n, w, args.time_scale)) for n, r in runs.items()},
+        sims,
+        band,
     )
     report(pair)
     return pair
@@ -137,7 +151,9 @@ def report(pair: Pair) -> None:
     kv, re = pair.runs["kv"][0], pair.runs["reprefill"][0]
     real, sim = pair.ratio("kv", "reprefill")
     print(
-        f"kv / reprefill: throughput x{real:.3f} (simulated x{sim:.3f}), prefilled tokens "
+        f"kv / reprefill: throughput x{real:.3f} (simulated x{sim:.3f}; "
+        + ", ".join(f"{c} corner x{r:.3f}" for c, r in pair.band.items())
+        + "), prefilled tokens "
         f"x{kv.prefill_tokens / max(re.prefill_tokens, 1):.3f}, re-prefilled tokens "
         f"x{kv.reprefill_tokens / max(re.reprefill_tokens, 1):.3f}",
         flush=True,

@@ -170,7 +170,8 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         "--nproc 2 --train-devices 1 --reward-tp 1 --emulate qwen2.5-1.5b+glm-z1-9b --steps 1 --warmup 0 "
         "--seeds 0 --batch-prompts 2 --group-size 2 --time-scale 0.02 --out {tmp} "
         "--rollout.max-new-tokens 8 --reward.max-new-tokens 8 --eval.prompts 2".split(),
-        r"kv / reprefill: throughput x[\d.]+",
+        r"kv / reprefill: throughput x[\d.]+ \(simulated x[\d.]+; slow corner x[\d.]+, "
+        r"fast corner x[\d.]+\)",
         (SLOW,),
     ),
     "bench_kv_sim.py": (
