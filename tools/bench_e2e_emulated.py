@@ -191,7 +191,8 @@ def flags_of(cfg: PivotConfig) -> list[str]:
 def launch(
     name: str, cfg: PivotConfig, nproc: int, out: Path, extra: list[str]
 ) -> subprocess.Popen:
-    """Start the job of `cfg` on `nproc` emulated devices, logging under out/name; output piped."""
+    """Start the job of `cfg` on `nproc` emulated devices, logging under out/name and its output
+    to out/name.log (a file, not a pipe: a job run beside another never waits on a full pipe)."""
     cmd = [
         sys.executable,
         "-m",
@@ -206,16 +207,15 @@ def launch(
         *extra,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-    return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"{name}.log", "w") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def finish(name: str, proc: subprocess.Popen, out: Path, time_scale: float) -> EmulatedRun:
     """Wait for a launched job and read its emulated run (a failed job ends the tool with its log)."""
-    text, _ = proc.communicate()
-    if proc.returncode != 0:
-        raise SystemExit(f"{name} failed:\n{text[-3000:]}")
+    if proc.wait() != 0:
+        raise SystemExit(f"{name} failed:\n{(out / f'{name}.log').read_text()[-3000:]}")
     return measure(out / name, time_scale, read_tallies(out / name))
 
 
