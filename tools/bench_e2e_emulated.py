@@ -11,7 +11,9 @@ pivot/sim/window.py (steps 4..9 after 4 warm-up steps, the runtime running 2 ste
 the window does not drain alone), over seeds 0, 1, 2, each figure a mean (min-max), the same
 window in the simulator; real/sim is its ratio to the simulator's.
 "w/o tr.overrun" takes out the emulated seconds the training slot's real tiny-model compute ran
-past its windows (a limit of the CPUs emulating the devices, not of the runtime).
+past its windows (a limit of the CPUs emulating the devices, not of the runtime). `--band` adds
+the simulator's pivot/mode at the cost model's slow and fast corners (pivot/sim/band.py); the
+emulated devices run the nominal model, so the band is the simulator's for that configuration.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pivot.emulate.costs import BLOCK_SIZE
 from pivot.emulate.measure import EmulatedRun, measure
 from pivot.runtime.metrics import read_jsonl
 from pivot.sim import HARDWARE, SimOptions, SimResult, simulate
+from pivot.sim.band import CORNERS, corner
 from pivot.sim.deploy import Allocation, deployment
 from pivot.sim.report import breakdown
 from pivot.sim.window import DEFAULT_SEEDS, Spread, Window, aligned_window, is_aligned
@@ -81,6 +84,11 @@ def add_mode_args(ap: argparse.ArgumentParser) -> None:
         "--sim-only",
         action="store_true",
         help="only the simulator's figures (to choose a configuration)",
+    )
+    g.add_argument(
+        "--band",
+        action="store_true",
+        help="also the simulator's pivot/mode at the cost model's slow and fast corners",
     )
 
 
@@ -322,6 +330,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     unit = max(args.rollout_tp, args.reward_tp)
     rollout_devices = args.rollout_devices or max(unit, inference // 2 // unit * unit)
     results: dict[str, list[Measured]] = {}
+    corners: dict[str, dict[str, list[float]]] = {c: {} for c in (CORNERS if args.band else ())}
     for seed in seeds:
         args.seed = seed
         job = seed_job(args, w)
@@ -333,6 +342,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
                 Allocation(args.train_devices, rollout_devices if name == "disaggregated" else 0),
             )
             sim = simulate(sim_cfg, opts)
+            for c, tps in corners.items():
+                at = dataclasses.replace(opts, hardware=corner(opts.hardware, c))
+                tps.setdefault(name, []).append(simulate(sim_cfg, at).throughput)
             if args.sim_only:
                 print(
                     f"  {name}: sim {sim.throughput:,.0f} tok/s, window {sim.measured_s:,.0f} s, {sim.num_plans} plans, "  # noqa: E501 (one table row, easier read whole)
@@ -356,6 +368,24 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
             )
     if results:
         report(results, world, args.length_scale, w)
+    if corners:
+        report_band(corners)
+
+
+def report_band(corners: dict[str, dict[str, list[float]]]) -> None:
+    """The simulator's pivot/mode at each corner (pivot/sim/band.py), mean (min-max) over seeds."""
+    print(
+        "\nsimulated pivot/mode at the cost model's corners (the emulated devices run the nominal model):"
+    )
+    for name in next(iter(corners.values())):
+        print(
+            f"  {name:14s} "
+            + "  ".join(
+                f"{c} {Spread.of(p / m for p, m in zip(tps['pivot'], tps[name])).fmt('.2f', 'x')}"
+                for c, tps in corners.items()
+                if "pivot" in tps
+            )
+        )
 
 
 def report(results: dict[str, list[Measured]], world: int, length_scale: int, w: Window) -> None:
