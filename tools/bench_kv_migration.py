@@ -2,7 +2,7 @@
 cluster with `--planner.kv-migration` and with `--planner.no-kv-migration`, run at the same time
 (so both see the same CPU load), reported as ratios of one against the other, seed by seed.
 
-    python tools/bench_kv_migration.py [--nproc 16] [--batch-prompts 16] [--time-scale 0.1] [--seeds 0 1 2] ...
+    python tools/bench_kv_migration.py [--nproc 16] [--batch-prompts 16] [--time-scale 0.25] [--seeds 0 1 2] ...
 
 Flags as tools/bench_e2e.py --emulated (hardware, model group, TP, training pool, length and time
 scale, window, seeds). Throughput is over the same measured window as there: by default the
@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=16)
     emu.add_args(ap)
     ap.set_defaults(
-        time_scale=0.1,
+        time_scale=0.25,  # 0.1 left the tiny models' compute at 70% of the windows on 2 cores
         reward_tp=4,
         train_devices=4,
         batch_prompts=16,
