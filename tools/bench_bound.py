@@ -16,6 +16,8 @@ work bound with each role's batch limited by the KV its sequences really hold. `
 per measured step of the first seed, when its rollouts and judges finished after its prompts
 were released (50/99/100%) beside its longest chain run alone, and the three samples judged
 last: their rollout's and judge's run time against alone, and the judge's queueing.
+`--band` adds each variant over the first at the cost model's slow and fast corners
+(pivot/sim/band.py; seed 0 unless `--band-seeds`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from configs.presets import get_preset  # noqa: E402
 from pivot.config import PivotConfig  # noqa: E402
 from pivot.sched import Abort, Command, Role  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload  # noqa: E402
+from pivot.sim.band import CORNERS, corner  # noqa: E402
 from pivot.sim.costs import RoleCosts  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
 from pivot.sim.report import (  # noqa: E402
@@ -237,6 +240,14 @@ def main() -> None:
         choices=("engine", "device"),
         help="replica KV: the engine config's kv_capacity_tokens or all free device memory",
     )
+    ap.add_argument(
+        "--band",
+        action="store_true",
+        help="also each variant over the first at the cost model's slow and fast corners",
+    )
+    ap.add_argument(
+        "--band-seeds", type=int, nargs="+", default=[0], help="seeds of the band's runs"
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     for g in args.groups:
@@ -258,22 +269,9 @@ def main() -> None:
             )
             runs: dict[str, list[SimResult]] = {}
             for v in args.variants:
-                cfg = deployment(base, "pivot", Allocation(train))
-                parts = v.split("+")
-                bad = [p for p in parts if p not in VARIANTS]
-                if bad:
-                    raise SystemExit(f"--variants {v}: unknown {', '.join(bad)}")
-                chosen = [VARIANTS["base"], *(VARIANTS[p] for p in parts)]
-                for variant in chosen:
-                    variant.override(cfg)
                 runs[v] = []
                 for seed in args.seeds:
-                    cfg.seed = seed
-                    with contextlib.ExitStack() as patches:
-                        for variant in chosen:
-                            if variant.patch:
-                                patches.enter_context(mock.patch(*variant.patch))
-                        res, sim = run(cfg, opts)
+                    res, sim = run_variant(base, train, v, seed, opts)
                     runs[v].append(res)
                     b, kind = bound_s(res)
                     cp, wk = critical_path_s(res), work_bound_s(res)
@@ -303,7 +301,48 @@ def main() -> None:
                         a.throughput / b.throughput for a, b in zip(runs[v], runs[args.variants[0]])
                     )
                     print(f"  {v:12s} over {args.variants[0]}: {r.fmt('.3f', 'x')}", flush=True)
+            if args.band and len(args.variants) > 1:
+                print(f"  band: {band(base, train, args, opts)}", flush=True)
     print(f"total wall {time.perf_counter() - t0:.0f} s")
+
+
+def run_variant(
+    base: PivotConfig, train: int, v: str, seed: int, opts: SimOptions
+) -> tuple[SimResult, _Probe]:
+    """PivotRL at training slot `train` under the '+'-joined variant `v`, one seed."""
+    cfg = deployment(base, "pivot", Allocation(train))
+    parts = v.split("+")
+    bad = [p for p in parts if p not in VARIANTS]
+    if bad:
+        raise SystemExit(f"--variants {v}: unknown {', '.join(bad)}")
+    chosen = [VARIANTS["base"], *(VARIANTS[p] for p in parts)]
+    for variant in chosen:
+        variant.override(cfg)
+    cfg.seed = seed
+    with contextlib.ExitStack() as patches:
+        for variant in chosen:
+            if variant.patch:
+                patches.enter_context(mock.patch(*variant.patch))
+        return run(cfg, opts)
+
+
+def band(base: PivotConfig, train: int, args: argparse.Namespace, opts: SimOptions) -> str:
+    """Each variant over the first at the cost model's slow and fast corners (pivot/sim/band.py),
+    mean over the band's seeds."""
+    parts = []
+    for c in CORNERS:
+        at = dataclasses.replace(opts, hardware=corner(opts.hardware, c))
+        tps = {
+            v: [run_variant(base, train, v, seed, at)[0].throughput for seed in args.band_seeds]
+            for v in args.variants
+        }
+        first = tps[args.variants[0]]
+        parts += [
+            f"{v} over {args.variants[0]} at {c} "
+            f"x{sum(a / b for a, b in zip(tps[v], first)) / len(first):.3f}"
+            for v in args.variants[1:]
+        ]
+    return f"{', '.join(parts)} (seeds {' '.join(map(str, args.band_seeds))})"
 
 
 if __name__ == "__main__":

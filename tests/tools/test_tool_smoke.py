@@ -68,9 +68,10 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
             "no-kv",
             "no-kv+paper-phi",
             "--tails",
+            "--band",
         ],
         r"no-kv\s+over base: x[\d.]+(.|\n)*shift-ups \d+ \(\d+ within 30 s(.|\n)*"
-        r"no-kv\+paper-phi over base: x[\d.]+",
+        r"no-kv\+paper-phi over base: x[\d.]+(.|\n)*band: no-kv over base at slow x[\d.]+",
         (),
     ),
     "bench_sim.py": (
