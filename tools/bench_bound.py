@@ -32,6 +32,9 @@ from pathlib import Path
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_sim import add_band_args  # noqa: E402  (the band's flags, alike in every tool)
 
 from configs.presets import get_preset  # noqa: E402
 from pivot.config import PivotConfig  # noqa: E402
@@ -240,13 +243,8 @@ def main() -> None:
         choices=("engine", "device"),
         help="replica KV: the engine config's kv_capacity_tokens or all free device memory",
     )
-    ap.add_argument(
-        "--band",
-        action="store_true",
-        help="also each variant over the first at the cost model's slow and fast corners",
-    )
-    ap.add_argument(
-        "--band-seeds", type=int, nargs="+", default=[0], help="seeds of the band's runs"
+    add_band_args(
+        ap, "also each variant over the first at the cost model's slow and fast corners", [0]
     )
     args = ap.parse_args()
     t0 = time.perf_counter()

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_sim import GROUPS  # noqa: E402  (the paper's four groups, listed once)
+from bench_sim import GROUPS, add_band_args  # noqa: E402  (the paper's four groups, listed once)
 
 from configs.presets import get_preset  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noqa: E402
@@ -69,14 +69,7 @@ def main() -> None:
         "--prompts", type=int, default=None, help="prompts per step (default: 4 per device)"
     )
     ap.add_argument("--group-size", type=int, default=16)
-    ap.add_argument(
-        "--band",
-        action="store_true",
-        help="also on the cost model's slow and fast corners (pivot/sim/band.py)",
-    )
-    ap.add_argument(
-        "--band-seeds", type=int, nargs="+", default=[0], help="seeds of the band's runs"
-    )
+    add_band_args(ap, "also on the cost model's slow and fast corners", [0])
     args = ap.parse_args()
     use = {g: int(t) for g, t in (u.split("=") for u in args.use)}
     t0 = time.perf_counter()

@@ -337,6 +337,18 @@ def window_of(args: argparse.Namespace) -> Window:
     return w
 
 
+def add_band_args(ap: argparse.ArgumentParser, what: str, seeds: list[int] | None) -> None:
+    """--band (`what` it adds) and --band-seeds (default `seeds`, None: the run's --seeds)."""
+    ap.add_argument("--band", action="store_true", help=f"{what} (pivot/sim/band.py)")
+    ap.add_argument(
+        "--band-seeds",
+        type=int,
+        nargs="+",
+        default=seeds,
+        help=f"seeds of the band's runs (default: {'--seeds' if seeds is None else seeds})",
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--groups", nargs="+", default=list(GROUPS))
@@ -371,16 +383,7 @@ def main() -> None:
         help="a deployment's allocation, not searched: training pool T (and disaggregated's rollout "
         "pool R), e.g. disaggregated=8/8 pivot=16",
     )
-    ap.add_argument(
-        "--band", action="store_true", help="also measure on the cost model's slow and fast corners"
-    )
-    ap.add_argument(
-        "--band-seeds",
-        type=int,
-        nargs="+",
-        default=None,
-        help="seeds of the band's runs (default: --seeds)",
-    )
+    add_band_args(ap, "also measure on the cost model's slow and fast corners", None)
     ap.add_argument(
         "--prompts",
         type=int,
