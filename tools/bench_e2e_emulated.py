@@ -220,9 +220,10 @@ def launch(
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-def finish(name: str, proc: subprocess.Popen, out: Path, time_scale: float) -> EmulatedRun:
-    """Wait for a launched job and read its emulated run (a failed job ends the tool with its log)."""
-    if proc.wait() != 0:
+def finish(name: str, proc: subprocess.Popen | None, out: Path, time_scale: float) -> EmulatedRun:
+    """Wait for a launched job (None: one run before, `--reuse`) and read its emulated run (a
+    failed job ends the tool with its log)."""
+    if proc is not None and proc.wait() != 0:
         raise SystemExit(f"{name} failed:\n{(out / f'{name}.log').read_text()[-3000:]}")
     return measure(out / name, time_scale, read_tallies(out / name))
 
@@ -352,11 +353,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
                 )
                 continue
             done = args.reuse and (out / name / "emulated").is_dir()
-            real = (
-                measure(out / name, args.time_scale, read_tallies(out / name))
-                if done
-                else finish(name, launch(name, sim_cfg, world, out, extra), out, args.time_scale)
-            )
+            proc = None if done else launch(name, sim_cfg, world, out, extra)
+            real = finish(name, proc, out, args.time_scale)
             results.setdefault(name, []).append(
                 Measured(real, sim, window_s(out / name, w, args.time_scale))
             )

@@ -34,8 +34,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import bench_e2e_emulated as emu  # noqa: E402
 
 from pivot.config import PivotConfig  # noqa: E402
-from pivot.emulate import read_tallies  # noqa: E402
-from pivot.emulate.measure import EmulatedRun, measure  # noqa: E402
+from pivot.emulate.measure import EmulatedRun  # noqa: E402
 from pivot.sim import SimResult, simulate  # noqa: E402
 from pivot.sim.band import CORNERS, corner  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
@@ -112,14 +111,7 @@ def run_seed(args: argparse.Namespace, w: Window, extra: list[str]) -> Pair:
         for name, flags in RUNS.items()
         if not (args.reuse and (job.out / name / "emulated").is_dir())
     }  # side by side, so both see the same CPU load
-    runs = {
-        name: (
-            emu.finish(name, procs[name], job.out, args.time_scale)
-            if name in procs
-            else measure(job.out / name, args.time_scale, read_tallies(job.out / name))
-        )
-        for name in RUNS
-    }
+    runs = {name: emu.finish(name, procs.get(name), job.out, args.time_scale) for name in RUNS}
     pair = Pair(
         {n: (r, emu.window_s(job.out / n, w, args.time_scale)) for n, r in runs.items()},
         sims,
