@@ -122,24 +122,27 @@ def main(argv: list[str] | None = None) -> None:
             f"--ctx {max(ctxs)}: leaves no room to decode within the model's max length {engine.max_len}"
         )
     out = out_path(a, path)
-    profile_engine(
-        engine,
-        out,
-        seqs,
-        ctxs,
-        a.steps,
-        a.passes,
-        a.seed,
-        log=lambda line: print(line, flush=True),
-        role=a.role,
-        model=describe(a, path),
-        hardware=hardware_name(a.device),
-        tp=1,
-        device=a.device,
-        dtype=a.dtype,
-        attention=a.attention,
-        threads=a.threads,
-    )
+    try:
+        profile_engine(
+            engine,
+            out,
+            seqs,
+            ctxs,
+            a.steps,
+            a.passes,
+            a.seed,
+            log=lambda line: print(line, flush=True),
+            role=a.role,
+            model=describe(a, path),
+            hardware=hardware_name(a.device),
+            tp=1,
+            device=a.device,
+            dtype=a.dtype,
+            attention=a.attention,
+            threads=a.threads,
+        )
+    except ValueError as e:  # timings the fit cannot use: one line, not a traceback
+        raise SystemExit(f"profile_engine: {e}") from None
     print(f"wrote {out}")
 
 

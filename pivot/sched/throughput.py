@@ -77,6 +77,11 @@ class ThroughputModel:
         For a fixed knee k the model is linear: latency = A*n_tok + C*max(k, n_seq) + D with
         B = C*k. We try every observed n_seq as the knee (plus 0, a purely linear FFN term),
         refine around the best one by golden-section search, and keep the least squared error.
+        Each knee's fit is constrained to A, C, D >= 0 (exactly, over the active sets): noisy
+        timings can make the unconstrained solution negative, and clamping it afterwards is
+        not a fit (a tiny profile's three points once clamped to all zeros). Samples whose best
+        fit has no per-step cost (latency proportional to tokens alone) are refused: a decode
+        step always has one, so they are too few or too noisy to say what it is.
         """
         rows = [tuple(float(v) for v in s) for s in samples]
         for i, row in enumerate(rows):
@@ -92,18 +97,39 @@ class ThroughputModel:
         lo, hi = knees[max(i - 1, 0)], knees[min(i + 1, len(knees) - 1)]
         best = min(best, _golden(rows, lo, hi), key=lambda f: f[0])
         _, a, c, d, k = best
-        return cls(A=max(a, 0.0), B=max(c * k, 0.0), C=max(c, 0.0), D=max(d, 0.0))
+        if c <= 0 and d <= 0:
+            raise ValueError(
+                f"fit: the {len(rows)} samples' best fit has no per-step cost (latency grows with "
+                "tokens alone); time more steps or more points"
+            )
+        return cls(A=a, B=c * k, C=c, D=d)
+
+
+# The supports (nonzero features of n_tok, max(knee, n_seq), 1) of a non-negative fit.
+_ACTIVE_SETS = ((0, 1, 2), (0, 1), (0, 2), (1, 2), (0,), (1,), (2,))
 
 
 def _fit_at_knee(
     rows: list[tuple[float, ...]], knee: float
 ) -> tuple[float, float, float, float, float]:
-    """(sse, A, C, D, knee) of the linear least squares with feature max(knee, n_seq)."""
+    """(sse, A, C, D, knee): least squares with feature max(knee, n_seq) and A, C, D >= 0.
+
+    Non-negative least squares over three features is exact by enumeration: the optimum is
+    the unconstrained fit on some subset of the features with the rest at 0."""
     xs = [(r[1], max(knee, r[0]), 1.0) for r in rows]
     ys = [r[2] for r in rows]
-    coef = _lstsq3(xs, ys)
-    sse = sum((sum(c * x for c, x in zip(coef, xr)) - y) ** 2 for xr, y in zip(xs, ys))
-    return sse, coef[0], coef[1], coef[2], knee
+    best: tuple[float, float, float, float, float] | None = None
+    for active in _ACTIVE_SETS:
+        coef = [0.0, 0.0, 0.0]
+        for i, value in zip(active, _lstsq([[x[i] for i in active] for x in xs], ys)):
+            coef[i] = value
+        if min(coef) < 0:
+            continue
+        sse = sum((sum(c * x for c, x in zip(coef, xr)) - y) ** 2 for xr, y in zip(xs, ys))
+        if best is None or sse < best[0]:
+            best = (sse, coef[0], coef[1], coef[2], knee)
+    assert best is not None  # D alone, the mean latency, is > 0
+    return best
 
 
 def _golden(
@@ -121,21 +147,22 @@ def _golden(
     return _fit_at_knee(rows, (a + b) / 2)
 
 
-def _lstsq3(xs: list[tuple[float, float, float]], ys: list[float]) -> list[float]:
-    """Solve the 3x3 normal equations (with a tiny ridge so degenerate columns stay finite)."""
-    m = [[sum(x[i] * x[j] for x in xs) for j in range(3)] for i in range(3)]
-    v = [sum(x[i] * y for x, y in zip(xs, ys)) for i in range(3)]
-    for i in range(3):
+def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float]:
+    """Solve the normal equations (with a tiny ridge so degenerate columns stay finite)."""
+    n = len(xs[0])
+    m = [[sum(x[i] * x[j] for x in xs) for j in range(n)] for i in range(n)]
+    v = [sum(x[i] * y for x, y in zip(xs, ys)) for i in range(n)]
+    for i in range(n):
         m[i][i] += 1e-12 * (m[i][i] + 1.0)
-    for col in range(3):  # Gaussian elimination with partial pivoting
-        piv = max(range(col, 3), key=lambda r: abs(m[r][col]))
+    for col in range(n):  # Gaussian elimination with partial pivoting
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
         m[col], m[piv], v[col], v[piv] = m[piv], m[col], v[piv], v[col]
-        for r in range(col + 1, 3):
+        for r in range(col + 1, n):
             f = m[r][col] / m[col][col]
-            for j in range(col, 3):
+            for j in range(col, n):
                 m[r][j] -= f * m[col][j]
             v[r] -= f * v[col]
-    out = [0.0, 0.0, 0.0]
-    for i in (2, 1, 0):
-        out[i] = (v[i] - sum(m[i][j] * out[j] for j in range(i + 1, 3))) / m[i][i]
+    out = [0.0] * n
+    for i in reversed(range(n)):
+        out[i] = (v[i] - sum(m[i][j] * out[j] for j in range(i + 1, n))) / m[i][i]
     return out

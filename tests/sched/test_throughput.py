@@ -73,3 +73,26 @@ def test_bad_input_names_the_item() -> None:
     with pytest.raises(ValueError, match="at least 3"):
         ThroughputModel.fit([(1, 2, 0.1)])
     assert math.isfinite(ThroughputModel.fit([(1, 0, 0.1), (1, 0, 0.1), (1, 0, 0.1)]).D)
+
+
+def test_fit_of_noisy_points_is_the_best_non_negative_model() -> None:
+    """Points whose exact solution has C, D < 0 (as a noisy 1-step profile can time): the fit
+    is non-negative, and no non-negative model on a brute-force grid fits them better."""
+    samples = [(1, 16, 0.010), (1, 32, 0.025), (2, 64, 0.052), (2, 32, 0.040)]
+    fit = ThroughputModel.fit(samples)
+    sse = sum((fit.latency(n, t) - lat) ** 2 for n, t, lat in samples)
+    grid = (
+        sum((a * t + max(b, c * n) + d - lat) ** 2 for n, t, lat in samples)
+        for a in [i * 2e-5 for i in range(61)]
+        for b in [i * 2e-3 for i in range(11)]
+        for c in [i * 2e-3 for i in range(11)]
+        for d in [i * 2e-3 for i in range(11)]
+    )
+    assert sse <= min(grid) + 1e-12
+
+
+def test_fit_refuses_samples_with_no_per_step_cost() -> None:
+    """Latency proportional to tokens alone: the best non-negative fit is A only, which no
+    decode step has; the fit says so instead of returning a model of zero per-step cost."""
+    with pytest.raises(ValueError, match="no per-step cost"):
+        ThroughputModel.fit([(1, 16, 0.010), (1, 32, 0.025), (2, 64, 0.052)])
