@@ -16,7 +16,8 @@ is a mean with its min-max over the seeds: tokens/s and ratios, PivotRL over eac
 critical-path and the work bound (pivot/sim/report.py: what no deployment with that staleness,
 pools and cost model can beat) and the share of it reached, and each role's device time as
 busy/idle/shifting (first seed). `--band` re-runs every deployment at its tuned allocation on
-the cost model's slow and fast corners (pivot/sim/band.py) and prints each ratio there too.
+the cost model's slow and fast corners (pivot/sim/band.py) and prints each ratio there too,
+Figure 11's and 14's included (each corner's variants over that corner's own reference).
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def ratio(piv: list[SimResult], base: list[SimResult]) -> Spread:
 def report_line(
     name: str,
     rs: list[SimResult],
-    paper: dict[str, float],
+    paper: dict[str, int],
     piv: list[SimResult],
     band: dict[str, dict[str, list[SimResult]]],
 ) -> None:
@@ -197,8 +198,9 @@ def _runs(
     opts: SimOptions,
     seeds: list[int],  # noqa: ANN001
     done: dict[int, SimResult] | None = None,
+    horizon_s: float | None = None,
 ) -> list[SimResult]:
-    cfg = deployment(base, name, alloc)
+    cfg = deployment(base, name, alloc, horizon_s)
     out = []
     for seed in seeds:
         if done and seed in done:
@@ -209,11 +211,24 @@ def _runs(
     return out
 
 
+def at_corner(opts: SimOptions, which: str) -> SimOptions:
+    return dataclasses.replace(opts, hardware=corner(opts.hardware, which))
+
+
+def corners(args: argparse.Namespace) -> tuple[str, ...]:
+    return CORNERS if args.band else ()
+
+
+Runs = dict[str, tuple[Allocation, list[SimResult]]]
+Band = dict[str, dict[str, list[SimResult]]]
+"""corner -> deployment -> the band seeds' runs at that corner."""
+
+
 def fig9(
     groups: list[str], opts: SimOptions, args: argparse.Namespace
-) -> dict[str, dict[str, tuple[Allocation, list[SimResult]]]]:
+) -> tuple[dict[str, Runs], dict[str, Band]]:
     print(f"\n== Figure 9: end-to-end tokens/s (sim | paper | sim/paper); {regime(args)} ==")
-    out = {}
+    out, bands = {}, {}
     for g in groups:
         t0 = time.perf_counter()
         base = preset(g, args.seeds[0])
@@ -224,18 +239,12 @@ def fig9(
             runs[name] = (alloc, _runs(base, name, alloc, opts, args.seeds, done))
         band = {
             c: {
-                n: _runs(
-                    base,
-                    n,
-                    a,
-                    dataclasses.replace(opts, hardware=corner(opts.hardware, c)),
-                    args.band_seeds,
-                )
+                n: _runs(base, n, a, at_corner(opts, c), args.band_seeds)
                 for n, (a, _) in runs.items()
             }
-            for c in (CORNERS if args.band else ())
+            for c in corners(args)
         }
-        out[g] = runs
+        out[g], bands[g] = runs, band
         print(
             f"  ({time.perf_counter() - t0:.1f} s wall; allocations "
             + ", ".join(f"{n} {_alloc_name(a)}" for n, (a, _) in runs.items())
@@ -251,13 +260,19 @@ def fig9(
                 )
             )
         sys.stdout.flush()
-    return out
+    return out, bands
 
 
-def fig11(groups: list[str], opts: SimOptions, args: argparse.Namespace, runs: dict) -> None:
+def fig11(
+    groups: list[str],
+    opts: SimOptions,
+    args: argparse.Namespace,
+    runs: dict[str, Runs],
+    bands: dict[str, Band],
+) -> None:
     print(
-        f"\n== Figure 11: throughput over disaggregated (sim | paper); ablations on PivotRL's training slot; "
-        f"{regime(args)}, first seed =="
+        f"\n== Figure 11: throughput over disaggregated (sim | paper, then the band's corners); "
+        f"ablations on PivotRL's training slot; {regime(args)}, first seed =="
     )
     for g in groups:
         if g not in PAPER_FIG11:
@@ -268,15 +283,28 @@ def fig11(groups: list[str], opts: SimOptions, args: argparse.Namespace, runs: d
         print(g)
         for name, paper in PAPER_FIG11[g].items():
             r = piv if name == "pivot" else simulate(deployment(base, name, alloc), opts)
+            band = "".join(
+                f" {c} "
+                + ratio(
+                    bands[g][c]["pivot"]
+                    if name == "pivot"
+                    else _runs(base, name, alloc, at_corner(opts, c), args.band_seeds),
+                    bands[g][c]["disaggregated"],
+                ).fmt(".2f", "x")
+                for c in bands[g]
+            )
             print(
-                f"  {name:14s} {r.throughput:9,.0f}  x{r.throughput / dis:.2f} | x{paper:.2f}  {run_details(r)}"
+                f"  {name:14s} {r.throughput:9,.0f}  x{r.throughput / dis:.2f} | x{paper:.2f}{band}  "
+                f"{run_details(r)}",
+                flush=True,
             )
 
 
-def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict) -> None:
+def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict[str, Runs]) -> None:
     print(
         f"\n== Figure 14: H sweep on {group} (paper: lower throughput and fewer shifts at small H, stable "
-        f"for 60 <= H <= 120, lower again at 600); {regime(args)}, first seed =="
+        f"for 60 <= H <= 120, lower again at 600; the band's corners over their own H={H_VALUES[0]}); "
+        f"{regime(args)}, first seed =="
     )
     base = preset(group, args.seeds[0])
     alloc = (
@@ -285,11 +313,18 @@ def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict) -
         else choose_allocation(base, "pivot", args, opts)[0]
     )
     ref = None
+    refs: dict[str, list[SimResult]] = {}
     for h in H_VALUES:
         r = simulate(deployment(base, "pivot", alloc, horizon_s=h), opts)
         ref = ref or r.throughput
+        band = ""
+        for c in corners(args):
+            rs = _runs(base, "pivot", alloc, at_corner(opts, c), args.band_seeds, horizon_s=h)
+            band += f" {c} {ratio(rs, refs.setdefault(c, rs)).fmt('.2f', 'x')}"
         print(
-            f"  H={h:>6}: {r.throughput:9,.0f} tok/s (x{r.throughput / ref:.2f} of H={H_VALUES[0]})  {run_details(r)}"
+            f"  H={h:>6}: {r.throughput:9,.0f} tok/s (x{r.throughput / ref:.2f} of H={H_VALUES[0]}{band})  "
+            f"{run_details(r)}",
+            flush=True,
         )
 
 
@@ -427,15 +462,15 @@ def main() -> None:
     )
     t0 = time.perf_counter()
     shift_costs(args.groups, opts, args.seeds[0])
-    runs = fig9(args.groups, opts, args)
+    runs, bands = fig9(args.groups, opts, args)
     if args.ablations:
-        fig11(args.groups, opts, args, runs)
+        fig11(args.groups, opts, args, runs, bands)
     if args.hsweep:
         hsweep(args.hsweep, opts, args, runs)
     if args.timeline:
         g = args.groups[0]
         path = render_timeline(
-            {"Disaggregated": runs[g]["disaggregated"][1], "PivotRL": runs[g]["pivot"][1]},
+            {"Disaggregated": runs[g]["disaggregated"][1][0], "PivotRL": runs[g]["pivot"][1][0]},
             args.timeline,
         )
         print(f"\ntimeline: {path}")

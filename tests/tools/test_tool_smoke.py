@@ -90,8 +90,15 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
             "2",
             "--alloc",
             "table4",
+            "--ablations",
+            "--hsweep",
+            "qwen2.5-1.5b+glm-z1-9b",
+            "--band",
+            "--timeline",
+            "{tmp}/timeline.png",
         ],
-        r"Figure 9[\s\S]*pivot\s+[\d,]+ \|",
+        r"Figure 9[\s\S]*pivot\s+[\d,]+ \|[\s\S]*Figure 11[\s\S]*static .* slow x[\d.]+ fast x[\d.]+"
+        r"[\s\S]*Figure 14[\s\S]*H=   600: .*fast x[\d.]+\)[\s\S]*timeline: .*timeline.png",
         (),
     ),
     "profile_engine.py": (
