@@ -3,6 +3,7 @@
     python tools/bench_bound.py --groups qwen2.5-1.5b+glm-z1-9b --hardware h200 --seeds 0 --tails
     python tools/bench_bound.py --variants base no-kv          # 1.5B and 7B, H20 and H200, seeds 0 1 2
     python tools/bench_bound.py --variants no-kv no-kv+paper-phi   # the planner's penalty
+    python tools/bench_bound.py --variants base kv-device      # KV as large as the memory allows
 
 Every run is the pivot deployment at a fixed training slot (`--train`, default the group's tuned
 one), on the aligned window (pivot/sim/window.py: steps 4..9 at staleness 2), with KV-preserving
@@ -76,12 +77,18 @@ def _no_refill(snap: object, rids: object, share: float = 1.0) -> dict[int, floa
     return {}
 
 
+def _kv_device(opts: SimOptions) -> SimOptions:
+    return dataclasses.replace(opts, kv_from_engine=False)
+
+
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """A config override, and a function replaced for the run where no config field expresses it."""
+    """A config override, a simulator-options override, and a function replaced for the run
+    where neither expresses it."""
 
     override: Callable[[PivotConfig], None] = lambda cfg: None
     patch: tuple[str, Callable[..., object]] | None = None
+    options: Callable[[SimOptions], SimOptions] = lambda opts: opts
 
 
 VARIANTS: dict[str, Variant] = {
@@ -89,6 +96,8 @@ VARIANTS: dict[str, Variant] = {
     "no-kv": Variant(_no_kv),
     # the paper's phi = tau_shift * T_i: the discarded KV's re-prefill left out of the penalty
     "paper-phi": Variant(patch=("pivot.plan.pairs.refill_s", _no_refill)),
+    # every replica's KV all the memory its weights leave, not its engine's kv_capacity_tokens
+    "kv-device": Variant(options=_kv_device),
 }
 """Variants on top of `base`; a policy to try goes here (the ones tried, with their results:
 docs/toward_the_bound.md)."""
@@ -237,12 +246,6 @@ def main() -> None:
         "--prompts", type=int, default=None, help="prompts per step (default: 4 per device)"
     )
     ap.add_argument("--group-size", type=int, default=16)
-    ap.add_argument(
-        "--kv",
-        default="engine",
-        choices=("engine", "device"),
-        help="replica KV: the engine config's kv_capacity_tokens or all free device memory",
-    )
     add_band_args(
         ap, "also each variant over the first at the cost model's slow and fast corners", [0]
     )
@@ -259,11 +262,11 @@ def main() -> None:
                 hardware=HARDWARE[hw],
                 steps=steps,
                 warmup_steps=warmup,
-                kv_from_engine=args.kv == "engine",
                 workload=Workload(prompts_per_step=args.prompts, group_size=args.group_size),
             )
             print(
-                f"{g} on {hw}: pivot T{train}, steps {warmup}..{steps - 1}, KV migration on, KV {args.kv}"
+                f"{g} on {hw}: pivot T{train}, steps {warmup}..{steps - 1}, KV migration on, "
+                "replica KV the engine's kv_capacity_tokens"
             )
             runs: dict[str, list[SimResult]] = {}
             for v in args.variants:
@@ -316,6 +319,7 @@ def run_variant(
     chosen = [VARIANTS["base"], *(VARIANTS[p] for p in parts)]
     for variant in chosen:
         variant.override(cfg)
+        opts = variant.options(opts)
     cfg.seed = seed
     with contextlib.ExitStack() as patches:
         for variant in chosen:

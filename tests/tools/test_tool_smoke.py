@@ -67,11 +67,13 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
             "base",
             "no-kv",
             "no-kv+paper-phi",
+            "kv-device",
             "--tails",
             "--band",
         ],
         r"no-kv\s+over base: x[\d.]+(.|\n)*shift-ups \d+ \(\d+ within 30 s(.|\n)*"
-        r"no-kv\+paper-phi over base: x[\d.]+(.|\n)*band: no-kv over base at slow x[\d.]+",
+        r"no-kv\+paper-phi over base: x[\d.]+(.|\n)*kv-device\s+over base: x[\d.]+(.|\n)*"
+        r"band: no-kv over base at slow x[\d.]+",
         (),
     ),
     "bench_sim.py": (
