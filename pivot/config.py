@@ -375,6 +375,9 @@ class EmulateConfig:
     emulate."""
     hardware: Literal["h20", "h200"] = "h20"
     """The hardware profile of pivot/sim/hardware.py whose costs the devices take."""
+    corner: Literal["nominal", "slow", "fast"] = "nominal"
+    """That profile as it is, or at the slow or fast end of every cost-model parameter's range
+    (pivot/sim/band.py): a figure measured at both ends carries the model's sensitivity band."""
     time_scale: float = 0.01
     """Wall seconds per emulated second (0.01: a 1,000 s run takes 10 s)."""
     length_scale: int = 100

@@ -12,8 +12,9 @@ the window does not drain alone), over seeds 0, 1, 2, each figure a mean (min-ma
 window in the simulator; real/sim is its ratio to the simulator's.
 "w/o tr.overrun" takes out the emulated seconds the training slot's real tiny-model compute ran
 past its windows (a limit of the CPUs emulating the devices, not of the runtime). `--band` adds
-the simulator's pivot/mode at the cost model's slow and fast corners (pivot/sim/band.py); the
-emulated devices run the nominal model, so the band is the simulator's for that configuration.
+the simulator's pivot/mode at the cost model's slow and fast corners (pivot/sim/band.py), for
+the configuration; `--corner slow|fast` runs the emulated devices (and the simulator beside
+them) at that corner, so the emulated figures get their own band from two more runs.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from configs.presets import tiny_cpu
 from pivot.config import PivotConfig
 from pivot.emulate import PromptShape, emulated_workload, paper_config, read_tallies, runtime_config
-from pivot.emulate.costs import BLOCK_SIZE
+from pivot.emulate.costs import BLOCK_SIZE, emulated_hardware
 from pivot.emulate.measure import EmulatedRun, measure
 from pivot.runtime.metrics import read_jsonl
 from pivot.sim import HARDWARE, SimOptions, SimResult, simulate
@@ -46,6 +47,12 @@ MODES = ("colocated", "disaggregated", "rr_colocated", "pivot", "static", "rule_
 def add_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("--emulated")
     g.add_argument("--hardware", default="h20", choices=sorted(HARDWARE))
+    g.add_argument(
+        "--corner",
+        default="nominal",
+        choices=("nominal", *CORNERS),
+        help="the devices' and the simulator's cost model at that end of its ranges (pivot/sim/band.py)",
+    )
     g.add_argument(
         "--emulate",
         default="qwen2.5-7b+qwen3-30b-a3b",
@@ -99,6 +106,7 @@ def base_config(args: argparse.Namespace, steps: int) -> PivotConfig:
     cfg.emulate = dataclasses.replace(
         cfg.emulate,
         hardware=args.hardware,
+        corner=args.corner,
         preset=args.emulate,
         time_scale=args.time_scale,
         length_scale=args.length_scale,
@@ -161,6 +169,8 @@ def flags_of(cfg: PivotConfig) -> list[str]:
         "emulated",
         "--emulate.hardware",
         e.hardware,
+        "--emulate.corner",
+        e.corner,
         "--emulate.preset",
         e.preset,
         "--emulate.time-scale",
@@ -297,16 +307,17 @@ def seed_job(args: argparse.Namespace, w: Window) -> SeedJob:
         args.batch_prompts, args.group_size, tiny_shape(base), args.length_scale
     )
     opts = SimOptions(
-        hardware=HARDWARE[args.hardware], workload=workload, steps=w.steps, warmup_steps=w.warmup
+        hardware=emulated_hardware(base), workload=workload, steps=w.steps, warmup_steps=w.warmup
     )
     print(
-        f"seed {args.seed}: emulated {args.nproc} x {args.hardware} serving {args.emulate} (rollout "
+        f"seed {args.seed}: emulated {args.nproc} x {opts.hardware.name} serving {args.emulate} (rollout "
         f"TP{args.rollout_tp}, GenRM TP{args.reward_tp}), time scale {args.time_scale:g}, length "
         f"scale {args.length_scale}; {workload.describe(args.nproc)}; measured {w.describe(staleness)}",
         flush=True,
     )
+    at = "" if args.corner == "nominal" else f"-{args.corner}"
     return SeedJob(
-        paper_config(base, args.nproc, args.nproc), opts, ROOT / args.out / f"seed{args.seed}"
+        paper_config(base, args.nproc, args.nproc), opts, ROOT / args.out / f"seed{args.seed}{at}"
     )
 
 
@@ -372,9 +383,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
 
 def report_band(corners: dict[str, dict[str, list[float]]]) -> None:
     """The simulator's pivot/mode at each corner (pivot/sim/band.py), mean (min-max) over seeds."""
-    print(
-        "\nsimulated pivot/mode at the cost model's corners (the emulated devices run the nominal model):"
-    )
+    print("\nsimulated pivot/mode at the cost model's corners:")
     for name in next(iter(corners.values())):
         print(
             f"  {name:14s} "

@@ -15,8 +15,8 @@ the whole run, the tiny model's compute share of the emulated windows and the wa
 overran them (high values mean the CPUs, not the emulated devices, set the pace: raise
 --time-scale), beside the simulator's throughput for the identical configuration, samples and
 window; then with/without ratios, emulated and simulated (nominal, and at the cost model's slow
-and fast corners, pivot/sim/band.py: the emulated devices run the nominal model), per seed and
-as mean (min-max) over the seeds.
+and fast corners, pivot/sim/band.py), per seed and as mean (min-max) over the seeds.
+`--corner slow|fast` runs the emulated devices themselves at that corner.
 """
 
 from __future__ import annotations

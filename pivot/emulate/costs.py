@@ -21,8 +21,9 @@ import math
 
 from pivot.config import ConfigError, EngineConfig, PivotConfig
 from pivot.sched.throughput import ThroughputModel
+from pivot.sim.band import corner
 from pivot.sim.costs import build_cluster
-from pivot.sim.hardware import HARDWARE, decode_steps_s, train_s
+from pivot.sim.hardware import HARDWARE, HardwareProfile, decode_steps_s, train_s
 from pivot.sim.kv_move import kv_move_s_per_token
 from pivot.sim.workload import Workload
 
@@ -102,12 +103,18 @@ def paper_config(cfg: PivotConfig, world: int, per_node: int) -> PivotConfig:
     return out
 
 
+def emulated_hardware(cfg: PivotConfig) -> HardwareProfile:
+    """The profile the devices take: `--emulate.hardware` at `--emulate.corner`."""
+    hw = HARDWARE[cfg.emulate.hardware]
+    return hw if cfg.emulate.corner == "nominal" else corner(hw, cfg.emulate.corner)
+
+
 class EmulatedCosts:
     """Emulated seconds of engine steps, training steps and shifts of this job's slots."""
 
     def __init__(self, cfg: PivotConfig, world: int, per_node: int) -> None:
         self.cfg, self.L, self.time_scale = cfg, cfg.emulate.length_scale, cfg.emulate.time_scale
-        self.hw = HARDWARE[cfg.emulate.hardware]
+        self.hw = emulated_hardware(cfg)
         table, self.costs = build_cluster(paper_config(cfg, world, per_node), self.hw)
         self.train_devices = len(table.replicas[table.train_rid].devices)
 

@@ -151,6 +151,26 @@ def test_engine_step_waits_the_profiles_decode_and_prefill_time() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "which,mem_eff,dec_eff,prefill_eff,overhead",
+    [("slow", 0.28, 0.2, 0.5, 0.005), ("fast", 0.60, 0.5, 0.7, 0.0007)],
+)
+def test_a_corner_runs_the_devices_at_that_end_of_the_ranges(
+    which: str, mem_eff: float, dec_eff: float, prefill_eff: float, overhead: float
+) -> None:
+    """`--emulate.corner`: the same step priced with docs/simulator_cost_model.md's range ends."""
+    cfg = emulated_cfg()
+    cfg.emulate.corner = which
+    costs = EmulatedCosts(cfg, 8, 8)
+    n, kv, prefill, L = 3, 120, 40, 100
+    a, b, c = KV7B / (HBM * mem_eff), 2 * P7B / (HBM * mem_eff), 2 * P7B / (FLOPS * dec_eff)
+    decode = sum(a * (kv * L + n * i) + max(b, c * n) + overhead for i in range(L))
+    prefill_s = 2 * P7B * prefill * L / (FLOPS * prefill_eff)
+    assert costs.engine_step_s("rollout", n, kv, prefill) == pytest.approx(
+        decode + prefill_s, rel=1e-9
+    )
+
+
 def test_training_and_shifts_wait_the_profiles_time() -> None:
     costs = EmulatedCosts(emulated_cfg(length_scale=50), 8, 8)
     ft = FakeTime()

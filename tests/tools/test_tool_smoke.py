@@ -179,7 +179,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
     # two jobs of 2 ranks (not 4) over the 1.5B group, one step, short rollouts: half the CPU
     "bench_kv_migration.py": (
         "--nproc 2 --train-devices 1 --reward-tp 1 --emulate qwen2.5-1.5b+glm-z1-9b --steps 1 --warmup 0 "
-        "--seeds 0 --batch-prompts 2 --group-size 2 --time-scale 0.02 --out {tmp} "
+        "--seeds 0 --batch-prompts 2 --group-size 2 --time-scale 0.02 --corner fast --out {tmp} "
         "--rollout.max-new-tokens 8 --reward.max-new-tokens 8 --eval.prompts 2".split(),
         r"kv / reprefill: throughput x[\d.]+ \(simulated x[\d.]+; slow corner x[\d.]+, "
         r"fast corner x[\d.]+\)",
