@@ -237,6 +237,14 @@ class SimReplica:
         self.tok -= p + gen
         return gen
 
+    def abort(self, sid: int) -> int:
+        """Take a sequence off as the scheduler's abort does (returns its generated count), then
+        admit the waiting sequences the freed slot and KV now fit: the engine's next step would,
+        and a replica whose last running sequence left would otherwise never step again."""
+        gen = self.remove(sid)
+        self._admit()
+        return gen
+
     def _admit(self) -> None:
         while self.waiting and len(self.seqs) < self.max_running:
             sid = next(iter(self.waiting))

@@ -207,7 +207,7 @@ class Simulator(ClusterHost):
             seq = self.seqs[sid]
             if isinstance(cmd, Abort):
                 self._kv_kept[sid] = rep.kv_held(sid)
-                seq.generated = rep.remove(sid)
+                seq.generated = rep.abort(sid)
                 self.res.aborts += 1
                 self.sched[role].on_progress(sid, seq.generated)
             else:

@@ -102,6 +102,18 @@ def test_max_running_caps_the_batch() -> None:
     assert rep.generated(9) == 0 and rep.remove(9) == 0 and len(rep.waiting) == 5
 
 
+def test_an_abort_admits_what_now_fits() -> None:
+    """The running sequences aborted (the scheduler moved them) while others wait for a slot: the
+    waiting ones start at once, as the engine's next step admits them; the replica does not sit
+    idle with work waiting (it once did, until the simulation ran out of time)."""
+    rep = SimReplica(0, M, 10**6, prefill_per_tok=0.0, max_running=2)
+    for sid in range(4):
+        rep.add(sid, 10, 0, 5, 0.0)
+    assert rep.n == 2 and list(rep.waiting) == [2, 3]
+    assert rep.abort(0) == 0 and rep.abort(1) == 0
+    assert sorted(rep.seqs) == [2, 3] and not rep.waiting and rep.next_event() is not None
+
+
 def test_admission_and_readmission_pay_the_prefill() -> None:
     rep = SimReplica(0, M, 100, prefill_per_tok=1.0, max_running=8)
     rep.add(1, 30, 0, 30, 0.0)
