@@ -41,7 +41,7 @@ from configs.presets import get_preset  # noqa: E402
 from pivot.config import PivotConfig  # noqa: E402
 from pivot.sched import Abort, Command, Role  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload  # noqa: E402
-from pivot.sim.band import CORNERS, corner  # noqa: E402
+from pivot.sim.band import CORNERS, options_at  # noqa: E402
 from pivot.sim.costs import RoleCosts  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
 from pivot.sim.report import (  # noqa: E402
@@ -333,7 +333,7 @@ def band(base: PivotConfig, train: int, args: argparse.Namespace, opts: SimOptio
     mean over the band's seeds."""
     parts = []
     for c in CORNERS:
-        at = dataclasses.replace(opts, hardware=corner(opts.hardware, c))
+        at = options_at(opts, c)
         tps = {
             v: [run_variant(base, train, v, seed, at)[0].throughput for seed in args.band_seeds]
             for v in args.variants

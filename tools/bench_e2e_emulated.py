@@ -36,7 +36,7 @@ from pivot.emulate.costs import BLOCK_SIZE, emulated_hardware
 from pivot.emulate.measure import EmulatedRun, measure
 from pivot.runtime.metrics import read_jsonl
 from pivot.sim import HARDWARE, SimOptions, SimResult, simulate
-from pivot.sim.band import CORNERS, corner
+from pivot.sim.band import CORNERS, options_at
 from pivot.sim.deploy import Allocation, deployment
 from pivot.sim.report import breakdown
 from pivot.sim.window import DEFAULT_SEEDS, Spread, Window, aligned_window, is_aligned
@@ -355,8 +355,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
             )
             sim = simulate(sim_cfg, opts)
             for c, tps in corners.items():
-                at = dataclasses.replace(opts, hardware=corner(opts.hardware, c))
-                tps.setdefault(name, []).append(simulate(sim_cfg, at).throughput)
+                tps.setdefault(name, []).append(simulate(sim_cfg, options_at(opts, c)).throughput)
             if args.sim_only:
                 print(
                     f"  {name}: sim {sim.throughput:,.0f} tok/s, window {sim.measured_s:,.0f} s, {sim.num_plans} plans, "  # noqa: E501 (one table row, easier read whole)

@@ -36,7 +36,7 @@ import bench_e2e_emulated as emu  # noqa: E402
 from pivot.config import PivotConfig  # noqa: E402
 from pivot.emulate.measure import EmulatedRun  # noqa: E402
 from pivot.sim import SimResult, simulate  # noqa: E402
-from pivot.sim.band import CORNERS, corner  # noqa: E402
+from pivot.sim.band import CORNERS, options_at  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
 from pivot.sim.window import Spread, Window  # noqa: E402
 
@@ -103,7 +103,7 @@ def run_seed(args: argparse.Namespace, w: Window, extra: list[str]) -> Pair:
     sims = {name: simulate(with_kv(cfg, name == "kv"), job.opts) for name in RUNS}
     band = {}
     for c in CORNERS:
-        opts = dataclasses.replace(job.opts, hardware=corner(job.opts.hardware, c))
+        opts = options_at(job.opts, c)
         on, off = (simulate(with_kv(cfg, kv), opts).throughput for kv in (True, False))
         band[c] = on / off
     procs = {

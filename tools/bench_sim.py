@@ -23,7 +23,6 @@ Figure 11's and 14's included (each corner's variants over that corner's own ref
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from configs.presets import get_preset  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noqa: E402
-from pivot.sim.band import CORNERS, corner  # noqa: E402
+from pivot.sim.band import CORNERS, options_at  # noqa: E402
 from pivot.sim.costs import build_cluster  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment, search, table4, world_of  # noqa: E402
 from pivot.sim.report import bound_s, breakdown, shift_ups_per_step  # noqa: E402
@@ -211,10 +210,6 @@ def _runs(
     return out
 
 
-def at_corner(opts: SimOptions, which: str) -> SimOptions:
-    return dataclasses.replace(opts, hardware=corner(opts.hardware, which))
-
-
 def corners(args: argparse.Namespace) -> tuple[str, ...]:
     return CORNERS if args.band else ()
 
@@ -239,7 +234,7 @@ def fig9(
             runs[name] = (alloc, _runs(base, name, alloc, opts, args.seeds, done))
         band = {
             c: {
-                n: _runs(base, n, a, at_corner(opts, c), args.band_seeds)
+                n: _runs(base, n, a, options_at(opts, c), args.band_seeds)
                 for n, (a, _) in runs.items()
             }
             for c in corners(args)
@@ -288,7 +283,7 @@ def fig11(
                 + ratio(
                     bands[g][c]["pivot"]
                     if name == "pivot"
-                    else _runs(base, name, alloc, at_corner(opts, c), args.band_seeds),
+                    else _runs(base, name, alloc, options_at(opts, c), args.band_seeds),
                     bands[g][c]["disaggregated"],
                 ).fmt(".2f", "x")
                 for c in bands[g]
@@ -319,7 +314,7 @@ def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict[st
         ref = ref or r.throughput
         band = ""
         for c in corners(args):
-            rs = _runs(base, "pivot", alloc, at_corner(opts, c), args.band_seeds, horizon_s=h)
+            rs = _runs(base, "pivot", alloc, options_at(opts, c), args.band_seeds, horizon_s=h)
             band += f" {c} {ratio(rs, refs.setdefault(c, rs)).fmt('.2f', 'x')}"
         print(
             f"  H={h:>6}: {r.throughput:9,.0f} tok/s (x{r.throughput / ref:.2f} of H={H_VALUES[0]}{band})  "

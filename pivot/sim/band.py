@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from pivot.sim.hardware import HardwareProfile
+from pivot.sim.options import SimOptions
 
 CORNERS = ("slow", "fast")
 
@@ -50,6 +51,12 @@ def corner(hw: HardwareProfile, which: str) -> HardwareProfile:
     fast = which == "fast"
     values = {name: (r.high if r.faster_when_high == fast else r.low) for name, r in RANGES.items()}
     return dataclasses.replace(hw, name=f"{hw.name}-{which}", **values)  # type: ignore[arg-type]
+
+
+def options_at(opts: SimOptions, which: str) -> SimOptions:
+    """`opts` with its hardware at the slow or fast corner: a figure's band is the figure re-run
+    with these options."""
+    return dataclasses.replace(opts, hardware=corner(opts.hardware, which))
 
 
 def check_nominal_inside(hw: HardwareProfile) -> None:
