@@ -146,19 +146,6 @@ class ClusterSnapshot:
                         f"ClusterSnapshot: device {d} is in two replicas ({held[d]} and {r.replica_id})"
                     )
                 held[d] = r.replica_id
-        seen: dict[int, str] = {}
-
-        def note(seq: SeqState, where: str) -> None:
-            if seq.prompt_len < 0 or seq.generated < 0:
-                raise ValueError(
-                    f"ClusterSnapshot: sequence {seq.seq_id} has a negative length ({where})"
-                )
-            if seq.seq_id in seen:
-                raise ValueError(
-                    f"ClusterSnapshot: sequence {seq.seq_id} is on two replicas ({seen[seq.seq_id]} and {where})"
-                )
-            seen[seq.seq_id] = where
-
         for rid in sorted(self.running):
             if rid not in by_id or by_id[rid].role not in INFERENCE_ROLES:
                 raise ValueError(
@@ -166,13 +153,16 @@ class ClusterSnapshot:
                 )
             if rid not in self.active and self.running[rid]:
                 raise ValueError(f"ClusterSnapshot: sequences on replica {rid}, which is not up")
-            for seq in self.running[rid]:
-                note(seq, f"replica {rid}")
         for role in sorted(self.queues):
             if role not in INFERENCE_ROLES:
                 raise ValueError(f"ClusterSnapshot: queue of unknown role {role!r}")
-            for seq in self.queues[role]:
-                note(seq, f"{role} queue")
+        groups = [*(self.running[rid] for rid in sorted(self.running))]
+        groups += [self.queues[role] for role in sorted(self.queues)]
+        ids = [seq.seq_id for group in groups for seq in group]
+        # A SeqState checks its lengths when built, but its fields stay writable.
+        bad_len = [s for group in groups for s in group if s.prompt_len < 0 or s.generated < 0]
+        if bad_len or len(set(ids)) != len(ids):  # the planner's hot path checks in bulk
+            self._locate_bad_sequence()
         for role, tau in self.shift_s.items():
             if role not in tuple(Role) or not 0 <= tau < float("inf"):
                 raise ValueError(
@@ -182,3 +172,20 @@ class ClusterSnapshot:
             raise ValueError(
                 f"ClusterSnapshot: train_throughput must be >= 0, got {self.train_throughput}"
             )
+
+    def _locate_bad_sequence(self) -> None:
+        """Raise the first sequence error, naming where: `_validate` found one in bulk."""
+        seen: dict[int, str] = {}
+        places = [(f"replica {rid}", self.running[rid]) for rid in sorted(self.running)]
+        places += [(f"{role} queue", self.queues[role]) for role in sorted(self.queues)]
+        for where, group in places:
+            for seq in group:
+                if seq.prompt_len < 0 or seq.generated < 0:
+                    raise ValueError(
+                        f"ClusterSnapshot: sequence {seq.seq_id} has a negative length ({where})"
+                    )
+                if seq.seq_id in seen:
+                    raise ValueError(
+                        f"ClusterSnapshot: sequence {seq.seq_id} is on two replicas ({seen[seq.seq_id]} and {where})"
+                    )
+                seen[seq.seq_id] = where

@@ -72,8 +72,9 @@ class Placement:
 
     def queued(self) -> list[SeqState]:
         """Waiting sequences in dispatch order."""
-        live = [e for e in self._queue if self._live(e)]
-        return [self._seqs[sid] for _, sid, _ in sorted(live)]
+        where, qver, seqs = self._where.get, self._qver.get, self._seqs
+        live = [e for e in self._queue if where(e[1], 0) is None and qver(e[1]) == e[2]]  # _live
+        return [seqs[sid] for _, sid, _ in sorted(live)]
 
     def running(self, replica_id: int) -> list[SeqState]:
         return [self._seqs[s] for s in sorted(self._reps[replica_id].seqs)]
@@ -201,7 +202,9 @@ class Placement:
         touched: dict[int, _Rep] = {}
         try:
             for seq_id, generated in progress:
-                seq = self._get(seq_id, "on_progress")
+                seq = seqs.get(seq_id)  # `_get`, inlined: once per running sequence per step
+                if seq is None:
+                    raise KeyError(f"on_progress: unknown sequence {seq_id}")
                 if generated < 0:
                     raise ValueError(
                         f"on_progress: sequence {seq_id} negative generated={generated}"

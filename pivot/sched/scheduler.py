@@ -66,11 +66,11 @@ class ShiftAwareScheduler(Placement):
         throughput (and busy replicas) that `shift_down(down)` then `shift_up(up)` would reach
         on a clone, bit for bit, without cloning per run (pivot/sched/trial.py). It reads this
         scheduler's tables without copying them: do not change the scheduler while using it."""
-        seqs, heap = self._seqs, self._queue
+        seqs, heap, where, qver = self._seqs, self._queue, self._where.get, self._qver.get
         live = [
-            (p, sid, seqs[sid].prompt_len + seqs[sid].generated)
+            (p, sid, (s := seqs[sid]).prompt_len + s.generated)
             for p, sid, v in heap
-            if self._live((p, sid, v))
+            if where(sid, 0) is None and qver(sid) == v  # `_live`, inlined: planner's hot loop
         ]
         if len(live) != len(heap):
             heapq.heapify(live)  # stale entries dropped; (priority, id) still orders the rest

@@ -116,6 +116,11 @@ class SimReplica:
         """Running sequences."""
         return len(self.seqs)
 
+    def progress(self) -> list[tuple[int, int]]:
+        """(id, generated) of every running sequence, in admission order."""
+        steps = self.steps
+        return [(sid, g0 + steps - s0) for sid, (s0, g0, *_) in self.seqs.items()]
+
     def generated(self, sid: int) -> int:
         if sid in self.waiting:
             return self.waiting[sid][1]

@@ -278,8 +278,7 @@ class Simulator(ClusterHost):
         self._stale[role].discard(rid)
         rep, sched = self.reps[rid], self.sched[role]
         rep.advance(self.now)
-        gen = rep.generated
-        sched.on_progress_many([(sid, gen(sid)) for sid in rep.seqs])
+        sched.on_progress_many(rep.progress())
 
     def _sync(self, role: str) -> None:
         for rid in self.sched[role].active_ids:
