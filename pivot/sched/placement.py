@@ -53,6 +53,7 @@ class Placement:
         self._where: dict[int, int | None] = {}  # None: queued
         self._qver: dict[int, int] = {}
         self._queue: list[tuple[Any, int, int]] = []  # (priority, seq id, version): lazy deletion
+        self._stale = 0  # entries of `_queue` that are not `_live`: none, and a scan can skip it
         self._orig: dict[int, int | None] = {}  # first location of each seq moved in this call
         self._journal: list[tuple[int, int | None]] | None = None  # undo log of a tentative move
         self._active: list[_Rep] = []
@@ -72,8 +73,9 @@ class Placement:
 
     def queued(self) -> list[SeqState]:
         """Waiting sequences in dispatch order."""
-        where, qver, seqs = self._where.get, self._qver.get, self._seqs
-        live = [e for e in self._queue if where(e[1], 0) is None and qver(e[1]) == e[2]]  # _live
+        where, qver, seqs, live = self._where.get, self._qver.get, self._seqs, self._queue
+        if self._stale:
+            live = [e for e in live if where(e[1], 0) is None and qver(e[1]) == e[2]]  # _live
         return [seqs[sid] for _, sid, _ in sorted(live)]
 
     def running(self, replica_id: int) -> list[SeqState]:
@@ -114,6 +116,7 @@ class Placement:
             self._seqs
         )  # SeqState objects are shared: on_progress replaces, never mutates
         new._where, new._qver, new._queue = dict(self._where), dict(self._qver), list(self._queue)
+        new._stale = self._stale
         new._orig, new._journal, new._active = {}, None, []
         new._sync_active()
         return new
@@ -254,6 +257,7 @@ class Placement:
         rid = self._where[sid]
         if rid is None:
             self._qver[sid] = self._qver.get(sid, 0) + 1
+            self._stale += 1
             return
         r = self._reps[rid]
         r.tok -= r.seqs.pop(sid)

@@ -67,12 +67,14 @@ class ShiftAwareScheduler(Placement):
         on a clone, bit for bit, without cloning per run (pivot/sched/trial.py). It reads this
         scheduler's tables without copying them: do not change the scheduler while using it."""
         seqs, heap, where, qver = self._seqs, self._queue, self._where.get, self._qver.get
-        live = [
-            (p, sid, (s := seqs[sid]).prompt_len + s.generated)
-            for p, sid, v in heap
-            if where(sid, 0) is None and qver(sid) == v  # `_live`, inlined: planner's hot loop
-        ]
-        if len(live) != len(heap):
+        if not self._stale:  # as after `load_state`: the heap as it is, (priority, id) orders it
+            live = [(p, sid, (s := seqs[sid]).prompt_len + s.generated) for p, sid, _ in heap]
+        else:
+            live = [
+                (p, sid, (s := seqs[sid]).prompt_len + s.generated)
+                for p, sid, v in heap
+                if where(sid, 0) is None and qver(sid) == v  # `_live`, inlined: planner's hot loop
+            ]
             heapq.heapify(live)  # stale entries dropped; (priority, id) still orders the rest
         return TrialBase(list(self._reps.values()), live, seqs, self._priority, self.migrate)
 
@@ -181,6 +183,7 @@ class ShiftAwareScheduler(Placement):
             _, sid, ver = q[0]
             if where.get(sid, 0) is not None or qver.get(sid) != ver:
                 heapq.heappop(q)
+                self._stale -= 1
                 continue
             seq = seqs[sid]
             ln = seq.prompt_len + seq.generated

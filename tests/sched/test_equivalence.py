@@ -77,6 +77,8 @@ def test_random_operation_series_match_reference(seed: int) -> None:
             continue
         assert got == want, op
         assert state(fast) == state(slow), op
+        # queued() and what_if() skip the liveness scan when this count says nothing is stale
+        assert fast._stale == sum(not fast._live(e) for e in fast._queue), op
 
 
 @pytest.mark.parametrize("seed", range(10))
