@@ -76,28 +76,76 @@ def table4(base: PivotConfig, name: str) -> Allocation:
     return Allocation(train, (world_of(base) - train) // 2 if name == "disaggregated" else 0)
 
 
+def training_pools(base: PivotConfig) -> list[int]:
+    """Every training pool (Pivot's training slot) a deployment may take: at least one rollout
+    replica's worth of devices, less than the cluster, and whole nodes or part of one."""
+    world, node = world_of(base), base.cluster.devices_per_node
+    return [t for t in range(base.rollout.tp, world) if t < node or t % node == 0]
+
+
+def _split(base: PivotConfig, train: int, fraction: float) -> int:
+    """Disaggregated's rollout pool: `fraction` of the inference devices, in whole replicas."""
+    unit = max(base.rollout.tp, base.reward.tp)
+    return int(round((world_of(base) - train) * fraction / unit)) * unit
+
+
+def _allocations_at(base: PivotConfig, name: str, train: int) -> list[Allocation]:
+    if name != "disaggregated":
+        return [Allocation(train)]
+    out = []
+    for frac in (1 / 3, 1 / 2, 2 / 3):
+        ro = _split(base, train, frac)
+        if 0 < ro < world_of(base) - train and Allocation(train, ro) not in out:
+            out.append(Allocation(train, ro))
+    return out
+
+
 def candidate_allocations(base: PivotConfig, name: str) -> list[Allocation]:
-    """The grid the search tries, the same for every deployment: training pool (Pivot's training
-    slot) 1/8, 1/4, 1/2 of the cluster and the preset's; for disaggregated, rollout 1/3, 1/2, 2/3
-    of the rest (whole replicas). Colocated has nothing to tune (every role gets every device)."""
+    """The grid the search starts from, the same for every deployment: training pool (Pivot's
+    training slot) 1/8, 1/4, 1/2 of the cluster and the preset's; for disaggregated, rollout 1/3,
+    1/2, 2/3 of the rest (whole replicas). Colocated has nothing to tune (every role gets every
+    device)."""
     if name == "colocated":
         return [table4(base, name)]
-    world = world_of(base)
-    trains = sorted({base.train.devices, world // 8, world // 4, world // 2})
-    trains = [
-        t for t in trains if t >= base.rollout.tp and t % base.cluster.devices_per_node in (0, t)
-    ]
-    if name != "disaggregated":
-        return [Allocation(t) for t in trains]
-    unit = max(base.rollout.tp, base.reward.tp)
-    out = []
-    for t in trains:
-        inference = world - t
-        for frac in (1 / 3, 1 / 2, 2 / 3):
-            ro = int(round(inference * frac / unit)) * unit
-            if 0 < ro < inference and Allocation(t, ro) not in out:
-                out.append(Allocation(t, ro))
-    return out
+    world, valid = world_of(base), set(training_pools(base))
+    trains = sorted({base.train.devices, world // 8, world // 4, world // 2} & valid)
+    return [a for t in trains for a in _allocations_at(base, name, t)]
+
+
+def _nearest(values: list[int], target: float) -> int | None:
+    return min(values, key=lambda v: abs(v - target)) if values else None
+
+
+def beyond_edges(
+    base: PivotConfig, name: str, best: Allocation, tried: list[Allocation]
+) -> list[Allocation]:
+    """Where the best point tried sits on the edge of what was tried, the allocations one step
+    past that edge (training pool about half / halfway to the whole cluster; disaggregated's
+    rollout pool about half / halfway to all the inference devices): a baseline whose optimum
+    lies outside the starting grid is not left there. Empty once the best is inside."""
+    out: list[Allocation] = []
+    trains = {a.train_devices for a in tried}
+    pools = training_pools(base)
+    if best.train_devices == min(trains):
+        t = _nearest([v for v in pools if v < best.train_devices], best.train_devices / 2)
+        out += _allocations_at(base, name, t) if t is not None else []
+    if best.train_devices == max(trains):
+        world = world_of(base)
+        t = _nearest([v for v in pools if v > best.train_devices], (best.train_devices + world) / 2)
+        out += _allocations_at(base, name, t) if t is not None else []
+    if name == "disaggregated":
+        unit = max(base.rollout.tp, base.reward.tp)
+        inference = world_of(base) - best.train_devices
+        splits = [a.rollout_devices for a in tried if a.train_devices == best.train_devices]
+        steps = range(unit, inference, unit)
+        if best.rollout_devices == min(splits):
+            ro = _nearest([v for v in steps if v < best.rollout_devices], best.rollout_devices / 2)
+            out += [Allocation(best.train_devices, ro)] if ro is not None else []
+        if best.rollout_devices == max(splits):
+            target = (best.rollout_devices + inference) / 2
+            ro = _nearest([v for v in steps if v > best.rollout_devices], target)
+            out += [Allocation(best.train_devices, ro)] if ro is not None else []
+    return [a for a in dict.fromkeys(out) if a not in tried]
 
 
 @dataclass(frozen=True)
@@ -110,23 +158,40 @@ class SearchPoint:
 
 
 def search(
-    base: PivotConfig, name: str, opts: SimOptions, seeds: tuple[int, ...] | None = None
+    base: PivotConfig,
+    name: str,
+    opts: SimOptions,
+    seeds: tuple[int, ...] | None = None,
+    max_rounds: int = 6,
 ) -> tuple[Allocation, list[SearchPoint]]:
     """Simulate every candidate allocation of a deployment on `opts` (its measured window: tune
-    on the window the figures are measured on) and each of `seeds` (default: the base's); the
-    best by mean throughput and all points tried."""
-    points = []
-    for alloc in candidate_allocations(base, name):
-        try:
-            cfg = deployment(base, name, alloc)
-            runs = {}
-            for seed in seeds or (base.seed,):
-                cfg.seed = seed
-                runs[seed] = simulate(cfg, opts)
-            points.append(
-                SearchPoint(alloc, sum(r.throughput for r in runs.values()) / len(runs), runs=runs)
-            )
-        except ValueError as e:  # an impossible allocation (e.g. training state does not fit)
-            points.append(SearchPoint(alloc, 0.0, str(e).splitlines()[0]))
+    on the window the figures are measured on) and each of `seeds` (default: the base's), then
+    step past the grid's edge while the best sits on it (at most `max_rounds` steps); the best by
+    mean throughput and all points tried."""
+    points = [_point(base, name, alloc, opts, seeds) for alloc in candidate_allocations(base, name)]
     best = max(points, key=lambda p: p.throughput)
+    for _ in range(max_rounds if name != "colocated" else 0):
+        more = beyond_edges(base, name, best.alloc, [p.alloc for p in points])
+        if not more:
+            break
+        points += [_point(base, name, alloc, opts, seeds) for alloc in more]
+        best = max(points, key=lambda p: p.throughput)
     return best.alloc, points
+
+
+def _point(
+    base: PivotConfig,
+    name: str,
+    alloc: Allocation,
+    opts: SimOptions,
+    seeds: tuple[int, ...] | None,
+) -> SearchPoint:
+    try:
+        cfg = deployment(base, name, alloc)
+        runs = {}
+        for seed in seeds or (base.seed,):
+            cfg.seed = seed
+            runs[seed] = simulate(cfg, opts)
+    except ValueError as e:  # an impossible allocation (e.g. training state does not fit)
+        return SearchPoint(alloc, 0.0, str(e).splitlines()[0])
+    return SearchPoint(alloc, sum(r.throughput for r in runs.values()) / len(runs), runs=runs)
