@@ -445,17 +445,17 @@ class PivotConfig:
 
     def __post_init__(self) -> None:
         served = [
-            r
+            f"{r} served by {c.engine.backend}"
             for r, c in (("rollout", self.rollout), ("reward", self.reward))
-            if c.engine.backend == "sglang"
+            if c.engine.backend != "embedded"
         ]
         # sglang 0.5.23: no get_weights_by_name for Qwen2/Qwen3/Qwen3-MoE/GLM-4, TP shards for Llama
-        # (pivot/engine/sglang_adapter.py WHOLE_WEIGHTS_BY_NAME)
+        # (pivot/engine/sglang_adapter.py WHOLE_WEIGHTS_BY_NAME); vLLM repacks weights for its kernels
         _check(
             not (self.log.verify_weights and served),
             "log.verify_weights",
             self.log.verify_weights,
-            f"{' and '.join(served)} served by sglang, which cannot hand back whole weights to checksum",
+            f"{' and '.join(served)}, which cannot hand back whole weights to checksum",
         )
         for role, engine in (("rollout", self.rollout.engine), ("reward", self.reward.engine)):
             size = engine.kv_block_size(self.model.attention)

@@ -21,8 +21,9 @@ ATTENTIONS = tuple(DEFAULT_BLOCK_SIZE)
 
 @dataclass
 class EngineConfig:
-    backend: Literal["embedded", "sglang"] = "embedded"
-    """Inference backend: Pivot's embedded engine (CPU and GPU) or sglang (GPU only)."""
+    backend: Literal["embedded", "sglang", "vllm"] = "embedded"
+    """Inference backend: Pivot's embedded engine (CPU and GPU), sglang (GPU only) or vLLM (GPU;
+    CPU with vLLM's CPU build, head_dim >= 32; docs/gpu.md)."""
     kv_capacity_tokens: int = 16384
     """KV-cache capacity of one replica, in tokens."""
     block_size: int = 0

@@ -116,26 +116,25 @@ class Engine:
         device: str = "cpu",
         seed: int = 0,
     ):
-        """Load a HF-layout model folder; `config.backend == 'sglang'` returns the adapter (an
-        sglang engine over `tp_group`'s size of devices from `device`'s index on).
+        """Load a HF-layout model folder; `config.backend` 'sglang' or 'vllm' returns that
+        engine's adapter (over `tp_group`'s size of devices from `device`'s index on).
 
         `dtype` and `attention` are `ModelConfig`'s; `device` is this rank's device;
         `seed` seeds sampling for requests without a seed of their own.
         """
         config = config or EngineConfig()
-        if config.backend == "sglang":
+        if config.backend != "embedded":
+            tp_size = dist.get_world_size(tp_group) if tp_group is not None else 1
+            kwargs = dict(
+                tp_size=tp_size, base_gpu_id=torch.device(device).index or 0, dtype=dtype, seed=seed
+            )
+            if config.backend == "vllm":
+                from pivot.engine.vllm_adapter import VllmEngine
+
+                return VllmEngine.from_pretrained(path, config, tokenizer, device=device, **kwargs)
             from pivot.engine.sglang_adapter import SglangEngine
 
-            tp_size = dist.get_world_size(tp_group) if tp_group is not None else 1
-            return SglangEngine.from_pretrained(
-                path,
-                config,
-                tokenizer,
-                tp_size=tp_size,
-                base_gpu_id=torch.device(device).index or 0,
-                dtype=dtype,
-                seed=seed,
-            )
+            return SglangEngine.from_pretrained(path, config, tokenizer, **kwargs)
         model = load_model(path, dtype=getattr(torch, dtype), device=device)
         if tokenizer is None and (Path(path) / "tokenizer.json").is_file():
             tokenizer = TextTokenizer.from_pretrained(path)

@@ -93,6 +93,9 @@ class Output:
     finish_reason: str
     """`stop` (EOS or stop string) or `length` (max_new_tokens or the engine's max length)."""
     weights_version: int
+    version_starts: list[tuple[int, int]] = field(default_factory=list)
+    """(weights version, index in `output_ids` of the first token it made), for the tokens this
+    engine made, where the engine tracks it (vLLM); empty: every token is `weights_version`'s."""
 
 
 class AbortResult(list):

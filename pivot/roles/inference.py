@@ -1,4 +1,4 @@
-"""Rollout and reward replicas: an embedded or sglang engine whose parameters come from GPS.
+"""Rollout and reward replicas: an embedded, sglang or vLLM engine whose parameters come from GPS.
 
 Context categories (docs/ARCHITECTURE.md, "What a shift moves"): on shift down the KV cache
 (temporary) and the parameters are discarded (`Engine.release`); the engine object, its process
@@ -8,14 +8,16 @@ this rank's slices ever get storage, and no second copy of them is made. One eng
 this rank has held, so a rank that returns to a slot finds its preserved context. Rollout and
 reward differ only in which model they serve.
 
-With `engine.backend == "sglang"` (GPU only) the slot's leader (group rank 0) builds one sglang
-engine for the whole replica, `tp_size` = the slot's ranks, `base_gpu_id` = the leader's local
-device (slots are consecutive devices of one host), and serves it alone: sglang runs its own TP
-processes on the slot's devices. The other ranks of the slot are parked: they keep their CUDA
-context and process groups, follow the leader's lockstep (a step of a parked rank does nothing)
-and hold no engine. The leader's GPS Read brings the whole model (sglang shards it itself,
+With `engine.backend` "sglang" (GPU only) or "vllm" (GPU, and CPU with vLLM's CPU build) the
+slot's leader (group rank 0) builds one production engine for the whole replica, its TP size =
+the slot's ranks, on the leader's local device and the ones after it (slots are consecutive
+devices of one host), and serves it alone: the engine runs its own processes on the slot's
+devices. The other ranks of the slot are parked: they keep their CUDA context and process
+groups, follow the leader's lockstep (a step of a parked rank does nothing) and hold no engine.
+The leader's GPS Read brings the whole model (the engine shards it itself,
 `pivot.runtime.weights`); shift down is abort (partials keep their tokens) + release, shift up
-is resume + the Read pushed with `update_weights_from_tensor`.
+is resume + the Read handed to the engine (`update_weights_from_tensor` for sglang, a shm file
+the Read fills in place for vLLM).
 """
 
 from __future__ import annotations
@@ -68,18 +70,18 @@ class InferenceRole:
             seed,
         )
         self.local_device = local_device
-        self.sglang = engine_cfg.backend == "sglang"
+        self.external = engine_cfg.backend != "embedded"  # sglang or vllm: its own processes
         self.kv_prefix, self.kv_place = kv_prefix, kv_place
         self.kv_migration = (
-            bool(kv_prefix) and not self.sglang
-        )  # sglang has no KV import (docs/kv_migration.md)
-        # sglang serves what its checkpoint says; Pivot's model classes are not involved
-        self.args = None if self.sglang else ModelArgs.load(self.model_path)
+            bool(kv_prefix) and not self.external
+        )  # neither production engine imports Pivot's KV handles (docs/kv_migration.md)
+        # a production engine serves what its checkpoint says; Pivot's model classes are not involved
+        self.args = None if self.external else ModelArgs.load(self.model_path)
         tok = self.model_path / "tokenizer.json"
         self.tokenizer = TextTokenizer.from_pretrained(self.model_path) if tok.is_file() else None
         self.engines: dict[
             int, Any
-        ] = {}  # slot -> Engine or SglangEngine; None where this rank is parked
+        ] = {}  # slot -> Engine, SglangEngine or VllmEngine; None where this rank is parked
         self.slot: int | None = None
 
     @property
@@ -89,7 +91,7 @@ class InferenceRole:
 
     @property
     def parked(self) -> bool:
-        """Up in a slot whose engine another rank (the sglang leader) runs."""
+        """Up in a slot whose engine another rank (a production engine's leader) runs."""
         return self.slot is not None and self.engines[self.slot] is None
 
     def shift_up(
@@ -97,7 +99,8 @@ class InferenceRole:
     ) -> tuple[int, dict[str, float]]:
         """Take slot `slot`: its engine (built the first time, else resumed) gets storage, and
         `read` (a GPS Read) fills it: in place for the embedded engine (this rank's TP slices),
-        whole tensors for an sglang leader, nothing for a parked rank (it returns the version).
+        whole tensors for a production engine's leader, nothing for a parked rank (it returns
+        the version).
         Returns the version and phase timings (s)."""
         t0 = time.perf_counter()
         if slot not in self.engines:
@@ -114,20 +117,26 @@ class InferenceRole:
         }
 
     def _build(self, group: object, slot: int) -> Any:
-        if self.sglang:
+        if self.external:
             position, size = group_position(group)
             if position:
-                return None  # parked: the leader's sglang engine uses this rank's device
-            from pivot.engine.sglang_adapter import SglangEngine
-
-            return SglangEngine.from_pretrained(
-                self.model_path,
-                self.engine_cfg,
-                self.tokenizer,
+                return None  # parked: the leader's engine uses this rank's device
+            kwargs = dict(
                 tp_size=size,
                 base_gpu_id=self.local_device,
                 dtype=self.model_cfg.dtype,
                 seed=self.seed,
+            )
+            if self.engine_cfg.backend == "vllm":
+                from pivot.engine.vllm_adapter import VllmEngine
+
+                return VllmEngine.from_pretrained(
+                    self.model_path, self.engine_cfg, self.tokenizer, device=self.device, **kwargs
+                )
+            from pivot.engine.sglang_adapter import SglangEngine
+
+            return SglangEngine.from_pretrained(
+                self.model_path, self.engine_cfg, self.tokenizer, **kwargs
             )
         with torch.device(self.device), params_on_meta():  # storage comes with the TP slice
             model = CausalLM(self.args, linear=self.model_cfg.linear).to(

