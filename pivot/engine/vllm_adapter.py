@@ -44,12 +44,10 @@ Mapping to the protocol:
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,26 +57,11 @@ import torch
 from pivot.engine.config import EngineConfig
 from pivot.engine.model_runner import validate_weights
 from pivot.engine.sequence import AbortResult, EngineStats, Output, Request
+from pivot.engine.vllm_build import engine_builder, eos_ids
 from pivot.engine.vllm_weights import ShmSafetensors
 from pivot.gps.torch_specs import TORCH_DTYPES, specs_from_checkpoint
 
 log = logging.getLogger(__name__)
-
-# torchrun's variables: vLLM's processes start their own world and must not join the job's
-_TORCHRUN_ENV = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "ROLE_RANK",
-    "ROLE_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-)
 
 
 @dataclass
@@ -86,49 +69,6 @@ class _Live:
     request: Request
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-
-
-@contextlib.contextmanager
-def _engine_env(cuda_devices: str | None) -> Iterator[None]:
-    """The environment vLLM's spawned processes inherit: no torchrun variables, spawn not fork,
-    and on CUDA only the replica's devices."""
-    saved = dict(os.environ)
-    for k in _TORCHRUN_ENV:
-        os.environ.pop(k, None)
-    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
-    if cuda_devices is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_devices
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-def eos_ids(path: Path, tokenizer: Any = None) -> frozenset[int]:
-    """EOS ids of the model folder (config.json, generation_config.json) and the tokenizer."""
-    ids: set[int] = set()
-    for name in ("config.json", "generation_config.json"):
-        try:
-            value = json.loads((path / name).read_text()).get("eos_token_id")
-        except (OSError, ValueError):
-            continue
-        ids.update(value if isinstance(value, list) else [] if value is None else [value])
-    if tokenizer is not None:
-        ids.update(getattr(tokenizer, "eos_ids", ()))
-    return frozenset(int(i) for i in ids)
-
-
-def kv_bytes_per_token(path: Path, dtype: torch.dtype) -> int:
-    """K and V bytes of one token over every layer, from config.json (text_config for VL)."""
-    cfg = json.loads((path / "config.json").read_text())
-    cfg = cfg.get("text_config", cfg)
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    size = torch.empty((), dtype=dtype).element_size()
-    return 2 * cfg["num_hidden_layers"] * kv_heads * head_dim * size
 
 
 class VllmEngine:
@@ -180,49 +120,30 @@ class VllmEngine:
         """A vLLM engine over devices base_gpu_id .. base_gpu_id + tp_size - 1 of this host (CPU:
         this host's cores), serving the model in folder `path` (random weights until the first
         `load_weights`)."""
-        from vllm import EngineArgs  # guarded: only the vllm backend needs it
-        from vllm.v1.engine.llm_engine import LLMEngine
-
-        path = Path(path)
-        torch_dtype = getattr(torch, dtype)
-        specs = specs_from_checkpoint(path)
-        on_cuda = device.startswith("cuda")
-        max_len = json.loads((path / "config.json").read_text()).get("max_position_embeddings")
-        args = EngineArgs(
-            model=str(path),
-            tensor_parallel_size=tp_size,
-            distributed_executor_backend="uni" if tp_size == 1 else "mp",
+        path, on_cuda = Path(path), device.startswith("cuda")
+        build = engine_builder(
+            path,
+            config,
+            tp_size=tp_size,
+            base_gpu_id=base_gpu_id,
             dtype=dtype,
             seed=seed,
-            skip_tokenizer_init=True,
-            load_format="dummy",
-            enforce_eager=not on_cuda,  # CUDA graphs on GPU; nothing to capture on CPU
-            enable_prefix_caching=True,
-            max_num_seqs=config.max_running_seqs,
-            max_num_batched_tokens=max(config.max_prefill_tokens, config.max_running_seqs),
-            max_model_len=min(int(max_len or config.kv_capacity_tokens), config.kv_capacity_tokens),
-            kv_cache_memory_bytes=config.kv_capacity_tokens * kv_bytes_per_token(path, torch_dtype),
-            logprobs_mode="processed_logprobs",
-            worker_extension_cls="pivot.engine.vllm_weights.PivotWorkerExtension",
+            on_cuda=on_cuda,
             **engine_args,
         )
-        if config.block_size:
-            args.block_size = config.block_size
-        devices = ",".join(str(base_gpu_id + i) for i in range(tp_size)) if on_cuda else None
-
-        def build() -> Any:
-            with _engine_env(devices):
-                engine = LLMEngine.from_engine_args(args, enable_multiprocessing=True)
-            return engine
-
-        shapes = {s.name: tuple(s.shape) for s in specs}
+        specs = specs_from_checkpoint(path)
+        floats = ("float32", "float16", "bfloat16", "float64")
         buffer_specs = {
-            s.name: (tuple(s.shape), torch_dtype if s.dtype in _FLOATS else TORCH_DTYPES[s.dtype])
+            s.name: (
+                tuple(s.shape),
+                getattr(torch, dtype) if s.dtype in floats else TORCH_DTYPES[s.dtype],
+            )
             for s in specs
         }
         shm = ShmSafetensors(
-            Path(shm_dir) / f"pivot-vllm-{os.getpid()}-{id(args):x}.safetensors", buffer_specs
+            Path(shm_dir) / f"pivot-vllm-{os.getpid()}-{id(build):x}.safetensors", buffer_specs
         )
+        shapes = {s.name: tuple(s.shape) for s in specs}
         return cls(build, config, shapes, shm, eos_ids(path, tokenizer), on_cuda)
 
     # ---- requests --------------------------------------------------------------------------
@@ -405,6 +326,3 @@ class VllmEngine:
             self.engine.engine_core.shutdown()
             self.engine = None
         self.weights.close()
-
-
-_FLOATS = ("float32", "float16", "bfloat16", "float64")

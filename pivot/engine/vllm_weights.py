@@ -23,6 +23,7 @@ import json
 import mmap
 import os
 import struct
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,8 @@ class ShmSafetensors:
         raw += b" " * (-(8 + len(raw)) % 64)  # data starts 64-byte aligned: every view is aligned
         start = 8 + len(raw)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        # a process that ends without close() still removes its file (not one SIGKILLed)
+        self._unlink = weakref.finalize(self, _unlink, str(self.path))
         try:
             os.ftruncate(fd, start + max(offset, 1))
             self._map = mmap.mmap(fd, start + max(offset, 1))
@@ -89,7 +92,11 @@ class ShmSafetensors:
             self._map.close()
         except BufferError:  # a view is still referenced somewhere: the unlink below still frees it
             pass
-        self.path.unlink(missing_ok=True)
+        self._unlink()
+
+
+def _unlink(path: str) -> None:
+    Path(path).unlink(missing_ok=True)
 
 
 class PivotWorkerExtension:

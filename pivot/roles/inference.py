@@ -201,6 +201,13 @@ class InferenceRole:
         self.slot = None
         return partials, {"release": time.perf_counter() - t0}
 
+    def close(self) -> None:
+        """Stop the engines that run processes of their own (sglang, vLLM)."""
+        for engine in self.engines.values():
+            if engine is not None and hasattr(engine, "shutdown"):
+                engine.shutdown()
+        self.engines, self.slot = {}, None
+
     def checksum(self) -> float:
         """Sum of the weights this rank serves (0 when parked)."""
         if self.parked:

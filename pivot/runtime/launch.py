@@ -315,7 +315,11 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     )
     if spec.rank == 0:
         signal.signal(signal.SIGTERM, lambda *_: _stopped_by_torchrun(ckpt))
-    worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
+    try:
+        worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
+    finally:  # production engines run processes (and shm files) of their own
+        for role in inference.values():
+            role.close()
     if backend is not None:  # every rank's records are on disk before rank 0 sums them up
         backend.finish(cfg.log.dir, spec.rank)
         dist.barrier()

@@ -109,7 +109,10 @@ def hybrid_genrm(path: Path, tokenizer_file: Path, seed: int) -> Path:
     return path
 
 
-def random_models(root: Path, seed: int = 0, genrm_family: str = "qwen2") -> tuple[Path, Path]:
+def random_models(
+    root: Path, seed: int = 0, genrm_family: str = "qwen2", head_dim: int = 8
+) -> tuple[Path, Path]:
+    """`head_dim` 32: shaped for vLLM's CPU attention (it takes 32, 64, 80, ...), two heads."""
     import torch
 
     tok = char_tokenizer(root / "tok")
@@ -119,12 +122,12 @@ def random_models(root: Path, seed: int = 0, genrm_family: str = "qwen2") -> tup
         args = ModelArgs(
             family="qwen2",
             vocab_size=len(CHARS) + 2,
-            hidden_size=32,
+            hidden_size=32 if head_dim == 8 else 2 * head_dim,
             intermediate_size=64,
             num_hidden_layers=layers,
-            num_attention_heads=4,
+            num_attention_heads=4 if head_dim == 8 else 2,
             num_key_value_heads=2,
-            head_dim=8,
+            head_dim=head_dim,
             tie_word_embeddings=True,
             eos_token_id=0,
             pad_token_id=1,

@@ -1,0 +1,121 @@
+"""How a vLLM engine for one replica starts (`VllmEngine.from_pretrained`): its engine
+arguments from Pivot's engine config and the model folder, and the environment its processes
+inherit from a torchrun rank."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pivot.engine.config import EngineConfig
+
+# torchrun's variables: vLLM's processes start their own world and must not join the job's
+_TORCHRUN_ENV = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+)
+
+
+@contextlib.contextmanager
+def _engine_env(cuda_devices: str | None) -> Iterator[None]:
+    """The environment vLLM's spawned processes inherit: no torchrun variables, spawn not fork,
+    and on CUDA only the replica's devices."""
+    saved = dict(os.environ)
+    for k in _TORCHRUN_ENV:
+        os.environ.pop(k, None)
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    if cuda_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_devices
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def eos_ids(path: Path, tokenizer: Any = None) -> frozenset[int]:
+    """EOS ids of the model folder (config.json, generation_config.json) and the tokenizer."""
+    ids: set[int] = set()
+    for name in ("config.json", "generation_config.json"):
+        try:
+            value = json.loads((path / name).read_text()).get("eos_token_id")
+        except (OSError, ValueError):
+            continue
+        ids.update(value if isinstance(value, list) else [] if value is None else [value])
+    if tokenizer is not None:
+        ids.update(getattr(tokenizer, "eos_ids", ()))
+    return frozenset(int(i) for i in ids)
+
+
+def kv_bytes_per_token(path: Path, dtype: torch.dtype) -> int:
+    """K and V bytes of one token over every layer, from config.json (text_config for VL)."""
+    cfg = json.loads((path / "config.json").read_text())
+    cfg = cfg.get("text_config", cfg)
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    size = torch.empty((), dtype=dtype).element_size()
+    return 2 * cfg["num_hidden_layers"] * kv_heads * head_dim * size
+
+
+def engine_builder(
+    path: Path,
+    config: EngineConfig,
+    *,
+    tp_size: int,
+    base_gpu_id: int,
+    dtype: str,
+    seed: int,
+    on_cuda: bool,
+    **engine_args: Any,
+) -> Callable[[], Any]:
+    """A function that starts the replica's `LLMEngine` (called again after a CPU release)."""
+    from vllm import EngineArgs  # guarded: only the vllm backend needs it
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    max_len = json.loads((path / "config.json").read_text()).get("max_position_embeddings")
+    args = EngineArgs(
+        model=str(path),
+        tensor_parallel_size=tp_size,
+        distributed_executor_backend="uni" if tp_size == 1 else "mp",
+        dtype=dtype,
+        seed=seed,
+        skip_tokenizer_init=True,
+        load_format="dummy",
+        enforce_eager=not on_cuda,  # CUDA graphs on GPU; nothing to capture on CPU
+        enable_prefix_caching=True,
+        max_num_seqs=config.max_running_seqs,
+        max_num_batched_tokens=max(config.max_prefill_tokens, config.max_running_seqs),
+        max_model_len=min(int(max_len or config.kv_capacity_tokens), config.kv_capacity_tokens),
+        kv_cache_memory_bytes=config.kv_capacity_tokens
+        * kv_bytes_per_token(path, getattr(torch, dtype)),
+        logprobs_mode="processed_logprobs",
+        worker_extension_cls="pivot.engine.vllm_weights.PivotWorkerExtension",
+        **engine_args,
+    )
+    if config.block_size:
+        args.block_size = config.block_size
+    devices = ",".join(str(base_gpu_id + i) for i in range(tp_size)) if on_cuda else None
+
+    def build() -> Any:
+        with _engine_env(devices):
+            return LLMEngine.from_engine_args(args, enable_multiprocessing=True)
+
+    return build

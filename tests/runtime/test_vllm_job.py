@@ -1,0 +1,45 @@
+"""The main job on 4 CPU ranks with rollout and reward served by vLLM (its CPU build, for real, in
+the venv tools/vllm_venv.py builds): the planner shifts replicas between roles, each shift down
+stops a vLLM engine and each shift up starts one and fills it from GPS, and every sample is
+trained exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pivot.runtime.audit import exactly_once
+from tests.conftest import ROOT
+from tests.runtime.models import random_models
+from tests.runtime.test_runtime import SMALL, B, G
+from tools.vllm_venv import vllm_python
+
+pytestmark = pytest.mark.slow
+STEPS = 3
+
+
+def test_main_job_on_vllm_with_shifts(tmp_path: Path) -> None:
+    policy, genrm = random_models(tmp_path / "models", head_dim=32)  # vLLM's CPU attention: >= 32
+    python = vllm_python()
+    run = tmp_path / "run"
+    cmd = [str(python), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+           str(ROOT / "pivot" / "main.py"), "--model.policy", str(policy), "--model.genrm",
+           str(genrm), "--log.dir", str(run), *SMALL, "--train.steps", str(STEPS),
+           "--rollout.engine.backend", "vllm", "--reward.engine.backend", "vllm"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+    shm_before = set(Path("/dev/shm").glob("pivot-vllm-*"))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert exactly_once(run, STEPS, B, G).violations == []
+    events = [json.loads(line) for line in (run / "timeline.jsonl").read_text().splitlines()]
+    shifts = [e for e in events if e.get("kind") == "shift"]
+    ups = [e for e in shifts if e.get("event") == "shift_up" and e["role"] != "train"]
+    downs = [e for e in shifts if e.get("event") == "shift_down"]
+    assert len(ups) >= 3 and downs, [(e["event"], e["role"]) for e in shifts]
+    assert all(e["version"] >= 0 and sum(e["gps_read_bytes"]) > 0 for e in ups)
+    assert set(Path("/dev/shm").glob("pivot-vllm-*")) <= shm_before  # every engine's file removed
+    assert "pivot: done" in out.stdout
