@@ -1,4 +1,8 @@
-"""Fit the paper's throughput model to the embedded engine's measured decode steps.
+"""Fit the paper's throughput model to an engine's measured decode steps.
+
+Any engine of the protocol (embedded, vLLM, sglang; any TP size): the profiler only adds
+requests, steps, reads `progress()` and `stats()`, and aborts, so a replica's constants are
+measured on its own backend, model, device and TP.
 
 `profile_engine` runs the engine over a grid of (N_seq running sequences, context length)
 points, times decode steps (the fastest of a few, over shuffled passes), fits
@@ -20,7 +24,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pivot.engine.engine import Engine
 from pivot.engine.sequence import Request, SamplingParams
 from pivot.sched.profile import write_profile
 from pivot.sched.throughput import ThroughputModel
@@ -28,38 +31,45 @@ from pivot.sched.throughput import ThroughputModel
 Row = tuple[float, float, float]  # (n_seq, n_tok, latency s)
 
 
+def vocab_size(engine: Any) -> int:
+    """Token ids the engine's model takes (the embedded engine's args, an adapter's attribute)."""
+    args = getattr(engine, "args", None)
+    return int(getattr(args, "vocab_size", 0) or engine.vocab_size)
+
+
 def measure(
-    engine: Engine, n_seq: int, ctx: int, steps: int, rng: random.Random
+    engine: Any, n_seq: int, ctx: int, steps: int, rng: random.Random
 ) -> tuple[float, float]:
     """(mean N_tok, fastest decode-step latency) with `n_seq` sequences of `ctx` prompt tokens.
 
     The fastest of `steps` steps, not the median: on a shared machine other processes only
-    ever add time, so the minimum is the engine's own cost. Sequences get a token budget up to
-    the engine's max length so none finishes while timed: every timed step decodes all of them."""
-    vocab = engine.args.vocab_size
+    ever add time, so the minimum is the engine's own cost. Each sequence's token budget is its
+    share of the KV cache (more would let the first ones grow while the last ones prefill, and
+    the engine preempt), and every timed step must add a token to every sequence (else the
+    point does not fit the engine). An engine whose core runs ahead
+    of `step()` (vLLM) may hand over several tokens per sequence at once: the step's time is
+    divided by them."""
+    vocab = vocab_size(engine)
+    budget = min(engine.max_len - ctx - 1, engine.stats().kv_total_tokens // n_seq - ctx - 1)
     for i in range(n_seq):
         prompt = [rng.randrange(2, vocab) for _ in range(ctx)]
-        engine.add(
-            Request(
-                i,
-                prompt,
-                SamplingParams(
-                    temperature=0, max_new_tokens=engine.max_len - ctx - 1, ignore_eos=True
-                ),
-            )
-        )
-    while any(s.num_uncomputed > 1 or s.num_computed == 0 for s in engine._seqs.values()):
+        params = SamplingParams(temperature=0, max_new_tokens=budget, ignore_eos=True)
+        engine.add(Request(i, prompt, params))
+    while min(engine.progress().values(), default=0) < 1:
         engine.step()  # prefill (chunked) until every sequence decodes
     toks, lats = [], []
     for _ in range(steps):
-        stats = engine.stats()
-        if not stats.n_seq == n_seq == len(engine.scheduler.running):
+        stats, before = engine.stats(), engine.progress()
+        t0 = time.perf_counter()
+        engine.step()
+        elapsed = time.perf_counter() - t0
+        after = engine.progress()
+        made = min((after.get(i, 0) - n for i, n in before.items()), default=0)
+        if stats.n_seq != n_seq or len(before) != n_seq or made < 1:
             raise RuntimeError(
                 f"profile point ({n_seq} seqs, {ctx} tokens) is not fully decoding: engine too small"
             )
-        t0 = time.perf_counter()
-        engine.step()
-        lats.append(time.perf_counter() - t0)
+        lats.append(elapsed / made)
         toks.append(stats.n_tok)
     engine.abort(list(range(n_seq)))
     return statistics.mean(toks), min(lats)
@@ -74,17 +84,17 @@ def r2_and_mre(model: ThroughputModel, rows: Sequence[Row]) -> tuple[float, floa
     return 1 - ss_res / ss_tot, statistics.mean(abs(p - y) / y for y, p in zip(ys, pred))
 
 
-def grid_fits(engine: Engine, seqs: Sequence[int], ctxs: Sequence[int], steps: int) -> bool:
+def grid_fits(engine: Any, seqs: Sequence[int], ctxs: Sequence[int], steps: int) -> bool:
     """Whether every grid point fits the engine (running slots, max length, KV capacity)."""
     return (
         max(seqs) <= engine.config.max_running_seqs
         and max(ctxs) + steps + 2 < engine.max_len
-        and max(seqs) * (max(ctxs) + steps + 2) <= engine.blocks.total_tokens
+        and max(seqs) * (max(ctxs) + steps + 2) <= engine.stats().kv_total_tokens
     )
 
 
 def profile_engine(
-    engine: Engine,
+    engine: Any,
     out: str | Path,
     seqs: Sequence[int],
     ctxs: Sequence[int],

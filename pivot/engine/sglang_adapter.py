@@ -73,6 +73,7 @@ from pivot.engine.sglang_weights import (
     whole_weights,
 )
 from pivot.gps.torch_specs import specs_from_checkpoint
+from pivot.model.hf_folder import text_config
 
 __all__ = ["BUCKET_BYTES", "IDLE_TIMEOUT_S", "WHOLE_WEIGHTS_BY_NAME", "SglangEngine"]
 
@@ -118,6 +119,7 @@ class SglangEngine:
         self._tokens_generated = 0
         self._last_latency = 0.0
         self.tp_size, self.architectures = 1, ()  # from_pretrained fills them from the checkpoint
+        self.vocab_size = 0  # from_pretrained: the model's (the profiler draws prompts below it)
         info = self._server_info()
         self.kv_total = int(info.get("max_total_num_tokens", config.kv_capacity_tokens))
         self.max_len = int(
@@ -160,6 +162,7 @@ class SglangEngine:
         out = cls(engine, config, shapes, tokenizer, staging_device=staging)
         out.tp_size = tp_size
         out.architectures = tuple(_architectures(Path(path)))
+        out.vocab_size = int(text_config(path).get("vocab_size", 0))
         return out
 
     def _server_info(self) -> dict[str, Any]:

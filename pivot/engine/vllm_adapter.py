@@ -60,6 +60,7 @@ from pivot.engine.sequence import AbortResult, EngineStats, Output, Request
 from pivot.engine.vllm_build import engine_builder, eos_ids
 from pivot.engine.vllm_weights import ShmSafetensors
 from pivot.gps.torch_specs import TORCH_DTYPES, specs_from_checkpoint
+from pivot.model.hf_folder import text_config
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Live:
     request: Request
+    key: str
+    """vLLM's request id: Pivot's id and a count of adds, unique, so a request re-added after an
+    abort never receives an output the core made for the aborted one."""
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
 
@@ -84,8 +88,10 @@ class VllmEngine:
         """`build()` starts a vLLM `LLMEngine` (again after a CPU release); `weights` is the shm
         file the GPS Read fills; `full_shapes` every tensor a weight update must bring."""
         self._build, self.config, self.full_shapes = build, config, full_shapes
+        self.vocab_size = 0  # from_pretrained: the model's (the profiler draws prompts below it)
         self.weights, self.eos, self.on_cuda = weights, eos, on_cuda
         self._live: dict[int, _Live] = {}
+        self._adds = 0
         self._version = 0
         self._tokens_generated = 0
         self._last_latency = 0.0
@@ -144,7 +150,9 @@ class VllmEngine:
             Path(shm_dir) / f"pivot-vllm-{os.getpid()}-{id(build):x}.safetensors", buffer_specs
         )
         shapes = {s.name: tuple(s.shape) for s in specs}
-        return cls(build, config, shapes, shm, eos_ids(path, tokenizer), on_cuda)
+        out = cls(build, config, shapes, shm, eos_ids(path, tokenizer), on_cuda)
+        out.vocab_size = int(text_config(path)["vocab_size"])
+        return out
 
     # ---- requests --------------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -175,7 +183,9 @@ class VllmEngine:
             top_k=p.top_k,
             max_tokens=min(p.max_new_tokens - done, self.max_len - n),
             seed=None if p.seed is None else p.seed + done,
-            stop_token_ids=sorted(self.eos),
+            stop_token_ids=[]
+            if p.ignore_eos
+            else sorted(self.eos),  # vLLM stops on these regardless
             ignore_eos=p.ignore_eos,
             logprobs=0,
             detokenize=False,
@@ -183,9 +193,11 @@ class VllmEngine:
         )
         ids = list(request.prompt_ids) + list(request.output_ids)
         prompt = TokensPrompt(prompt_token_ids=ids, cache_salt=f"v{self._version}")
-        self.engine.add_request(str(request.id), prompt, params)
+        self._adds += 1
+        key = f"{request.id}.{self._adds}"
+        self.engine.add_request(key, prompt, params)
         self._live[request.id] = _Live(
-            request, list(request.output_ids), list(request.output_logprobs)
+            request, key, list(request.output_ids), list(request.output_logprobs)
         )
 
     def step(self) -> list[Output]:
@@ -194,8 +206,8 @@ class VllmEngine:
         t0 = time.perf_counter()
         outputs = []
         for out in self.engine.step():
-            live = self._live.get(int(out.request_id))
-            if live is None:  # aborted after the core produced it
+            live = self._live.get(int(out.request_id.split(".")[0]))
+            if live is None or live.key != out.request_id:  # aborted after the core made it
                 continue
             co = out.outputs[0]
             for tok, lp in zip(co.token_ids, co.logprobs or []):
@@ -204,7 +216,7 @@ class VllmEngine:
             self._tokens_generated += len(co.token_ids)
             if not out.finished:
                 continue
-            del self._live[int(out.request_id)]
+            del self._live[live.request.id]
             done = len(live.request.output_ids)  # a resumed partial's tokens came before
             spans = [
                 (int(s.version), done + s.start)
@@ -232,7 +244,7 @@ class VllmEngine:
             if live is None:
                 unknown.append(rid)
                 continue
-            self.engine.abort_request([str(rid)])
+            self.engine.abort_request([live.key])
             req = live.request
             partials.append(
                 Request(req.id, list(req.prompt_ids), req.params, live.output_ids, live.logprobs)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from pivot.engine.config import EngineConfig
+from pivot.model.hf_folder import text_config
 
 # torchrun's variables: vLLM's processes start their own world and must not join the job's
 _TORCHRUN_ENV = (
@@ -66,8 +67,7 @@ def eos_ids(path: Path, tokenizer: Any = None) -> frozenset[int]:
 
 def kv_bytes_per_token(path: Path, dtype: torch.dtype) -> int:
     """K and V bytes of one token over every layer, from config.json (text_config for VL)."""
-    cfg = json.loads((path / "config.json").read_text())
-    cfg = cfg.get("text_config", cfg)
+    cfg = text_config(path)
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     kv_heads = cfg.get("num_key_value_heads") or heads
@@ -90,7 +90,7 @@ def engine_builder(
     from vllm import EngineArgs  # guarded: only the vllm backend needs it
     from vllm.v1.engine.llm_engine import LLMEngine
 
-    max_len = json.loads((path / "config.json").read_text()).get("max_position_embeddings")
+    max_len = text_config(path).get("max_position_embeddings")
     args = EngineArgs(
         model=str(path),
         tensor_parallel_size=tp_size,

@@ -23,6 +23,12 @@ log = logging.getLogger(__name__)
 _told: set[Path] = set()  # folders whose skipped tensors were already named in the log
 
 
+def text_config(path: str | Path) -> dict:
+    """A folder's config.json as a dict; a vision-language folder's `text_config` (its decoder)."""
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    return cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+
+
 def _note_skipped(path: Path, names: list[str]) -> None:
     """Name the skipped parts (vision tower, MTP head) once per folder: skipping is on purpose."""
     skipped = [n for n in names if n.startswith(_SKIPPED_PREFIXES)]

@@ -62,6 +62,12 @@ def role_profiles(
             if prof.fallback
             else None
         )
+        if prof.fallback and fitted is None and device.startswith("cuda"):
+            raise ValueError(  # the tiny CPU constants would make the planner's benefits fiction
+                f"{role}: no throughput profile for {folder} on {shape.hardware} (tp={rcfg.tp}, "
+                f"{rcfg.engine.backend}) and none could be measured at start-up; give one: "
+                f"--{role}.throughput-profile PATH (tools/profile_engine.py writes it)"
+            )
         if prof.fallback and fitted is None:
             log.warning(
                 "%s: no throughput profile for %s on %s (tp=%d, %s); planning with the tiny CPU constants, so "

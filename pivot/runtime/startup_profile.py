@@ -1,11 +1,13 @@
 """A role's throughput profile measured at start-up, when none is given or cached.
 
-Rank 0 (where the controller plans) builds the role's model with random weights (decode time
-does not depend on their values) on its own device, profiles the embedded engine over a small
-grid for a few seconds, writes the profile to the cache keyed by model, hardware and TP size
-(`pivot.sched.profile.ReplicaShape`), so later runs read it, and frees the device again.
-Only a TP=1 replica of the embedded engine is profiled this way (rank 0 alone can hold it);
-other shapes plan with the fallback constants unless a file is given.
+Rank 0 (where the controller plans) builds the role's engine with random weights (decode time
+does not depend on their values) on its own device, profiles it over a small grid for a few
+seconds (`pivot.engine.profiler`, through the engine protocol), writes the profile to the cache
+keyed by model, hardware, TP size and backend (`pivot.sched.profile.ReplicaShape`), so later runs
+read it, and frees the device again. The embedded engine is profiled at TP 1 only (a TP group
+needs the replica's other ranks); a production engine (vLLM, sglang) at the replica's TP size,
+on this host's devices from rank 0's on (it starts its own processes there, with its dummy
+weights).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import gc
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -20,6 +23,7 @@ from pivot.config import EngineConfig, ModelConfig
 from pivot.engine.engine import Engine
 from pivot.engine.profiler import profile_engine
 from pivot.model import CausalLM, ModelArgs
+from pivot.model.hf_folder import text_config
 from pivot.sched.profile import ReplicaShape
 from pivot.sched.throughput import ThroughputModel
 
@@ -49,22 +53,28 @@ def profile_at_startup(
     cache_dir: Path,
 ) -> ThroughputModel | None:
     """Fit and cache the profile of `role`'s replica shape on `device`; None when this shape
-    cannot be profiled here (TP > 1, sglang) or the grid is too small to fit four constants."""
-    if shape.tp != 1 or shape.backend != "embedded":
+    cannot be profiled here (the embedded engine at TP > 1) or the grid is too small to fit four
+    constants."""
+    if shape.backend == "embedded" and shape.tp != 1:
         return None
-    args = ModelArgs.load(shape.model_folder)
-    seqs, ctxs = startup_grid(engine_cfg, args.max_position_embeddings)
+    seqs, ctxs = startup_grid(
+        engine_cfg, int(text_config(shape.model_folder).get("max_position_embeddings", 4096))
+    )
     if len(seqs) * len(ctxs) < 4:
         return None
     cfg = EngineConfig(
-        kv_capacity_tokens=max(seqs) * (max(ctxs) + 64) + 1024,
+        backend=shape.backend,
+        kv_capacity_tokens=max(seqs) * (max(ctxs) + 256)
+        + 1024,  # room for blocks of 128 (vLLM on CPU)
         block_size=engine_cfg.block_size,
         max_running_seqs=max(seqs),
         max_prefill_tokens=engine_cfg.max_prefill_tokens,
     )
-    with torch.device(device):
-        model = CausalLM(args, linear=model_cfg.linear).to(getattr(torch, model_cfg.dtype))
-    engine = Engine(model, cfg, attention=model_cfg.attention, device=device)
+    try:
+        engine = _engine(shape, cfg, model_cfg, device)
+    except (RuntimeError, ValueError) as e:
+        log.warning("%s: could not start a %s engine to profile: %s", role, shape.backend, e)
+        return None
     try:
         return profile_engine(
             engine,
@@ -76,7 +86,8 @@ def profile_at_startup(
             role=role,
             model=shape.model_folder,
             hardware=shape.hardware,
-            tp=1,
+            tp=shape.tp,
+            backend=shape.backend,
             dtype=shape.dtype,
             attention=shape.attention,
             source="start-up profile",
@@ -88,7 +99,31 @@ def profile_at_startup(
         log.warning("%s: start-up throughput profile of %s failed: %s", role, shape.model_folder, e)
         return None
     finally:
-        del engine, model
+        if hasattr(engine, "shutdown"):
+            engine.shutdown()
+        del engine
         gc.collect()
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
+
+
+def _engine(shape: ReplicaShape, cfg: EngineConfig, model_cfg: ModelConfig, device: str) -> Any:
+    """The replica's engine with random weights: the embedded one built here, a production
+    engine over `shape.tp` devices from `device`'s on, with the dummy weights it starts with."""
+    if shape.backend == "embedded":
+        args = ModelArgs.load(shape.model_folder)
+        with torch.device(device):
+            model = CausalLM(args, linear=model_cfg.linear).to(getattr(torch, model_cfg.dtype))
+        return Engine(model, cfg, attention=model_cfg.attention, device=device)
+    kwargs = dict(
+        tp_size=shape.tp,
+        base_gpu_id=torch.device(device).index or 0,
+        dtype=model_cfg.dtype,
+    )
+    if shape.backend == "vllm":
+        from pivot.engine.vllm_adapter import VllmEngine
+
+        return VllmEngine.from_pretrained(shape.model_folder, cfg, device=device, **kwargs)
+    from pivot.engine.sglang_adapter import SglangEngine
+
+    return SglangEngine.from_pretrained(shape.model_folder, cfg, **kwargs)

@@ -61,3 +61,18 @@ def test_shapes_rank_0_cannot_hold_fall_back(
     got = controller_thread.role_profiles(cfg, tmp_path / "policy", folder, "cpu")
     assert got["reward"] == read_profile(TINY_PROFILE["reward"])
     assert "reward: no throughput profile" in caplog.text and not (tmp_path / "cache").exists()
+
+
+def test_a_gpu_run_never_plans_with_the_tiny_cpu_constants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "genrm"
+    make_model(folder)
+    monkeypatch.setattr(controller_thread, "PROFILE_CACHE", tmp_path / "cache")
+    monkeypatch.setattr(controller_thread, "hardware_name", lambda device: "NVIDIA H200")
+    cfg = get_preset("tiny-cpu")
+    cfg.model.genrm, cfg.reward.tp = str(folder), 2  # the embedded engine at TP 2: not measurable
+    with pytest.raises(
+        ValueError, match=r"reward: no throughput profile .* --reward.throughput-profile"
+    ):
+        controller_thread.role_profiles(cfg, tmp_path / "policy", folder, "cuda:0")

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from pivot.runtime.audit import exactly_once
+from pivot.runtime.controller_thread import PROFILE_CACHE
+from pivot.sched.profile import ReplicaShape, read_profile
 from tests.conftest import ROOT
 from tests.runtime.models import random_models
 from tests.runtime.test_runtime import SMALL, B, G
@@ -32,6 +34,12 @@ def test_main_job_on_vllm_with_shifts(tmp_path: Path) -> None:
            "--rollout.engine.backend", "vllm", "--reward.engine.backend", "vllm"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
     shm_before = set(Path("/dev/shm").glob("pivot-vllm-*"))
+    shapes = {
+        role: ReplicaShape(str(folder), "cpu", 1, "float32", "sdpa", "vllm")
+        for role, folder in (("rollout", policy), ("reward", genrm))
+    }
+    for shape in shapes.values():  # measured in this run, not read from an earlier one
+        shape.cache_file(PROFILE_CACHE).unlink(missing_ok=True)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert exactly_once(run, STEPS, B, G).violations == []
@@ -43,3 +51,10 @@ def test_main_job_on_vllm_with_shifts(tmp_path: Path) -> None:
     assert all(e["version"] >= 0 and sum(e["gps_read_bytes"]) > 0 for e in ups)
     assert set(Path("/dev/shm").glob("pivot-vllm-*")) <= shm_before  # every engine's file removed
     assert "pivot: done" in out.stdout
+    # each role was profiled on vLLM at start-up (rank 0, through the engine protocol), not
+    # planned with the tiny CPU constants; later runs of this shape read the cache
+    assert "no throughput profile" not in out.stdout + out.stderr
+    for role, shape in shapes.items():
+        profile = json.loads(shape.cache_file(PROFILE_CACHE).read_text())
+        assert profile["backend"] == "vllm" and profile["role"] == role
+        assert read_profile(shape.cache_file(PROFILE_CACHE)).latency(4, 256) > 0

@@ -24,6 +24,7 @@ TESTED_ELSEWHERE = {
     "plot_timeline.py": "tests/tools/test_plot_timeline.py",
     "soak.py": "tests/tools/test_soak.py",
     "stress_gps.py": "tests/tools/test_stress_gps.py",
+    "vllm_venv.py": "tests/engine/test_vllm.py",  # builds the venv every vLLM test runs in
 }
 # the main job at its smallest: two prompts of two responses, short generations, few held-out prompts
 TINY_JOB = [
