@@ -25,9 +25,11 @@ def main(argv: list[str] | None = None) -> int:
         from pivot.memory.report import dry_run
 
         return dry_run(cfg)
+    from pivot.engine_check import engine_problems
     from pivot.kernels import missing_kernels
 
-    missing = missing_kernels(cfg.model)  # before torchrun work: one line each, nothing falls back
+    # before torchrun work: one line each, nothing falls back
+    missing = missing_kernels(cfg.model) + engine_problems(cfg)
     for line in missing:
         print(f"pivot: cannot start: {line}", file=sys.stderr, flush=True)
     if missing:

@@ -111,6 +111,8 @@ def test_vllm_behind_the_engine_protocol(tmp_path: Path) -> None:
         assert out["ids"] == want[i][0], f"prompt {i}"
         assert max(abs(a - b) for a, b in zip(out["logprobs"], want[i][1])) < 1e-3
         assert out["reason"] == "length" and out["version"] == 0
+    seeded = got["seeded"]
+    assert seeded["40"] == seeded["41"] != seeded["42"]
     # abort after some tokens, resumed on the other replica: the uninterrupted tokens
     assert 4 <= got["abort_at"] < NEW
     assert got["resumed"]["ids"] == want[10 % 3][0]
@@ -136,4 +138,27 @@ def test_vllm_behind_the_engine_protocol(tmp_path: Path) -> None:
         f"vllm: build {got['build_s']:.1f} s, release {got['release_s']:.2f} s, "
         f"resume (rebuild) {got['resume_s']:.1f} s, reload {got['load_s']:.3f} s, "
         f"in-flight update {got['update_s']:.3f} s"
+    )
+
+
+def test_the_cpu_build_refuses_a_head_size_in_one_line() -> None:
+    """The shipped tiny models have head_dim 16, which vLLM's CPU attention has no kernel for."""
+    env = {
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "4",
+        "RANK": "0",
+        "PATH": "",
+        "PYTHONPATH": str(ROOT),
+    }
+    out = subprocess.run(
+        [str(vllm_python()), str(ROOT / "pivot" / "main.py"), "--reward.engine.backend", "vllm"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith(
+        "pivot: cannot start: --reward.engine.backend vllm: vLLM's CPU attention"
     )

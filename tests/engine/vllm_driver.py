@@ -61,6 +61,16 @@ def main(model: Path, new_weights: Path) -> dict:
     for i in range(3):
         a.add(greedy(i))
     out["parity"] = {o.id: record(o) for o in run(a).values()}
+    # seeded sampling reproduces: the same seed twice gives the same tokens, another seed others
+    for rid, seed in ((40, 7), (41, 7), (42, 8)):
+        a.add(
+            Request(
+                rid,
+                list(PROMPTS[0]),
+                SamplingParams(temperature=1.0, max_new_tokens=NEW, seed=seed),
+            )
+        )
+    out["seeded"] = {o.id: o.output_ids for o in run(a).values()}
     # 2. abort on one replica after 4 tokens, resume on another with the tokens kept
     a.add(greedy(10))
     run(a, until=4)
