@@ -11,6 +11,7 @@ without prefix sharing, and whether the targets of issue 17 are met.
 
     python tools/bench_engine.py            # ~3-5 minutes on 2 CPU cores
     python tools/bench_engine.py --quick    # a quarter of the requests
+    python tools/bench_engine.py --vllm     # embedded vs vLLM instead (tools/bench_engine_vllm.py)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 
 from pivot.engine import Engine, EngineConfig, EngineStats, Request, SamplingParams  # noqa: E402
 from pivot.model import CausalLM, ModelArgs, save_pretrained  # noqa: E402
@@ -90,6 +92,27 @@ def bench_generate(
     return time.perf_counter() - t0, useful
 
 
+def bench_model(hidden: int, layers: int) -> tuple[Path, CausalLM]:
+    """A random Qwen2-family model in a temporary folder (head_dim 32: vLLM's CPU attention
+    takes it), with no EOS, so every request runs its full length."""
+    heads = hidden // 32
+    args = ModelArgs(
+        family="qwen2",
+        vocab_size=512,
+        hidden_size=hidden,
+        intermediate_size=3 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(heads // 2, 1),
+        head_dim=32,
+        max_position_embeddings=2048,
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="bench_engine_"))
+    model = CausalLM(args)
+    save_pretrained(model, tmp)
+    return tmp, model
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -114,25 +137,21 @@ def main() -> None:
         default=1,
         help="torch intra-op threads (1: steadier on a shared box)",
     )
+    ap.add_argument(
+        "--vllm",
+        action="store_true",
+        help="compare the embedded engine with vLLM's CPU build instead (in vLLM's venv; flags: "
+        "python tools/bench_engine_vllm.py --help)",
+    )
+    if "--vllm" in sys.argv:  # its own flags (--batches, --new): tools/bench_engine_vllm.py
+        from tools.bench_engine_vllm import main as vs_vllm
+
+        vs_vllm(sys.argv[1:])
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rng = np.random.default_rng(a.seed)
-    heads = a.hidden // 32
-    args = ModelArgs(
-        family="qwen2",
-        vocab_size=512,
-        hidden_size=a.hidden,
-        intermediate_size=3 * a.hidden,
-        num_hidden_layers=a.layers,
-        num_attention_heads=heads,
-        num_key_value_heads=max(heads // 2, 1),
-        head_dim=32,
-        max_position_embeddings=2048,
-    )  # no EOS: every request runs its full length
-    tmp = Path(tempfile.mkdtemp(prefix="bench_engine_"))
-    model = CausalLM(args)
-    save_pretrained(model, tmp)
+    tmp, model = bench_model(a.hidden, a.layers)
     n_params = sum(p.numel() for p in model.parameters())
     scale = 4 if a.quick else 1
     n = a.requests // scale

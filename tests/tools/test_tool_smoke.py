@@ -142,6 +142,12 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         r"^long-tail\s+1\s+4\s+\d+",
         (),
     ),
+    # vLLM's CPU build for real, in its venv (built on first use: tests/engine/test_vllm.py)
+    "bench_engine_vllm.py": (
+        ["--batches", "2", "--new", "4", "--hidden", "32", "--layers", "1"],
+        r"^\s+2\s+\d+\s+\d+\s+[\d.]+x",
+        (SLOW,),
+    ),
     # pip is asked about nothing: the tool's whole path except the resolver's network reads
     "resolve_gpu_requirements.py": (
         ["--requirements", os.devnull],
@@ -203,7 +209,10 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
     ),
 }
 # tools whose command line is another tool's (bench_e2e_emulated runs as `bench_e2e.py --emulated`)
-ENTRY = {"bench_e2e_emulated.py": ["bench_e2e.py", "--emulated"]}
+ENTRY = {
+    "bench_e2e_emulated.py": ["bench_e2e.py", "--emulated"],
+    "bench_engine_vllm.py": ["bench_engine.py", "--vllm"],
+}
 # tools whose exit code is their verdict on this machine, not a crash (pip cannot resolve nothing)
 VERDICT_EXIT = {"resolve_gpu_requirements.py": {0, 1}}
 
