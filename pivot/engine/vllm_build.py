@@ -100,6 +100,9 @@ def engine_builder(
         skip_tokenizer_init=True,
         load_format="dummy",
         enforce_eager=not on_cuda,  # CUDA graphs on GPU; nothing to capture on CPU
+        # level-2 sleep (shift down) needs it on CUDA, where it turns on the cumem allocator;
+        # the CPU platform refuses it (config/model.py:655-662)
+        enable_sleep_mode=on_cuda,
         enable_prefix_caching=True,
         max_num_seqs=config.max_running_seqs,
         max_num_batched_tokens=max(config.max_prefill_tokens, config.max_running_seqs),

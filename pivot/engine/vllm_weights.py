@@ -12,7 +12,7 @@ where the workers read it, and the RPC carries only the path.
 weights in place with vLLM's own `reload_weights` (vllm/model_executor/model_loader/reload/
 inplace.py:32), and repairs a vLLM 0.32 defect with tied embeddings: after a reload the CPU
 backend's packed copy of `lm_head` still holds the old embedding (reload/layerwise.py:255-267
-reloads the embedding, vocab_parallel_embedding.py:67-71 packs the head once), so the head's
+reloads the embedding, vocab_parallel_embedding.py:67-70 packs the head once), so the head's
 `process_weights_after_loading` is run again. This module imports no vLLM: the worker side runs
 inside vLLM's processes, the file side in Pivot's.
 """
