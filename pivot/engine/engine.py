@@ -199,6 +199,7 @@ class Engine:
             params=params,
             logprobs=list(request.output_logprobs),
             arrival=self._arrivals,
+            version_starts=list(request.version_starts),
         )
         self._arrivals += 1
         seq.recompute = bool(request.output_ids)  # a partial: unless its KV came along, recomputed
@@ -281,6 +282,7 @@ class Engine:
         )
         outputs = []
         for seq, tok, lp in zip(sampled, tokens, logprobs):
+            seq.made_token(self._version)
             seq.token_ids.append(tok)
             seq.logprobs.append(lp)
             self._tokens_generated += 1
@@ -322,7 +324,8 @@ class Engine:
             output_ids=seq.token_ids[seq.prompt_len :],
             output_logprobs=list(seq.logprobs),
             finish_reason=reason,
-            weights_version=self._version,
+            weights_version=seq.oldest_version(self._version),
+            version_starts=list(seq.version_starts),
         )
 
     def stats(self) -> EngineStats:

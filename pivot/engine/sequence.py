@@ -82,6 +82,9 @@ class Request:
     output_logprobs: list[float] = field(default_factory=list)
     kv: KVHandle | None = None
     """The partial's exported KV (set by an abort with KV migration on); None: re-prefill."""
+    version_starts: list[tuple[int, int]] = field(default_factory=list)
+    """(weights version, index in `output_ids` of the first token it made) over the tokens
+    generated so far (a partial's); empty for a new request."""
 
 
 @dataclass
@@ -94,8 +97,9 @@ class Output:
     """`stop` (EOS or stop string) or `length` (max_new_tokens or the engine's max length)."""
     weights_version: int
     version_starts: list[tuple[int, int]] = field(default_factory=list)
-    """(weights version, index in `output_ids` of the first token it made), for the tokens this
-    engine made, where the engine tracks it (vLLM); empty: every token is `weights_version`'s."""
+    """(weights version, index in `output_ids` of the first token it made), over every output
+    token (a resumed partial's earlier ones included); `weights_version` is the oldest of them,
+    the one the staleness bound is checked against."""
 
 
 class AbortResult(list):
@@ -172,6 +176,17 @@ class Sequence:
     finish_reason: str | None = None
     recompute: bool = False
     """Its prefill recomputes K/V computed before (resumed without its KV, or preempted)."""
+    version_starts: list[tuple[int, int]] = field(default_factory=list)
+    """(weights version, index of the first generated token it made), as `Output.version_starts`."""
+
+    def made_token(self, version: int) -> None:
+        """Record that the token about to be appended was made by weights `version`."""
+        if not self.version_starts or self.version_starts[-1][0] != version:
+            self.version_starts.append((version, self.num_generated))
+
+    def oldest_version(self, current: int) -> int:
+        """The oldest weights version among its generated tokens (`current` if none yet)."""
+        return min((v for v, _ in self.version_starts), default=current)
 
     @property
     def num_generated(self) -> int:
@@ -189,4 +204,5 @@ class Sequence:
             output_ids=self.token_ids[self.prompt_len :],
             output_logprobs=list(self.logprobs),
             kv=kv,
+            version_starts=list(self.version_starts),
         )

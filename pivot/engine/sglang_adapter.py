@@ -91,6 +91,15 @@ class _Live:
     finish_reason: str | None = None
     aborted: bool = False
     task: asyncio.Task | None = None
+    added_version: int = 0
+    """The engine's weights version when it was added (an update aborts and re-adds it)."""
+
+    def so_far(self) -> Request:
+        """The request with the tokens made so far, each range labelled with its version."""
+        req, done = self.request, len(self.request.output_ids)
+        made = [(self.added_version, done)] if len(self.output_ids) > done else []
+        return Request(req.id, list(req.prompt_ids), req.params, self.output_ids, self.logprobs,
+                       version_starts=list(req.version_starts) + made)  # fmt: skip
 
 
 class SglangEngine:
@@ -187,6 +196,7 @@ class SglangEngine:
         if len(request.output_ids) >= request.params.max_new_tokens:
             raise ValueError(f"request {request.id}: already has max_new_tokens tokens")
         live = _Live(request, list(request.output_ids), list(request.output_logprobs))
+        live.added_version = self._version
         live.task = self.loop.create_task(self._generate(live))
         self._live[request.id] = live
 
@@ -239,6 +249,7 @@ class SglangEngine:
             if live.task is not None and live.task.done() and not live.aborted:
                 live.task.result()  # surface errors
                 del self._live[rid]
+                starts = live.so_far().version_starts
                 outputs.append(
                     Output(
                         id=rid,
@@ -246,7 +257,8 @@ class SglangEngine:
                         output_ids=live.output_ids,
                         output_logprobs=live.logprobs,
                         finish_reason=live.finish_reason or "stop",
-                        weights_version=self._version,
+                        weights_version=min((v for v, _ in starts), default=self._version),
+                        version_starts=starts,
                     )
                 )
         self._last_latency = time.perf_counter() - t0
@@ -263,10 +275,7 @@ class SglangEngine:
             self.engine.tokenizer_manager.abort_request(rid=str(rid))
             if live.task is not None:
                 self.loop.run_until_complete(asyncio.wait([live.task], timeout=5.0))
-            req = live.request
-            partials.append(
-                Request(req.id, list(req.prompt_ids), req.params, live.output_ids, live.logprobs)
-            )
+            partials.append(live.so_far())
         if unknown:
             log.warning("abort: unknown request ids %s ignored", unknown)
         return AbortResult(partials, unknown)
@@ -322,8 +331,7 @@ class SglangEngine:
         push_weights(self.engine, tensors, self.bucket_bytes, self.staging_device)
         self._version = version
         for lv in resumed:
-            req = lv.request
-            self.add(Request(req.id, list(req.prompt_ids), req.params, lv.output_ids, lv.logprobs))
+            self.add(lv.so_far())
 
     def _wait_idle(self, what: str) -> None:
         """Block until sglang's scheduler has nothing running or queued (its in-flight batch

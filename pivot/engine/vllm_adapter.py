@@ -73,6 +73,8 @@ class _Live:
     abort never receives an output the core made for the aborted one."""
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    added_version: int = 0
+    """The engine's weights version when it was added: no token it makes here is older."""
 
 
 class VllmEngine:
@@ -197,7 +199,7 @@ class VllmEngine:
         key = f"{request.id}.{self._adds}"
         self.engine.add_request(key, prompt, params)
         self._live[request.id] = _Live(
-            request, key, list(request.output_ids), list(request.output_logprobs)
+            request, key, list(request.output_ids), list(request.output_logprobs), self._version
         )
 
     def step(self) -> list[Output]:
@@ -218,7 +220,7 @@ class VllmEngine:
                 continue
             del self._live[live.request.id]
             done = len(live.request.output_ids)  # a resumed partial's tokens came before
-            spans = [
+            spans = list(live.request.version_starts) + [
                 (int(s.version), done + s.start)
                 for s in co.weight_versions or []
                 if s.end > s.start
@@ -245,9 +247,19 @@ class VllmEngine:
                 unknown.append(rid)
                 continue
             self.engine.abort_request([live.key])
-            req = live.request
+            req, done = live.request, len(live.request.output_ids)
+            # vLLM labels tokens with versions only when a request finishes: the tokens made
+            # here are labelled with the version it was added under, never newer than theirs
+            made = [(live.added_version, done)] if len(live.output_ids) > done else []
             partials.append(
-                Request(req.id, list(req.prompt_ids), req.params, live.output_ids, live.logprobs)
+                Request(
+                    req.id,
+                    list(req.prompt_ids),
+                    req.params,
+                    live.output_ids,
+                    live.logprobs,
+                    version_starts=list(req.version_starts) + made,
+                )  # fmt: skip
             )
         if unknown:
             log.warning("abort: unknown request ids %s ignored", unknown)

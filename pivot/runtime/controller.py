@@ -219,11 +219,12 @@ class Controller(ClusterHost):
                 self.submit(self.flow.on_output(out))
 
     def on_partials(self, partials: list, rid: int) -> None:
-        version = self.versions.get(rid, self.version)
+        current = self.versions.get(rid, self.version)
         for req in partials:
             if req.id not in self.flow.seqs:
                 continue
-            self.flow.on_partial(req, version)
+            # the oldest weights that made its tokens, where the engine labelled them
+            self.flow.on_partial(req, min((v for v, _ in req.version_starts), default=current))
             self.awaiting.discard(req.id)
             target = self.deferred.pop(req.id, None)
             if target is not None:

@@ -5,7 +5,9 @@ outputs and asks it for new sequences; the sample buffer enforces staleness and 
 Sequence ids are global and never reused, so a stale or duplicate output is recognised by id.
 A rollout sequence's version is the oldest policy version that generated any of its tokens
 (rollout replicas update weights between engine steps; a sequence that spans an update is
-judged by its oldest tokens, the conservative choice for the staleness bound).
+judged by its oldest tokens, the conservative choice for the staleness bound). Engines label each
+range of output tokens with the version that made it (`Output.version_starts`, a partial's
+`Request.version_starts`); an Output's `weights_version` is the oldest over all its tokens.
 """
 
 from __future__ import annotations

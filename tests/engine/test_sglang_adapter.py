@@ -168,10 +168,13 @@ def test_weight_update_with_requests_running_resumes_them(
     outs = []
     while not outs:
         outs = eng.step()
+    k = outs[0].version_starts[1][1]  # the tokens before the update came from version 0
     assert (
         outs[0].output_ids[:3] == [3, 4, 5]
         and len(outs[0].output_ids) == 150
-        and outs[0].weights_version == 5
+        and outs[0].version_starts == [(0, 0), (5, k)]
+        and 0 < k < 150
+        and outs[0].weights_version == 0  # the oldest, for the staleness bound
     )
 
 
