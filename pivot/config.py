@@ -175,7 +175,12 @@ class TrainConfig:
     dual_clip_c: float = 0.0
     """Dual-clip constant (> 1 enables it; 0 = off)."""
     kl_coef: float = 0.0
-    """KL penalty against the initial policy (0 = off)."""
+    """KL loss against the initial policy (veRL's `actor.kl_loss_coef` with `use_kl_loss`; 0 =
+    off). The reference is the policy folder's weights (not a resumed checkpoint's), FSDP-sharded
+    on the training devices beside the policy, frozen; its log-probs cost one forward per
+    micro-batch."""
+    kl_estimator: Literal["low_var_kl", "kl"] = "low_var_kl"
+    """The KL loss's per-token estimator, veRL's `kl_loss_type`: low_var_kl (k3) or kl (k1)."""
     loss_agg: Literal["token", "sequence"] = "token"
     """Loss aggregation: token-level (DAPO) or sequence-level mean."""
     max_bad_steps: int = 3

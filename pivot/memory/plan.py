@@ -11,6 +11,7 @@ Per device of the training pool of D devices (FSDP2, fp32 master parameters, Ada
     master       4 * ceil(P / D)       fp32 parameters (the trainer's only weights)
     gradients    4 * ceil(P / D)
     optimizer    8 * ceil(P / D)       Adam's two fp32 moments
+    KL reference 4 * ceil(P / D)       the initial policy's fp32 shards, with train.kl_coef > 0
     all-gather   2 * largest layer * b  (the layer computing and the one prefetched)
     activations  micro_batch_tokens * (layers * (8 * hidden + 4 * intermediate) * b + vocab * 8)
                  (saved tensors of every layer without recomputation; fp32 logits and log-softmax)
@@ -22,8 +23,8 @@ Per device of the training pool of D devices (FSDP2, fp32 master parameters, Ada
 Per host:
     GPS          2 buffers of every model at the model dtype, replicated on each host or, when the
                  budget is short, sharded over groups of k hosts (`gps_group_size`, the runtime's rule)
-    offload      the training devices on one host (at most devices_per_node) times their master
-                 and optimizer bytes, pinned on CUDA while training is shifted down
+    offload      the training devices on one host (at most devices_per_node) times their master,
+                 optimizer (and KL reference) bytes, pinned on CUDA while training is shifted down
 Pinned memory = GPS (on CUDA hosts) + offload. A capacity of 0 is unknown and not checked.
 """
 
@@ -111,7 +112,12 @@ def inference_usage(
 
 
 def training_usage(
-    fp: ModelFootprint, devices: int, micro_batch_tokens: int, recompute: bool, capacity: int
+    fp: ModelFootprint,
+    devices: int,
+    micro_batch_tokens: int,
+    recompute: bool,
+    capacity: int,
+    kl_reference: bool = False,
 ) -> Usage:
     b = fp.dtype_bytes
     shard = _ceil_div(fp.params, devices)
@@ -122,6 +128,7 @@ def training_usage(
         Item("master weights fp32", 4 * shard),
         Item("gradients fp32", 4 * shard),
         Item("optimizer fp32", 8 * shard),
+        *((Item("KL reference fp32", 4 * shard),) if kl_reference else ()),
         Item("FSDP all-gather", 2 * fp.layer_params() * b),
         Item("activations", act),
     )
@@ -131,8 +138,10 @@ def training_usage(
 
 
 def offload_bytes(train: Usage) -> int:
-    """What a training device parks in host memory while shifted down: master and optimizer."""
-    return sum(i.nbytes for i in train.items if i.what in ("master weights fp32", "optimizer fp32"))
+    """What a training device parks in host memory while shifted down: master, optimizer and
+    the KL reference."""
+    parked = ("master weights fp32", "optimizer fp32", "KL reference fp32")
+    return sum(i.nbytes for i in train.items if i.what in parked)
 
 
 def plan_memory(
@@ -158,7 +167,12 @@ def plan_memory(
         t = cfg.train
         devices.append(
             training_usage(
-                policy, train_devices, t.micro_batch_tokens, t.activation_checkpointing, gpu
+                policy,
+                train_devices,
+                t.micro_batch_tokens,
+                t.activation_checkpointing,
+                gpu,
+                kl_reference=t.kl_coef > 0,
             )
         )
     problems = [_problem(u, cfg.cluster.gpu_memory_gb) for u in devices if u.over]

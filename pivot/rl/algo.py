@@ -6,9 +6,10 @@ per-sequence advantages are [B] and broadcast over tokens. Log-probs are natural
 Loss per token (ratio r = exp(logp - logp_behaviour), advantage A):
     pg   = max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high))        PPO clip (DAPO clip-higher)
     pg   = min(pg, -A * c)   where A < 0, when dual_clip_c = c > 1       dual clip
-    loss = pg + kl_coef * k3(ref, logp)                                  optional KL to a reference
-with k3 = exp(ref - logp) - (ref - logp) - 1 (non-negative, unbiased estimator of KL(pi || ref)),
-clamped as veRL does: ref - logp to [-20, 20] and k3 to at most KL_CLAMP = 10.
+    loss = pg + kl_coef * kl(ref, logp)                                  optional KL to a reference
+with veRL's `kl_loss_type` estimators: "low_var_kl" (k3) = exp(ref - logp) - (ref - logp) - 1
+(non-negative, unbiased estimator of KL(pi || ref)), clamped as veRL does: ref - logp to
+[-20, 20] and k3 to at most KL_CLAMP = 10; "kl" (k1) = logp - ref.
 
 Aggregation: "token" (DAPO default) = sum over all masked tokens / number of masked tokens;
 "sequence" = mean over sequences of each sequence's token mean, counting only sequences that
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 import torch
 
 AGGREGATIONS = ("token", "sequence")
+KL_ESTIMATORS = ("low_var_kl", "kl")
+"""veRL's names (`actor.kl_loss_type`): k3 and k1."""
 KL_CLAMP = 10.0
 """Upper bound of the per-token k3 value (veRL's `low_var_kl`)."""
 
@@ -88,6 +91,15 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(max=KL_CLAMP)
 
 
+def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token KL(pi || ref) by `estimator` (one of KL_ESTIMATORS)."""
+    if estimator == "low_var_kl":
+        return kl_k3(logprobs, ref_logprobs)
+    if estimator == "kl":
+        return logprobs - ref_logprobs
+    raise ValueError(f"kl estimator {estimator!r} is not one of {KL_ESTIMATORS}")
+
+
 def ppo_clip_loss(
     logprobs: torch.Tensor,
     behaviour_logprobs: torch.Tensor,
@@ -100,6 +112,7 @@ def ppo_clip_loss(
     normalizer: float | None = None,
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
+    kl_estimator: str = "low_var_kl",
 ) -> tuple[torch.Tensor, LossStats]:
     """PPO-clip loss against the rollout's (behaviour) log-probs; see the module docstring.
 
@@ -129,7 +142,7 @@ def ppo_clip_loss(
     loss_tok = pg
     kl_ref = torch.zeros_like(pg)
     if ref_logprobs is not None:
-        kl_ref = kl_k3(logprobs, ref_logprobs.to(logprobs.dtype))
+        kl_ref = kl_estimate(logprobs, ref_logprobs.to(logprobs.dtype), kl_estimator)
         loss_tok = pg + kl_coef * kl_ref
     loss = aggregate(loss_tok, mask, agg, normalizer)
     with torch.no_grad():

@@ -16,8 +16,9 @@ tokens) and every rank runs the same number of them (empty ones run a zero-loss 
 FSDP's collectives line up. Losses are normalised by the whole batch's token (or sequence)
 count, so the result does not depend on the split.
 
-Shift down offloads the optimizer state and the fp32 master shards to host memory (pinned on
-CUDA) byte for byte and frees their device storage; activations and grads are already gone
+Shift down offloads the optimizer state, the fp32 master shards and the KL loss's reference
+shards (`attach_reference`) to host memory (pinned on CUDA) byte for byte and frees their device
+storage; activations and grads are already gone
 between steps. Shift up re-allocates the storages and restores the bytes, so training
 continues bit-exactly. The GPS Read result passed to `shift_up(params)` may hold full
 HF-named tensors or this rank's dim-0 shards; it is used when the master was not kept on host
@@ -45,6 +46,7 @@ from pivot.rl.batch import TrainBatch
 from pivot.rl.logprobs import plan_micro_batches, response_logprobs
 from pivot.roles.parallelize import parallelize
 from pivot.roles.trainer_checkpoint import STATE_FILE, TrainerCheckpoint
+from pivot.roles.trainer_shift import TrainerShift
 
 log = logging.getLogger(__name__)
 __all__ = ["STATE_FILE", "StepMetrics", "Trainer"]
@@ -63,7 +65,7 @@ class StepMetrics:
     version: int
 
 
-class Trainer(TrainerCheckpoint):
+class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
     """One rank of the training role (see the module docstring). All public methods that touch
     parameters are collective over `group` unless said otherwise."""
 
@@ -95,6 +97,8 @@ class Trainer(TrainerCheckpoint):
             betas=(config.beta1, config.beta2),
             weight_decay=config.weight_decay,
         )
+        self.compute_dtype = compute_dtype
+        self.reference: CausalLM | None = None  # the KL loss's frozen initial policy
         self.version = 0  # steps taken, skipped ones included: the policy version (= the RL step, for staleness)
         self.bad_steps = 0  # consecutive skipped steps
         self._host: dict[str, list[torch.Tensor]] | None = (
@@ -116,16 +120,26 @@ class Trainer(TrainerCheckpoint):
         with torch.device(device), params_on_meta():
             model = CausalLM(ModelArgs.load(path))
         trainer = cls(model, group, config, device, temperature, compute_dtype)
-        boxes = {}
-        for name, p in trainer.params.items():
-            start, stop = fsdp_range(p.shape[0], trainer.rank, trainer.world)
-            boxes[name] = ((start, stop), *((0, n) for n in p.shape[1:]))
-        with (
-            torch.no_grad()
-        ):  # one slice at a time: the rank holds its shard plus one tensor's rows
-            for name, rows in iter_boxes(path, boxes, torch.float32):
-                trainer.params[name].to_local().copy_(rows)
+        trainer._load_rows(trainer.params, path)
         return trainer
+
+    def _load_rows(self, params: dict[str, torch.Tensor], path: str | Path) -> None:
+        """Read this rank's dim-0 rows of every tensor of `params` from the folder's safetensors,
+        one slice at a time (the rank holds its shard plus one tensor's rows)."""
+        boxes = {}
+        for name, p in params.items():
+            start, stop = fsdp_range(p.shape[0], self.rank, self.world)
+            boxes[name] = ((start, stop), *((0, n) for n in p.shape[1:]))
+        with torch.no_grad():
+            for name, rows in iter_boxes(path, boxes, torch.float32):
+                params[name].to_local().copy_(rows)
+
+    def attach_reference(self, model: CausalLM, path: str | Path) -> None:
+        """The KL loss's reference: `model` (built like the policy, on the meta device) sharded
+        the same way, frozen, with `path`'s weights (the initial policy). Collective."""
+        self.reference = parallelize(model, self.group, self.device, False, self.compute_dtype)
+        self.reference.eval().requires_grad_(False)
+        self._load_rows(dict(self.reference.named_parameters()), path)
 
     # ---- forward -------------------------------------------------------------------------
 
@@ -177,8 +191,10 @@ class Trainer(TrainerCheckpoint):
         cfg = self.config
         if not len(batch):
             raise ValueError("train_step: empty batch")
-        if cfg.kl_coef and batch.ref_logprobs is None:
-            raise ValueError("train.kl_coef > 0 needs TrainBatch.ref_logprobs")
+        if cfg.kl_coef and batch.ref_logprobs is None and self.reference is None:
+            raise ValueError(
+                "train.kl_coef > 0 needs a reference (attach_reference) or TrainBatch.ref_logprobs"
+            )
         normalizer = float(
             batch.response_tokens if cfg.loss_agg == "token" else batch.rows_with_tokens
         )
@@ -189,19 +205,35 @@ class Trainer(TrainerCheckpoint):
         sums = torch.zeros(5, dtype=torch.float64, device=self.device)
         for m in range(count):
             rows = mine[m] if m < len(mine) else []
+            need_ref = bool(cfg.kl_coef) and batch.ref_logprobs is None
             if not rows:
+                if need_ref:  # the reference's all-gathers must line up too
+                    with torch.no_grad():
+                        self.reference(torch.zeros(1, 1, dtype=torch.long, device=self.device))
+                    self.reference.reshard()
                 self._dummy_backward()
                 continue
-            lp, mask = self._logprobs(
-                [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows]
-            )
+            prompts = [batch.prompt_ids[i] for i in rows]
+            responses = [batch.response_ids[i] for i in rows]
+            ref_lp = None
+            if need_ref:  # before the policy's forward, as on a rank with no rows left
+                with torch.no_grad():
+                    ref_lp, _ = response_logprobs(
+                        self.reference, prompts, responses, self.temperature, self.device
+                    )
+                self.reference.reshard()  # FSDP keeps the root gathered after a forward
+            lp, mask = self._logprobs(prompts, responses)
             old = (
                 self._pad(batch.behaviour_logprobs, rows, lp)
                 if batch.behaviour_logprobs is not None
                 else lp.detach()
             )
             ref = (
-                self._pad(batch.ref_logprobs, rows, lp) if batch.ref_logprobs is not None else None
+                ref_lp
+                if need_ref
+                else self._pad(batch.ref_logprobs, rows, lp)
+                if batch.ref_logprobs is not None
+                else None
             )
             adv = torch.tensor([batch.advantages[i] for i in rows], device=self.device)
             loss, st = ppo_clip_loss(
@@ -216,6 +248,7 @@ class Trainer(TrainerCheckpoint):
                 normalizer,
                 ref,
                 cfg.kl_coef,
+                cfg.kl_estimator,
             )
             # FSDP averages gradients over ranks; the loss is already a share of the global one
             (loss * self.world).backward()
@@ -272,95 +305,6 @@ class Trainer(TrainerCheckpoint):
             if rows_values[i]:
                 out[k, : len(rows_values[i])] = torch.tensor(rows_values[i], dtype=out.dtype)
         return out
-
-    # ---- shifting ------------------------------------------------------------------------
-
-    def _storages(self, which: str) -> list[torch.UntypedStorage]:
-        if which == "master":
-            tensors = [p.to_local() for p in self.params.values()]
-        else:
-            tensors = [
-                v.to_local() if hasattr(v, "to_local") else v
-                for s in self.optimizer.state.values()
-                for v in s.values()
-                if isinstance(v, torch.Tensor)
-            ]
-        seen: dict[int, torch.UntypedStorage] = {}
-        for t in tensors:
-            st = t.untyped_storage()
-            if st.nbytes() and st.data_ptr() not in seen:
-                seen[st.data_ptr()] = st
-        return list(seen.values())
-
-    def shift_down(self, keep_master: bool = True) -> None:
-        """Offload optimizer state (and the fp32 master shards unless `keep_master=False`) to
-        host memory and free the device storage of both. Local: no collective."""
-        if self._host is not None:
-            raise RuntimeError("trainer is already shifted down")
-        self.optimizer.zero_grad(set_to_none=True)
-        pin = self.device.type == "cuda"
-        self._host = {"master": [], "optim": []}
-        self._freed: dict[str, list[tuple[torch.UntypedStorage, int]]] = {}
-        for which in ("master", "optim"):
-            freed = []
-            for st in self._storages(which):
-                if which == "optim" or keep_master:
-                    host = torch.empty(st.nbytes(), dtype=torch.uint8, pin_memory=pin)
-                    host.untyped_storage().copy_(st)
-                    self._host[which].append(host)
-                freed.append((st, st.nbytes()))
-                st.resize_(0)
-            self._freed[which] = freed
-        self._kept_master = keep_master
-        if (
-            self.device.type == "cuda"
-        ):  # hand the freed blocks back to the driver: torch's allocator
-            torch.cuda.empty_cache()  # would keep them cached, out of reach of an sglang process here
-
-    def shift_up(self, params: dict[str, torch.Tensor] | None = None) -> None:
-        """Re-allocate and restore the offloaded state; parameters come from the host master or,
-        if it was not kept, from `params` (full HF tensors or this rank's shards). Local."""
-        if self._host is None:
-            raise RuntimeError("trainer is not shifted down")
-        if params is not None:
-            params = self._shards_from(params)
-        elif not self._kept_master:
-            raise ValueError("shift_up needs params: the master weights were not kept on host")
-        for which in ("master", "optim"):
-            hosts = self._host[which]
-            for k, (st, nbytes) in enumerate(self._freed[which]):
-                st.resize_(nbytes)
-                if which == "optim" or self._kept_master:
-                    st.copy_(hosts[k].untyped_storage())
-        if not self._kept_master:
-            with torch.no_grad():
-                for name, p in self.params.items():
-                    p.to_local().copy_(params[name])  # type: ignore[index]
-        self._host = None
-
-    def _shards_from(self, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """This rank's dim-0 shard of each parameter from full tensors or shards; errors name the tensor."""
-        out = {}
-        for name, p in self.params.items():
-            if name not in params:
-                raise ValueError(f"shift_up: tensor {name!r} missing from the given parameters")
-            t, full, local = params[name], tuple(p.shape), tuple(p.to_local().shape)
-            if tuple(t.shape) == full:
-                start, stop = fsdp_range(full[0], self.rank, self.world)
-                t = t[start:stop]
-            elif tuple(t.shape) != local:
-                raise ValueError(
-                    f"shift_up: tensor {name!r} has shape {tuple(t.shape)}, expected full {full} or shard {local}"
-                )
-            out[name] = t.to(dtype=torch.float32)
-        extra = sorted(set(params) - set(self.params) - self.aliases)
-        if extra:
-            raise ValueError(f"shift_up: unexpected tensor {extra[0]!r}")
-        return out
-
-    def _check_up(self) -> None:
-        if self._host is not None:
-            raise RuntimeError("trainer is shifted down; call shift_up first")
 
     # ---- weights out ---------------------------------------------------------------------
 

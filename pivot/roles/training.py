@@ -32,7 +32,9 @@ class TrainingRole:
         compute_dtype: str = "float32",
         attention: str = "sdpa",
         linear: str = "torch",
+        reference_path: Path | None = None,
     ) -> None:
+        """`reference_path`: the initial policy's folder, the KL loss's reference (train.kl_coef > 0)."""
         self.args, self.group, self.cfg, self.device, self.temperature = (
             args,
             group,
@@ -46,6 +48,7 @@ class TrainingRole:
             torch, compute_dtype
         )  # --model.dtype: FSDP2 mixed precision below fp32
         self.resume_from, self.tokenizer_file = resume_from, tokenizer_file
+        self.reference_path = reference_path
         self.trainer: Trainer | None = None
         self._prewarm: threading.Thread | None = None
 
@@ -69,6 +72,10 @@ class TrainingRole:
             self.trainer = Trainer(
                 model, self.group, self.cfg, self.device, self.temperature, self.compute_dtype
             )
+            if self.cfg.kl_coef:  # the initial policy, also when resuming from a checkpoint
+                with torch.device(self.device), params_on_meta():
+                    ref = CausalLM(self.args, linear=self.linear, attention=self.attention)
+                self.trainer.attach_reference(ref, self.reference_path)
             self.trainer.shift_down(keep_master=False)  # the GPS Read below is the truth
             self.trainer.shift_up(shards)
             if self.resume_from is not None:

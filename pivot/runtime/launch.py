@@ -307,6 +307,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         cfg.model.dtype,
         cfg.model.attention,
         cfg.model.linear,
+        policy_path,  # the KL loss's reference: the initial policy, not a resumed checkpoint
     )
     if backend is not None:
         inference, trainer = backend.install(cfg, spec, inference, trainer)

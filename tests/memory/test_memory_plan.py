@@ -96,6 +96,19 @@ def test_training_activations_with_recompute(qwen2_folder: Path) -> None:
     assert train["master weights fp32"] == 4 * 11408  # only the activations change
 
 
+def test_kl_reference_is_one_more_fp32_shard_parked_with_the_trainer(qwen2_folder: Path) -> None:
+    fp = from_folder(qwen2_folder, "bfloat16")
+    plans = {}
+    for kl in (0.0, 0.001):
+        cfg = _cfg(gpu_memory_gb=1.0)
+        cfg = cfg.replace(train=TrainConfig(devices=2, micro_batch_tokens=100, kl_coef=kl))
+        plans[kl] = plan_memory(cfg, fp, fp, nnodes=1, devices_per_node=4)
+    items = {i.what: i.nbytes for i in plans[0.001].devices[-1].items}
+    assert "KL reference fp32" not in {i.what for i in plans[0.0].devices[-1].items}
+    assert items["KL reference fp32"] == items["master weights fp32"] == 4 * 11408
+    assert plans[0.001].host_pinned - plans[0.0].host_pinned == 2 * 4 * 11408  # two trainers
+
+
 def test_device_overflow_names_role_and_amount(qwen2_folder: Path) -> None:
     fp = from_folder(qwen2_folder, "bfloat16")
     plan = plan_memory(_cfg(gpu_memory_gb=250e-6), fp, fp, nnodes=1, devices_per_node=4)

@@ -318,3 +318,23 @@ def test_heldout_accuracy_counts_acc_not_the_minus_one_score(
         flow.on_output(Output(seq.seq_id, seq.request.prompt_ids, ids, [0.0] * len(ids), "stop", 0))
     (result,) = flow.eval_results
     assert result.scores == [1.0, 0.0] and result.accuracy == 0.5  # the mean score would say 0.0
+
+
+def test_kl_loss_estimators_are_verls() -> None:
+    """veRL's `kl_penalty_forward` (verl/trainer/ppo/core_algos.py), the KL loss of
+    `actor.use_kl_loss` with `kl_loss_type` "kl" (k1: logprob - ref_logprob) and "low_var_kl"
+    (k3: kl = clamp(ref_logprob - logprob, -20, 20); clamp(exp(kl) - kl - 1, -10, 10)), written
+    here from that source, against Pivot's estimators on values that reach both clamps."""
+    import torch
+
+    from pivot.rl.algo import KL_ESTIMATORS, kl_estimate
+
+    torch.manual_seed(0)
+    logprob = torch.randn(4, 64) * 6 - 3
+    ref = torch.randn(4, 64) * 6 - 3
+    ref[0, :3] = torch.tensor([40.0, -40.0, 3.0])  # beyond the log-ratio clamp, and k3 > 10
+    kl = (ref - logprob).clamp(min=-20, max=20)
+    verl = {"kl": logprob - ref, "low_var_kl": (torch.exp(kl) - kl - 1).clamp(min=-10, max=10)}
+    assert set(KL_ESTIMATORS) == set(verl)
+    for name, want in verl.items():
+        assert torch.allclose(kl_estimate(logprob, ref, name), want), name

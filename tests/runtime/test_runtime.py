@@ -137,6 +137,8 @@ MODES = {
     "pivot_tp2": ["--rollout.tp", "2", "--reward.tp", "2"],
     # bf16 end to end: engines and GPS buffers in the model dtype, fp32 master weights in the trainer
     "pivot_bf16": ["--model.dtype", "bfloat16"],
+    # the KL loss against the initial policy (its reference sharded beside the trainer's policy)
+    "pivot_kl": ["--train.kl-coef", "0.01"],
 }
 
 
