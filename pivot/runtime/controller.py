@@ -26,6 +26,7 @@ from pivot.runtime import messages as m
 from pivot.runtime.control_plane import ControllerEndpoint
 from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog
+from pivot.runtime.replica_versions import ReplicaVersions
 from pivot.runtime.shift_record import ShiftRecord
 from pivot.sched.records import Abort, Dispatch
 from pivot.sched.throughput import ThroughputModel
@@ -69,7 +70,7 @@ class Controller(ClusterHost):
         self.init_cluster(
             ReplicaTable.build(table, world_size, kv, profiles), cfg.planner.migration
         )
-        self.versions: dict[int, int] = {}  # rid -> weights version it reported
+        self.versions = ReplicaVersions()  # rid -> the policy version its ranks read
         self.pending: dict[int, ShiftRecord] = {}  # rid -> its shift in flight
         self.awaiting: set[int] = set()  # aborted, partial not back yet
         self.deferred: dict[int, int] = {}  # seq id -> rid, dispatched once its partial is back
@@ -191,7 +192,12 @@ class Controller(ClusterHost):
         elif isinstance(msg, m.Trained):
             self.on_trained(msg)
         elif isinstance(msg, m.WeightsUpdated):
-            self.versions[self.table.rid("rollout", msg.slot)] = msg.version
+            rid = self.table.rid("rollout", msg.slot)
+            ranks = self.table.replicas[rid].devices
+            if self.versions.updated(
+                rid, msg.rank, msg.version, ranks, self.version, f"rollout{msg.slot}"
+            ):
+                self.update(rid)
         elif isinstance(msg, m.Saved):
             self.saving.discard(msg.rank)
             self.saved_files += msg.files
@@ -233,7 +239,7 @@ class Controller(ClusterHost):
     def on_stats(self, msg: m.Stats) -> None:
         rid = self.table.rid(msg.role, msg.slot)
         self.stats[rid] = msg
-        self.versions[rid] = msg.stats.weights_version
+        self.versions.report(rid, msg.stats.weights_version)
         self.sched[msg.role].on_progress_many(
             (sid, generated)
             for sid, generated in msg.progress.items()
@@ -284,8 +290,9 @@ class Controller(ClusterHost):
         if not complete:
             return
         del self.pending[rid]
-        if msg.up:
-            self.versions[rid] = msg.version
+        if msg.up and msg.role == "rollout":
+            if self.versions.shifted_up(rid, rec.versions, self.version, f"rollout{msg.slot}"):
+                self.update(rid)  # mixed, or a training step finished while it shifted up
         self.shifts.complete([rid])
         self.log.shift(**rec.event(msg, self.table.replicas[rid].devices))
 
@@ -327,9 +334,7 @@ class Controller(ClusterHost):
         self.step += 1
         for rid in self.up_slots():
             if self.role_of(rid) == "rollout":
-                self.send_slot(
-                    rid, m.UpdateWeights(self.table.slot_of(rid)[1], self.version), leader_only=True
-                )
+                self.update(rid)
         self.report_step(lead.step, lead.metrics, secs)
         if eval_due(self.step, self.cfg.train.steps, self.cfg.eval.every):
             self.submit(self.flow.start_eval(self.step))
@@ -339,6 +344,12 @@ class Controller(ClusterHost):
             )
             self.saving, self.saved_files = set(train_ranks), []
             self.send_slot(self.train_rid, m.SaveCheckpoint(self.step, str(path)))
+
+    def update(self, rid: int) -> None:
+        """Tell a rollout replica to read the newest policy, every rank the same version."""
+        self.send_slot(
+            rid, m.UpdateWeights(self.table.slot_of(rid)[1], self.version), leader_only=True
+        )
 
     def report_step(self, step: int, train_metrics: dict[str, float], train_s: float) -> None:
         now = time.monotonic()
@@ -354,6 +365,8 @@ class Controller(ClusterHost):
             **self.flow.metrics(),
             **self.kv_metrics(),
             "count/rejected_frames": self.ep.rejected,
+            "count/mixed_versions": self.versions.mixed,
+            "count/caught_up": self.versions.caught_up,
         }
         self._step_t0 = now
         self.log.step(step, metrics)

@@ -4,12 +4,15 @@ control plane is asynchronous, never a world-wide collective per tick."""
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from pivot.dist import ClusterSpec, SlotTable
+import torch
+
+from pivot.dist import ClusterSpec, Slot, SlotTable
 from pivot.roles.inference import InferenceRole
 from pivot.runtime import messages as m
 from pivot.runtime import wire
@@ -17,6 +20,8 @@ from pivot.runtime.control_plane import WorkerEndpoint
 from pivot.runtime.manifest import seal
 
 STATS_EVERY_S = 0.1  # the monitor wants stats at least every 200 ms
+
+log = logging.getLogger(__name__)
 
 
 class Worker:
@@ -151,7 +156,7 @@ class Worker:
             t0 = time.perf_counter()
             slot = self.table.get("rollout", msg.slot)
             version, _ = self.inference["rollout"].update_weights(
-                lambda out: self.weights.read("policy", slot, None, out=out)
+                lambda out: self._read_told("policy", slot, msg.version, out)
             )
             self.endpoint.send(m.WeightsUpdated(rank, msg.slot, version, time.perf_counter() - t0))
         elif isinstance(msg, m.TrainStep):
@@ -186,6 +191,18 @@ class Worker:
             m.ShiftDone(self.spec.rank, msg.role, msg.slot, False, -1, phases, partials=partials)
         )
 
+    def _read_told(
+        self, model: str, slot: Slot, version: int | None, out: dict[str, torch.Tensor]
+    ) -> tuple[dict[str, torch.Tensor], int]:
+        """Read the version the controller named, so every rank of a replica holds the same one;
+        if GPS has overwritten it since (two newer Writes), the newest, reported as such: the
+        controller sees the replica mixed and updates all of its ranks (`ReplicaVersions`)."""
+        try:
+            return self.weights.read(model, slot, version, out=out)
+        except LookupError as e:
+            log.warning("rank %d: %s; reading the newest instead", self.spec.rank, e)
+            return self.weights.read(model, slot, None, out=out)
+
     def _shift_up(self, msg: m.ShiftUp) -> None:
         assert self.role is None, f"rank {self.spec.rank} still holds {self.role}{self.slot}"
         slot = self.table.get(msg.role, msg.slot)
@@ -197,8 +214,9 @@ class Worker:
             phases = {"gps_read": time.perf_counter() - t0, **self.trainer.shift_up(tensors)}
             checksum = 0.0
         else:
+            told = msg.version if model == "policy" else None  # the GenRM is never written
             version, phases = self.inference[msg.role].shift_up(
-                msg.slot, group, lambda out: self.weights.read(model, slot, None, out=out)
+                msg.slot, group, lambda out: self._read_told(model, slot, told, out)
             )
             checksum = self.inference[msg.role].checksum() if self.weights.verify else 0.0
             self.trainer.prewarm()  # a rank of the training pool: its first shift up, prepared
