@@ -62,7 +62,18 @@ class TrainingRole:
         self._prewarm = threading.Thread(target=_import_fsdp, name="pivot-prewarm", daemon=True)
         self._prewarm.start()
 
-    def shift_up(self, shards: dict[str, torch.Tensor]) -> dict[str, float]:
+    @property
+    def needs_weights(self) -> bool:
+        """Whether the next shift up needs the GPS Read: only the first (it builds the trainer);
+        later ones restore the fp32 master kept on host."""
+        return self.trainer is None
+
+    @property
+    def version(self) -> int:
+        """The policy version the trainer holds (its steps taken)."""
+        return self.trainer.version if self.trainer is not None else -1
+
+    def shift_up(self, shards: dict[str, torch.Tensor] | None) -> dict[str, float]:
         t0 = time.perf_counter()
         if self._prewarm is not None:
             self._prewarm.join()  # the import lock would serialise it anyway; this says so
@@ -81,7 +92,7 @@ class TrainingRole:
             if self.resume_from is not None:
                 self.trainer.load(self.resume_from)
         else:
-            self.trainer.shift_up(shards)
+            self.trainer.shift_up(shards)  # None: the master kept on host
         return {"reload": time.perf_counter() - t0}
 
     def shift_down(self) -> dict[str, float]:

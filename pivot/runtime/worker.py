@@ -210,8 +210,13 @@ class Worker:
         model = "genrm" if msg.role == "reward" else "policy"
         if msg.role == "train":
             t0 = time.perf_counter()
-            tensors, version = self.weights.read(model, slot, None)  # the latest published version
+            # only the first shift up needs GPS: later ones restore the exact fp32 master kept on
+            # host, which a bf16 GPS copy could only be checked against, on the critical path
+            tensors, version = (
+                self.weights.read(model, slot, None) if self.trainer.needs_weights else (None, -1)
+            )
             phases = {"gps_read": time.perf_counter() - t0, **self.trainer.shift_up(tensors)}
+            version = self.trainer.version if version < 0 else version
             checksum = 0.0
         else:
             told = msg.version if model == "policy" else None  # the GenRM is never written
