@@ -1,13 +1,22 @@
-"""REFERENCE (frozen, pure-Python) copy of the candidate DP, kept for the equivalence test of
-the vectorised pivot/plan/candidates.py.
+"""The paper's Algorithm 1 (candidate set construction), transcribed line by line from its text
+(../shared/paper/pivotrl-arxiv-2610.16866.txt, section 7.2), as the oracle of the vectorised
+pivot/plan/candidates.py. Written from the paper alone, not from Pivot's code:
 
-Planner step 3: the candidate set by dynamic programming (paper Algorithm 1, Appendix D).
+    1: D[0] <- 0; D[1..K] <- +inf          2: C[0..K] <- {}
+    3: for all P_i in P do
+    4:     D^ <- D; C^ <- C
+    5:     for all j such that D[j] < +inf do
+    6:         for e = 1, ..., min(r_i, K - j) do
+    7:             d <- D[j] + phi_i; c <- C[j] u P_i(e)
+    8:             D^[j + e] <- min{D^[j + e], d}
+    9:             if d = D^[j + e] then C^[j + e] <- c      (equal penalty: the later one wins)
+   10:     D <- D^; C <- C^
+   12: return {C[k] | 1 <= k <= K, D[k] < +inf}
 
-D[j] is the least penalty to shift up exactly j replicas; each pair is used at most once and
-contributes its first e replicas (1 <= e <= r_i) while paying its whole penalty once. On equal
-penalty the later transition in traversal order wins (Appendix D.2). One candidate per
-reachable j in 1..max_up, in ascending j. Plans are kept as back-pointer chains so a
-transition is O(1); the DP is O(K * I).
+A plan C[j] is kept as the list of (pair, e) it uses, in the order the pairs were traversed;
+a candidate's shift-up replicas are each used pair's first e, in that order, and its shift-down
+replicas the union of the used pairs' down sets, ascending (the output convention the planner
+shares). Slow on purpose: it copies whole plans.
 """
 
 from __future__ import annotations
@@ -22,52 +31,30 @@ from pivot.plan.pairs import ShiftPair
 @dataclass(frozen=True)
 class Candidate:
     up: tuple[int, ...]
-    """Slots to shift up (pairs in traversal order, each pair's first e)."""
     down: tuple[int, ...]
-    """Replicas to shift down (union of the used pairs' down sets, ascending)."""
     penalty: float
 
-    @property
-    def k(self) -> int:
-        return len(self.up)
 
-
-def build_candidates(pairs: Sequence[ShiftPair], max_up: int) -> list[Candidate]:
-    if max_up < 0:
-        raise ValueError(f"build_candidates: max_up must be >= 0, got {max_up}")
-    for i, p in enumerate(pairs):
-        if not p.up or not p.penalty >= 0:
-            raise ValueError(
-                f"build_candidates: pair {i} needs up replicas and a penalty >= 0, got {p}"
-            )
-    K = max_up
-    best = [0.0] + [math.inf] * K
-    plan: list[tuple | None] = [None] * (K + 1)  # (pair index, e, parent chain)
-    reach = 0  # highest reachable j so far
-    for i, p in enumerate(pairs):
-        nbest, nplan = best[:], plan[:]
-        r, phi = len(p.up), p.penalty
-        for j in range(reach + 1):
-            dj = best[j]
-            if dj == math.inf:
+def build_candidates(pairs: Sequence[ShiftPair], K: int) -> list[Candidate]:
+    D = [0.0] + [math.inf] * K
+    C: list[list[tuple[int, int]]] = [[] for _ in range(K + 1)]
+    for i, P in enumerate(pairs):
+        D_hat, C_hat = list(D), [list(c) for c in C]
+        for j in range(K + 1):
+            if not D[j] < math.inf:
                 continue
-            d, chain = dj + phi, plan[j]
-            for e in range(1, min(r, K - j) + 1):
-                if d <= nbest[j + e]:
-                    nbest[j + e], nplan[j + e] = d, (i, e, chain)
-        best, plan = nbest, nplan
-        reach = min(K, reach + r)
-    out = []
-    for k in range(1, K + 1):
-        if best[k] == math.inf:
-            continue
-        used: list[tuple[int, int]] = []
-        node = plan[k]
-        while node is not None:
-            used.append((node[0], node[1]))
-            node = node[2]
-        used.reverse()
-        up = tuple(u for i, e in used for u in pairs[i].up[:e])
-        down = tuple(sorted({d for i, _ in used for d in pairs[i].down}))
-        out.append(Candidate(up, down, best[k]))
-    return out
+            for e in range(1, min(len(P.up), K - j) + 1):
+                d, c = D[j] + P.penalty, C[j] + [(i, e)]
+                D_hat[j + e] = min(D_hat[j + e], d)
+                if d == D_hat[j + e]:
+                    C_hat[j + e] = c
+        D, C = D_hat, C_hat
+    return [
+        Candidate(
+            tuple(u for i, e in C[k] for u in pairs[i].up[:e]),
+            tuple(sorted({d for i, _ in C[k] for d in pairs[i].down})),
+            D[k],
+        )
+        for k in range(1, K + 1)
+        if D[k] < math.inf
+    ]

@@ -75,9 +75,12 @@ def test_bad_pairs_rejected() -> None:
     ),
     st.integers(0, 40),
 )
-def test_vectorised_dp_equals_scalar_reference(spec: list[tuple[int, float]], max_up: int) -> None:
-    """Same candidates (replicas, down sets, penalties bit for bit) as the frozen scalar DP,
-    with many equal and float-rounded penalty sums (the tie rule decides)."""
+def test_vectorised_dp_equals_the_papers_algorithm(
+    spec: list[tuple[int, float]], max_up: int
+) -> None:
+    """Same candidates (replicas, down sets, penalties bit for bit) as the paper's Algorithm 1
+    transcribed (tests/plan/reference_candidates.py), with many equal and float-rounded penalty
+    sums (the paper's tie rule, line 9, decides)."""
     from tests.plan.reference_candidates import build_candidates as reference
 
     pairs, nid = [], 0
