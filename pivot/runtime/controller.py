@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from pivot.config import PivotConfig
 from pivot.dist import SlotTable
-from pivot.engine.sequence import REFUSALS
 from pivot.plan import ShiftPlan
 from pivot.rl.evaluation import eval_due
 from pivot.runtime import messages as m
@@ -27,6 +26,7 @@ from pivot.runtime.control_plane import ControllerEndpoint
 from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog
 from pivot.runtime.replica_versions import ReplicaVersions
+from pivot.runtime.reports import ControllerReports
 from pivot.runtime.shift_record import ShiftRecord
 from pivot.sched.records import Abort, Dispatch
 from pivot.sched.throughput import ThroughputModel
@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # annotations only
 MONITOR_EVERY_S = 0.2
 
 
-class Controller(ClusterHost):
+class Controller(ControllerReports, ClusterHost):
     def __init__(
         self,
         cfg: PivotConfig,
@@ -332,9 +332,8 @@ class Controller(ClusterHost):
         self.train_tokens_per_s = lead.metrics.get("tokens", 0.0) / max(secs, 1e-9)
         self.version, self.training = lead.version, None
         self.step += 1
-        for rid in self.up_slots():
-            if self.role_of(rid) == "rollout":
-                self.update(rid)
+        for rid in (r for r in self.up_slots() if self.role_of(r) == "rollout"):
+            self.update(rid)
         self.report_step(lead.step, lead.metrics, secs)
         if eval_due(self.step, self.cfg.train.steps, self.cfg.eval.every):
             self.submit(self.flow.start_eval(self.step))
@@ -347,60 +346,5 @@ class Controller(ClusterHost):
 
     def update(self, rid: int) -> None:
         """Tell a rollout replica to read the newest policy, every rank the same version."""
-        self.send_slot(
-            rid, m.UpdateWeights(self.table.slot_of(rid)[1], self.version), leader_only=True
-        )
-
-    def report_step(self, step: int, train_metrics: dict[str, float], train_s: float) -> None:
-        now = time.monotonic()
-        devices = self.shifts.states.devices_per_role()
-        metrics = {
-            **{f"train/{k}": v for k, v in train_metrics.items()},
-            "time/step_s": now - self._step_t0,
-            "time/train_s": train_s,
-            "policy_version": self.version,
-            "shifts": self.num_shifts,
-            **{f"devices/{k}": v for k, v in devices.items()},
-            **self.batch_summary,
-            **self.flow.metrics(),
-            **self.kv_metrics(),
-            "count/rejected_frames": self.ep.rejected,
-            "count/mixed_versions": self.versions.mixed,
-            "count/caught_up": self.versions.caught_up,
-        }
-        self._step_t0 = now
-        self.log.step(step, metrics)
-        self.progress.update(step + 1, metrics, devices)
-
-    def kv_metrics(self) -> dict[str, int]:
-        """Prefill and KV migration counters summed over the replicas' engines (cumulative)."""
-        st = [s.stats for s in self.stats.values()]
-        return {
-            "count/prefill_tokens": sum(s.prefill_tokens for s in st),
-            "count/reprefill_tokens": sum(s.reprefill_tokens for s in st),
-            "count/kv_imported": sum(s.kv_imported for s in st),
-            "count/kv_imported_tokens": sum(s.kv_imported_tokens for s in st),
-            "count/kv_fallbacks": sum(s.kv_fallbacks for s in st),
-            "count/kv_fallback_tokens": sum(s.kv_fallback_tokens for s in st),
-            **{
-                f"count/kv_refused_{r}": sum(getattr(s, f"kv_refused_{r}") for s in st)
-                for r in REFUSALS
-            },
-        }
-
-    # ---- monitor ---------------------------------------------------------------------------
-    def monitor(self) -> None:
-        rates = {"rollout": 0.0, "reward": 0.0}
-        for rid, st in self.stats.items():
-            role = self.role_of(rid)
-            prev = self.tok_hist.get(rid)
-            self.tok_hist[rid] = (st.time, st.stats.tokens_generated)
-            if prev and st.time > prev[0] and self.is_up(rid):
-                rates[role] += max(0, st.stats.tokens_generated - prev[1]) / (st.time - prev[0])
-        self.log.sample(
-            self.shifts.states.devices_per_role(),
-            rates,
-            step=self.step,
-            aborted=self.flow.stats.aborted,
-            migrated=self.flow.stats.migrated,
-        )
+        slot = self.table.slot_of(rid)[1]
+        self.send_slot(rid, m.UpdateWeights(slot, self.version), leader_only=True)
