@@ -115,10 +115,33 @@ def engine_builder(
     )
     if config.block_size:
         args.block_size = config.block_size
-    devices = ",".join(str(base_gpu_id + i) for i in range(tp_size)) if on_cuda else None
+    devices = cuda_devices(base_gpu_id, tp_size) if on_cuda else None
 
     def build() -> Any:
+        if on_cuda:  # vLLM refuses to start unless this share of the device is free
+            args.gpu_memory_utilization = free_share(base_gpu_id)
         with _engine_env(devices):
             return LLMEngine.from_engine_args(args, enable_multiprocessing=True)
 
     return build
+
+
+def cuda_devices(base: int, count: int) -> str:
+    """CUDA_VISIBLE_DEVICES for devices base .. base + count - 1 of this process's numbering: a
+    job started with CUDA_VISIBLE_DEVICES (Slurm sets it) numbers its devices within that list."""
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    ids = range(base, base + count)
+    if visible and max(ids) >= len(visible):
+        raise ValueError(
+            f"vllm: devices {base}..{base + count - 1} asked for, but CUDA_VISIBLE_DEVICES "
+            f"lists {len(visible)}"
+        )
+    return ",".join(visible[i].strip() if visible else str(i) for i in ids)
+
+
+def free_share(device: int) -> float:
+    """The share of `device` that is free now, less a margin: vLLM checks at start that free
+    memory is at least `gpu_memory_utilization` of the total (v1/worker/utils.py:761-770), though
+    its KV cache is what `kv_cache_memory_bytes` says; 0.9 (its default) at most."""
+    free, total = torch.cuda.mem_get_info(device)
+    return max(0.05, min(0.9, free / total - 0.02))
