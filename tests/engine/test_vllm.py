@@ -18,7 +18,6 @@ import torch
 
 from pivot.model import CausalLM, ModelArgs, save_pretrained
 from tests.conftest import ROOT
-from tools.vllm_venv import vllm_python
 
 pytestmark = pytest.mark.slow
 TOKENIZER = ROOT / "pivot" / "tiny" / "weights" / "tokenizer.json"
@@ -55,10 +54,10 @@ def tiny_model(path: Path, seed: int, tied: bool = True, base: Path | None = Non
     return path
 
 
-def run_driver(script: str, *args: str, timeout: float = 900) -> dict:
+def run_driver(python: Path, script: str, *args: str, timeout: float = 900) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [str(vllm_python()), str(ROOT / script), *args],
+        [str(python), str(ROOT / script), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -98,10 +97,10 @@ def updated_in_flight(old, new, ids: list[int], made: list[int], k: int, n: int)
     return toks
 
 
-def test_vllm_behind_the_engine_protocol(tmp_path: Path) -> None:
+def test_vllm_behind_the_engine_protocol(tmp_path: Path, vllm_python: Path) -> None:
     w0 = tiny_model(tmp_path / "w0", seed=0)
     w1 = tiny_model(tmp_path / "w1", seed=1, base=w0)
-    got = run_driver("tests/engine/vllm_driver.py", str(w0), str(w1))
+    got = run_driver(vllm_python, "tests/engine/vllm_driver.py", str(w0), str(w1))
     old, new = hf(w0), hf(w1)
     from tests.engine.vllm_driver import NEW, PROMPTS
 
@@ -141,7 +140,7 @@ def test_vllm_behind_the_engine_protocol(tmp_path: Path) -> None:
     )
 
 
-def test_the_cpu_build_refuses_a_head_size_in_one_line() -> None:
+def test_the_cpu_build_refuses_a_head_size_in_one_line(vllm_python: Path) -> None:
     """The shipped tiny models have head_dim 16, which vLLM's CPU attention has no kernel for."""
     env = {
         "WORLD_SIZE": "4",
@@ -151,7 +150,7 @@ def test_the_cpu_build_refuses_a_head_size_in_one_line() -> None:
         "PYTHONPATH": str(ROOT),
     }
     out = subprocess.run(
-        [str(vllm_python()), str(ROOT / "pivot" / "main.py"), "--reward.engine.backend", "vllm"],
+        [str(vllm_python), str(ROOT / "pivot" / "main.py"), "--reward.engine.backend", "vllm"],
         capture_output=True,
         text=True,
         env=env,

@@ -18,7 +18,6 @@ from pivot.sched.profile import ReplicaShape, read_profile
 from tests.conftest import ROOT
 from tests.runtime.models import random_models
 from tests.runtime.test_runtime import SMALL, B, G
-from tools.vllm_venv import vllm_python
 
 pytestmark = pytest.mark.slow
 STEPS = 3
@@ -32,9 +31,9 @@ def alive(pid: int) -> bool:
     return True
 
 
-def test_main_job_on_vllm_with_shifts(tmp_path: Path) -> None:
+def test_main_job_on_vllm_with_shifts(tmp_path: Path, vllm_python: Path) -> None:
     policy, genrm = random_models(tmp_path / "models", head_dim=32)  # vLLM's CPU attention: >= 32
-    python = vllm_python()
+    python = vllm_python
     run = tmp_path / "run"
     cmd = [str(python), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
            str(ROOT / "pivot" / "main.py"), "--model.policy", str(policy), "--model.genrm",
