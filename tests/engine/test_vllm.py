@@ -88,11 +88,11 @@ def greedy(model, ids: list[int], n: int) -> tuple[list[int], list[float]]:
 def updated_in_flight(old, new, ids: list[int], made: list[int], k: int, n: int) -> list[int]:
     """Tokens k.. when tokens 0..k-1 came from `old` and the rest from `new` over the K/V `old`
     computed (the prompt and tokens 0..k-2; token k-1's K/V is the first `new` computes)."""
-    past = old(torch.tensor([ids + made[: k - 1]]), use_cache=True).past_key_values
+    cache = old(torch.tensor([ids + made[: k - 1]]), use_cache=True).cache
     toks, last = [], made[k - 1]
     for _ in range(n - k):
-        out = new(torch.tensor([[last]]), past_key_values=past, use_cache=True)
-        past, last = out.past_key_values, int(out.logits[0, -1].argmax())
+        out = new(torch.tensor([[last]]), cache=cache, use_cache=True)
+        cache, last = out.cache, int(out.logits[0, -1].argmax())
         toks.append(last)
     return toks
 
