@@ -57,15 +57,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from pivot.engine.config import EngineConfig
+from pivot.engine.live_requests import LiveRequest, LiveRequests
 from pivot.engine.model_runner import validate_weights
-from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, SamplingParams
+from pivot.engine.sequence import AbortResult, Output, Request, SamplingParams
 from pivot.engine.sglang_weights import (
     BUCKET_BYTES,
     WHOLE_WEIGHTS_BY_NAME,
@@ -84,25 +85,13 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Live:
-    request: Request
-    output_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
+class _Live(LiveRequest):
     finish_reason: str | None = None
     aborted: bool = False
     task: asyncio.Task | None = None
-    added_version: int = 0
-    """The engine's weights version when it was added (an update aborts and re-adds it)."""
-
-    def so_far(self) -> Request:
-        """The request with the tokens made so far, each range labelled with its version."""
-        req, done = self.request, len(self.request.output_ids)
-        made = [(self.added_version, done)] if len(self.output_ids) > done else []
-        return Request(req.id, list(req.prompt_ids), req.params, self.output_ids, self.logprobs,
-                       version_starts=list(req.version_starts) + made)  # fmt: skip
 
 
-class SglangEngine:
+class SglangEngine(LiveRequests):
     def __init__(
         self,
         engine: Any,
@@ -280,36 +269,7 @@ class SglangEngine:
             log.warning("abort: unknown request ids %s ignored", unknown)
         return AbortResult(partials, unknown)
 
-    def has_work(self) -> bool:
-        return bool(self._live)
-
-    def progress(self) -> dict[int, int]:
-        """Tokens generated so far by each running request."""
-        return {rid: len(live.output_ids) for rid, live in self._live.items()}
-
-    def _n_tok(self) -> int:
-        return sum(len(lv.request.prompt_ids) + len(lv.output_ids) for lv in self._live.values())
-
-    def can_admit(self, num_tokens: int) -> bool:
-        return num_tokens < self.max_len and self._n_tok() + num_tokens <= self.kv_total
-
-    def stats(self) -> EngineStats:
-        n_tok = self._n_tok()
-        return EngineStats(
-            n_seq=len(self._live),
-            n_tok=n_tok,
-            kv_free_tokens=max(self.kv_total - n_tok, 0),
-            kv_total_tokens=self.kv_total,
-            tokens_generated=self._tokens_generated,
-            last_step_latency_s=self._last_latency,
-            weights_version=self._version,
-        )
-
     # ---- weights and memory ----------------------------------------------------------------
-    @property
-    def weights_version(self) -> int:
-        return self._version
-
     def load_weights(
         self, named_tensors: dict[str, Any] | Iterable[tuple[str, Any]], version: int
     ) -> None:

@@ -48,15 +48,16 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from pivot.engine.config import EngineConfig
+from pivot.engine.live_requests import LiveRequest, LiveRequests
 from pivot.engine.model_runner import validate_weights
-from pivot.engine.sequence import AbortResult, EngineStats, Output, Request
+from pivot.engine.sequence import AbortResult, Output, Request
 from pivot.engine.vllm_build import engine_builder, eos_ids
 from pivot.engine.vllm_weights import ShmSafetensors
 from pivot.gps.torch_specs import TORCH_DTYPES, specs_from_checkpoint
@@ -66,18 +67,13 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Live:
-    request: Request
-    key: str
+class _Live(LiveRequest):
+    key: str = ""
     """vLLM's request id: Pivot's id and a count of adds, unique, so a request re-added after an
     abort never receives an output the core made for the aborted one."""
-    output_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    added_version: int = 0
-    """The engine's weights version when it was added: no token it makes here is older."""
 
 
-class VllmEngine:
+class VllmEngine(LiveRequests):
     def __init__(
         self,
         build: Any,
@@ -199,7 +195,7 @@ class VllmEngine:
         key = f"{request.id}.{self._adds}"
         self.engine.add_request(key, prompt, params)
         self._live[request.id] = _Live(
-            request, key, list(request.output_ids), list(request.output_logprobs), self._version
+            request, list(request.output_ids), list(request.output_logprobs), self._version, key
         )
 
     def step(self) -> list[Output]:
@@ -247,54 +243,12 @@ class VllmEngine:
                 unknown.append(rid)
                 continue
             self.engine.abort_request([live.key])
-            req, done = live.request, len(live.request.output_ids)
-            # vLLM labels tokens with versions only when a request finishes: the tokens made
-            # here are labelled with the version it was added under, never newer than theirs
-            made = [(live.added_version, done)] if len(live.output_ids) > done else []
-            partials.append(
-                Request(
-                    req.id,
-                    list(req.prompt_ids),
-                    req.params,
-                    live.output_ids,
-                    live.logprobs,
-                    version_starts=list(req.version_starts) + made,
-                )  # fmt: skip
-            )
+            partials.append(live.so_far())  # tokens since the add: the add's version
         if unknown:
             log.warning("abort: unknown request ids %s ignored", unknown)
         return AbortResult(partials, unknown)
 
-    def has_work(self) -> bool:
-        return bool(self._live)
-
-    def progress(self) -> dict[int, int]:
-        """Tokens generated so far by each running request (as of the last `step()`)."""
-        return {rid: len(live.output_ids) for rid, live in self._live.items()}
-
-    def _n_tok(self) -> int:
-        return sum(len(lv.request.prompt_ids) + len(lv.output_ids) for lv in self._live.values())
-
-    def can_admit(self, num_tokens: int) -> bool:
-        return num_tokens < self.max_len and self._n_tok() + num_tokens <= self.kv_total
-
-    def stats(self) -> EngineStats:
-        n_tok = self._n_tok()
-        return EngineStats(
-            n_seq=len(self._live),
-            n_tok=n_tok,
-            kv_free_tokens=max(self.kv_total - n_tok, 0),
-            kv_total_tokens=self.kv_total,
-            tokens_generated=self._tokens_generated,
-            last_step_latency_s=self._last_latency,
-            weights_version=self._version,
-        )
-
     # ---- weights and memory ----------------------------------------------------------------
-    @property
-    def weights_version(self) -> int:
-        return self._version
-
     def weight_buffers(self) -> dict[str, torch.Tensor]:
         """The shm file's tensors, for the GPS Read to fill in place (whole, HF-named)."""
         return dict(self.weights.tensors)

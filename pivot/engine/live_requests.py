@@ -1,0 +1,70 @@
+"""What a production engine's adapter (vLLM, sglang) knows of the requests it has sent in: each
+one's tokens and log-probs as streamed back, and the protocol's bookkeeping over them (work,
+progress, admission against the KV capacity, stats). The engine itself holds the K/V."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pivot.engine.sequence import EngineStats, Request
+
+
+@dataclass
+class LiveRequest:
+    request: Request
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    added_version: int = 0
+    """The engine's weights version when it was added: no token made here is older."""
+
+    def so_far(self) -> Request:
+        """The request with the tokens made so far; those made here are labelled with the version
+        it was added under (never newer than theirs), after the ranges it arrived with."""
+        req, done = self.request, len(self.request.output_ids)
+        made = [(self.added_version, done)] if len(self.output_ids) > done else []
+        starts = list(req.version_starts) + made
+        return Request(
+            req.id, list(req.prompt_ids), req.params, self.output_ids, self.logprobs,
+            version_starts=starts,
+        )  # fmt: skip
+
+
+class LiveRequests:
+    """The protocol's bookkeeping over `_live` (id -> LiveRequest), for an adapter that sets
+    `kv_total`, `max_len` and counts `_tokens_generated`, `_last_latency` and `_version`."""
+
+    _live: dict[int, LiveRequest]
+    kv_total: int
+    max_len: int
+    _tokens_generated: int
+    _last_latency: float
+    _version: int
+
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    def has_work(self) -> bool:
+        return bool(self._live)
+
+    def progress(self) -> dict[int, int]:
+        """Tokens generated so far by each running request (as streamed back so far)."""
+        return {rid: len(live.output_ids) for rid, live in self._live.items()}
+
+    def _n_tok(self) -> int:
+        return sum(len(lv.request.prompt_ids) + len(lv.output_ids) for lv in self._live.values())
+
+    def can_admit(self, num_tokens: int) -> bool:
+        return num_tokens < self.max_len and self._n_tok() + num_tokens <= self.kv_total
+
+    def stats(self) -> EngineStats:
+        n_tok = self._n_tok()
+        return EngineStats(
+            n_seq=len(self._live),
+            n_tok=n_tok,
+            kv_free_tokens=max(self.kv_total - n_tok, 0),
+            kv_total_tokens=self.kv_total,
+            tokens_generated=self._tokens_generated,
+            last_step_latency_s=self._last_latency,
+            weights_version=self._version,
+        )
