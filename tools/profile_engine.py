@@ -133,9 +133,16 @@ def main(argv: list[str] | None = None) -> None:
             path, cfg, dtype=a.dtype, device=a.device, attention=a.attention
         )
     else:  # its dummy weights: decode time does not depend on their values
-        from pivot.runtime.startup_profile import production_engine
+        from pivot.engine.production import production_engine
 
-        engine = production_engine(path, cfg, a.tp, a.dtype, a.device)
+        engine = production_engine(
+            path,
+            cfg,
+            tp_size=a.tp,
+            base_gpu_id=torch.device(a.device).index or 0,
+            dtype=a.dtype,
+            device=a.device,
+        )
     if not grid_fits(engine, seqs, ctxs, a.steps):
         raise SystemExit(
             f"--ctx {max(ctxs)}: leaves no room to decode within the model's max length {engine.max_len}"

@@ -34,6 +34,7 @@ from pivot.engine.config import ATTENTIONS, FLASH_BLOCK_MULTIPLE, EngineConfig
 from pivot.engine.kv_export import KVPorter, SliceOp, discard
 from pivot.engine.kv_transport import KVPlace
 from pivot.engine.model_runner import ModelRunner
+from pivot.engine.production import production_engine
 from pivot.engine.sampler import sample
 from pivot.engine.scheduler import Scheduler
 from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, SeqStatus, Sequence
@@ -124,17 +125,16 @@ class Engine:
         """
         config = config or EngineConfig()
         if config.backend != "embedded":
-            tp_size = dist.get_world_size(tp_group) if tp_group is not None else 1
-            kwargs = dict(
-                tp_size=tp_size, base_gpu_id=torch.device(device).index or 0, dtype=dtype, seed=seed
+            return production_engine(
+                path,
+                config,
+                tokenizer,
+                tp_size=dist.get_world_size(tp_group) if tp_group is not None else 1,
+                base_gpu_id=torch.device(device).index or 0,
+                dtype=dtype,
+                device=device,
+                seed=seed,
             )
-            if config.backend == "vllm":
-                from pivot.engine.vllm_adapter import VllmEngine
-
-                return VllmEngine.from_pretrained(path, config, tokenizer, device=device, **kwargs)
-            from pivot.engine.sglang_adapter import SglangEngine
-
-            return SglangEngine.from_pretrained(path, config, tokenizer, **kwargs)
         model = load_model(path, dtype=getattr(torch, dtype), device=device)
         if tokenizer is None and (Path(path) / "tokenizer.json").is_file():
             tokenizer = TextTokenizer.from_pretrained(path)

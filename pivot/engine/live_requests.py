@@ -24,9 +24,13 @@ class LiveRequest:
         made = [(self.added_version, done)] if len(self.output_ids) > done else []
         starts = list(req.version_starts) + made
         return Request(
-            req.id, list(req.prompt_ids), req.params, self.output_ids, self.logprobs,
+            req.id,
+            list(req.prompt_ids),
+            req.params,
+            self.output_ids,
+            self.logprobs,
             version_starts=starts,
-        )  # fmt: skip
+        )
 
 
 class LiveRequests:

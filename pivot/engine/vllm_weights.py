@@ -30,17 +30,10 @@ from typing import Any
 
 import torch
 
-SAFETENSORS_DTYPES = {
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.float64: "F64",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-}
+from pivot.model.hf_folder import SAFETENSORS_DTYPES
+
+DTYPE_CODES = {dtype: code for code, dtype in SAFETENSORS_DTYPES.items()}
+"""torch dtype -> the code a safetensors header names it by."""
 
 
 class ShmSafetensors:
@@ -53,7 +46,7 @@ class ShmSafetensors:
         for name, (shape, dtype) in specs.items():
             nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
             header[name] = {
-                "dtype": SAFETENSORS_DTYPES[dtype],
+                "dtype": DTYPE_CODES[dtype],
                 "shape": list(shape),
                 "data_offsets": [offset, offset + nbytes],
             }

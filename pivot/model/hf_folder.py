@@ -79,7 +79,8 @@ def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-_SAFETENSORS_DTYPES = {
+# safetensors' dtype codes (its file header) and the torch dtypes they hold
+SAFETENSORS_DTYPES = {
     "F64": torch.float64,
     "F32": torch.float32,
     "F16": torch.float16,
@@ -109,7 +110,7 @@ def tensor_headers(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch.d
                         sliced = f.get_slice(name)
                         out[ours] = (
                             tuple(sliced.get_shape()),
-                            _SAFETENSORS_DTYPES[sliced.get_dtype()],
+                            SAFETENSORS_DTYPES[sliced.get_dtype()],
                         )
         except KeyError as e:
             raise ValueError(f"{full}: unsupported tensor dtype {e.args[0]!r}") from e

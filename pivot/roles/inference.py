@@ -33,6 +33,7 @@ import torch.distributed as dist
 from pivot.config import EngineConfig, ModelConfig
 from pivot.engine import AbortResult, Engine, EngineStats, Output, Request
 from pivot.engine.kv_transport import KVPlace
+from pivot.engine.production import production_engine
 from pivot.model import CausalLM, ModelArgs, TextTokenizer
 from pivot.model.meta_init import params_on_meta
 
@@ -121,22 +122,15 @@ class InferenceRole:
             position, size = group_position(group)
             if position:
                 return None  # parked: the leader's engine uses this rank's device
-            kwargs = dict(
+            return production_engine(
+                self.model_path,
+                self.engine_cfg,
+                self.tokenizer,
                 tp_size=size,
                 base_gpu_id=self.local_device,
                 dtype=self.model_cfg.dtype,
+                device=self.device,
                 seed=self.seed,
-            )
-            if self.engine_cfg.backend == "vllm":
-                from pivot.engine.vllm_adapter import VllmEngine
-
-                return VllmEngine.from_pretrained(
-                    self.model_path, self.engine_cfg, self.tokenizer, device=self.device, **kwargs
-                )
-            from pivot.engine.sglang_adapter import SglangEngine
-
-            return SglangEngine.from_pretrained(
-                self.model_path, self.engine_cfg, self.tokenizer, **kwargs
             )
         with torch.device(self.device), params_on_meta():  # storage comes with the TP slice
             model = CausalLM(self.args, linear=self.model_cfg.linear).to(

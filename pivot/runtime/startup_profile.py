@@ -21,6 +21,7 @@ import torch
 
 from pivot.config import EngineConfig, ModelConfig
 from pivot.engine.engine import Engine
+from pivot.engine.production import production_engine
 from pivot.engine.profiler import profile_engine
 from pivot.model import CausalLM, ModelArgs
 from pivot.model.hf_folder import text_config
@@ -115,21 +116,11 @@ def _engine(shape: ReplicaShape, cfg: EngineConfig, model_cfg: ModelConfig, devi
         with torch.device(device):
             model = CausalLM(args, linear=model_cfg.linear).to(getattr(torch, model_cfg.dtype))
         return Engine(model, cfg, attention=model_cfg.attention, device=device)
-    return production_engine(shape.model_folder, cfg, shape.tp, model_cfg.dtype, device)
-
-
-def production_engine(
-    folder: str | Path, cfg: EngineConfig, tp: int, dtype: str, device: str
-) -> Any:
-    """A vLLM or sglang engine (`cfg.backend`) over `tp` devices from `device`'s on, serving
-    `folder` with dummy weights (decode time does not depend on their values)."""
-    kwargs: dict[str, Any] = dict(
-        tp_size=tp, base_gpu_id=torch.device(device).index or 0, dtype=dtype
+    return production_engine(
+        shape.model_folder,
+        cfg,
+        tp_size=shape.tp,
+        base_gpu_id=torch.device(device).index or 0,
+        dtype=model_cfg.dtype,
+        device=device,
     )
-    if cfg.backend == "vllm":
-        from pivot.engine.vllm_adapter import VllmEngine
-
-        return VllmEngine.from_pretrained(folder, cfg, device=device, **kwargs)
-    from pivot.engine.sglang_adapter import SglangEngine
-
-    return SglangEngine.from_pretrained(folder, cfg, **kwargs)
