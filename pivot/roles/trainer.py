@@ -203,9 +203,11 @@ class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
         # loss, tokens, clipped, approx_kl, kl_ref (token-weighted); on the trainer's device: an
         # NCCL-only group has no backend for CPU tensors ("No backend type associated with device type cpu")
         sums = torch.zeros(5, dtype=torch.float64, device=self.device)
+        need_ref = (
+            bool(cfg.kl_coef) and batch.ref_logprobs is None
+        )  # computed here, per micro-batch
         for m in range(count):
             rows = mine[m] if m < len(mine) else []
-            need_ref = bool(cfg.kl_coef) and batch.ref_logprobs is None
             if not rows:
                 if need_ref:  # the reference's all-gathers must line up too
                     with torch.no_grad():
