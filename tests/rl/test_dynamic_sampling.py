@@ -104,12 +104,14 @@ def test_groups_a_step_did_not_need_are_surplus_never_trained(
 ) -> None:
     f = make_flow(tok, tmp_path, limit=2)
     first = f.fill(version=0, total_steps=1)  # 4 groups for a batch of 2
-    for i in (2, 1, 3):  # mixed, finishing out of order; group 0 still generating
+    for i in (3, 1):  # mixed, finishing out of order; groups 0 and 2 still generating
         assert answer(f, first[G * i], True) == [] and answer(f, first[G * i + 1], False) == []
+    assert not f.buffer.ready(0)  # group 0 trains whatever finished first: it waits for it
+    assert answer(f, first[0], True) == [] and answer(f, first[1], False) == []
     assert f.buffer.ready(0)
     _, _, records = f.batch(0)
-    assert sorted({r["prompt"] for r in records}) == [1, 2]  # the lowest complete ids
-    assert answer(f, first[0], True) == []  # a surplus group's late output: dropped as such
+    assert sorted({r["prompt"] for r in records}) == [0, 1]  # the lowest live ids
+    assert answer(f, first[2 * G], True) == []  # a surplus group's late output: dropped as such
     m = f.metrics()
     assert (m["count/groups_surplus"], m["count/surplus_outputs"]) == (2, 1)
     assert m["count/duplicates_dropped"] == 0 and m["count/groups_dropped"] == 0
