@@ -63,10 +63,11 @@ class StepInput:
 
 
 class KVCache:
-    """K and V of each attention layer, shape [num_blocks * block_size, Hkv, D] (flat slots).
+    """K and V of each attention layer, shape [(num_blocks + 1) * block_size, Hkv, D] (flat slots).
 
     Only `attention_layers` get a cache (a hybrid's linear-attention layers keep recurrent state
-    instead); `index[layer_idx]` is the layer's row in `k` and `v`.
+    instead); `index[layer_idx]` is the layer's row in `k` and `v`. The block past the last,
+    `scratch_block`, belongs to no sequence: a graphed decode step's padding rows write there.
     """
 
     def __init__(
@@ -79,11 +80,12 @@ class KVCache:
         dtype: torch.dtype,
         device: torch.device | str,
     ) -> None:
-        shape = (len(attention_layers), num_blocks * block_size, n_kv_heads, head_dim)
+        shape = (len(attention_layers), (num_blocks + 1) * block_size, n_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.index = {layer: i for i, layer in enumerate(attention_layers)}
         self.num_blocks, self.block_size = num_blocks, block_size
+        self.scratch_block = num_blocks
 
     def copy_blocks(self, pairs: torch.Tensor) -> None:
         """Copy whole blocks in every attention layer's cache: `pairs` is [2C] (source, destination, ...)."""
@@ -91,7 +93,7 @@ class KVCache:
             return
         src, dst = pairs.view(-1, 2).to(self.k.device).unbind(1)
         for c in (self.k, self.v):
-            blocks = c.view(c.shape[0], self.num_blocks, -1)
+            blocks = c.view(c.shape[0], self.num_blocks + 1, -1)
             blocks.index_copy_(1, dst, blocks.index_select(1, src))
 
 

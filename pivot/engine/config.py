@@ -33,6 +33,10 @@ class EngineConfig:
     """Most sequences decoding at once on one replica."""
     max_prefill_tokens: int = 2048
     """Prefill chunk size in tokens (chunked prefill)."""
+    decode_graphs: Literal["auto", "cuda", "eager", "off"] = "auto"
+    """Decode steps as replayed graphs: 'auto' captures CUDA graphs on a GPU and runs eagerly on
+    CPU; 'off' never captures (for debugging; vLLM's `enforce_eager`); 'eager' runs the graph
+    path (buckets, padding, static buffers) without capturing, which is how CPU tests check it."""
 
     def __post_init__(self) -> None:
         for name in ("kv_capacity_tokens", "max_running_seqs", "max_prefill_tokens"):

@@ -73,12 +73,15 @@ class Engine:
         self.args = model.args
         self.tokenizer = tokenizer
         num_blocks = config.kv_capacity_tokens // block_size
-        self.runner = ModelRunner(model, num_blocks, block_size, attention, tp_group, device)
+        self.max_len = min(self.args.max_position_embeddings, num_blocks * block_size)
+        self.runner = ModelRunner(
+            model, num_blocks, block_size, attention, tp_group, device,
+            config.decode_graphs, config.max_running_seqs, self.max_len,
+        )  # fmt: skip
         self.blocks = BlockManager(
             num_blocks, block_size, share_prefixes=not self.args.has_linear_attention
         )
         self.scheduler = Scheduler(self.blocks, config.max_running_seqs, config.max_prefill_tokens)
-        self.max_len = min(self.args.max_position_embeddings, self.blocks.total_tokens)
         eos = set(self.args.eos_ids)
         if tokenizer is not None:
             eos.update(tokenizer.eos_ids)

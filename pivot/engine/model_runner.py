@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from pivot.engine.attention import KVCache, PagedAttention, StepInput
 from pivot.engine.block_manager import BlockManager
+from pivot.engine.decode_graphs import DecodeGraphs
 from pivot.engine.linear_state import LinearStates
 from pivot.engine.scheduler import ScheduledSeq
 from pivot.engine.tp import fused_sections, gather_tensor, shard_model, shard_tensor
@@ -32,7 +33,12 @@ class ModelRunner:
         kernel: str,
         tp_group: dist.ProcessGroup | None,
         device: torch.device | str | None = None,
+        decode_graphs: str = "off",
+        max_batch: int = 1,
+        max_len: int = 1,
     ) -> None:
+        """`decode_graphs` (`EngineConfig.decode_graphs`): decode steps of up to `max_batch`
+        sequences and `max_len` tokens of context replay graphs (pivot/engine/decode_graphs.py)."""
         self.model = model.eval().requires_grad_(False)
         self.args = model.args
         self.group = (
@@ -55,6 +61,23 @@ class ModelRunner:
         self.cache: KVCache | None = None
         self.linear_states = LinearStates() if self.args.has_linear_attention else None
         self._alloc_cache()
+        self.graphs = DecodeGraphs(
+            self._graph_forward, decode_graphs, kernel, max_batch, max_len, self._why_not_graphed()
+        )
+        self.graphs.active(self.device)  # a mode this device cannot run fails here, in one line
+
+    def _why_not_graphed(self) -> str:
+        if self.args.has_linear_attention:
+            return "linear-attention layers keep per-sequence state"
+        if any(self.args.is_moe_layer(i) for i in range(self.args.num_hidden_layers)):
+            return "MoE routing syncs with the host every layer"
+        return ""
+
+    def _graph_forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, attn: object
+    ) -> torch.Tensor:
+        hidden = self.model.model(ids[None], positions[None], attn)[0]
+        return self.model.lm_head(hidden).float()
 
     @property
     def is_leader(self) -> bool:
@@ -120,6 +143,9 @@ class ModelRunner:
         if self.linear_states is not None:
             self.linear_states.drop(step.dropped.tolist())
         self.cache.copy_blocks(step.copies)
+        logits = self.graphs.run(step, self.cache)
+        if logits is not None:  # a decode step: every row samples
+            return logits
         attn = PagedAttention(self.cache, step, self.kernel, self.device, self.linear_states)
         ids = step.token_ids.to(self.device)[None]
         hidden = self.model.model(ids, attn.positions[None], attn)[0]
@@ -158,6 +184,7 @@ class ModelRunner:
         }
 
     def release(self) -> None:
+        self.graphs.clear()
         self.cache = None
         if self.linear_states is not None:
             self.linear_states.clear()

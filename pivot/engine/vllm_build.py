@@ -99,7 +99,8 @@ def engine_builder(
         seed=seed,
         skip_tokenizer_init=True,
         load_format="dummy",
-        enforce_eager=not on_cuda,  # CUDA graphs on GPU; nothing to capture on CPU
+        # CUDA graphs on GPU unless `decode_graphs` is 'off'; nothing to capture on CPU
+        enforce_eager=not on_cuda or config.decode_graphs == "off",
         # level-2 sleep (shift down) needs it on CUDA, where it turns on the cumem allocator;
         # the CPU platform refuses it (config/model.py:655-662)
         enable_sleep_mode=on_cuda,

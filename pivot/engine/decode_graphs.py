@@ -1,0 +1,285 @@
+"""Decode steps replayed from captured graphs instead of launched kernel by kernel.
+
+A decode step of a 7B model launches about 1,400 kernels; eagerly, the host's launching takes
+most of a step (70-87 ms on an H200 where the bytes moved need 3-4 ms). As vLLM, sglang and
+nano-vllm do, each decode step whose batch fits a bucket replays a graph captured once for that
+bucket over static input buffers. With torch SDPA a graph is also keyed by the context width (a
+bucket of KV blocks, as for batch sizes), since the keys it gathers are padded to that width; flash-attn's
+kv-cache kernel reads each sequence's own length, so one width serves every context.
+
+What a replay needs lives in buffers shared by every graph (views of the largest): token ids,
+context lengths, slot of the new K/V, block tables. Rows past the real batch are padding: they
+attend one key and write their K/V to a scratch block no sequence owns (`KVCache.scratch_block`).
+
+Weights loaded in place (`ModelRunner.load`, a GPS Read into `Engine.weight_buffers`) keep every
+graph valid: a graph reads the parameters' storage, not their values. A release frees that
+storage, so it drops the graphs; after a resume each bucket is captured again the first time a
+step needs it (a shift-up pays for the buckets its batches use, not for all of them).
+
+Modes: "cuda" captures `torch.cuda.CUDAGraph`s; "eager" runs the very same path (buckets,
+padding, static buffers, the fixed-width attention) without capturing, so CPU tests check it.
+Prefill, mixed steps, batches above the largest bucket, contexts wider than the widest, and
+models whose forward syncs with the host (MoE routing) or keeps per-sequence state (linear
+attention) run eagerly through `PagedAttention`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from pivot.engine.attention import KVCache, StepInput
+
+try:  # optional GPU kernel, never required on CPU
+    from flash_attn import flash_attn_with_kvcache  # type: ignore[import-not-found]
+except ImportError:
+    flash_attn_with_kvcache = None
+
+log = logging.getLogger(__name__)
+
+Forward = Callable[[torch.Tensor, torch.Tensor, object], torch.Tensor]
+"""(token ids [B], positions [B], attention backend) -> fp32 logits [B, vocab]."""
+
+
+def size_buckets(largest: int) -> list[int]:
+    """1, 2, 3, 4, 6, 8, 12, 16, ... up to `largest` (included): a batch pads by under 50%
+    (under a third from 4 on) while the count of graphs grows with log(largest)."""
+    sizes = {largest}
+    p = 1
+    while p < largest:
+        sizes.update(s for s in (p, 3 * p // 2) if 0 < s < largest)
+        p *= 2
+    return sorted(sizes)
+
+
+def bucket_for(n: int, sizes: list[int]) -> int | None:
+    """The smallest bucket holding `n`, or None when `n` exceeds them all."""
+    return next((s for s in sizes if s >= n), None)
+
+
+class DecodeAttention:
+    """The attention backend of a graphed decode step: one query per row, fixed shapes."""
+
+    def __init__(
+        self, cache: KVCache, bufs: StaticDecodeInput, batch: int, width: int, kernel: str
+    ) -> None:
+        self.cache, self.kernel = cache, kernel
+        self.slots = bufs.slots[:batch]
+        self.ctx = bufs.ctx[:batch]
+        self.table = bufs.table[:batch, :width]
+        self.positions = self.ctx - 1
+        keys = torch.arange(width * cache.block_size, device=self.ctx.device)
+        seen = keys[None, :] < self.ctx[:, None]  # computed inside the graph from `ctx`
+        self.mask = torch.zeros(seen.shape, dtype=cache.k.dtype, device=seen.device)
+        self.mask = self.mask.masked_fill(~seen, float("-inf"))[:, None, None, :]
+
+    def __call__(
+        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        row = self.cache.index[layer_idx]
+        kc, vc = self.cache.k[row], self.cache.v[row]
+        kc.index_copy_(0, self.slots, k[0].to(kc.dtype))
+        vc.index_copy_(0, self.slots, v[0].to(vc.dtype))
+        q0 = q[0]
+        batch, heads, dim = q0.shape
+        kv_heads, bs = kc.shape[1], self.cache.block_size
+        if self.kernel == "flash":
+            # flash_attn/flash_attn_interface.py (flash-attn 2.x), flash_attn_with_kvcache: q
+            # [B, 1, H, D], paged caches [blocks, block_size, Hkv, D], int32 lengths and table
+            out = flash_attn_with_kvcache(
+                q0[:, None],
+                kc.view(-1, bs, kv_heads, dim),
+                vc.view(-1, bs, kv_heads, dim),
+                cache_seqlens=self.ctx.to(torch.int32),
+                block_table=self.table.to(torch.int32),
+                causal=True,
+            )
+            return out.view(1, batch, heads, dim)
+        rep = heads // kv_heads
+        qg = q0.view(batch, kv_heads, rep, dim)  # GQA: a K/V head's query heads as its queries
+        kb = kc.view(-1, bs * kv_heads * dim)
+        vb = vc.view(-1, bs * kv_heads * dim)
+        ids = self.table.flatten()
+        kk = kb.index_select(0, ids).view(batch, -1, kv_heads, dim).transpose(1, 2).to(q0.dtype)
+        vv = vb.index_select(0, ids).view(batch, -1, kv_heads, dim).transpose(1, 2).to(q0.dtype)
+        o = F.scaled_dot_product_attention(qg, kk, vv, attn_mask=self.mask.to(q0.dtype))
+        return o.reshape(1, batch, heads, dim)
+
+    def linear_attention(self, layer_idx: int, layer: object, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("a model with linear attention is never graphed")
+
+
+@dataclass
+class StaticDecodeInput:
+    """The buffers every graph reads, sized for the largest bucket and the widest context."""
+
+    tokens: torch.Tensor
+    slots: torch.Tensor
+    ctx: torch.Tensor
+    table: torch.Tensor
+    scratch: int
+    """The KV block padding rows write to and attend (`KVCache.scratch_block`)."""
+    block_size: int
+
+    @classmethod
+    def allocate(cls, batch: int, width: int, cache: KVCache) -> StaticDecodeInput:
+        def zeros(*shape: int) -> torch.Tensor:
+            return torch.zeros(shape, dtype=torch.long, device=cache.k.device)
+
+        bufs = cls(
+            zeros(batch), zeros(batch), zeros(batch), zeros(batch, width),
+            cache.scratch_block, cache.block_size,
+        )  # fmt: skip
+        bufs.pad()
+        return bufs
+
+    def pad(self) -> None:
+        """Every row padding: warm-up and capture run on these and touch only the scratch block."""
+        self.tokens.zero_()
+        self.ctx.fill_(1)
+        self.slots.fill_(self.scratch * self.block_size)
+        self.table.fill_(self.scratch)
+
+    def fill(self, step: StepInput, batch: int, width: int) -> None:
+        """The step's rows, then padding up to `batch` rows; tables padded to `width` blocks."""
+        bs, scratch = self.block_size, self.scratch
+        ctx = step.ctx_lens.cpu()
+        n = len(ctx)
+        n_blocks = -(-ctx // bs)
+        first = torch.zeros(n, dtype=torch.long)
+        first[1:] = n_blocks.cumsum(0)[:-1]
+        j = torch.arange(width)
+        ids = step.block_ids.cpu()
+        table = torch.full((batch, width), scratch, dtype=torch.long)
+        table[:n] = torch.where(
+            j < n_blocks[:, None], ids[(first[:, None] + j).clamp(max=len(ids) - 1)], scratch
+        )
+        last = ctx - 1
+        slots = torch.full((batch,), scratch * bs, dtype=torch.long)
+        slots[:n] = table[torch.arange(n), last // bs] * bs + last % bs
+        lens = torch.ones(batch, dtype=torch.long)
+        lens[:n] = ctx
+        tokens = torch.zeros(batch, dtype=torch.long)
+        tokens[:n] = step.token_ids.cpu()
+        for buf, host in ((self.tokens, tokens), (self.slots, slots), (self.ctx, lens)):
+            buf[:batch].copy_(host, non_blocking=True)
+        self.table[:batch, :width].copy_(table, non_blocking=True)
+
+
+class EagerGraph:
+    """What a captured graph does, run eagerly: `replay()` recomputes `output`."""
+
+    def __init__(self, fn: Callable[[], torch.Tensor]) -> None:
+        self.fn = fn
+        self.output = torch.empty(0)
+
+    def replay(self) -> None:
+        self.output = self.fn()
+
+
+class CudaGraph:
+    """`fn` captured once (after a warm-up outside the capture, where lazy initialisation such as
+    cuBLAS handles and kernel choice happens); `replay()` re-launches it, rewriting `output`."""
+
+    def __init__(self, fn: Callable[[], torch.Tensor], pool: object) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=pool):
+            self.output = fn()
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+GRAPH_MODES = ("auto", "cuda", "eager", "off")
+
+
+class DecodeGraphs:
+    """The graphs of one engine rank; `run(step)` returns logits, or None to run `step` eagerly."""
+
+    def __init__(
+        self,
+        forward: Forward,
+        mode: str,
+        kernel: str,
+        max_batch: int,
+        max_len: int,
+        why_not: str = "",
+    ) -> None:
+        """`why_not`: the reason this model is never graphed ('' when it can be)."""
+        if mode not in GRAPH_MODES:
+            raise ValueError(f"engine.decode_graphs={mode!r} is not one of {GRAPH_MODES}")
+        self.forward, self.kernel, self.mode = forward, kernel, mode
+        self.batch_sizes = size_buckets(max_batch)
+        self.max_len = max_len
+        self.why_not = why_not
+        self.graphs: dict[tuple[int, int], EagerGraph | CudaGraph] = {}
+        self.bufs: StaticDecodeInput | None = None
+        self.pool: object = None
+        self.replays = self.captures = 0
+
+    def active(self, device: torch.device) -> str:
+        """'cuda', 'eager' or '' (not graphed) on `device`."""
+        if self.why_not or self.mode == "off":
+            return ""
+        if self.mode == "auto":
+            return "cuda" if device.type == "cuda" else ""
+        if self.mode == "cuda" and device.type != "cuda":
+            raise ValueError(
+                f"engine.decode_graphs='cuda' on device {device}: use 'auto' or 'eager'"
+            )
+        return self.mode
+
+    def run(self, step: StepInput, cache: KVCache) -> torch.Tensor | None:
+        mode = self.active(cache.k.device)
+        n = len(step.q_lens)
+        if not mode or len(step.token_ids) != n:  # not graphed, or prefill in the step
+            return None
+        batch = bucket_for(n, self.batch_sizes)
+        widest = -(-self.max_len // cache.block_size)
+        blocks = -(-int(step.ctx_lens.max()) // cache.block_size)
+        width = widest if self.kernel == "flash" else bucket_for(blocks, size_buckets(widest))
+        if batch is None or width is None:
+            return None
+        if self.bufs is None:
+            self.bufs = StaticDecodeInput.allocate(self.batch_sizes[-1], widest, cache)
+        graph = self.graphs.get((batch, width))
+        if graph is None:
+            graph = self._capture(mode, batch, width, cache)
+        self.bufs.fill(step, batch, width)
+        graph.replay()
+        self.replays += 1
+        return graph.output[:n]
+
+    def _capture(self, mode: str, batch: int, width: int, cache: KVCache) -> EagerGraph | CudaGraph:
+        bufs = self.bufs
+        assert bufs is not None
+
+        def step() -> torch.Tensor:
+            attn = DecodeAttention(cache, bufs, batch, width, self.kernel)
+            return self.forward(bufs.tokens[:batch], attn.positions, attn)
+
+        if mode == "cuda":
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
+            bufs.pad()  # warm-up and capture compute on padding: only the scratch block changes
+            graph: EagerGraph | CudaGraph = CudaGraph(step, self.pool)
+        else:
+            graph = EagerGraph(step)
+        self.graphs[(batch, width)] = graph
+        self.captures += 1
+        log.debug("decode graph (%s) captured: batch %d, width %d blocks", mode, batch, width)
+        return graph
+
+    def clear(self) -> None:
+        """Drop every graph and the buffers (a release frees the storage they point at)."""
+        self.graphs.clear()
+        self.bufs, self.pool = None, None

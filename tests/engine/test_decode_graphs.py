@@ -1,0 +1,163 @@
+"""Decode steps replayed from graphs (pivot/engine/decode_graphs.py), checked on CPU through the
+same code path with an eager replay (`decode_graphs="eager"`): bucket choice, padding, the
+static buffers' reuse, the fixed-width attention and the fallbacks. Oracle: the same engine
+with graphs off (itself checked against transformers in test_generation.py); on CUDA, the real
+capture against the same oracle."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from pivot.engine import Engine, EngineConfig, Request, SamplingParams
+from pivot.engine.decode_graphs import bucket_for, size_buckets
+from pivot.model import CausalLM
+from tests.engine.conftest import make_model, prompts, run_all, tiny_args
+
+# 4-token blocks: contexts of 5-60 tokens span 2-15 blocks, so several width buckets are used
+CFG = EngineConfig(kv_capacity_tokens=2048, block_size=4, max_running_seqs=7)
+
+
+def generate(engine: Engine, n: int = 7, new: int = 30, seed: int = 3) -> dict:
+    """`n` requests of `new`, `new` - 4, ... tokens: the batch shrinks as they finish."""
+    for i, p in enumerate(prompts(n, seed=seed, lo=3, hi=30)):
+        engine.add(Request(i, p, SamplingParams(temperature=0, max_new_tokens=max(2, new - 4 * i))))
+    return run_all(engine)
+
+
+def engine(path: Path, mode: str, device: str = "cpu", **kw: object) -> Engine:
+    cfg = replace(CFG, decode_graphs=mode, **kw)
+    e = Engine.from_pretrained(path, cfg, device=device)
+    return e
+
+
+def test_buckets_pad_by_less_than_half_and_end_at_the_largest() -> None:
+    assert size_buckets(7) == [1, 2, 3, 4, 6, 7]
+    assert size_buckets(256)[-4:] == [96, 128, 192, 256]
+    assert size_buckets(1) == [1]
+    sizes = size_buckets(300)
+    assert all(bucket_for(n, sizes) < 1.5 * n for n in range(2, 301))
+    assert bucket_for(5, sizes) == 6 and bucket_for(301, sizes) is None
+
+
+def test_greedy_tokens_and_logprobs_equal_eager_and_the_cache_outside_scratch(
+    tiny_path: Path,
+) -> None:
+    off, graphed = engine(tiny_path, "off"), engine(tiny_path, "eager")
+    ref, got = generate(off), generate(graphed)
+    assert {i: o.output_ids for i, o in got.items()} == {i: o.output_ids for i, o in ref.items()}
+    for i in ref:
+        assert got[i].output_logprobs == pytest.approx(ref[i].output_logprobs, abs=1e-5)
+    g = graphed.runner.graphs
+    assert g.replays > 0 and g.captures == len(g.graphs)
+    # batches 7 -> 1 as sequences finish: buckets 7, 6, 4, 3, 2, 1 at several widths
+    assert {b for b, _ in g.graphs} <= set(size_buckets(7)) and len(g.graphs) >= 4
+    # padding rows wrote only to the scratch block: every sequence's K/V is the eager run's
+    slots = CFG.kv_capacity_tokens
+    assert (graphed.runner.cache.k[:, :slots] - off.runner.cache.k[:, :slots]).abs().max() < 1e-5
+    assert (graphed.runner.cache.v[:, :slots] - off.runner.cache.v[:, :slots]).abs().max() < 1e-5
+
+
+def test_static_buffers_are_allocated_once_and_shared_by_every_graph(tiny_path: Path) -> None:
+    e = engine(tiny_path, "eager")
+    generate(e)
+    bufs = e.runner.graphs.bufs
+    ptr = bufs.tokens.data_ptr()
+    generate(e, seed=4)
+    assert e.runner.graphs.bufs is bufs and bufs.tokens.data_ptr() == ptr
+    assert bufs.tokens.shape == (CFG.max_running_seqs,)
+
+
+def test_prefill_steps_run_eagerly(tiny_path: Path) -> None:
+    e = engine(tiny_path, "eager")
+    e.add(Request(0, list(range(2, 30)), SamplingParams(temperature=0, max_new_tokens=1)))
+    run_all(e)  # one step: the prefill, which samples the only token
+    assert e.runner.graphs.replays == 0
+
+
+def test_weights_loaded_in_place_are_what_the_graphs_compute_with(
+    tiny_path: Path, tmp_path: Path
+) -> None:
+    """An update mid-generation: the graphed engine continues with the new weights exactly as the
+    eager one, without capturing again (on CUDA the graphs read the parameters' storage)."""
+    other = make_model(tmp_path, seed=7).state_dict()
+    runs = {}
+    for mode in ("off", "eager"):
+        e = engine(tiny_path, mode)
+        for i, p in enumerate(prompts(5, seed=5, lo=3, hi=20)):
+            e.add(Request(i, p, SamplingParams(temperature=0, max_new_tokens=24)))
+        for _ in range(8):
+            e.step()
+        captured = e.runner.graphs.captures
+        buffers = e.weight_buffers()
+        for name, t in other.items():  # the GPS Read's way: into the engine's own storage
+            if name in buffers:
+                buffers[name].copy_(t)
+        e.load_weights(buffers, version=1)
+        runs[mode] = run_all(e)
+        if mode == "eager":
+            assert e.runner.graphs.captures <= captured + 2  # only batch sizes not seen before
+    assert {i: o.output_ids for i, o in runs["eager"].items()} == {
+        i: o.output_ids for i, o in runs["off"].items()
+    }
+    unchanged = run_all_of(engine(tiny_path, "eager"), 5, 24)
+    assert unchanged != {i: o.output_ids for i, o in runs["eager"].items()}  # the update mattered
+
+
+def run_all_of(e: Engine, n: int, new: int) -> dict:
+    for i, p in enumerate(prompts(n, seed=5, lo=3, hi=20)):
+        e.add(Request(i, p, SamplingParams(temperature=0, max_new_tokens=new)))
+    return {i: o.output_ids for i, o in run_all(e).items()}
+
+
+def test_release_drops_the_graphs_and_resume_captures_again(tiny_path: Path) -> None:
+    e = engine(tiny_path, "eager")
+    ref = generate(e)
+    weights = e.named_parameters_hf()
+    e.release()
+    assert not e.runner.graphs.graphs and e.runner.graphs.bufs is None
+    e.resume()
+    e.load_weights(weights, version=1)
+    again = generate(e)
+    assert {i: o.output_ids for i, o in again.items()} == {i: o.output_ids for i, o in ref.items()}
+    assert e.runner.graphs.graphs  # captured again on the new storage
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe"])
+def test_models_that_sync_with_the_host_are_never_graphed(tmp_path: Path, family: str) -> None:
+    make_model(tmp_path, family=family)
+    e = engine(tmp_path, "eager")
+    generate(e, n=3, new=6)
+    assert e.runner.graphs.replays == 0 and "MoE" in e.runner.graphs.why_not
+
+
+def test_cuda_graphs_on_a_cpu_engine_is_one_line(tiny_path: Path) -> None:
+    with pytest.raises(ValueError, match="decode_graphs='cuda' on device cpu"):
+        engine(tiny_path, "cuda")
+
+
+def test_auto_captures_nothing_on_cpu(tiny_path: Path) -> None:
+    e = engine(tiny_path, "auto")
+    generate(e, n=3, new=5)
+    assert e.runner.graphs.replays == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graphs_give_the_eager_engines_greedy_tokens(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = CausalLM(tiny_args()).to(torch.bfloat16)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(4.0)
+    from pivot.model import save_pretrained
+
+    save_pretrained(model, tmp_path)
+    ref = generate(engine(tmp_path, "off", "cuda"))
+    graphed = engine(tmp_path, "auto", "cuda")
+    got = generate(graphed)
+    assert graphed.runner.graphs.replays > 0
+    same = sum(got[i].output_ids == ref[i].output_ids for i in ref)
+    assert same == len(ref), f"{same} of {len(ref)} sequences equal"
