@@ -94,8 +94,8 @@ def _paper_group(
 
     Backends (docs/gpu.md): the policy's rollout runs on the embedded engine (its weights change
     every step and a GPS Read fills its TP slices in place; the profiler fits the planner's
-    constants for it; it has no CUDA graphs), the GenRM on sglang (never written; MoE and hybrid
-    GenRMs get sglang's fused kernels), training on FSDP2."""
+    constants for it; its decode steps replay CUDA graphs, never yet run on a GPU), the GenRM on
+    sglang (never written; MoE and hybrid GenRMs get sglang's fused kernels), training on FSDP2."""
     p_name, p_b, p_tp = policy
     g_name, g_b, g_active_b, g_tp = genrm
     gpu_engine = EngineConfig(

@@ -4,6 +4,8 @@
 #   gpu-tests         the @pytest.mark.gpu tests
 #   engine-*          embedded engine on a random Qwen2.5-0.5B-shaped model, bf16: SDPA,
 #                     flash-attn, flash-attn + transformer-engine linears (tokens/s)
+#   decode-step       Qwen2.5-7B-shaped decode step with CUDA graphs and without, batch 1/64/256,
+#                     against the HBM floor and transformers' generate (tools/bench_decode.py)
 #   gps-read          GPS Read from pinned host memory to the GPU (GB/s)
 #   sglang-greedy     an sglang replica loaded from GPS gives the embedded engine's greedy tokens
 #   sglang-shift      abort + release, resume + GPS weight update (shift-up seconds), partials resumed
@@ -125,6 +127,7 @@ esac
 fi
 
 run_check engine "$PY" tools/gpu_checks.py engine
+run_check decode "$PY" tools/bench_decode.py --device cuda --json "$LOG_DIR/decode.json"
 run_check sglang "$PY" tools/gpu_checks.py sglang
 run_check train "$PY" tools/gpu_checks.py train
 

@@ -157,6 +157,7 @@ def _fake_cuda(
             f'  if [[ "$name" == "{failing}" ]]; then echo "FAIL $name: broken"; exit 1; fi\n'
             '  echo "PASS $name: fake figure"; exit 0\n'
             "fi\n"
+            'if [[ "$1" == tools/bench_decode.py ]]; then echo "PASS decode-step: fake"; exit 0; fi\n'
             f'PYTHONPATH={tmp_path} exec {sys.executable} "$@"\n'
         ),
     )
@@ -181,6 +182,7 @@ def test_every_check_reports_one_line_and_a_failed_test_fails(tmp_path: Path) ->
         "cuda",
         "gpu-tests",
         "engine",
+        "decode-step",
         "sglang",
         "train",
         "nccl-shift",

@@ -43,6 +43,11 @@ SLOW = pytest.mark.slow
 # tool -> (arguments, {tmp} for a fresh folder; a regex its output must match; marks)
 SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
     "bench_control.py": (["--round-trips", "20", "--repeats", "1"], r"^new/old", (SLOW,)),
+    "bench_decode.py": (
+        ["--batches", "1,2", "--steps", "2", "--warmup", "1", "--prompt", "16", "--hbm-gbps", "50"],
+        r"goal batch 1 within 3x the floor: (met|MISSED)\nPASS decode-step: tiny",
+        (),
+    ),
     "bench_planner.py": (
         ["--sizes", "16", "--repeats", "1", "--check-max", "16"],
         r"\n\s+16\s.*\byes\s*$",
