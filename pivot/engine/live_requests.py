@@ -16,12 +16,23 @@ class LiveRequest:
     logprobs: list[float] = field(default_factory=list)
     added_version: int = 0
     """The engine's weights version when it was added: no token made here is older."""
+    marks: list[tuple[int, int]] = field(default_factory=list)
+    """(version, index in `output_ids`) of each update the request ran through in place: the
+    tokens from the index on came from that version or a newer one."""
+
+    def mark(self, version: int) -> None:
+        self.marks.append((version, len(self.output_ids)))
 
     def so_far(self) -> Request:
         """The request with the tokens made so far; those made here are labelled with the version
-        it was added under (never newer than theirs), after the ranges it arrived with."""
+        it was added under (never newer than theirs), then each in-place update's from its mark,
+        after the ranges it arrived with."""
         req, done = self.request, len(self.request.output_ids)
-        made = [(self.added_version, done)] if len(self.output_ids) > done else []
+        n = len(self.output_ids)
+        made = [(self.added_version, done)] if n > done else []
+        for version, at in self.marks:
+            if at < n:
+                made = [(v, i) for v, i in made if i < at] + [(version, max(at, done))]
         starts = list(req.version_starts) + made
         return Request(
             req.id,

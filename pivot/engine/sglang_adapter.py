@@ -23,15 +23,15 @@ Mapping to the protocol:
                     the partial resumes elsewhere like the embedded engine's
   load_weights      full HF-named tensors (sglang shards them under its own TP), validated
                     against the checkpoint's tensor list, pushed (`pivot.engine.sglang_weights`)
-                    in buckets of `bucket_bytes`
-                    through `staging_device` inside ONE weight-update session (0.5.23 refuses
-                    `update_weights_from_tensor` outside `begin_weight_update()` ..
-                    `end_weight_update()`, weight_updater.py:232-239). Running requests are
-                    aborted first and re-added after it with their tokens (sglang would hold
-                    the update until they finish: tokenizer_manager.py:941 holds the model
-                    update lock's reader side for a whole stream), and the scheduler is waited
-                    idle, so the update's own cache flush cannot be refused
-                    (weight_updater.py:120-133, scheduler.py:5518-5547)
+                    in buckets of `bucket_bytes` through `staging_device` inside ONE
+                    weight-update session (0.5.23 refuses `update_weights_from_tensor` outside
+                    `begin_weight_update()` .. `end_weight_update()`, weight_updater.py:232-239).
+                    With requests running, generation is paused in place around the session
+                    (no abort, no re-prefill: they keep their K/V and continue with the new
+                    weights), no bucket flushes the prefix cache (that would fail the update,
+                    weight_updater.py:120-133), and the cache is flushed the first time the
+                    engine is idle after. Every request carries `cache_salt` = its weights
+                    version (engine.py:600), so no prefix of old weights is reused meanwhile
   release / resume  wait until the scheduler is idle (`flush_cache(timeout_s=)`), then
                     `release_memory_occupation` (it asserts a fully idle scheduler, including
                     the overlap scheduler's in-flight batch: weight_updater.py:337-341,
@@ -54,6 +54,7 @@ see `WHOLE_WEIGHTS_BY_NAME`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -70,6 +71,7 @@ from pivot.engine.sequence import AbortResult, Output, Request, SamplingParams
 from pivot.engine.sglang_weights import (
     BUCKET_BYTES,
     WHOLE_WEIGHTS_BY_NAME,
+    paused,
     push_weights,
     whole_weights,
 )
@@ -113,6 +115,7 @@ class SglangEngine(LiveRequests):
             getattr(engine, "loop", None) or asyncio.get_event_loop()
         )
         self._live: dict[int, _Live] = {}
+        self._stale_prefixes = False  # the prefix cache holds K/V of weights since replaced
         self._version = 0
         self._tokens_generated = 0
         self._last_latency = 0.0
@@ -211,6 +214,7 @@ class SglangEngine(LiveRequests):
             return_logprob=True,
             stream=True,
             rid=str(req.id),
+            cache_salt=f"v{live.added_version}",
         )
         async for chunk in stream:
             meta = chunk.get("meta_info", {})
@@ -250,6 +254,9 @@ class SglangEngine(LiveRequests):
                         version_starts=starts,
                     )
                 )
+        if self._stale_prefixes and not self._live:
+            self._wait_idle("flush the prefix cache")  # it flushes once idle (flush_wrapper.py)
+            self._stale_prefixes = False
         self._last_latency = time.perf_counter() - t0
         return outputs
 
@@ -274,24 +281,20 @@ class SglangEngine(LiveRequests):
         self, named_tensors: dict[str, Any] | Iterable[tuple[str, Any]], version: int
     ) -> None:
         """Full HF-named tensors (every one the checkpoint has), pushed bucket by bucket inside one
-        weight-update session; the prefix cache is flushed with the last bucket (a cached prefix
-        of old weights is stale). Requests still running are aborted first and resumed after,
-        with the tokens they had (their remaining tokens come from the new weights)."""
+        weight-update session. Requests still running are paused in place around it and continue
+        with the new weights; their tokens from the update's end on are labelled `version` (the
+        batch in flight at the pause may add one old-weights token per request after that mark,
+        never before it, so a request's oldest version, which the staleness bound uses, is exact)."""
         tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
         running = [lv for lv in self._live.values() if lv.task is not None and not lv.task.done()]
-        for lv in running:
-            self.engine.tokenizer_manager.abort_request(rid=str(lv.request.id))
-        if running:
-            self.loop.run_until_complete(asyncio.wait([lv.task for lv in running], timeout=5.0))
-        # a stream that ended on its own before the abort reached it stays, finished, for step()
-        resumed = [lv for lv in running if lv.finish_reason not in ("stop", "length")]
-        for lv in resumed:
-            del self._live[lv.request.id]
-        self._wait_idle("load_weights")
-        push_weights(self.engine, tensors, self.bucket_bytes, self.staging_device)
+        if not running:  # the last bucket's flush needs the in-flight batch done too
+            self._wait_idle("load_weights")
+        with paused(self.engine, self.loop) if running else contextlib.nullcontext():
+            push_weights(self.engine, tensors, self.bucket_bytes, self.staging_device, not running)
+            for lv in running:
+                lv.mark(version)
         self._version = version
-        for lv in resumed:
-            self.add(lv.so_far())
+        self._stale_prefixes = self._stale_prefixes or bool(running)
 
     def _wait_idle(self, what: str) -> None:
         """Block until sglang's scheduler has nothing running or queued (its in-flight batch

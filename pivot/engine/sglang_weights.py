@@ -4,15 +4,19 @@
 In: a weight update is ONE session, `begin_weight_update()` .. `end_weight_update()`, because
 0.5.23 refuses `update_weights_from_tensor` outside one (weight_updater.py:232-239) and refuses a
 second begin while one is open (weight_updater.py:311-316). The tensors go in buckets of at most
-`bucket_bytes`, each staged on `staging_device` (this bounds the staging memory); the prefix
-cache is flushed with the last bucket only. The caller makes sure nothing runs first (a running
-stream holds the update, and a flush on a busy scheduler fails: weight_updater.py:120-133).
+`bucket_bytes`, each staged on `staging_device` (this bounds the staging memory). With nothing
+running the prefix cache is flushed with the last bucket; with requests running, generation is
+paused in place first (`paused`) and no bucket flushes, since a flush with requests in the
+running batch fails the update (weight_updater.py:120-133; io_struct.py:1927-1946).
 Out: `get_weights_by_name` (--log.verify-weights), which only some model classes have.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -26,11 +30,38 @@ weight_exporter.py:169-188). Even these return the local TP shard of q/k/v, gate
 embedding (llama.py:837-870), so only TP 1 gives whole tensors."""
 
 
+@contextlib.contextmanager
+def paused(engine: Any, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """Generation paused in place: running requests stay in the scheduler with their K/V and
+    continue after, with whatever weights were loaded meanwhile (scheduler.py:5817-5830). While
+    paused, the weight calls skip the model-update lock that every running stream holds a reader
+    side of (tokenizer_control_mixin.py:470-483, 580-586), and new requests wait for the
+    continue (tokenizer_manager.py:938-939). sglang's offline Engine has no pause method: its
+    tokenizer manager's, run on the engine's loop (tokenizer_manager.py:2267-2286)."""
+    from sglang.srt.managers.io_struct import (  # type: ignore[import-not-found]  # GPU only
+        ContinueGenerationReqInput,
+        PauseGenerationReqInput,
+    )
+
+    pause = PauseGenerationReqInput(mode="in_place")
+    loop.run_until_complete(engine.tokenizer_manager.pause_generation(pause))
+    try:
+        yield
+    finally:
+        resume = ContinueGenerationReqInput()
+        loop.run_until_complete(engine.tokenizer_manager.continue_generation(resume))
+
+
 def push_weights(
-    engine: Any, tensors: dict[str, torch.Tensor], bucket_bytes: int, staging_device: str
+    engine: Any,
+    tensors: dict[str, torch.Tensor],
+    bucket_bytes: int,
+    staging_device: str,
+    flush_cache: bool = True,
 ) -> None:
     """Every tensor of `tensors` into `engine` inside one weight-update session, bucket by
-    bucket; the session is closed even when a bucket is refused."""
+    bucket, the prefix cache flushed with the last one when `flush_cache`; the session is
+    closed even when a bucket is refused."""
     groups = buckets(list(tensors.items()), bucket_bytes)
     check_reply("begin_weight_update", engine.begin_weight_update())
     try:
@@ -38,7 +69,9 @@ def push_weights(
             staged = [(n, t.to(staging_device, non_blocking=True)) for n, t in bucket]
             check_reply(
                 "update_weights_from_tensor",
-                engine.update_weights_from_tensor(staged, flush_cache=i == len(groups) - 1),
+                engine.update_weights_from_tensor(
+                    staged, flush_cache=flush_cache and i == len(groups) - 1
+                ),
             )
     finally:  # an open session would refuse every later begin_weight_update (weight_updater.py:311-316)
         ended = engine.end_weight_update()

@@ -20,11 +20,20 @@ tests/engine/test_sglang_contract.py checks the signatures used here against the
   after the timeout (tokenizer_control_mixin.py:325-334, scheduler_components/flush_wrapper.py:22-61);
 - `get_weights_by_name` answers None for models without it (model_executor/model_runner_components/
   weight_exporter.py:169-188; Qwen2/Qwen3 have none), else the first `truncate_size` rows;
+- `tokenizer_manager.pause_generation(PauseGenerationReqInput(mode="in_place"))` stops the
+  streams where they are, their K/V kept (tokenizer_manager.py:2267-2280, scheduler.py:5817-5830),
+  `continue_generation(...)` lets them go on (tokenizer_manager.py:2282-2286); while paused the
+  weight calls skip the model-update lock, so they do not wait for running streams
+  (tokenizer_control_mixin.py:470-483, 580-586), and a new request waits for the continue
+  (tokenizer_manager.py:938-939). Tokens depend on the weights: each closed weight-update
+  session shifts every later token by `EPOCH_SHIFT`, running streams included;
+- `async_generate(..., cache_salt=)` (entrypoints/engine.py:600): recorded per rid;
 - `tokenizer_manager.abort_request(rid=...)` (tokenizer_manager.py:2241); a request the
   scheduler has finished is forgotten before its last chunk reaches the stream
   (`del self.rid_to_state[rid]` at tokenizer_manager.py:2774, the chunk queued at 2779), and an
   abort of a forgotten rid is dropped (2246-2253): `delivery_s` models that last chunk's way.
-Generation: streams token (prompt length + i) % 50 with log-prob -i, one per 1 ms, cumulatively.
+Generation: streams token (prompt length + i + EPOCH_SHIFT * sessions) % 50 with log-prob -i, one
+per 1 ms, cumulatively.
 """
 
 from __future__ import annotations
@@ -36,6 +45,8 @@ from typing import Any
 
 import torch
 
+EPOCH_SHIFT = 7
+"""How far each weight update moves the fake's tokens (so a test sees which weights made one)."""
 INFLIGHT_S = 0.02
 """How long the fake scheduler stays busy after its last stream ended (the overlap batch)."""
 # sglang's own refusal messages (weight_updater.py:123-133, 235-238, 311-316, 325-329)
@@ -54,6 +65,16 @@ FLUSH_REFUSED = (
 class FlushCacheReqOutput:  # managers/io_struct.py:1859-1861
     success: bool
     message: str = ""
+
+
+@dataclass
+class PauseGenerationReqInput:  # managers/io_struct.py:1927-1946
+    mode: str = "abort"
+
+
+@dataclass
+class ContinueGenerationReqInput:  # managers/io_struct.py:1949-1955
+    torch_empty_cache: bool = True
 
 
 class FakeSglang:
@@ -76,6 +97,10 @@ class FakeSglang:
         self.session = False
         self.streams = 0
         self.busy_until = 0.0
+        self.paused = False
+        self.epoch = 0  # weight-update sessions closed so far
+        self.salts: dict[str, str | None] = {}
+        self.flushes = 0
         self.tokenizer_manager = self
         FakeSglang.built.append(self)
 
@@ -88,8 +113,9 @@ class FakeSglang:
         return ok, message
 
     def _wait_streams(self) -> None:
-        """The writer side of the model-update lock: wait until no stream runs."""
-        while self.streams:
+        """The writer side of the model-update lock: wait until no stream runs (not taken while
+        generation is paused)."""
+        while self.streams and not self.paused:
             self.loop.run_until_complete(asyncio.sleep(0.001))
 
     # ---- API -------------------------------------------------------------------------------
@@ -107,19 +133,39 @@ class FakeSglang:
             if time.monotonic() >= deadline:
                 return FlushCacheReqOutput(False, "Timed out waiting for idle state.")
             await asyncio.sleep(0.001)
+        self.flushes += 1
         return FlushCacheReqOutput(True)
 
+    async def pause_generation(self, obj: PauseGenerationReqInput) -> None:
+        assert obj.mode == "in_place", obj.mode  # the mode the adapter uses
+        self.paused = True
+
+    async def continue_generation(self, obj: ContinueGenerationReqInput) -> None:
+        self.paused = False
+
     async def async_generate(
-        self, input_ids=None, sampling_params=None, return_logprob=False, stream=False, rid=None
+        self,
+        input_ids=None,
+        sampling_params=None,
+        return_logprob=False,
+        stream=False,
+        rid=None,
+        *,
+        cache_salt=None,
     ):
+        while self.paused:  # a new request waits for the continue
+            await asyncio.sleep(0.001)
         self.streams += 1
         self.live_rids.add(rid)
+        self.salts[rid] = cache_salt
 
         async def gen():
             pairs = []
             try:
                 for i in range(sampling_params["max_new_tokens"]):
                     await asyncio.sleep(0.001)
+                    while self.paused:  # in place: the stream stands still, its K/V kept
+                        await asyncio.sleep(0.001)
                     if rid in self.aborted:
                         yield {
                             "meta_info": {
@@ -129,7 +175,8 @@ class FakeSglang:
                             }
                         }
                         return
-                    pairs = pairs + [(-float(i), (len(input_ids) + i) % 50, None)]
+                    token = (len(input_ids) + i + EPOCH_SHIFT * self.epoch) % 50
+                    pairs = pairs + [(-float(i), token, None)]
                     done = i + 1 == sampling_params["max_new_tokens"]
                     if done:  # finished in the scheduler: forgotten, then the last chunk arrives
                         self.live_rids.discard(rid)
@@ -161,6 +208,7 @@ class FakeSglang:
         if not self.session:
             return self._reply("end", False, NO_SESSION)
         self.session = False
+        self.epoch += 1
         return self._reply("end", True, "Success")
 
     def update_weights_from_tensor(

@@ -24,6 +24,7 @@ from pivot.engine.sglang_weights import buckets
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, load_state_dict
 from pivot.roles.inference import InferenceRole
+from tests.engine import fake_sglang as fake_module
 from tests.engine.conftest import make_model
 from tests.engine.fake_sglang import FakeSglang
 from tests.engine.hf_models import save_hf_model
@@ -34,6 +35,12 @@ def fake_sglang(monkeypatch: pytest.MonkeyPatch) -> type[FakeSglang]:
     module = ModuleType("sglang")
     module.Engine = FakeSglang
     monkeypatch.setitem(sys.modules, "sglang", module)
+    io_struct = ModuleType("sglang.srt.managers.io_struct")
+    io_struct.PauseGenerationReqInput = fake_module.PauseGenerationReqInput
+    io_struct.ContinueGenerationReqInput = fake_module.ContinueGenerationReqInput
+    for name in ("sglang.srt", "sglang.srt.managers"):
+        monkeypatch.setitem(sys.modules, name, ModuleType(name))
+    monkeypatch.setitem(sys.modules, "sglang.srt.managers.io_struct", io_struct)
     monkeypatch.setattr(FakeSglang, "built", [])
     monkeypatch.setattr(FakeSglang, "has_weights_by_name", True)
     return FakeSglang
@@ -154,36 +161,45 @@ def test_release_waits_until_the_scheduler_is_idle(
     assert fake_sglang.built[0].calls == ["release"] and len(partials[0].output_ids) >= 1
 
 
-def test_weight_update_with_requests_running_resumes_them(
+def test_weight_update_with_requests_running_pauses_them_in_place(
     fake_sglang: type[FakeSglang], tiny_path: Path
 ) -> None:
-    """A running stream would hold the update until it ends and leave the cache unflushed (a
-    failed update in 0.5.23): the adapter aborts, updates, and re-adds with the tokens kept."""
+    """A running request is neither aborted nor re-prefilled: generation pauses in place, the
+    update runs inside one session without flushing (a flush with requests running fails the
+    update in 0.5.23), the request continues on its own stream with the new weights' tokens, and
+    the prefix cache is flushed once the engine is idle."""
     eng = SglangEngine.from_pretrained(tiny_path, EngineConfig())
+    fake = fake_sglang.built[0]
     eng.add(Request(1, [5, 6, 7], SamplingParams(max_new_tokens=150)))
     while eng.progress().get(1, 0) < 3:
         eng.step()
     eng.load_weights(load_state_dict(tiny_path), version=5)
-    assert all(ok for _, (ok, _) in fake_sglang.built[0].replies) and eng.has_work()
+    assert all(ok for _, (ok, _) in fake.replies) and eng.has_work() and not fake.paused
+    assert [flush for _, flush in fake.updates] == [False] * len(fake.updates)
     outs = []
     while not outs:
         outs = eng.step()
-    k = outs[0].version_starts[1][1]  # the tokens before the update came from version 0
-    assert (
-        outs[0].output_ids[:3] == [3, 4, 5]
-        and len(outs[0].output_ids) == 150
-        and outs[0].version_starts == [(0, 0), (5, k)]
-        and 0 < k < 150
-        and outs[0].weights_version == 0  # the oldest, for the staleness bound
-    )
+    out = outs[0]
+    k = out.version_starts[1][1]  # where the stream stood when the update ended
+    assert out.version_starts == [(0, 0), (5, k)] and 3 <= k < 150 and out.weights_version == 0
+    assert len(out.output_ids) == 150 and fake.ever_aborted == set()
+    assert list(fake.salts) == ["1"] and fake.salts["1"] == "v0"  # one stream: never re-added
+    old = [(3 + i) % 50 for i in range(150)]
+    new = [(3 + i + fake_module.EPOCH_SHIFT) % 50 for i in range(150)]
+    assert out.output_ids[:k] == old[:k] and out.output_ids[k + 1 :] == new[k + 1 :]
+    assert fake.flushes == 1  # the stale prefixes went once idle
+    eng.add(Request(2, [5, 6, 7], SamplingParams(max_new_tokens=2)))
+    while eng.has_work():
+        eng.step()
+    assert fake.salts["2"] == "v5"  # a new request never matches a prefix of the old weights
 
 
-def test_a_stream_that_ends_during_the_update_abort_is_kept_finished(
+def test_a_stream_that_ends_during_the_update_comes_back_once(
     fake_sglang: type[FakeSglang], tiny_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """sglang has finished request 1 (and forgotten its rid) but its last chunk has not reached the
-    stream when a weight update aborts the running streams: the abort is dropped, the stream ends
-    with "length", and the request is returned once, finished, not re-added past its end."""
+    stream when a weight update pauses generation: the request is returned once, finished, with
+    its tokens, and never re-added past its end."""
     monkeypatch.setattr(FakeSglang, "delivery_s", 0.05)
     eng = SglangEngine.from_pretrained(tiny_path, EngineConfig())
     fake = fake_sglang.built[0]
@@ -194,9 +210,11 @@ def test_a_stream_that_ends_during_the_update_abort_is_kept_finished(
     assert eng.has_work() and eng.progress()[1] < 3  # the last chunk is still on its way
     eng.load_weights(load_state_dict(tiny_path), version=2)
     assert fake.ever_aborted == set() and all(ok for _, (ok, _) in fake.replies)
-    outs = eng.step()
+    outs = []
+    while eng.has_work():
+        outs += eng.step()
     assert [(o.id, o.output_ids, o.finish_reason) for o in outs] == [(1, [3, 4, 5], "length")]
-    assert not eng.has_work() and eng.step() == []
+    assert list(fake.salts) == ["1"] and eng.step() == []
 
 
 def test_verify_weights_refused_where_sglang_cannot_return_whole_tensors(

@@ -200,13 +200,33 @@ def test_an_update_flush_refused_fails_the_update_and_release_needs_idle(src: So
     ]
 
 
-def test_streams_hold_the_update_lock(src: Source) -> None:
-    """Why the adapter aborts running requests before an update: a stream holds the reader side
-    of the model-update lock for its whole life; updates take the writer side."""
+def test_streams_hold_the_update_lock_unless_generation_is_paused(src: Source) -> None:
+    """Why the adapter pauses running requests in place around an update: a stream holds the
+    reader side of the model-update lock for its whole life; the weight calls take the writer
+    side only when generation is not paused, and a new request waits while it is."""
     gen = ast.unparse(src.method(TM, "TokenizerManager", "generate_request"))
     assert "async with self.model_update_lock.reader_lock:" in gen and "_wait_one_response" in gen
+    assert "await self.is_pause_cond.wait_for(lambda: not self.is_pause)" in gen
     upd = ast.unparse(src.method(MIXIN, "TokenizerControlMixin", "update_weights_from_tensor"))
-    assert "self.model_update_lock.writer_lock" in upd
+    session = ast.unparse(src.method(MIXIN, "TokenizerControlMixin", "_weight_update_session_call"))
+    for body in (upd, session):
+        assert "self.model_update_lock.writer_lock" in body and "if not is_paused:" in body
+
+
+def test_pause_in_place_is_what_the_adapter_asks_for(src: Source) -> None:
+    """`PauseGenerationReqInput(mode="in_place")` keeps the requests and their K/V in the
+    scheduler (io_struct.py:1927-1946; scheduler.py:5817-5830), and the continue takes no
+    argument the adapter must give."""
+    io = "sglang/srt/managers/io_struct.py"
+    pause = ast.unparse(src.cls(io, "PauseGenerationReqInput"))
+    assert "mode: Literal['abort', 'retract', 'in_place']" in pause
+    cont = src.cls(io, "ContinueGenerationReqInput")
+    fields = [n for n in cont.body if isinstance(n, ast.AnnAssign)]
+    assert all(f.value is not None for f in fields)  # every field has a default
+    sched = ast.unparse(
+        src.method("sglang/srt/managers/scheduler.py", "Scheduler", "pause_generation")
+    )
+    assert "if recv_req.mode == 'in_place':" in sched
 
 
 def _served_classes(src: Source) -> dict[str, tuple[list[str], bool]]:
