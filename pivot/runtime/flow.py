@@ -20,18 +20,18 @@ from dataclasses import dataclass, field
 from pivot.config import PivotConfig
 from pivot.engine import Output, Request, SamplingParams
 from pivot.model import TextTokenizer
-from pivot.rl.batch import TrainBatch, batch_from_groups
 from pivot.rl.buffer import Key, Outcome, SampleBuffer
 from pivot.rl.data import Prompt, PromptCursor
 from pivot.rl.evaluation import EvalResult, EvalRun
-from pivot.rl.plugins import CheckedVerifier, accuracy, extra_means, load_verifier
+from pivot.rl.plugins import CheckedVerifier, accuracy, load_verifier
 from pivot.rl.reward import GenRMScorer, total_reward
+from pivot.runtime.dynamic_sampling import DynamicSampling
+from pivot.runtime.flow_reports import FlowReports
 from pivot.sched.records import SeqState, step_major_id
 
 EVAL_ID_OFFSET = 1 << 39  # below STEP_ID_SHIFT: a run's counter never reaches it
 
 _PROMPT_CACHE = 4096  # tokenized prompts kept: a few steps' worth, each used G + 1 times
-_FADE = 0.98
 
 
 @dataclass
@@ -64,7 +64,7 @@ class FlowStats:
 
 
 @dataclass
-class RLFlow:
+class RLFlow(DynamicSampling, FlowReports):
     cfg: PivotConfig
     cursor: PromptCursor
     policy_tok: TextTokenizer
@@ -85,9 +85,7 @@ class RLFlow:
     # step -> [right, responses] over every rollout, dropped groups' too (not checkpointed)
     sampled: dict[int, list[float]] = field(default_factory=dict)
     _next_id: int = 0
-    # groups whose uniformity was decided, and the uniform ones among them, each fading by
-    # `_FADE` per new group (about a step's worth): what spare groups a step draws up front
-    _groups_seen: float = 0.0
+    _groups_seen: float = 0.0  # dynamic sampling's uniform share (pivot.runtime.dynamic_sampling)
     _groups_uniform: float = 0.0
     # tokenized prompts by text and messages
     _policy_ids: dict[str, list[int]] = field(default_factory=dict)
@@ -187,22 +185,6 @@ class RLFlow:
             self.next_step += 1
         return out
 
-    def spare_groups(self) -> int:
-        """Groups beyond the batch a step draws up front when dynamic sampling is on: as many as
-        the uniform share u of recent groups says it will drop, B * u / (1 - u) (a prior of one
-        uniform and one mixed group), within `train.filter_groups`. Drawn together, they
-        generate side by side instead of one replacement after another behind the step's
-        slowest group; the ones a step does not need are surplus (counted, never trained)."""
-        limit = self.cfg.train.filter_groups
-        if not limit:
-            return 0
-        u = (self._groups_uniform + 1) / (self._groups_seen + 2)
-        return min(limit, round(self.cfg.train.batch_prompts * u / (1 - u)))
-
-    def _saw_group(self, uniform: bool) -> None:
-        self._groups_seen = _FADE * self._groups_seen + 1
-        self._groups_uniform = _FADE * self._groups_uniform + uniform
-
     def _next_prompts(self, n: int) -> list[Prompt]:
         prompts: list[Prompt] = []
         while len(prompts) < n:
@@ -212,38 +194,6 @@ class RLFlow:
                 else:
                     self.stats.prompts_skipped_too_long += 1
         return prompts
-
-    def _refill(self, key: Key) -> list[SeqInfo]:
-        """DAPO's dynamic sampling (`train.filter_groups`): once `key`'s group has all its rewards
-        and they (or their verifiable parts: `train.filter_metric`) are all equal, it is dropped
-        while the step has drops left (`_replace`)."""
-        step, prompt_id, _ = key
-        rewards = self.buffer.group_rewards(step, prompt_id)
-        if rewards is None:
-            return []
-        if self.cfg.train.filter_metric == "verifiable":
-            rewards = [
-                self.verifiable.get((step, prompt_id, g), 0.0)
-                for g in range(self.buffer.group_size)
-            ]
-        uniform = min(rewards) == max(rewards)
-        self._saw_group(uniform)
-        if not uniform or self.buffer.replaced(step) >= self.cfg.train.filter_groups:
-            return []
-        return self._replace(step, prompt_id)
-
-    def _replace(self, step: int, prompt_id: int) -> list[SeqInfo]:
-        """Drop a uniform group; a fresh prompt's group takes its place when the step's
-        remaining groups (spares included) fall short of its batch."""
-        for g in range(self.buffer.group_size):
-            self.verifiable.pop((step, prompt_id, g), None)
-            self.judgings.pop((step, prompt_id, g), None)
-            self.reward_extra.pop((step, prompt_id, g), None)
-        self.buffer.drop_group(step, prompt_id)
-        if self.buffer.live_groups(step) >= self.buffer.keep(step):
-            return []
-        keys = self.buffer.add_group(step, self._next_prompts(1)[0])
-        return [self.rollout_seq(k) for k in keys]
 
     def rollout_seq(self, key: Key) -> SeqInfo:
         sample = self.buffer.sample(key)
@@ -281,34 +231,6 @@ class RLFlow:
         if not self._filters_before_judging():
             return [self.judge_seq(info.key, text, r_v)]
         return self._judge_group_once_verified(info.key[0], info.key[1])
-
-    def _filters_before_judging(self) -> bool:
-        """Dynamic sampling on the verifiable part decides a group's fate before any verdict: a
-        group it drops is never judged (the GenRM's work on it would be thrown away)."""
-        train = self.cfg.train
-        return (
-            bool(train.filter_groups)
-            and train.filter_metric == "verifiable"
-            and self.cfg.reward.w_genrm != 0
-        )
-
-    def _judge_group_once_verified(self, step: int, prompt_id: int) -> list[SeqInfo]:
-        """Nothing until the group's G responses are all in; then the group is dropped and replaced
-        if it is uniform and the step has replacements left, else its unrewarded samples are judged.
-        Called for the group's last response (or once per group on restore), so each is judged once."""
-        keys = [(step, prompt_id, g) for g in range(self.buffer.group_size)]
-        samples = [self.buffer.sample(k) for k in keys]
-        if any(s.response_ids is None for s in samples):
-            return []
-        uniform = len({self.verifiable.get(k, 0.0) for k in keys}) == 1
-        self._saw_group(uniform)
-        if uniform and self.buffer.replaced(step) < self.cfg.train.filter_groups:
-            return self._replace(step, prompt_id)
-        return [
-            self.judge_seq(s.key, s.text, self.verifiable.get(s.key, 0.0))
-            for s in samples
-            if s.reward is None
-        ]
 
     def _verify(self, key: Key, response: str, prompt: Prompt) -> float:
         score = self.verify.check(response, prompt)
@@ -383,65 +305,6 @@ class RLFlow:
         info.request = partial
         if info.role == "rollout" and partial.output_ids and info.eval_step < 0:
             info.version = version if info.version < 0 else min(info.version, version)
-
-    def batch(self, step: int) -> tuple[TrainBatch, dict[str, float], list[dict]]:
-        """Step `step`'s B x G samples as a training batch with GRPO advantages, what they say
-        about the policy that made them, and one record per sample (samples.jsonl)."""
-        groups = self.buffer.take_batch(step)
-        flat = [s for g in groups for s in g]
-        n = max(len(flat), 1)
-        right, total = self.sampled.pop(step, [0.0, 0.0])  # dropped groups' rollouts included
-        records = [
-            {
-                "step": s.step,
-                "prompt": s.prompt_id,
-                "sample": s.sample_idx,
-                "prompt_row": s.prompt.id,
-                "version": s.version,
-                "reward": s.reward,
-                "verifiable": self.verifiable.get(s.key, 0.0),
-                "judgings": self.judgings.pop(s.key, 0),
-                "response_tokens": len(s.response_ids or ()),
-                "response": s.text,
-            }
-            | ({"reward_extra": self.reward_extra[s.key]} if s.key in self.reward_extra else {})
-            for s in flat
-        ]
-        summary = {
-            "reward/mean": sum(s.reward or 0.0 for s in flat) / n,
-            "reward/accuracy": sum(
-                accuracy(self.verifiable.pop(s.key, 0.0), self.reward_extra.get(s.key, {}))
-                for s in flat
-            )
-            / n,
-            "rollout/accuracy_sampled": right / max(total, 1.0),
-            "rollout/response_len": sum(len(s.response_ids or ()) for s in flat) / n,
-            "rollout/staleness": sum(step - s.version for s in flat) / n,
-            **extra_means([self.reward_extra.pop(s.key, {}) for s in flat]),
-        }
-        for per_key in (self.verifiable, self.judgings, self.reward_extra):  # surplus groups'
-            for k in [k for k in per_key if k[0] == step]:
-                del per_key[k]
-        return batch_from_groups(groups, self.policy_tok.encode), summary, records
-
-    def metrics(self) -> dict[str, float]:
-        st, buf = self.stats, self.buffer.stats
-        return {
-            "tokens/rollout": st.tokens_rollout,
-            "tokens/reward": st.tokens_reward,
-            "count/duplicates_dropped": st.duplicates_dropped + buf.duplicates_dropped,
-            "count/groups_dropped": buf.groups_dropped,
-            "count/groups_surplus": buf.groups_surplus,
-            "count/surplus_outputs": buf.surplus_outputs,
-            "count/stale_regenerated": st.stale_regenerated,
-            "count/aborted": st.aborted,
-            "count/migrated": st.migrated,
-            "count/unparsable_verdicts": self.scorer.stats.unparsable_verdicts,
-            "count/verifier_errors": self.verify.errors,
-            "count/prompts_skipped_too_long": st.prompts_skipped_too_long,
-            "count/bad_rows_skipped": self.cursor.dataset.stats.skipped,
-            "reward/genrm_mean": st.genrm_sum / max(st.rewards_finished, 1),
-        }
 
     # ---- checkpoint ------------------------------------------------------------------------
     def state_dict(self) -> dict:
