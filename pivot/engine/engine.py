@@ -35,6 +35,7 @@ from pivot.engine.kv_export import KVPorter, SliceOp, discard
 from pivot.engine.kv_transport import KVPlace
 from pivot.engine.model_runner import ModelRunner
 from pivot.engine.production import production_engine
+from pivot.engine.request_rules import check_request, finish_reason
 from pivot.engine.sampler import sample
 from pivot.engine.scheduler import Scheduler
 from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, SeqStatus, Sequence
@@ -88,9 +89,7 @@ class Engine:
         self.eos_ids = frozenset(eos)
         self.generator = torch.Generator(device=self.runner.device).manual_seed(seed)
         self._seqs: dict[int, Sequence] = {}
-        self._dropped: list[
-            int
-        ] = []  # finished or aborted since the last step (their recurrent state goes)
+        self._dropped: list[int] = []  # finished or aborted since the last step: state goes
         self._arrivals = 0
         self._version = weights_version
         self._weights_ready = True
@@ -167,39 +166,15 @@ class Engine:
                 self.kv.load(ops)
 
     def _add(self, request: Request, ops: list[SliceOp]) -> None:
-        rid, params = request.id, request.params
+        rid = request.id
         if rid in self._seqs:
             raise ValueError(f"request {rid}: id is already in this engine")
-        if not request.prompt_ids:
-            raise ValueError(f"request {rid}: prompt_ids is empty")
-        tokens = list(request.prompt_ids) + list(request.output_ids)
-        bad = [t for t in tokens if not 0 <= t < self.args.vocab_size]
-        if bad:
-            raise ValueError(
-                f"request {rid}: token id {bad[0]} is outside the vocabulary [0, {self.args.vocab_size})"
-            )
-        if len(request.output_logprobs) != len(request.output_ids):
-            raise ValueError(
-                f"request {rid}: {len(request.output_ids)} output_ids but "
-                f"{len(request.output_logprobs)} output_logprobs"
-            )
-        if len(tokens) >= self.max_len:
-            raise ValueError(
-                f"request {rid}: {len(tokens)} tokens leave no room to generate within the engine's max length "
-                f"{self.max_len} (min of max_position_embeddings={self.args.max_position_embeddings} and "
-                f"KV capacity={self.blocks.total_tokens} tokens)"
-            )
-        if len(request.output_ids) >= params.max_new_tokens:
-            raise ValueError(
-                f"request {rid}: already has {len(request.output_ids)} >= max_new_tokens tokens"
-            )
-        if params.stop and self.tokenizer is None:
-            raise ValueError(f"request {rid}: stop strings need an engine built with a tokenizer")
+        tokens = check_request(request, self.args, self.max_len, self.tokenizer is not None)
         seq = Sequence(
             id=rid,
             token_ids=tokens,
             prompt_len=len(request.prompt_ids),
-            params=params,
+            params=request.params,
             logprobs=list(request.output_logprobs),
             arrival=self._arrivals,
             version_starts=list(request.version_starts),
@@ -289,25 +264,11 @@ class Engine:
             seq.token_ids.append(tok)
             seq.logprobs.append(lp)
             self._tokens_generated += 1
-            reason = self._finish_reason(seq, tok)
+            reason = finish_reason(seq, tok, self.eos_ids, self.max_len, self.tokenizer)
             if reason is not None:
                 outputs.append(self._finish(seq, reason))
         self._last_latency = time.perf_counter() - t0
         return outputs
-
-    def _finish_reason(self, seq: Sequence, tok: int) -> str | None:
-        p = seq.params
-        if not p.ignore_eos and tok in self.eos_ids:
-            return "stop"
-        if p.stop:
-            tail = self.tokenizer.decode(
-                seq.token_ids[seq.prompt_len :][-(max(map(len, p.stop)) + 4) :]
-            )
-            if any(s in tail for s in p.stop):
-                return "stop"
-        if seq.num_generated >= p.max_new_tokens or len(seq.token_ids) >= self.max_len:
-            return "length"
-        return None
 
     def _drop_state(self, seq_id: int) -> None:
         """Free a finished or aborted sequence's linear-attention state: here now, on TP followers
