@@ -1,4 +1,6 @@
 """TP=2 (two spawned gloo processes) equals TP=1: outputs, log-probs, weight load and read-back.
+Also with the TP ranks' decode steps through the graph path (`decode_graphs="eager"`: padded
+buckets, the row-parallel reduce inside the graphed forward), against TP=1 without graphs.
 
 Dense (qwen2), MoE (qwen3_moe, every expert sliced over the two ranks), GLM-4 (fused gate_up_proj
 sliced per section) and the Qwen3.5 hybrid (linear-attention heads split like attention heads).
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -41,11 +44,12 @@ def _run_tp(engine: Engine, group: dist.ProcessGroup) -> dict:
         outs.update({o.id: o for o in engine.step()})
 
 
-def _worker(rank: int, port: int, root: str) -> None:
+def _worker(rank: int, port: int, root: str, graphs: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     group = dist.new_group([0, 1])
-    engine = Engine.from_pretrained(Path(root) / "a", CONFIG, tp_group=group)
+    config = replace(CONFIG, decode_graphs=graphs)
+    engine = Engine.from_pretrained(Path(root) / "a", config, tp_group=group)
     result = {}
     for phase, path in (("a", None), ("b", Path(root) / "b")):
         if path is not None:
@@ -60,6 +64,7 @@ def _worker(rank: int, port: int, root: str) -> None:
     full = engine.named_parameters_hf()  # collective: every rank gathers
     ref = load_state_dict(Path(root) / "b")
     result["readback_ok"] = set(full) == set(ref) and all(torch.equal(full[k], ref[k]) for k in ref)
+    result["replays"] = engine.runner.graphs.replays
     if rank == 0:
         (Path(root) / "tp2.json").write_text(json.dumps(result))
     dist.destroy_process_group()
@@ -72,8 +77,17 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["qwen2", "qwen3_moe", "glm4", "qwen3_5_moe"])
-def test_tp2_equals_tp1(tmp_path: Path, family: str) -> None:
+@pytest.mark.parametrize(
+    ("family", "graphs"),
+    [
+        ("qwen2", "off"),
+        ("qwen2", "eager"),
+        ("qwen3_moe", "off"),
+        ("glm4", "off"),
+        ("qwen3_5_moe", "off"),
+    ],
+)
+def test_tp2_equals_tp1(tmp_path: Path, family: str, graphs: str) -> None:
     for folder, seed in (("a", 0), ("b", 1)):
         if family in ("qwen2", "qwen3_moe"):
             make_model(tmp_path / folder, family, seed=seed)
@@ -82,9 +96,9 @@ def test_tp2_equals_tp1(tmp_path: Path, family: str) -> None:
             from tests.engine.hf_models import save_hf_model
 
             save_hf_model(tmp_path / folder, family, seed)
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(_free_port(), str(tmp_path), graphs), nprocs=2, join=True)
     got = json.loads((tmp_path / "tp2.json").read_text())
-    assert got["readback_ok"]
+    assert got["readback_ok"] and (got["replays"] > 0) == (graphs == "eager")
     for phase, version in (("a", 0), ("b", 2)):
         engine = Engine.from_pretrained(tmp_path / phase, CONFIG)
         for r in _requests():
