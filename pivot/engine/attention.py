@@ -87,6 +87,16 @@ class KVCache:
         self.num_blocks, self.block_size = num_blocks, block_size
         self.scratch_block = num_blocks
 
+    def write(
+        self, layer_idx: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A layer's new K/V [1, N, Hkv, D] into their slots; returns the layer's whole K and V."""
+        row = self.index[layer_idx]
+        kc, vc = self.k[row], self.v[row]
+        kc.index_copy_(0, slots, k[0].to(kc.dtype))
+        vc.index_copy_(0, slots, v[0].to(vc.dtype))
+        return kc, vc
+
     def copy_blocks(self, pairs: torch.Tensor) -> None:
         """Copy whole blocks in every attention layer's cache: `pairs` is [2C] (source, destination, ...)."""
         if not len(pairs):
@@ -209,10 +219,7 @@ class PagedAttention:
     def __call__(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        row = self.cache.index[layer_idx]
-        kc, vc = self.cache.k[row], self.cache.v[row]
-        kc.index_copy_(0, self.slot_mapping, k[0].to(kc.dtype))
-        vc.index_copy_(0, self.slot_mapping, v[0].to(vc.dtype))
+        kc, vc = self.cache.write(layer_idx, self.slot_mapping, k, v)
         if self.kernel == "flash":
             return self._flash(q, kc, vc)
         q0 = q[0]

@@ -80,10 +80,7 @@ class DecodeAttention:
     def __call__(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        row = self.cache.index[layer_idx]
-        kc, vc = self.cache.k[row], self.cache.v[row]
-        kc.index_copy_(0, self.slots, k[0].to(kc.dtype))
-        vc.index_copy_(0, self.slots, v[0].to(vc.dtype))
+        kc, vc = self.cache.write(layer_idx, self.slots, k, v)
         q0 = q[0]
         batch, heads, dim = q0.shape
         kv_heads, bs = kc.shape[1], self.cache.block_size
