@@ -12,6 +12,8 @@ run eagerly) and once without. References measured in the same run:
   the device's memory bandwidth (`--hbm-gbps`, or the data sheet's figure for a known GPU);
 - transformers' `generate` on the same weights, a static batch of B: (time for 1 + S new tokens
   minus time for 1) / S.
+`capture s` is the time spent capturing the graphs the timed steps used: what a shift up, which
+drops the graphs with the weights' storage, pays again for the batch sizes it meets.
 Ends with the goals of issue 45 (batch 64 within 2x the floor, batch 1 within 3x, batch 256
 tokens/s at least 5x the eager engine's), each met or missed. Regime beside every figure: shape,
 dtype, device, prompt length.
@@ -77,8 +79,9 @@ def sync(device: str) -> None:
 
 def time_engine(
     model: CausalLM, batch: int, a: argparse.Namespace, graphs: str
-) -> tuple[float, int]:
-    """(ms per decode step, graphs captured) over `a.steps` steps after `a.warmup`."""
+) -> tuple[float, tuple[int, float]]:
+    """(ms per decode step over `a.steps` steps after `a.warmup`, (graphs captured, seconds
+    capturing them))."""
     new = a.warmup + a.steps + 2
     cfg = EngineConfig(
         kv_capacity_tokens=batch * (a.prompt + new + 16) + 256,
@@ -103,7 +106,7 @@ def time_engine(
         assert not engine.step()  # nothing finishes inside the timed steps
     sync(a.device)
     ms = (time.perf_counter() - t0) / a.steps * 1e3
-    captures = engine.runner.graphs.captures
+    captures = (engine.runner.graphs.captures, engine.runner.graphs.capture_s)
     engine.runner.graphs.clear()  # not `release`: that would free the weights the next run uses
     del engine
     if a.device.startswith("cuda"):
@@ -179,10 +182,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     graphed = "auto" if cuda else "eager"
     print(f"{'batch':>5}{'graphs ms':>11}{'eager ms':>10}{'floor ms':>10}{'x floor':>9}"
-          f"{'generate ms':>13}{'graphs tok/s':>14}{'eager tok/s':>13}{'graphs':>8}")  # fmt: skip
+          f"{'generate ms':>13}{'graphs tok/s':>14}{'eager tok/s':>13}{'graphs':>8}{'capture s':>11}")  # fmt: skip
     rows = []
     for batch in [int(b) for b in a.batches.split(",")]:
-        g_ms, captured = time_engine(model, batch, a, graphed)
+        g_ms, (captured, capture_s) = time_engine(model, batch, a, graphed)
         e_ms, _ = time_engine(model, batch, a, "off")
         floor = (
             step_bytes(model, batch, a.prompt + a.warmup + a.steps // 2) / (gbps * 1e9) * 1e3
@@ -191,12 +194,12 @@ def main(argv: list[str] | None = None) -> None:
         )
         hf_ms = None if a.no_generate else time_generate(model, batch, a)
         rows.append(dict(batch=batch, graphs_ms=g_ms, eager_ms=e_ms, floor_ms=floor, generate_ms=hf_ms,
-                         graphs_captured=captured))  # fmt: skip
+                         graphs_captured=captured, capture_s=capture_s))  # fmt: skip
         print(
             f"{batch:>5}{g_ms:>11.2f}{e_ms:>10.2f}{floor:>10.2f}"
             f"{(g_ms / floor if floor else float('nan')):>9.2f}"
             f"{(hf_ms if hf_ms is not None else float('nan')):>13.2f}"
-            f"{batch / g_ms * 1e3:>14,.0f}{batch / e_ms * 1e3:>13,.0f}{captured:>8}",
+            f"{batch / g_ms * 1e3:>14,.0f}{batch / e_ms * 1e3:>13,.0f}{captured:>8}{capture_s:>11.2f}",
             flush=True,
         )
     by = {r["batch"]: r for r in rows}

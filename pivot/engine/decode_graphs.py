@@ -26,6 +26,7 @@ attention) run eagerly through `PagedAttention`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -222,6 +223,7 @@ class DecodeGraphs:
         self.bufs: StaticDecodeInput | None = None
         self.pool: object = None
         self.replays = self.captures = 0
+        self.capture_s = 0.0  # spent capturing (what a shift up pays for the buckets it uses)
 
     def active(self, device: torch.device) -> str:
         """'cuda', 'eager' or '' (not graphed) on `device`."""
@@ -259,6 +261,7 @@ class DecodeGraphs:
     def _capture(self, mode: str, batch: int, width: int, cache: KVCache) -> EagerGraph | CudaGraph:
         bufs = self.bufs
         assert bufs is not None
+        t0 = time.perf_counter()
 
         def step() -> torch.Tensor:
             attn = DecodeAttention(cache, bufs, batch, width, self.kernel)
@@ -273,6 +276,7 @@ class DecodeGraphs:
             graph = EagerGraph(step)
         self.graphs[(batch, width)] = graph
         self.captures += 1
+        self.capture_s += time.perf_counter() - t0
         log.debug("decode graph (%s) captured: batch %d, width %d blocks", mode, batch, width)
         return graph
 
