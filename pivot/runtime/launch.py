@@ -32,6 +32,7 @@ from pivot.runtime.controller_thread import ControllerThread, start_controller
 from pivot.runtime.dist_init import init_distributed, start_heartbeat
 from pivot.runtime.manifest import problem as manifest_problem
 from pivot.runtime.rank0_wait import Rank0Failed, run_on_rank0
+from pivot.runtime.shared_dir import check_shared
 from pivot.runtime.summary import run_summary
 from pivot.runtime.weights import WeightService
 from pivot.runtime.worker import Worker
@@ -146,6 +147,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     ckpt = Checkpointer(cfg)
     try:  # the same answer on every rank (model folders: headers only): all stop, rank 0 says why
         policy_path, genrm_path = model_paths(cfg)
+        check_shared(ckpt.dir, spec)  # before a run that could never resume trains for hours
         resume = resume_point(cfg, ckpt, spec)
         policy_src = resume[0] / "policy" if resume else policy_path
         check_folder(policy_src)  # the trainer builds the policy with Pivot's model classes

@@ -95,13 +95,20 @@ class TwoHosts:
         self.close()
 
     def start(
-        self, node: int, argv: list[str], env: dict[str, str], log: IO[str]
+        self,
+        node: int,
+        argv: list[str],
+        env: dict[str, str],
+        log: IO[str],
+        private: tuple[Path, ...] = (),
     ) -> subprocess.Popen:
-        """Run `argv` as the first process of node `node`'s PID namespace."""
+        """Run `argv` as the first process of node `node`'s PID namespace; the folders in
+        `private` are this node's own (empty) there instead of shared with the other node."""
         n = self.nodes[node]
+        own = "".join(f"mkdir -p {d} && mount -t tmpfs tmpfs {d} && " for d in private)
         setup = (
             f"hostname {n.hostname} && mount -t tmpfs -o size=1g tmpfs /dev/shm && "
-            f'mount --bind {self.hosts_file} /etc/hosts && exec "$@"'
+            f'mount --bind {self.hosts_file} /etc/hosts && {own}exec "$@"'
         )
         cmd = [
             "ip", "netns", "exec", n.netns,

@@ -6,6 +6,7 @@ agent per node with 2 ranks, c10d rendezvous, PIVOT_JOB_SECRET on both.
   shift-up's bytes from the reader's own host's GPS copy (each host holds the full model).
 - A node-2 rank that stops answering (SIGSTOP) under static rendezvous (`--node-rank`, where no
   torchrun agent would tell host 1): host 1's heartbeats name it and end the job in seconds.
+- A checkpoint folder that node 2 does not share stops the job at start, in one line.
 - A SIGKILL of a node-2 rank after the first checkpoint (a worker, or node 2's local rank 0, which
   serves that host's GPS copy): torchrun restarts both nodes, the new attempt (one id on both,
   pivot/runtime/attempt.py) resumes from the newest complete checkpoint and finishes, exactly
@@ -69,6 +70,7 @@ def launch(
     restarts: int,
     *flags: str,
     rdzv: Callable[[int], list[str]] = c10d,
+    node2_private: tuple[Path, ...] = (),
 ) -> list[subprocess.Popen]:
     env = {
         **os.environ,
@@ -89,7 +91,7 @@ def launch(
             *SMALL, *flags,
         ]  # fmt: skip
         log = open(run_dir.parent / f"node{i + 1}.log", "w")  # noqa: SIM115 - the node writes it
-        procs.append(hosts.start(i, argv, env, log))
+        procs.append(hosts.start(i, argv, env, log, node2_private if i == 1 else ()))
         time.sleep(0.5)  # the rendezvous endpoint's host first
     return procs
 
@@ -227,3 +229,21 @@ def test_static_rendezvous_names_a_silent_rank_in_seconds(
     assert said[0].startswith(
         "pivot: rank 3 on host pivotnode2 stopped answering (no heartbeat for "
     ), said
+
+
+def test_a_checkpoint_folder_host_2_does_not_share_stops_at_start(
+    hosts: TwoHosts, models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    ckpt = run_dir / "checkpoints"
+    procs = launch(hosts, models, run_dir, 0, node2_private=(ckpt,))
+    for p in procs:
+        p.wait(timeout=300)
+    log = (run_dir.parent / "node1.log").read_text()
+    said = [line for line in log.splitlines() if line.startswith("pivot: cannot start:")]
+    assert [p.returncode for p in procs] != [0, 0] and said == [
+        f"pivot: cannot start: checkpoint.dir {ckpt} is not shared: pivotnode2 cannot see a file "
+        "rank 0 wrote there; checkpoints need a filesystem every host mounts at the same path "
+        "(docs/multinode.md)"
+    ], log[-3000:]
