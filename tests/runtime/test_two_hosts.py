@@ -218,6 +218,7 @@ def test_static_rendezvous_names_a_silent_rank_in_seconds(
     t0 = time.monotonic()
     procs[0].wait(timeout=120)
     noticed = time.monotonic() - t0
+    os.kill(stopped, signal.SIGCONT)  # else host 2's agent waits 30 s before it SIGKILLs it
     procs[1].wait(timeout=120)  # host 2 goes too: its other rank finds rank 0 gone
     ended = time.monotonic() - t0
     log = (run_dir.parent / "node1.log").read_text()
