@@ -42,30 +42,33 @@ def _joined(attempt: int, rank: int) -> str:
 def agree_attempt(store: dist.Store, rank: int, world_size: int, timeout_s: float) -> int:
     """The number of this job attempt, the same on every rank (0 for a job's first start)."""
     deadline = time.monotonic() + timeout_s
+
+    def left() -> datetime.timedelta:
+        return datetime.timedelta(seconds=max(1.0, deadline - time.monotonic()))
+
     if rank == 0:
         attempt = int(store.add(COUNTER, 1)) - 1
+        others = range(1, world_size)
+        asks, joined = [_ask(r) for r in others], [_joined(attempt, r) for r in others]
         answered: dict[int, bytes] = {}
-        waiting = set(range(1, world_size))
-        while waiting:
-            for r in sorted(waiting):
-                if store.check([_joined(attempt, r)]):
-                    waiting.discard(r)
-                elif store.check([_ask(r)]):
-                    nonce = store.get(_ask(r))
-                    if answered.get(r) != nonce:  # new (or stale: answering it is harmless)
-                        store.set(_answer(nonce.decode()), str(attempt))
-                        answered[r] = nonce
-            if waiting and time.monotonic() > deadline:
+        if asks:
+            store.wait(asks, left())  # every rank asked once, in this attempt or a dead one
+        # a few store operations per round whatever the world size: one multi_get, one check
+        while not store.check(joined):
+            for r, nonce in zip(others, store.multi_get(asks)):
+                if answered.get(r) != nonce:  # new (or stale: answering it is harmless)
+                    store.set(_answer(nonce.decode()), str(attempt))
+                    answered[r] = nonce
+            if time.monotonic() > deadline:
+                missing = [r for r in others if not store.check([_joined(attempt, r)])]
                 raise TimeoutError(
-                    f"pivot: attempt {attempt}: ranks {sorted(waiting)} did not join within "
-                    f"{timeout_s:.0f} s"
+                    f"pivot: attempt {attempt}: ranks {missing} did not join within {timeout_s:.0f} s"
                 )
-            if waiting:
-                time.sleep(0.05)
+            time.sleep(0.05)
         return attempt
     nonce = uuid.uuid4().hex
     store.set(_ask(rank), nonce)
-    store.wait([_answer(nonce)], datetime.timedelta(seconds=max(1.0, deadline - time.monotonic())))
+    store.wait([_answer(nonce)], left())
     attempt = int(store.get(_answer(nonce)))
     store.set(_joined(attempt, rank), "1")
     return attempt
