@@ -47,10 +47,14 @@ def resolve_device(cfg: PivotConfig) -> str:
     return cfg.cluster.device
 
 
-def summary(cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, device: str) -> str:
+def summary(
+    cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, device: str, attempt: int = 0
+) -> str:
+    again = f", attempt {attempt} (restarted)" if attempt else ""  # the number every host agreed on
     return "\n".join(
         [
-            f"pivot: preset {cfg.preset}, mode {cfg.cluster.mode}, planner {cfg.planner.strategy}, device {device}",
+            f"pivot: preset {cfg.preset}, mode {cfg.cluster.mode}, "
+            f"planner {cfg.planner.strategy}, device {device}{again}",
             describe(spec, table),
             f"  policy {cfg.model.policy or '<embedded tiny>'} (rollout TP{cfg.rollout.tp}), "
             f"genrm {cfg.model.genrm or '<embedded tiny>'} (reward TP{cfg.reward.tp}), "
@@ -143,7 +147,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     heartbeat = start_heartbeat(cfg.cluster, spec, attempt)
     groups = create_groups(table)
     if spec.rank == 0:
-        print(summary(cfg, spec, table, device), flush=True)
+        print(summary(cfg, spec, table, device, attempt), flush=True)
     ckpt = Checkpointer(cfg)
     try:  # the same answer on every rank (model folders: headers only): all stop, rank 0 says why
         policy_path, genrm_path = model_paths(cfg)

@@ -201,6 +201,9 @@ def test_kill_on_node2_resumes_and_finishes_exactly_once(
     assert [r["step"] for r in resumed_rows] == [newest], resumed_rows
     assert resumes(timeline, every) == []
     assert exactly_once(run_dir, steps, B, G).violations == []
+    log = (run_dir.parent / "node1.log").read_text()  # rank 0's: each attempt's first line
+    starts = [line for line in log.splitlines() if line.startswith("pivot: preset ")]
+    assert len(starts) >= 2 and ", attempt " in starts[-1], starts
 
 
 def test_static_rendezvous_names_a_silent_rank_in_seconds(
