@@ -62,9 +62,12 @@ class Heartbeat(threading.Thread):
         self._stop.set()
 
     def run(self) -> None:
+        keys = [_beat(r) for r in self.watched]
         try:
             store = self.connect()
             store.set(_host(self.rank), socket.gethostname())
+            for key in keys:  # created at 0 if absent: multi_get below waits for missing keys
+                store.add(key, 0)
         except Exception as e:  # noqa: BLE001 - any failure to reach the store is the verdict
             self._verdict(f"pivot: rank {self.rank}: the rendezvous store stopped answering ({e})")
             return
@@ -74,8 +77,9 @@ class Heartbeat(threading.Thread):
             now = time.monotonic()
             try:
                 store.add(_beat(self.rank), 1)
-                for r in self.watched:
-                    count = int(store.add(_beat(r), 0))
+                # one round trip for every watched rank (rank 0 watches the whole job)
+                for r, raw in zip(self.watched, store.multi_get(keys)):
+                    count = int(raw)
                     if seen.get(r, (0, start))[0] != count:
                         seen[r] = (count, now)
                 silent = [
