@@ -356,9 +356,26 @@ class ClusterConfig:
     host_memory_gb: float = 0.0
     """GPS budget per host in GB; 0 = unlimited (replicate every model on every host). The dry run
     also checks GPS plus the trainer's offloaded state against it."""
+    network_gb_s: float = 25.0
+    """Bandwidth between hosts that GPS's transfer planner assumes, GB/s (an RDMA NIC's, not
+    measured here: docs/multinode.md); it only ranks the hosts a Read may use for what its own
+    host lacks."""
+    gps_local_first: bool = True
+    """GPS Reads come from the reader's own host wherever it holds the slice (replication-first);
+    False spreads them over every host's copy by estimated latency."""
+    heartbeat_timeout_s: float = 10.0
+    """A rank whose heartbeat (one a second, pivot/runtime/liveness.py) stops for this long is
+    declared dead: the job ends with one line naming it, so torchrun restarts it; 0 = off."""
 
     def __post_init__(self) -> None:
         _check(self.gpu_memory_gb >= 0, "cluster.gpu_memory_gb", self.gpu_memory_gb, "must be >= 0")
+        _check(self.network_gb_s > 0, "cluster.network_gb_s", self.network_gb_s, "must be > 0")
+        _check(
+            self.heartbeat_timeout_s == 0 or self.heartbeat_timeout_s >= 3,
+            "cluster.heartbeat_timeout_s",
+            self.heartbeat_timeout_s,
+            "must be 0 (off) or >= 3 (heartbeats are a second apart)",
+        )
         _check(
             self.host_memory_gb >= 0, "cluster.host_memory_gb", self.host_memory_gb, "must be >= 0"
         )

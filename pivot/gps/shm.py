@@ -9,6 +9,7 @@ copy only if that slot's counter was even and unchanged across the copy and its 
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 
@@ -36,6 +37,24 @@ def remove_namespaces(namespaces: list[str], host: int) -> list[str]:
             os.unlink(f"/dev/shm/{name}")
             removed.append(f"/dev/shm/{name}")
     return removed
+
+
+def remove_other_attempts(namespace: str, host: int) -> list[str]:
+    """Delete `host`'s files of every other attempt of the job whose attempt `namespace` is
+    (`<job>-<attempt>`): the ones killed before they could close them. Only the files of one
+    job and host: another job's, or another emulated host's on this machine, stay."""
+    job, _, _ = namespace.rpartition("-")
+    mine = re.compile(rf"{re.escape(job)}-\d+_h{host}_")
+    return remove_namespaces(
+        sorted(
+            {
+                name.split(f"_h{host}_")[0]
+                for name in (os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else [])
+                if mine.match(name) and not name.startswith(f"{namespace}_h{host}_")
+            }
+        ),
+        host,
+    )
 
 
 def pin(raw: torch.Tensor) -> bool:

@@ -79,9 +79,11 @@ class GPSStore:
         namespace: str = "pivot_gps",
         profile: LinkProfile = LinkProfile(),
         retry_timeout_s: float = 30.0,
+        local_first: bool = True,
     ) -> None:
         self.kv, self.info, self.namespace = kv, info, namespace
-        self.plans = PlanCache(profile)
+        self.plans = PlanCache(profile, local_first)
+        self.last_remote_bytes = 0  # of the latest `read`: what crossed hosts (the shift-up record)
         self.retry_timeout_s = retry_timeout_s
         self.layouts: dict[str, Layout] = {}
         self.buffers: dict[str, SharedBuffer] = {}
@@ -230,6 +232,9 @@ class GPSStore:
         )
         hosts = sorted({t.src.host for t in transfers})
         remote = [h for h in hosts if h != self.info.host]
+        self.last_remote_bytes = sum(
+            plan.slices[t.slice].nbytes for t in transfers if t.src.host != self.info.host
+        )
         if remote:  # register is idempotent: once per tensor
             for t in outputs.values():
                 self.link.register(t)

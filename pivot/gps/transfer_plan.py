@@ -1,7 +1,12 @@
-"""Transfer plans: assign every (atomic slice, receiver) demand to one holder, balanced.
+"""Transfer plans: assign every (atomic slice, receiver) demand to one holder.
 
-Pure Python. Greedy in demand order: each demand goes to the holder whose accumulated estimated
-latency after taking it is smallest (cost = bytes / link bandwidth + per-transfer overhead).
+Pure Python. Replication-first (the default, the design's rule): a demand whose receiver's own
+host holds the slice is served by that host, so a host with a full copy reads nothing over the
+network (a cross-host read competes with every other host's traffic on the fabric, and a dead
+remote host would take the read with it). Only what the host lacks (grouped GPS) crosses hosts,
+greedily: each such demand goes to the holder whose accumulated estimated latency after taking
+it is smallest (cost = bytes / link bandwidth + per-transfer overhead). `local_first=False`
+spreads every demand that way (the load-balanced plan, for fabrics faster than host memory).
 Plans are cached by the signatures of both layouts (model, places, parallelism) and the profile.
 """
 
@@ -76,22 +81,33 @@ class TransferPlan:
 
 
 def plan(
-    src: Layout, dst: Layout, profile: LinkProfile = LinkProfile(), balanced: bool = True
+    src: Layout,
+    dst: Layout,
+    profile: LinkProfile = LinkProfile(),
+    balanced: bool = True,
+    local_first: bool = True,
 ) -> TransferPlan:
-    """Plan the re-partitioning src -> dst. `balanced=False` gives the naive first-holder plan."""
+    """Plan the re-partitioning src -> dst. `balanced=False` gives the naive first-holder plan;
+    `local_first=False` balances every demand across hosts instead of reading host-local first."""
     gc_was_on = gc.isenabled()
     gc.disable()  # planning allocates many small records; cyclic GC passes would dominate
     try:
-        return _plan(src, dst, profile, balanced)
+        return _plan(src, dst, profile, balanced, local_first)
     finally:
         if gc_was_on:
             gc.enable()
 
 
-def _plan(src: Layout, dst: Layout, profile: LinkProfile, balanced: bool) -> TransferPlan:
+def _plan(
+    src: Layout, dst: Layout, profile: LinkProfile, balanced: bool, local_first: bool
+) -> TransferPlan:
     slices = refine(src, dst)
-    if not balanced:
-        sources = [s.holders[0] for s in slices for _ in s.receivers]
+    if not balanced or local_first:
+        sources = (
+            _local_first(slices, profile)
+            if balanced
+            else [s.holders[0] for s in slices for _ in s.receivers]
+        )
         return TransferPlan(src, dst, slices, sources, _loads(slices, sources, profile))
     indexed = _holder_classes(slices)
     if indexed is not None and profile.local_bw >= profile.remote_bw:
@@ -206,6 +222,28 @@ def _batch_info(
     return (counts[0], tuple(local)) if min(counts) == max(counts) else None
 
 
+def _local_first(slices: list[AtomicSlice], profile: LinkProfile) -> list[Place]:
+    """Each demand from a holder on its receiver's host (the least loaded one if several), else
+    from the remote holder with the smallest accumulated latency after taking it."""
+    acc: dict[Place, float] = {}
+    local_of: dict[tuple[int, int], tuple[Place, ...]] = {}  # (id(holders), host) -> local ones
+    out: list[Place] = []
+    for s in slices:
+        for r in s.receivers:
+            key = (id(s.holders), r.host)
+            local = local_of.get(key)
+            if local is None:
+                local = local_of[key] = tuple(h for h in s.holders if h.host == r.host)
+            best, best_t = s.holders[0], float("inf")
+            for h in local or s.holders:
+                t = acc.get(h, 0.0) + profile.cost(s.nbytes, h.host == r.host)
+                if t < best_t:
+                    best, best_t = h, t
+            acc[best] = best_t
+            out.append(best)
+    return out
+
+
 def _greedy_generic(slices: list[AtomicSlice], profile: LinkProfile) -> list[Place]:
     acc: dict[Place, float] = {}
     out: list[Place] = []
@@ -224,8 +262,8 @@ def _greedy_generic(slices: list[AtomicSlice], profile: LinkProfile) -> list[Pla
 class PlanCache:
     """Plans memoised by <model, devices, parallelism> of both layouts and the link profile."""
 
-    def __init__(self, profile: LinkProfile = LinkProfile()) -> None:
-        self.profile = profile
+    def __init__(self, profile: LinkProfile = LinkProfile(), local_first: bool = True) -> None:
+        self.profile, self.local_first = profile, local_first
         self._plans: dict[tuple, TransferPlan] = {}
         self.hits = 0
         self.misses = 0
@@ -237,5 +275,5 @@ class PlanCache:
             self.hits += 1
             return found
         self.misses += 1
-        made = self._plans[key] = plan(src, dst, self.profile)
+        made = self._plans[key] = plan(src, dst, self.profile, local_first=self.local_first)
         return made

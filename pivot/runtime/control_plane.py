@@ -84,6 +84,10 @@ class ControlRecord:
         return rec
 
 
+class RankGone(ConnectionError):
+    """A rank's control connection is closed: its process exited or its host is unreachable."""
+
+
 class Rejections:
     """Dropped frames: counted (`count/rejected_frames`), the first of each peer logged."""
 
@@ -125,6 +129,9 @@ class ControllerEndpoint:
         self.routes: dict[
             int, bytes
         ] = {}  # rank -> zmq routing id, learnt from its accepted frames
+        self.peers: dict[int, str] = {}  # rank -> its address, to name it when it is gone
+        self.gone: set[int] = set()
+        self._unreachable = (zmq.ZMQError, zmq.EHOSTUNREACH)
         self.rejections = Rejections()
         self.sock = zmq.Context.instance().socket(zmq.ROUTER)
         self.sock.setsockopt(
@@ -152,7 +159,21 @@ class ControllerEndpoint:
         route = self.routes.get(rank)
         if route is None:
             raise RuntimeError(f"control plane: rank {rank} has not said Hello")
-        self.sock.send_multipart([route, self._sealer.seal(rank, msg)], copy=False)
+        if rank in self.gone:  # said once; the job is ending (Stop to every rank on the way)
+            return
+        try:
+            self.sock.send_multipart([route, self._sealer.seal(rank, msg)], copy=False)
+        except self._unreachable[0] as e:
+            if e.errno != self._unreachable[1]:  # ROUTER_MANDATORY: the peer's connection closed
+                raise
+            if self.gone:  # the job is already ending for the first one: a host's ranks go together
+                self.gone.add(rank)
+                return
+            self.gone.add(rank)
+            raise RankGone(
+                f"rank {rank} at {self.peers.get(rank, 'an unknown address')} stopped answering: "
+                "its control connection is closed (its process exited or its host is unreachable)"
+            ) from None
 
     def recv(self, timeout_ms: int) -> tuple[int, object] | None:
         """The next accepted message (source rank, message), waiting up to `timeout_ms` for one
@@ -169,6 +190,8 @@ class ControllerEndpoint:
             else:
                 got = self._opener.open(parts[1].buffer)
                 if not isinstance(got, self._rejected):
+                    if got.src not in self.peers:
+                        self.peers[got.src] = _peer(parts[1], route)
                     return self._accepted(route, got.src, got.msg)
                 self.rejections.add(_peer(parts[1], route), got.reason)
             if not self.sock.poll(0):

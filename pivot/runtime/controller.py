@@ -194,9 +194,9 @@ class Controller(ControllerReports, ClusterHost):
         elif isinstance(msg, m.WeightsUpdated):
             rid = self.table.rid("rollout", msg.slot)
             ranks = self.table.replicas[rid].devices
-            if self.versions.updated(
-                rid, msg.rank, msg.version, ranks, self.version, f"rollout{msg.slot}"
-            ):
+            what = f"rollout{msg.slot}"
+            again = self.versions.updated(rid, msg.rank, msg.version, ranks, self.version, what)
+            if again and self.is_up(rid):  # one shifting down reads the newest on its next way up
                 self.update(rid)
         elif isinstance(msg, m.Saved):
             self.saving.discard(msg.rank)

@@ -18,7 +18,7 @@ from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor
 from pivot.runtime.backend import DeviceBackend
 from pivot.runtime.checkpoint import Checkpointer
-from pivot.runtime.control_plane import ControllerEndpoint
+from pivot.runtime.control_plane import ControllerEndpoint, RankGone
 from pivot.runtime.controller import Controller
 from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog
@@ -94,6 +94,11 @@ class ControllerThread(threading.Thread):
         try:
             self.controller.run()
             self.failed = self.controller.failed
+        except RankGone as e:  # one line: which rank, where; torchrun names its exit code
+            self.failed = str(e)
+            print(f"pivot: {e}; ending the job so torchrun can restart it", flush=True)
+            self.controller.failed = self.failed
+            self.controller.finish()
         except Exception as e:  # the workers must still be told to stop
             self.failed = f"controller: {e}"
             traceback.print_exc()

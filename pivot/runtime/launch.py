@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import signal
 import sys
@@ -17,9 +16,10 @@ from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable, create_groups, describe
 from pivot.engine.kv_export import sweep
 from pivot.engine.kv_transport import KVPlace
-from pivot.gps.shm import remove_namespaces, shm_path
+from pivot.gps.shm import remove_other_attempts, shm_path
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
+from pivot.gps.transfer_plan import LinkProfile
 from pivot.model import ModelArgs, TextTokenizer, load_state_dict
 from pivot.model.hf_folder import check_folder
 from pivot.roles.inference import InferenceRole
@@ -29,8 +29,10 @@ from pivot.runtime.checkpoint import Checkpointer
 from pivot.runtime.context_check import check_context
 from pivot.runtime.control_plane import WorkerEndpoint
 from pivot.runtime.controller_thread import ControllerThread, start_controller
+from pivot.runtime.dist_init import init_distributed, start_heartbeat
 from pivot.runtime.manifest import problem as manifest_problem
 from pivot.runtime.rank0_wait import Rank0Failed, run_on_rank0
+from pivot.runtime.shared_dir import check_shared
 from pivot.runtime.summary import run_summary
 from pivot.runtime.weights import WeightService
 from pivot.runtime.worker import Worker
@@ -45,38 +47,14 @@ def resolve_device(cfg: PivotConfig) -> str:
     return cfg.cluster.device
 
 
-def init_distributed(device: str, spec: ClusterSpec) -> None:
-    if dist.is_initialized():
-        return
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29500")
-    if device == "cuda":
-        torch.cuda.set_device(spec.local_rank)
-    backend = "cpu:gloo,cuda:nccl" if device == "cuda" else "gloo"
-    timeout = datetime.timedelta(minutes=10)
-    # torchrun keeps one store across restarts of the job: without a prefix per attempt, the
-    # restarted ranks would read the dead attempt's keys (gloo peers, control-plane addresses)
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        spec.world_size,
-        is_master=not agent and spec.rank == 0,
-        timeout=timeout,
-        multi_tenant=not agent,
-    )
-    attempt = dist.PrefixStore(
-        f"pivot-attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store
-    )
-    dist.init_process_group(
-        backend, store=attempt, world_size=spec.world_size, rank=spec.rank, timeout=timeout
-    )
-
-
-def summary(cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, device: str) -> str:
+def summary(
+    cfg: PivotConfig, spec: ClusterSpec, table: SlotTable, device: str, attempt: int = 0
+) -> str:
+    again = f", attempt {attempt} (restarted)" if attempt else ""  # the number every host agreed on
     return "\n".join(
         [
-            f"pivot: preset {cfg.preset}, mode {cfg.cluster.mode}, planner {cfg.planner.strategy}, device {device}",
+            f"pivot: preset {cfg.preset}, mode {cfg.cluster.mode}, "
+            f"planner {cfg.planner.strategy}, device {device}{again}",
             describe(spec, table),
             f"  policy {cfg.model.policy or '<embedded tiny>'} (rollout TP{cfg.rollout.tp}), "
             f"genrm {cfg.model.genrm or '<embedded tiny>'} (reward TP{cfg.reward.tp}), "
@@ -165,13 +143,15 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         if spec.local_rank == 0:  # one line per host
             print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
         return 2
-    init_distributed(device, spec)
+    attempt = init_distributed(device, spec)
+    heartbeat = start_heartbeat(cfg.cluster, spec, attempt)
     groups = create_groups(table)
     if spec.rank == 0:
-        print(summary(cfg, spec, table, device), flush=True)
+        print(summary(cfg, spec, table, device, attempt), flush=True)
     ckpt = Checkpointer(cfg)
     try:  # the same answer on every rank (model folders: headers only): all stop, rank 0 says why
         policy_path, genrm_path = model_paths(cfg)
+        check_shared(ckpt.dir, spec)  # before a run that could never resume trains for hours
         resume = resume_point(cfg, ckpt, spec)
         policy_src = resume[0] / "policy" if resume else policy_path
         check_folder(policy_src)  # the trainer builds the policy with Pivot's model classes
@@ -191,22 +171,24 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     except (OSError, ValueError) as e:
         if spec.rank == 0:
             print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
+        if heartbeat is not None:  # every rank stops here: none may take another's exit for death
+            heartbeat.stop()
         dist.destroy_process_group()
         return 2
     start_step = resume[1]["step"] if resume else 0
     store = dist.distributed_c10d._get_default_store()
-    elastic_id, restart = (
-        os.environ.get("TORCHELASTIC_RUN_ID", "local"),
-        int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
-    )
-    run_id = f"{elastic_id}-{restart}"
-    if (
-        spec.local_rank == 0 and restart
-    ):  # killed attempts never closed their GPS files: one copy of each model apiece
-        remove_namespaces([f"pivot-{elastic_id}-{k}" for k in range(restart)], spec.host)
+    # GPS's names carry the attempt all ranks agreed on (pivot/runtime/attempt.py), never a
+    # dead attempt's; killed attempts never closed their GPS files: one copy of each model apiece
+    run_id = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}-{attempt}"
+    if spec.local_rank == 0:
+        remove_other_attempts(f"pivot-{run_id}", spec.host)
     host_of = tuple(spec.host_of(r) for r in range(spec.world_size))
     gps = GPSStore(
-        store, HostInfo(spec.rank, spec.host, spec.local_rank, host_of), namespace=f"pivot-{run_id}"
+        store,
+        HostInfo(spec.rank, spec.host, spec.local_rank, host_of),
+        namespace=f"pivot-{run_id}",
+        profile=LinkProfile(remote_bw=cfg.cluster.network_gb_s * 1e9),
+        local_first=cfg.cluster.gps_local_first,
     )
     # every rank needs the tensor list, only rank 0 the tensors: read headers, not weights
     specs = {
@@ -260,6 +242,8 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             rank0_startup,
         )
     except Rank0Failed:
+        if heartbeat is not None:
+            heartbeat.stop()
         gps.close()
         dist.destroy_process_group()
         return 2
@@ -330,6 +314,8 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         extra = backend.summary_lines(cfg.log.dir) if backend is not None else []
         print(run_summary(cfg.log.dir, ckpt.dir, status, extra), flush=True)
     dist.barrier()
+    if heartbeat is not None:  # past the last barrier every rank leaves when it is done
+        heartbeat.stop()
     if kv_prefix and spec.local_rank == 0:  # KV of sequences nobody resumed (the job ended first)
         sweep(kv_prefix)
     gps.close()

@@ -105,6 +105,7 @@ class ShiftDone:
     checksum: float = 0.0  # sum of the weights after the shift (tests compare with GPS)
     partials: list[Request] = field(default_factory=list)  # sequences still held at shift down
     read_bytes: int = 0  # bytes this rank Read from GPS (shift up): its share of the model
+    remote_bytes: int = 0  # of those, bytes read from another host's copy
 
 
 @dataclass

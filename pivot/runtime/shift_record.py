@@ -20,6 +20,8 @@ class ShiftRecord:
     """Seconds of each phase, the slowest rank's (the slot is ready when its last rank is)."""
     read_bytes: dict[int, int] = field(default_factory=dict)
     """rank -> bytes it Read from GPS."""
+    remote_bytes: dict[int, int] = field(default_factory=dict)
+    """rank -> bytes of those it read from another host's copy."""
     versions: dict[int, int] = field(default_factory=dict)
     """rank -> the weights version it read (shift up)."""
 
@@ -29,6 +31,7 @@ class ShiftRecord:
         for phase, secs in msg.phases.items():
             self.phases[phase] = max(self.phases.get(phase, 0.0), secs)
         self.read_bytes[msg.rank] = msg.read_bytes
+        self.remote_bytes[msg.rank] = msg.remote_bytes
         self.versions[msg.rank] = msg.version
         if not self.ranks:
             self.phases["total"] = time.monotonic() - self.start
@@ -46,4 +49,5 @@ class ShiftRecord:
         if self.up:  # the oldest a rank read (they agree unless the replica came up mixed)
             event["version"], event["checksum"] = min(self.versions.values()), last.checksum
             event["gps_read_bytes"] = [self.read_bytes[d] for d in devices]
+            event["gps_remote_bytes"] = [self.remote_bytes[d] for d in devices]
         return event

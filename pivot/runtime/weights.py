@@ -59,6 +59,7 @@ class WeightService:
         self.device, self.verify = device, verify
         self.offset = {"policy": start_version - 1, "genrm": -1}  # first Write is GPS version 1
         self.last_read_bytes = 0  # of the latest `read`, for the shift-up record
+        self.last_remote_bytes = 0  # ... of which read from another host's copy
         hosts = sorted(set(host_of))
         # replication-first; a host budget too small for every model falls back to groups of k hosts
         budget = int(host_memory_gb * 1e9) if host_memory_gb > 0 else 1 << 62
@@ -132,6 +133,7 @@ class WeightService:
         gps_version = None if version is None else version - self.offset[model]
         tensors, got = self.store.read(model, layout, gps_version, out=targets, device=device)
         self.last_read_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        self.last_remote_bytes = self.store.last_remote_bytes
         for name, t in list(tensors.items()):
             tensors[name] = t = t.view(
                 merge_view(name, tuple(t.shape))

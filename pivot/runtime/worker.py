@@ -236,6 +236,7 @@ class Worker:
                 phases,
                 checksum=checksum,
                 read_bytes=self.weights.last_read_bytes,
+                remote_bytes=self.weights.last_remote_bytes,
             )
         )
         self._maybe_stats(force=True)

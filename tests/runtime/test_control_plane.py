@@ -11,6 +11,7 @@ import os
 import pickle
 import socket
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from pivot.runtime.control_plane import (
     CONTROL_KEY,
     ControllerEndpoint,
     ControlRecord,
+    RankGone,
     WorkerEndpoint,
     control_host,
 )
@@ -250,3 +252,23 @@ def test_secret_errors_are_one_line(env: pytest.MonkeyPatch, tmp_path: Path) -> 
     store.set(CONTROL_KEY, b"{not json")
     with pytest.raises(ValueError, match="malformed record"):
         WorkerEndpoint(store, 1)
+
+
+def test_a_rank_whose_connection_closed_is_named_once(env: pytest.MonkeyPatch) -> None:
+    """A rank whose process exited: the controller's next message to it fails in one error
+    naming the rank and its address; later sends to it, or to other vanished ranks while the job
+    ends, are dropped (the Stop broadcast must reach the living)."""
+    _, ctrl, workers = start(3)
+    workers[1].close()
+    workers[2].close()
+    with pytest.raises(RankGone) as gone:
+        for _ in range(100):  # zmq learns of the closed connection asynchronously
+            ctrl.send(1, m.Stop("x"))
+            time.sleep(0.05)
+    assert str(gone.value).startswith(
+        "rank 1 at 127.0.0.1 stopped answering: its control connection is closed"
+    )
+    time.sleep(0.3)
+    for rank in range(3):
+        ctrl.send(rank, m.Stop("done"))  # rank 2 is gone too: dropped, not raised
+    assert drain_worker(workers[0], 1) == [m.Stop("done")]

@@ -127,3 +127,23 @@ def test_an_illegal_plan_sends_nothing(ctrl: Controller) -> None:
     ):
         ctrl.execute(plan(up=(4,)))
     assert ctrl.ep.take() == []
+
+
+def test_a_late_weights_ack_updates_no_replica_that_is_shifting_down(ctrl: Controller) -> None:
+    """An update answered after the controller sent the replica's ShiftDown, with a newer policy
+    meanwhile: telling it to update again would reach a rank that no longer serves rollout (it
+    failed the job with 'rollout role is not up on this rank'); its next shift up reads the newest."""
+    ctrl.execute(plan(up=(0,)))
+    done(ctrl, 0, "rollout", 0, True)
+    ctrl.ep.sent.clear()
+    ctrl.version = 1
+    ctrl.update(0)  # a training step finished: rollout0 is told to read version 1
+    ctrl.version = 2  # ... and another one, before rollout0 answers
+    ctrl.execute(plan(down=(0,)))
+    assert [(r, type(x).__name__) for r, x in ctrl.ep.sent] == [
+        (0, "UpdateWeights"),
+        (0, "ShiftDown"),
+    ]
+    ctrl.ep.sent.clear()
+    ctrl.handle(0, m.WeightsUpdated(0, 0, 1, 0.01))
+    assert ctrl.ep.sent == []

@@ -29,7 +29,10 @@ def test_only_the_first_training_shift_up_reads_gps() -> None:
     worker.table = SlotTable.build(worker.spec, 1, 1, 2)
     worker.groups = {s.name: None for s in worker.table.all()}
     worker.weights = SimpleNamespace(
-        read=lambda *a, **k: reads.append(a) or ({"w": 1}, 3), last_read_bytes=0, verify=False
+        read=lambda *a, **k: reads.append(a) or ({"w": 1}, 3),
+        last_read_bytes=0,
+        last_remote_bytes=0,
+        verify=False,
     )
     worker.trainer = Trainer()
     sent: list = []

@@ -65,7 +65,7 @@ class Trainer:
 
 
 class Weights:
-    verify, last_read_bytes = False, 0
+    verify, last_read_bytes, last_remote_bytes = False, 0, 0
 
 
 class LockstepWorker(Worker):
