@@ -328,9 +328,9 @@ class Simulator(ClusterHost):
             self.res.plans.append((snap, plan))
 
     # ShiftHost (pivot/shift/executor.py): each shift is a timed event
-    def migrate_off(self, role: str, rid: int) -> None:
+    def migrate_off(self, role: str, rids: list[int]) -> None:
         self._sync_stale(role)
-        self._apply(role, self.sched[role].shift_down([rid]))
+        self._apply(role, self.sched[role].shift_down(rids))
 
     def release(self, rid: int) -> None:
         self._start_shift(rid, False, self.now)
