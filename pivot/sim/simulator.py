@@ -64,6 +64,7 @@ class _Seq:
 class Simulator(ClusterHost):
     def __init__(self, cfg: PivotConfig, opts: SimOptions = SimOptions()) -> None:
         self.cfg, self.opts = copy.deepcopy(cfg), opts
+        self.cfg.planner.budget_s = 0.0  # simulated time: the search must not vary with the CPU
         self.steps = opts.steps if opts.steps is not None else cfg.train.steps
         if opts.warmup_steps >= self.steps:
             raise ValueError(
