@@ -7,6 +7,7 @@ each beside the paper's numbers, plus a Figure 10 style timeline PNG.
     python tools/bench_sim.py --seeds 0 --steps 6 --warmup 0   # one seed, whole run (quick look)
     python tools/bench_sim.py --ablations --hsweep qwen2.5-7b+qwen3-30b-a3b --timeline runs/sim/timeline.png
     python tools/bench_sim.py --groups qwen2.5-7b+qwen3-30b-a3b --hardware h200 --prompts 64
+    python tools/bench_sim.py --engine-profile embedded-eager   # Pivot's eager engine, as measured
 
 The default window is the steady state over whole staleness periods (pivot/sim/window.py: 4
 warm-up steps, then 6 measured steps, 2 periods of 3 at staleness 2), over seeds 0, 1, 2; each
@@ -34,6 +35,7 @@ from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noq
 from pivot.sim.band import CORNERS, options_at  # noqa: E402
 from pivot.sim.costs import build_cluster  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment, search, table4, world_of  # noqa: E402
+from pivot.sim.engine_profile import ENGINE_PROFILES, with_engine  # noqa: E402
 from pivot.sim.report import bound_s, breakdown, shift_ups_per_step  # noqa: E402
 from pivot.sim.timeline import render_timeline  # noqa: E402
 from pivot.sim.window import DEFAULT_SEEDS, Spread, Window, aligned_window, is_aligned  # noqa: E402
@@ -142,7 +144,7 @@ def regime(args: argparse.Namespace) -> str:
         how += "; given: " + ", ".join(f"{n} {_alloc_name(a)}" for n, a in args.use.items())
     w = args.window
     return (
-        f"allocations: {how}; measured: {w.describe(args.staleness)}"
+        f"engine {args.engine_profile}; allocations: {how}; measured: {w.describe(args.staleness)}"
         + (" (steady state)" if w.warmup else " (whole run)")
         + f"; seeds {' '.join(map(str, args.seeds))}"
         + (f"; band seeds {' '.join(map(str, args.band_seeds))}" if args.band else "")
@@ -324,11 +326,15 @@ def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict[st
 
 
 def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:
-    print(f"\n== Figure 12: derived shift costs on {opts.hardware.name} (paper: {PAPER_FIG12}) ==")
+    print(
+        f"\n== Figure 12: derived shift costs on {opts.hardware.name}, engine {opts.engine} "
+        f"(paper: {PAPER_FIG12}) =="
+    )
     kv = "engine.kv_capacity_tokens" if opts.kv_from_engine else "all memory the weights leave"
     print(f"  replica KV: {kv}")
     for g in groups:
-        _, costs = build_cluster(preset(g, seed), opts.hardware, opts.kv_from_engine)
+        hw = with_engine(opts.hardware, opts.engine)
+        _, costs = build_cluster(preset(g, seed), hw, opts.kv_from_engine)
         c = costs.roles
         print(
             f"  {g}: rollout up {c['rollout'].up_s:.1f} down {c['rollout'].down_s:.1f} | reward up {c['reward'].up_s:.1f} "  # noqa: E501 (one table row, easier read whole)
@@ -383,6 +389,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--groups", nargs="+", default=list(GROUPS))
     ap.add_argument("--hardware", default="h20", choices=sorted(HARDWARE))
+    ap.add_argument(
+        "--engine-profile",
+        default="sglang",
+        choices=list(ENGINE_PROFILES),
+        help="whose decode step the replicas run at (pivot/sim/engine_profile.py): the fitted "
+        "sglang-class engine, or Pivot's embedded engine as measured eager on an H200",
+    )
     ap.add_argument(
         "--steps",
         type=int,
@@ -450,6 +463,7 @@ def main() -> None:
     workload = Workload(prompts_per_step=args.prompts, group_size=args.group_size)
     opts = SimOptions(
         hardware=HARDWARE[args.hardware],
+        engine=args.engine_profile,
         steps=args.window.steps,
         workload=workload,
         kv_from_engine=args.kv == "engine",

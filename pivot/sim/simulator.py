@@ -44,6 +44,7 @@ from pivot.sched.records import step_major_id
 from pivot.shift import ClusterHost
 from pivot.sim import hardware as hwm
 from pivot.sim.costs import build_cluster
+from pivot.sim.engine_profile import with_engine
 from pivot.sim.events import EventQueue
 from pivot.sim.kv_move import kv_move_s_per_token
 from pivot.sim.options import SimOptions
@@ -70,7 +71,8 @@ class Simulator(ClusterHost):
             raise ValueError(
                 f"SimOptions.warmup_steps={opts.warmup_steps}: need < steps={self.steps}"
             )
-        table, self.costs = build_cluster(self.cfg, opts.hardware, opts.kv_from_engine)
+        hw = with_engine(opts.hardware, opts.engine)  # decode as the chosen engine runs it
+        table, self.costs = build_cluster(self.cfg, hw, opts.kv_from_engine)
         self.init_cluster(table, self.cfg.planner.migration, clock=lambda: self.now)
         engines = {Role.ROLLOUT: self.cfg.rollout.engine, Role.REWARD: self.cfg.reward.engine}
         kv = (
@@ -120,7 +122,7 @@ class Simulator(ClusterHost):
             self.cfg.cluster.mode,
             self.cfg.planner.strategy,
             self.cfg.preset,
-            opts.hardware.name,
+            hw.name,
             self.steps,
             table,
             self.costs,
