@@ -15,7 +15,8 @@ search tunes on the same window (mean over --search-seeds, default the first see
 is a mean with its min-max over the seeds: tokens/s and ratios, PivotRL over each baseline
 (per seed, on the same samples), sim/paper for the absolute values, the tighter of the
 critical-path and the work bound (pivot/sim/report.py: what no deployment with that staleness,
-pools and cost model can beat) and the share of it reached, and each role's device time as
+pools and cost model can beat; "train" when it is the training slot's steps back to back) and
+each run's share of its own bound, and each role's device time as
 busy/idle/shifting (first seed). `--band` re-runs every deployment at its tuned allocation on
 the cost model's slow and fast corners (pivot/sim/band.py) and prints each ratio there too,
 Figure 11's and 14's included (each corner's variants over that corner's own reference).
