@@ -28,6 +28,9 @@ and up (the evaluation before pivot/sched/trial.py; `clone/ours` compares the ev
 tests/plan/test_fast_eval.py runs `clone_benefits` with the paper oracle
 (tests/sched/reference_scheduler.py) instead, on this scenario at 256 devices among others.
 
+`--budget` compares step 4's search choices (exhaustive, the default's time budget, caps) on
+random snapshots instead (tools/bench_planner_budget.py).
+
 Against an older version: `--against REV` (a git revision) imports pivot/ as of REV into this
 process beside ours (`git archive` into a temporary folder) and runs both versions' rounds
 alternately on the same scenario; it prints ours/REV per size for the plan's CPU time, step 4
@@ -206,7 +209,9 @@ class Setup:
     def __init__(self, n: int, args: argparse.Namespace, api: Any = None) -> None:
         snap = scenario(n, api=api)
         self.snap = snap if args.undrained else drained(snap)
-        cfg = (api.PlannerConfig if api else PlannerConfig)(max_evaluated=args.max_evaluated)
+        # an older version without a time budget (max_evaluated >= 2 then) plans with its default
+        cap = {"max_evaluated": args.max_evaluated} if args.max_evaluated or not api else {}
+        cfg = (api.PlannerConfig if api else PlannerConfig)(**cap)
         self.planner = (api.PivotPlanner if api else PivotPlanner)(cfg)
         self.ro, self.rm = self.snap.scheduler("rollout"), self.snap.scheduler("reward")
         self.down_ids = self.ro.active_ids[: len(self.ro.active_ids) // 4]
@@ -309,6 +314,11 @@ def print_against(
 
 
 def main() -> None:
+    if "--budget" in sys.argv[1:]:  # step 4's search choice on random snapshots
+        import bench_planner_budget
+
+        bench_planner_budget.main()
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128, 1024, 4096])
     ap.add_argument("--repeats", type=int, default=3)

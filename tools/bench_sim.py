@@ -7,6 +7,7 @@ each beside the paper's numbers, plus a Figure 10 style timeline PNG.
     python tools/bench_sim.py --seeds 0 --steps 6 --warmup 0   # one seed, whole run (quick look)
     python tools/bench_sim.py --ablations --hsweep qwen2.5-7b+qwen3-30b-a3b --timeline runs/sim/timeline.png
     python tools/bench_sim.py --groups qwen2.5-7b+qwen3-30b-a3b --hardware h200 --prompts 64
+    python tools/bench_sim.py --engine-profile embedded-eager   # Pivot's eager engine, as measured
 
 The default window is the steady state over whole staleness periods (pivot/sim/window.py: 4
 warm-up steps, then 6 measured steps, 2 periods of 3 at staleness 2), over seeds 0, 1, 2; each
@@ -14,7 +15,8 @@ search tunes on the same window (mean over --search-seeds, default the first see
 is a mean with its min-max over the seeds: tokens/s and ratios, PivotRL over each baseline
 (per seed, on the same samples), sim/paper for the absolute values, the tighter of the
 critical-path and the work bound (pivot/sim/report.py: what no deployment with that staleness,
-pools and cost model can beat) and the share of it reached, and each role's device time as
+pools and cost model can beat; "train" when it is the training slot's steps back to back) and
+each run's share of its own bound, and each role's device time as
 busy/idle/shifting (first seed). `--band` re-runs every deployment at its tuned allocation on
 the cost model's slow and fast corners (pivot/sim/band.py) and prints each ratio there too,
 Figure 11's and 14's included (each corner's variants over that corner's own reference).
@@ -34,7 +36,8 @@ from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noq
 from pivot.sim.band import CORNERS, options_at  # noqa: E402
 from pivot.sim.costs import build_cluster  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment, search, table4, world_of  # noqa: E402
-from pivot.sim.report import bound_s, breakdown, shift_ups_per_step  # noqa: E402
+from pivot.sim.engine_profile import ENGINE_PROFILES, with_engine  # noqa: E402
+from pivot.sim.report import bound_s, bound_share, breakdown, shift_ups_per_step  # noqa: E402
 from pivot.sim.timeline import render_timeline  # noqa: E402
 from pivot.sim.window import DEFAULT_SEEDS, Spread, Window, aligned_window, is_aligned  # noqa: E402
 
@@ -142,16 +145,18 @@ def regime(args: argparse.Namespace) -> str:
         how += "; given: " + ", ".join(f"{n} {_alloc_name(a)}" for n, a in args.use.items())
     w = args.window
     return (
-        f"allocations: {how}; measured: {w.describe(args.staleness)}"
+        f"engine {args.engine_profile}; allocations: {how}; measured: {w.describe(args.staleness)}"
         + (" (steady state)" if w.warmup else " (whole run)")
         + f"; seeds {' '.join(map(str, args.seeds))}"
         + (f"; band seeds {' '.join(map(str, args.band_seeds))}" if args.band else "")
     )
 
 
-def share(r: SimResult) -> float:
-    """Share of the tighter bound reached."""
-    return bound_s(r)[0] / r.measured_s
+def shares(rs: list[SimResult]) -> str:
+    """The runs' shares of their own bounds (pivot/sim/report.py `bound_share`), and the bounds'
+    kinds (path, work, train)."""
+    kinds = sorted({bound_s(r)[1] for r in rs})
+    return f"{Spread.of(map(bound_share, rs)).fmt('.0%')} of its own {'/'.join(kinds)} bound"
 
 
 def run_details(r: SimResult) -> str:
@@ -185,7 +190,7 @@ def report_line(
         )
     print(
         f"  {name:14s} {tps.fmt()} | {paper[name]:7,} | {tps.mean / paper[name]:5.2f}  {sp}  "
-        f"bound share {Spread.of(map(share, rs)).fmt('.0%')}"
+        f"bound share {shares(rs)}"
     )
     print(f"  {'':14s} first seed: {run_details(rs[0])}")
 
@@ -324,11 +329,15 @@ def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict[st
 
 
 def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:
-    print(f"\n== Figure 12: derived shift costs on {opts.hardware.name} (paper: {PAPER_FIG12}) ==")
+    print(
+        f"\n== Figure 12: derived shift costs on {opts.hardware.name}, engine {opts.engine} "
+        f"(paper: {PAPER_FIG12}) =="
+    )
     kv = "engine.kv_capacity_tokens" if opts.kv_from_engine else "all memory the weights leave"
     print(f"  replica KV: {kv}")
     for g in groups:
-        _, costs = build_cluster(preset(g, seed), opts.hardware, opts.kv_from_engine)
+        hw = with_engine(opts.hardware, opts.engine)
+        _, costs = build_cluster(preset(g, seed), hw, opts.kv_from_engine)
         c = costs.roles
         print(
             f"  {g}: rollout up {c['rollout'].up_s:.1f} down {c['rollout'].down_s:.1f} | reward up {c['reward'].up_s:.1f} "  # noqa: E501 (one table row, easier read whole)
@@ -383,6 +392,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--groups", nargs="+", default=list(GROUPS))
     ap.add_argument("--hardware", default="h20", choices=sorted(HARDWARE))
+    ap.add_argument(
+        "--engine-profile",
+        default="sglang",
+        choices=list(ENGINE_PROFILES),
+        help="whose decode step the replicas run at (pivot/sim/engine_profile.py): the fitted "
+        "sglang-class engine, or Pivot's embedded engine as measured eager on an H200",
+    )
     ap.add_argument(
         "--steps",
         type=int,
@@ -450,6 +466,7 @@ def main() -> None:
     workload = Workload(prompts_per_step=args.prompts, group_size=args.group_size)
     opts = SimOptions(
         hardware=HARDWARE[args.hardware],
+        engine=args.engine_profile,
         steps=args.window.steps,
         workload=workload,
         kv_from_engine=args.kv == "engine",

@@ -1,8 +1,9 @@
 """The planner (paper §7): `Planner.plan(snapshot) -> ShiftPlan | None`, run on rank 0 and in sim/.
 
 `PivotPlanner` runs the five steps: (1) shift-up role, (2) shift pairs with penalties,
-(3) candidates by Algorithm 1, (4) benefit by migration simulation, of every candidate up to
-`cfg.max_evaluated` and of a coarse-to-fine choice of that many beyond (search.py), (5) the
+(3) candidates by Algorithm 1, (4) benefit by migration simulation, of every candidate while
+that fits `cfg.budget_s` of planning time (and `cfg.max_evaluated`, if set), of a coarse-to-fine
+choice of what the budget affords beyond (search.py), (5) the
 largest positive benefit among those evaluated, or no shift. Training shifts up as a whole and
 only when its batch is ready: that shift is mandatory (the step cannot run otherwise), so it is
 returned whatever its benefit.
@@ -24,7 +25,7 @@ from pivot.config import PlannerConfig
 from pivot.plan.candidates import Candidate, CandidateTable
 from pivot.plan.evaluate import CandidateEvaluator, benefit
 from pivot.plan.pairs import build_pairs, choose_up_role, replica_rates, training_pair
-from pivot.plan.search import coarse_to_fine
+from pivot.plan.search import within_budget
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import INFERENCE_ROLES, Role, SeqState
 from pivot.sched.scheduler import ShiftAwareScheduler
@@ -63,7 +64,7 @@ class ShiftPlan:
     num_candidates: int = 1
     """Candidates Algorithm 1 produced."""
     num_evaluated: int = 1
-    """Candidates whose migration was simulated (all of them up to `max_evaluated`)."""
+    """Candidates whose migration was simulated (all of them within the planning budget)."""
 
 
 class Planner:
@@ -129,7 +130,7 @@ class PivotPlanner(Planner):
                 c = cands[i] = table.candidate(ks[i])
                 return benefit(cfg.horizon_s, ev.throughput_after(c), ev.current, c.penalty)
 
-            found = coarse_to_fine(ks, cfg.max_evaluated, score)
+            found = within_budget(ks, cfg.max_evaluated, cfg.budget_s, score)
             scored = [(cands[i], found[i]) for i in sorted(found)]
         t3, c3 = time.perf_counter(), time.process_time()
         self.last_timings = PlanTimings(t1 - t0, t2 - t1, t3 - t2, (c1 - c0, c2 - c1, c3 - c2))

@@ -259,8 +259,8 @@ class Controller(ControllerReports, ClusterHost):
             training=self.training is not None,
         )
 
-    def migrate_off(self, role: str, rid: int) -> None:
-        self.apply(self.sched[role].shift_down([rid]))
+    def migrate_off(self, role: str, rids: list[int]) -> None:
+        self.apply(self.sched[role].shift_down(rids))
 
     def release(self, rid: int) -> None:
         role, slot = self._begin(rid, up=False)

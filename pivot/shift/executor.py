@@ -3,8 +3,12 @@
 A plan (from the deployment mode or the planner, pivot/plan/) names replicas to shift down and
 replicas to shift up. `plan_actions` orders what happens, phase by phase:
 
-1. `MIGRATE_OFF` (each inference replica shifting down): its scheduler aborts the replica's
-   sequences, keeping their generated tokens, and dispatches them onto the replicas that stay.
+1. `MIGRATE_OFF` (the inference replicas shifting down): each role's scheduler runs Algorithm 3
+   once over all of that role's leaving replicas, as the planner's what-if did
+   (pivot/sched/trial.py): it aborts their sequences, keeping their generated tokens, and
+   dispatches them onto the replicas that stay. One replica at a time would dispatch onto
+   replicas about to leave in the same plan, then abort there again, and end in a placement
+   the planner never scored.
 2. `RELEASE`: the replica's devices leave its slot: temporary context and weights are
    discarded (GPS holds the weights), offloadable context goes to host memory.
 3. `ACQUIRE` (each replica shifting up): its devices Read the role's weights from GPS in the
@@ -56,8 +60,8 @@ class ShiftAction:
 class ShiftHost(Protocol):
     """The effects of a shift, supplied by the runtime (messages) or the simulator (timed events)."""
 
-    def migrate_off(self, role: str, rid: int) -> None:
-        """Apply `role`'s scheduler commands for replica `rid` leaving (Algorithm 3)."""
+    def migrate_off(self, role: str, rids: list[int]) -> None:
+        """Apply `role`'s scheduler commands for replicas `rids` leaving together (Algorithm 3)."""
 
     def release(self, rid: int) -> None:
         """Start releasing `rid`'s devices; report completion through `ShiftExecutor.complete`."""
@@ -82,12 +86,12 @@ def plan_actions(plan: ShiftPlan, table: ReplicaTable) -> list[ShiftAction]:
                 f"plan names {table.name(rid)} twice (up {list(plan.up)}, down {list(plan.down)})"
             )
         seen.add(rid)
-    out: list[ShiftAction] = []
-    for rid in plan.down:
-        role, slot = table.slot_of(rid)
-        if role != Role.TRAIN:
-            out.append(ShiftAction(Phase.MIGRATE_OFF, rid, role, slot))
-        out.append(ShiftAction(Phase.RELEASE, rid, role, slot))
+    # every leaving replica's sequences migrate off before any device is released
+    down = [ShiftAction(Phase.RELEASE, rid, *table.slot_of(rid)) for rid in plan.down]
+    out = [
+        ShiftAction(Phase.MIGRATE_OFF, a.rid, a.role, a.slot) for a in down if a.role != Role.TRAIN
+    ]
+    out += down
     for rid in plan.up:
         out.append(ShiftAction(Phase.ACQUIRE, rid, *table.slot_of(rid)))
     return out
@@ -124,10 +128,16 @@ class ShiftExecutor:
         up_roles = {self.table.role_of(rid) for rid in plan.up}
         if plan.down and len(up_roles) == 1:
             self.timer.started(up_roles.pop(), (*plan.up, *plan.down), self.clock())
+        leaving_by_role: dict[str, list[int]] = {}
         for a in actions:
             if a.phase == Phase.MIGRATE_OFF:
-                self.host.migrate_off(a.role, a.rid)
-            elif a.phase == Phase.RELEASE:
+                leaving_by_role.setdefault(a.role, []).append(a.rid)
+        for role, rids in leaving_by_role.items():  # Algorithm 3 once per role, as planned
+            self.host.migrate_off(role, rids)
+        for a in actions:
+            if a.phase == Phase.MIGRATE_OFF:
+                continue
+            if a.phase == Phase.RELEASE:
                 self.states.start(a.rid, up=False)
                 self.host.release(a.rid)
             else:

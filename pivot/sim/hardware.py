@@ -32,13 +32,16 @@ Shift costs (paper Figure 12: inference up ~1 s (1.5B) to ~9 s (122B), down < 2 
 2-8.5 s, down < 6 s). A shift up reads the weights from GPS in host memory; the devices of one
 host share its host-to-device bandwidth `host_bw`:
 
-    inference up   = up_fixed_s + host_bytes(weights) / host_bw
+    inference up   = up_fixed_s + max(host_bytes(weights) / host_bw,
+                                      weights per device / device_read_bw)
     inference down = down_fixed_s + per-device weight GB * down_s_per_gb      (discard)
     training up    = train_up_fixed_s + host_bytes(16 B/param) / train_reload_bw   (bf16 params,
                      fp32 master, Adam moments reloaded from pinned host memory)
     training down  = train_down_fixed_s + host_bytes(12 B/param) / host_bw   (offload optimizer)
 
-where host_bytes(x) = x per device times the devices of the role on one host (at most 8).
+where host_bytes(x) = x per device times the devices of the role on one host (at most 8), and
+`device_read_bw` is what one device measurably Reads from GPS (below): no share of the host's
+bandwidth makes a device read faster than that.
 The fixed terms (process-group re-join, allocator, CUDA graphs) are fitted to Figure 12's
 smallest model; the bandwidths to its largest. The colocated deployment's rollout phase does
 not read from host memory: as colocated frameworks do, the trainer pushes the new policy into
@@ -73,6 +76,11 @@ class HardwareProfile:
     ib_gb_s: float = 50.0
     host_bw_gb_s: float = 30.0
     """Host memory -> devices of one host, aggregate GB/s (GPS Read path)."""
+    device_read_gb_s: float = 54.5
+    """GPS Read into one device from pinned host memory, GB/s: measured, a 7B model's 15.23 GB
+    bf16 in 0.28 s on one H200 (torch 2.11, 0.99 of a raw pinned host-to-device copy; docs/gpu.md).
+    The H20 (PCIe Gen5 x16 as well) takes it unmeasured. A bound, not a fit: the aggregate
+    `host_bw_gb_s` shared by a host's devices is the tighter at every nominal share."""
     train_reload_gb_s: float = 22.0
     """Host -> training devices of one host when reloading optimizer state, aggregate GB/s."""
     mem_eff: float = 0.35
@@ -216,7 +224,8 @@ def _host_share(devices: int, hw: HardwareProfile) -> int:
 def inference_shift_s(m: ModelSpec, hw: HardwareProfile, tp: int, up: bool) -> float:
     per_device = m.weight_bytes / tp
     if up:
-        return hw.up_fixed_s + per_device * _host_share(tp, hw) / (hw.host_bw_gb_s * 1e9)
+        host = per_device * _host_share(tp, hw) / (hw.host_bw_gb_s * 1e9)
+        return hw.up_fixed_s + max(host, per_device / (hw.device_read_gb_s * 1e9))
     return hw.down_fixed_s + per_device / 1e9 * hw.down_s_per_gb
 
 

@@ -11,6 +11,9 @@ from pivot.sim.workload import Workload
 @dataclass(frozen=True)
 class SimOptions:
     hardware: HardwareProfile = H20
+    engine: str = "sglang"
+    """Whose decode step the replicas run at (pivot/sim/engine_profile.py): `sglang` (the
+    hardware profile's fitted constants) or `embedded-eager` (Pivot's engine as measured)."""
     workload: Workload = field(default_factory=Workload)
     steps: int | None = None
     """RL steps to run; None = cfg.train.steps."""

@@ -32,7 +32,12 @@ training devices. Each set S of roles needs its work's device-seconds on the dev
 run a role of S (Pivot and colocated: the whole cluster; a static pool: its devices), so the
 window lasts at least max over S of work(S) / devices(S). The two bounds miss different losses:
 the critical path ignores queueing (it is tight for small batches), the work bound ignores
-dependencies and tails (tight for large ones); `bound_s` is the tighter (larger) of the two.
+dependencies and tails (tight for large ones); `bound_s` is the tighter (larger) of the two,
+named "train" when both come down to the training steps back to back on the training slot:
+the share of that bound says how busy the slot was, not how well the run used the cluster.
+Each bound belongs to one run's allocation: the same deployment at another training slot has
+another bound and kind (7B + Qwen3-30B-A3B on H20, PivotRL seed 0: 92% of its train bound at
+T8, 57% of its work bound at T16, at the same tokens/s within 1%).
 Over a whole run the work bound is strict; over a steady-state window it prices the measured
 steps' work, which a window of whole periods holds on average.
 
@@ -169,9 +174,21 @@ def work_bound_s(res: SimResult, workload: Workload | None = None) -> float:
 
 
 def bound_s(res: SimResult) -> tuple[float, str]:
-    """The tighter of the critical-path and the work bound, and which one it is."""
+    """The tighter of the critical-path and the work bound, and which one it is: "train" when
+    it is the measured steps' training back to back on the training slot (a training-bound run:
+    that time is in both bounds, the critical path's recurrence and the work bound's set
+    {train}, equal up to rounding), else "path" or "work"."""
     cp, work = critical_path_s(res), work_bound_s(res)
+    bound = max(work, cp)
+    if bound <= sum(res.train_s[res.warmup_steps : res.steps]) * (1 + 1e-9):
+        return bound, "train"
     return (work, "work") if work > cp else (cp, "path")
+
+
+def bound_share(res: SimResult) -> float:
+    """The share of its own bound a run reached: its tokens/s over the tokens/s of `bound_s` (the
+    same tokens over the bound's time), at its own allocation (pools, training slot)."""
+    return bound_s(res)[0] / res.measured_s
 
 
 def shift_ups_per_step(res: SimResult) -> float:

@@ -44,6 +44,7 @@ from pivot.sched.records import step_major_id
 from pivot.shift import ClusterHost
 from pivot.sim import hardware as hwm
 from pivot.sim.costs import build_cluster
+from pivot.sim.engine_profile import with_engine
 from pivot.sim.events import EventQueue
 from pivot.sim.kv_move import kv_move_s_per_token
 from pivot.sim.options import SimOptions
@@ -64,12 +65,14 @@ class _Seq:
 class Simulator(ClusterHost):
     def __init__(self, cfg: PivotConfig, opts: SimOptions = SimOptions()) -> None:
         self.cfg, self.opts = copy.deepcopy(cfg), opts
+        self.cfg.planner.budget_s = 0.0  # simulated time: the search must not vary with the CPU
         self.steps = opts.steps if opts.steps is not None else cfg.train.steps
         if opts.warmup_steps >= self.steps:
             raise ValueError(
                 f"SimOptions.warmup_steps={opts.warmup_steps}: need < steps={self.steps}"
             )
-        table, self.costs = build_cluster(self.cfg, opts.hardware, opts.kv_from_engine)
+        hw = with_engine(opts.hardware, opts.engine)  # decode as the chosen engine runs it
+        table, self.costs = build_cluster(self.cfg, hw, opts.kv_from_engine)
         self.init_cluster(table, self.cfg.planner.migration, clock=lambda: self.now)
         engines = {Role.ROLLOUT: self.cfg.rollout.engine, Role.REWARD: self.cfg.reward.engine}
         kv = (
@@ -119,7 +122,7 @@ class Simulator(ClusterHost):
             self.cfg.cluster.mode,
             self.cfg.planner.strategy,
             self.cfg.preset,
-            opts.hardware.name,
+            hw.name,
             self.steps,
             table,
             self.costs,
@@ -328,9 +331,9 @@ class Simulator(ClusterHost):
             self.res.plans.append((snap, plan))
 
     # ShiftHost (pivot/shift/executor.py): each shift is a timed event
-    def migrate_off(self, role: str, rid: int) -> None:
+    def migrate_off(self, role: str, rids: list[int]) -> None:
         self._sync_stale(role)
-        self._apply(role, self.sched[role].shift_down([rid]))
+        self._apply(role, self.sched[role].shift_down(rids))
 
     def release(self, rid: int) -> None:
         self._start_shift(rid, False, self.now)

@@ -18,9 +18,11 @@ from pivot.plan import (
     make_planner,
     overall_throughput,
 )
+from pivot.plan.candidates import Candidate
 from pivot.plan.pairs import replica_rates
 from pivot.sched import Replica, SeqState, ThroughputModel
 from tests.plan.fig8 import TRAIN_ID, figure8
+from tests.plan.test_fast_eval import ref_scheduler
 
 
 def scheds_of(snap: ClusterSnapshot) -> dict:
@@ -160,18 +162,56 @@ def snapshots(draw: st.DrawFn) -> ClusterSnapshot:
     )
 
 
+def paper_benefit(
+    snap: ClusterSnapshot, cand: Candidate, horizon: float, migrate: bool = True
+) -> float:
+    """B = H * (T_cand - T_cur) - phi (paper §7, step 4), T the harmonic mean of eq. 1 over the
+    roles with sequences, each role's rate from the paper oracle (tests/sched/
+    reference_scheduler.py) shifted down then up on a copy: nothing of the planner's own."""
+    rates: dict[str, tuple[float, float]] = {}
+    n: dict[str, int] = {}
+    for role in ("rollout", "reward"):
+        s = ref_scheduler(snap, role, migrate)
+        n[role], before = s.num_sequences(), s.throughput()
+        ids = set(s.replica_ids)
+        down = sorted(r for r in cand.down if r in ids)
+        up = sorted(r for r in cand.up if r in ids)
+        if down:
+            s.shift_down(down)
+        if up:
+            s.shift_up(up)
+        rates[role] = (before, s.throughput())
+
+    def harmonic(which: int) -> float:
+        total = sum(n.values())
+        if total == 0:
+            return 0.0
+        if any(n[r] > 0 and rates[r][which] <= 0 for r in n):
+            return 0.0  # a role with work and no throughput stalls the pipeline
+        return total / sum(n[r] / rates[r][which] for r in n if n[r] > 0)
+
+    return horizon * (harmonic(1) - harmonic(0)) - cand.penalty
+
+
 @settings(max_examples=60, deadline=None)
 @given(snapshots(), st.floats(0.01, 100), st.floats(0, 50))
 def test_no_shift_when_no_benefit_is_positive(
     snap: ClusterSnapshot, horizon: float, tau: float
 ) -> None:
-    planner = PivotPlanner(PlannerConfig(horizon_s=horizon, tau_shift_s=tau))
+    """The plan is the candidate of largest positive benefit, each benefit recomputed by the
+    paper's formula on the paper oracle scheduler; no plan when none is positive."""
+    planner = PivotPlanner(PlannerConfig(horizon_s=horizon, tau_shift_s=tau, budget_s=0.0))
     plan = planner.plan(snap)
-    benefits = [b for _, b in planner.last_candidates]
+    cands = [c for c, _ in planner.last_candidates]
+    assert len(cands) == planner.last_num_candidates  # exhaustive: every candidate scored
+    oracle = [paper_benefit(snap, c, horizon) for c in cands]
     if plan is None:
-        assert all(b <= 0 for b in benefits)
+        assert all(b <= 1e-9 * max(1.0, abs(b)) for b in oracle)
     elif plan.up_role != Role.TRAIN:
-        assert plan.benefit > 0 and plan.benefit == max(benefits)
+        best = max(oracle)
+        assert best > 0 and plan.benefit == pytest.approx(best, rel=1e-9, abs=1e-6)
+        first = next(c for c, b in zip(cands, oracle) if b == pytest.approx(best, rel=1e-9))
+        assert (plan.up, plan.down) == (first.up, first.down)  # equal benefit: the smaller k
         held = snap.holders()
         for u in plan.up:  # every device of a shift-up slot is idle or freed by the plan
             assert all(held.get(d) in (None, *plan.down) for d in snap.by_id[u].devices)

@@ -1,4 +1,5 @@
-"""Bounded step 4: exact up to `max_evaluated` candidates, a consistent subset beyond it."""
+"""Bounded step 4: exact up to `max_evaluated` candidates (or the time budget), a consistent
+subset beyond it."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from hypothesis import strategies as st
 
 from pivot.config import ConfigError, PlannerConfig
 from pivot.plan import PivotPlanner, Role, coarse_to_fine
+from pivot.plan.search import within_budget
 from tests.plan.test_fast_eval import random_snapshot
 
 EXHAUSTIVE = 10**6
 
 
 def plan_with(seed: int, budget: int) -> tuple[PivotPlanner, object]:
-    planner = PivotPlanner(PlannerConfig(max_evaluated=budget))
+    planner = PivotPlanner(PlannerConfig(max_evaluated=budget, budget_s=0.0))
     return planner, planner.plan(random_snapshot(seed))
 
 
@@ -99,3 +101,49 @@ def test_coarse_to_fine_finds_a_unimodal_peak() -> None:
 def test_max_evaluated_is_validated() -> None:
     with pytest.raises(ConfigError, match="planner.max_evaluated"):
         PlannerConfig(max_evaluated=1)
+    with pytest.raises(ConfigError, match="planner.budget_s"):
+        PlannerConfig(budget_s=-1.0)
+    assert PlannerConfig().max_evaluated == 0  # no cap by default: the time budget decides
+
+
+class Clock:
+    """A clock each score advances by `cost` seconds (no real time in the test)."""
+
+    def __init__(self, cost: float) -> None:
+        self.t, self.cost = 0.0, cost
+
+    def __call__(self) -> float:
+        return self.t
+
+    def score(self, i: int) -> float:
+        self.t += self.cost
+        return -abs(i - 17)
+
+
+@pytest.mark.parametrize("budget_s", [0.0, 40.0, 1e9])
+def test_within_budget_is_exhaustive_when_the_whole_set_fits(budget_s: float) -> None:
+    clock = Clock(1.0)
+    calls: list[int] = []
+    got = within_budget(
+        list(range(1, 41)), 0, budget_s, lambda i: calls.append(i) or clock.score(i), clock
+    )
+    assert sorted(got) == list(range(40)) and sorted(calls) == list(range(40))
+    assert all(got[i] == -abs(i - 17) for i in got)
+
+
+@pytest.mark.parametrize("budget_s, want", [(39.0, 39), (5.0, 5), (0.5, 2)])
+def test_within_budget_scores_what_the_budget_affords(budget_s: float, want: int) -> None:
+    """40 candidates at 1 s each: the largest k's measures the cost; the rest of the search is
+    coarse-to-fine with the count the budget affords, never re-scoring the two ends."""
+    clock = Clock(1.0)
+    calls: list[int] = []
+    got = within_budget(
+        list(range(1, 41)), 0, budget_s, lambda i: calls.append(i) or clock.score(i), clock
+    )
+    assert calls[:2] == [0, 39] and len(calls) == len(set(calls)) == len(got) == want
+
+
+def test_within_budget_keeps_a_cap() -> None:
+    clock = Clock(0.0)
+    got = within_budget(list(range(1, 41)), 8, 10.0, clock.score, clock)
+    assert len(got) == 8 and 0 in got and 39 in got

@@ -19,8 +19,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
-    def migrate_off(self, role: str, rid: int) -> None:
-        self.calls.append(("migrate_off", role, rid))
+    def migrate_off(self, role: str, rids: list[int]) -> None:
+        self.calls.append(("migrate_off", role, rids))
 
     def release(self, rid: int) -> None:
         self.calls.append(("release", rid))
@@ -42,12 +42,13 @@ def executor(up: tuple[int, ...] = ()) -> tuple[ShiftExecutor, Recorder]:
 
 
 def test_actions_release_every_device_before_acquiring_it() -> None:
-    # rollout2 and rollout3 (devices 4-7) hand their devices over to reward1 (4-7)
+    # rollout2 and rollout3 (devices 4-7) hand their devices over to reward1 (4-7); both migrate
+    # off before either releases (one Algorithm 3 over the leaving set)
     got = plan_actions(plan(up=(5,), down=(2, 3)), table())
     assert got == [
         ShiftAction(Phase.MIGRATE_OFF, 2, "rollout", 2),
-        ShiftAction(Phase.RELEASE, 2, "rollout", 2),
         ShiftAction(Phase.MIGRATE_OFF, 3, "rollout", 3),
+        ShiftAction(Phase.RELEASE, 2, "rollout", 2),
         ShiftAction(Phase.RELEASE, 3, "rollout", 3),
         ShiftAction(Phase.ACQUIRE, 5, "reward", 1),
     ]
@@ -81,7 +82,7 @@ def test_execute_runs_the_actions_then_complete_joins_per_role_at_once() -> None
     ex, host = executor(up=(0, 1, 5))
     ex.execute(plan(up=(2, 3), down=(5,)))
     assert host.calls == [
-        ("migrate_off", "reward", 5),
+        ("migrate_off", "reward", [5]),
         ("release", 5),
         ("acquire", 2),
         ("acquire", 3),
@@ -172,3 +173,14 @@ def test_executor_times_each_plan_that_shifts_down_per_role_brought_up() -> None
     now[0] = 36.0
     ex.complete([5, 2, 3])
     assert ex.timer.means() == {"rollout": 5.0, "reward": 8.0}  # (4 + 6) / 2 and 8
+
+
+def test_the_leaving_set_of_a_role_migrates_off_in_one_call() -> None:
+    ex, host = executor(up=(0, 1, 2, 3))
+    ex.execute(plan(up=(5,), down=(2, 3)))
+    assert host.calls == [
+        ("migrate_off", "rollout", [2, 3]),
+        ("release", 2),
+        ("release", 3),
+        ("acquire", 5),
+    ]

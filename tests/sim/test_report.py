@@ -12,6 +12,7 @@ from pivot.sim.costs import build_cluster
 from pivot.sim.deploy import DEPLOYMENTS, Allocation, deployment
 from pivot.sim.report import (
     bound_s,
+    bound_share,
     breakdown,
     chain_s,
     critical_path_s,
@@ -160,3 +161,34 @@ def test_work_bound_of_a_static_deployment_by_hand(opts: SimOptions) -> None:
     ]
     want = max(sum(work[r] for r in s) / sum(pools[r] for r in s) for s in sets)
     assert work_bound_s(res) == pytest.approx(max(want, sum(res.train_s)))
+
+
+@pytest.mark.parametrize("train_devices", [1, 2, 4])
+def test_bound_share_is_the_runs_own(train_devices: int, opts: SimOptions) -> None:
+    """PivotRL at three training slots of one 8-device host: its bound is the larger of the
+    critical path and the cluster's work over its 8 devices (every inference slot may take any
+    device; training's own steps back to back are inside both), its kind names which ("train"
+    when it is those steps), and its share is the run's tokens/s over the bound's."""
+    res = simulate(deployment(small_cfg(train_devices=train_devices), "pivot"), opts)
+    cp = critical_path_s(res)
+    assert sum(res.train_s[res.warmup_steps : res.steps]) <= cp * (1 + 1e-12)
+    cluster = max(sum(work_s(res).values()) / 8, sum(res.train_s))
+    want = (cluster, "work") if cluster > cp else (cp, "path")
+    if want[0] <= sum(res.train_s) * (1 + 1e-9):
+        want = (want[0], "train")
+    got = bound_s(res)
+    assert got[1] == want[1] and got[0] == pytest.approx(want[0])
+    assert bound_share(res) == pytest.approx((res.tokens / res.measured_s) / (res.tokens / got[0]))
+
+
+def test_a_training_bound_run_names_its_train_bound(opts: SimOptions) -> None:
+    """A trainer 45x slower than nominal: in the steady state every step waits for training,
+    the bound is the measured steps' training back to back ("train"), met in full; the bench's
+    57% and 92% for one deployment at two slots were a "work" and such a bound."""
+    slow = dataclasses.replace(opts.hardware, train_mfu=0.01)
+    res = simulate(
+        deployment(small_cfg(train_devices=1), "pivot"),
+        dataclasses.replace(opts, hardware=slow, steps=4, warmup_steps=1),
+    )
+    assert bound_s(res) == (pytest.approx(sum(res.train_s[1:4])), "train")
+    assert bound_share(res) == pytest.approx(1.0)

@@ -53,6 +53,11 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         r"\n\s+16\s.*\byes\s*$",
         (),
     ),
+    "bench_planner_budget.py": (
+        ["--devices", "32", "--snapshots", "2"],
+        r"^cap 8\s+\d+\s",
+        (),
+    ),
     "bench_bound.py": (
         [
             "--groups",
@@ -217,6 +222,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
 ENTRY = {
     "bench_e2e_emulated.py": ["bench_e2e.py", "--emulated"],
     "bench_engine_vllm.py": ["bench_engine.py", "--vllm"],
+    "bench_planner_budget.py": ["bench_planner.py", "--budget"],
 }
 # tools whose exit code is their verdict on this machine, not a crash (pip cannot resolve nothing)
 VERDICT_EXIT = {"resolve_gpu_requirements.py": {0, 1}}
