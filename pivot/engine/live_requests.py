@@ -16,7 +16,7 @@ class LiveRequest:
     logprobs: list[float] = field(default_factory=list)
     added_version: int = 0
     """The engine's weights version when it was added: no token made here is older."""
-    marks: list[tuple[int, int]] = field(default_factory=list)
+    marks: list[tuple[int, int]] = field(default_factory=list, kw_only=True)
     """(version, index in `output_ids`) of each update the request ran through in place: the
     tokens from the index on came from that version or a newer one."""
 

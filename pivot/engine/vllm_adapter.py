@@ -195,7 +195,11 @@ class VllmEngine(LiveRequests):
         key = f"{request.id}.{self._adds}"
         self.engine.add_request(key, prompt, params)
         self._live[request.id] = _Live(
-            request, list(request.output_ids), list(request.output_logprobs), self._version, key
+            request,
+            list(request.output_ids),
+            list(request.output_logprobs),
+            added_version=self._version,
+            key=key,
         )
 
     def step(self) -> list[Output]:
