@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,7 @@ def test_main_job_on_vllm_with_shifts(tmp_path: Path, vllm_python: Path) -> None
     }
     for shape in shapes.values():  # measured in this run, not read from an earlier one
         shape.cache_file(PROFILE_CACHE).unlink(missing_ok=True)
+    started = time.time()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert exactly_once(run, STEPS, B, G).violations == []
@@ -58,8 +60,10 @@ def test_main_job_on_vllm_with_shifts(tmp_path: Path, vllm_python: Path) -> None
     # every engine's file removed: none left by a process that has ended (another test's engines,
     # running beside this one, still hold theirs)
     leaked = [
-        f for f in Path("/dev/shm").glob("pivot-vllm-*") if not alive(int(f.name.split("-")[2]))
-    ]
+        f
+        for f in Path("/dev/shm").glob("pivot-vllm-*")
+        if f.stat().st_mtime >= started and not alive(int(f.name.split("-")[2]))
+    ]  # files of this run only: a process killed before it (SIGKILL) could not remove its own
     assert leaked == []
     assert "pivot: done" in out.stdout
     # each role was profiled on vLLM at start-up (rank 0, through the engine protocol), not
