@@ -45,7 +45,6 @@ Mapping to the protocol:
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -59,7 +58,7 @@ from pivot.engine.live_requests import LiveRequest, LiveRequests
 from pivot.engine.model_runner import validate_weights
 from pivot.engine.sequence import AbortResult, Output, Request
 from pivot.engine.vllm_build import engine_builder, eos_ids
-from pivot.engine.vllm_weights import ShmSafetensors
+from pivot.engine.vllm_weights import ShmSafetensors, shm_file
 from pivot.gps.torch_specs import TORCH_DTYPES, specs_from_checkpoint
 from pivot.model.hf_folder import text_config
 
@@ -144,9 +143,7 @@ class VllmEngine(LiveRequests):
             )
             for s in specs
         }
-        shm = ShmSafetensors(
-            Path(shm_dir) / f"pivot-vllm-{os.getpid()}-{id(build):x}.safetensors", buffer_specs
-        )
+        shm = ShmSafetensors(shm_file(shm_dir, f"{id(build):x}"), buffer_specs)
         shapes = {s.name: tuple(s.shape) for s in specs}
         out = cls(build, config, shapes, shm, eos_ids(path, tokenizer), on_cuda)
         out.vocab_size = int(text_config(path)["vocab_size"])

@@ -92,6 +92,20 @@ def _unlink(path: str) -> None:
     Path(path).unlink(missing_ok=True)
 
 
+def shm_file(shm_dir: str | Path, key: str) -> Path:
+    """This process's weight file named `key` in `shm_dir`, after removing those of processes
+    that ended without removing theirs (SIGKILLed: a whole model's bytes each, in host memory)."""
+    for f in Path(shm_dir).glob("pivot-vllm-*.safetensors"):
+        pid = f.name.split("-")[2]
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:  # gone (a live process of another user answers PermissionError)
+            f.unlink(missing_ok=True)
+        except (ValueError, PermissionError):
+            continue
+    return Path(shm_dir) / f"pivot-vllm-{os.getpid()}-{key}.safetensors"
+
+
 class PivotWorkerExtension:
     """Mixed into every vLLM worker (`worker_extension_cls`); called by `collective_rpc` name."""
 

@@ -4,6 +4,7 @@ sees, the KV bytes its capacity is sized with, and the EOS ids that stop it."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,23 @@ def test_kv_bytes_and_eos_from_the_folder(tmp_path: Path) -> None:
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [151645, 151643]}))
     assert kv_bytes_per_token(tmp_path, torch.bfloat16) == 2 * 28 * 4 * 128 * 2  # 57,344 B
     assert eos_ids(tmp_path) == {151643, 151645}
+
+
+def test_weight_files_of_ended_processes_are_removed(tmp_path: Path) -> None:
+    """A SIGKILLed job leaves its shm weight file (a whole model's bytes in host memory); the next
+    engine built on the host removes it, and no live process's file."""
+    import subprocess
+    import sys
+
+    from pivot.engine.vllm_weights import shm_file
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    orphan = tmp_path / f"pivot-vllm-{ended.stdout.strip()}-1.safetensors"
+    live = tmp_path / f"pivot-vllm-{os.getppid()}-2.safetensors"
+    other = tmp_path / "pivot-vllm-notapid-3.safetensors"
+    for f in (orphan, live, other):
+        f.write_bytes(b"x")
+    mine = shm_file(tmp_path, "ab")
+    assert mine.name == f"pivot-vllm-{os.getpid()}-ab.safetensors" and not mine.exists()
+    assert not orphan.exists() and live.exists() and other.exists()
