@@ -104,7 +104,7 @@ def _plan(
     slices = refine(src, dst)
     if not balanced or local_first:
         sources = (
-            _local_first(slices, profile)
+            _greedy_generic(slices, profile, local_first=True)
             if balanced
             else [s.holders[0] for s in slices for _ in s.receivers]
         )
@@ -222,35 +222,25 @@ def _batch_info(
     return (counts[0], tuple(local)) if min(counts) == max(counts) else None
 
 
-def _local_first(slices: list[AtomicSlice], profile: LinkProfile) -> list[Place]:
-    """Each demand from a holder on its receiver's host (the least loaded one if several), else
-    from the remote holder with the smallest accumulated latency after taking it."""
+def _greedy_generic(
+    slices: list[AtomicSlice], profile: LinkProfile, local_first: bool = False
+) -> list[Place]:
+    """Each demand from the holder with the smallest accumulated latency after taking it; with
+    `local_first`, only among the holders on its receiver's host when there are any."""
     acc: dict[Place, float] = {}
     local_of: dict[tuple[int, int], tuple[Place, ...]] = {}  # (id(holders), host) -> local ones
     out: list[Place] = []
     for s in slices:
         for r in s.receivers:
-            key = (id(s.holders), r.host)
-            local = local_of.get(key)
-            if local is None:
-                local = local_of[key] = tuple(h for h in s.holders if h.host == r.host)
+            candidates = s.holders
+            if local_first:
+                key = (id(s.holders), r.host)
+                local = local_of.get(key)
+                if local is None:
+                    local = local_of[key] = tuple(h for h in s.holders if h.host == r.host)
+                candidates = local or s.holders
             best, best_t = s.holders[0], float("inf")
-            for h in local or s.holders:
-                t = acc.get(h, 0.0) + profile.cost(s.nbytes, h.host == r.host)
-                if t < best_t:
-                    best, best_t = h, t
-            acc[best] = best_t
-            out.append(best)
-    return out
-
-
-def _greedy_generic(slices: list[AtomicSlice], profile: LinkProfile) -> list[Place]:
-    acc: dict[Place, float] = {}
-    out: list[Place] = []
-    for s in slices:
-        for r in s.receivers:
-            best, best_t = s.holders[0], float("inf")
-            for h in s.holders:
+            for h in candidates:
                 t = acc.get(h, 0.0) + profile.cost(s.nbytes, h.host == r.host)
                 if t < best_t:
                     best, best_t = h, t
