@@ -164,18 +164,9 @@ class PagedAttention:
             seq_of_tok = torch.repeat_interleave(torch.arange(s), q_lens, output_size=n)
             pos = (ctx - q_lens - cu_q[:-1])[seq_of_tok] + torch.arange(n)
         n_blocks = -(-ctx // bs)
-        first_block = torch.zeros(s, dtype=torch.long)
-        first_block[1:] = n_blocks.cumsum(0)[:-1]
+        tables = block_tables(ctx, block_ids, bs, int(n_blocks.max()), 0)
         self.positions = pos.to(device)
-        self.slot_mapping = (block_ids[first_block[seq_of_tok] + pos // bs] * bs + pos % bs).to(
-            device
-        )
-        j = torch.arange(int(n_blocks.max()))
-        tables = torch.where(
-            j < n_blocks[:, None],
-            block_ids[(first_block[:, None] + j).clamp(max=len(block_ids) - 1)],
-            0,
-        )
+        self.slot_mapping = (tables[seq_of_tok, pos // bs] * bs + pos % bs).to(device)
         if kernel == "flash":
             cu_k = torch.zeros(s + 1, dtype=torch.int32)
             cu_k[1:] = ctx.cumsum(0)
@@ -287,6 +278,19 @@ class PagedAttention:
             block_table=self.block_table,
         )
         return out[None]
+
+
+def block_tables(
+    ctx: torch.Tensor, block_ids: torch.Tensor, block_size: int, width: int, fill: int
+) -> torch.Tensor:
+    """[S, width] block tables: each sequence's ceil(ctx / block_size) blocks, taken in turn from
+    the concatenated `block_ids` (`StepInput.block_ids`), then `fill`."""
+    n_blocks = -(-ctx // block_size)
+    first = torch.zeros_like(n_blocks)
+    first[1:] = n_blocks.cumsum(0)[:-1]
+    j = torch.arange(width)
+    picked = block_ids[(first[:, None] + j).clamp(max=len(block_ids) - 1)]
+    return torch.where(j < n_blocks[:, None], picked, fill)
 
 
 def _additive(seen: torch.Tensor, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:

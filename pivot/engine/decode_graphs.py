@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from pivot.engine.attention import KVCache, StepInput
+from pivot.engine.attention import KVCache, StepInput, block_tables
 
 try:  # optional GPU kernel, never required on CPU
     from flash_attn import flash_attn_with_kvcache  # type: ignore[import-not-found]
@@ -147,15 +147,8 @@ class StaticDecodeInput:
         bs, scratch = self.block_size, self.scratch
         ctx = step.ctx_lens.cpu()
         n = len(ctx)
-        n_blocks = -(-ctx // bs)
-        first = torch.zeros(n, dtype=torch.long)
-        first[1:] = n_blocks.cumsum(0)[:-1]
-        j = torch.arange(width)
-        ids = step.block_ids.cpu()
         table = torch.full((batch, width), scratch, dtype=torch.long)
-        table[:n] = torch.where(
-            j < n_blocks[:, None], ids[(first[:, None] + j).clamp(max=len(ids) - 1)], scratch
-        )
+        table[:n] = block_tables(ctx, step.block_ids.cpu(), bs, width, scratch)
         last = ctx - 1
         slots = torch.full((batch,), scratch * bs, dtype=torch.long)
         slots[:n] = table[torch.arange(n), last // bs] * bs + last % bs
@@ -221,6 +214,7 @@ class DecodeGraphs:
         self.why_not = why_not
         self.graphs: dict[tuple[int, int], EagerGraph | CudaGraph] = {}
         self.bufs: StaticDecodeInput | None = None
+        self.widths: list[int] = []  # context-width buckets in blocks (set with `bufs`)
         self.pool: object = None
         self.replays = self.captures = 0
         self.capture_s = 0.0  # spent capturing (what a shift up pays for the buckets it uses)
@@ -243,13 +237,14 @@ class DecodeGraphs:
         if not mode or len(step.token_ids) != n:  # not graphed, or prefill in the step
             return None
         batch = bucket_for(n, self.batch_sizes)
-        widest = -(-self.max_len // cache.block_size)
+        if self.bufs is None:
+            widest = -(-self.max_len // cache.block_size)
+            self.bufs = StaticDecodeInput.allocate(self.batch_sizes[-1], widest, cache)
+            self.widths = [widest] if self.kernel == "flash" else size_buckets(widest)
         blocks = -(-int(step.ctx_lens.max()) // cache.block_size)
-        width = widest if self.kernel == "flash" else bucket_for(blocks, size_buckets(widest))
+        width = bucket_for(blocks, self.widths)
         if batch is None or width is None:
             return None
-        if self.bufs is None:
-            self.bufs = StaticDecodeInput.allocate(self.batch_sizes[-1], widest, cache)
         graph = self.graphs.get((batch, width))
         if graph is None:
             graph = self._capture(mode, batch, width, cache)
