@@ -8,12 +8,13 @@ copy only if that slot's counter was even and unchanged across the copy and its 
 
 from __future__ import annotations
 
+import fcntl
 import os
-import re
 
 import torch
 
 HEADER_BYTES = 4096
+CREATING = ".creating-"  # suffix (and pid) of a GPS file not yet renamed into place
 MAGIC = 0x5049564F54475053  # "PIVOTGPS"
 # header word indices
 W_MAGIC, W_PUB_SLOT, W_PUB_VERSION = 0, 1, 2
@@ -26,35 +27,6 @@ def shm_path(namespace: str, host: int, model: str) -> str:
     """Per-host file name; the host id in the name lets one machine play several hosts."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model)
     return f"/dev/shm/{namespace}_h{host}_{safe}"
-
-
-def remove_namespaces(namespaces: list[str], host: int) -> list[str]:
-    """Delete `host`'s files of every namespace in `namespaces` (those of a job attempt that was
-    killed before it could close them); returns the paths removed."""
-    removed = []
-    for name in os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []:
-        if any(name.startswith(f"{ns}_h{host}_") for ns in namespaces):
-            os.unlink(f"/dev/shm/{name}")
-            removed.append(f"/dev/shm/{name}")
-    return removed
-
-
-def remove_other_attempts(namespace: str, host: int) -> list[str]:
-    """Delete `host`'s files of every other attempt of the job whose attempt `namespace` is
-    (`<job>-<attempt>`): the ones killed before they could close them. Only the files of one
-    job and host: another job's, or another emulated host's on this machine, stay."""
-    job, _, _ = namespace.rpartition("-")
-    mine = re.compile(rf"{re.escape(job)}-\d+_h{host}_")
-    return remove_namespaces(
-        sorted(
-            {
-                name.split(f"_h{host}_")[0]
-                for name in (os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else [])
-                if mine.match(name) and not name.startswith(f"{namespace}_h{host}_")
-            }
-        ),
-        host,
-    )
 
 
 def pin(raw: torch.Tensor) -> bool:
@@ -78,14 +50,31 @@ class SharedBuffer:
             raise FileNotFoundError(
                 f"GPS buffer {path} missing or of the wrong size (want {self.size} B)"
             )
-        self.raw = torch.from_file(path, shared=True, size=self.size, dtype=torch.uint8)
-        self.header = self.raw[:HEADER_BYTES].view(torch.int64)
         self.owner = create
+        self._lock_fd = -1
         if create:
-            self.header.zero_()
-            self.header[W_PUB_SLOT] = -1
-            self.header[W_MAGIC] = MAGIC
+            self.raw = self._create_locked()
+        else:
+            self.raw = torch.from_file(path, shared=True, size=self.size, dtype=torch.uint8)
+        self.header = self.raw[:HEADER_BYTES].view(torch.int64)
         self._pinned = pin(self.raw)
+
+    def _create_locked(self) -> torch.Tensor:
+        """Create the file under a temporary name, take its lock, write the header, then rename it
+        into place: a file under the real name always has a header and a holder of its lock while
+        its creator lives (`pivot/gps/shm_sweep.py` removes the ones whose creator died)."""
+        tmp = f"{self.path}{CREATING}{os.getpid()}"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, self.size)
+        raw = torch.from_file(tmp, shared=True, size=self.size, dtype=torch.uint8)
+        header = raw[:HEADER_BYTES].view(torch.int64)
+        header.zero_()
+        header[W_PUB_SLOT] = -1
+        header[W_MAGIC] = MAGIC
+        os.rename(tmp, self.path)
+        self._lock_fd = fd
+        return raw
 
     def slot(self, i: int) -> torch.Tensor:
         start = HEADER_BYTES + i * self.slot_bytes
@@ -109,7 +98,16 @@ class SharedBuffer:
         if self._pinned:
             torch.cuda.cudart().cudaHostUnregister(self.raw.data_ptr())
             self._pinned = False
-        if unlink and os.path.exists(self.path):
+        if unlink:
+            self.remove_file()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def remove_file(self) -> None:
+        """Unlink the file (its creator's job is ending): memory mapped by live processes stays
+        theirs until they exit; nothing else is touched, so this is safe in a signal handler."""
+        if os.path.exists(self.path):
             os.unlink(self.path)
 
 

@@ -8,10 +8,11 @@ unpublished slot of every host; the version is published only after every host's
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -131,6 +132,22 @@ class GPSStore:
             self.kv.wait([self._key(model, host) + "/ready"])
             buf = SharedBuffer(path, size, create=False)
         self.buffers[model] = buf
+
+    def remove_files(self) -> None:
+        """Unlink the shm files this process created (its job is ending in failure); safe in a
+        signal handler. What other processes mapped stays theirs until they exit."""
+        for buf in self.buffers.values():
+            if buf.owner:
+                buf.remove_file()
+
+    @contextlib.contextmanager
+    def removed_on_failure(self) -> Iterator[None]:
+        """Unlink this process's shm files when the block raises: the job is ending."""
+        try:
+            yield
+        except BaseException:
+            self.remove_files()
+            raise
 
     def close(self) -> None:
         """Release memory registrations; local rank 0 removes its shm files."""

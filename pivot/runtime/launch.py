@@ -16,7 +16,8 @@ from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable, create_groups, describe
 from pivot.engine.kv_export import sweep
 from pivot.engine.kv_transport import KVPlace
-from pivot.gps.shm import remove_other_attempts, shm_path
+from pivot.gps.shm import shm_path
+from pivot.gps.shm_sweep import remove_dead_namespaces
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.gps.transfer_plan import LinkProfile
@@ -72,8 +73,11 @@ def model_paths(cfg: PivotConfig) -> tuple[Path, Path]:
     return Path(cfg.model.policy or tiny.policy), Path(cfg.model.genrm or tiny.genrm)
 
 
-def _stopped_by_torchrun(ckpt: Checkpointer) -> None:
-    """torchrun SIGTERMs every rank when one fails; say what happened and how to go on."""
+def _stopped_by_torchrun(ckpt: Checkpointer, gps: GPSStore) -> None:
+    """torchrun SIGTERMs every rank when one fails; free this host's GPS files, say what happened
+    and how to go on. Rank 0 only: a Python handler waits for a blocking collective to return,
+    and the other hosts' files go at the next start there (pivot/gps/shm_sweep.py)."""
+    gps.remove_files()
     newest = ckpt.newest()
     where = (
         f"the newest checkpoint is {newest}"
@@ -178,10 +182,11 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     start_step = resume[1]["step"] if resume else 0
     store = dist.distributed_c10d._get_default_store()
     # GPS's names carry the attempt all ranks agreed on (pivot/runtime/attempt.py), never a
-    # dead attempt's; killed attempts never closed their GPS files: one copy of each model apiece
+    # dead attempt's. Attempts (of this job or any other) whose GPS creator died left two copies
+    # of each model in /dev/shm: whichever job starts next on the host removes them.
     run_id = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}-{attempt}"
     if spec.local_rank == 0:
-        remove_other_attempts(f"pivot-{run_id}", spec.host)
+        remove_dead_namespaces()
     host_of = tuple(spec.host_of(r) for r in range(spec.world_size))
     gps = GPSStore(
         store,
@@ -190,135 +195,142 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         profile=LinkProfile(remote_bw=cfg.cluster.network_gb_s * 1e9),
         local_first=cfg.cluster.gps_local_first,
     )
-    # every rank needs the tensor list, only rank 0 the tensors: read headers, not weights
-    specs = {
-        "policy": specs_from_checkpoint(policy_src),
-        "genrm": specs_from_checkpoint(genrm_path),
-    }
-    served_whole = frozenset(  # by a production engine, which shards the model itself
-        r
-        for r, c in (("rollout", cfg.rollout), ("reward", cfg.reward))
-        if c.engine.backend != "embedded"
-    )
-    weights = WeightService(
-        gps,
-        specs,
-        host_of,
-        table.train,
-        start_step,
-        device,
-        cfg.cluster.host_memory_gb,
-        verify=cfg.log.verify_weights,
-        dtype=cfg.model.dtype,
-        whole=served_whole,
-    )
-
-    def rank0_startup() -> (
-        ControllerThread
-    ):  # minutes for a large model: waited for without a timeout
-        weights.publish("policy", load_state_dict(policy_src))
-        weights.publish("genrm", load_state_dict(genrm_path))
-        # the dataset is read here: a bad one stops every rank in one line
-        return start_controller(
-            cfg,
-            spec,
-            table,
-            store,
-            policy_path,
-            genrm_path,
-            ckpt,
-            resume,
+    # a failing job (an exception here, on any rank) unlinks the GPS files this rank created:
+    # two copies of each model in host memory would otherwise outlive it
+    with gps.removed_on_failure():
+        # every rank needs the tensor list, only rank 0 the tensors: read headers, not weights
+        specs = {
+            "policy": specs_from_checkpoint(policy_src),
+            "genrm": specs_from_checkpoint(genrm_path),
+        }
+        served_whole = frozenset(  # by a production engine, which shards the model itself
+            r
+            for r, c in (("rollout", cfg.rollout), ("reward", cfg.reward))
+            if c.engine.backend != "embedded"
+        )
+        weights = WeightService(
+            gps,
+            specs,
+            host_of,
+            table.train,
             start_step,
             device,
-            backend,
+            cfg.cluster.host_memory_gb,
+            verify=cfg.log.verify_weights,
+            dtype=cfg.model.dtype,
+            whole=served_whole,
         )
 
-    try:  # afterwards the controller's address is in the store and GPS holds both models
-        controller = run_on_rank0(
-            store,
-            spec.rank,
-            "startup",
-            "loading the models into GPS and starting the controller",
-            rank0_startup,
+        def rank0_startup() -> (
+            ControllerThread
+        ):  # minutes for a large model: waited for without a timeout
+            weights.publish("policy", load_state_dict(policy_src))
+            weights.publish("genrm", load_state_dict(genrm_path))
+            # the dataset is read here: a bad one stops every rank in one line
+            return start_controller(
+                cfg,
+                spec,
+                table,
+                store,
+                policy_path,
+                genrm_path,
+                ckpt,
+                resume,
+                start_step,
+                device,
+                backend,
+            )
+
+        try:  # afterwards the controller's address is in the store and GPS holds both models
+            controller = run_on_rank0(
+                store,
+                spec.rank,
+                "startup",
+                "loading the models into GPS and starting the controller",
+                rank0_startup,
+            )
+        except Rank0Failed:
+            if heartbeat is not None:
+                heartbeat.stop()
+            gps.close()
+            dist.destroy_process_group()
+            return 2
+        tok_file = policy_path / "tokenizer.json"
+        # migrated sequences' KV waits in host shm beside GPS's buffers (cleaned with them on restart)
+        kv_prefix = shm_path(f"pivot-{run_id}", spec.host, "kv") if cfg.planner.kv_migration else ""
+        # where this rank's exports can be read from (pivot/engine/kv_transport.py): its host's shm,
+        # GPS's NIXL agent when the job spans hosts, CUDA IPC on a GPU
+        multi_host = len(set(gps.info.host_of)) > 1
+        kv_place = KVPlace(
+            spec.host,
+            str(device).startswith("cuda"),
+            gps.link if kv_prefix and multi_host else None,
         )
-    except Rank0Failed:
-        if heartbeat is not None:
+        inference = {
+            "rollout": InferenceRole(
+                "rollout",
+                policy_path,
+                cfg.rollout.engine,
+                cfg.model,
+                device,
+                cfg.seed + spec.rank,
+                spec.local_rank,
+                kv_prefix,
+                kv_place,
+            ),
+            "reward": InferenceRole(
+                "reward",
+                genrm_path,
+                cfg.reward.engine,
+                cfg.model,
+                device,
+                cfg.seed + spec.rank,
+                spec.local_rank,
+                kv_prefix,
+                kv_place,
+            ),
+        }
+        trainer = TrainingRole(
+            ModelArgs.load(policy_path),
+            groups[table.train.name] if spec.rank in table.train.ranks else None,
+            cfg.train,
+            device,
+            cfg.rollout.temperature,
+            resume[0] if resume else None,
+            tok_file if tok_file.is_file() else None,
+            cfg.model.dtype,
+            cfg.model.attention,
+            cfg.model.linear,
+            policy_path,  # the KL loss's reference: the initial policy, not a resumed checkpoint
+        )
+        if backend is not None:
+            inference, trainer = backend.install(cfg, spec, inference, trainer)
+        worker = Worker(
+            spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights
+        )
+        if spec.rank == 0:
+            signal.signal(signal.SIGTERM, lambda *_: _stopped_by_torchrun(ckpt, gps))
+        try:
+            worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
+        finally:  # production engines run processes (and shm files) of their own
+            for role in inference.values():
+                role.close()
+        if backend is not None:  # every rank's records are on disk before rank 0 sums them up
+            backend.finish(cfg.log.dir, spec.rank)
+            dist.barrier()
+        if controller is not None:
+            controller.join()
+            status = f"failed: {controller.failed}" if controller.failed else "done"
+            extra = backend.summary_lines(cfg.log.dir) if backend is not None else []
+            print(run_summary(cfg.log.dir, ckpt.dir, status, extra), flush=True)
+        dist.barrier()
+        if heartbeat is not None:  # past the last barrier every rank leaves when it is done
             heartbeat.stop()
+        if (
+            kv_prefix and spec.local_rank == 0
+        ):  # KV of sequences nobody resumed (the job ended first)
+            sweep(kv_prefix)
         gps.close()
         dist.destroy_process_group()
-        return 2
-    tok_file = policy_path / "tokenizer.json"
-    # migrated sequences' KV waits in host shm beside GPS's buffers (cleaned with them on restart)
-    kv_prefix = shm_path(f"pivot-{run_id}", spec.host, "kv") if cfg.planner.kv_migration else ""
-    # where this rank's exports can be read from (pivot/engine/kv_transport.py): its host's shm,
-    # GPS's NIXL agent when the job spans hosts, CUDA IPC on a GPU
-    multi_host = len(set(gps.info.host_of)) > 1
-    kv_place = KVPlace(
-        spec.host, str(device).startswith("cuda"), gps.link if kv_prefix and multi_host else None
-    )
-    inference = {
-        "rollout": InferenceRole(
-            "rollout",
-            policy_path,
-            cfg.rollout.engine,
-            cfg.model,
-            device,
-            cfg.seed + spec.rank,
-            spec.local_rank,
-            kv_prefix,
-            kv_place,
-        ),
-        "reward": InferenceRole(
-            "reward",
-            genrm_path,
-            cfg.reward.engine,
-            cfg.model,
-            device,
-            cfg.seed + spec.rank,
-            spec.local_rank,
-            kv_prefix,
-            kv_place,
-        ),
-    }
-    trainer = TrainingRole(
-        ModelArgs.load(policy_path),
-        groups[table.train.name] if spec.rank in table.train.ranks else None,
-        cfg.train,
-        device,
-        cfg.rollout.temperature,
-        resume[0] if resume else None,
-        tok_file if tok_file.is_file() else None,
-        cfg.model.dtype,
-        cfg.model.attention,
-        cfg.model.linear,
-        policy_path,  # the KL loss's reference: the initial policy, not a resumed checkpoint
-    )
-    if backend is not None:
-        inference, trainer = backend.install(cfg, spec, inference, trainer)
-    worker = Worker(
-        spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights
-    )
-    if spec.rank == 0:
-        signal.signal(signal.SIGTERM, lambda *_: _stopped_by_torchrun(ckpt))
-    try:
-        worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
-    finally:  # production engines run processes (and shm files) of their own
-        for role in inference.values():
-            role.close()
-    if backend is not None:  # every rank's records are on disk before rank 0 sums them up
-        backend.finish(cfg.log.dir, spec.rank)
-        dist.barrier()
-    if controller is not None:
-        controller.join()
-        status = f"failed: {controller.failed}" if controller.failed else "done"
-        extra = backend.summary_lines(cfg.log.dir) if backend is not None else []
-        print(run_summary(cfg.log.dir, ckpt.dir, status, extra), flush=True)
-    dist.barrier()
-    if heartbeat is not None:  # past the last barrier every rank leaves when it is done
-        heartbeat.stop()
-    if kv_prefix and spec.local_rank == 0:  # KV of sequences nobody resumed (the job ended first)
-        sweep(kv_prefix)
-    gps.close()
-    dist.destroy_process_group()
-    failed = controller.failed if controller is not None else None
-    return 1 if failed else 0
+        failed = controller.failed if controller is not None else None
+        return 1 if failed else 0

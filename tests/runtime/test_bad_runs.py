@@ -4,13 +4,16 @@ in one line after `train.max_bad_steps` in a row, its checkpoints intact."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pivot.gps.shm_sweep import dead_gps_files
 from pivot.runtime.manifest import problem
 from tests.runtime.models import random_models
 from tests.runtime.test_runtime import rows, torchrun
@@ -57,6 +60,7 @@ def test_nan_steps_are_skipped_then_abort_with_checkpoints_intact(
     verifier.write_text(
         "import random\n\n\ndef score(response, ground_truth):\n    return random.random()\n"
     )
+    t0 = time.time()
     code, out = run(
         models,
         tmp_path / "run",
@@ -88,6 +92,8 @@ def test_nan_steps_are_skipped_then_abort_with_checkpoints_intact(
     checkpoints = sorted((tmp_path / "run" / "checkpoints").iterdir())
     assert [p.name for p in checkpoints] == ["step_000001", "step_000002"]
     assert [problem(p) for p in checkpoints] == [None, None]
+    # the failed job freed its GPS files (two copies of each model in host memory) on its way out
+    assert not [p for p in dead_gps_files() if os.stat(p).st_mtime >= t0]
 
 
 def test_context_overrun_is_refused_at_startup(models: tuple[Path, Path], tmp_path: Path) -> None:
