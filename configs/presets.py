@@ -83,7 +83,7 @@ def tiny_cpu() -> PivotConfig:
 def _paper_group(
     name: str,
     policy: tuple[str, float, int],
-    genrm: tuple[str, float, float, int],
+    genrm: tuple[str, float, float, int, bool],
     world: int,
     train_devices: int,
     micro_batch_tokens: int,
@@ -92,14 +92,18 @@ def _paper_group(
     """One of the paper's groups on 8-GPU H20 nodes (96 GB, NVLink, 50 GB/s InfiniBand), training
     with activation checkpointing.
 
-    Backends (docs/gpu.md): the policy's rollout runs on the embedded engine (its weights change
-    every step and a GPS Read fills its TP slices in place; the profiler fits the planner's
-    constants for it; its decode steps replay CUDA graphs, never yet run on a GPU), the GenRM on
-    sglang (never written; MoE and hybrid GenRMs get sglang's fused kernels), training on FSDP2."""
+    Each role runs on a path that has run on a GPU where one exists (docs/gpu.md, "Which backend
+    serves each role", issue 45 item 4): torch SDPA (flash-attn has never run on one), the
+    embedded engine with eager decode steps for dense models (its CUDA graphs have not run
+    either), FSDP2 bf16 training. MoE and hybrid GenRMs have no such path: they go to sglang
+    (fused MoE kernels; never written, loaded once per shift up), argued rather than measured."""
     p_name, p_b, p_tp = policy
-    g_name, g_b, g_active_b, g_tp = genrm
+    g_name, g_b, g_active_b, g_tp, g_moe = genrm
     gpu_engine = EngineConfig(
-        kv_capacity_tokens=262144, max_running_seqs=256, max_prefill_tokens=16384
+        kv_capacity_tokens=262144,
+        max_running_seqs=256,
+        max_prefill_tokens=16384,
+        decode_graphs="off",
     )
     return PivotConfig(
         preset=name,
@@ -110,7 +114,6 @@ def _paper_group(
             genrm_params_b=g_b,
             genrm_active_params_b=g_active_b,
             dtype="bfloat16",
-            attention="flash",
         ),
         # the paper caps prompt/policy/GenRM at 2K/15K/20K tokens (the GenRM less where its context is shorter)
         rollout=RolloutConfig(
@@ -124,7 +127,7 @@ def _paper_group(
             tp=g_tp,
             replicas=1,
             max_new_tokens=genrm_tokens,
-            engine=_with_backend(gpu_engine, "sglang"),
+            engine=_with_backend(gpu_engine, "sglang") if g_moe else gpu_engine,
         ),
         train=TrainConfig(
             devices=train_devices,
@@ -153,7 +156,7 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
     "qwen2.5-1.5b+glm-z1-9b": lambda: _paper_group(
         "qwen2.5-1.5b+glm-z1-9b",
         ("Qwen2.5-1.5B", 1.5, 1),
-        ("GLM-Z1-9B-0414", 9.0, 9.0, 1),
+        ("GLM-Z1-9B-0414", 9.0, 9.0, 1, False),
         32,
         16,
         32768,
@@ -162,7 +165,7 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
     "qwen2.5-7b+qwen3-30b-a3b": lambda: _paper_group(
         "qwen2.5-7b+qwen3-30b-a3b",
         ("Qwen2.5-7B", 7.6, 1),
-        ("Qwen3-30B-A3B", 30.5, 3.3, 4),
+        ("Qwen3-30B-A3B", 30.5, 3.3, 4, True),
         32,
         8,
         32768,
@@ -170,7 +173,7 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
     "qwen2.5-32b+qwen3-30b-a3b": lambda: _paper_group(
         "qwen2.5-32b+qwen3-30b-a3b",
         ("Qwen2.5-32B", 32.8, 4),
-        ("Qwen3-30B-A3B", 30.5, 3.3, 4),
+        ("Qwen3-30B-A3B", 30.5, 3.3, 4, True),
         64,
         32,
         LONGEST_SAMPLE,
@@ -178,7 +181,7 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
     "qwen2.5-72b+qwen3.5-122b-a10b": lambda: _paper_group(
         "qwen2.5-72b+qwen3.5-122b-a10b",
         ("Qwen2.5-72B", 72.7, 8),
-        ("Qwen3.5-122B-A10B", 122.0, 10.0, 8),
+        ("Qwen3.5-122B-A10B", 122.0, 10.0, 8, True),
         128,
         64,
         LONGEST_SAMPLE,
