@@ -82,11 +82,15 @@ def time_engine(
 ) -> tuple[float, tuple[int, float]]:
     """(ms per decode step over `a.steps` steps after `a.warmup`, (graphs captured, seconds
     capturing them))."""
-    new = a.warmup + a.steps + 2
+    prefill_tokens = max(2048, a.prompt)
+    # the sequences admitted first decode during the later prefill steps: none may finish inside
+    # the timed steps, so each may make one token per prefill step on top of the rest
+    prefill_steps = -(-batch * a.prompt // prefill_tokens)
+    new = prefill_steps + a.warmup + a.steps + 2
     cfg = EngineConfig(
         kv_capacity_tokens=batch * (a.prompt + new + 16) + 256,
         max_running_seqs=batch,
-        max_prefill_tokens=max(2048, a.prompt),
+        max_prefill_tokens=prefill_tokens,
         decode_graphs=graphs,
     )
     engine = Engine(model, cfg, device=a.device)
