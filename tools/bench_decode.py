@@ -132,8 +132,8 @@ def time_generate(model: CausalLM, batch: int, a: argparse.Namespace) -> float |
         rope_theta=m.rope_theta, max_position_embeddings=m.max_position_embeddings,
     )  # fmt: skip
     dtype = next(model.parameters()).dtype
-    with torch.device(a.device):
-        hf = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with torch.device(a.device):  # no dtype keyword: transformers 4.x calls it torch_dtype
+        hf = transformers.AutoModelForCausalLM.from_config(config).to(dtype)
     missing, unexpected = hf.load_state_dict(model.state_dict(), strict=False)
     if unexpected or [k for k in missing if k != "lm_head.weight"]:
         raise RuntimeError(f"transformers' Qwen2 names differ: {missing[:3]} {unexpected[:3]}")
