@@ -161,3 +161,26 @@ def test_cuda_graphs_give_the_eager_engines_greedy_tokens(tmp_path: Path) -> Non
     assert graphed.runner.graphs.replays > 0
     same = sum(got[i].output_ids == ref[i].output_ids for i in ref)
     assert same == len(ref), f"{same} of {len(ref)} sequences equal"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_bf16_cuda_graphs_replay_what_the_same_path_computes_eagerly(tmp_path: Path) -> None:
+    """In bf16 the graphed and the eager attention may round apart; the capture itself must not:
+    replays give the tokens and log-probs of the very same path run without capturing."""
+    torch.manual_seed(0)
+    from pivot.model import save_pretrained
+
+    save_pretrained(CausalLM(tiny_args()), tmp_path)
+
+    def bf16(mode: str) -> Engine:
+        return Engine.from_pretrained(
+            tmp_path, replace(CFG, decode_graphs=mode), dtype="bfloat16", device="cuda"
+        )
+
+    ref, graphed = generate(bf16("eager")), bf16("cuda")
+    got = generate(graphed)
+    assert graphed.runner.graphs.replays > 0
+    assert {i: o.output_ids for i, o in got.items()} == {i: o.output_ids for i, o in ref.items()}
+    for i in ref:
+        assert got[i].output_logprobs == pytest.approx(ref[i].output_logprobs, abs=1e-3)
