@@ -13,7 +13,10 @@ run eagerly) and once without. References measured in the same run:
 - transformers' `generate` on the same weights, a static batch of B: (time for 1 + S new tokens
   minus time for 1) / S.
 `capture s` is the time spent capturing the graphs the timed steps used: what a shift up, which
-drops the graphs with the weights' storage, pays again for the batch sizes it meets.
+drops the graphs with the weights' storage, pays again for the batch sizes it meets. `host ms` is
+the engine's own bookkeeping per decode step (scheduling, the step input, sampling, per-sequence
+updates), timed with the model runner returning the last logits it computed: serialized with the
+device's work (the sampler waits for the logits), so the graphed step cannot beat it.
 Ends with the goals of issue 45 (batch 64 within 2x the floor, batch 1 within 3x, batch 256
 tokens/s at least 5x the eager engine's), each met or missed. Regime beside every figure: shape,
 dtype, device, prompt length.
@@ -79,14 +82,15 @@ def sync(device: str) -> None:
 
 def time_engine(
     model: CausalLM, batch: int, a: argparse.Namespace, graphs: str
-) -> tuple[float, tuple[int, float]]:
+) -> tuple[float, tuple[int, float], float]:
     """(ms per decode step over `a.steps` steps after `a.warmup`, (graphs captured, seconds
-    capturing them))."""
+    capturing them), host ms per step: the same steps with the model runner's work replaced by
+    the last logits it returned, what the engine's bookkeeping costs alone)."""
     prefill_tokens = max(2048, a.prompt)
     # the sequences admitted first decode during the later prefill steps: none may finish inside
     # the timed steps, so each may make one token per prefill step on top of the rest
     prefill_steps = -(-batch * a.prompt // prefill_tokens)
-    new = prefill_steps + a.warmup + a.steps + 2
+    new = prefill_steps + a.warmup + 2 * a.steps + 3  # the timed steps twice: all, then host
     cfg = EngineConfig(
         kv_capacity_tokens=batch * (a.prompt + new + 16) + 256,
         max_running_seqs=batch,
@@ -111,11 +115,20 @@ def time_engine(
     sync(a.device)
     ms = (time.perf_counter() - t0) / a.steps * 1e3
     captures = (engine.runner.graphs.captures, engine.runner.graphs.capture_s)
+    runner = engine.runner
+    logits = runner.run(runner.build_input(engine.scheduler.schedule(), engine.blocks, []))
+    runner.run = lambda step: logits  # type: ignore[method-assign]  # bookkeeping alone
+    sync(a.device)
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        engine.step()
+    sync(a.device)
+    host_ms = (time.perf_counter() - t0) / a.steps * 1e3
     engine.runner.graphs.clear()  # not `release`: that would free the weights the next run uses
     del engine
     if a.device.startswith("cuda"):
         torch.cuda.empty_cache()
-    return ms, captures
+    return ms, captures, host_ms
 
 
 def time_generate(model: CausalLM, batch: int, a: argparse.Namespace) -> float | None:
@@ -186,11 +199,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     graphed = "auto" if cuda else "eager"
     print(f"{'batch':>5}{'graphs ms':>11}{'eager ms':>10}{'floor ms':>10}{'x floor':>9}"
-          f"{'generate ms':>13}{'graphs tok/s':>14}{'eager tok/s':>13}{'graphs':>8}{'capture s':>11}")  # fmt: skip
+          f"{'generate ms':>13}{'graphs tok/s':>14}{'eager tok/s':>13}{'graphs':>8}{'capture s':>11}"
+          f"{'host ms':>9}")  # fmt: skip
     rows = []
     for batch in [int(b) for b in a.batches.split(",")]:
-        g_ms, (captured, capture_s) = time_engine(model, batch, a, graphed)
-        e_ms, _ = time_engine(model, batch, a, "off")
+        g_ms, (captured, capture_s), host_ms = time_engine(model, batch, a, graphed)
+        e_ms, _, _ = time_engine(model, batch, a, "off")
         floor = (
             step_bytes(model, batch, a.prompt + a.warmup + a.steps // 2) / (gbps * 1e9) * 1e3
             if gbps
@@ -198,12 +212,13 @@ def main(argv: list[str] | None = None) -> None:
         )
         hf_ms = None if a.no_generate else time_generate(model, batch, a)
         rows.append(dict(batch=batch, graphs_ms=g_ms, eager_ms=e_ms, floor_ms=floor, generate_ms=hf_ms,
-                         graphs_captured=captured, capture_s=capture_s))  # fmt: skip
+                         graphs_captured=captured, capture_s=capture_s, host_ms=host_ms))  # fmt: skip
         print(
             f"{batch:>5}{g_ms:>11.2f}{e_ms:>10.2f}{floor:>10.2f}"
             f"{(g_ms / floor if floor else float('nan')):>9.2f}"
             f"{(hf_ms if hf_ms is not None else float('nan')):>13.2f}"
-            f"{batch / g_ms * 1e3:>14,.0f}{batch / e_ms * 1e3:>13,.0f}{captured:>8}{capture_s:>11.2f}",
+            f"{batch / g_ms * 1e3:>14,.0f}{batch / e_ms * 1e3:>13,.0f}{captured:>8}{capture_s:>11.2f}"
+            f"{host_ms:>9.2f}",
             flush=True,
         )
     by = {r["batch"]: r for r in rows}
