@@ -98,17 +98,11 @@ class SharedBuffer:
         if self._pinned:
             torch.cuda.cudart().cudaHostUnregister(self.raw.data_ptr())
             self._pinned = False
-        if unlink:
-            self.remove_file()
+        if unlink and os.path.exists(self.path):
+            os.unlink(self.path)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
-
-    def remove_file(self) -> None:
-        """Unlink the file (its creator's job is ending): memory mapped by live processes stays
-        theirs until they exit; nothing else is touched, so this is safe in a signal handler."""
-        if os.path.exists(self.path):
-            os.unlink(self.path)
 
 
 def header_values_after_begin(words: list[int], slot: int) -> list[int]:

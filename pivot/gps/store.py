@@ -32,6 +32,7 @@ from pivot.gps.shm import (
     readable,
     shm_path,
 )
+from pivot.gps.shm_sweep import remove_namespaces
 from pivot.gps.torch_specs import DTYPE_NAMES, TORCH_DTYPES
 from pivot.gps.transfer_plan import LinkProfile, PlanCache
 
@@ -134,11 +135,11 @@ class GPSStore:
         self.buffers[model] = buf
 
     def remove_files(self) -> None:
-        """Unlink the shm files this process created (its job is ending in failure); safe in a
-        signal handler. What other processes mapped stays theirs until they exit."""
-        for buf in self.buffers.values():
-            if buf.owner:
-                buf.remove_file()
+        """Local rank 0: unlink every file of this job attempt on this host, GPS's buffers and the
+        K/V exports of migrating sequences (its job is ending in failure); safe in a signal
+        handler. What other processes mapped stays theirs until they exit."""
+        if self.info.local_rank == 0:
+            remove_namespaces([self.namespace], self.info.host)
 
     @contextlib.contextmanager
     def removed_on_failure(self) -> Iterator[None]:

@@ -53,6 +53,25 @@ def test_versions_double_buffered(solo):
         solo.read("m", full, version=1)
 
 
+def test_a_failure_removes_this_attempts_files_on_this_host_and_nothing_else() -> None:
+    ns = f"pivot-gpst{uuid.uuid4().hex[:8]}-0"
+    store = GPSStore(dist.HashStore(), HostInfo(0, 0, 0, (0,)), namespace=ns)
+    store.register(replicated_layout("m", SPECS, [0]))
+    kv = f"/dev/shm/{ns}_h0_kv_rollout0_s3_n1_r0"  # a migrating sequence's export
+    other = f"/dev/shm/{ns}x_h0_m"  # another job whose name extends this one's
+    for path in (kv, other):
+        open(path, "wb").close()
+    try:
+        with pytest.raises(RuntimeError, match="boom"), store.removed_on_failure():
+            raise RuntimeError("boom")
+        assert leftovers(ns) == [f"{ns}x_h0_m"]
+        store.close()  # the files are gone already: closing is still clean
+    finally:
+        for path in (kv, other):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 def test_bad_shard_and_failed_write_keep_previous_version(solo, monkeypatch):
     full = parallel_layout("m", SPECS, [0], [0])
     a = model_state(1)
