@@ -232,6 +232,9 @@ HELPERS = {
     "bench_sim_figures.py": "bench_sim.py",
     "bench_sim_paper.py": "bench_sim.py",
     "bench_sim_runs.py": "bench_sim.py",
+    "gpu_check_lines.py": "gpu_checks.py",
+    "gpu_check_models.py": "gpu_checks.py",
+    "gpu_check_sglang.py": "gpu_checks.py",
 }
 # tools whose exit code is their verdict on this machine, not a crash (pip cannot resolve nothing)
 VERDICT_EXIT = {"resolve_gpu_requirements.py": {0, 1}}
@@ -246,9 +249,9 @@ def test_every_tool_is_covered() -> None:
         assert (ROOT / test).is_file(), test
     for helper, tool in HELPERS.items():
         assert tool in SMOKE or tool in TESTED_ELSEWHERE, (helper, tool)
-        assert re.search(rf"^from {Path(helper).stem} import", (TOOLS / tool).read_text(), re.M), (
-            f"{tool} does not import {helper}"
-        )
+        assert re.search(
+            rf"^(from|import) {Path(helper).stem}\b", (TOOLS / tool).read_text(), re.M
+        ), f"{tool} does not import {helper}"
 
 
 @pytest.mark.parametrize("tool", [pytest.param(t, marks=m) for t, (_, _, m) in SMOKE.items()])
