@@ -237,6 +237,8 @@ HELPERS = {
     "gpu_check_lines.py": "gpu_checks.py",
     "gpu_check_models.py": "gpu_checks.py",
     "gpu_check_sglang.py": "gpu_checks.py",
+    "soak_check.py": "soak.py",
+    "soak_drive.py": "soak.py",
 }
 # tools whose exit code is their verdict on this machine, not a crash (pip cannot resolve nothing)
 VERDICT_EXIT = {"resolve_gpu_requirements.py": {0, 1}}
