@@ -227,6 +227,8 @@ ENTRY = {
 # modules a tool imports, not run on their own: helper -> the tool that imports it (its smoke test
 # runs them)
 HELPERS = {
+    "bench_bound_diagnostics.py": "bench_bound.py",
+    "bench_bound_probe.py": "bench_bound.py",
     "bench_planner_against.py": "bench_planner.py",
     "bench_planner_scenario.py": "bench_planner.py",
     "bench_e2e_emulated_job.py": "bench_e2e_emulated.py",
