@@ -1,6 +1,6 @@
 """The config tree's error and its one check, shared by every section's definition
-(`pivot/config.py`, and `pivot/engine/config.py`, which the tree imports: neither may import the
-other's module for them)."""
+(`pivot/config.py` and its `pivot/config_*.py` sections, and `pivot/engine/config.py`, which the
+tree imports: neither may import the other's module for them)."""
 
 from __future__ import annotations
 

@@ -236,17 +236,40 @@ ENTRY = {
     "bench_engine_vllm.py": ["bench_engine.py", "--vllm"],
     "bench_planner_budget.py": ["bench_planner.py", "--budget"],
 }
+# modules a tool imports, not run on their own: helper -> the tool that imports it (its smoke test
+# runs them)
+HELPERS = {
+    "bench_bound_diagnostics.py": "bench_bound.py",
+    "bench_bound_probe.py": "bench_bound.py",
+    "bench_planner_against.py": "bench_planner.py",
+    "bench_planner_scenario.py": "bench_planner.py",
+    "bench_e2e_emulated_job.py": "bench_e2e_emulated.py",
+    "bench_e2e_emulated_report.py": "bench_e2e_emulated.py",
+    "bench_sim_figures.py": "bench_sim.py",
+    "bench_sim_paper.py": "bench_sim.py",
+    "bench_sim_runs.py": "bench_sim.py",
+    "gpu_check_lines.py": "gpu_checks.py",
+    "gpu_check_models.py": "gpu_checks.py",
+    "gpu_check_sglang.py": "gpu_checks.py",
+    "soak_check.py": "soak.py",
+    "soak_drive.py": "soak.py",
+}
 # tools whose exit code is their verdict on this machine, not a crash (pip cannot resolve nothing)
 VERDICT_EXIT = {"resolve_gpu_requirements.py": {0, 1}}
 
 
 def test_every_tool_is_covered() -> None:
     tools = {p.name for p in TOOLS.iterdir() if p.suffix in (".py", ".sh")}
-    assert tools == set(SMOKE) | set(TESTED_ELSEWHERE), (
+    assert tools == set(SMOKE) | set(TESTED_ELSEWHERE) | set(HELPERS), (
         "a tool without a smoke test (or a stale entry here)"
     )
     for test in TESTED_ELSEWHERE.values():
         assert (ROOT / test).is_file(), test
+    for helper, tool in HELPERS.items():
+        assert tool in SMOKE or tool in TESTED_ELSEWHERE, (helper, tool)
+        assert re.search(
+            rf"^(from|import) {Path(helper).stem}\b", (TOOLS / tool).read_text(), re.M
+        ), f"{tool} does not import {helper}"
 
 
 @pytest.mark.parametrize("tool", [pytest.param(t, marks=m) for t, (_, _, m) in SMOKE.items()])

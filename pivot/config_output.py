@@ -1,0 +1,42 @@
+"""Configuration sections of what a run writes: its logs and metrics (`LogConfig`) and its
+checkpoints (`CheckpointConfig`). Part of the tree of `pivot/config.py`, which re-exports both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pivot.config_check import check as _check
+
+
+@dataclass
+class LogConfig:
+    dir: str = "runs/latest"
+    """Run folder: metrics.jsonl, timeline.jsonl, TensorBoard events, plots."""
+    tensorboard: bool = True
+    """Also write TensorBoard scalars."""
+    progress: bool = True
+    """Show a progress bar on rank 0."""
+    verify_weights: bool = False
+    """After every shift up, report a checksum of the replica's weights (tests compare it with GPS)."""
+    wandb: bool = False
+    """Also log metrics to Weights & Biases (needs `pip install wandb`; offline unless WANDB_MODE says otherwise)."""
+    wandb_project: str = "pivot"
+    """Weights & Biases project name."""
+
+
+@dataclass
+class CheckpointConfig:
+    dir: str = ""
+    """Checkpoint folder; empty = <log.dir>/checkpoints."""
+    every: int = 4
+    """Save every K steps (0 = only at the end)."""
+    resume: Literal["no", "yes", "auto"] = "no"
+    """Continue from the newest complete checkpoint in the folder: no (start fresh; another run's
+    checkpoints there are moved to <dir>.old-N), yes (fail without one; a bare --checkpoint.resume
+    means yes), auto (resume if there is one, else start fresh: what the launch scripts pass, so
+    torchrun --max-restarts recovers from a dead rank). Damaged checkpoints are skipped."""
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 0, "checkpoint.every", self.every, "must be >= 0")
