@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from pivot.runtime.dist_init import init_distributed, start_heartbeat
 from pivot.runtime.manifest import problem as manifest_problem
 from pivot.runtime.rank0_wait import Rank0Failed, run_on_rank0
 from pivot.runtime.shared_dir import check_shared
+from pivot.runtime.sigterm import on_sigterm
 from pivot.runtime.summary import run_summary
 from pivot.runtime.weights import WeightService
 from pivot.runtime.worker import Worker
@@ -73,11 +73,12 @@ def model_paths(cfg: PivotConfig) -> tuple[Path, Path]:
     return Path(cfg.model.policy or tiny.policy), Path(cfg.model.genrm or tiny.genrm)
 
 
-def _stopped_by_torchrun(ckpt: Checkpointer, gps: GPSStore) -> None:
-    """torchrun SIGTERMs every rank when one fails; free this host's GPS files, say what happened
-    and how to go on. Rank 0 only: a Python handler waits for a blocking collective to return,
-    and the other hosts' files go at the next start there (pivot/gps/shm_sweep.py)."""
+def _stopped_by_torchrun(ckpt: Checkpointer, gps: GPSStore, rank0: bool) -> None:
+    """torchrun SIGTERMs every rank when one fails: free this host's GPS files (local rank 0),
+    and (rank 0) say what happened and how to go on (pivot/runtime/sigterm.py ends the process)."""
     gps.remove_files()
+    if not rank0:
+        return
     newest = ckpt.newest()
     where = (
         f"the newest checkpoint is {newest}"
@@ -91,7 +92,6 @@ def _stopped_by_torchrun(ckpt: Checkpointer, gps: GPSStore) -> None:
         file=sys.stderr,
         flush=True,
     )
-    os._exit(143)
 
 
 def resume_point(
@@ -308,8 +308,8 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         worker = Worker(
             spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights
         )
-        if spec.rank == 0:
-            signal.signal(signal.SIGTERM, lambda *_: _stopped_by_torchrun(ckpt, gps))
+        if spec.local_rank == 0:  # the other ranks own nothing to free: SIGTERM ends them
+            on_sigterm(lambda: _stopped_by_torchrun(ckpt, gps, spec.rank == 0))
         try:
             worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
         finally:  # production engines run processes (and shm files) of their own
