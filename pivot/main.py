@@ -10,6 +10,7 @@ prints the memory plan instead (no torchrun, no GPU; see pivot/memory/report.py)
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -43,7 +44,15 @@ def main(argv: list[str] | None = None) -> int:
         from pivot.emulate.backend import EmulatedDevices
 
         backend = EmulatedDevices()
-    return run(cfg, backend)
+    try:
+        return run(cfg, backend)
+    except KeyboardInterrupt:  # Ctrl-C reaches every rank: one line from rank 0, no tracebacks
+        if os.environ.get("RANK", "0") == "0":
+            from pivot.runtime.checkpoint import Checkpointer
+            from pivot.runtime.launch import resume_hint
+
+            print(f"\npivot: interrupted.\n{resume_hint(Checkpointer(cfg))}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -73,25 +73,29 @@ def model_paths(cfg: PivotConfig) -> tuple[Path, Path]:
     return Path(cfg.model.policy or tiny.policy), Path(cfg.model.genrm or tiny.genrm)
 
 
-def _stopped_by_torchrun(ckpt: Checkpointer, gps: GPSStore, rank0: bool) -> None:
-    """torchrun SIGTERMs every rank when one fails: free this host's GPS files (local rank 0),
-    and (rank 0) say what happened and how to go on (pivot/runtime/sigterm.py ends the process)."""
-    gps.remove_files()
-    if not rank0:
-        return
+def resume_hint(ckpt: Checkpointer) -> str:
+    """Where a stopped run can go on from, and how (one line)."""
     newest = ckpt.newest()
     where = (
         f"the newest checkpoint is {newest}"
         if newest
         else f"no checkpoint was written yet (in {ckpt.dir})"
     )
-    print(
-        "\npivot: stopped because another rank failed (torchrun names it above: 'rank: N ... exitcode').\n"
-        f"pivot: {where}; relaunch with --checkpoint.resume auto to continue "
-        "(with torchrun --max-restarts N and --checkpoint.resume auto this happens automatically).",
-        file=sys.stderr,
-        flush=True,
-    )
+    return f"pivot: {where}; relaunch with --checkpoint.resume auto to continue"
+
+
+def _stopped_by_torchrun(ckpt: Checkpointer, gps: GPSStore, rank0: bool) -> None:
+    """torchrun SIGTERMs every rank when one fails: free this host's GPS files (local rank 0),
+    and (rank 0) say what happened and how to go on (pivot/runtime/sigterm.py ends the process)."""
+    gps.remove_files()
+    if rank0:
+        print(
+            "\npivot: stopped because another rank failed (torchrun names it above: 'rank: N ... exitcode').\n"
+            f"{resume_hint(ckpt)} "
+            "(with torchrun --max-restarts N and --checkpoint.resume auto this happens automatically).",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def resume_point(

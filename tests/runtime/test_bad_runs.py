@@ -1,10 +1,12 @@
 """Bad input to the main job on 4 CPU ranks: a dataset it cannot read stops every rank with one
 line (exit 2), and training steps whose loss is NaN are skipped and counted, then abort the job
-in one line after `train.max_bad_steps` in a row, its checkpoints intact."""
+in one line after `train.max_bad_steps` in a row, its checkpoints intact; a Ctrl-C stops it with
+one line saying where to resume from. None leaves its GPS files in /dev/shm."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -109,3 +111,29 @@ def test_context_overrun_is_refused_at_startup(models: tuple[Path, Path], tmp_pa
         and f"reward.max_new_tokens={limit}" in said[0]
     )
     assert f"max_position_embeddings={limit}" in said[0], said[0]
+
+
+def test_ctrl_c_is_one_line_with_the_way_back_and_frees_host_memory(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A terminal's Ctrl-C (SIGINT to torchrun and every rank): rank 0 says where to resume from,
+    no rank prints a traceback, and the job's GPS files are gone."""
+    t0 = time.time()
+    proc = torchrun(
+        models, tmp_path / "run", "--train.steps", "200", "--checkpoint.every", "1", wait=False
+    )
+    assert isinstance(proc, subprocess.Popen)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    while not (checkpoints.is_dir() and any(checkpoints.iterdir())):
+        assert proc.poll() is None and time.time() - t0 < 180, "no checkpoint in 180 s"
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    lines = out.splitlines()
+    assert lines.count("pivot: interrupted.") == 1, out[-3000:]
+    hint = lines[lines.index("pivot: interrupted.") + 1]
+    assert hint.startswith("pivot: the newest checkpoint is ") and hint.endswith(
+        "; relaunch with --checkpoint.resume auto to continue"
+    )
+    assert not [line for line in lines if line.startswith("[rank")], out[-3000:]
+    assert not [p for p in dead_gps_files() if os.stat(p).st_mtime >= t0]
