@@ -90,7 +90,8 @@ def _stopped_by_torchrun(ckpt: Checkpointer, gps: GPSStore, rank0: bool) -> None
     gps.remove_files()
     if rank0:
         print(
-            "\npivot: stopped because another rank failed (torchrun names it above: 'rank: N ... exitcode').\n"
+            "\npivot: stopped by torchrun: another rank failed (torchrun names it: 'rank: N ... "
+            "exitcode'), or the job was cancelled.\n"
             f"{resume_hint(ckpt)} "
             "(with torchrun --max-restarts N and --checkpoint.resume auto this happens automatically).",
             file=sys.stderr,
