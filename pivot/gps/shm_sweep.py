@@ -28,15 +28,11 @@ STALE_CREATING_S = 60.0
 
 def remove_namespaces(namespaces: list[str], host: int) -> list[str]:
     """Delete `host`'s files of every namespace in `namespaces`; returns the paths removed."""
-    removed = []
-    for name in _names():
-        if any(name.startswith(f"{ns}_h{host}_") for ns in namespaces):
-            try:
-                os.unlink(f"{SHM}/{name}")
-            except FileNotFoundError:  # another host's sweep on this machine got there first
-                continue
-            removed.append(f"{SHM}/{name}")
-    return removed
+    return [
+        f"{SHM}/{name}"
+        for name in _names()
+        if any(name.startswith(f"{ns}_h{host}_") for ns in namespaces) and _unlink(f"{SHM}/{name}")
+    ]
 
 
 def dead_gps_files() -> list[str]:
@@ -59,14 +55,12 @@ def remove_dead_namespaces() -> list[str]:
     dead: set[tuple[str, int]] = set()
     removed = []
     for path in dead_gps_files():
-        match = GPS_NAME.match(os.path.basename(path))
-        if CREATING in path or match is None:
-            try:
-                os.unlink(path)
+        if CREATING in path:
+            if _unlink(path):
                 removed.append(path)
-            except FileNotFoundError:
-                pass
-        else:
+        else:  # `dead_gps_files` keeps only names GPS_NAME matches
+            match = GPS_NAME.match(os.path.basename(path))
+            assert match is not None
             dead.add((match.group(1), int(match.group(2))))
     for host in sorted({h for _, h in dead}):
         removed += remove_namespaces(sorted(ns for ns, h in dead if h == host), host)
@@ -75,6 +69,16 @@ def remove_dead_namespaces() -> list[str]:
 
 def _names() -> list[str]:
     return [n for n in os.listdir(SHM) if n.startswith("pivot-")] if os.path.isdir(SHM) else []
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except (
+        FileNotFoundError
+    ):  # another sweep on this machine (another emulated host) got there first
+        return False
 
 
 def _age_s(path: str) -> float:
