@@ -101,7 +101,8 @@ class VllmEngine(LiveRequests):
         self.engine = self._build()
         self.engine.set_weight_version(str(self._version))  # vLLM starts at "default"
         cache = self.engine.vllm_config.cache_config
-        self.kv_total = int(cache.num_gpu_blocks) * int(cache.block_size)
+        # less the null block vLLM's block pool holds back (v1/core/block_pool.py:187)
+        self.kv_total = (int(cache.num_gpu_blocks) - 1) * int(cache.block_size)
         self.max_len = int(self.engine.vllm_config.model_config.max_model_len)
         self.last_build_s = time.perf_counter() - t0
 
@@ -258,10 +259,10 @@ class VllmEngine(LiveRequests):
         self,
         named_tensors: dict[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
         version: int,
-        repair_tied: bool = True,
+        repair: bool = True,
     ) -> None:
         """Every weight, whole and HF-named; running requests keep their K/V and continue with
-        the new weights from their next token. `repair_tied=False` only for the test that shows
+        the new weights from their next token. `repair=False` only for the test that shows
         the repair is needed."""
         tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
         self.weights.fill(tensors)
@@ -271,7 +272,7 @@ class VllmEngine(LiveRequests):
         self.engine.collective_rpc(
             "pivot_load_weights",
             args=(str(self.weights.path),),
-            kwargs={"repair_tied": repair_tied},
+            kwargs={"repair": repair},
         )
         self._version = version
         self.engine.set_weight_version(str(version))

@@ -90,7 +90,6 @@ def engine_builder(
     from vllm import EngineArgs  # guarded: only the vllm backend needs it
     from vllm.v1.engine.llm_engine import LLMEngine
 
-    max_len = text_config(path).get("max_position_embeddings")
     args = EngineArgs(
         model=str(path),
         tensor_parallel_size=tp_size,
@@ -107,7 +106,10 @@ def engine_builder(
         enable_prefix_caching=True,
         max_num_seqs=config.max_running_seqs,
         max_num_batched_tokens=max(config.max_prefill_tokens, config.max_running_seqs),
-        max_model_len=min(int(max_len or config.kv_capacity_tokens), config.kv_capacity_tokens),
+        # -1: vLLM's auto-fit, the model's own length capped at what the KV cache holds once
+        # its null block is set aside (v1/core/kv_cache_utils.py:2414-2460, 2627-2632); a
+        # fixed min(model, capacity) is refused at start by that one block
+        max_model_len=-1,
         kv_cache_memory_bytes=config.kv_capacity_tokens
         * kv_bytes_per_token(path, getattr(torch, dtype)),
         logprobs_mode="processed_logprobs",

@@ -109,7 +109,7 @@ def shm_file(shm_dir: str | Path, key: str) -> Path:
 class PivotWorkerExtension:
     """Mixed into every vLLM worker (`worker_extension_cls`); called by `collective_rpc` name."""
 
-    def pivot_load_weights(self, path: str, repair_tied: bool = True) -> int:
+    def pivot_load_weights(self, path: str, repair: bool = True) -> int:
         """Reload every weight from the safetensors file at `path`; returns how many."""
         from safetensors import safe_open
 
@@ -119,6 +119,30 @@ class PivotWorkerExtension:
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
         head = getattr(model, "lm_head", None)
         tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
-        if repair_tied and tied and head is not None and hasattr(head, "quant_method"):
+        if repair and tied and head is not None and hasattr(head, "quant_method"):
             head.quant_method.process_weights_after_loading(head)
+        if repair:
+            repack_cpu_experts(model)
         return len(weights)
+
+
+def repack_cpu_experts(model: torch.nn.Module) -> int:
+    """Prepack again every MoE layer's experts for vLLM's CPU grouped GEMM; returns how many.
+
+    vLLM 0.32 prepacks a layer's `w13_weight` / `w2_weight` for the CPU kernel once, when its
+    MoE kernel is first set up (fused_moe/experts/cpu_moe.py:211-220); a reload copies the
+    checkpoint's plain layout into that storage and skips the prepack, since the kernel already
+    exists (fused_moe/unquantized_fused_moe_method.py:180-203), so the kernel reads plain weights
+    as packed ones. On CUDA the kernels read the parameters as loaded: nothing to do there."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return 0
+    n = 0
+    for module in model.modules():
+        kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        experts = getattr(kernel, "fused_experts", None)
+        if experts is not None and hasattr(module, "w13_weight"):
+            experts.process_weights_after_loading(module)
+            n += 1
+    return n

@@ -99,7 +99,7 @@ def main(model: Path, new_weights: Path) -> dict:
         a.add(greedy(rid, n=16))
         run(a, until=4)
         t0 = time.perf_counter()
-        a.load_weights(w1, version=1, repair_tied=repair)
+        a.load_weights(w1, version=1, repair=repair)
         out.setdefault("update_s", time.perf_counter() - t0)
         out[f"updated_repair_{repair}"] = record(run(a)[rid])
     a.shutdown()
