@@ -43,6 +43,11 @@ SLOW = pytest.mark.slow
 # tool -> (arguments, {tmp} for a fresh folder; a regex its output must match; marks)
 SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
     "bench_control.py": (["--round-trips", "20", "--repeats", "1"], r"^new/old", (SLOW,)),
+    "bench_launches.py": (
+        ["--models", "Qwen2.5-1.5B", "--batches", "1"],
+        r"Qwen2\.5-1\.5B +1 +1,\d{3} [\s\S]*qwen2\.5-7b\+qwen3-30b-a3b: reward",
+        (),
+    ),
     "bench_decode.py": (
         # 3 x 1500 prompt tokens take 3 prefill steps, in which the first sequences decode too
         [
@@ -241,6 +246,7 @@ ENTRY = {
 HELPERS = {
     "bench_bound_diagnostics.py": "bench_bound.py",
     "bench_bound_probe.py": "bench_bound.py",
+    "bench_launches_count.py": "bench_launches.py",
     "bench_planner_against.py": "bench_planner.py",
     "bench_planner_scenario.py": "bench_planner.py",
     "bench_e2e_emulated_job.py": "bench_e2e_emulated.py",

@@ -1,0 +1,199 @@
+"""Kernel launches and host syncs of one eager decode step, per paper preset role, beside the floor.
+
+    python tools/bench_launches.py                       # every role of every paper preset
+    python tools/bench_launches.py --models Qwen2.5-7B,Qwen3-30B-A3B --batches 1,64
+
+The embedded engine's eager decode step is bound by the host launching its kernels one by one
+(on one H200, a Qwen2.5-7B-shaped step took 69.7 / 71.7 / 86.7 ms at batch 1 / 64 / 256 against
+a 3.2-4.1 ms floor, docs/gpu.md). How many it launches depends on the model's structure (layers,
+experts touched, attention kinds), not its widths, so this counts them on the CPU through the
+engine's own code path: each role's model with the hub's layer count, experts, top-k and layer
+kinds but small widths and random weights, a real decode step after `--prompt`-token prompts.
+
+Per model and batch:
+- `ops`: aten operators the step dispatches that launch a kernel on a GPU (views, aliases and
+  bare allocations left out); the same count for the 7B shape is the reference, measured in the
+  same run (`x 7B`);
+- `syncs`: Tensor.item / tolist / int / bool calls inside the model's forward, each of which
+  waits for the device on a GPU (the sampler's one per step is not counted); a model that syncs
+  is never graphed, and `graphs` says whether the engine's decode graphs can take it;
+- `floor ms`: the bytes one step must read at the real widths in bf16 (every weight once, of a
+  MoE layer only the experts the batch is expected to touch, every sequence's K/V and recurrent
+  state) over `--hbm-gbps` (H200: 4,800);
+- `eager ms (proj.)`: ops times the time per op of the eager steps one H200 ran, between the
+  1.5B shape's 41 ms and the 7B shape's 86.7 ms (batch 256), each over its ops counted here. A
+  projection from two measured steps, not a GPU measurement of this model.
+A TP replica runs the same operators on every rank plus two all-reduces a layer; counted at TP 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_launches_count import count_step  # noqa: E402
+
+from configs.presets import PRESETS  # noqa: E402
+from pivot.model import CausalLM, ModelArgs  # noqa: E402
+from pivot.model.meta_init import params_on_meta  # noqa: E402
+
+_QWEN25 = dict(family="qwen2", head_dim=128, attention_bias=True, vocab_size=152064)
+# ModelArgs fields of each model's config.json on the hub (tests/model/fixtures/hub_layouts.py
+# cites where each was read)
+SHAPES: dict[str, dict[str, Any]] = {
+    "Qwen2.5-1.5B": {
+        **_QWEN25, "vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960,
+        "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
+        "tie_word_embeddings": True,
+    },
+    "Qwen2.5-7B": {
+        **_QWEN25, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+        "num_attention_heads": 28, "num_key_value_heads": 4,
+    },
+    "Qwen2.5-32B": {
+        **_QWEN25, "hidden_size": 5120, "intermediate_size": 27648, "num_hidden_layers": 64,
+        "num_attention_heads": 40, "num_key_value_heads": 8,
+    },
+    "Qwen2.5-72B": {
+        **_QWEN25, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
+        "num_attention_heads": 64, "num_key_value_heads": 8,
+    },
+    "GLM-Z1-9B-0414": {
+        "family": "glm4", "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696,
+        "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2,
+        "head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True,
+    },
+    "Qwen3-30B-A3B": {
+        "family": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048,
+        "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32,
+        "num_key_value_heads": 4, "head_dim": 128, "qk_norm": True, "num_experts": 128,
+        "num_experts_per_tok": 8, "moe_intermediate_size": 768, "norm_topk_prob": True,
+    },
+    "Qwen3.5-122B-A10B": {
+        "family": "qwen3_5_moe", "vocab_size": 248320, "hidden_size": 3072,
+        "intermediate_size": 0, "num_hidden_layers": 48, "num_attention_heads": 32,
+        "num_key_value_heads": 2, "head_dim": 256, "partial_rotary_factor": 0.25,
+        "qk_norm": True, "num_experts": 256, "num_experts_per_tok": 8,
+        "moe_intermediate_size": 1024, "shared_expert_intermediate_size": 1024,
+        "norm_topk_prob": True, "fused_experts": True,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 12,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 64, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+    },
+}  # fmt: skip
+# the widths the launches are counted at: structure kept, sizes a CPU steps through in seconds
+SMALL = {
+    "vocab_size": 512, "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "moe_intermediate_size": 32,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+}  # fmt: skip
+# eager steps one H200 ran (docs/gpu.md): the fastest (1.5B shape) and the slowest (7B shape at
+# batch 256); its HBM bandwidth from the data sheet
+H200_STEPS_MS = {"Qwen2.5-1.5B": 41.0, "Qwen2.5-7B": 86.7}
+H200_GBPS = 4800
+
+
+def small_args(name: str) -> ModelArgs:
+    shape = SHAPES[name]
+    small: dict[str, Any] = {k: v for k, v in SMALL.items() if shape.get(k)}
+    if shape.get("shared_expert_intermediate_size"):
+        small["shared_expert_intermediate_size"] = 48
+    return ModelArgs(**{**shape, **small, "max_position_embeddings": 4096, "eos_token_id": 0})
+
+
+def step_bytes(name: str, batch: int, ctx: int) -> float:
+    """bf16 bytes one decode step reads at the real widths (see the module docstring)."""
+    args = ModelArgs(**SHAPES[name])
+    with params_on_meta():
+        model = CausalLM(args)
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    rest = sum(p.numel() for n, p in model.named_parameters() if ".experts." not in n)
+    touched = 0.0  # expected share of a layer's experts that a batch's tokens route to
+    if args.num_experts:
+        touched = 1 - (1 - args.num_experts_per_tok / args.num_experts) ** batch
+    full = args.layer_types.count("full_attention") if args.layer_types else args.num_hidden_layers
+    kv = batch * ctx * full * 2 * args.num_key_value_heads * args.head_dim
+    linear = args.num_hidden_layers - full if args.layer_types else 0
+    state = batch * linear * args.linear_num_value_heads * args.linear_key_head_dim
+    state *= args.linear_value_head_dim  # recurrent state per sequence, read once a step
+    return 2.0 * (rest + experts * touched + kv + state)
+
+
+def roles() -> list[tuple[str, str, int]]:
+    """('preset: role (backend, TP)', model, TP) of every paper preset's rollout and reward."""
+    out = []
+    for preset, make in PRESETS.items():
+        if preset == "tiny-cpu":
+            continue
+        cfg = make()
+        for role, path, section in (
+            ("rollout", cfg.model.policy, cfg.rollout),
+            ("reward", cfg.model.genrm, cfg.reward),
+        ):
+            label = f"{preset}: {role} ({section.engine.backend}, TP {section.tp})"
+            out.append((label, Path(path).name, section.tp))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--models", default=",".join(SHAPES), help="comma-separated SHAPES keys")
+    ap.add_argument("--batches", default="1,64,256")
+    ap.add_argument("--prompt", type=int, default=32, help="prompt tokens of the counted step")
+    ap.add_argument("--context", type=int, default=1024, help="tokens of K/V in the floor")
+    ap.add_argument("--hbm-gbps", type=float, default=H200_GBPS)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    names = [n for n in a.models.split(",") if n]
+    if unknown := sorted(set(names) - set(SHAPES)):
+        ap.error(f"unknown model {unknown[0]!r}: one of {', '.join(SHAPES)}")
+    batches = [int(b) for b in a.batches.split(",")]
+    ref = {n: count_step(small_args(n), batches[0], a.prompt).ops for n in H200_STEPS_MS}
+    per_op = sorted(H200_STEPS_MS[n] / ref[n] for n in ref)  # ms an op: fastest, slowest step
+    print(
+        "regime: eager decode steps of the embedded engine (decode graphs off), TP 1, counted on "
+        f"the CPU at small widths after {a.prompt}-token prompts; floor in bf16 at the real "
+        f"widths, {a.context} tokens of context, {a.hbm_gbps:,.0f} GB/s; references counted in "
+        "this run: " + ", ".join(f"{n} {ref[n]:,} ops" for n in ref) + f", so "
+        f"{per_op[0] * 1e3:.0f}-{per_op[-1] * 1e3:.0f} us an op in the H200's measured eager steps"
+    )
+    print(
+        f"{'model':<20} {'batch':>5} {'ops':>8} {'x 7B':>6} {'syncs':>5} {'graphs':<26} "
+        f"{'floor ms':>9} {'eager ms (proj.)':>17} {'x floor':>8}"
+    )
+    low_x: dict[tuple[str, int], float] = {}  # the projection's low end over the TP 1 floor
+    for name in names:
+        for batch in batches:
+            got = count_step(small_args(name), batch, a.prompt)
+            floor = step_bytes(name, batch, a.context) / (a.hbm_gbps * 1e9) * 1e3
+            lo, hi = got.ops * per_op[0], got.ops * per_op[-1]
+            low_x[name, batch] = lo / floor
+            print(
+                f"{name:<20} {batch:>5} {got.ops:>8,} {got.ops / ref['Qwen2.5-7B']:>6.1f} "
+                f"{got.syncs:>5} {got.graphs or 'yes':<26.26} {floor:>9.2f} "
+                f"{f'{lo:,.0f}-{hi:,.0f}':>17} {lo / floor:>8.0f}",
+                flush=True,
+            )
+    print("(x floor: the projection's low end over the floor)")
+    print(
+        "\nthe paper presets' roles (configs/presets.py), and the embedded engine's eager step "
+        f"there: x its TP rank's floor (a rank reads 1/TP of the bytes), batch {a.batches}"
+    )
+    for role, model, tp in roles():
+        xs = [low_x.get((model, b)) for b in batches]
+        shown = "/".join(f"{x * tp:.0f}" if x else "-" for x in xs)
+        print(f"  {role:<58} {model:<20} x{shown}")
+
+
+if __name__ == "__main__":
+    main()
