@@ -65,12 +65,14 @@ def eos_ids(path: Path, tokenizer: Any = None) -> frozenset[int]:
     return frozenset(int(i) for i in ids)
 
 
-def kv_bytes_per_token(path: Path, dtype: torch.dtype) -> int:
-    """K and V bytes of one token over every layer, from config.json (text_config for VL)."""
+def kv_bytes_per_token(path: Path, dtype: torch.dtype, tp_size: int = 1) -> int:
+    """K and V bytes of one token over every layer on ONE worker of a TP=`tp_size` engine, from
+    config.json (text_config for VL): vLLM's `kv_cache_memory_bytes` is per worker, and a worker
+    holds max(1, kv_heads // tp) heads (config/model.py:1650-1670)."""
     cfg = text_config(path)
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    kv_heads = cfg.get("num_key_value_heads") or heads
+    kv_heads = max(1, (cfg.get("num_key_value_heads") or heads) // tp_size)
     size = torch.empty((), dtype=dtype).element_size()
     return 2 * cfg["num_hidden_layers"] * kv_heads * head_dim * size
 
@@ -111,7 +113,7 @@ def engine_builder(
         # fixed min(model, capacity) is refused at start by that one block
         max_model_len=-1,
         kv_cache_memory_bytes=config.kv_capacity_tokens
-        * kv_bytes_per_token(path, getattr(torch, dtype)),
+        * kv_bytes_per_token(path, getattr(torch, dtype), tp_size),
         logprobs_mode="processed_logprobs",
         worker_extension_cls="pivot.engine.vllm_weights.PivotWorkerExtension",
         **engine_args,

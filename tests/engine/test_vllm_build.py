@@ -28,6 +28,9 @@ def test_kv_bytes_and_eos_from_the_folder(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(config))
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [151645, 151643]}))
     assert kv_bytes_per_token(tmp_path, torch.bfloat16) == 2 * 28 * 4 * 128 * 2  # 57,344 B
+    # per worker: 2 of the 4 KV heads at TP 2, and one (replicated) at TP 8
+    assert kv_bytes_per_token(tmp_path, torch.bfloat16, 2) == 2 * 28 * 2 * 128 * 2
+    assert kv_bytes_per_token(tmp_path, torch.bfloat16, 8) == 2 * 28 * 1 * 128 * 2
     assert eos_ids(tmp_path) == {151643, 151645}
 
 

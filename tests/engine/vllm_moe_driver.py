@@ -1,11 +1,12 @@
 """Serves a Qwen3-MoE folder with `VllmEngine` inside vLLM's CPU venv, its weights loaded the way a
 GPS Read loads them (the engine starts on dummy weights), and prints one JSON line: greedy tokens
 after a load with the CPU repairs and after one without. tests/engine/test_vllm_moe.py holds them
-against transformers. Not a test file: run as `VENV_PYTHON tests/engine/vllm_moe_driver.py DIR`."""
+against transformers. Not a test file: run as `VENV_PYTHON tests/engine/vllm_moe_driver.py DIR TP`."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -29,9 +30,12 @@ def greedy(engine: VllmEngine, first_id: int) -> list[list[int]]:
     return [done[first_id + i] for i in range(len(PROMPTS))]
 
 
-def main(folder: Path) -> dict:
+def main(folder: Path, tp: int) -> dict:
+    # vLLM's CPU workers each bind their threads to a NUMA node unless told which cores to use;
+    # this machine has one node, so TP 2 is refused without it
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(i) for i in range(tp)))
     config = EngineConfig(kv_capacity_tokens=KV_TOKENS, max_running_seqs=4)
-    engine = VllmEngine.from_pretrained(folder, config, dtype="float32")
+    engine = VllmEngine.from_pretrained(folder, config, dtype="float32", tp_size=tp)
     weights = {}
     for f in sorted(folder.glob("*.safetensors")):
         weights.update(load_file(str(f)))
@@ -51,4 +55,4 @@ def main(folder: Path) -> dict:
 
 
 if __name__ == "__main__":  # vLLM spawns its engine core: the guard keeps it from re-running this
-    print(json.dumps(main(Path(sys.argv[1]))))
+    print(json.dumps(main(Path(sys.argv[1]), int(sys.argv[2]))))
