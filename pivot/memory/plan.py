@@ -25,6 +25,9 @@ Per host:
                  budget is short, sharded over groups of k hosts (`gps_group_size`, the runtime's rule)
     offload      the training devices on one host (at most devices_per_node) times their master,
                  optimizer (and KL reference) bytes, pinned on CUDA while training is shifted down
+    staging      a role served by vLLM or sglang: the whole model at the model dtype in host memory
+                 for each replica whose leader a host can hold (devices_per_node // tp): vLLM's
+                 weight file in /dev/shm for the engine's life, sglang's whole Read on its leader
 Pinned memory = GPS (on CUDA hosts) + offload. A capacity of 0 is unknown and not checked.
 """
 
@@ -193,6 +196,11 @@ def plan_memory(
             )
         )
     pinned = sum(i.nbytes for i in items[0 if cfg.cluster.device == "cuda" else 1 :])
+    for role, fp, rc in (("rollout", policy, cfg.rollout), ("reward", genrm, cfg.reward)):
+        if rc.engine.backend != "embedded":
+            leaders = max(1, devices_per_node // rc.tp)
+            what = f"{rc.engine.backend} weight staging ({leaders} {role} replicas, whole model)"
+            items.append(Item(what, leaders * fp.nbytes))
     hosts = (Usage(f"host (each of {nnodes})", tuple(items), host, "cluster.host_memory_gb"),)
     problems += [_problem(u, cfg.cluster.host_memory_gb) for u in hosts if u.over]
     return MemoryPlan(tuple(devices), hosts, k, pinned, tuple(problems))

@@ -54,5 +54,5 @@ def test_overflow_exits_2_naming_field(capsys: pytest.CaptureFixture[str]) -> No
     )
     assert (
         "does not fit: host (each of 8)" in err
-        and "cluster.host_memory_gb=200 is short by 25.00 GB" in err
+        and "cluster.host_memory_gb=200 is short by 147.00 GB" in err  # 25 + 2 x 61 GB staged
     )

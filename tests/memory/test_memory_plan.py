@@ -137,3 +137,17 @@ def test_gps_group_size(host_gb: float, k: int, fits: bool) -> None:
     assert (plan.problems == ()) == fits
     if not fits:
         assert "cluster.host_memory_gb=2 is short by 1.00 GB" in plan.problems[0]
+
+
+def test_a_production_engine_stages_the_whole_model_on_host_per_leader() -> None:
+    """vLLM keeps a replica's whole model in a /dev/shm file on its leader's host (sglang reads it
+    whole there): a host of 8 devices holds 8 // tp such leaders. GenRM 2B bf16 at TP 2 -> 4 x 4 GB."""
+    policy, genrm = from_params("", 1.0, 0.0, "bfloat16"), from_params("", 2.0, 0.0, "bfloat16")
+    cfg = _cfg().replace(train=TrainConfig(devices=0))
+    embedded = plan_memory(cfg, policy, genrm, 1, 8)
+    vllm = EngineConfig(backend="vllm", kv_capacity_tokens=128)
+    cfg = cfg.replace(reward=RewardConfig(tp=2, engine=vllm))
+    host = {i.what: i.nbytes for i in plan_memory(cfg, policy, genrm, 1, 8).hosts[0].items}
+    assert host["vllm weight staging (4 reward replicas, whole model)"] == 4 * 4_000_000_000
+    assert len(host) == len(embedded.hosts[0].items) + 1
+    assert plan_memory(cfg, policy, genrm, 1, 8).host_pinned == embedded.host_pinned
