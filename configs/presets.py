@@ -95,8 +95,12 @@ def _paper_group(
     Each role runs on a path that has run on a GPU where one exists (docs/gpu.md, "Which backend
     serves each role", issue 45 item 4): torch SDPA (flash-attn has never run on one), the
     embedded engine with eager decode steps for dense models (its CUDA graphs have not run
-    either), FSDP2 bf16 training. MoE and hybrid GenRMs have no such path: they go to sglang
-    (fused MoE kernels; never written, loaded once per shift up), argued rather than measured."""
+    either), FSDP2 bf16 training. MoE and hybrid GenRMs have no such path. The embedded engine
+    is ruled out for them by count: its eager step launches 54-57x the kernels of the 7B's and
+    syncs with the host at each MoE layer, so it is never graphed (tools/bench_launches.py). They
+    go to vLLM with its own CUDA graphs (`auto`, vLLM's default): the one production engine that
+    has served a Pivot MoE judge, through Pivot's weight path, to transformers' tokens (its CPU
+    build, TP 1 and 2, tests/engine/test_vllm_moe.py); sglang has only met a fake."""
     p_name, p_b, p_tp = policy
     g_name, g_b, g_active_b, g_tp, g_moe = genrm
     gpu_engine = EngineConfig(
@@ -127,7 +131,7 @@ def _paper_group(
             tp=g_tp,
             replicas=1,
             max_new_tokens=genrm_tokens,
-            engine=_with_backend(gpu_engine, "sglang") if g_moe else gpu_engine,
+            engine=_with(gpu_engine, backend="vllm", decode_graphs="auto") if g_moe else gpu_engine,
         ),
         train=TrainConfig(
             devices=train_devices,
@@ -147,8 +151,8 @@ def _paper_group(
     )
 
 
-def _with_backend(engine: EngineConfig, backend: str) -> EngineConfig:
-    return EngineConfig(**{**engine.__dict__, "backend": backend})
+def _with(engine: EngineConfig, **fields: object) -> EngineConfig:
+    return EngineConfig(**{**engine.__dict__, **fields})
 
 
 PRESETS: dict[str, Callable[[], PivotConfig]] = {

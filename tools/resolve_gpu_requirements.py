@@ -24,7 +24,16 @@ PLATFORMS = [
     f"manylinux_2_{v}_x86_64"
     for v in (34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 12, 5)
 ] + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
-SHOWN = ("torch", "sglang", "tokenizers", "transformers", "numpy", "nixl-cu13", "flashinfer-python")
+SHOWN = (
+    "torch",
+    "sglang",
+    "vllm",
+    "tokenizers",
+    "transformers",
+    "numpy",
+    "nixl-cu13",
+    "flashinfer-python",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

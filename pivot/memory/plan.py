@@ -199,7 +199,7 @@ def plan_memory(
     for role, fp, rc in (("rollout", policy, cfg.rollout), ("reward", genrm, cfg.reward)):
         if rc.engine.backend != "embedded":
             leaders = max(1, devices_per_node // rc.tp)
-            what = f"{rc.engine.backend} weight staging ({leaders} {role} replicas, whole model)"
+            what = f"{rc.engine.backend} staging ({leaders} {role} leader{'s' * (leaders > 1)})"
             items.append(Item(what, leaders * fp.nbytes))
     hosts = (Usage(f"host (each of {nnodes})", tuple(items), host, "cluster.host_memory_gb"),)
     problems += [_problem(u, cfg.cluster.host_memory_gb) for u in hosts if u.over]

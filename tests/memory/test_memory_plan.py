@@ -148,6 +148,6 @@ def test_a_production_engine_stages_the_whole_model_on_host_per_leader() -> None
     vllm = EngineConfig(backend="vllm", kv_capacity_tokens=128)
     cfg = cfg.replace(reward=RewardConfig(tp=2, engine=vllm))
     host = {i.what: i.nbytes for i in plan_memory(cfg, policy, genrm, 1, 8).hosts[0].items}
-    assert host["vllm weight staging (4 reward replicas, whole model)"] == 4 * 4_000_000_000
+    assert host["vllm staging (4 reward leaders)"] == 4 * 4_000_000_000
     assert len(host) == len(embedded.hosts[0].items) + 1
     assert plan_memory(cfg, policy, genrm, 1, 8).host_pinned == embedded.host_pinned
