@@ -60,7 +60,7 @@ from pivot.engine.sequence import AbortResult, Output, Request
 from pivot.engine.vllm_build import engine_builder, eos_ids
 from pivot.engine.vllm_weights import ShmSafetensors, shm_file
 from pivot.gps.torch_specs import TORCH_DTYPES, specs_from_checkpoint
-from pivot.model.hf_folder import text_config
+from pivot.model.hf_folder import checkpoint_names, text_config
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,11 @@ class VllmEngine(LiveRequests):
             )
             for s in specs
         }
-        shm = ShmSafetensors(shm_file(shm_dir, f"{id(build):x}"), buffer_specs)
+        # the header carries the checkpoint's own names: vLLM maps those (Qwen3.5's
+        # `model.language_model.` prefix, models/qwen3_vl.py:1969-1974), not Pivot's
+        shm = ShmSafetensors(
+            shm_file(shm_dir, f"{id(build):x}"), buffer_specs, checkpoint_names(path)
+        )
         shapes = {s.name: tuple(s.shape) for s in specs}
         out = cls(build, config, shapes, shm, eos_ids(path, tokenizer), on_cuda)
         out.vocab_size = int(text_config(path)["vocab_size"])

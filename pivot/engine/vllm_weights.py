@@ -39,13 +39,20 @@ DTYPE_CODES = {dtype: code for code, dtype in SAFETENSORS_DTYPES.items()}
 class ShmSafetensors:
     """A safetensors file in shared memory whose tensors are writable views of its data."""
 
-    def __init__(self, path: str | Path, specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]]):
+    def __init__(
+        self,
+        path: str | Path,
+        specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]],
+        file_names: Mapping[str, str] | None = None,
+    ):
+        """`file_names`: a tensor's name in the file's header where it differs from its name in
+        `specs` and `tensors` (the checkpoint's own names, which vLLM's loaders map)."""
         self.path = Path(path)
         header: dict[str, Any] = {}
         offset = 0
         for name, (shape, dtype) in specs.items():
             nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-            header[name] = {
+            header[(file_names or {}).get(name, name)] = {
                 "dtype": DTYPE_CODES[dtype],
                 "shape": list(shape),
                 "data_offsets": [offset, offset + nbytes],
@@ -65,11 +72,10 @@ class ShmSafetensors:
         self._map[:8] = struct.pack("<Q", len(raw))
         self._map[8:start] = raw
         data = torch.frombuffer(self._map, dtype=torch.uint8, offset=start, count=offset)
+        spans = [h["data_offsets"] for h in header.values()]
         self.tensors = {
-            name: data[h["data_offsets"][0] : h["data_offsets"][1]]
-            .view(specs[name][1])
-            .view(specs[name][0])
-            for name, h in header.items()
+            name: data[lo:hi].view(dtype).view(shape)
+            for (name, (shape, dtype)), (lo, hi) in zip(specs.items(), spans)
         }
 
     def fill(self, tensors: Mapping[str, torch.Tensor]) -> None:

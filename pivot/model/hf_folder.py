@@ -94,6 +94,19 @@ SAFETENSORS_DTYPES = {
 }
 
 
+def checkpoint_names(path: str | Path) -> dict[str, str]:
+    """Pivot's name -> the checkpoint's own name, for every tensor the decoder uses (they differ in
+    vision-language folders, whose language model is under `model.language_model.`), from the
+    index or the headers alone. What a loader that reads the hub's names (vLLM) must be given."""
+    path = Path(path)
+    files = _weight_files(path)
+    names = [n for listed in files.values() for n in listed]
+    if not names:  # a single file without an index: its header lists the names
+        with safe_open(str(path / SINGLE), framework="pt") as f:
+            names = list(f.keys())
+    return {ours: name for name in names if (ours := decoder_name(name)) is not None}
+
+
 def tensor_headers(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """Name -> (shape, dtype) of every tensor, from the safetensors headers alone (no data read)."""
     path = Path(path)

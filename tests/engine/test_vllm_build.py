@@ -52,3 +52,34 @@ def test_weight_files_of_ended_processes_are_removed(tmp_path: Path) -> None:
     mine = shm_file(tmp_path, "ab")
     assert mine.name == f"pivot-vllm-{os.getpid()}-ab.safetensors" and not mine.exists()
     assert not orphan.exists() and live.exists() and other.exists()
+
+
+@pytest.mark.parametrize("name, shards", [("Qwen3.5-122B-A10B", 3), ("Qwen3-30B-A3B", 1)])
+def test_the_weight_file_carries_the_checkpoints_own_names(
+    tmp_path: Path, name: str, shards: int
+) -> None:
+    """vLLM maps a checkpoint's names (Qwen3.5's `model.language_model.*` to its language model,
+    models/qwen3_vl.py:1969-1974); Pivot's names drop that prefix, so the weight file vLLM reloads
+    from must carry the checkpoint's. The oracle is the folder's own safetensors headers."""
+    from safetensors import safe_open
+
+    from pivot.engine.vllm_weights import ShmSafetensors
+    from pivot.model.hf_folder import checkpoint_names, tensor_headers
+    from tests.model.fixtures.hub_layouts import write_tiny
+
+    folder = write_tiny(name, tmp_path / "model", shards=shards)
+    on_disk: list[str] = []
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            on_disk += [n for n in f.keys() if not n.startswith(("model.visual.", "mtp."))]
+    names = checkpoint_names(folder)
+    headers = tensor_headers(folder)
+    assert sorted(names.values()) == sorted(on_disk) and set(names) == set(headers)
+    assert (name == "Qwen3-30B-A3B") == all(k == v for k, v in names.items())
+    shm = ShmSafetensors(tmp_path / "w.safetensors", headers, names)
+    ours = next(k for k in names if ".layers.0." in k)
+    shm.tensors[ours].fill_(1.5)
+    with safe_open(str(shm.path), framework="pt") as f:
+        assert sorted(f.keys()) == sorted(on_disk)
+        assert bool((f.get_tensor(names[ours]) == 1.5).all())
+    shm.close()
