@@ -9,11 +9,13 @@
 #   gps-read          GPS Read from pinned host memory to the GPU (GB/s)
 #   sglang-greedy     an sglang replica loaded from GPS gives the embedded engine's greedy tokens
 #   sglang-shift      abort + release, resume + GPS weight update (shift-up seconds), partials resumed
+#   vllm-greedy       the same two for a vLLM replica (the paper presets' MoE judges): a release is
+#   vllm-shift        vLLM's sleep(level=2), a resume its wake_up and the GPS Read reloaded
 #   fsdp-bf16         FSDP2 bf16 train steps over an NCCL group, shift down / up bit-exact
 #   nccl-shift        the main job on min(GPUs, 2) ranks over NCCL: roles shift on the devices
 #   main-job          a 3-step main job with --cluster.device cuda on min(GPUs, 4) ranks
 # plus `PASS|FAIL|SKIP python|torch|cuda: ...` for the environment itself. A check whose library
-# (sglang, flash-attn, transformer-engine, transformers) is not installed is a SKIP line, not a
+# (sglang, vllm, flash-attn, transformer-engine, transformers) is not installed is a SKIP line, not a
 # FAIL. Exit 1 on any FAIL. A broken environment is a FAIL: no python, a torch that does not
 # import or is older than 2.11, a GPU that nvidia-smi sees but torch cannot use (driver too old
 # for torch's CUDA build, a CPU-only torch). Only a machine with no NVIDIA GPU at all gets
@@ -129,6 +131,7 @@ fi
 run_check engine "$PY" tools/gpu_checks.py engine
 run_check decode "$PY" tools/bench_decode.py --device cuda --json "$LOG_DIR/decode.json"
 run_check sglang "$PY" tools/gpu_checks.py sglang
+run_check vllm "$PY" tools/gpu_checks.py vllm
 run_check train "$PY" tools/gpu_checks.py train
 
 # main_job NAME NPROC STEPS MIN_ROLES: the real program over NCCL, then its run folder checked

@@ -1,7 +1,7 @@
 """The checks `tools/gpu_check.sh` runs, one subcommand each. Every check prints one line per
 result, `PASS <name>: <figure>`, `FAIL <name>: <why>` or `SKIP <name>: <why>`, and exits 1 on any
 FAIL. Without CUDA a GPU check prints `SKIP <name>: no CUDA` and exits 0; a check whose library
-(flash-attn, transformer-engine, sglang, transformers) is not installed is a SKIP line naming it,
+(flash-attn, transformer-engine, sglang, vllm, transformers) is not installed is a SKIP line naming it,
 and the other checks still run. Nothing is installed. `job` only reads a finished main job's run
 folder and works anywhere.
 
@@ -9,6 +9,7 @@ folder and works anywhere.
                                         # SDPA, flash-attn, flash-attn + transformer-engine linears
     python tools/gpu_checks.py sglang   # an sglang replica vs the embedded engine (greedy tokens),
                                         # abort + release / resume + GPS weight update, GPS Read GB/s
+    python tools/gpu_checks.py vllm     # the same for a vLLM replica (sleep level 2 / wake up)
     python tools/gpu_checks.py train    # FSDP2 bf16 train steps, shift down / up bit-exact
     python tools/gpu_checks.py job DIR --steps N --name NAME   # a main job's records: steps, shifts
 """
@@ -31,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import gpu_check_lines as lines  # noqa: E402  (FAILED: the failed checks)
 from gpu_check_lines import guarded, missing, skip  # noqa: E402
 from gpu_check_models import QWEN25_05B, SMALL, agreement, generate, prompts  # noqa: E402
-from gpu_check_sglang import check_sglang  # noqa: E402
+from gpu_check_production import check_production  # noqa: E402
 
 from pivot.engine import Engine, EngineConfig  # noqa: E402
 from pivot.model import CausalLM, ModelArgs  # noqa: E402
@@ -172,6 +173,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "sglang", help="sglang replica: greedy vs embedded, abort/release/resume, GPS weight update"
     )
     sgl.add_argument("--new-tokens", type=int, default=24)
+    vllm = sub.add_parser(
+        "vllm", help="vLLM replica: greedy vs embedded, abort/release/resume, GPS weight update"
+    )
+    vllm.add_argument("--new-tokens", type=int, default=24)
     train = sub.add_parser("train", help="FSDP2 bf16 train steps and a shift down/up")
     train.add_argument("--steps", type=int, default=3)
     job = sub.add_parser("job", help="a finished main job's run folder")
@@ -193,9 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.check != "job" and not torch.cuda.is_available():
         print(f"SKIP {a.check}: no CUDA device visible to torch", flush=True)
         return 0
-    {"engine": check_engine, "sglang": check_sglang, "train": check_train, "job": check_job}[
-        a.check
-    ](a)
+    checks = {"engine": check_engine, "train": check_train, "job": check_job}
+    checks |= {"sglang": check_production, "vllm": check_production}
+    checks[a.check](a)
     return 1 if lines.FAILED else 0
 
 

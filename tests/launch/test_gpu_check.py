@@ -184,6 +184,7 @@ def test_every_check_reports_one_line_and_a_failed_test_fails(tmp_path: Path) ->
         "engine",
         "decode-step",
         "sglang",
+        "vllm",
         "train",
         "nccl-shift",
         "main-job",

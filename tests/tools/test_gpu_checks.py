@@ -22,7 +22,7 @@ def test_help_lists_every_check() -> None:
         [sys.executable, str(TOOL), "--help"], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0 and all(
-        c in out.stdout for c in ("engine", "sglang", "train", "job")
+        c in out.stdout for c in ("engine", "sglang", "vllm", "train", "job")
     )
 
 
@@ -36,7 +36,7 @@ def test_bad_arguments_exit_2(argv: list[str]) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the checks would run")
-@pytest.mark.parametrize("check", ["engine", "sglang", "train"])
+@pytest.mark.parametrize("check", ["engine", "sglang", "vllm", "train"])
 def test_gpu_checks_skip_without_cuda(check: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert gpu_checks.main([check]) == 0
     assert capsys.readouterr().out == f"SKIP {check}: no CUDA device visible to torch\n"
@@ -84,19 +84,22 @@ def test_job_check_reads_the_run_folder(
     assert capsys.readouterr().out.startswith("FAIL main-job: FileNotFoundError")
 
 
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_a_missing_library_is_a_skip_line_not_a_failure(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    engine: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """sglang (not installed here) makes its three checks SKIP lines naming it; nothing is installed."""
-    monkeypatch.setitem(sys.modules, "sglang", None)
-    gpu_checks.check_sglang(gpu_checks.parse_args(["sglang"]))
+    """sglang and vLLM (not in this venv) make their three checks SKIP lines naming them; nothing
+    is installed."""
+    monkeypatch.setitem(sys.modules, engine, None)
+    gpu_checks.check_production(gpu_checks.parse_args([engine]))
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == [
         "SKIP gps-read",
-        "SKIP sglang-greedy",
-        "SKIP sglang-shift",
+        f"SKIP {engine}-greedy",
+        f"SKIP {engine}-shift",
     ]
-    assert all("sglang is not usable" in line for line in lines) and not gpu_checks.lines.FAILED
+    assert all(f"{engine} is not usable" in line for line in lines)
+    assert not gpu_checks.lines.FAILED
     assert gpu_checks.missing("json") == "" and "flash_attn" in gpu_checks.missing(
         "json", "flash_attn"
     )

@@ -256,7 +256,7 @@ HELPERS = {
     "bench_sim_runs.py": "bench_sim.py",
     "gpu_check_lines.py": "gpu_checks.py",
     "gpu_check_models.py": "gpu_checks.py",
-    "gpu_check_sglang.py": "gpu_checks.py",
+    "gpu_check_production.py": "gpu_checks.py",
     "soak_check.py": "soak.py",
     "soak_drive.py": "soak.py",
 }

@@ -1,5 +1,6 @@
-"""tools/gpu_checks.py's `sglang` check: an sglang replica against the embedded engine (greedy
-tokens), abort + release / resume + GPS weight update, and the GPS Read's GB/s."""
+"""tools/gpu_checks.py's `sglang` and `vllm` checks: a production engine's replica against the
+embedded engine (greedy tokens), abort + release / resume + GPS weight update, and the GPS Read's
+GB/s. The two engines run the same protocol; only how a replica is built differs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import torch
 from gpu_check_lines import guarded, missing, skip
@@ -16,20 +18,38 @@ from gpu_check_models import SMALL, agreement, generate, prompts, small_folder
 from pivot.engine import Engine, EngineConfig, Request, SamplingParams
 
 
-def check_sglang(a: argparse.Namespace) -> None:
+def build_replica(backend: str, folder: Path) -> Any:
+    """A TP 1 replica of `backend` on the current device, on dummy weights until the first load."""
+    config = EngineConfig(kv_capacity_tokens=16384, max_running_seqs=16)
+    device = torch.cuda.current_device()
+    if backend == "sglang":
+        from pivot.engine.sglang_adapter import SglangEngine
+
+        return SglangEngine.from_pretrained(
+            folder, config, tp_size=1, base_gpu_id=device, dtype="bfloat16", mem_fraction_static=0.3
+        )
+    from pivot.engine.vllm_adapter import VllmEngine
+
+    return VllmEngine.from_pretrained(
+        folder, config, tp_size=1, base_gpu_id=device, dtype="bfloat16", device="cuda"
+    )
+
+
+def check_production(a: argparse.Namespace) -> None:
+    """`a.check` names the engine: 'sglang' or 'vllm'."""
     import torch.distributed as dist
 
-    from pivot.engine.sglang_adapter import SglangEngine
     from pivot.gps.layout import parallel_layout, replicated_layout
     from pivot.gps.store import GPSStore, HostInfo
     from pivot.gps.torch_specs import specs_from_checkpoint
     from pivot.model import load_state_dict
 
-    if missing("sglang", "transformers"):
-        for name in ("gps-read", "sglang-greedy", "sglang-shift"):
-            skip(name, missing("sglang", "transformers"))
+    backend = a.check
+    if missing(backend, "transformers"):
+        for name in ("gps-read", f"{backend}-greedy", f"{backend}-shift"):
+            skip(name, missing(backend, "transformers"))
         return
-    folder = small_folder(Path(tempfile.mkdtemp(prefix="gpu_check_sglang_")))
+    folder = small_folder(Path(tempfile.mkdtemp(prefix=f"gpu_check_{backend}_")))
     batch = prompts(8, 32, SMALL["vocab_size"])
     embedded = Engine.from_pretrained(
         folder, EngineConfig(kv_capacity_tokens=8192), dtype="bfloat16", device="cuda"
@@ -58,14 +78,7 @@ def check_sglang(a: argparse.Namespace) -> None:
             return f"{n / dt / 1e9:.1f} GB/s pinned host -> GPU ({n / 1e6:.0f} MB, pinned={pinned})"
 
         guarded("gps-read", gps_read)
-        eng = SglangEngine.from_pretrained(
-            folder,
-            EngineConfig(kv_capacity_tokens=16384, max_running_seqs=16),
-            tp_size=1,
-            base_gpu_id=torch.cuda.current_device(),
-            dtype="bfloat16",
-            mem_fraction_static=0.3,
-        )
+        eng = build_replica(backend, folder)
 
         def greedy() -> str:
             eng.load_weights(
@@ -78,7 +91,7 @@ def check_sglang(a: argparse.Namespace) -> None:
                 )
             return f"greedy tokens equal to the embedded engine's on {len(batch)} sequences ({tps:,.0f} tokens/s)"
 
-        guarded("sglang-greedy", greedy)
+        guarded(f"{backend}-greedy", greedy)
 
         def shift() -> str:
             for i, p in enumerate(batch):
@@ -109,11 +122,11 @@ def check_sglang(a: argparse.Namespace) -> None:
                     f"resumed greedy tokens equal on {agreement(resumed, ref):.0%} of sequences only"
                 )
             return (
-                f"shift up {up_s:.2f} s (resume + GPS Read + update_weights_from_tensor); {len(partials)} partials "
-                f"kept {kept} tokens and resumed to the reference tokens"
+                f"shift up {up_s:.2f} s (resume + GPS Read + weight update); {len(partials)} "
+                f"partials kept {kept} tokens and resumed to the reference tokens"
             )
 
-        guarded("sglang-shift", shift)
+        guarded(f"{backend}-shift", shift)
         eng.shutdown()
     finally:
         store.close()
