@@ -120,8 +120,12 @@ class PivotWorkerExtension:
         from safetensors import safe_open
 
         with safe_open(path, framework="pt", device="cpu") as f:
-            weights = [(name, f.get_tensor(name)) for name in f.keys()]
-        self.reload_weights(weights_iterator=iter(weights))  # type: ignore[attr-defined]
+            names = list(f.keys())
+            # streamed: each worker copies one tensor at a time out of the file (vLLM's loaders
+            # take whole tensors and keep their TP slice); a list would hold the whole model in
+            # every worker at once, TP x the model in host memory (8 x 244 GB for Qwen3.5-122B)
+            weights = ((name, f.get_tensor(name)) for name in names)
+            self.reload_weights(weights_iterator=weights)  # type: ignore[attr-defined]
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
         head = getattr(model, "lm_head", None)
         tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
@@ -129,7 +133,7 @@ class PivotWorkerExtension:
             head.quant_method.process_weights_after_loading(head)
         if repair:
             repack_cpu_experts(model)
-        return len(weights)
+        return len(names)
 
 
 def repack_cpu_experts(model: torch.nn.Module) -> int:

@@ -215,3 +215,26 @@ def test_no_shift_when_no_benefit_is_positive(
         held = snap.holders()
         for u in plan.up:  # every device of a shift-up slot is idle or freed by the plan
             assert all(held.get(d) in (None, *plan.down) for d in snap.by_id[u].devices)
+
+
+def test_float_noise_does_not_buy_a_larger_shift() -> None:
+    """Three queued prompts, eight idle rollout slots: shifting one replica up or six serves the
+    same prompts, and the benefits differ only in their last bits (1 ulp here, the larger shift's
+    above); the plan is the smaller shift (hypothesis found the case: a larger shift won on noise)."""
+    m = ThroughputModel(A=1e-06, B=0.01, C=0.0002, D=0.005)
+    reps = [Replica(i, Role.ROLLOUT, (i,), 3000, m) for i in range(8)]
+    reps += [Replica(8 + j, Role.REWARD, (2 * j, 2 * j + 1), 6000, m) for j in range(4)]
+    reps += [Replica(12, Role.TRAIN, (4, 5, 6, 7), 0, None)]
+    queue = tuple(SeqState(i, n, 0) for i, n in enumerate((56, 169, 10)))
+    snap = ClusterSnapshot(
+        replicas=tuple(reps),
+        active=frozenset({6, 7, 10}),
+        running={6: (), 7: (), 10: ()},
+        queues={"rollout": queue, "reward": ()},
+        train_batch_ready=False,
+        train_throughput=0.0,
+    )
+    planner = PivotPlanner(PlannerConfig(horizon_s=1.0, tau_shift_s=0.0, budget_s=0.0))
+    plan = planner.plan(snap)
+    ties = [c for c, b in planner.last_candidates if b == pytest.approx(plan.benefit, rel=1e-9)]
+    assert len(ties) > 1 and (plan.up, plan.down) == (ties[0].up, ties[0].down) == ((4,), (10,))
