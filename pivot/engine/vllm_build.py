@@ -77,22 +77,11 @@ def kv_bytes_per_token(path: Path, dtype: torch.dtype, tp_size: int = 1) -> int:
     return 2 * cfg["num_hidden_layers"] * kv_heads * head_dim * size
 
 
-def engine_builder(
-    path: Path,
-    config: EngineConfig,
-    *,
-    tp_size: int,
-    base_gpu_id: int,
-    dtype: str,
-    seed: int,
-    on_cuda: bool,
-    **engine_args: Any,
-) -> Callable[[], Any]:
-    """A function that starts the replica's `LLMEngine` (called again after a CPU release)."""
-    from vllm import EngineArgs  # guarded: only the vllm backend needs it
-    from vllm.v1.engine.llm_engine import LLMEngine
-
-    args = EngineArgs(
+def engine_kwargs(
+    path: Path, config: EngineConfig, *, tp_size: int, dtype: str, seed: int, on_cuda: bool
+) -> dict[str, Any]:
+    """vLLM `EngineArgs` fields of a replica (pure: no vLLM import, so tested without it)."""
+    kwargs: dict[str, Any] = dict(
         model=str(path),
         tensor_parallel_size=tp_size,
         distributed_executor_backend="uni" if tp_size == 1 else "mp",
@@ -115,11 +104,33 @@ def engine_builder(
         kv_cache_memory_bytes=config.kv_capacity_tokens
         * kv_bytes_per_token(path, getattr(torch, dtype), tp_size),
         logprobs_mode="processed_logprobs",
+        # a vision-language checkpoint (Qwen3.5) serves text only: vLLM then builds no vision
+        # tower and reserves no encoder cache (models/interfaces.py:339-380)
+        language_model_only="vision_config" in json.loads((path / "config.json").read_text()),
         worker_extension_cls="pivot.engine.vllm_weights.PivotWorkerExtension",
-        **engine_args,
     )
     if config.block_size:
-        args.block_size = config.block_size
+        kwargs["block_size"] = config.block_size
+    return kwargs
+
+
+def engine_builder(
+    path: Path,
+    config: EngineConfig,
+    *,
+    tp_size: int,
+    base_gpu_id: int,
+    dtype: str,
+    seed: int,
+    on_cuda: bool,
+    **engine_args: Any,
+) -> Callable[[], Any]:
+    """A function that starts the replica's `LLMEngine` (called again after a CPU release)."""
+    from vllm import EngineArgs  # guarded: only the vllm backend needs it
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    fields = engine_kwargs(path, config, tp_size=tp_size, dtype=dtype, seed=seed, on_cuda=on_cuda)
+    args = EngineArgs(**{**fields, **engine_args})
     devices = cuda_devices(base_gpu_id, tp_size) if on_cuda else None
 
     def build() -> Any:

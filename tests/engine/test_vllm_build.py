@@ -83,3 +83,22 @@ def test_the_weight_file_carries_the_checkpoints_own_names(
         assert sorted(f.keys()) == sorted(on_disk)
         assert bool((f.get_tensor(names[ours]) == 1.5).all())
     shm.close()
+
+
+def test_engine_fields_of_a_replica(tmp_path: Path) -> None:
+    """What Pivot asks vLLM for: graphs on CUDA unless the flag says off, the auto-fit context
+    length, a per-worker KV cache, and no vision tower for a vision-language judge."""
+    from pivot.engine.config import EngineConfig
+    from pivot.engine.vllm_build import engine_kwargs
+    from tests.model.fixtures.hub_layouts import write_tiny
+
+    vl = write_tiny("Qwen3.5-122B-A10B", tmp_path / "vl", shards=1)
+    moe = write_tiny("Qwen3-30B-A3B", tmp_path / "moe", shards=1)
+    auto, off = EngineConfig(kv_capacity_tokens=1000), EngineConfig(decode_graphs="off")
+    common = dict(tp_size=2, dtype="bfloat16", seed=0)
+    got = engine_kwargs(vl, auto, on_cuda=True, **common)
+    assert got["language_model_only"] and not got["enforce_eager"] and got["max_model_len"] == -1
+    assert got["kv_cache_memory_bytes"] == 1000 * kv_bytes_per_token(vl, torch.bfloat16, 2)
+    assert not engine_kwargs(moe, auto, on_cuda=True, **common)["language_model_only"]
+    assert engine_kwargs(moe, off, on_cuda=True, **common)["enforce_eager"]
+    assert engine_kwargs(moe, auto, on_cuda=False, **common)["enforce_eager"]  # CPU: no graphs
