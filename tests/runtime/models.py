@@ -40,21 +40,24 @@ HF_GENRMS = {
 }
 
 
-def hf_genrm(path: Path, family: str, tokenizer_file: Path, seed: int) -> Path:
-    """A tiny GenRM folder of `family` written by transformers."""
+def hf_genrm(path: Path, family: str, tokenizer_file: Path, seed: int, head_dim: int = 8) -> Path:
+    """A tiny GenRM folder of `family` written by transformers; `head_dim` 32 shapes it for vLLM's
+    CPU build (attention heads of 32 or more, expert columns a multiple of 32)."""
     import torch
     import transformers
 
     config_cls, model_cls, extra = HF_GENRMS[family]
+    if head_dim != 8 and "moe_intermediate_size" in extra:
+        extra = {**extra, "moe_intermediate_size": 32}
     torch.manual_seed(seed)
     cfg = getattr(transformers, config_cls)(
         vocab_size=len(CHARS) + 2,
-        hidden_size=32,
+        hidden_size=32 if head_dim == 8 else 2 * head_dim,
         intermediate_size=64,
         num_hidden_layers=1,
-        num_attention_heads=4,
+        num_attention_heads=4 if head_dim == 8 else 2,
         num_key_value_heads=2,
-        head_dim=8,
+        head_dim=head_dim,
         tie_word_embeddings=True,
         eos_token_id=0,
         pad_token_id=1,
@@ -138,7 +141,7 @@ def random_models(
     if genrm_family == "qwen3_5_moe":
         out.append(hybrid_genrm(root / "genrm", tok, seed))
     elif genrm_family != "qwen2":
-        out.append(hf_genrm(root / "genrm", genrm_family, tok, seed + 1))
+        out.append(hf_genrm(root / "genrm", genrm_family, tok, seed + 1, head_dim))
     return out[0], out[1]
 
 

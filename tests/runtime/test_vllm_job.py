@@ -1,7 +1,7 @@
 """The main job on 4 CPU ranks with rollout and reward served by vLLM (its CPU build, for real, in
-the venv tools/vllm_venv.py builds): the planner shifts replicas between roles, each shift down
-stops a vLLM engine and each shift up starts one and fills it from GPS, and every sample is
-trained exactly once."""
+the venv tools/vllm_venv.py builds), the judge a Qwen3-MoE as in the paper presets: the planner
+shifts replicas between roles, each shift down stops a vLLM engine and each shift up starts one
+and fills it from GPS, and every sample is trained exactly once."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def alive(pid: int) -> bool:
 
 
 def test_main_job_on_vllm_with_shifts(tmp_path: Path, vllm_python: Path) -> None:
-    policy, genrm = random_models(tmp_path / "models", head_dim=32)  # vLLM's CPU attention: >= 32
+    # head_dim 32: vLLM's CPU attention takes 32 and up
+    policy, genrm = random_models(tmp_path / "models", genrm_family="qwen3_moe", head_dim=32)
     python = vllm_python
     run = tmp_path / "run"
     cmd = [str(python), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
