@@ -11,7 +11,8 @@ without prefix sharing, and whether the targets of issue 17 are met.
 
     python tools/bench_engine.py            # ~3-5 minutes on 2 CPU cores
     python tools/bench_engine.py --quick    # a quarter of the requests
-    python tools/bench_engine.py --vllm     # embedded vs vLLM instead (tools/bench_engine_vllm.py)
+    python tools/bench_engine.py --vllm     # embedded vs vLLM instead (tools/bench_engine_vllm.py;
+                                            # --model PATH --device cuda: your model and GPU)
     python tools/bench_engine.py --device cuda   # decode step vs HBM floor (tools/bench_decode.py)
 """
 
@@ -150,15 +151,16 @@ def main() -> None:
         help="cuda: the decode step against the HBM floor and transformers instead "
         "(tools/bench_decode.py; its flags: python tools/bench_decode.py --help)",
     )
+    if "--vllm" in sys.argv:  # its own flags (--batches, --new, --model, --device, ...)
+        from tools.bench_engine_vllm import main as vs_vllm
+
+        vs_vllm(sys.argv[1:])
+        return
     if ap.parse_known_args()[0].device != "cpu":  # its own flags: tools/bench_decode.py
         from tools.bench_decode import main as decode_step
 
         decode_step(sys.argv[1:])
         return
-    if "--vllm" in sys.argv:  # its own flags (--batches, --new): tools/bench_engine_vllm.py
-        from tools.bench_engine_vllm import main as vs_vllm
-
-        vs_vllm(sys.argv[1:])
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)

@@ -1,5 +1,14 @@
-"""Pivot's embedded engine vs vLLM (its CPU build) on the same tiny model, CPU and run
-(`python tools/bench_engine.py --vllm`; re-runs itself in vLLM's venv, tools/vllm_venv.py).
+"""Pivot's embedded engine vs vLLM on the same model, same device, same run
+(`python tools/bench_engine.py --vllm`). Without vLLM in this Python it re-runs itself in the
+CPU build's venv (tools/vllm_venv.py) on a tiny model; with vLLM installed (a GPU venv from
+requirements-gpu-vllm.txt) it runs here, on your model and GPU:
+
+    python tools/bench_engine.py --vllm                                   # CPU, tiny model
+    python tools/bench_engine.py --vllm --model /models/Qwen2.5-7B --device cuda --dtype bfloat16
+
+On CUDA each engine's median decode step is also printed against the floor: the bytes a step
+reads (every weight once, each sequence's K/V at its median context) over the GPU's HBM
+bandwidth (`--hbm-gbps`, or the data sheet's for a known GPU).
 
 For each batch size B: B requests of a 64-token random prompt, each generating `--new` tokens
 (greedy, EOS ignored), all added at once, both engines through Pivot's engine protocol with the
@@ -58,10 +67,9 @@ def run_batch(engine: Any, batch: int, new: int, vocab: int) -> tuple[float, flo
     return made / wall, statistics.median(steps) if steps else float("nan")
 
 
-def build(kind: str, folder: Path, batch: int, new: int) -> Any:
-    from safetensors.torch import load_file
-
+def build(kind: str, folder: Path, batch: int, new: int, a: argparse.Namespace) -> Any:
     from pivot.engine import Engine, EngineConfig
+    from pivot.model import load_state_dict
 
     cfg = EngineConfig(
         backend=kind,
@@ -69,50 +77,93 @@ def build(kind: str, folder: Path, batch: int, new: int) -> Any:
         max_running_seqs=batch,
         max_prefill_tokens=2048,
     )
-    engine = Engine.from_pretrained(folder, cfg, dtype="float32")
-    if kind == "vllm":
-        engine.load_weights(load_file(str(folder / "model.safetensors")), version=0)
+    engine = Engine.from_pretrained(folder, cfg, dtype=a.dtype, device=a.device)
+    if kind == "vllm":  # started on dummy weights, as in a job: the folder's, in Pivot's names
+        engine.load_weights(load_state_dict(folder), version=0)
     return engine
+
+
+def floor_ms(folder: Path, batch: int, ctx: int, a: argparse.Namespace) -> float:
+    """The decode step's bytes (weights once, K/V of `batch` sequences of `ctx`) over HBM."""
+    import torch
+
+    from pivot.engine.vllm_build import kv_bytes_per_token
+    from pivot.model.hf_folder import tensor_headers
+    from tools.bench_decode import HBM_GBPS
+
+    name = torch.cuda.get_device_name(a.device)
+    gbps = a.hbm_gbps or next((v for k, v in HBM_GBPS.items() if k in name), 0.0)
+    if not gbps:
+        return float("nan")
+    size = torch.empty((), dtype=getattr(torch, a.dtype)).element_size()
+    weights = sum(torch.Size(shape).numel() * size for shape, _ in tensor_headers(folder).values())
+    kv = batch * ctx * kv_bytes_per_token(folder, getattr(torch, a.dtype))
+    return (weights + kv) / (gbps * 1e9) * 1e3
 
 
 def measure(a: argparse.Namespace) -> None:
     import torch
 
+    from pivot.model.hf_folder import tensor_headers, text_config
     from tools.bench_engine import bench_model
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    folder, model = bench_model(a.hidden, a.layers)
-    n_params = sum(p.numel() for p in model.parameters()) / 1e6
+    cuda = a.device.startswith("cuda")
+    if a.model:
+        folder = Path(a.model)
+        shape = f"{folder.name}, {a.dtype}"
+    else:
+        folder, _ = bench_model(a.hidden, a.layers)
+        shape = f"qwen2 hidden={a.hidden} layers={a.layers} head_dim=32, {a.dtype}"
+    n_params = sum(torch.Size(s).numel() for s, _ in tensor_headers(folder).values()) / 1e6
+    vocab = int(text_config(folder)["vocab_size"])
     batches = [int(b) for b in a.batches.split(",")]
-    cpu = platform.processor() or platform.machine()
+    where = (
+        torch.cuda.get_device_name(a.device)
+        if cuda
+        else f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
+        f"threads {torch.get_num_threads()} (vLLM's CPU worker: its own binding)"
+    )
     print(
-        f"regime: qwen2 hidden={a.hidden} layers={a.layers} head_dim=32 ({n_params:.2f}M params), "
-        f"float32, {PROMPT}-token prompts, {a.new} new tokens each, greedy; {cpu}, "
-        f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()} (vLLM's CPU worker: its own "
-        f"binding), load average {os.getloadavg()[0]:.1f}",
+        f"regime: {shape} ({n_params:,.2f}M params), {PROMPT}-token prompts, {a.new} new tokens "
+        f"each, greedy; {where}, load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     print(f"{'batch':>6}{'embedded tok/s':>16}{'vLLM tok/s':>12}{'ratio':>8}"
-          f"{'embedded ms/step':>18}{'vLLM ms/step':>14}{'ratio':>8}")  # fmt: skip
+          f"{'embedded ms/step':>18}{'vLLM ms/step':>14}{'ratio':>8}"
+          + (f"{'floor ms':>10}{'emb. x':>8}{'vLLM x':>8}" if cuda else ""))  # fmt: skip
     for batch in batches:
         got = {}
         for kind in ("embedded", "vllm"):
-            engine = build(kind, folder, batch, a.new)
-            run_batch(engine, min(batch, 4), 8, 512)  # warm-up
-            got[kind] = run_batch(engine, batch, a.new, 512)
+            engine = build(kind, folder, batch, a.new, a)
+            run_batch(engine, min(batch, 4), 8, vocab)  # warm-up
+            got[kind] = run_batch(engine, batch, a.new, vocab)
             if hasattr(engine, "shutdown"):
                 engine.shutdown()
+            del engine
+            if cuda:
+                torch.cuda.empty_cache()
         (te, le), (tv, lv) = got["embedded"], got["vllm"]
-        print(f"{batch:>6}{te:>16.0f}{tv:>12.0f}{tv / te:>7.2f}x{le * 1e3:>18.2f}{lv * 1e3:>14.2f}"
-              f"{lv / le:>7.2f}x", flush=True)  # fmt: skip
+        line = (f"{batch:>6}{te:>16.0f}{tv:>12.0f}{tv / te:>7.2f}x{le * 1e3:>18.2f}"
+                f"{lv * 1e3:>14.2f}{lv / le:>7.2f}x")  # fmt: skip
+        if cuda:  # the floor at the median context of the measured steps
+            fl = floor_ms(folder, batch, PROMPT + a.new // 2, a)
+            line += f"{fl:>10.2f}{le * 1e3 / fl:>7.1f}x{lv * 1e3 / fl:>7.1f}x"
+        print(line, flush=True)
     print(
         f"load average {os.getloadavg()[0]:.1f} at the end (ratio > 1: vLLM faster in tok/s, slower in ms/step)"
     )
 
 
 def main(argv: list[str]) -> None:
-    """`measure` in vLLM's venv, whose Python runs this file (built first if need be)."""
+    """`measure` here when vLLM imports (a GPU venv), else in the CPU build's venv, whose Python
+    runs this file (built first if need be)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        measure(parse([x for x in argv if x != "--vllm"]))
+        return
     from tools.vllm_venv import vllm_python
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -127,6 +178,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model", default="", help="HF model folder (default: a tiny random one)")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda[:N] (vLLM's GPU build)")
+    ap.add_argument("--dtype", default="float32", help="float32, bfloat16 (GPU), float16")
+    ap.add_argument("--hbm-gbps", type=float, default=0.0, help="GPU memory bandwidth, GB/s")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vllm", action="store_true", help="(how tools/bench_engine.py asks for this)")
     return ap.parse_args(argv)
