@@ -100,7 +100,7 @@ def _paper_group(
     syncs with the host at each MoE layer, so it is never graphed (tools/bench_launches.py). They
     go to vLLM with its own CUDA graphs (`auto`, vLLM's default): the one production engine that
     has served a Pivot MoE judge, through Pivot's weight path, to transformers' tokens (its CPU
-    build, TP 1 and 2, tests/engine/test_vllm_moe.py); sglang has only met a fake."""
+    build, TP 1 and 2; tests/engine/test_vllm_moe.py keeps TP 2); sglang has only met a fake."""
     p_name, p_b, p_tp = policy
     g_name, g_b, g_active_b, g_tp, g_moe = genrm
     gpu_engine = EngineConfig(
