@@ -2,6 +2,7 @@
 
     python tools/bench_launches.py                       # every role of every paper preset
     python tools/bench_launches.py --models Qwen2.5-7B,Qwen3-30B-A3B --batches 1,64
+    python tools/bench_launches.py --plot runs/launches/launches.png   # + a figure of the table
 
 The embedded engine's eager decode step is bound by the host launching its kernels one by one
 (on one H200, a Qwen2.5-7B-shaped step took 69.7 / 71.7 / 86.7 ms at batch 1 / 64 / 256 against
@@ -99,6 +100,7 @@ SMALL = {
 # batch 256); its HBM bandwidth from the data sheet
 H200_STEPS_MS = {"Qwen2.5-1.5B": 41.0, "Qwen2.5-7B": 86.7}
 H200_GBPS = 4800
+H200_7B_MEASURED = {1: 69.7, 64: 71.7, 256: 86.7}  # ms a step by batch, the same H200 run
 
 
 def small_args(name: str) -> ModelArgs:
@@ -152,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompt", type=int, default=32, help="prompt tokens of the counted step")
     ap.add_argument("--context", type=int, default=1024, help="tokens of K/V in the floor")
     ap.add_argument("--hbm-gbps", type=float, default=H200_GBPS)
+    ap.add_argument("--plot", default="", help="PNG: each model's projected step and its floor")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     names = [n for n in a.models.split(",") if n]
@@ -172,12 +175,14 @@ def main(argv: list[str] | None = None) -> None:
         f"{'floor ms':>9} {'eager ms (proj.)':>17} {'x floor':>8}"
     )
     low_x: dict[tuple[str, int], float] = {}  # the projection's low end over the TP 1 floor
+    steps: dict[tuple[str, int], tuple[float, float, float]] = {}  # (floor, low, high) ms
     for name in names:
         for batch in batches:
             got = count_step(small_args(name), batch, a.prompt)
             floor = step_bytes(name, batch, a.context) / (a.hbm_gbps * 1e9) * 1e3
             lo, hi = got.ops * per_op[0], got.ops * per_op[-1]
             low_x[name, batch] = lo / floor
+            steps[name, batch] = (floor, lo, hi)
             print(
                 f"{name:<20} {batch:>5} {got.ops:>8,} {got.ops / ref['Qwen2.5-7B']:>6.1f} "
                 f"{got.syncs:>5} {got.graphs or 'yes':<26.26} {floor:>9.2f} "
@@ -193,6 +198,45 @@ def main(argv: list[str] | None = None) -> None:
         xs = [low_x.get((model, b)) for b in batches]
         shown = "/".join(f"{x * tp:.0f}" if x else "-" for x in xs)
         print(f"  {role:<58} {model:<20} x{shown}")
+    if a.plot:
+        plot(steps, names, batches, a.plot)
+
+
+def plot(
+    steps: dict[tuple[str, int], tuple[float, float, float]],
+    names: list[str],
+    batches: list[int],
+    path: str,
+) -> None:
+    """One panel per batch: each model's floor (dot) and projected eager step (bar, low to high)
+    on a log axis, so the distance between them reads at a glance."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(batches), figsize=(4.5 * len(batches), 0.5 * len(names) + 1.5))
+    for ax, batch in zip(list(getattr(axes, "flat", [axes])), batches):
+        rows = range(len(names))
+        floor, lo, hi = zip(*(steps[n, batch] for n in names))
+        ax.barh(rows, [h - low for h, low in zip(hi, lo)], left=lo, color="tab:red", alpha=0.6,
+                label="eager step, projected")  # fmt: skip
+        ax.scatter(floor, rows, color="black", zorder=3, label="HBM floor (bf16, TP 1)")
+        if batch in H200_7B_MEASURED and "Qwen2.5-7B" in names:
+            ax.scatter([H200_7B_MEASURED[batch]], [names.index("Qwen2.5-7B")], marker="x",
+                       color="tab:blue", zorder=4, label="measured on one H200")  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_yticks(list(rows), names if ax is getattr(axes, "flat", [axes])[0] else [])
+        ax.invert_yaxis()
+        ax.set_xlabel("ms a decode step")
+        ax.set_title(f"batch {batch}")
+    handles, labels = list(getattr(axes, "flat", [axes]))[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
+    fig.suptitle("Embedded engine, eager: projected step vs the floor (tools/bench_launches.py)")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
 
 
 if __name__ == "__main__":

@@ -44,8 +44,8 @@ SLOW = pytest.mark.slow
 SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
     "bench_control.py": (["--round-trips", "20", "--repeats", "1"], r"^new/old", (SLOW,)),
     "bench_launches.py": (
-        ["--models", "Qwen2.5-1.5B", "--batches", "1"],
-        r"Qwen2\.5-1\.5B +1 +1,\d{3} [\s\S]*qwen2\.5-7b\+qwen3-30b-a3b: reward",
+        ["--models", "Qwen2.5-1.5B", "--batches", "1", "--plot", "{tmp}/launches.png"],
+        r"Qwen2\.5-1\.5B +1 +1,\d{3} [\s\S]*qwen2\.5-7b\+qwen3-30b-a3b: reward[\s\S]*plot: ",
         (),
     ),
     "bench_decode.py": (
