@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C reaches every rank: one line from rank 0, no tracebacks
         if os.environ.get("RANK", "0") == "0":
             from pivot.runtime.checkpoint import Checkpointer
-            from pivot.runtime.launch import resume_hint
+            from pivot.runtime.launch import resume_hint, tell
 
-            print(f"\npivot: interrupted.\n{resume_hint(Checkpointer(cfg))}", file=sys.stderr)
+            tell(f"\npivot: interrupted.\n{resume_hint(Checkpointer(cfg))}")
         return 130
 
 

@@ -73,6 +73,14 @@ def model_paths(cfg: PivotConfig) -> tuple[Path, Path]:
     return Path(cfg.model.policy or tiny.policy), Path(cfg.model.genrm or tiny.genrm)
 
 
+def tell(text: str) -> None:
+    """`text` and its newline to stderr in one write: a write of under PIPE_BUF (4096) bytes to
+    the pipe torchrun's agent and every rank share is never split, so no other process's output
+    lands inside a line (print's separate newline write let it, before the line's end)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
 def resume_hint(ckpt: Checkpointer) -> str:
     """Where a stopped run can go on from, and how (one line)."""
     newest = ckpt.newest()
@@ -89,13 +97,11 @@ def _stopped_by_torchrun(ckpt: Checkpointer, gps: GPSStore, rank0: bool) -> None
     and (rank 0) say what happened and how to go on (pivot/runtime/sigterm.py ends the process)."""
     gps.remove_files()
     if rank0:
-        print(
+        tell(
             "\npivot: stopped by torchrun: another rank failed (torchrun names it: 'rank: N ... "
             "exitcode'), or the job was cancelled.\n"
             f"{resume_hint(ckpt)} "
-            "(with torchrun --max-restarts N and --checkpoint.resume auto this happens automatically).",
-            file=sys.stderr,
-            flush=True,
+            "(with torchrun --max-restarts N and --checkpoint.resume auto this happens automatically)."
         )
 
 
