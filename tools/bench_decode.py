@@ -29,6 +29,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -40,6 +41,8 @@ from pivot.model.meta_init import materialize, params_on_meta  # noqa: E402
 
 # (hidden, intermediate, layers, heads, KV heads, vocab, tied): the hub's config.json of each
 SHAPES = {
+    "qwen2.5-72b": (8192, 29568, 80, 64, 8, 152064, False),
+    "qwen2.5-32b": (5120, 27648, 64, 40, 8, 152064, False),
     "qwen2.5-7b": (3584, 18944, 28, 28, 4, 152064, False),
     "qwen2.5-1.5b": (1536, 8960, 28, 12, 2, 151936, True),
     "qwen2.5-0.5b": (896, 4864, 24, 14, 2, 151936, True),
@@ -49,14 +52,24 @@ SHAPES = {
 HBM_GBPS = {"H200": 4800, "H100": 3350, "H20": 4000, "H800": 3350, "A100": 2039, "B200": 8000}
 
 
-def model_of(shape: str, dtype: torch.dtype, device: str) -> CausalLM:
+def hbm_gbps(device_name: str, given: float = 0.0) -> float:
+    """`given`, else the data sheet's bandwidth of the GPU named, else 0 (unknown)."""
+    return given or next((v for k, v in HBM_GBPS.items() if k in device_name), 0.0)
+
+
+def qwen2_fields(shape: str) -> dict[str, Any]:
+    """ModelArgs fields of a SHAPES entry."""
     hidden, inter, layers, heads, kv, vocab, tied = SHAPES[shape]
-    args = ModelArgs(
+    return dict(
         family="qwen2", vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
         head_dim=hidden // heads, max_position_embeddings=32768, tie_word_embeddings=tied,
         attention_bias=True, rope_theta=1e6, eos_token_id=0,
     )  # fmt: skip
+
+
+def model_of(shape: str, dtype: torch.dtype, device: str) -> CausalLM:
+    args = ModelArgs(**qwen2_fields(shape))
     with params_on_meta():
         model = CausalLM(args)
     materialize(model, device)
@@ -189,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     dtype = getattr(torch, a.dtype or ("bfloat16" if cuda else "float32"))
     torch.set_num_threads(1 if not cuda else torch.get_num_threads())
     name = torch.cuda.get_device_name(a.device) if cuda else "CPU"
-    gbps = a.hbm_gbps or next((v for k, v in HBM_GBPS.items() if k in name), 0.0)
+    gbps = hbm_gbps(name, a.hbm_gbps)
     model = model_of(a.shape, dtype, a.device)
     n_params = sum(p.numel() for p in model.parameters())
     print(

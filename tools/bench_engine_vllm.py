@@ -83,22 +83,19 @@ def build(kind: str, folder: Path, batch: int, new: int, a: argparse.Namespace) 
     return engine
 
 
-def floor_ms(folder: Path, batch: int, ctx: int, a: argparse.Namespace) -> float:
-    """The decode step's bytes (weights once, K/V of `batch` sequences of `ctx`) over HBM."""
+def floor_ms(folder: Path, params: int, batch: int, ctx: int, a: argparse.Namespace) -> float:
+    """The decode step's bytes (`params` weights once, K/V of `batch` sequences of `ctx`) over
+    the GPU's HBM bandwidth; nan when it is unknown."""
     import torch
 
     from pivot.engine.vllm_build import kv_bytes_per_token
-    from pivot.model.hf_folder import tensor_headers
-    from tools.bench_decode import HBM_GBPS
+    from tools.bench_decode import hbm_gbps
 
-    name = torch.cuda.get_device_name(a.device)
-    gbps = a.hbm_gbps or next((v for k, v in HBM_GBPS.items() if k in name), 0.0)
-    if not gbps:
-        return float("nan")
-    size = torch.empty((), dtype=getattr(torch, a.dtype)).element_size()
-    weights = sum(torch.Size(shape).numel() * size for shape, _ in tensor_headers(folder).values())
-    kv = batch * ctx * kv_bytes_per_token(folder, getattr(torch, a.dtype))
-    return (weights + kv) / (gbps * 1e9) * 1e3
+    gbps = hbm_gbps(torch.cuda.get_device_name(a.device), a.hbm_gbps)
+    dtype = getattr(torch, a.dtype)
+    weights = params * torch.empty((), dtype=dtype).element_size()
+    kv = batch * ctx * kv_bytes_per_token(folder, dtype)
+    return (weights + kv) / (gbps * 1e9) * 1e3 if gbps else float("nan")
 
 
 def measure(a: argparse.Namespace) -> None:
@@ -116,7 +113,7 @@ def measure(a: argparse.Namespace) -> None:
     else:
         folder, _ = bench_model(a.hidden, a.layers)
         shape = f"qwen2 hidden={a.hidden} layers={a.layers} head_dim=32, {a.dtype}"
-    n_params = sum(torch.Size(s).numel() for s, _ in tensor_headers(folder).values()) / 1e6
+    params = sum(torch.Size(s).numel() for s, _ in tensor_headers(folder).values())
     vocab = int(text_config(folder)["vocab_size"])
     batches = [int(b) for b in a.batches.split(",")]
     where = (
@@ -126,7 +123,7 @@ def measure(a: argparse.Namespace) -> None:
         f"threads {torch.get_num_threads()} (vLLM's CPU worker: its own binding)"
     )
     print(
-        f"regime: {shape} ({n_params:,.2f}M params), {PROMPT}-token prompts, {a.new} new tokens "
+        f"regime: {shape} ({params / 1e6:,.2f}M params), {PROMPT}-token prompts, {a.new} new tokens "
         f"each, greedy; {where}, load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
@@ -148,7 +145,7 @@ def measure(a: argparse.Namespace) -> None:
         line = (f"{batch:>6}{te:>16.0f}{tv:>12.0f}{tv / te:>7.2f}x{le * 1e3:>18.2f}"
                 f"{lv * 1e3:>14.2f}{lv / le:>7.2f}x")  # fmt: skip
         if cuda:  # the floor at the median context of the measured steps
-            fl = floor_ms(folder, batch, PROMPT + a.new // 2, a)
+            fl = floor_ms(folder, params, batch, PROMPT + a.new // 2, a)
             line += f"{fl:>10.2f}{le * 1e3 / fl:>7.1f}x{lv * 1e3 / fl:>7.1f}x"
         print(line, flush=True)
     print(

@@ -30,6 +30,7 @@ A TP replica runs the same operators on every rank plus two all-reduces a layer;
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,33 +40,18 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_launches_count import count_step  # noqa: E402
+from bench_decode import HBM_GBPS, qwen2_fields  # noqa: E402
+from bench_launches_count import StepCount, count_step  # noqa: E402
 
 from configs.presets import PRESETS  # noqa: E402
 from pivot.model import CausalLM, ModelArgs  # noqa: E402
 from pivot.model.meta_init import params_on_meta  # noqa: E402
 
-_QWEN25 = dict(family="qwen2", head_dim=128, attention_bias=True, vocab_size=152064)
+QWEN25_SIZES = ("1.5B", "7B", "32B", "72B")
 # ModelArgs fields of each model's config.json on the hub (tests/model/fixtures/hub_layouts.py
-# cites where each was read)
+# cites where each was read); the Qwen2.5 ones are tools/bench_decode.py's shapes
 SHAPES: dict[str, dict[str, Any]] = {
-    "Qwen2.5-1.5B": {
-        **_QWEN25, "vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960,
-        "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
-        "tie_word_embeddings": True,
-    },
-    "Qwen2.5-7B": {
-        **_QWEN25, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
-        "num_attention_heads": 28, "num_key_value_heads": 4,
-    },
-    "Qwen2.5-32B": {
-        **_QWEN25, "hidden_size": 5120, "intermediate_size": 27648, "num_hidden_layers": 64,
-        "num_attention_heads": 40, "num_key_value_heads": 8,
-    },
-    "Qwen2.5-72B": {
-        **_QWEN25, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
-        "num_attention_heads": 64, "num_key_value_heads": 8,
-    },
+    **{f"Qwen2.5-{size}": qwen2_fields(f"qwen2.5-{size.lower()}") for size in QWEN25_SIZES},
     "GLM-Z1-9B-0414": {
         "family": "glm4", "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696,
         "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2,
@@ -99,7 +85,7 @@ SMALL = {
 # eager steps one H200 ran (docs/gpu.md): the fastest (1.5B shape) and the slowest (7B shape at
 # batch 256); its HBM bandwidth from the data sheet
 H200_STEPS_MS = {"Qwen2.5-1.5B": 41.0, "Qwen2.5-7B": 86.7}
-H200_GBPS = 4800
+H200_GBPS = HBM_GBPS["H200"]
 H200_7B_MEASURED = {1: 69.7, 64: 71.7, 256: 86.7}  # ms a step by batch, the same H200 run
 
 
@@ -111,13 +97,25 @@ def small_args(name: str) -> ModelArgs:
     return ModelArgs(**{**shape, **small, "max_position_embeddings": 4096, "eos_token_id": 0})
 
 
+@functools.cache
+def param_counts(name: str) -> tuple[int, int]:
+    """(parameters in experts, the rest) at the real widths, counted on the meta device."""
+    with params_on_meta():
+        model = CausalLM(ModelArgs(**SHAPES[name]))
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    return experts, sum(p.numel() for p in model.parameters()) - experts
+
+
+@functools.cache
+def counted(name: str, batch: int, prompt: int) -> StepCount:
+    """One count per model and batch, whether the references or the table ask for it."""
+    return count_step(small_args(name), batch, prompt)
+
+
 def step_bytes(name: str, batch: int, ctx: int) -> float:
     """bf16 bytes one decode step reads at the real widths (see the module docstring)."""
     args = ModelArgs(**SHAPES[name])
-    with params_on_meta():
-        model = CausalLM(args)
-    experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
-    rest = sum(p.numel() for n, p in model.named_parameters() if ".experts." not in n)
+    experts, rest = param_counts(name)
     touched = 0.0  # expected share of a layer's experts that a batch's tokens route to
     if args.num_experts:
         touched = 1 - (1 - args.num_experts_per_tok / args.num_experts) ** batch
@@ -161,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown := sorted(set(names) - set(SHAPES)):
         ap.error(f"unknown model {unknown[0]!r}: one of {', '.join(SHAPES)}")
     batches = [int(b) for b in a.batches.split(",")]
-    ref = {n: count_step(small_args(n), batches[0], a.prompt).ops for n in H200_STEPS_MS}
+    ref = {n: counted(n, batches[0], a.prompt).ops for n in H200_STEPS_MS}
     per_op = sorted(H200_STEPS_MS[n] / ref[n] for n in ref)  # ms an op: fastest, slowest step
     print(
         "regime: eager decode steps of the embedded engine (decode graphs off), TP 1, counted on "
@@ -178,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     steps: dict[tuple[str, int], tuple[float, float, float]] = {}  # (floor, low, high) ms
     for name in names:
         for batch in batches:
-            got = count_step(small_args(name), batch, a.prompt)
+            got = counted(name, batch, a.prompt)
             floor = step_bytes(name, batch, a.context) / (a.hbm_gbps * 1e9) * 1e3
             lo, hi = got.ops * per_op[0], got.ops * per_op[-1]
             low_x[name, batch] = lo / floor
