@@ -72,12 +72,12 @@ def _names() -> list[str]:
 
 
 def _unlink(path: str) -> bool:
+    """Whether `path` was removed here: False when another sweep on this machine (another
+    emulated host) got there first."""
     try:
         os.unlink(path)
         return True
-    except (
-        FileNotFoundError
-    ):  # another sweep on this machine (another emulated host) got there first
+    except FileNotFoundError:
         return False
 
 
