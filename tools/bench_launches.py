@@ -84,9 +84,9 @@ SMALL = {
 }  # fmt: skip
 # eager steps one H200 ran (docs/gpu.md): the fastest (1.5B shape) and the slowest (7B shape at
 # batch 256); its HBM bandwidth from the data sheet
-H200_STEPS_MS = {"Qwen2.5-1.5B": 41.0, "Qwen2.5-7B": 86.7}
-H200_GBPS = HBM_GBPS["H200"]
 H200_7B_MEASURED = {1: 69.7, 64: 71.7, 256: 86.7}  # ms a step by batch, the same H200 run
+H200_STEPS_MS = {"Qwen2.5-1.5B": 41.0, "Qwen2.5-7B": H200_7B_MEASURED[256]}
+H200_GBPS = HBM_GBPS["H200"]
 
 
 def small_args(name: str) -> ModelArgs:
@@ -213,8 +213,11 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(batches), figsize=(4.5 * len(batches), 0.5 * len(names) + 1.5))
-    for ax, batch in zip(list(getattr(axes, "flat", [axes])), batches):
+    fig, axes = plt.subplots(
+        1, len(batches), figsize=(4.5 * len(batches), 0.5 * len(names) + 1.5), squeeze=False
+    )
+    panels = list(axes.flat)
+    for ax, batch in zip(panels, batches):
         rows = range(len(names))
         floor, lo, hi = zip(*(steps[n, batch] for n in names))
         ax.barh(rows, [h - low for h, low in zip(hi, lo)], left=lo, color="tab:red", alpha=0.6,
@@ -224,11 +227,11 @@ def plot(
             ax.scatter([H200_7B_MEASURED[batch]], [names.index("Qwen2.5-7B")], marker="x",
                        color="tab:blue", zorder=4, label="measured on one H200")  # fmt: skip
         ax.set_xscale("log")
-        ax.set_yticks(list(rows), names if ax is getattr(axes, "flat", [axes])[0] else [])
+        ax.set_yticks(list(rows), names if ax is panels[0] else [])
         ax.invert_yaxis()
         ax.set_xlabel("ms a decode step")
         ax.set_title(f"batch {batch}")
-    handles, labels = list(getattr(axes, "flat", [axes]))[0].get_legend_handles_labels()
+    handles, labels = panels[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
     fig.suptitle("Embedded engine, eager: projected step vs the floor (tools/bench_launches.py)")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
