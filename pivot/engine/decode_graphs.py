@@ -194,7 +194,8 @@ GRAPH_MODES = ("auto", "cuda", "eager", "off")
 
 
 class DecodeGraphs:
-    """The graphs of one engine rank; `run(step)` returns logits, or None to run `step` eagerly."""
+    """The graphs of one engine rank; `run(step)` returns the sampling rows' logits (as the eager
+    path does), or None to run `step` eagerly."""
 
     def __init__(
         self,
@@ -251,7 +252,10 @@ class DecodeGraphs:
         self.bufs.fill(step, batch, width)
         graph.replay()
         self.replays += 1
-        return graph.output[:n]
+        rows = step.sample_rows  # one token per row, but a prefill chunk cut to one token by
+        if len(rows) == n:  # the budget (or a migrated partial's last one) does not sample
+            return graph.output[:n]
+        return graph.output[rows.to(graph.output.device)]
 
     def _capture(self, mode: str, batch: int, width: int, cache: KVCache) -> EagerGraph | CudaGraph:
         bufs = self.bufs

@@ -144,7 +144,7 @@ class ModelRunner:
             self.linear_states.drop(step.dropped.tolist())
         self.cache.copy_blocks(step.copies)
         logits = self.graphs.run(step, self.cache)
-        if logits is not None:  # a decode step: every row samples
+        if logits is not None:  # a decode step, replayed: its sampling rows
             return logits
         attn = PagedAttention(self.cache, step, self.kernel, self.device, self.linear_states)
         ids = step.token_ids.to(self.device)[None]

@@ -61,6 +61,29 @@ def test_greedy_tokens_and_logprobs_equal_eager_and_the_cache_outside_scratch(
     assert (graphed.runner.cache.v[:, :slots] - off.runner.cache.v[:, :slots]).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("budget", [1, 3])
+def test_a_prefill_cut_to_one_token_by_the_budget_keeps_the_rows_and_sequences_paired(
+    tiny_path: Path, budget: int, temperature: float
+) -> None:
+    """A step of one-token chunks where one is a prefill chunk cut short (it does not sample) is
+    replayed like a decode step: the graph must hand back only the sampling rows, in order."""
+
+    def run(mode: str) -> dict:
+        e = engine(tiny_path, mode, max_prefill_tokens=budget)
+        for i, p in enumerate(prompts(7, seed=3, lo=3, hi=30)):
+            e.add(Request(i, p, SamplingParams(temperature=temperature, max_new_tokens=12)))
+        outs = run_all(e)
+        if mode == "eager":
+            assert e.runner.graphs.replays > 0
+        return outs
+
+    ref, got = run("off"), run("eager")
+    assert {i: o.output_ids for i, o in got.items()} == {i: o.output_ids for i, o in ref.items()}
+    for i in ref:
+        assert got[i].output_logprobs == pytest.approx(ref[i].output_logprobs, abs=1e-4)
+
+
 def test_static_buffers_are_allocated_once_and_shared_by_every_graph(tiny_path: Path) -> None:
     e = engine(tiny_path, "eager")
     generate(e)
