@@ -63,6 +63,22 @@ class TrainConfig:
     part (DAPO's `acc`): with a GenRM whose verdicts are noisy, a group whose answers are all right
     or all wrong otherwise looks mixed and trains on the judge's noise. `verifiable` decides before
     judging: a group's judgings wait for its G responses, and a dropped group is never judged."""
+    rollout_is: Literal["token", "sequence"] | None = None
+    """Truncated importance sampling of the rollout/trainer mismatch (veRL's `rollout_is`): each
+    token's policy-gradient term weighted by min(rho, rollout_is_threshold), rho the trainer's
+    over the rollout's probability of the token (token) or of the whole response (sequence).
+    With it (or rollout_rs) on, PPO's ratio is taken against the trainer's own log-probs
+    (veRL's decoupled mode); pivot/rl/mismatch.py. None = off."""
+    rollout_is_threshold: float = 2.0
+    """Upper bound of rollout_is's weights (veRL's default, 2.0)."""
+    rollout_rs: Literal["token", "sequence"] | None = None
+    """Masked importance sampling (veRL's rejection sampling, `rollout_rs`): a token (or the whole
+    response) whose rho lies outside [rollout_rs_threshold_lower, rollout_rs_threshold] adds
+    nothing to the loss. None = off."""
+    rollout_rs_threshold: float | None = None
+    """rollout_rs's upper bound; None = rollout_is_threshold (veRL's default)."""
+    rollout_rs_threshold_lower: float | None = None
+    """rollout_rs's lower bound; None = 1 / the upper bound (veRL's default)."""
     beta1: float = 0.9
     """AdamW beta1."""
     beta2: float = 0.999
@@ -83,6 +99,21 @@ class TrainConfig:
         for name in ("steps", "batch_prompts", "group_size", "micro_batch_tokens", "max_bad_steps"):
             _check(getattr(self, name) > 0, f"train.{name}", getattr(self, name), "must be > 0")
         _check(self.lr > 0, "train.lr", self.lr, "must be > 0")
+        _check(
+            self.rollout_is_threshold > 1,
+            "train.rollout_is_threshold",
+            self.rollout_is_threshold,
+            "must be > 1",
+        )
+        upper = self.rollout_rs_threshold
+        _check(upper is None or upper > 1, "train.rollout_rs_threshold", upper, "must be > 1")
+        lower = self.rollout_rs_threshold_lower
+        _check(
+            lower is None or 0 <= lower < (upper or self.rollout_is_threshold),
+            "train.rollout_rs_threshold_lower",
+            lower,
+            "must be >= 0 and below the upper bound",
+        )
         _check(
             self.dual_clip_c == 0 or self.dual_clip_c > 1,
             "train.dual_clip_c",

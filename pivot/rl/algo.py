@@ -113,10 +113,13 @@ def ppo_clip_loss(
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     kl_estimator: str = "low_var_kl",
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """PPO-clip loss against the rollout's (behaviour) log-probs; see the module docstring.
 
     logprobs / behaviour_logprobs / ref_logprobs / mask: [B, T]; advantages: [B] or [B, T].
+    `token_weights` [B, T] (detached) scale each token's policy-gradient term, not its KL term:
+    the rollout correction's importance weights (pivot/rl/mismatch.py).
     Returns the scalar loss (differentiable w.r.t. `logprobs`) and detached statistics."""
     if logprobs.shape != behaviour_logprobs.shape or logprobs.shape != mask.shape:
         raise ValueError(
@@ -139,11 +142,11 @@ def ppo_clip_loss(
         bound = -adv * dual_clip_c
         dual = (adv < 0) & (pg > bound)
         pg = torch.where(adv < 0, torch.minimum(pg, bound), pg)
-    loss_tok = pg
+    loss_tok = pg if token_weights is None else pg * token_weights.detach().to(pg.dtype)
     kl_ref = torch.zeros_like(pg)
     if ref_logprobs is not None:
         kl_ref = kl_estimate(logprobs, ref_logprobs.to(logprobs.dtype), kl_estimator)
-        loss_tok = pg + kl_coef * kl_ref
+        loss_tok = loss_tok + kl_coef * kl_ref
     loss = aggregate(loss_tok, mask, agg, normalizer)
     with torch.no_grad():
         m = mask.bool()

@@ -21,10 +21,20 @@ class TrainBatch:
     """Rollout log-prob of each response token; None = on-policy (the trainer's own, detached)."""
     ref_logprobs: list[list[float]] | None = None
     """Reference-model log-probs, needed when kl_coef > 0."""
+    version_starts: list[list[tuple[int, int]]] | None = None
+    """Per row, (policy version, index of the first response token it made), as the engine
+    reports them (`Output.version_starts`); [] or None: not known. The trainer splits the
+    rollout/trainer mismatch by it (pivot/rl/mismatch.py)."""
 
     def __post_init__(self) -> None:
         n = len(self.prompt_ids)
-        for name in ("response_ids", "advantages", "behaviour_logprobs", "ref_logprobs"):
+        for name in (
+            "response_ids",
+            "advantages",
+            "behaviour_logprobs",
+            "ref_logprobs",
+            "version_starts",
+        ):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"TrainBatch.{name} has {len(value)} rows, prompt_ids has {n}")
@@ -76,6 +86,7 @@ def batch_from_groups(
         response_ids=[list(s.response_ids or []) for s in flat],
         advantages=_advantages(groups, normalize_std),
         behaviour_logprobs=[list(s.logprobs) for s in flat] if has_lp else None,  # type: ignore[arg-type]
+        version_starts=[[tuple(v) for v in s.version_starts or ()] for s in flat],  # type: ignore[misc]
     )
 
 

@@ -72,6 +72,8 @@ class Sample:
     regenerations: int = 0
     prompt_ids: list[int] | None = None
     """The prompt's token ids as the rollout saw them (None: tokenize `prompt.text`)."""
+    version_starts: list[tuple[int, int]] | None = None
+    """(policy version, index of the first response token it made), as `Output.version_starts`."""
 
     @property
     def key(self) -> Key:
@@ -205,6 +207,7 @@ class SampleBuffer:
         text: str,
         version: int,
         prompt_ids: list[int] | None = None,
+        version_starts: list[tuple[int, int]] | None = None,
     ) -> Outcome:
         if key in self._surplus:
             self.stats.surplus_outputs += 1
@@ -223,6 +226,7 @@ class SampleBuffer:
             )
         s.response_ids, s.logprobs, s.text, s.version = list(response_ids), logprobs, text, version
         s.prompt_ids = None if prompt_ids is None else list(prompt_ids)
+        s.version_starts = None if version_starts is None else [tuple(v) for v in version_starts]  # type: ignore[misc]
         self.stats.responses += 1
         return Outcome.ACCEPTED
 

@@ -44,6 +44,13 @@ from pivot.model.tp_plan import fsdp_range
 from pivot.rl.algo import ppo_clip_loss
 from pivot.rl.batch import TrainBatch
 from pivot.rl.logprobs import plan_micro_batches, response_logprobs
+from pivot.rl.mismatch import (
+    correction_weights,
+    mismatch_metrics,
+    mismatch_sums,
+    rs_bounds,
+    zero_sums,
+)
 from pivot.roles.parallelize import parallelize
 from pivot.roles.trainer_checkpoint import STATE_FILE, TrainerCheckpoint
 from pivot.roles.trainer_shift import TrainerShift
@@ -63,6 +70,8 @@ class StepMetrics:
     micro_batches: int
     skipped: bool
     version: int
+    mismatch: dict[str, float]
+    """The rollout/trainer log-prob mismatch and its correction (`pivot.rl.mismatch`)."""
 
 
 class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
@@ -199,6 +208,11 @@ class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
             batch.response_tokens if cfg.loss_agg == "token" else batch.rows_with_tokens
         )
         mine, count = self._plan(batch)
+        gap, peaks = zero_sums(self.device)
+        correcting = cfg.rollout_is is not None or cfg.rollout_rs is not None
+        rs_upper, rs_lower = rs_bounds(
+            cfg.rollout_rs_threshold, cfg.rollout_rs_threshold_lower, cfg.rollout_is_threshold
+        )
         self.model.train()
         # loss, tokens, clipped, approx_kl, kl_ref (token-weighted); on the trainer's device: an
         # NCCL-only group has no backend for CPU tensors ("No backend type associated with device type cpu")
@@ -225,11 +239,28 @@ class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
                     )
                 self.reference.reshard()  # FSDP keeps the root gathered after a forward
             lp, mask = self._logprobs(prompts, responses)
-            old = (
+            behaviour = (
                 self._pad(batch.behaviour_logprobs, rows, lp)
                 if batch.behaviour_logprobs is not None
                 else lp.detach()
             )
+            current = self._token_versions(batch, rows, lp) == self.version
+            part, part_peaks = mismatch_sums(lp, behaviour, mask, current)
+            gap, peaks = gap + part, torch.maximum(peaks, part_peaks)
+            weights = correction_weights(
+                lp,
+                behaviour,
+                mask,
+                cfg.rollout_is,
+                cfg.rollout_is_threshold,
+                cfg.rollout_rs,
+                rs_upper,
+                rs_lower,
+                gap,
+            )
+            # corrected: the IS weight carries the rollout -> trainer gap, PPO's ratio is taken
+            # against the trainer's own log-probs (veRL's decoupled mode; pivot/rl/mismatch.py)
+            old = lp.detach() if correcting else behaviour
             ref = (
                 ref_lp
                 if need_ref
@@ -251,6 +282,7 @@ class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
                 ref,
                 cfg.kl_coef,
                 cfg.kl_estimator,
+                weights,
             )
             # FSDP averages gradients over ranks; the loss is already a share of the global one
             (loss * self.world).backward()
@@ -264,6 +296,8 @@ class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
         norm = torch.nn.utils.clip_grad_norm_(list(self.params.values()), max_norm)
         norm_value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         dist.all_reduce(sums, group=self.group)
+        dist.all_reduce(gap, group=self.group)
+        dist.all_reduce(peaks, op=dist.ReduceOp.MAX, group=self.group)
         loss_value = float(sums[0])
         bad = not (math.isfinite(loss_value) and math.isfinite(norm_value))
         if bad:
@@ -297,7 +331,22 @@ class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
             micro_batches=count,
             skipped=bad,
             version=self.version,
+            mismatch=mismatch_metrics(gap.cpu(), peaks.cpu()),
         )
+
+    def _token_versions(
+        self, batch: TrainBatch, rows: list[int], like: torch.Tensor
+    ) -> torch.Tensor:
+        """[B, T] the policy version that made each response token (-1: not known)."""
+        out = torch.full(like.shape, -1, dtype=torch.long, device=like.device)
+        if batch.version_starts is None:
+            return out
+        for k, i in enumerate(rows):
+            starts = batch.version_starts[i]
+            for n, (version, start) in enumerate(starts):
+                stop = starts[n + 1][1] if n + 1 < len(starts) else out.shape[1]
+                out[k, start:stop] = version
+        return out
 
     def _pad(
         self, rows_values: list[list[float]], rows: list[int], like: torch.Tensor

@@ -102,7 +102,8 @@ class TrainingRole:
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         metrics = asdict(self.trainer.train_step(batch))
-        return {k: float(v) for k, v in metrics.items()}
+        mismatch = metrics.pop("mismatch")
+        return {k: float(v) for k, v in metrics.items()} | mismatch
 
     def shards(self) -> dict[str, torch.Tensor]:
         return self.trainer.policy_shards()

@@ -213,6 +213,7 @@ class RLFlow(DynamicSampling, FlowReports):
             text,
             version,
             prompt_ids=list(out.prompt_ids),
+            version_starts=list(out.version_starts),
         )
         if outcome in (Outcome.DUPLICATE, Outcome.SURPLUS):  # counted by the buffer
             return []

@@ -289,3 +289,45 @@ def test_bf16_mixed_precision_step_on_cpu() -> None:
 @pytest.mark.gpu
 def test_cuda_bf16_step_and_shift() -> None:
     spawn(_cuda_step_and_shift, 1, backend="nccl")
+
+
+def _mismatch_every_step(rank: int, world: int, group: dist.ProcessGroup) -> None:
+    """The step's mismatch figures, reduced over micro-batches and both ranks, equal the ones
+    worked out here from the trainer's own log-probs (computed before the step, same weights)."""
+    batch = make_batch(11, n=6)
+    # rows 0-2 made by version 0 (the trainer's), rows 3-5 by version -1 up to their second token
+    starts = [[(0, 0)]] * 3 + [[(-1, 0), (0, 2)]] * 3
+    batch = TrainBatch(
+        batch.prompt_ids,
+        batch.response_ids,
+        batch.advantages,
+        batch.behaviour_logprobs,
+        version_starts=starts,
+    )
+    for kw in ({}, {"rollout_is": "token", "rollout_is_threshold": 1.2}):
+        trainer = Trainer(tiny_model(), group, config(**kw))
+        lp = trainer.compute_logprobs(batch.prompt_ids, batch.response_ids)
+        current, stale = [], []
+        for i, (row, old) in enumerate(zip(lp, batch.behaviour_logprobs)):
+            for j, (a, b) in enumerate(zip(row, old)):
+                (current if i < 3 or j >= 2 else stale).append(a - b)
+        got = trainer.train_step(batch).mismatch
+        for name, rs in (("current", current), ("stale", stale)):
+            assert got[f"mismatch_{name}/abs_mean"] == pytest.approx(
+                sum(map(abs, rs)) / len(rs), rel=1e-5
+            )
+            assert got[f"mismatch_{name}/abs_max"] == pytest.approx(max(map(abs, rs)), rel=1e-5)
+            k3 = sum(math.exp(r) - r - 1 for r in rs) / len(rs)
+            assert got[f"mismatch_{name}/k3"] == pytest.approx(k3, rel=1e-5)
+        whole = [
+            sum(a - b for a, b in zip(row, old))
+            for row, old in zip(lp[:3], batch.behaviour_logprobs[:3])
+        ]
+        assert got["mismatch_current/seq_log_ratio"] == pytest.approx(sum(whole) / 3, rel=1e-5)
+        truncated = sum(math.exp(r) > 1.2 for r in current + stale) / len(current + stale)
+        assert got["rollout_is/truncated_share"] == pytest.approx(truncated if kw else 0.0)
+
+
+@pytest.mark.slow
+def test_every_step_measures_the_rollout_trainer_mismatch() -> None:
+    spawn(_mismatch_every_step, 2)
