@@ -7,10 +7,11 @@ Per response token t, with r_t = logp_trainer - logp_rollout:
     k3      = exp(r_t) - r_t - 1    (>= 0; over tokens the rollout sampled, an unbiased estimate
                                      of KL(pi_rollout || pi_trainer))
     sequence log-ratio = sum_t r_t  (what a sequence-level weight exponentiates)
-Split by the policy version that made each token: "current" tokens were made by the version the
-trainer holds, so their gap is the engine's numerics alone (kernels, dtype, batching); "stale"
-ones by older versions, so theirs adds the policy's drift since. A sequence counts as current
-when all its tokens are.
+Split by the policy version that made each token: "current" tokens were made, as was every token
+before them in their response, by the version the trainer holds, so their gap is the engine's
+numerics alone (kernels, dtype, batching); "stale" ones adds the policy's drift since (an older
+version, or K/V an older version computed before an in-flight update). A sequence counts as
+current when all its tokens are.
 
 Correction, with veRL's names (`algorithm.rollout_correction`) and ms-swift's four modes:
     rollout_is = token | sequence       truncated IS: each token's policy-gradient term is

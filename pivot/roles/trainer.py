@@ -337,15 +337,18 @@ class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
     def _token_versions(
         self, batch: TrainBatch, rows: list[int], like: torch.Tensor
     ) -> torch.Tensor:
-        """[B, T] the policy version that made each response token (-1: not known)."""
+        """[B, T] the one policy version that made each response token and every token before it,
+        -1 where that is not one version (or not known): a token made after an in-flight update
+        attends K/V the older version computed, so its log-prob is of neither version's model
+        and the gap to the trainer's is not the engine's numerics."""
         out = torch.full(like.shape, -1, dtype=torch.long, device=like.device)
         if batch.version_starts is None:
             return out
         for k, i in enumerate(rows):
             starts = batch.version_starts[i]
-            for n, (version, start) in enumerate(starts):
-                stop = starts[n + 1][1] if n + 1 < len(starts) else out.shape[1]
-                out[k, start:stop] = version
+            if starts:
+                stop = starts[1][1] if len(starts) > 1 else out.shape[1]
+                out[k, :stop] = starts[0][0]
         return out
 
     def _pad(
