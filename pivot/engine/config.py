@@ -37,9 +37,19 @@ class EngineConfig:
     """Decode steps as replayed graphs: 'auto' captures CUDA graphs on a GPU and runs eagerly on
     CPU; 'off' never captures (for debugging; vLLM's `enforce_eager`); 'eager' runs the graph
     path (buckets, padding, static buffers) without capturing, which is how CPU tests check it."""
+    max_decode_graphs: int = 64
+    """Most decode graphs one engine rank captures (batch buckets x context-width buckets; with
+    SDPA the width ladder is thinned on a log scale to fit, with flash-attn one width serves
+    all). All are captured when the replica starts or shifts up, and their memory is in the
+    memory plan (`--dry-run`): pivot/engine/decode_graphs.py."""
 
     def __post_init__(self) -> None:
-        for name in ("kv_capacity_tokens", "max_running_seqs", "max_prefill_tokens"):
+        for name in (
+            "kv_capacity_tokens",
+            "max_running_seqs",
+            "max_prefill_tokens",
+            "max_decode_graphs",
+        ):
             check(getattr(self, name) > 0, f"engine.{name}", getattr(self, name), "must be > 0")
         check(
             self.block_size >= 0,

@@ -8,13 +8,22 @@ bucket of KV blocks, as for batch sizes), since the keys it gathers are padded t
 kv-cache kernel reads each sequence's own length, so one width serves every context.
 
 What a replay needs lives in buffers shared by every graph (views of the largest): token ids,
-context lengths, slot of the new K/V, block tables. Rows past the real batch are padding: they
-attend one key and write their K/V to a scratch block no sequence owns (`KVCache.scratch_block`).
+context lengths, slot of the new K/V, block tables, and the fp32 logits every graph copies its
+result into (so a graph keeps no output of its own: 256 sequences x a 152K vocabulary is 156 MB
+once, not once per graph). Rows past the real batch are padding: they attend one key and write
+their K/V to a scratch block no sequence owns (`KVCache.scratch_block`).
 
-Weights loaded in place (`ModelRunner.load`, a GPS Read into `Engine.weight_buffers`) keep every
-graph valid: a graph reads the parameters' storage, not their values. A release frees that
-storage, so it drops the graphs; after a resume each bucket is captured again the first time a
-step needs it (a shift-up pays for the buckets its batches use, not for all of them).
+Memory and count are planned (`graph_grid`, and `pivot/memory/plan.py`'s "decode graphs" term):
+at most `max_graphs` graphs, the width ladder (then the batch ladder) thinned on a log scale to
+fit; all share one pool and are captured largest first, so the pool holds one graph's peak, the
+largest's (with SDPA, its K/V gather: batch x width x block tokens of one layer).
+
+Capture happens when the replica starts or shifts up (`capture_all`, from the engine's first
+`load_weights` after it, on every TP rank in the same order), all buckets at once, never in the
+middle of a rollout: a first capture synchronises the device and empties the allocator's cache
+(torch/cuda/graphs.py, `graph.__enter__`). Weights loaded in place later (`ModelRunner.load`, a
+GPS Read into `Engine.weight_buffers`) keep every graph valid: a graph reads the parameters'
+storage, not their values. A release frees that storage, so it drops the graphs.
 
 Modes: "cuda" captures `torch.cuda.CUDAGraph`s; "eager" runs the very same path (buckets,
 padding, static buffers, the fixed-width attention) without capturing, so CPU tests check it.
@@ -26,6 +35,7 @@ attention) run eagerly through `PagedAttention`.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,6 +70,27 @@ def size_buckets(largest: int) -> list[int]:
 def bucket_for(n: int, sizes: list[int]) -> int | None:
     """The smallest bucket holding `n`, or None when `n` exceeds them all."""
     return next((s for s in sizes if s >= n), None)
+
+
+def thin(sizes: list[int], keep: int) -> list[int]:
+    """At most `keep` of the ascending `sizes`, spread evenly on a log scale, the largest kept."""
+    if len(sizes) <= keep:
+        return list(sizes)
+    largest = sizes[-1]
+    chosen = {bucket_for(math.ceil(largest ** (i / keep)), sizes) for i in range(1, keep + 1)}
+    return sorted(c for c in chosen if c is not None)
+
+
+def graph_grid(
+    max_batch: int, widest: int, kernel: str, max_graphs: int
+) -> tuple[list[int], list[int]]:
+    """The batch buckets and context-width buckets (in KV blocks) that get a graph: every pair,
+    at most `max_graphs` of them. Flash-attn reads each sequence's own length, so one width
+    serves all; SDPA's ladder is thinned first (a step then gathers up to the next width kept),
+    the batch ladder only when it alone exceeds the cap."""
+    batches = thin(size_buckets(max_batch), max_graphs)
+    widths = [widest] if kernel == "flash" else size_buckets(widest)
+    return batches, thin(widths, max(1, max_graphs // len(batches)))
 
 
 class DecodeAttention:
@@ -119,17 +150,20 @@ class StaticDecodeInput:
     slots: torch.Tensor
     ctx: torch.Tensor
     table: torch.Tensor
+    logits: torch.Tensor
+    """[batch, vocab] fp32: every graph copies its logits here (a graph keeps no output)."""
     scratch: int
     """The KV block padding rows write to and attend (`KVCache.scratch_block`)."""
     block_size: int
 
     @classmethod
-    def allocate(cls, batch: int, width: int, cache: KVCache) -> StaticDecodeInput:
+    def allocate(cls, batch: int, width: int, vocab: int, cache: KVCache) -> StaticDecodeInput:
         def zeros(*shape: int) -> torch.Tensor:
             return torch.zeros(shape, dtype=torch.long, device=cache.k.device)
 
+        logits = torch.zeros(batch, vocab, dtype=torch.float32, device=cache.k.device)
         bufs = cls(
-            zeros(batch), zeros(batch), zeros(batch), zeros(batch, width),
+            zeros(batch), zeros(batch), zeros(batch), zeros(batch, width), logits,
             cache.scratch_block, cache.block_size,
         )  # fmt: skip
         bufs.pad()
@@ -204,21 +238,26 @@ class DecodeGraphs:
         kernel: str,
         max_batch: int,
         max_len: int,
+        vocab: int,
+        max_graphs: int,
         why_not: str = "",
     ) -> None:
         """`why_not`: the reason this model is never graphed ('' when it can be)."""
         if mode not in GRAPH_MODES:
             raise ValueError(f"engine.decode_graphs={mode!r} is not one of {GRAPH_MODES}")
+        if max_graphs < 1:
+            raise ValueError(f"engine.max_decode_graphs={max_graphs} must be >= 1")
         self.forward, self.kernel, self.mode = forward, kernel, mode
-        self.batch_sizes = size_buckets(max_batch)
-        self.max_len = max_len
+        self.max_batch, self.max_len, self.vocab = max_batch, max_len, vocab
+        self.max_graphs = max_graphs
         self.why_not = why_not
         self.graphs: dict[tuple[int, int], EagerGraph | CudaGraph] = {}
         self.bufs: StaticDecodeInput | None = None
-        self.widths: list[int] = []  # context-width buckets in blocks (set with `bufs`)
+        self.batch_sizes: list[int] = []  # the grid (`graph_grid`), set with `bufs`
+        self.widths: list[int] = []
         self.pool: object = None
         self.replays = self.captures = 0
-        self.capture_s = 0.0  # spent capturing (what a shift up pays for the buckets it uses)
+        self.capture_s = 0.0  # spent capturing (what a start or a shift up pays)
 
     def active(self, device: torch.device) -> str:
         """'cuda', 'eager' or '' (not graphed) on `device`."""
@@ -232,30 +271,55 @@ class DecodeGraphs:
             )
         return self.mode
 
+    def _buffers(self, cache: KVCache) -> StaticDecodeInput:
+        if self.bufs is None:
+            widest = -(-self.max_len // cache.block_size)
+            self.batch_sizes, self.widths = graph_grid(
+                self.max_batch, widest, self.kernel, self.max_graphs
+            )
+            self.bufs = StaticDecodeInput.allocate(self.batch_sizes[-1], widest, self.vocab, cache)
+        return self.bufs
+
+    def capture_all(self, cache: KVCache) -> None:
+        """Every graph of the grid, largest first (the shared pool then holds the largest's peak):
+        when the replica starts or shifts up, so no rollout step waits for a capture. Collective
+        under TP (every rank captures the same graphs in the same order)."""
+        mode = self.active(cache.k.device)
+        if not mode:
+            return
+        self._buffers(cache)
+        t0 = time.perf_counter()
+        for batch in reversed(self.batch_sizes):
+            for width in reversed(self.widths):
+                if (batch, width) not in self.graphs:
+                    self._capture(mode, batch, width, cache)
+        if self.captures:
+            log.info(
+                "decode graphs (%s): %d captured in %.2f s (batches %s, widths %s blocks)",
+                mode, len(self.graphs), time.perf_counter() - t0, self.batch_sizes, self.widths,
+            )  # fmt: skip
+
     def run(self, step: StepInput, cache: KVCache) -> torch.Tensor | None:
         mode = self.active(cache.k.device)
         n = len(step.q_lens)
         if not mode or len(step.token_ids) != n:  # not graphed, or prefill in the step
             return None
+        bufs = self._buffers(cache)
         batch = bucket_for(n, self.batch_sizes)
-        if self.bufs is None:
-            widest = -(-self.max_len // cache.block_size)
-            self.bufs = StaticDecodeInput.allocate(self.batch_sizes[-1], widest, cache)
-            self.widths = [widest] if self.kernel == "flash" else size_buckets(widest)
         blocks = -(-int(step.ctx_lens.max()) // cache.block_size)
         width = bucket_for(blocks, self.widths)
         if batch is None or width is None:
             return None
         graph = self.graphs.get((batch, width))
-        if graph is None:
+        if graph is None:  # only when `capture_all` has not run since the weights' storage came
             graph = self._capture(mode, batch, width, cache)
-        self.bufs.fill(step, batch, width)
+        bufs.fill(step, batch, width)
         graph.replay()
         self.replays += 1
         rows = step.sample_rows  # one token per row, but a prefill chunk cut to one token by
         if len(rows) == n:  # the budget (or a migrated partial's last one) does not sample
-            return graph.output[:n]
-        return graph.output[rows.to(graph.output.device)]
+            return bufs.logits[:n]
+        return bufs.logits[rows.to(bufs.logits.device)]
 
     def _capture(self, mode: str, batch: int, width: int, cache: KVCache) -> EagerGraph | CudaGraph:
         bufs = self.bufs
@@ -264,7 +328,9 @@ class DecodeGraphs:
 
         def step() -> torch.Tensor:
             attn = DecodeAttention(cache, bufs, batch, width, self.kernel)
-            return self.forward(bufs.tokens[:batch], attn.positions, attn)
+            out = bufs.logits[:batch]
+            out.copy_(self.forward(bufs.tokens[:batch], attn.positions, attn))
+            return out
 
         if mode == "cuda":
             if self.pool is None:

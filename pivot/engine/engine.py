@@ -77,7 +77,7 @@ class Engine:
         self.max_len = min(self.args.max_position_embeddings, num_blocks * block_size)
         self.runner = ModelRunner(
             model, num_blocks, block_size, attention, tp_group, device,
-            config.decode_graphs, config.max_running_seqs, self.max_len,
+            config.decode_graphs, config.max_running_seqs, self.max_len, config.max_decode_graphs,
         )  # fmt: skip
         self.blocks = BlockManager(
             num_blocks, block_size, share_prefixes=not self.args.has_linear_attention
@@ -140,9 +140,11 @@ class Engine:
         model = load_model(path, dtype=getattr(torch, dtype), device=device)
         if tokenizer is None and (Path(path) / "tokenizer.json").is_file():
             tokenizer = TextTokenizer.from_pretrained(path)
-        return cls(
+        engine = cls(
             model, config, tp_group=tp_group, tokenizer=tokenizer, attention=attention, seed=seed
         )
+        engine.runner.capture_graphs()  # its weights came with the model: no load_weights
+        return engine
 
     # ---- requests --------------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -325,6 +327,9 @@ class Engine:
         self.blocks.reset_cache()  # cached K/V were computed with the old weights
         self._version = version
         self._weights_ready = True
+        # the replica starts or shifts up: its graphs now, not in its first rollout steps (an
+        # update in place keeps the ones it has and captures nothing)
+        self.runner.capture_graphs()
 
     def weight_buffers(self) -> dict[str, torch.Tensor]:
         """This rank's parameter tensors by HF name (TP slices), to be filled in place, e.g. by a

@@ -36,6 +36,7 @@ class ModelRunner:
         decode_graphs: str = "off",
         max_batch: int = 1,
         max_len: int = 1,
+        max_graphs: int = 64,
     ) -> None:
         """`decode_graphs` (`EngineConfig.decode_graphs`): decode steps of up to `max_batch`
         sequences and `max_len` tokens of context replay graphs (pivot/engine/decode_graphs.py)."""
@@ -62,8 +63,9 @@ class ModelRunner:
         self.linear_states = LinearStates() if self.args.has_linear_attention else None
         self._alloc_cache()
         self.graphs = DecodeGraphs(
-            self._graph_forward, decode_graphs, kernel, max_batch, max_len, self._why_not_graphed()
-        )
+            self._graph_forward, decode_graphs, kernel, max_batch, max_len,
+            self.args.vocab_size, max_graphs, self._why_not_graphed(),
+        )  # fmt: skip
         self.graphs.active(self.device)  # a mode this device cannot run fails here, in one line
 
     def _why_not_graphed(self) -> str:
@@ -134,6 +136,12 @@ class ModelRunner:
             packed = torch.empty(int(size), dtype=torch.long, device=device)
         dist.broadcast(packed, group_src=0, group=self.group)
         return step if step is not None else StepInput.unpack(packed.cpu())
+
+    @torch.inference_mode()
+    def capture_graphs(self) -> None:
+        """The decode graphs this replica will replay, all now (it starts, or shifts up)."""
+        if self.cache is not None:
+            self.graphs.capture_all(self.cache)
 
     @torch.inference_mode()
     def run(self, step: StepInput) -> torch.Tensor:

@@ -24,6 +24,7 @@ INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 _FLOAT = ("F64", "F32", "F16", "BF16")
 _DEFAULT_VOCAB = 151936  # Qwen tokenizers; only used when no config.json says otherwise
+_DEFAULT_POSITIONS = 32768  # Qwen2.5's config.json (7B to 72B); likewise only without a folder
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,15 @@ class ModelFootprint:
     intermediate: int
     vocab: int
     dtype_bytes: int
+    max_positions: int = 0
+    """config.json's max_position_embeddings (0: not known); a sequence is at most this long."""
+
+    @property
+    def graphable(self) -> bool:
+        """Whether the embedded engine replays its decode steps from graphs: not with linear
+        attention (per-sequence state) nor MoE routing (host syncs), as `ModelRunner` decides."""
+        moe = any(".experts." in s.name or s.name.endswith("mlp.gate.weight") for s in self.specs)
+        return self.kv_layers == self.layers and not moe
 
     @property
     def params(self) -> int:
@@ -143,6 +153,7 @@ def from_folder(folder: str | Path, dtype: str) -> ModelFootprint:
         or 4 * cfg["hidden_size"],
         vocab=cfg.get("vocab_size", _DEFAULT_VOCAB),
         dtype_bytes=DTYPE_BYTES[dtype],
+        max_positions=cfg.get("max_position_embeddings", 0),
     )
 
 
@@ -164,4 +175,5 @@ def from_params(path: str, params_b: float, active_params_b: float, dtype: str) 
         intermediate=4 * hidden,
         vocab=_DEFAULT_VOCAB,
         dtype_bytes=DTYPE_BYTES[dtype],
+        max_positions=_DEFAULT_POSITIONS,
     )

@@ -7,6 +7,17 @@ Per device of an inference replica of TP = t (b = bytes of the model dtype):
     activations  max_prefill_tokens * (4 * hidden + 3 * ceil(intermediate / t)) * b
                  + max_running_seqs * vocab * 4            (one chunk's hidden states, q/k/v and
                  gate/up/down of one layer; fp32 full-vocabulary logits for sampling)
+    decode graphs  the embedded engine on CUDA (decode_graphs auto or cuda) serving a model it
+                 graphs (full attention, dense): every graph copies its logits into one buffer and
+                 all share one pool captured largest first, so (S = max_running_seqs, W the
+                 widest context: kv_capacity_tokens or the model's max_position_embeddings,
+                 whichever is less, as the engine's max_len; pivot/engine/decode_graphs.py)
+                 S * vocab * 4 * 2                     the shared logits and the largest graph's
+                                                       own before its copy
+                 with SDPA, + S * W * (2 * ceil(kv_heads / t) * head_dim + ceil(heads / t)) * b
+                                                       the largest graph's K/V gather of one
+                                                       layer and its attention scores
+                 (heads = hidden / head_dim); flash-attn reads the paged cache in place
 Per device of the training pool of D devices (FSDP2, fp32 master parameters, AdamW):
     master       4 * ceil(P / D)       fp32 parameters (the trainer's only weights)
     gradients    4 * ceil(P / D)
@@ -35,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pivot.config import PivotConfig
+from pivot.config import EngineConfig, PivotConfig
 from pivot.gps.layout import gps_group_size, gps_host_bytes
 from pivot.memory.footprint import ModelFootprint
 
@@ -103,7 +114,9 @@ def inference_usage(
     prefill_tokens: int,
     running_seqs: int,
     capacity: int,
+    graphs: str | None = None,
 ) -> Usage:
+    """`graphs`: the decode graphs' attention kernel (`graphs_kernel`), None without graphs."""
     b = fp.dtype_bytes
     kv = kv_tokens * 2 * fp.kv_layers * _ceil_div(fp.kv_heads, tp) * fp.head_dim * b
     act = (
@@ -111,7 +124,39 @@ def inference_usage(
         + running_seqs * fp.vocab * 4
     )
     items = (Item("weights", fp.tp_bytes(tp)), Item("KV cache", kv), Item("activations", act))
+    if graphs is not None:
+        items += (
+            Item("decode graphs", decode_graph_bytes(fp, tp, kv_tokens, running_seqs, graphs)),
+        )
     return Usage(f"{role} device (TP={tp}, {fp.name})", items, capacity, "cluster.gpu_memory_gb")
+
+
+def decode_graph_bytes(
+    fp: ModelFootprint, tp: int, widest: int, running_seqs: int, kernel: str
+) -> int:
+    """The "decode graphs" term of the module docstring."""
+    b = fp.dtype_bytes
+    if fp.max_positions:
+        widest = min(widest, fp.max_positions)
+    logits = running_seqs * fp.vocab * 4 * 2
+    if kernel == "flash":
+        return logits
+    heads = _ceil_div(fp.hidden // max(fp.head_dim, 1), tp)
+    per_token = 2 * _ceil_div(fp.kv_heads, tp) * fp.head_dim + heads
+    return logits + running_seqs * widest * per_token * b
+
+
+def graphs_kernel(cfg: PivotConfig, engine: EngineConfig, fp: ModelFootprint) -> str | None:
+    """The attention kernel of a replica's decode graphs, or None when it captures none: another
+    backend, a CPU or emulated run, graphs off, or a model the engine never graphs."""
+    if (
+        engine.backend != "embedded"
+        or cfg.cluster.device not in ("auto", "cuda")
+        or engine.decode_graphs not in ("auto", "cuda")
+        or not fp.graphable
+    ):
+        return None
+    return cfg.model.attention
 
 
 def training_usage(
@@ -163,8 +208,15 @@ def plan_memory(
         e = rc.engine
         devices.append(
             inference_usage(
-                role, fp, rc.tp, e.kv_capacity_tokens, e.max_prefill_tokens, e.max_running_seqs, gpu
-            )
+                role,
+                fp,
+                rc.tp,
+                e.kv_capacity_tokens,
+                e.max_prefill_tokens,
+                e.max_running_seqs,
+                gpu,
+                graphs_kernel(cfg, e, fp),
+            )  # fmt: skip
         )
     if train_devices:
         t = cfg.train

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pivot.engine import Engine, EngineConfig, Request, SamplingParams
-from pivot.engine.decode_graphs import bucket_for, size_buckets
+from pivot.engine.decode_graphs import bucket_for, graph_grid, size_buckets, thin
 from pivot.model import CausalLM
 from tests.engine.conftest import make_model, prompts, run_all, tiny_args
 
@@ -84,6 +84,38 @@ def test_a_prefill_cut_to_one_token_by_the_budget_keeps_the_rows_and_sequences_p
         assert got[i].output_logprobs == pytest.approx(ref[i].output_logprobs, abs=1e-4)
 
 
+def test_the_grid_keeps_within_the_cap_and_always_reaches_the_largest() -> None:
+    for batch, widest, cap in [(256, 2048, 64), (32, 1024, 64), (7, 15, 4), (300, 5, 3), (1, 1, 1)]:
+        batches, widths = graph_grid(batch, widest, "sdpa", cap)
+        assert len(batches) * len(widths) <= cap
+        assert batches[-1] == batch and widths[-1] == widest  # every step still has a bucket
+        assert batches == sorted(set(batches)) and widths == sorted(set(widths))
+    batches, widths = graph_grid(256, 2048, "flash", 64)
+    assert widths == [2048] and batches == size_buckets(256)  # one width serves every context
+    assert thin([1, 2, 4, 8, 16, 32, 64], 3) == [4, 16, 64]  # even on a log scale
+
+
+def test_every_graph_is_captured_when_the_replica_starts_never_mid_rollout(
+    tiny_path: Path,
+) -> None:
+    e = engine(tiny_path, "eager")
+    g = e.runner.graphs
+    grid = len(g.batch_sizes) * len(g.widths)
+    assert g.captures == len(g.graphs) == grid > 1  # before any step
+    generate(e)
+    assert g.replays > 0 and g.captures == grid
+    # one logits buffer serves every graph: no graph keeps a [bucket, vocab] output of its own
+    outputs = {graph.output.data_ptr() for graph in g.graphs.values() if graph.output.numel()}
+    assert outputs == {g.bufs.logits.data_ptr()}
+
+
+def test_a_small_cap_thins_the_buckets_and_keeps_the_tokens(tiny_path: Path) -> None:
+    capped = engine(tiny_path, "eager", max_decode_graphs=4)
+    got, ref = generate(capped), generate(engine(tiny_path, "off"))
+    assert len(capped.runner.graphs.graphs) <= 4 and capped.runner.graphs.replays > 0
+    assert {i: o.output_ids for i, o in got.items()} == {i: o.output_ids for i, o in ref.items()}
+
+
 def test_static_buffers_are_allocated_once_and_shared_by_every_graph(tiny_path: Path) -> None:
     e = engine(tiny_path, "eager")
     generate(e)
@@ -122,7 +154,7 @@ def test_weights_loaded_in_place_are_what_the_graphs_compute_with(
         e.load_weights(buffers, version=1)
         runs[mode] = run_all(e)
         if mode == "eager":
-            assert e.runner.graphs.captures <= captured + 2  # only batch sizes not seen before
+            assert e.runner.graphs.captures == captured  # an update in place captures nothing
     assert {i: o.output_ids for i, o in runs["eager"].items()} == {
         i: o.output_ids for i, o in runs["off"].items()
     }
@@ -144,6 +176,7 @@ def test_release_drops_the_graphs_and_resume_captures_again(tiny_path: Path) -> 
     assert not e.runner.graphs.graphs and e.runner.graphs.bufs is None
     e.resume()
     e.load_weights(weights, version=1)
+    assert len(e.runner.graphs.graphs) == e.runner.graphs.captures // 2  # all again, at shift up
     again = generate(e)
     assert {i: o.output_ids for i, o in again.items()} == {i: o.output_ids for i, o in ref.items()}
     assert e.runner.graphs.graphs  # captured again on the new storage

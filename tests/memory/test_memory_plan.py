@@ -62,6 +62,9 @@ def test_device_lines(qwen2_folder: Path) -> None:
         "weights": 22976,
         "KV cache": 128 * 2 * 2 * 1 * 8 * 2,
         "activations": 64 * (4 * 32 + 3 * 32) * 2 + 4 * 64 * 4,
+        # 4 sequences x 64 vocab fp32, twice; SDPA: 4 x 128 tokens x (K and V of 1 KV head of 8 +
+        # the scores of 2 query heads) in bf16
+        "decode graphs": 4 * 64 * 4 * 2 + 4 * 128 * (2 * 1 * 8 + 2) * 2,
     }
     assert reward["KV cache"] == 128 * 2 * 2 * 2 * 8 * 2 and reward["weights"] == 2 * PARAMS
     assert train == {
@@ -151,3 +154,25 @@ def test_a_production_engine_stages_the_whole_model_on_host_per_leader() -> None
     assert host["vllm staging (4 reward leaders)"] == 4 * 4_000_000_000
     assert len(host) == len(embedded.hosts[0].items) + 1
     assert plan_memory(cfg, policy, genrm, 1, 8).host_pinned == embedded.host_pinned
+
+
+def test_decode_graphs_are_counted_only_where_the_engine_captures_them(qwen2_folder: Path) -> None:
+    fp = from_folder(qwen2_folder, "bfloat16")
+
+    def graphs(cfg: PivotConfig) -> int | None:
+        rollout = plan_memory(cfg, fp, fp, nnodes=1, devices_per_node=4).devices[0]
+        return {i.what: i.nbytes for i in rollout.items}.get("decode graphs")
+
+    base = _cfg(gpu_memory_gb=1.0)
+    assert graphs(base) == 4 * 64 * 4 * 2 + 4 * 128 * 18 * 2
+    flash = base.replace(model=ModelConfig(dtype="bfloat16", attention="flash"))
+    assert graphs(flash) == 4 * 64 * 4 * 2  # flash-attn reads the paged cache in place
+    off = base.replace(
+        rollout=RolloutConfig(
+            tp=2, engine=EngineConfig(kv_capacity_tokens=128, decode_graphs="off")
+        )
+    )
+    assert graphs(off) is None
+    assert graphs(base.replace(cluster=ClusterConfig(device="cpu", gpu_memory_gb=1.0))) is None
+    vllm = base.replace(rollout=RolloutConfig(tp=2, engine=EngineConfig(backend="vllm")))
+    assert graphs(vllm) is None
