@@ -4,6 +4,9 @@
 #   gpu-tests         the @pytest.mark.gpu tests
 #   engine-*          embedded engine on a random Qwen2.5-0.5B-shaped model, bf16: SDPA,
 #                     flash-attn, flash-attn + transformer-engine linears (tokens/s)
+#   numerics-*        per family (Qwen2.5, Qwen3, GLM-4, Qwen3.5), the engine in bf16 at 4,096
+#                     positions against transformers fp32, as a ratio to transformers' own bf16
+#                     error (bound 1.5x), and the engine against the trainer's forward (|dlogp|)
 #   decode-step       Qwen2.5-7B-shaped decode step with CUDA graphs and without, batch 1/64/256,
 #                     against the HBM floor and transformers' generate (tools/bench_decode.py)
 #   gps-read          GPS Read from pinned host memory to the GPU (GB/s)
@@ -129,6 +132,7 @@ esac
 fi
 
 run_check engine "$PY" tools/gpu_checks.py engine
+run_check numerics "$PY" tools/gpu_checks.py numerics
 run_check decode "$PY" tools/bench_decode.py --device cuda --json "$LOG_DIR/decode.json"
 run_check sglang "$PY" tools/gpu_checks.py sglang
 run_check vllm "$PY" tools/gpu_checks.py vllm

@@ -11,6 +11,9 @@ folder and works anywhere.
                                         # abort + release / resume + GPS weight update, GPS Read GB/s
     python tools/gpu_checks.py vllm     # the same for a vLLM replica (sleep level 2 / wake up)
     python tools/gpu_checks.py train    # FSDP2 bf16 train steps, shift down / up bit-exact
+    python tools/gpu_checks.py numerics # the embedded engine in bf16 at 4,096 positions per family
+                                        # against transformers fp32, beside transformers' own bf16
+                                        # error, and the engine against the trainer's forward
     python tools/gpu_checks.py job DIR --steps N --name NAME   # a main job's records: steps, shifts
 """
 
@@ -127,6 +130,75 @@ def check_train(a: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
+# ---- numerics -------------------------------------------------------------------------------
+def check_numerics(a: argparse.Namespace) -> None:
+    """tests/numerics/test_bf16.py on the GPU: CUDA kernels and decode graphs, not the CPU's
+    (`--device cpu` runs the same check here, as the suite does to keep it working)."""
+    if missing("transformers"):
+        skip("numerics", missing("transformers"))
+        return
+    import tempfile
+
+    import transformers
+
+    from pivot.engine import Request, SamplingParams
+    from pivot.model import from_pretrained
+    from pivot.rl.logprobs import response_logprobs
+    from tests.numerics.long_models import (
+        FAMILIES,
+        POSITIONS,
+        long_prompt,
+        mean_abs,
+        reference_logprobs,
+        save_long_model,
+    )
+
+    root = Path(tempfile.mkdtemp(prefix="pivot-numerics-"))
+    cfg = EngineConfig(
+        kv_capacity_tokens=POSITIONS + 64, max_running_seqs=1, max_prefill_tokens=1024
+    )
+    for family in FAMILIES:
+
+        def run(family: str = family) -> str:
+            path = root / family
+            hf32 = save_long_model(path, family).to(a.device)
+            prompt = long_prompt(seed=1)
+            engine = Engine.from_pretrained(path, cfg, dtype="bfloat16", device=a.device)
+            params = SamplingParams(temperature=0, max_new_tokens=a.new_tokens, ignore_eos=True)
+            engine.add(Request(0, prompt, params))
+            done: dict = {}
+            while engine.has_work():
+                done.update({o.id: o for o in engine.step()})
+            tokens, served = done[0].output_ids, done[0].output_logprobs
+            ref = reference_logprobs(hf32, prompt, tokens)
+            cls = (
+                transformers.Qwen3_5MoeForConditionalGeneration
+                if family == "qwen3.5"
+                else transformers.AutoModelForCausalLM
+            )
+            hf16 = cls.from_pretrained(path, dtype=torch.bfloat16).to(a.device).eval()
+            noise = mean_abs(reference_logprobs(hf16, prompt, tokens), ref)
+            # the trainer's forward under FSDP2 mixed precision: bf16 parameters, fp32 tables
+            trainer = from_pretrained(path, dtype=torch.bfloat16, device=a.device).eval()
+            with torch.no_grad():
+                lp, _ = response_logprobs(trainer, [prompt], [tokens], device=a.device)
+            trained = lp[0, : len(tokens)].tolist()
+            ratio = mean_abs(served, ref) / noise
+            graphs = engine.runner.graphs.replays
+            if ratio > 1.5:
+                raise AssertionError(f"engine {ratio:.2f}x transformers' bf16 error {noise:.4f}")
+            return (
+                f"engine {ratio:.2f}x transformers' bf16 error ({noise:.4f}) at positions "
+                f"{POSITIONS}-{POSITIONS + len(tokens) - 1}; engine vs trainer mean |dlogp| "
+                f"{mean_abs(served, trained):.4f} ({mean_abs(served, trained) / noise:.2f}x); "
+                f"{graphs} graph replays"
+            )
+
+        guarded(f"numerics-{family}", run)
+        if a.device == "cuda":
+            torch.cuda.empty_cache()
+
+
 # ---- a finished main job --------------------------------------------------------------------
 def check_job(a: argparse.Namespace) -> None:
     """A main job's run folder: every step recorded; shift ups with their timings."""
@@ -177,6 +249,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "vllm", help="vLLM replica: greedy vs embedded, abort/release/resume, GPS weight update"
     )
     vllm.add_argument("--new-tokens", type=int, default=24)
+    num = sub.add_parser(
+        "numerics", help="bf16 engine vs transformers fp32 at 4,096 positions, per family"
+    )
+    num.add_argument("--new-tokens", type=int, default=24)
+    num.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     train = sub.add_parser("train", help="FSDP2 bf16 train steps and a shift down/up")
     train.add_argument("--steps", type=int, default=3)
     job = sub.add_parser("job", help="a finished main job's run folder")
@@ -195,10 +272,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    if a.check != "job" and not torch.cuda.is_available():
+    on_cpu = a.check == "job" or getattr(a, "device", "cuda") == "cpu"
+    if not on_cpu and not torch.cuda.is_available():
         print(f"SKIP {a.check}: no CUDA device visible to torch", flush=True)
         return 0
     checks = {"engine": check_engine, "train": check_train, "job": check_job}
+    checks["numerics"] = check_numerics
     checks |= {"sglang": check_production, "vllm": check_production}
     checks[a.check](a)
     return 1 if lines.FAILED else 0

@@ -182,6 +182,7 @@ def test_every_check_reports_one_line_and_a_failed_test_fails(tmp_path: Path) ->
         "cuda",
         "gpu-tests",
         "engine",
+        "numerics",
         "decode-step",
         "sglang",
         "vllm",

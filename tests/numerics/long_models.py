@@ -120,10 +120,11 @@ def reference_logprobs(
     model: torch.nn.Module, prompt: list[int], response: list[int]
 ) -> list[float]:
     """Log-probs of `response` given `prompt` under `model` (transformers), in one forward."""
-    ids = torch.tensor([prompt + response])
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt + response], device=device)
     logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
     lp = torch.log_softmax(logits, dim=-1)
-    return lp.gather(1, torch.tensor(response)[:, None])[:, 0].tolist()
+    return lp.gather(1, torch.tensor(response, device=device)[:, None])[:, 0].tolist()
 
 
 def mean_abs(a: list[float], b: list[float]) -> float:

@@ -22,7 +22,7 @@ def test_help_lists_every_check() -> None:
         [sys.executable, str(TOOL), "--help"], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0 and all(
-        c in out.stdout for c in ("engine", "sglang", "vllm", "train", "job")
+        c in out.stdout for c in ("engine", "sglang", "vllm", "train", "numerics", "job")
     )
 
 
@@ -36,7 +36,7 @@ def test_bad_arguments_exit_2(argv: list[str]) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the checks would run")
-@pytest.mark.parametrize("check", ["engine", "sglang", "vllm", "train"])
+@pytest.mark.parametrize("check", ["engine", "sglang", "vllm", "train", "numerics"])
 def test_gpu_checks_skip_without_cuda(check: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert gpu_checks.main([check]) == 0
     assert capsys.readouterr().out == f"SKIP {check}: no CUDA device visible to torch\n"
@@ -103,3 +103,17 @@ def test_a_missing_library_is_a_skip_line_not_a_failure(
     assert gpu_checks.missing("json") == "" and "flash_attn" in gpu_checks.missing(
         "json", "flash_attn"
     )
+
+
+def test_the_numerics_check_runs_on_cpu() -> None:
+    """The GPU's numerics check, run here on the CPU's bf16 kernels so it cannot rot unseen."""
+    out = subprocess.run(
+        [sys.executable, str(TOOL), "numerics", "--device", "cpu", "--new-tokens", "4"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    passed = [line for line in out.stdout.splitlines() if line.startswith("PASS numerics-")]
+    assert len(passed) == 4, out.stdout

@@ -229,6 +229,21 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         (),
     ),
     "bench_e2e.py": (["--steps", "1", "--modes", "pivot", *TINY_JOB], r"pivot\s+\d+", (SLOW,)),
+    "bench_correction.py": (
+        [
+            "--steps",
+            "1",
+            "--seeds",
+            "0",
+            "--variants",
+            "off,token-TIS",
+            "--out",
+            "{tmp}",
+            *TINY_JOB,
+        ],
+        r"figure: ",
+        (SLOW,),
+    ),
     "bench_learning.py": (
         ["--steps", "1", "--modes", "pivot", "--seeds", "0", "--out", "{tmp}", *TINY_JOB],
         r"(PASS|MISS): every mode",
