@@ -108,14 +108,26 @@ class SlotTable:
 
 
 def create_groups(table: SlotTable) -> dict[str, object]:
-    """One process group per slot, created collectively in a fixed order (torch requires it)."""
+    """One process group per slot, created collectively in a fixed order (torch requires it);
+    beside each multi-rank inference slot's, a gloo group under `fence_name(slot)` when the
+    default backend is not gloo: its barrier touches no device (`InferenceRole.shift_down`)."""
     import torch.distributed as dist
 
+    cpu = dist.get_backend() != "gloo"
     groups: dict[str, object] = {}
     for slot in table.all():
         if slot.ranks:
             groups[slot.name] = dist.new_group(list(slot.ranks))
+            if slot.role != "train" and len(slot.ranks) > 1:
+                groups[fence_name(slot)] = (
+                    dist.new_group(list(slot.ranks), backend="gloo") if cpu else groups[slot.name]
+                )
     return groups
+
+
+def fence_name(slot: Slot) -> str:
+    """The key of a slot's device-free group in `create_groups`' dict."""
+    return f"{slot.name}/fence"
 
 
 def describe(spec: ClusterSpec, table: SlotTable) -> str:

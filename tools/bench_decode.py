@@ -25,6 +25,7 @@ dtype, device, prompt length.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -48,13 +49,31 @@ SHAPES = {
     "qwen2.5-0.5b": (896, 4864, 24, 14, 2, 151936, True),
     "tiny": (128, 256, 2, 4, 2, 512, False),
 }
-# HBM bandwidth of each GPU's data sheet, GB/s (the SXM parts)
-HBM_GBPS = {"H200": 4800, "H100": 3350, "H20": 4000, "H800": 3350, "A100": 2039, "B200": 8000}
+# HBM bandwidth of each GPU's data sheet, GB/s, by the words of its CUDA name (torch's
+# `get_device_name`, e.g. "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-40GB"):
+# the first entry whose words are all in the name wins, so a part's PCIe and NVL variants come
+# before its SXM one. 0: a part with several memory configurations under one name (unknown).
+HBM_GBPS: tuple[tuple[tuple[str, ...], float], ...] = (
+    (("GH200",), 0.0),  # 96 GB HBM3 (4,000) or 144 GB HBM3e (4,900)
+    (("H200",), 4800),  # SXM and NVL alike
+    (("H100", "PCIE"), 2000),
+    (("H100", "NVL"), 3900),
+    (("H100",), 3350),
+    (("H800", "PCIE"), 2000),
+    (("H800",), 3350),
+    (("H20",), 4000),
+    (("A100", "40GB"), 1555),  # SXM4 and PCIe alike
+    (("A100", "PCIE"), 1935),  # 80 GB
+    (("A100", "SXM"), 2039),  # 80 GB
+    (("B200",), 8000),
+)
 
 
 def hbm_gbps(device_name: str, given: float = 0.0) -> float:
     """`given`, else the data sheet's bandwidth of the GPU named, else 0 (unknown)."""
-    return given or next((v for k, v in HBM_GBPS.items() if k in device_name), 0.0)
+    words = device_name.upper().replace("-", " ").split()
+    found = (gbps for keys, gbps in HBM_GBPS if all(any(k in w for w in words) for k in keys))
+    return given or float(next(found, 0.0))
 
 
 def qwen2_fields(shape: str) -> dict[str, Any]:
@@ -80,10 +99,15 @@ def model_of(shape: str, dtype: torch.dtype, device: str) -> CausalLM:
 
 
 def step_bytes(model: CausalLM, batch: int, ctx: int) -> int:
-    """What one decode step must read: each weight once, each sequence's K/V of every layer."""
+    """What one decode step must read: each weight once, except the input embedding, of which
+    only the batch's rows (all of it when tied: the LM head reads it whole), and each
+    sequence's K/V of every layer."""
     a = model.args
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     elem = next(model.parameters()).element_size()
+    if not a.tie_word_embeddings:
+        table = model.model.embed_tokens.weight
+        weights -= (table.shape[0] - min(batch, table.shape[0])) * table.shape[1] * elem
     kv = batch * ctx * a.num_hidden_layers * 2 * a.num_key_value_heads * a.head_dim * elem
     return weights + kv
 
@@ -138,7 +162,10 @@ def time_engine(
     sync(a.device)
     host_ms = (time.perf_counter() - t0) / a.steps * 1e3
     engine.runner.graphs.clear()  # not `release`: that would free the weights the next run uses
-    del engine
+    # the model runner and its decode graphs hold each other (the graphs' forward is a bound
+    # method of the runner): dropping the names frees its KV cache only at a cycle collection
+    del engine, runner
+    gc.collect()
     if a.device.startswith("cuda"):
         torch.cuda.empty_cache()
     return ms, captures, host_ms

@@ -40,7 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_decode import HBM_GBPS, qwen2_fields  # noqa: E402
+from bench_decode import hbm_gbps, qwen2_fields  # noqa: E402
 from bench_launches_count import StepCount, count_step  # noqa: E402
 
 from configs.presets import PRESETS  # noqa: E402
@@ -86,7 +86,7 @@ SMALL = {
 # batch 256); its HBM bandwidth from the data sheet
 H200_7B_MEASURED = {1: 69.7, 64: 71.7, 256: 86.7}  # ms a step by batch, the same H200 run
 H200_STEPS_MS = {"Qwen2.5-1.5B": 41.0, "Qwen2.5-7B": H200_7B_MEASURED[256]}
-H200_GBPS = HBM_GBPS["H200"]
+H200_GBPS = hbm_gbps("NVIDIA H200")
 
 
 def small_args(name: str) -> ModelArgs:

@@ -85,9 +85,9 @@ class EmulatedInference:
         version, phases = self.inner.shift_up(slot, group, read)
         return version, shifted(self.clock, self.costs, self.inner.role, True, t0, phases)
 
-    def shift_down(self) -> tuple[AbortResult, dict[str, float]]:
+    def shift_down(self, fence: Any = None) -> tuple[AbortResult, dict[str, float]]:
         t0 = self.clock.now()
-        partials, phases = self.inner.shift_down()
+        partials, phases = self.inner.shift_down(fence)
         return partials, shifted(self.clock, self.costs, self.inner.role, False, t0, phases)
 
 

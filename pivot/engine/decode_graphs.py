@@ -326,10 +326,13 @@ class DecodeGraphs:
         assert bufs is not None
         t0 = time.perf_counter()
 
+        forward, kernel = self.forward, self.kernel  # not `self`: a graph kept in `self.graphs`
+        # would close a reference cycle over the KV cache, freed only by the garbage collector
+
         def step() -> torch.Tensor:
-            attn = DecodeAttention(cache, bufs, batch, width, self.kernel)
+            attn = DecodeAttention(cache, bufs, batch, width, kernel)
             out = bufs.logits[:batch]
-            out.copy_(self.forward(bufs.tokens[:batch], attn.positions, attn))
+            out.copy_(forward(bufs.tokens[:batch], attn.positions, attn))
             return out
 
         if mode == "cuda":

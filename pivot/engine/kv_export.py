@@ -24,9 +24,9 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import msgspec
 import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
@@ -61,8 +61,13 @@ class KVPlan:
     ops: list[SliceOp] = field(default_factory=list)
 
 
-_PLAN_DECODER = msgspec.msgpack.Decoder(KVPlan)
-_ENCODER = msgspec.msgpack.Encoder()
+@cache
+def _plan_codec() -> tuple[Any, Any]:
+    """(encoder, KVPlan decoder). msgspec is imported on first use, not with the engine: an
+    engine without KV migration runs where msgspec is not installed (the GPU test image)."""
+    import msgspec
+
+    return msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(KVPlan)
 
 
 @dataclass
@@ -104,7 +109,7 @@ def share_plan(plan: KVPlan | None, group: dist.ProcessGroup | None) -> KVPlan:
         assert plan is not None
         return plan
     leader = dist.get_rank(group) == 0
-    data = _ENCODER.encode(plan) if leader else b""
+    data = _plan_codec()[0].encode(plan) if leader else b""
     size = torch.tensor([len(data)], dtype=torch.int64)
     dist.broadcast(size, group_src=0, group=group)
     buf = (
@@ -113,7 +118,7 @@ def share_plan(plan: KVPlan | None, group: dist.ProcessGroup | None) -> KVPlan:
         else torch.empty(int(size), dtype=torch.uint8)
     )
     dist.broadcast(buf, group_src=0, group=group)
-    return plan if leader else _PLAN_DECODER.decode(buf.numpy().tobytes())
+    return plan if leader else _plan_codec()[1].decode(buf.numpy().tobytes())
 
 
 def write_slices(

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import msgspec
 import torch
 from safetensors.torch import load, load_file
 
@@ -46,8 +46,10 @@ class KVPlace:
     link: NixlLink | None = None
 
 
-class CudaSlice(msgspec.Struct):
-    """A device copy's CUDA IPC record: `UntypedStorage._share_cuda_()`'s fields per tensor."""
+@dataclass
+class CudaSlice:
+    """A device copy's CUDA IPC record: `UntypedStorage._share_cuda_()`'s fields per tensor
+    (typed MessagePack: msgspec checks a dataclass's field types on decode as a Struct's)."""
 
     names: list[str]
     shapes: list[list[int]]
@@ -55,7 +57,13 @@ class CudaSlice(msgspec.Struct):
     shares: list[tuple[int, bytes, int, int, bytes, int, bytes, bool]]
 
 
-_CUDA_DECODER = msgspec.msgpack.Decoder(CudaSlice)
+@cache
+def _cuda_codec() -> tuple[Any, Any]:
+    """(encoder, CudaSlice decoder). msgspec is imported on first use, not with the engine:
+    an engine without KV migration runs where msgspec is not installed (the GPU test image)."""
+    import msgspec
+
+    return msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(CudaSlice)
 
 
 def rank_path(path: str, rank: int) -> str:
@@ -195,7 +203,7 @@ def _write_cuda(record: str, tensors: dict[str, torch.Tensor]) -> None:
     )
     tmp = record + ".tmp"
     with open(tmp, "wb") as f:
-        f.write(msgspec.msgpack.encode(rec))
+        f.write(_cuda_codec()[0].encode(rec))
     os.replace(tmp, record)
 
 
@@ -203,7 +211,7 @@ def _open_cuda(record: str, device: torch.device) -> dict[str, torch.Tensor]:
     """The device copies a same-host source shares, copied onto this rank's `device` (one
     device-to-device copy each; the source frees its copy once the record is gone)."""
     with open(record, "rb") as f:
-        rec = _CUDA_DECODER.decode(f.read())
+        rec = _cuda_codec()[1].decode(f.read())
     out = {}
     for name, shape, dtype, share in zip(rec.names, rec.shapes, rec.dtypes, rec.shares):
         storage = torch.UntypedStorage._new_shared_cuda(*share)

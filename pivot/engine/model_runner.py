@@ -8,7 +8,7 @@ tensors (sharded here under TP), gathering them back, and release / re-creation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain
 
 import torch
@@ -63,7 +63,7 @@ class ModelRunner:
         self.linear_states = LinearStates() if self.args.has_linear_attention else None
         self._alloc_cache()
         self.graphs = DecodeGraphs(
-            self._graph_forward, decode_graphs, kernel, max_batch, max_len,
+            graph_forward(self.model), decode_graphs, kernel, max_batch, max_len,
             self.args.vocab_size, max_graphs, self._why_not_graphed(),
         )  # fmt: skip
         self.graphs.active(self.device)  # a mode this device cannot run fails here, in one line
@@ -74,12 +74,6 @@ class ModelRunner:
         if any(self.args.is_moe_layer(i) for i in range(self.args.num_hidden_layers)):
             return "MoE routing syncs with the host every layer"
         return ""
-
-    def _graph_forward(
-        self, ids: torch.Tensor, positions: torch.Tensor, attn: object
-    ) -> torch.Tensor:
-        hidden = self.model.model(ids[None], positions[None], attn)[0]
-        return self.model.lm_head(hidden).float()
 
     @property
     def is_leader(self) -> bool:
@@ -205,6 +199,20 @@ class ModelRunner:
         for name, p in self.params.items():
             p.data = torch.empty(self.local_shapes[name], dtype=self.dtype, device=self.device)
         self._alloc_cache()
+
+
+def graph_forward(
+    model: CausalLM,
+) -> Callable[[torch.Tensor, torch.Tensor, object], torch.Tensor]:
+    """The decode graphs' forward over `model`: a closure, not a bound method of the runner,
+    whose graphs would then hold the runner (a reference cycle: `del engine` would free no
+    parameters or KV cache until the garbage collector ran)."""
+
+    def forward(ids: torch.Tensor, positions: torch.Tensor, attn: object) -> torch.Tensor:
+        hidden = model.model(ids[None], positions[None], attn)[0]
+        return model.lm_head(hidden).float()
+
+    return forward
 
 
 def validate_weights(

@@ -30,8 +30,11 @@ Mapping to the protocol:
                     (no abort, no re-prefill: they keep their K/V and continue with the new
                     weights), no bucket flushes the prefix cache (that would fail the update,
                     weight_updater.py:120-133), and the cache is flushed the first time the
-                    engine is idle after. Every request carries `cache_salt` = its weights
-                    version (engine.py:600), so no prefix of old weights is reused meanwhile
+                    engine is idle after. Each bucket loads only once the batch the pause left
+                    running has finished (`sglang_weights.load_after_inflight`): no token is
+                    made by a mix of old and new layers. Every request carries `cache_salt` =
+                    its weights version (engine.py:600), so no prefix of old weights is reused
+                    meanwhile
   release / resume  wait until the scheduler is idle (`flush_cache(timeout_s=)`), then
                     `release_memory_occupation` (it asserts a fully idle scheduler, including
                     the overlap scheduler's in-flight batch: weight_updater.py:337-341,
@@ -56,8 +59,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +74,7 @@ from pivot.engine.model_runner import validate_weights
 from pivot.engine.sequence import AbortResult, Output, Request, SamplingParams
 from pivot.engine.sglang_weights import (
     BUCKET_BYTES,
+    LOADER,
     WHOLE_WEIGHTS_BY_NAME,
     paused,
     push_weights,
@@ -82,6 +87,16 @@ __all__ = ["BUCKET_BYTES", "IDLE_TIMEOUT_S", "WHOLE_WEIGHTS_BY_NAME", "SglangEng
 
 IDLE_TIMEOUT_S = 60.0
 """Longest wait for sglang's scheduler to go idle after aborts (release, weight update)."""
+SGLANG_PROCESS_ENV = (
+    "NCCL_CUMEM_ENABLE",
+    "NCCL_MNNVL_ENABLE",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_GRAPH_MIXING_SUPPORT",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+)
+"""Variables `sglang.Engine` sets in the process that builds it, for the processes it starts
+(entrypoints/engine.py:1884-1921). They are restored once it is built: the leader's own NCCL
+groups (created lazily, possibly after the engine) and CUDA keep the job's settings."""
 
 log = logging.getLogger(__name__)
 
@@ -156,8 +171,11 @@ class SglangEngine(LiveRequests):
             max_running_requests=config.max_running_seqs,
             chunked_prefill_size=config.max_prefill_tokens,
             max_total_tokens=config.kv_capacity_tokens,
+            # every weight update loads through it: `sglang_weights.load_after_inflight`
+            custom_weight_loader=[LOADER, *(server_args.pop("custom_weight_loader", None) or [])],
         )
-        engine = sglang.Engine(**{**kwargs, **server_args})
+        with _env_restored(SGLANG_PROCESS_ENV):
+            engine = sglang.Engine(**{**kwargs, **server_args})
         shapes = {s.name: tuple(s.shape) for s in specs_from_checkpoint(path)}
         staging = f"cuda:{base_gpu_id}" if torch.cuda.is_available() else "cpu"
         out = cls(engine, config, shapes, tokenizer, staging_device=staging)
@@ -283,8 +301,9 @@ class SglangEngine(LiveRequests):
         """Full HF-named tensors (every one the checkpoint has), pushed bucket by bucket inside one
         weight-update session. Requests still running are paused in place around it and continue
         with the new weights; their tokens from the update's end on are labelled `version` (the
-        batch in flight at the pause may add one old-weights token per request after that mark,
-        never before it, so a request's oldest version, which the staleness bound uses, is exact)."""
+        batch in flight at the pause may add one token per request after that mark, made wholly
+        by the old weights: the load waits for it, `sglang_weights.load_after_inflight`; never
+        before the mark, so a request's oldest version, which the staleness bound uses, is exact)."""
         tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
         running = [lv for lv in self._live.values() if lv.task is not None and not lv.task.done()]
         if not running:  # the last bucket's flush needs the in-flight batch done too
@@ -330,6 +349,20 @@ class SglangEngine(LiveRequests):
 
     def shutdown(self) -> None:
         self.engine.shutdown()
+
+
+@contextlib.contextmanager
+def _env_restored(names: tuple[str, ...]) -> Iterator[None]:
+    """`names` in os.environ as they were before the block (set, changed or removed in it)."""
+    saved = {k: os.environ.get(k) for k in names}
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _architectures(path: Path) -> list[str]:

@@ -7,7 +7,9 @@ second begin while one is open (weight_updater.py:311-316). The tensors go in bu
 `bucket_bytes`, each staged on `staging_device` (this bounds the staging memory). With nothing
 running the prefix cache is flushed with the last bucket; with requests running, generation is
 paused in place first (`paused`) and no bucket flushes, since a flush with requests in the
-running batch fails the update (weight_updater.py:120-133; io_struct.py:1927-1946).
+running batch fails the update (weight_updater.py:120-133; io_struct.py:1927-1946). Each bucket
+is loaded by `load_after_inflight` (registered as sglang's custom weight loader `LOADER`), which
+first waits for the forward the pause left running.
 Out: `get_weights_by_name` (--log.verify-weights), which only some model classes have.
 """
 
@@ -28,6 +30,11 @@ WHOLE_WEIGHTS_BY_NAME = frozenset({"LlamaForCausalLM", "MistralForCausalLM"})
 (models/llama.py:819; Qwen2/Qwen3/Qwen3-MoE/GLM-4 have none and answer None,
 weight_exporter.py:169-188). Even these return the local TP shard of q/k/v, gate/up and the
 embedding (llama.py:837-870), so only TP 1 gives whole tensors."""
+LOADER = "pivot.engine.sglang_weights.load_after_inflight"
+"""What every bucket names as its `load_format`, and the engine registers as its
+`custom_weight_loader` (a load format sglang does not know is refused: model_runner_components/
+weight_updater.py:374-380); sglang imports it in each scheduler process by this path
+(utils/common.py:4339-4349)."""
 
 
 @contextlib.contextmanager
@@ -52,6 +59,25 @@ def paused(engine: Any, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
         loop.run_until_complete(engine.tokenizer_manager.continue_generation(resume))
 
 
+def load_after_inflight(model: Any, named_tensors: list[tuple[str, torch.Tensor]]) -> None:
+    """sglang's custom loader for one bucket, run in each scheduler process on its own device
+    (model_runner_components/weight_updater.py:374-376): wait until the device has finished
+    every kernel already launched, then load as sglang's default does (`model.load_weights`,
+    :377-378).
+    Why the wait: an in-place pause returns at once, leaving the overlap scheduler's last batch
+    running on `forward_stream` (managers/scheduler.py:5821-5831; the paused loop launches
+    nothing more, :2079-2081), while the weight copies run on `schedule_stream`, the stream the
+    whole event loop runs under (:2008). The one fence between them waits for that batch's
+    metadata reads (:2012-2023), which end before its layers do for a decode replay (the
+    default `shared_read_ends` of a decode batch is IN_REPLAY, layers/attention/
+    base_attn_backend.py:195-199; decode_cuda_graph_runner.py:2008-2017): without the wait, that
+    batch's token could be made by a mix of old and new layers. Forwards launched after the
+    update wait for `schedule_stream` (scheduler.py:4671-4672), so they see the new weights."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()  # the scheduler's current device (its TP rank's GPU)
+    model.load_weights(named_tensors)
+
+
 def push_weights(
     engine: Any,
     tensors: dict[str, torch.Tensor],
@@ -70,7 +96,7 @@ def push_weights(
             check_reply(
                 "update_weights_from_tensor",
                 engine.update_weights_from_tensor(
-                    staged, flush_cache=flush_cache and i == len(groups) - 1
+                    staged, load_format=LOADER, flush_cache=flush_cache and i == len(groups) - 1
                 ),
             )
     finally:  # an open session would refuse every later begin_weight_update (weight_updater.py:311-316)

@@ -134,8 +134,8 @@ def engine_builder(
     devices = cuda_devices(base_gpu_id, tp_size) if on_cuda else None
 
     def build() -> Any:
-        if on_cuda:  # vLLM refuses to start unless this share of the device is free
-            args.gpu_memory_utilization = free_share(base_gpu_id)
+        if on_cuda:  # vLLM refuses to start unless this share of each device is free
+            args.gpu_memory_utilization = free_share(base_gpu_id, tp_size)
         with _engine_env(devices):
             return LLMEngine.from_engine_args(args, enable_multiprocessing=True)
 
@@ -155,9 +155,37 @@ def cuda_devices(base: int, count: int) -> str:
     return ",".join(visible[i].strip() if visible else str(i) for i in ids)
 
 
-def free_share(device: int) -> float:
-    """The share of `device` that is free now, less a margin: vLLM checks at start that free
-    memory is at least `gpu_memory_utilization` of the total (v1/worker/utils.py:761-770), though
-    its KV cache is what `kv_cache_memory_bytes` says; 0.9 (its default) at most."""
-    free, total = torch.cuda.mem_get_info(device)
-    return max(0.05, min(0.9, free / total - 0.02))
+def free_share(base: int, count: int = 1) -> float:
+    """The least share free now over devices base .. base + count - 1, less a margin: each of
+    vLLM's workers checks at start that free memory on ITS device is at least
+    `gpu_memory_utilization` of that device's total (v1/worker/utils.py:761-769, per worker at
+    v1/worker/gpu_worker.py:535), though its KV cache is what `kv_cache_memory_bytes` says; 0.9
+    (its default) at most. This process's own device is read through CUDA; the replica's other
+    devices through NVML, which opens no CUDA context there (`torch.cuda.mem_get_info` would,
+    about 0.5 GB each, held by this process for the job's life)."""
+    free, total = torch.cuda.mem_get_info(base)
+    shares = [free / total]
+    if count > 1:
+        shares += _nvml_free_shares(cuda_devices(base, count).split(",")[1:])
+    return max(0.05, min(0.9, min(shares) - 0.02))
+
+
+def _nvml_free_shares(devices: list[str]) -> list[float]:
+    """free / total of each device, named as CUDA_VISIBLE_DEVICES names it (an index or a UUID),
+    taking an index as NVML's, as vLLM does (platforms/cuda.py:751-757, 801-804)."""
+    from vllm.third_party import pynvml  # vLLM's own copy (guarded: only vLLM needs it)
+
+    pynvml.nvmlInit()
+    try:
+        out = []
+        for d in devices:
+            handle = (
+                pynvml.nvmlDeviceGetHandleByIndex(int(d))
+                if d.isdigit()
+                else pynvml.nvmlDeviceGetHandleByUUID(d)
+            )
+            info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            out.append(info.free / info.total)
+        return out
+    finally:
+        pynvml.nvmlShutdown()

@@ -188,10 +188,21 @@ class InferenceRole:
         """The engine's counters and each running sequence's generated-token count."""
         return self.engine.stats(), self.engine.progress()
 
-    def shift_down(self) -> tuple[AbortResult, dict[str, float]]:
-        """Abort what is left (the controller aborted and migrated it already) and release."""
+    def shift_down(self, fence: Any = None) -> tuple[AbortResult, dict[str, float]]:
+        """Abort what is left (the controller aborted and migrated it already) and release.
+
+        `fence`: the slot's device-free group (`pivot.dist.fence_name`). A production engine's
+        leader releases the devices of every rank of its replica, while a parked rank has
+        nothing to release and would otherwise take its next role at once, allocating on a
+        device where the engine's worker is still inside its release; vLLM's `sleep(level=2)`
+        asserts that device-wide free memory did not drop meanwhile (vllm 0.32.0,
+        v1/worker/gpu_worker.py:294-325), and the failed call leaves the engine unable to wake
+        (v1/executor/abstract.py:382-396). So every rank of such a replica meets at the fence
+        after the leader's release: a gloo barrier, which touches no device."""
         t0 = time.perf_counter()
         partials = AbortResult([], []) if self.parked else self.engine.release()
+        if self.external and fence is not None:
+            dist.barrier(group=fence)
         self.slot = None
         return partials, {"release": time.perf_counter() - t0}
 

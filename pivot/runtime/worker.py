@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from pivot.dist import ClusterSpec, Slot, SlotTable
+from pivot.dist import ClusterSpec, Slot, SlotTable, fence_name
 from pivot.roles.inference import InferenceRole
 from pivot.runtime import messages as m
 from pivot.runtime import wire
@@ -184,7 +184,8 @@ class Worker:
             phases = self.trainer.shift_down()
             partials: list = []
         else:
-            result, phases = self.inference[msg.role].shift_down()
+            fence = self.groups.get(fence_name(self.table.get(msg.role, msg.slot)))
+            result, phases = self.inference[msg.role].shift_down(fence)
             partials = list(result)
         self.role, self.slot = None, -1  # leave the slot's sub-communicator
         self.endpoint.send(

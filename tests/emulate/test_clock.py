@@ -195,7 +195,9 @@ def test_training_and_shifts_wait_the_profiles_time() -> None:
         2.0 + 16 * P7B / 22e9
     ) and ft.t - t0 == pytest.approx(0.02 * phases["emulated_s"])
     rollout = EmulatedInference(
-        SimpleNamespace(role="rollout", shift_down=lambda: ([], {"release": 0.0})), costs, clock
+        SimpleNamespace(role="rollout", shift_down=lambda fence: ([], {"release": 0.0})),
+        costs,
+        clock,
     )
     _, phases = rollout.shift_down()
     assert phases["emulated_s"] == pytest.approx(

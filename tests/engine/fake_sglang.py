@@ -8,6 +8,8 @@ tests/engine/test_sglang_contract.py checks the signatures used here against the
 - `update_weights_from_tensor` outside a session answers success False with sglang's message
   (weight_updater.py:232-239); with `flush_cache=True` on a scheduler that is not idle the weights
   change but the call fails (weight_updater.py:120-133 via scheduler.py:5518-5547);
+- a `load_format` the engine was not started with as a `custom_weight_loader` is refused
+  (model_runner_components/weight_updater.py:374-380: NotImplementedError in the scheduler);
 - every weight call answers `(success, message)`: the tokenizer manager merges the schedulers'
   outputs (managers/tokenizer_control_mixin.py:485-586, managers/communicator.py:106-110);
 - the update waits for running streams: a stream holds the model-update lock's reader side for
@@ -91,6 +93,7 @@ class FakeSglang:
         self.ever_aborted: set[str] = set()
         self.live_rids: set[str] = set()
         self.updates: list[tuple[list[str], bool]] = []
+        self.load_formats: list[str | None] = []
         self.weights: dict[str, torch.Tensor] = {}
         self.calls: list[str] = []
         self.replies: list[tuple[str, tuple[bool, str]]] = []
@@ -217,6 +220,11 @@ class FakeSglang:
         self._wait_streams()
         if not self.session:
             return self._reply("update", False, UPDATE_OUTSIDE)
+        if load_format is not None and load_format not in (
+            self.kwargs.get("custom_weight_loader") or []
+        ):
+            raise NotImplementedError(f"Unknown load_format={load_format}")
+        self.load_formats.append(load_format)
         self.updates.append(([n for n, _ in named_tensors], flush_cache))
         self.weights.update({n: t.clone() for n, t in named_tensors})
         if flush_cache and not self.idle():

@@ -240,3 +240,19 @@ def test_bf16_cuda_graphs_replay_what_the_same_path_computes_eagerly(tmp_path: P
     assert {i: o.output_ids for i, o in got.items()} == {i: o.output_ids for i, o in ref.items()}
     for i in ref:
         assert got[i].output_logprobs == pytest.approx(ref[i].output_logprobs, abs=1e-3)
+
+
+def test_a_dropped_engine_frees_its_cache_without_the_garbage_collector(tiny_path: Path) -> None:
+    """The graphs hold the model, not the runner: no reference cycle keeps the KV cache alive."""
+    import gc
+    import weakref
+
+    e = engine(tiny_path, "eager")
+    generate(e, n=2, new=3)
+    cache = weakref.ref(e.runner.cache.k)
+    gc.disable()
+    try:
+        del e
+        assert cache() is None
+    finally:
+        gc.enable()

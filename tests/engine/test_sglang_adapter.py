@@ -7,7 +7,9 @@ here runs sglang itself."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -19,8 +21,8 @@ import pivot.roles.inference as inference
 from pivot.config import ModelConfig
 from pivot.engine import Engine, Request, SamplingParams
 from pivot.engine.config import EngineConfig
-from pivot.engine.sglang_adapter import SglangEngine
-from pivot.engine.sglang_weights import buckets
+from pivot.engine.sglang_adapter import SGLANG_PROCESS_ENV, SglangEngine
+from pivot.engine.sglang_weights import LOADER, buckets, load_after_inflight
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, load_state_dict
 from pivot.roles.inference import InferenceRole
@@ -119,6 +121,70 @@ def test_every_weight_update_runs_in_one_session(
         ok for _, (ok, _) in fake.replies
     )
     assert not fake.session and eng.weights_version == 2
+
+
+def test_every_bucket_loads_through_the_loader_that_waits_for_the_inflight_batch(
+    fake_sglang: type[FakeSglang], tiny_path: Path
+) -> None:
+    """The engine registers `LOADER` as a custom weight loader (beside any the caller passes)
+    and every bucket names it, idle or with requests paused in place; the path resolves, as
+    sglang's `dynamic_import` resolves it in the scheduler, to `load_after_inflight`."""
+    eng = SglangEngine.from_pretrained(
+        tiny_path, EngineConfig(), custom_weight_loader=["my_pkg.my_loader"]
+    )
+    fake = fake_sglang.built[0]
+    assert fake.kwargs["custom_weight_loader"] == [LOADER, "my_pkg.my_loader"]
+    eng.bucket_bytes = 64 * 1024
+    eng.load_weights(load_state_dict(tiny_path), version=1)  # idle
+    eng.add(Request(1, [5, 6, 7], SamplingParams(max_new_tokens=150)))
+    while eng.progress().get(1, 0) < 3:
+        eng.step()
+    eng.load_weights(load_state_dict(tiny_path), version=2)  # paused in place
+    assert len(fake.load_formats) > 2 and set(fake.load_formats) == {LOADER}
+    module, _, name = LOADER.rpartition(".")
+    assert getattr(importlib.import_module(module), name) is load_after_inflight
+
+
+def test_the_loader_waits_for_the_device_before_it_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the scheduler, every kernel already launched (the batch an in-place pause left running
+    on another stream) finishes before the first weight is overwritten; then sglang's default
+    load (`model.load_weights`) runs on what came."""
+    events: list[str] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+
+    class Model:
+        def load_weights(self, named: list[tuple[str, torch.Tensor]]) -> None:
+            events.append(f"load {[n for n, _ in named]}")
+
+    load_after_inflight(Model(), [("a", torch.zeros(1)), ("b", torch.ones(2))])
+    assert events == ["sync", "load ['a', 'b']"]
+
+
+def test_the_env_sglang_sets_for_its_processes_stays_out_of_pivots(
+    fake_sglang: type[FakeSglang], tiny_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sglang.Engine sets NCCL and CUDA variables in the process that builds it (entrypoints/
+    engine.py:1884-1921) for the schedulers it starts; once it is built, Pivot's process has its
+    own values again, unset ones unset."""
+    seen: dict[str, str | None] = {}
+
+    class SetsEnv(FakeSglang):
+        def __init__(self, **kwargs: object) -> None:
+            os.environ["NCCL_CUMEM_ENABLE"] = "0"
+            os.environ["NCCL_NVLS_ENABLE"] = "0"
+            os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
+            seen.update({k: os.environ.get(k) for k in SGLANG_PROCESS_ENV})  # its processes'
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(sys.modules["sglang"], "Engine", SetsEnv)
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
+    for k in ("NCCL_CUMEM_ENABLE", "CUDA_DEVICE_MAX_CONNECTIONS"):
+        monkeypatch.delenv(k, raising=False)
+    SglangEngine.from_pretrained(tiny_path, EngineConfig())
+    assert seen["NCCL_NVLS_ENABLE"] == "0" and seen["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
+    assert os.environ["NCCL_NVLS_ENABLE"] == "1"
+    assert "NCCL_CUMEM_ENABLE" not in os.environ and "CUDA_DEVICE_MAX_CONNECTIONS" not in os.environ
 
 
 def test_a_refusal_is_an_error_and_closes_the_session(

@@ -229,6 +229,90 @@ def test_pause_in_place_is_what_the_adapter_asks_for(src: Source) -> None:
     assert "if recv_req.mode == 'in_place':" in sched
 
 
+def test_an_in_place_pause_leaves_the_last_batch_running(src: Source) -> None:
+    """Why each bucket waits for the device (`sglang_weights.load_after_inflight`): the in-place
+    pause returns without draining the overlap scheduler's result queue (retract does drain it);
+    the paused loop launches nothing more; the event loop, weight copies included, runs on
+    `schedule_stream`, whose fence on the last forward is the metadata-read event, recorded
+    inside the graph for a decode batch by default."""
+    sched = "sglang/srt/managers/scheduler.py"
+    pause = src.method(sched, "Scheduler", "pause_generation")
+    in_place = next(
+        n
+        for n in ast.walk(pause)
+        if isinstance(n, ast.If) and ast.unparse(n.test) == "recv_req.mode == 'in_place'"
+    )
+    assert isinstance(in_place.body[-1], ast.Return) and "result_queue" not in ast.unparse(in_place)
+    assert "self.result_queue.popleft()" in ast.unparse(pause)  # the retract path drains it
+    loop = ast.unparse(src.method(sched, "Scheduler", "event_loop_overlap"))
+    assert loop.index("if self._engine_paused:") < loop.index("continue") < loop.index("run_batch")
+    assert "StreamContext(self.schedule_stream)" in ast.unparse(
+        src.method(sched, "Scheduler", "run_event_loop")
+    )
+    war = ast.unparse(src.method(sched, "Scheduler", "_apply_war_barrier"))
+    assert "self.schedule_stream.wait_event(ev)" in war and "shared_read_done_event" in war
+    ends = ast.unparse(
+        src.method(
+            "sglang/srt/layers/attention/base_attn_backend.py",
+            "AttentionBackend",
+            "shared_read_ends",
+        )
+    )
+    assert (
+        "if fm.is_decode() or fm.is_target_verify():\n        return SharedReadEnds.IN_REPLAY"
+        in ends
+    )
+
+
+def test_a_registered_loader_replaces_sglangs_default_load(src: Source) -> None:
+    """`update_weights_from_tensor(load_format=LOADER)` calls `LOADER(model, named_tensors)` once
+    the engine lists it in `custom_weight_loader`, imported by its dotted path; the default it
+    replaces is `model.load_weights(named_tensors)`, which the loader then calls."""
+    upd = ast.unparse(
+        src.method(
+            "sglang/srt/model_executor/model_runner_components/weight_updater.py",
+            "WeightUpdater",
+            "update_weights_from_tensor",
+        )
+    )
+    assert (
+        "elif load_format in self.custom_weight_loaders:\n"
+        "        custom_loader = dynamic_import(load_format)\n"
+        "        custom_loader(self.get_model(), named_tensors)\n"
+        "    elif load_format is None:\n"
+        "        self.get_model().load_weights(named_tensors)"
+    ) in upd
+    runner = src.text("sglang/srt/model_executor/model_runner.py")
+    assert "custom_weight_loaders=get_model().custom_weight_loader," in runner
+    imp = next(
+        n
+        for n in src.tree("sglang/srt/utils/common.py").body
+        if isinstance(n, ast.FunctionDef) and n.name == "dynamic_import"
+    )
+    assert "importlib.import_module(module_path)" in ast.unparse(imp)
+    assert sglang_weights.LOADER.rpartition(".")[2] == sglang_weights.load_after_inflight.__name__
+
+
+def test_the_nccl_and_cuda_env_sglang_sets_is_what_the_adapter_restores(src: Source) -> None:
+    """Every NCCL_* / CUDA_* variable `_set_envs_and_config` writes into the calling process
+    (entrypoints/engine.py:1878-1921) is one `SglangEngine.from_pretrained` puts back after."""
+    fn = next(
+        n
+        for n in src.tree(ENGINE).body
+        if isinstance(n, ast.FunctionDef) and n.name == "_set_envs_and_config"
+    )
+    written = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
+            if ast.unparse(n.value) == "os.environ" and isinstance(n.slice, ast.Constant):
+                written.add(n.slice.value)
+        if isinstance(n, ast.Call) and ast.unparse(n.func) == "os.environ.setdefault":
+            written.add(n.args[0].value)  # type: ignore[attr-defined]
+    ours = {k for k in written if k.startswith(("NCCL_", "CUDA_"))}
+    assert {"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "CUDA_DEVICE_MAX_CONNECTIONS"} <= ours
+    assert ours <= set(adapter.SGLANG_PROCESS_ENV), ours - set(adapter.SGLANG_PROCESS_ENV)
+
+
 def _served_classes(src: Source) -> dict[str, tuple[list[str], bool]]:
     out: dict[str, tuple[list[str], bool]] = {}
     for path in sorted(

@@ -102,3 +102,42 @@ def test_engine_fields_of_a_replica(tmp_path: Path) -> None:
     assert not engine_kwargs(moe, auto, on_cuda=True, **common)["language_model_only"]
     assert engine_kwargs(moe, off, on_cuda=True, **common)["enforce_eager"]
     assert engine_kwargs(moe, auto, on_cuda=False, **common)["enforce_eager"]  # CPU: no graphs
+
+
+def test_the_free_share_is_the_least_over_the_replicas_devices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each vLLM worker checks free memory on its own device (v1/worker/utils.py:761-769), so a
+    TP replica asks for the share the fullest of its devices has free. The leader's device is
+    read through CUDA, the others through NVML (no CUDA context opened on them), each by the
+    name CUDA_VISIBLE_DEVICES gives it; NVML is shut down after."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    from pivot.engine.vllm_build import free_share
+
+    gib = 1 << 30
+    cuda_asked: list[int] = []
+    nvml: dict[object, tuple[int, int]] = {5: (60 * gib, 80 * gib), "GPU-b": (20 * gib, 80 * gib)}
+    calls: list[str] = []
+    fake = ModuleType("vllm.third_party.pynvml")
+    fake.nvmlInit = lambda: calls.append("init")  # type: ignore[attr-defined]
+    fake.nvmlShutdown = lambda: calls.append("shutdown")  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetHandleByIndex = lambda i: i  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetHandleByUUID = lambda u: u  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetMemoryInfo = lambda h: SimpleNamespace(  # type: ignore[attr-defined]
+        free=nvml[h][0], total=nvml[h][1]
+    )
+    third_party = ModuleType("vllm.third_party")
+    third_party.pynvml = fake  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.third_party", third_party)
+    monkeypatch.setitem(sys.modules, "vllm.third_party.pynvml", fake)
+    monkeypatch.setattr(
+        torch.cuda, "mem_get_info", lambda d: (cuda_asked.append(d), (40 * gib, 80 * gib))[1]
+    )
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,GPU-b")
+    assert free_share(0) == pytest.approx(0.5 - 0.02) and calls == []  # TP 1: CUDA alone
+    assert free_share(0, 2) == pytest.approx(0.5 - 0.02)  # device 5 has 75% free
+    assert free_share(0, 3) == pytest.approx(0.25 - 0.02)  # GPU-b has 25% free
+    assert cuda_asked == [0, 0, 0] and calls == ["init", "shutdown"] * 2

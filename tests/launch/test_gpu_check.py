@@ -6,6 +6,7 @@ with canned results)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -212,3 +213,49 @@ def test_failed_check_or_job_fails_the_run(tmp_path: Path) -> None:
         and "FAIL main-job-run: exit 3" in report
         and "FAIL nccl-shift-run: exit 3" in report
     )
+
+
+# what the GPU image lacks of Pivot's test and run requirements (it has torch, transformers, pytest)
+NOT_ON_THE_GPU_IMAGE = ("hypothesis", "tyro", "zmq", "msgspec", "pyarrow", "rich", "tensorboard")
+BLOCKER = """
+import sys
+BLOCKED = set({blocked!r})
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not on the GPU image)", name=name)
+sys.meta_path.insert(0, Blocker())
+"""
+
+
+def _gpu_collected(markexpr: str, env: dict[str, str]) -> tuple[int, set[str], str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", markexpr,
+         "--collect-only", "-q"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    ids = {line.split("::")[0] for line in out.stdout.splitlines() if "::" in line}
+    files = {  # `-q` lists "path.py: count"
+        line.rsplit(":", 1)[0]
+        for line in out.stdout.splitlines()
+        if re.fullmatch(r"\S+\.py: \d+", line)
+    }
+    return out.returncode, ids | files, out.stdout + out.stderr
+
+
+def test_the_gpu_tests_collect_on_an_image_without_the_dev_packages(tmp_path: Path) -> None:
+    """`pytest -m gpu` (gpu_check.sh's gpu-tests line) on an image with only torch, transformers
+    and pytest: hypothesis, tyro, pyzmq, msgspec and the rest made unimportable by a meta-path
+    blocker. It collects without an error, and the GPU tests it collects are the ones the full
+    environment collects (the oracle: a mark expression the GPU-only shortcut does not take)."""
+    (tmp_path / "sitecustomize.py").write_text(BLOCKER.format(blocked=NOT_ON_THE_GPU_IMAGE))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import hypothesis"], env=env, capture_output=True
+    )
+    assert probe.returncode != 0  # the blocker works
+    rc, bare, log = _gpu_collected("gpu", env)
+    assert rc == 0 and "error" not in log.lower(), log[-3000:]
+    rc, full, log = _gpu_collected("(gpu)", {**os.environ, "OMP_NUM_THREADS": "1"})
+    assert rc == 0, log[-3000:]
+    assert bare == full and "tests/engine/test_decode_graphs.py" in bare, (bare, full)

@@ -310,7 +310,7 @@ def _mismatch_every_step(rank: int, world: int, group: dist.ProcessGroup) -> Non
         lp = trainer.compute_logprobs(batch.prompt_ids, batch.response_ids)
         current, stale = [], []
         for i, (row, old) in enumerate(zip(lp, batch.behaviour_logprobs)):
-            for j, (a, b) in enumerate(zip(row, old)):
+            for a, b in zip(row, old):
                 (current if i < 3 else stale).append(a - b)
         got = trainer.train_step(batch).mismatch
         for name, rs in (("current", current), ("stale", stale)):

@@ -1,0 +1,61 @@
+"""A production engine's replica shifts down as one: its parked ranks leave only after the
+leader's release is done (vLLM's `sleep(level=2)` fails if another role allocates on one of its
+devices meanwhile), at a barrier that touches no device (pivot/roles/inference.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+from trainer_harness import spawn
+
+from pivot.config import EngineConfig, ModelConfig
+from pivot.dist import ClusterSpec, SlotTable, create_groups, fence_name
+from pivot.engine import AbortResult
+from pivot.roles.inference import InferenceRole
+
+RELEASE_S = 0.5
+
+
+class SlowRelease:
+    """What a leader's vLLM engine does on release, as far as the fence is concerned: it takes
+    a while."""
+
+    def release(self) -> AbortResult:
+        time.sleep(RELEASE_S)
+        return AbortResult([], [])
+
+
+def _shift_down(rank: int, world: int, group: dist.ProcessGroup, folder: str) -> None:
+    role = InferenceRole(
+        "reward", Path(folder), EngineConfig(backend="vllm"), ModelConfig(), "cpu", 0
+    )
+    role.engines, role.slot = {0: SlowRelease() if rank == 0 else None}, 0
+    dist.barrier(group=group)
+    t0 = time.monotonic()
+    role.shift_down(group)
+    Path(folder, f"rank{rank}.json").write_text(json.dumps({"left_after": time.monotonic() - t0}))
+
+
+def test_a_parked_rank_leaves_only_after_the_leaders_release(tmp_path: Path) -> None:
+    spawn(_shift_down, 2, str(tmp_path))
+    parked = json.loads((tmp_path / "rank1.json").read_text())["left_after"]
+    assert parked >= RELEASE_S * 0.9  # it waited for the leader's release
+
+
+def _groups(rank: int, world: int, group: dist.ProcessGroup, folder: str) -> None:
+    spec = ClusterSpec(world_size=2, rank=rank, local_world_size=2)
+    table = SlotTable.build(spec, rollout_tp=2, reward_tp=1, train_devices=1)
+    groups = create_groups(table)
+    names = sorted(groups)
+    Path(folder, f"rank{rank}.json").write_text(json.dumps(names))
+    fence = groups[fence_name(table.rollout[0])]
+    assert fence is groups[table.rollout[0].name]  # gloo already: no second group
+
+
+def test_a_fence_group_for_every_multi_rank_inference_slot(tmp_path: Path) -> None:
+    spawn(_groups, 2, str(tmp_path))
+    names = json.loads((tmp_path / "rank0.json").read_text())
+    assert [n for n in names if n.endswith("/fence")] == ["rollout0/fence"]
