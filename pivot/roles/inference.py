@@ -110,12 +110,20 @@ class InferenceRole:
             self.engines[slot].resume()
         self.slot = slot
         t1 = time.perf_counter()
-        version, read_s = self.update_weights(read)
+        graphs_before = self._capture_s()
+        version, read_s = self.update_weights(read)  # the embedded engine captures its graphs
+        graphs_s = self._capture_s() - graphs_before
         return version, {
             "allocate": t1 - t0,
             "gps_read": read_s,
-            "load": time.perf_counter() - t1 - read_s,
+            "load": time.perf_counter() - t1 - read_s - graphs_s,
+            "graphs": graphs_s,
         }
+
+    def _capture_s(self) -> float:
+        """Seconds this rank's embedded engine has spent capturing decode graphs (0 otherwise)."""
+        engine = None if self.slot is None else self.engines.get(self.slot)
+        return engine.runner.graphs.capture_s if isinstance(engine, Engine) else 0.0
 
     def _build(self, group: object, slot: int) -> Any:
         if self.external:

@@ -1,6 +1,8 @@
-"""A production engine's replica shifts down as one: its parked ranks leave only after the
-leader's release is done (vLLM's `sleep(level=2)` fails if another role allocates on one of its
-devices meanwhile), at a barrier that touches no device (pivot/roles/inference.py)."""
+"""The inference role's shifts (pivot/roles/inference.py): a production engine's replica shifts
+down as one, its parked ranks leaving only after the leader's release is done (vLLM's
+`sleep(level=2)` fails if another role allocates on one of its devices meanwhile), at a barrier
+that touches no device; an embedded replica captures its decode graphs while it shifts up, and
+says how long that took."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from trainer_harness import spawn
 from pivot.config import EngineConfig, ModelConfig
 from pivot.dist import ClusterSpec, SlotTable, create_groups, fence_name
 from pivot.engine import AbortResult
+from pivot.model import load_state_dict
 from pivot.roles.inference import InferenceRole
+from tests.engine.conftest import make_model
 
 RELEASE_S = 0.5
 
@@ -59,3 +63,23 @@ def test_a_fence_group_for_every_multi_rank_inference_slot(tmp_path: Path) -> No
     spawn(_groups, 2, str(tmp_path))
     names = json.loads((tmp_path / "rank0.json").read_text())
     assert [n for n in names if n.endswith("/fence")] == ["rollout0/fence"]
+
+
+def test_an_embedded_replica_captures_its_graphs_while_it_shifts_up(tmp_path: Path) -> None:
+    make_model(tmp_path)
+    state = load_state_dict(tmp_path)
+
+    def read(buffers: dict) -> tuple[dict, int]:
+        for name, t in buffers.items():
+            t.copy_(state[name])
+        return {}, 3
+
+    engine = EngineConfig(kv_capacity_tokens=256, block_size=4, decode_graphs="eager")
+    role = InferenceRole("rollout", tmp_path, engine, ModelConfig(), "cpu", 0)
+    version, phases = role.shift_up(0, None, read)
+    graphs = role.engine.runner.graphs
+    assert version == 3 and graphs.captures == len(graphs.graphs) > 0  # before any step
+    assert phases["graphs"] == graphs.capture_s > 0
+    role.shift_down()
+    _, phases = role.shift_up(0, None, read)  # a resume: captured again, timed again
+    assert graphs.captures == 2 * len(graphs.graphs) and phases["graphs"] > 0
