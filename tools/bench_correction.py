@@ -87,6 +87,7 @@ def main() -> None:
     (out / "curves.json").write_text(json.dumps({"curves": curves, "figures": figures}))
 
     ref = statistics.fmean(gains[REFERENCE]) if REFERENCE in gains else float("nan")
+    ref = ref if ref else float("nan")  # a run too short to learn gives no ratio
     print(
         f"\n{'variant':10s} {'held-out gain (mean)':>20s} {'min..max':>14s} {'/ off':>7s}  "
         + "  ".join(f"{f:>26s}" for f in FIGURES)
