@@ -98,6 +98,12 @@ class TrainConfig:
         _check(self.filter_groups >= 0, "train.filter_groups", self.filter_groups, "must be >= 0")
         for name in ("steps", "batch_prompts", "group_size", "micro_batch_tokens", "max_bad_steps"):
             _check(getattr(self, name) > 0, f"train.{name}", getattr(self, name), "must be > 0")
+        _check(
+            self.group_size >= 2,
+            "train.group_size",
+            self.group_size,
+            "must be >= 2: GRPO's advantage of a group of one is always zero, nothing is learned",
+        )
         _check(self.lr > 0, "train.lr", self.lr, "must be > 0")
         _check(
             self.rollout_is_threshold > 1,

@@ -97,9 +97,12 @@ def render_messages(messages: list[dict[str, str]]) -> str:
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
-def parse_row(row: Any, index: int, config: DataConfig) -> Prompt | tuple[str, str]:
-    """A `Prompt`, or (counter name, reason) when the row must be skipped."""
-    where = f"row {index}"
+def parse_row(
+    row: Any, index: int, config: DataConfig, where: str = ""
+) -> Prompt | tuple[str, str]:
+    """A `Prompt`, or (counter name, reason) when the row must be skipped; `where` names the
+    row in the reason (a JSONL file's line number; default `row {index}`)."""
+    where = where or f"row {index}"
     if not isinstance(row, dict):
         return "bad_type", f"{where}: not an object"
     prompt = _get(row, config.prompt_key)
@@ -145,14 +148,18 @@ def parse_row(row: Any, index: int, config: DataConfig) -> Prompt | tuple[str, s
     )
 
 
-def rows_to_dataset(rows: list[Any], config: DataConfig, source: str) -> PromptDataset:
+def rows_to_dataset(
+    rows: list[Any], config: DataConfig, source: str, where: list[str] | None = None
+) -> PromptDataset:
+    """`where[i]` names row i in a skipped row's reason (default `row i`)."""
     stats = DataStats(rows=len(rows))
     prompts: list[Prompt] = []
     for i, row in enumerate(rows):
+        label = where[i] if where else f"row {i}"
         parsed = (
-            parse_row(row, i, config)
+            parse_row(row, i, config, label)
             if not isinstance(row, _Unreadable)
-            else (row.counter, f"row {i}: {row.reason}")
+            else (row.counter, f"{label}: {row.reason}")
         )
         if isinstance(parsed, Prompt):
             prompts.append(parsed)
@@ -186,7 +193,8 @@ def _jsonl_row(line: bytes) -> Any:
         return _Unreadable("bad_json", "not valid JSON")
 
 
-def _read_rows(path: Path) -> list[Any]:
+def _read_rows(path: Path) -> tuple[list[Any], list[str] | None]:
+    """The file's rows and, for JSONL, each row's line number (blank lines are no rows)."""
     if not path.is_file():
         raise FileNotFoundError(f"dataset {path}: no such file")
     if path.suffix == ".parquet":
@@ -194,13 +202,16 @@ def _read_rows(path: Path) -> list[Any]:
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(path).to_pylist()
+            return pq.read_table(path).to_pylist(), None
         except (pa.ArrowException, OSError) as e:
             raise ValueError(
                 f"dataset {path}: not a readable parquet file ({' '.join(str(e).split())})"
             ) from None
     if path.suffix in (".jsonl", ".json"):
-        return [_jsonl_row(line) for line in path.read_bytes().splitlines() if line.strip()]
+        numbered = [
+            (n, line) for n, line in enumerate(path.read_bytes().splitlines(), 1) if line.strip()
+        ]
+        return [_jsonl_row(line) for _, line in numbered], [f"line {n}" for n, _ in numbered]
     raise ValueError(f"dataset {path}: unknown format {path.suffix!r} (use .parquet or .jsonl)")
 
 
@@ -210,7 +221,22 @@ def load_dataset(config: DataConfig) -> PromptDataset:
     if not config.path:
         raise ValueError("data.path: empty, no dataset to load")
     path = Path(config.path)
-    return rows_to_dataset(_read_rows(path), config, str(path))
+    rows, where = _read_rows(path)
+    return rows_to_dataset(rows, config, str(path), where)
+
+
+def skipped_rows_line(dataset: PromptDataset) -> str | None:
+    """One line for stderr when rows were skipped: how many, of what kinds, and the first's
+    place and reason (None when none was)."""
+    st = dataset.stats
+    if not st.skipped:
+        return None
+    kinds = ("bad_json", "missing_prompt", "missing_answer", "bad_type", "bad_utf8")
+    counts = ", ".join(f"{k} {getattr(st, k)}" for k in kinds if getattr(st, k))
+    return (
+        f"pivot: data {dataset.source}: skipped {st.skipped} of {st.rows} rows ({counts}); "
+        f"first: {st.first_error}"
+    )
 
 
 class PromptCursor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import traceback
 from pathlib import Path
@@ -15,7 +16,7 @@ from pivot.dist import ClusterSpec, SlotTable
 from pivot.model import TextTokenizer
 from pivot.plan.modes import make_mode
 from pivot.rl.buffer import SampleBuffer
-from pivot.rl.data import PromptCursor
+from pivot.rl.data import PromptCursor, skipped_rows_line
 from pivot.runtime.backend import DeviceBackend
 from pivot.runtime.checkpoint import Checkpointer
 from pivot.runtime.control_plane import ControllerEndpoint, RankGone
@@ -128,6 +129,8 @@ def start_controller(
     )
     # the task's inputs; where the config names none, the tiny task's (pivot/tiny/task.py)
     train = task.training_set(cfg.data, seed=cfg.seed)
+    if (skipped := skipped_rows_line(train)) is not None:  # said once, not only counted
+        print(skipped, file=sys.stderr, flush=True)
     dataset, heldout = task.heldout_split(cfg.data, cfg.eval, train, cfg.seed)
     if backend is not None:  # e.g. emulated: drawn response lengths, the emulated devices' speeds
         flow_cls, flow_fields, profiles = backend.controller_parts(cfg, spec)

@@ -54,6 +54,12 @@ def test_paper_groups_match_tables_1_and_4() -> None:
         ),
         (["--rollout.engine.block-size", "-1"], "engine.block_size=-1"),
         (["--emulate.time-scale", "0"], "emulate.time_scale=0.0"),  # the emulation section
+        (["--train.group-size", "1"], "train.group_size=1"),  # GRPO learns nothing from it
+        (["--train.rollout-is-threshold", "1"], "train.rollout_is_threshold=1.0"),
+        (
+            ["--train.rollout-rs-threshold", "3", "--train.rollout-rs-threshold-lower", "3"],
+            "train.rollout_rs_threshold_lower=3.0",
+        ),
         (["--emulate.length-scale", "0"], "emulate.length_scale=0"),
         (
             ["--cluster.device", "emulated", "--emulate.preset", "tiny-cpu"],

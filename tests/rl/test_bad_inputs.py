@@ -21,7 +21,7 @@ from pivot.config import ConfigError, DataConfig, PivotConfig, RolloutConfig
 from pivot.engine import Output
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
-from pivot.rl.data import PromptCursor, load_dataset
+from pivot.rl.data import PromptCursor, load_dataset, skipped_rows_line
 from pivot.runtime.flow import RLFlow
 from pivot.tiny.task import judge_template
 from tests.model.test_tokenizer import QWEN3_TEMPLATE, _write_folder
@@ -80,9 +80,11 @@ def test_jsonl_lines_that_are_not_utf8_are_counted(tmp_path: Path) -> None:
     ds = load_dataset(DataConfig(path=str(path)))
     assert [p.id for p in ds.prompts] == [0, 3]
     assert (ds.stats.bad_utf8, ds.stats.skipped) == (2, 2)
-    assert ds.stats.first_error.startswith("row 1: not UTF-8")
+    assert ds.stats.first_error.startswith("line 2: not UTF-8")
     path.write_bytes(latin1 + b"\n")
-    with pytest.raises(ValueError, match=r"no valid row among 1 .*first problem: row 0: not UTF-8"):
+    with pytest.raises(
+        ValueError, match=r"no valid row among 1 .*first problem: line 1: not UTF-8"
+    ):
         load_dataset(DataConfig(path=str(path)))
 
 
@@ -208,3 +210,18 @@ def test_unknown_preset_and_contradictory_flags_are_one_line(argv: list[str], wo
     with pytest.raises(ConfigError) as e:
         parse(argv, 4, 4)
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_skipped_rows_are_said_once_with_the_first_ones_line(tmp_path: Path) -> None:
+    """A malformed row is one line on stderr at start (not only a counter in metrics.jsonl),
+    naming its line in the file: blank lines are no rows, but they are lines."""
+    path = tmp_path / "d.jsonl"
+    good = json.dumps({"prompt": "3+4?", "ground_truth": "7"})
+    path.write_text("\n".join([good, "", good, "{not json", json.dumps({"prompt": "x"})]) + "\n")
+    ds = load_dataset(DataConfig(path=str(path)))
+    assert skipped_rows_line(ds) == (
+        f"pivot: data {path}: skipped 2 of 4 rows (bad_json 1, missing_answer 1); "
+        "first: line 4: not valid JSON"
+    )
+    path.write_text(good + "\n")
+    assert skipped_rows_line(load_dataset(DataConfig(path=str(path)))) is None

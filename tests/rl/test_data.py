@@ -63,7 +63,7 @@ def test_no_valid_rows_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"prompt": "x"}) + "\n")
     with pytest.raises(
-        ValueError, match="no valid row.*row 0: no field 'reward_model.ground_truth'"
+        ValueError, match="no valid row.*line 1: no field 'reward_model.ground_truth'"
     ):
         load_dataset(DataConfig(path=str(path)))
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
