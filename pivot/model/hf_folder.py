@@ -178,6 +178,36 @@ def from_pretrained(
     return model.to(dtype=dtype)
 
 
+SIDE_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+)
+"""What a hub folder ships beside its weights and config.json that its users load with it: the
+tokenizer in either of the layouts transformers reads, its chat template (inside
+tokenizer_config.json, or the newer separate file) and the generation defaults."""
+
+
+def copy_side_files(source: str | Path, dest: str | Path) -> list[Path]:
+    """Copy `SIDE_FILES` that `source` has into `dest` (an exported policy stays a complete
+    folder: a trained Qwen keeps its chat template and stop tokens); returns the copies."""
+    copied = []
+    for name in SIDE_FILES:
+        src = Path(source) / name
+        if src.is_file():
+            target = Path(dest) / name
+            target.write_bytes(src.read_bytes())
+            copied.append(target)
+    return copied
+
+
 def save_pretrained(
     model: CausalLM,
     path: str | Path,

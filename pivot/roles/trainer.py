@@ -38,6 +38,7 @@ import torch.distributed as dist
 
 from pivot.config import TrainConfig
 from pivot.model import CausalLM, ModelArgs, save_pretrained
+from pivot.model.hf_folder import copy_side_files
 from pivot.model.meta_init import params_on_meta
 from pivot.model.sliced_load import iter_boxes
 from pivot.model.tp_plan import fsdp_range
@@ -373,11 +374,14 @@ class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
         self._check_up()
         return {name: p.full_tensor().detach().cpu() for name, p in self.params.items()}
 
-    def export_hf(self, path: str | Path, tokenizer_file: str | Path | None = None) -> None:
-        """Write the policy in Hugging Face layout (rank 0 writes; collective)."""
+    def export_hf(self, path: str | Path, source: str | Path | None = None) -> None:
+        """Write the policy in Hugging Face layout, with the tokenizer, chat template and
+        generation files of the `source` folder it was trained from (rank 0 writes; collective)."""
         state = self.full_state_dict()
         if self.rank == 0:
             model = CausalLM(self.args)
             model.load_state_dict(state, strict=False)
-            save_pretrained(model, path, tokenizer_file)
+            save_pretrained(model, path)
+            if source is not None:
+                copy_side_files(source, path)
         dist.barrier(group=self.group)

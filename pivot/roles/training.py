@@ -28,13 +28,15 @@ class TrainingRole:
         device: str,
         temperature: float,
         resume_from: Path | None,
-        tokenizer_file: Path | None,
+        policy_folder: Path | None,
         compute_dtype: str = "float32",
         attention: str = "sdpa",
         linear: str = "torch",
         reference_path: Path | None = None,
     ) -> None:
-        """`reference_path`: the initial policy's folder, the KL loss's reference (train.kl_coef > 0)."""
+        """`policy_folder`: the folder the policy was loaded from, whose tokenizer, chat template
+        and generation files the exported policy carries; `reference_path`: the initial policy's
+        folder, the KL loss's reference (train.kl_coef > 0)."""
         self.args, self.group, self.cfg, self.device, self.temperature = (
             args,
             group,
@@ -47,7 +49,7 @@ class TrainingRole:
         self.compute_dtype = getattr(
             torch, compute_dtype
         )  # --model.dtype: FSDP2 mixed precision below fp32
-        self.resume_from, self.tokenizer_file = resume_from, tokenizer_file
+        self.resume_from, self.policy_folder = resume_from, policy_folder
         self.reference_path = reference_path
         self.trainer: Trainer | None = None
         self._prewarm: threading.Thread | None = None
@@ -113,7 +115,7 @@ class TrainingRole:
         Collective over the training group."""
         root, policy = Path(path), Path(path) / "policy"
         written = self.trainer.save(root)
-        self.trainer.export_hf(policy, self.tokenizer_file)
+        self.trainer.export_hf(policy, self.policy_folder)
         if self.trainer.rank == 0:
             written += sorted(f for f in policy.iterdir() if f.is_file())
         return written

@@ -266,7 +266,6 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             gps.close()
             dist.destroy_process_group()
             return 2
-        tok_file = policy_path / "tokenizer.json"
         # migrated sequences' KV waits in host shm beside GPS's buffers (cleaned with them on restart)
         kv_prefix = shm_path(f"pivot-{run_id}", spec.host, "kv") if cfg.planner.kv_migration else ""
         # where this rank's exports can be read from (pivot/engine/kv_transport.py): its host's shm,
@@ -308,7 +307,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             device,
             cfg.rollout.temperature,
             resume[0] if resume else None,
-            tok_file if tok_file.is_file() else None,
+            policy_path,  # the exported policy carries its tokenizer and chat template
             cfg.model.dtype,
             cfg.model.attention,
             cfg.model.linear,

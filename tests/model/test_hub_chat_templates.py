@@ -194,3 +194,30 @@ def test_templates_render_as_transformers_renders_them(family: str, thinking: bo
                 enable_thinking=thinking,
             )
             assert got == want, (family, chat, tools)
+
+
+def test_an_exported_policy_keeps_its_chat_template_for_transformers(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    """What the trainer exports (its weights, then the source's side files) loads in
+    transformers with the source's tokenizer, chat template and generation defaults."""
+    transformers = pytest.importorskip("transformers")
+    from pivot.model import from_pretrained, save_pretrained
+    from pivot.model.hf_folder import copy_side_files
+
+    source = folders["Qwen2.5-1.5B"]
+    save_pretrained(from_pretrained(source), tmp_path)
+    copied = {p.name for p in copy_side_files(source, tmp_path)}
+    assert {"tokenizer.json", "tokenizer_config.json"} <= copied
+    chat = [{"role": "user", "content": JUDGE}]
+    want = transformers.AutoTokenizer.from_pretrained(source).apply_chat_template(
+        chat, tokenize=False, add_generation_prompt=True
+    )
+    got = transformers.AutoTokenizer.from_pretrained(tmp_path).apply_chat_template(
+        chat, tokenize=False, add_generation_prompt=True
+    )
+    assert got == want and QWEN25_SYSTEM in got
+    if (source / "generation_config.json").is_file():
+        assert (tmp_path / "generation_config.json").read_text() == (
+            source / "generation_config.json"
+        ).read_text()

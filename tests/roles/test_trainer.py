@@ -199,11 +199,18 @@ def _checkpoint_and_nan(rank: int, world: int, group: dist.ProcessGroup, tmp: st
     assert b.load(ckpt) == {"cursor": {"epoch": 1}} and b.version == 1
     b.train_step(make_batch(1))
     assert_same(a.full_state_dict(), b.full_state_dict())
-    # HF export reloads to the same weights
-    a.export_hf(Path(tmp) / "hf")
+    # HF export reloads to the same weights, and carries its source folder's side files
+    source = Path(tmp) / f"source{rank}"
+    source.mkdir()
+    (source / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
+    (source / "generation_config.json").write_text('{"eos_token_id": [1, 2]}')
+    a.export_hf(Path(tmp) / "hf", source)
     reloaded = from_pretrained(Path(tmp) / "hf").state_dict()
     for name, t in a.full_state_dict().items():
         assert torch.equal(reloaded[name], t), name
+    if rank == 0:
+        for name in ("tokenizer_config.json", "generation_config.json"):
+            assert (Path(tmp) / "hf" / name).read_text() == (source / name).read_text()
     # NaN: skipped, weights kept, abort after max_bad_steps in a row
     before = a.full_state_dict()
     bad = make_batch(2)
