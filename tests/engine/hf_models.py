@@ -20,6 +20,17 @@ SHAPE = {
     "eos_token_id": EOS,
     "pad_token_id": 0,
 }
+QWEN35_VISION = {
+    "depth": 1,
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_heads": 2,
+    "out_hidden_size": 64,
+    "patch_size": 4,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+}
+"""The smallest vision tower Qwen3.5-MoE's config takes (Pivot serves the language model only)."""
 FAMILIES = {
     "qwen3_moe": lambda: transformers.Qwen3MoeForCausalLM(
         transformers.Qwen3MoeConfig(
@@ -50,16 +61,7 @@ FAMILIES = {
                 "moe_intermediate_size": 32,
                 "shared_expert_intermediate_size": 48,
             },
-            vision_config={
-                "depth": 1,
-                "hidden_size": 16,
-                "intermediate_size": 32,
-                "num_heads": 2,
-                "out_hidden_size": 64,
-                "patch_size": 4,
-                "spatial_merge_size": 2,
-                "temporal_patch_size": 2,
-            },
+            vision_config=QWEN35_VISION,
         )
     ),
 }

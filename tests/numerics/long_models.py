@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 import transformers
 
+from tests.engine.hf_models import QWEN35_VISION
+
 POSITIONS = 4096
 LINEAR_SCALE = 3.0
 VOCAB = 128
@@ -71,16 +73,7 @@ FAMILIES: dict[str, Callable[[], torch.nn.Module]] = {
                 "moe_intermediate_size": 32,
                 "shared_expert_intermediate_size": 48,
             },
-            vision_config={
-                "depth": 1,
-                "hidden_size": 16,
-                "intermediate_size": 32,
-                "num_heads": 2,
-                "out_hidden_size": 64,
-                "patch_size": 4,
-                "spatial_merge_size": 2,
-                "temporal_patch_size": 2,
-            },
+            vision_config=QWEN35_VISION,
         )
     ),
 }
