@@ -18,8 +18,9 @@ at most `max_graphs` graphs, the width ladder (then the batch ladder) thinned on
 fit; all share one pool and are captured largest first, so the pool holds one graph's peak, the
 largest's (with SDPA, its K/V gather: batch x width x block tokens of one layer).
 
-Capture happens when the replica starts or shifts up (`capture_all`, from the engine's first
-`load_weights` after it, on every TP rank in the same order), all buckets at once, never in the
+Capture happens when the replica starts or shifts up (`capture_all`: when an engine is built
+with its weights, else with its first `load_weights` after a build or a resume, on every TP
+rank in the same order), all buckets at once, never in the
 middle of a rollout: a first capture synchronises the device and empties the allocator's cache
 (torch/cuda/graphs.py, `graph.__enter__`). Weights loaded in place later (`ModelRunner.load`, a
 GPS Read into `Engine.weight_buffers`) keep every graph valid: a graph reads the parameters'
@@ -245,8 +246,6 @@ class DecodeGraphs:
         """`why_not`: the reason this model is never graphed ('' when it can be)."""
         if mode not in GRAPH_MODES:
             raise ValueError(f"engine.decode_graphs={mode!r} is not one of {GRAPH_MODES}")
-        if max_graphs < 1:
-            raise ValueError(f"engine.max_decode_graphs={max_graphs} must be >= 1")
         self.forward, self.kernel, self.mode = forward, kernel, mode
         self.max_batch, self.max_len, self.vocab = max_batch, max_len, vocab
         self.max_graphs = max_graphs
@@ -288,12 +287,12 @@ class DecodeGraphs:
         if not mode:
             return
         self._buffers(cache)
-        t0 = time.perf_counter()
+        t0, before = time.perf_counter(), len(self.graphs)
         for batch in reversed(self.batch_sizes):
             for width in reversed(self.widths):
                 if (batch, width) not in self.graphs:
                     self._capture(mode, batch, width, cache)
-        if self.captures:
+        if len(self.graphs) > before:
             log.info(
                 "decode graphs (%s): %d captured in %.2f s (batches %s, widths %s blocks)",
                 mode, len(self.graphs), time.perf_counter() - t0, self.batch_sizes, self.widths,

@@ -41,6 +41,7 @@ from pivot.engine.scheduler import Scheduler
 from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, SeqStatus, Sequence
 from pivot.model import CausalLM, TextTokenizer
 from pivot.model import from_pretrained as load_model
+from pivot.model.meta_init import is_meta
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +76,13 @@ class Engine:
         self.tokenizer = tokenizer
         num_blocks = config.kv_capacity_tokens // block_size
         self.max_len = min(self.args.max_position_embeddings, num_blocks * block_size)
+        weighted = not is_meta(model)  # built with its weights: no `load_weights` comes first
         self.runner = ModelRunner(
             model, num_blocks, block_size, attention, tp_group, device,
             config.decode_graphs, config.max_running_seqs, self.max_len, config.max_decode_graphs,
         )  # fmt: skip
+        if weighted:  # the replica starts: its graphs now (else with its first `load_weights`)
+            self.runner.capture_graphs()
         self.blocks = BlockManager(
             num_blocks, block_size, share_prefixes=not self.args.has_linear_attention
         )
@@ -140,11 +144,9 @@ class Engine:
         model = load_model(path, dtype=getattr(torch, dtype), device=device)
         if tokenizer is None and (Path(path) / "tokenizer.json").is_file():
             tokenizer = TextTokenizer.from_pretrained(path)
-        engine = cls(
+        return cls(
             model, config, tp_group=tp_group, tokenizer=tokenizer, attention=attention, seed=seed
         )
-        engine.runner.capture_graphs()  # its weights came with the model: no load_weights
-        return engine
 
     # ---- requests --------------------------------------------------------------------------
     def add(self, request: Request) -> None:

@@ -115,9 +115,7 @@ def _engine(shape: ReplicaShape, cfg: EngineConfig, model_cfg: ModelConfig, devi
         args = ModelArgs.load(shape.model_folder)
         with torch.device(device):
             model = CausalLM(args, linear=model_cfg.linear).to(getattr(torch, model_cfg.dtype))
-        engine = Engine(model, cfg, attention=model_cfg.attention, device=device)
-        engine.runner.capture_graphs()  # the profile times replays, as the rollout runs them
-        return engine
+        return Engine(model, cfg, attention=model_cfg.attention, device=device)
     return production_engine(
         shape.model_folder,
         cfg,
