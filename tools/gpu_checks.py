@@ -139,8 +139,6 @@ def check_numerics(a: argparse.Namespace) -> None:
         return
     import tempfile
 
-    import transformers
-
     from pivot.engine import Request, SamplingParams
     from pivot.model import from_pretrained
     from pivot.rl.logprobs import response_logprobs
@@ -151,6 +149,7 @@ def check_numerics(a: argparse.Namespace) -> None:
         mean_abs,
         reference_logprobs,
         save_long_model,
+        transformers_bf16_error,
     )
 
     root = Path(tempfile.mkdtemp(prefix="pivot-numerics-"))
@@ -171,13 +170,7 @@ def check_numerics(a: argparse.Namespace) -> None:
                 done.update({o.id: o for o in engine.step()})
             tokens, served = done[0].output_ids, done[0].output_logprobs
             ref = reference_logprobs(hf32, prompt, tokens)
-            cls = (
-                transformers.Qwen3_5MoeForConditionalGeneration
-                if family == "qwen3.5"
-                else transformers.AutoModelForCausalLM
-            )
-            hf16 = cls.from_pretrained(path, dtype=torch.bfloat16).to(a.device).eval()
-            noise = mean_abs(reference_logprobs(hf16, prompt, tokens), ref)
+            noise = transformers_bf16_error(path, family, prompt, tokens, ref, a.device)
             # the trainer's forward under FSDP2 mixed precision: bf16 parameters, fp32 tables
             trainer = from_pretrained(path, dtype=torch.bfloat16, device=a.device).eval()
             with torch.no_grad():

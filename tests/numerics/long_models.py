@@ -123,3 +123,23 @@ def reference_logprobs(
 def mean_abs(a: list[float], b: list[float]) -> float:
     assert len(a) == len(b) > 0
     return sum(abs(x - y) for x, y in zip(a, b)) / len(a)
+
+
+def transformers_bf16_error(
+    path: Path,
+    family: str,
+    prompt: list[int],
+    response: list[int],
+    fp32: list[float],
+    device: str = "cpu",
+) -> float:
+    """Transformers' own bf16 error on `response`: the mean |dlogp| of the folder loaded with
+    `dtype=bfloat16` (its rotary table stays fp32, so a fair bf16 model) against `fp32`, the
+    fp32 log-probs of the same tokens. The scale of every tolerance of the bf16 tier."""
+    cls = (
+        transformers.Qwen3_5MoeForConditionalGeneration
+        if family == "qwen3.5"
+        else transformers.AutoModelForCausalLM
+    )
+    hf16 = cls.from_pretrained(path, dtype=torch.bfloat16).to(device).eval()
+    return mean_abs(reference_logprobs(hf16, prompt, response), fp32)

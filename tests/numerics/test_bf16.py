@@ -31,6 +31,7 @@ from tests.numerics.long_models import (  # noqa: E402 (needs transformers)
     mean_abs,
     reference_logprobs,
     save_long_model,
+    transformers_bf16_error,
 )
 
 pytestmark = pytest.mark.slow
@@ -60,13 +61,7 @@ class Run:
             done.update({o.id: o for o in engine.step()})
         self.tokens, self.engine_lp = done[0].output_ids, done[0].output_logprobs
         self.fp32 = reference_logprobs(hf32, self.prompt, self.tokens)
-        cls = (
-            transformers.Qwen3_5MoeForConditionalGeneration
-            if family == "qwen3.5"
-            else transformers.AutoModelForCausalLM
-        )
-        hf16 = cls.from_pretrained(self.path, dtype=torch.bfloat16).eval()
-        self.noise = mean_abs(reference_logprobs(hf16, self.prompt, self.tokens), self.fp32)
+        self.noise = transformers_bf16_error(self.path, family, self.prompt, self.tokens, self.fp32)
 
     def ratio(self, logprobs: list[float]) -> float:
         return mean_abs(logprobs, self.fp32) / self.noise

@@ -37,6 +37,7 @@ from tests.numerics.long_models import (  # noqa: E402
     mean_abs,
     reference_logprobs,
     save_long_model,
+    transformers_bf16_error,
 )
 from tests.numerics.vllm_long_driver import NEW, PROMPT_SEED  # noqa: E402
 
@@ -58,13 +59,7 @@ class Run:
         self.tokens, self.vllm_lp = served["ids"], served["logprobs"]
         prompt = long_prompt(seed=PROMPT_SEED)
         self.fp32 = reference_logprobs(hf32, prompt, self.tokens)
-        cls = (
-            transformers.Qwen3_5MoeForConditionalGeneration
-            if family == "qwen3.5"
-            else transformers.AutoModelForCausalLM
-        )
-        hf16 = cls.from_pretrained(path, dtype=torch.bfloat16).eval()
-        self.noise = mean_abs(reference_logprobs(hf16, prompt, self.tokens), self.fp32)
+        self.noise = transformers_bf16_error(path, family, prompt, self.tokens, self.fp32)
         self.error_vllm = mean_abs(self.vllm_lp, self.fp32)
         self.ratio = self.error_vllm / self.noise
 
