@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import importlib.util
+import inspect
 import os
+import re
+import shutil
 import sys
+import textwrap
+import types
+import typing
 from pathlib import Path
 
+import docstring_parser  # tyro's own dependency: tyro 1.0.17 reads field docstrings with it
 import tyro
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +32,50 @@ DESCRIPTION = (
     f"Start from a preset with --preset NAME (one of: {', '.join(PRESETS)}; default tiny-cpu), "
     "then override any field."
 )
+
+_LIST_ITEM = re.compile(r"([-*•]|\d+[.)])\s")
+
+
+def _flowing(doc: str) -> str:
+    """`doc` as flowing text: a single line break becomes a space; a blank line (paragraph break)
+    and a line that starts a list item (`- `, `* `, `1. `) stay line breaks."""
+    lines: list[str] = []
+    for line in (s.strip() for s in inspect.cleandoc(doc).splitlines()):
+        if lines and lines[-1] and line and not _LIST_ITEM.match(line):
+            lines[-1] += " " + line
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+@functools.cache
+def _flowing_help(cls: type) -> None:
+    """Give each field of `cls` and of the configs nested in it its docstring as flowing text, in
+    field metadata "help", which tyro reads before the docstring
+    (tyro/constructors/_struct_spec_dataclass.py:123), so --help wraps it to the terminal width.
+    From the docstring, tyro 1.0.17 joins single line breaks before it dedents
+    (tyro/_docstrings.py:296-297) and keeps a break before every line that does not start with a
+    letter (tyro/_strings.py:250): every indented continuation line stayed a line of its own."""
+    docs = {p.arg_name: p.description for p in docstring_parser.parse_from_object(cls).params}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        doc = docs.get(f.name)
+        if doc and "help" not in f.metadata:
+            f.metadata = types.MappingProxyType({**f.metadata, "help": _flowing(doc)})
+        for t in (hints[f.name], *typing.get_args(hints[f.name])):
+            if isinstance(t, type) and dataclasses.is_dataclass(t):
+                _flowing_help(t)
+
+
+def _description() -> str:
+    """DESCRIPTION wrapped to the terminal width, two spaces in. tyro prints the description as
+    it is (tyro/_backends/_tyro_help_formatting.py:469) once it has joined each line break before a
+    line that starts with a letter (tyro/_parsers.py:299, tyro/_strings.py:250): a line that starts
+    with a space keeps its break."""
+    width = shutil.get_terminal_size().columns  # what tyro wraps the option boxes to
+    return textwrap.fill(
+        DESCRIPTION, width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False
+    )
 
 
 def _split_preset(argv: list[str]) -> tuple[str, list[str]]:
@@ -58,8 +111,9 @@ def parse(
     """Parse and validate; raises ConfigError (naming field and value) on bad input."""
     name, rest = _split_preset(_bare_resume(argv))
     default = get_preset(name)
+    _flowing_help(PivotConfig)
     with deferred_checks():
-        cfg = tyro.cli(PivotConfig, default=default, args=rest, description=DESCRIPTION)
+        cfg = tyro.cli(PivotConfig, default=default, args=rest, description=_description())
     cfg.preset = name
     if cfg.dry_run:  # no torchrun: the cluster is the configured one
         from pivot.memory.report import dry_run_shape
