@@ -8,6 +8,7 @@ and `--model.genrm` at local folders on your cluster (nothing is downloaded at r
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from pivot.config import (
     ClusterConfig,
@@ -35,6 +36,9 @@ GENRM_TOKENS = 20480  # the paper's GenRM cap
 # reasoning is capped at 14336, keeping 1024 for the judge template and the chat template.
 GLM_Z1_CONTEXT = 32768
 GLM_GENRM_TOKENS = GLM_Z1_CONTEXT - LONGEST_SAMPLE - 1024
+# one judge prompt per GenRM family (docs/usage.md, "The judge"); absolute, so a preset reads the
+# same file whatever the working directory (torchrun from the repo root, tests from elsewhere)
+JUDGES = Path(__file__).resolve().parent / "judges"
 
 
 def tiny_cpu() -> PivotConfig:
@@ -88,9 +92,12 @@ def _paper_group(
     train_devices: int,
     micro_batch_tokens: int,
     genrm_tokens: int = GENRM_TOKENS,
+    *,
+    judge: str,
 ) -> PivotConfig:
     """One of the paper's groups on 8-GPU H20 nodes (96 GB, NVLink, 50 GB/s InfiniBand), training
-    with activation checkpointing.
+    with activation checkpointing. The GenRM judges with `judge`, its family's prompt file in
+    configs/judges/.
 
     Each role runs on a path that has run on a GPU where one exists (docs/gpu.md, "Which backend
     serves each role", issue 45 item 4): torch SDPA (flash-attn has never run on one), the
@@ -131,6 +138,7 @@ def _paper_group(
             tp=g_tp,
             replicas=1,
             max_new_tokens=genrm_tokens,
+            judge_template_file=str(JUDGES / judge),
             engine=_with(gpu_engine, backend="vllm", decode_graphs="auto") if g_moe else gpu_engine,
         ),
         train=TrainConfig(
@@ -165,6 +173,7 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
         16,
         32768,
         genrm_tokens=GLM_GENRM_TOKENS,
+        judge="glm_z1.txt",
     ),
     "qwen2.5-7b+qwen3-30b-a3b": lambda: _paper_group(
         "qwen2.5-7b+qwen3-30b-a3b",
@@ -173,6 +182,7 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
         32,
         8,
         32768,
+        judge="qwen3.txt",
     ),
     "qwen2.5-32b+qwen3-30b-a3b": lambda: _paper_group(
         "qwen2.5-32b+qwen3-30b-a3b",
@@ -181,6 +191,7 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
         64,
         32,
         LONGEST_SAMPLE,
+        judge="qwen3.txt",
     ),
     "qwen2.5-72b+qwen3.5-122b-a10b": lambda: _paper_group(
         "qwen2.5-72b+qwen3.5-122b-a10b",
@@ -189,6 +200,7 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
         128,
         64,
         LONGEST_SAMPLE,
+        judge="qwen3_5.txt",
     ),
 }
 

@@ -38,6 +38,7 @@ from pivot.runtime.summary import run_summary
 from pivot.runtime.weights import WeightService
 from pivot.runtime.worker import Worker
 from pivot.tiny.shipped import ensure_tiny_models
+from pivot.tiny.task import judge_template_warning
 
 
 def resolve_device(cfg: PivotConfig) -> str:
@@ -163,6 +164,8 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     groups = create_groups(table)
     if spec.rank == 0:
         print(summary(cfg, spec, table, device, attempt), flush=True)
+        if warning := judge_template_warning(cfg):
+            tell(warning)
     ckpt = Checkpointer(cfg)
     try:  # the same answer on every rank (model folders: headers only): all stop, rank 0 says why
         policy_path, genrm_path = model_paths(cfg)

@@ -7,19 +7,22 @@ gives the synthetic arithmetic task of `pivot.tiny.synthetic` (the one the tiny 
     training_set(data, seed)                 --data.path's rows, else the synthetic set
     heldout_split(data, eval, train, seed)   rl's split; for the synthetic set, fresh problems
     judge_template(reward)                   --reward.judge-template(-file), else the tiny GenRM's
+    judge_template_warning(cfg)              the line a real GenRM given the tiny GenRM's prompt gets
 """
 
 from __future__ import annotations
 
 import dataclasses
 from functools import partial
+from pathlib import Path
 
-from pivot.config import DataConfig, EvalConfig, RewardConfig
+from pivot.config import DataConfig, EvalConfig, PivotConfig, RewardConfig
 from pivot.rl.data import Prompt, PromptDataset, load_dataset, rows_to_dataset
 from pivot.rl.evaluation import split_heldout
 from pivot.rl.plugins import judge_template as configured_template
 from pivot.tiny import synthetic
 from pivot.tiny.recipe import sft_problems
+from pivot.tiny.shipped import WEIGHTS
 
 RL_SEED = 0x5EED_DA7A
 HELDOUT_SEED = 0x5EED_E7A1  # keeps the synthetic held-out draw apart from any training seed
@@ -72,3 +75,20 @@ def heldout_split(
 def judge_template(config: RewardConfig) -> str:
     """The run's judge template: the configured one, else the tiny GenRM's."""
     return configured_template(config) or synthetic.JUDGE_TEMPLATE
+
+
+def judge_template_warning(cfg: PivotConfig) -> str | None:
+    """One stderr line for a run whose GenRM is a real checkpoint (`--model.genrm`, not the shipped
+    tiny one) but whose judge prompt is the tiny GenRM's: that prompt states no grading rule and
+    no verdict format, so whether a real judge writes a verdict the parser reads is left to
+    chance. None when the run configures a template or judges with the tiny GenRM."""
+    r = cfg.reward
+    if not cfg.model.genrm or r.judge_template or r.judge_template_file:
+        return None
+    if Path(cfg.model.genrm).resolve().is_relative_to(WEIGHTS):  # the tiny GenRM, named explicitly
+        return None
+    return (
+        f"pivot: warning: GenRM {cfg.model.genrm} judges with the tiny task's prompt "
+        f"{synthetic.JUDGE_TEMPLATE!r}, which asks for no verdict format; give it one with "
+        "--reward.judge-template-file (configs/judges/ has one per paper judge family)"
+    )
