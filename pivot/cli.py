@@ -24,6 +24,7 @@ if str(ROOT) not in sys.path:  # configs/ lives beside pivot/ and is not install
     sys.path.insert(0, str(ROOT))
 
 from configs.presets import PRESETS, get_preset  # noqa: E402
+from pivot.bad_input import stop  # noqa: E402
 from pivot.config import ConfigError, PivotConfig, deferred_checks  # noqa: E402
 from pivot.rl.plugins import check_plugins  # noqa: E402
 
@@ -144,15 +145,27 @@ def parse(
 
 
 def parse_or_exit(argv: list[str]) -> PivotConfig:
-    """Parse on every rank; only rank 0 speaks (help text, tyro's and our errors), exit code 2."""
+    """Parse on every rank; only rank 0 speaks (help text, tyro's and our errors), exit code 2,
+    and every rank leaves the line for torchrun's summary (pivot/bad_input.py)."""
     quiet = os.environ.get("RANK", "0") != "0"
-    with (
-        open(os.devnull, "w") as null,
-        contextlib.redirect_stdout(null if quiet else sys.stdout),
-        contextlib.redirect_stderr(null if quiet else sys.stderr),
-    ):
-        try:
+    try:
+        with (
+            open(os.devnull, "w") as null,
+            contextlib.redirect_stdout(null if quiet else sys.stdout),
+            contextlib.redirect_stderr(null if quiet else sys.stderr),
+        ):
             return parse(argv)
-        except ConfigError as e:
-            print(f"pivot: config error: {e}", file=sys.stderr)
-            raise SystemExit(2) from None
+    except ConfigError as e:
+        raise SystemExit(stop([f"pivot: config error: {e}"])) from None
+    except SystemExit as e:  # tyro's usage error (its box is on rank 0's stderr), or --help
+        if e.code not in (0, None):
+            raise SystemExit(
+                stop(
+                    [
+                        "pivot: config error: the command line was not accepted "
+                        "(tyro's message is on rank 0's stderr; --help lists every flag)"
+                    ],
+                    speak=False,
+                )
+            ) from None
+        raise

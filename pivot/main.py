@@ -2,10 +2,13 @@
 
     torchrun --standalone --nproc-per-node 4 pivot/main.py [--preset NAME] [flags]
 
-It parses and validates the config before any process group exists, initialises
-torch.distributed (NCCL with CUDA, else gloo), creates every role slot's process group, and
-runs the worker loop; rank 0 also runs the controller in a background thread. With --dry-run it
-prints the memory plan instead (no torchrun, no GPU; see pivot/memory/report.py).
+It parses and validates the config and checks its files (pivot/preflight.py) before any process
+group exists, initialises torch.distributed (NCCL with CUDA, else gloo), creates every role
+slot's process group, and runs the worker loop; rank 0 also runs the controller in a background
+thread. With --dry-run it prints the memory plan instead (no torchrun, no GPU; see
+pivot/memory/report.py), after the same file checks: exit code 2 on any problem. Bad input
+stops every rank with exit code 2 and one line per problem from rank 0, which torchrun's summary
+names as the root cause (pivot/bad_input.py).
 """
 
 from __future__ import annotations
@@ -22,19 +25,22 @@ from pivot.cli import parse_or_exit  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_or_exit(sys.argv[1:] if argv is None else argv)
+    from pivot.bad_input import stop
+    from pivot.preflight import preflight_problems
+
+    # before any process group, on every rank: one line each from rank 0, exit 2, nothing falls back
+    problems = preflight_problems(cfg)
+    if not cfg.dry_run:  # this host's kernels and engines: a dry run plans for GPUs elsewhere
+        from pivot.engine_check import engine_problems
+        from pivot.kernels import missing_kernels
+
+        problems += missing_kernels(cfg.model) + engine_problems(cfg)
+    if problems:
+        return stop([f"pivot: cannot start: {line}" for line in problems])
     if cfg.dry_run:
         from pivot.memory.report import dry_run
 
         return dry_run(cfg)
-    from pivot.engine_check import engine_problems
-    from pivot.kernels import missing_kernels
-
-    # before torchrun work: one line each, nothing falls back
-    missing = missing_kernels(cfg.model) + engine_problems(cfg)
-    for line in missing:
-        print(f"pivot: cannot start: {line}", file=sys.stderr, flush=True)
-    if missing:
-        return 2
     from pivot.runtime.launch import run
 
     backend = None

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from pivot import secret as job_secret
+from pivot.bad_input import EXIT_CODE, stop, tell
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable, create_groups, describe
 from pivot.engine.kv_export import sweep
@@ -72,14 +72,6 @@ def model_paths(cfg: PivotConfig) -> tuple[Path, Path]:
         return Path(cfg.model.policy), Path(cfg.model.genrm)
     tiny = ensure_tiny_models()
     return Path(cfg.model.policy or tiny.policy), Path(cfg.model.genrm or tiny.genrm)
-
-
-def tell(text: str) -> None:
-    """`text` and its newline to stderr in one write: a write of under PIPE_BUF (4096) bytes to
-    the pipe torchrun's agent and every rank share is never split, so no other process's output
-    lands inside a line (print's separate newline write let it, before the line's end)."""
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
 
 
 def resume_hint(ckpt: Checkpointer) -> str:
@@ -155,10 +147,8 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     table = SlotTable.build(spec, cfg.rollout.tp, cfg.reward.tp, cfg.train.devices)
     try:  # before any model is loaded: a multi-node run without PIVOT_JOB_SECRET stops here
         job_secret.require_for(spec.nnodes)
-    except ValueError as e:
-        if spec.local_rank == 0:  # one line per host
-            print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
-        return 2
+    except ValueError as e:  # one line per host
+        return stop([f"pivot: cannot start: {e}"], spec.rank, speak=spec.local_rank == 0)
     attempt = init_distributed(device, spec)
     heartbeat = start_heartbeat(cfg.cluster, spec, attempt)
     groups = create_groups(table)
@@ -187,12 +177,13 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
                 "(no chat_template.jinja, none in tokenizer_config.json)"
             )
     except (OSError, ValueError) as e:
-        if spec.rank == 0:
-            print(f"pivot: cannot start: {e}", file=sys.stderr, flush=True)
+        line = f"pivot: cannot start: {e}"
+        if spec.rank == 0:  # at once; the others linger for it (pivot/bad_input.py) once cleaned up
+            stop([line], spec.rank)
         if heartbeat is not None:  # every rank stops here: none may take another's exit for death
             heartbeat.stop()
         dist.destroy_process_group()
-        return 2
+        return stop([line], spec.rank, speak=False) if spec.rank else EXIT_CODE
     start_step = resume[1]["step"] if resume else 0
     store = dist.distributed_c10d._get_default_store()
     # GPS's names carry the attempt all ranks agreed on (pivot/runtime/attempt.py), never a
@@ -263,12 +254,12 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
                 "loading the models into GPS and starting the controller",
                 rank0_startup,
             )
-        except Rank0Failed:
+        except Rank0Failed as e:  # rank 0 has said why (pivot/runtime/rank0_wait.py)
             if heartbeat is not None:
                 heartbeat.stop()
             gps.close()
             dist.destroy_process_group()
-            return 2
+            return stop([f"pivot: cannot start: {e}"], spec.rank, speak=False)
         # migrated sequences' KV waits in host shm beside GPS's buffers (cleaned with them on restart)
         kv_prefix = shm_path(f"pivot-{run_id}", spec.host, "kv") if cfg.planner.kv_migration else ""
         # where this rank's exports can be read from (pivot/engine/kv_transport.py): its host's shm,
