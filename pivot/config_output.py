@@ -12,8 +12,10 @@ from pivot.config_check import check as _check
 
 @dataclass
 class LogConfig:
-    dir: str = "runs/latest"
-    """Run folder: metrics.jsonl, timeline.jsonl, TensorBoard events, plots."""
+    dir: str = ""
+    """Run folder: metrics.jsonl, timeline.jsonl, TensorBoard events, checkpoints; empty = a new
+    folder runs/<UTC start>-<preset> per run (a torchrun restart keeps its job's), runs/latest
+    links to the newest. A folder given is used as it is."""
     tensorboard: bool = True
     """Also write TensorBoard scalars."""
     progress: bool = True
@@ -33,10 +35,16 @@ class CheckpointConfig:
     every: int = 4
     """Save every K steps (0 = only at the end)."""
     resume: Literal["no", "yes", "auto"] = "no"
-    """Continue from the newest complete checkpoint in the folder: no (start fresh; another run's
-    checkpoints there are moved to <dir>.old-N), yes (fail without one; a bare --checkpoint.resume
-    means yes), auto (resume if there is one, else start fresh: what the launch scripts pass, so
-    torchrun --max-restarts recovers from a dead rank). Damaged checkpoints are skipped."""
+    """Continue from the newest complete checkpoint: no (start fresh; a --log.dir or
+    --checkpoint.dir holding a run's checkpoints is refused), yes (fail without one; a bare
+    --checkpoint.resume means yes), auto (resume if there is one, else start fresh: what the launch
+    scripts pass, so torchrun --max-restarts recovers from a dead rank). Without --log.dir, yes and
+    auto continue this job's run folder (same torchrun run id); yes else the newest run folder
+    with a complete checkpoint. Damaged checkpoints are skipped."""
+    keep: int = 0
+    """Keep the newest N complete checkpoints, removing older ones once a new one is complete
+    (0 = keep all)."""
 
     def __post_init__(self) -> None:
         _check(self.every >= 0, "checkpoint.every", self.every, "must be >= 0")
+        _check(self.keep >= 0, "checkpoint.keep", self.keep, "must be >= 0 (0 = keep all)")

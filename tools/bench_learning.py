@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -46,6 +47,9 @@ def run(
     if reuse and (run_dir / "eval.jsonl").is_file():
         print(f"  {mode:14s} seed {seed}: reusing {run_dir}", flush=True)
         return curve(run_dir, mode, seed, float("nan"))
+    # a run again replaces the tool's own earlier one (the job refuses a --log.dir holding
+    # checkpoints unless it resumes them)
+    shutil.rmtree(run_dir, ignore_errors=True)
     cmd = [
         sys.executable,
         "-m",

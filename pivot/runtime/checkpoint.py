@@ -7,18 +7,20 @@ training) and, written last, `manifest.json` (pivot.runtime.manifest): a folder 
 manifest is incomplete or damaged and is never resumed from. Resuming takes the newest complete
 checkpoint, reporting each newer broken one in one line. On resume, steps <= K are closed (never
 trained again) and every open sample of later steps is regenerated or re-judged from the
-buffer's state (none lost).
+buffer's state (none lost). `--checkpoint.keep N` removes older checkpoints once a newer one is
+complete (`prune`).
 """
 
 from __future__ import annotations
 
 import json
-import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pivot.config import PivotConfig
+from pivot.runtime.latest import latest_run
 from pivot.runtime.manifest import MANIFEST, FileDigest, discard, seal, write_manifest
 
 STATE_FILE = "controller.json"
@@ -27,8 +29,11 @@ PREFIX = "step_"
 
 class Checkpointer:
     def __init__(self, cfg: PivotConfig) -> None:
-        self.every = cfg.checkpoint.every
-        self.dir = Path(cfg.checkpoint.dir or Path(cfg.log.dir) / "checkpoints")
+        self.every, self.keep = cfg.checkpoint.every, cfg.checkpoint.keep
+        # an empty log.dir is a config no run resolved yet (pivot/runtime/run_folder.py), e.g.
+        # main.py's Ctrl-C hint: rank 0 pointed runs/latest at this run's folder when it started
+        self.run_dir = Path(cfg.log.dir) if cfg.log.dir else latest_run()
+        self.dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.run_dir / "checkpoints"
         self._pending: dict[int, dict[str, Any]] = {}
 
     def due(self, step: int, total: int) -> bool:
@@ -51,22 +56,31 @@ class Checkpointer:
         path.mkdir(parents=True, exist_ok=True)
         (path / STATE_FILE).write_text(json.dumps(self._pending.pop(step)))
         write_manifest(path, [*files, *seal([path / STATE_FILE], path)])
+        self.prune(step)
         return path
+
+    def prune(self, step: int) -> list[Path]:
+        """`--checkpoint.keep N` once step `step` is complete: of the folders up to `step`, the
+        complete ones beyond the newest N and the incomplete ones go (the ones removed). Newer
+        folders stay: a dead attempt's, which this run writes again when it gets there (one
+        with a stale manifest must not count among the N and cost the one just written)."""
+        if self.keep <= 0:
+            return []
+        older = [p for p in self.folders() if step_of(p) <= step]
+        complete = [p for p in older if (p / MANIFEST).is_file()]
+        gone = complete[self.keep :] + [p for p in older if p not in complete and step_of(p) < step]
+        for path in gone:
+            discard(path)  # a crash halfway through the removal leaves an incomplete folder
+            shutil.rmtree(path)
+        return gone
 
     def folders(self) -> list[Path]:
         """Every step folder, newest first, complete or not."""
-        if not self.dir.is_dir():
-            return []
-        steps = [
-            p
-            for p in self.dir.iterdir()
-            if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX) :].isdigit()
-        ]
-        return sorted(steps, key=lambda p: int(p.name[len(PREFIX) :]), reverse=True)
+        return step_folders(self.dir)
 
     def newest(self) -> Path | None:
         """The newest folder with a manifest (not read back: for messages, not for resuming)."""
-        return next((p for p in self.folders() if (p / MANIFEST).is_file()), None)
+        return newest_complete(self.dir)
 
     @staticmethod
     def first_complete(
@@ -81,17 +95,27 @@ class Checkpointer:
             report(f"pivot: checkpoint {path} skipped: {why}")
         return None
 
-    def set_aside(self) -> Path | None:
-        """A fresh start in a folder holding another run's checkpoints moves them to
-        `<dir>.old-N` first, so a later `auto` restart cannot resume the other run."""
-        if not self.folders():
-            return None
-        n = 1
-        while Path(f"{self.dir}.old-{n}").exists():
-            n += 1
-        target = Path(f"{self.dir}.old-{n}")
-        os.replace(self.dir, target)
-        return target
-
     def load(self, path: Path) -> dict[str, Any]:
         return json.loads((path / STATE_FILE).read_text())
+
+
+def step_of(path: Path) -> int:
+    return int(path.name[len(PREFIX) :])
+
+
+def step_folders(folder: Path) -> list[Path]:
+    """Every step folder in `folder`, newest first, complete or not."""
+    if not folder.is_dir():
+        return []
+    steps = [
+        p
+        for p in folder.iterdir()
+        if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX) :].isdigit()
+    ]
+    return sorted(steps, key=step_of, reverse=True)
+
+
+def newest_complete(folder: Path) -> Path | None:
+    """The newest step folder with a manifest (not read back: for choices and messages; a
+    resume reads it back, pivot/runtime/launch.py's `resume_point`)."""
+    return next((p for p in step_folders(folder) if (p / MANIFEST).is_file()), None)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -32,6 +34,7 @@ from pivot.runtime.controller_thread import ControllerThread, start_controller
 from pivot.runtime.dist_init import init_distributed, start_heartbeat
 from pivot.runtime.manifest import problem as manifest_problem
 from pivot.runtime.rank0_wait import Rank0Failed, run_on_rank0
+from pivot.runtime.run_folder import launch_id, make, record_launch, resolve
 from pivot.runtime.shared_dir import check_shared
 from pivot.runtime.sigterm import on_sigterm
 from pivot.runtime.summary import run_summary
@@ -75,14 +78,47 @@ def model_paths(cfg: PivotConfig) -> tuple[Path, Path]:
 
 
 def resume_hint(ckpt: Checkpointer) -> str:
-    """Where a stopped run can go on from, and how (one line)."""
+    """Where a stopped run can go on from, and how (one line): its folder named, since a launch
+    without --log.dir starts a new run folder (pivot/runtime/run_folder.py)."""
     newest = ckpt.newest()
     where = (
         f"the newest checkpoint is {newest}"
         if newest
         else f"no checkpoint was written yet (in {ckpt.dir})"
     )
-    return f"pivot: {where}; relaunch with --checkpoint.resume auto to continue"
+    again = f"--log.dir {ckpt.run_dir}"
+    if ckpt.dir != ckpt.run_dir / "checkpoints":
+        again += f" --checkpoint.dir {ckpt.dir}"
+    return f"pivot: {where}; relaunch with {again} --checkpoint.resume auto to continue"
+
+
+def with_run_folder(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> PivotConfig:
+    """`cfg` with the folder this run writes into (pivot/runtime/run_folder.py) as its log.dir:
+    rank 0 decides and makes it, every rank gets its answer (collective), so the folder is the
+    same on every rank and host; ValueError on every rank where the job must not start."""
+    answer = [("", "")]  # (folder, why the job must not start)
+    if spec.rank == 0:
+        now = datetime.now(UTC)
+        try:
+            chosen = resolve(
+                cfg.log.dir,
+                cfg.checkpoint.dir,
+                cfg.checkpoint.resume,
+                launch,
+                cfg.preset,
+                now,
+            )
+            path, lines = make(chosen, cfg.checkpoint.dir, launch, cfg.preset, now, sys.argv)
+            if lines:
+                print(lines, flush=True)
+            answer[0] = (str(path), "")
+        except (OSError, ValueError) as e:
+            answer[0] = ("", str(e))
+    dist.broadcast_object_list(answer, src=0)
+    path, why = answer[0]
+    if why:
+        raise ValueError(why)
+    return cfg.replace(log=dataclasses.replace(cfg.log, dir=path))
 
 
 def _stopped_by_torchrun(ckpt: Checkpointer, gps: GPSStore, rank0: bool) -> None:
@@ -121,10 +157,6 @@ def resume_point(
         return path, ckpt.load(path)
     if mode == "yes":
         raise FileNotFoundError(f"--checkpoint.resume yes: no complete checkpoint in {ckpt.dir}")
-    moved = ckpt.set_aside() if spec.rank == 0 else None
-    if moved is not None:
-        say(f"pivot: starting fresh; the checkpoints that were in {ckpt.dir} are now in {moved}")
-    dist.barrier()
     return None
 
 
@@ -156,8 +188,11 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         print(summary(cfg, spec, table, device, attempt), flush=True)
         if warning := judge_template_warning(cfg):
             tell(warning)
-    ckpt = Checkpointer(cfg)
+    store = dist.distributed_c10d._get_default_store()
+    launch = launch_id(store) if spec.rank == 0 else ""  # only rank 0 chooses the folder
     try:  # the same answer on every rank (model folders: headers only): all stop, rank 0 says why
+        cfg = with_run_folder(cfg, spec, launch)  # before anything reads or writes log.dir
+        ckpt = Checkpointer(cfg)
         policy_path, genrm_path = model_paths(cfg)
         check_shared(ckpt.dir, spec)  # before a run that could never resume trains for hours
         resume = resume_point(cfg, ckpt, spec)
@@ -185,7 +220,6 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         dist.destroy_process_group()
         return stop([line], spec.rank, speak=False) if spec.rank else EXIT_CODE
     start_step = resume[1]["step"] if resume else 0
-    store = dist.distributed_c10d._get_default_store()
     # GPS's names carry the attempt all ranks agreed on (pivot/runtime/attempt.py), never a
     # dead attempt's. Attempts (of this job or any other) whose GPS creator died left two copies
     # of each model in /dev/shm: whichever job starts next on the host removes them.
@@ -232,7 +266,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             weights.publish("policy", load_state_dict(policy_src))
             weights.publish("genrm", load_state_dict(genrm_path))
             # the dataset is read here: a bad one stops every rank in one line
-            return start_controller(
+            controller = start_controller(
                 cfg,
                 spec,
                 table,
@@ -245,6 +279,9 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
                 device,
                 backend,
             )
+            # a folder continued from another launch records this one now that it started
+            record_launch(Path(cfg.log.dir), launch, datetime.now(UTC), sys.argv)
+            return controller
 
         try:  # afterwards the controller's address is in the store and GPS holds both models
             controller = run_on_rank0(

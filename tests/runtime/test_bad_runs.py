@@ -135,7 +135,7 @@ def test_ctrl_c_is_one_line_with_the_way_back_and_frees_host_memory(
     assert lines.count("pivot: interrupted.") == 1, out[-3000:]
     hint = lines[lines.index("pivot: interrupted.") + 1]
     assert hint.startswith("pivot: the newest checkpoint is ") and hint.endswith(
-        "; relaunch with --checkpoint.resume auto to continue"
+        f"; relaunch with --log.dir {tmp_path / 'run'} --checkpoint.resume auto to continue"
     )
     assert not [line for line in lines if line.startswith("[rank")], out[-3000:]
     assert not [p for p in dead_gps_files() if os.stat(p).st_mtime >= t0]

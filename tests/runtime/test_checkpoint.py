@@ -129,7 +129,7 @@ def test_auto_without_checkpoint_starts_fresh(tmp_path: Path, one_rank: None) ->
     )
 
 
-def test_auto_with_only_broken_checkpoints_starts_fresh_and_sets_them_aside(
+def test_auto_with_only_broken_checkpoints_starts_fresh_and_moves_nothing(
     tmp_path: Path, one_rank: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = config(tmp_path, "auto")
@@ -137,21 +137,16 @@ def test_auto_with_only_broken_checkpoints_starts_fresh_and_sets_them_aside(
     no_manifest(write_checkpoint(ckpt, 2))
     assert resume_point(cfg, ckpt, SPEC) is None
     lines = capsys.readouterr().out.splitlines()
-    assert (
-        len(lines) == 2
-        and "step_000002 skipped: no manifest.json" in lines[0]
-        and "ckpt.old-1" in lines[1]
-    )
-    assert not ckpt.dir.exists() and (tmp_path / "ckpt.old-1" / "step_000002").is_dir()
+    assert len(lines) == 1 and "step_000002 skipped: no manifest.json" in lines[0]
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"] and ckpt.folders() == [ckpt.path(2)]
 
 
 def test_no_never_resumes_and_yes_needs_a_complete_one(tmp_path: Path, one_rank: None) -> None:
     ckpt = Checkpointer(config(tmp_path, "no"))
     write_checkpoint(ckpt, 2)
     assert resume_point(config(tmp_path, "no"), ckpt, SPEC) is None
-    assert (
-        tmp_path / "ckpt.old-1" / "step_000002" / MANIFEST
-    ).is_file()  # another run's: set aside
+    assert problem(ckpt.path(2)) is None  # left where it was (run_folder refuses such a start)
+    (ckpt.path(2) / MANIFEST).unlink()
     with pytest.raises(
         FileNotFoundError, match="--checkpoint.resume yes: no complete checkpoint in"
     ):
