@@ -8,6 +8,7 @@ and `--model.genrm` at local folders on your cluster (nothing is downloaded at r
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pivot.config import (
@@ -23,6 +24,20 @@ from pivot.config import (
     RolloutConfig,
     TrainConfig,
 )
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """A node as a preset was sized for: what `--dry-run` assumes where it sees no device."""
+
+    name: str
+    devices: int
+    gpu_memory_gb: float
+    host_memory_gb: float
+
+
+# the paper's nodes (section 5.1): 8 H20 GPUs of 96 GB, 1.8 TB of host memory
+PAPER_NODE = NodeShape("H20", 8, 96.0, 1800.0)
 
 PROMPT_TOKENS, RESPONSE_TOKENS = 2048, 15360
 # A micro-batch never holds less than one sample, so a budget of at least the longest sample keeps
@@ -88,16 +103,16 @@ def _paper_group(
     name: str,
     policy: tuple[str, float, int],
     genrm: tuple[str, float, float, int, bool],
-    world: int,
-    train_devices: int,
+    train_share: float,
     micro_batch_tokens: int,
     genrm_tokens: int = GENRM_TOKENS,
     *,
     judge: str,
 ) -> PivotConfig:
-    """One of the paper's groups on 8-GPU H20 nodes (96 GB, NVLink, 50 GB/s InfiniBand), training
-    with activation checkpointing. The GenRM judges with `judge`, its family's prompt file in
-    configs/judges/.
+    """One of the paper's groups, training with activation checkpointing on `train_share` of the
+    world the launcher starts (the paper's world: `PAPER_WORLD`, 8-GPU H20 nodes of 96 GB, NVLink,
+    50 GB/s InfiniBand; `--dry-run` names the fewest nodes of a given device memory it fits on).
+    The GenRM judges with `judge`, its family's prompt file in configs/judges/.
 
     Each role runs on a path that has run on a GPU where one exists (docs/gpu.md, "Which backend
     serves each role", issue 45 item 4): torch SDPA (flash-attn has never run on one), the
@@ -142,20 +157,17 @@ def _paper_group(
             engine=_with(gpu_engine, backend="vllm", decode_graphs="auto") if g_moe else gpu_engine,
         ),
         train=TrainConfig(
-            devices=train_devices,
+            devices=0,
+            devices_share=train_share,
             batch_prompts=512 // 16,
             group_size=16,
             lr=1e-6,
             micro_batch_tokens=micro_batch_tokens,
             activation_checkpointing=True,
         ),
-        cluster=ClusterConfig(
-            nnodes=world // 8,
-            devices_per_node=8,
-            device="cuda",
-            gpu_memory_gb=96,
-            host_memory_gb=1800,
-        ),
+        # nodes, devices per node and device memory come from the launcher and the devices
+        # (`--dry-run` assumes `PAPER_NODE` where it sees none); the GPS budget is an H20 host's
+        cluster=ClusterConfig(device="cuda", host_memory_gb=PAPER_NODE.host_memory_gb),
     )
 
 
@@ -169,8 +181,7 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
         "qwen2.5-1.5b+glm-z1-9b",
         ("Qwen2.5-1.5B", 1.5, 1),
         ("GLM-Z1-9B-0414", 9.0, 9.0, 1, False),
-        32,
-        16,
+        0.5,  # the paper's 16/32 devices
         32768,
         genrm_tokens=GLM_GENRM_TOKENS,
         judge="glm_z1.txt",
@@ -179,8 +190,7 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
         "qwen2.5-7b+qwen3-30b-a3b",
         ("Qwen2.5-7B", 7.6, 1),
         ("Qwen3-30B-A3B", 30.5, 3.3, 4, True),
-        32,
-        8,
+        0.25,  # the paper's 8/32 devices
         32768,
         judge="qwen3.txt",
     ),
@@ -188,8 +198,7 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
         "qwen2.5-32b+qwen3-30b-a3b",
         ("Qwen2.5-32B", 32.8, 4),
         ("Qwen3-30B-A3B", 30.5, 3.3, 4, True),
-        64,
-        32,
+        0.5,  # the paper's 32/64 devices
         LONGEST_SAMPLE,
         judge="qwen3.txt",
     ),
@@ -197,15 +206,42 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
         "qwen2.5-72b+qwen3.5-122b-a10b",
         ("Qwen2.5-72B", 72.7, 8),
         ("Qwen3.5-122B-A10B", 122.0, 10.0, 8, True),
-        128,
-        64,
+        0.5,  # the paper's 64/128 devices
         LONGEST_SAMPLE,
         judge="qwen3_5.txt",
     ),
 }
 
 
+# the devices each paper group ran on (Tables 1 and 4): what the simulator and the paper's
+# figures take as the cluster; a launched preset takes the world its launcher started
+PAPER_WORLD: dict[str, int] = {
+    "qwen2.5-1.5b+glm-z1-9b": 32,
+    "qwen2.5-7b+qwen3-30b-a3b": 32,
+    "qwen2.5-32b+qwen3-30b-a3b": 64,
+    "qwen2.5-72b+qwen3.5-122b-a10b": 128,
+}
+
+
 def get_preset(name: str) -> PivotConfig:
+    """The preset as a launcher receives it: a paper preset's cluster is left to the launcher."""
     if name not in PRESETS:
         raise ConfigError(f"preset={name!r}: unknown preset (known: {', '.join(PRESETS)})")
     return PRESETS[name]()
+
+
+def paper_preset(name: str) -> PivotConfig:
+    """A preset on the cluster the paper ran it on (`PAPER_WORLD` devices of `PAPER_NODE`), its
+    training pool a device count: what the simulator and the memory plan's tests take. The tiny
+    preset is returned as it is."""
+    cfg = get_preset(name)
+    if name not in PAPER_WORLD:
+        return cfg
+    world, node = PAPER_WORLD[name], PAPER_NODE
+    cluster = replace(
+        cfg.cluster,
+        nnodes=world // node.devices,
+        devices_per_node=node.devices,
+        gpu_memory_gb=node.gpu_memory_gb,
+    )
+    return cfg.fit_world(world).replace(cluster=cluster)

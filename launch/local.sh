@@ -6,7 +6,8 @@
 #
 # Env: NPROC (ranks; default = `nvidia-smi -L` count, else 4), TORCHRUN (launcher command),
 # PIVOT_MAX_RESTARTS (torchrun --max-restarts; default 0), PIVOT_RESUME (--checkpoint.resume;
-# default auto: rerunning the same command continues from the newest complete checkpoint),
+# default auto: torchrun's restarts continue this run's folder, running the command again starts
+# a new run folder; yes continues the newest run folder with a complete checkpoint),
 # PIVOT_DRY_RUN=1 (print the command, do not run it).
 set -euo pipefail
 

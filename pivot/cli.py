@@ -106,6 +106,11 @@ def _bare_resume(argv: list[str]) -> list[str]:
     return out
 
 
+def _given(argv: list[str], flag: str) -> bool:
+    """Whether `flag` (as `--flag value` or `--flag=value`) is on the command line."""
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+
+
 def parse(
     argv: list[str], world_size: int | None = None, local_world_size: int | None = None
 ) -> PivotConfig:
@@ -116,7 +121,9 @@ def parse(
     with deferred_checks():
         cfg = tyro.cli(PivotConfig, default=default, args=rest, description=_description())
     cfg.preset = name
-    if cfg.dry_run:  # no torchrun: the cluster is the configured one
+    if _given(rest, "--reward.judge-template") and not _given(rest, "--reward.judge-template-file"):
+        cfg.reward.judge_template_file = ""  # a template typed here replaces the preset's file
+    if cfg.dry_run:  # no torchrun: the cluster is the one the dry run plans (pivot/memory/fit.py)
         from pivot.memory.report import dry_run_shape
 
         nnodes, per_node = dry_run_shape(cfg)
@@ -127,7 +134,8 @@ def parse(
         if local_world_size is not None
         else int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     )
-    cfg.validate(world, local)
+    fitted = cfg.fit_world(world)  # a paper preset's training pool: its share of this world
+    fitted.validate(world, local)
     if (
         cfg.cluster.device == "emulated"
     ):  # the emulated models must fit this cluster as the simulator sees it
@@ -135,13 +143,13 @@ def parse(
         from pivot.sim import SimConfigError
 
         try:
-            EmulatedCosts(runtime_config(cfg), world, local)
+            EmulatedCosts(runtime_config(fitted), world, local)
         except SimConfigError as e:
             raise ConfigError(str(e)) from None
     check_plugins(cfg.reward)
     if cfg.log.wandb and importlib.util.find_spec("wandb") is None:
         raise ConfigError("log.wandb=True: wandb is not installed (pip install wandb)")
-    return cfg
+    return cfg if cfg.dry_run else fitted  # the dry run fits each world it tries itself
 
 
 def parse_or_exit(argv: list[str]) -> PivotConfig:

@@ -14,6 +14,7 @@ re-exported from here: `pivot/config_roles.py` (model, rollout, reward), `pivot/
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from pivot.config_check import ConfigError as ConfigError  # re-exported: the tree's error
@@ -122,6 +123,32 @@ class PivotConfig:
                 f"but torchrun started {world_size // local_world_size} nodes",
             )
         self.check_shape(world_size, local_world_size)
+
+    def fit_world(self, world_size: int) -> PivotConfig:
+        """This config on `world_size` devices: a training pool given as a share of the world
+        (train.devices 0, train.devices_share > 0) becomes a device count, a multiple of both
+        inference roles' TP so the devices beside it still tile into whole replicas. Any other
+        config is returned as it is."""
+        t = self.train
+        if t.devices or not t.devices_share:
+            return self
+        unit = math.lcm(self.rollout.tp, self.reward.tp)
+        devices = max(unit, int(t.devices_share * world_size) // unit * unit)
+        return self.replace(train=dataclasses.replace(t, devices=devices))
+
+    def room_problem(self, world_size: int) -> str | None:
+        """Why `world_size` devices cannot hold the training pool beside one replica of each
+        inference role (what a shiftable or disaggregated job needs to run a step), or None."""
+        if self.cluster.mode == "colocated":
+            return None
+        need = self.train.devices + self.rollout.tp + self.reward.tp
+        if world_size >= need:
+            return None
+        return (
+            f"cluster: {world_size} devices, but the training pool ({self.train.devices}) beside one "
+            f"rollout replica (TP {self.rollout.tp}) and one reward replica (TP {self.reward.tp}) "
+            f"needs {need}"
+        )
 
     def check_shape(self, world_size: int, devices_per_node: int) -> None:
         """Role sizes against a cluster of `world_size` devices, `devices_per_node` per host."""

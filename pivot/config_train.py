@@ -14,7 +14,12 @@ from pivot.config_check import check as _check
 @dataclass
 class TrainConfig:
     devices: int = 1
-    """Training pool size in devices (training shifts as a whole: 0 or all of them)."""
+    """Training pool size in devices (training shifts as a whole: 0 or all of them); 0 with
+    devices_share set: that share of the world the launcher started."""
+    devices_share: float = 0.0
+    """The training pool as a share of the world, used when devices is 0 (the paper presets: their
+    world is whatever torchrun or sbatch started). Rounded down to a multiple of both inference
+    roles' TP, at least one such multiple."""
     steps: int = 12
     """RL steps (policy updates) to run."""
     batch_prompts: int = 8
@@ -88,6 +93,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check(self.devices >= 0, "train.devices", self.devices, "must be >= 0")
+        _check(
+            0 <= self.devices_share < 1,
+            "train.devices_share",
+            self.devices_share,
+            "must be in [0, 1)",
+        )
         _check(
             0 <= self.beta1 < 1 and 0 <= self.beta2 < 1,
             "train.beta1",

@@ -18,22 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from pivot.config import ConfigError, DataConfig, PivotConfig, RewardConfig
+from pivot.runtime.latest import RUNS  # where a run without --log.dir gets its folder
 
 HEAD_ROWS = 16
 """Rows read from the top of a dataset. The run skips (and counts) bad rows, so the check asks
 for one usable row among them, not for every row: none usable is a wrong key or a wrong file."""
 PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
-RUNS = "runs"
-"""Where a run without --log.dir gets its folder (pivot/runtime/run_folder.py), relative to the
-folder the job starts in."""
 JUDGE_FIELDS = ("question", "response")
 """The placeholders `pivot.rl.reward.judge_prompt` fills in; any other `{name}` would reach the
 GenRM as it is written."""
 
 
 def preflight_problems(cfg: PivotConfig) -> list[str]:
-    """Every problem found, one line each (empty: the run can start). Under `--dry-run` a model
-    folder that does not exist is no problem: the plan estimates it from --model.*-params-b."""
+    """Every problem found, one line each (empty: the run can start). Under `--dry-run` a preset's
+    own model folder that does not exist is no problem (planning for GPUs elsewhere: the plan
+    estimates it from --model.*-params-b); a folder given on the command line must exist."""
     return [
         *dataset_problems(cfg),
         *model_problems(cfg),
@@ -116,7 +115,7 @@ def model_problems(cfg: PivotConfig) -> list[str]:
             continue
         path = Path(folder)
         if not path.exists():
-            if not cfg.dry_run:
+            if not (cfg.dry_run and folder == _preset_default(cfg.preset, flag)):
                 out.append(f"{flag}={folder!r}: no such folder")
             continue
         if not path.is_dir():
@@ -127,6 +126,13 @@ def model_problems(cfg: PivotConfig) -> list[str]:
         except (OSError, ValueError) as e:
             out.append(f"{flag}={folder!r}: {' '.join(str(e).split())}")
     return out
+
+
+def _preset_default(preset: str, flag: str) -> str:
+    """The model folder `preset` names for `flag` (model.policy or model.genrm)."""
+    from configs.presets import get_preset
+
+    return str(getattr(get_preset(preset).model, flag.split(".")[1]))
 
 
 def judge_template_problems(reward: RewardConfig) -> list[str]:

@@ -39,7 +39,7 @@ from bench_bound_diagnostics import crowded_path_s, kv_work_bound_s, shift_ups  
 from bench_bound_probe import Probe, run, tails  # noqa: E402
 from bench_sim import add_band_args  # noqa: E402  (the band's flags, alike in every tool)
 
-from configs.presets import get_preset  # noqa: E402
+from configs.presets import paper_preset  # noqa: E402
 from pivot.config import PivotConfig  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload  # noqa: E402
 from pivot.sim.band import CORNERS, options_at  # noqa: E402
@@ -123,7 +123,7 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.perf_counter()
     for g in args.groups:
-        base = get_preset(g)
+        base = paper_preset(g)
         w = aligned_window(base.train.staleness)
         steps = args.steps or w.steps
         warmup = w.warmup if args.warmup is None else args.warmup

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_sim import GROUPS, add_band_args  # noqa: E402  (the paper's four groups, listed once)
 
-from configs.presets import get_preset  # noqa: E402
+from configs.presets import paper_preset  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate  # noqa: E402
 from pivot.sim.band import CORNERS, corner  # noqa: E402
 from pivot.sim.deploy import Allocation, deployment  # noqa: E402
@@ -43,7 +43,7 @@ def run(
     kv: bool,
     args: argparse.Namespace,
 ) -> SimResult:
-    cfg = get_preset(group)
+    cfg = paper_preset(group)
     cfg.seed = seed
     cfg = deployment(cfg, "pivot", Allocation(train or cfg.train.devices))
     cfg.planner.kv_migration = kv

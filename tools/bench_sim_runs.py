@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import argparse
 
-from configs.presets import get_preset
+from configs.presets import paper_preset
 from pivot.sim import SimOptions, SimResult, simulate
 from pivot.sim.band import CORNERS
 from pivot.sim.deploy import Allocation, deployment, search, table4
 
 
 def preset(group: str, seed: int):  # noqa: ANN201
-    cfg = get_preset(group)
+    cfg = paper_preset(group)
     cfg.seed = seed
     return cfg
 

@@ -33,7 +33,7 @@ a 16-token block would strand a large share of the scaled KV capacity."""
 
 
 def _preset(cfg: PivotConfig) -> PivotConfig:
-    from configs.presets import PRESETS
+    from configs.presets import PRESETS, paper_preset
 
     name = cfg.emulate.preset
     if name not in PRESETS or PRESETS[name]().model.policy_params_b <= 0:
@@ -41,7 +41,7 @@ def _preset(cfg: PivotConfig) -> PivotConfig:
         raise ConfigError(
             f"emulate.preset={name!r}: not a paper preset with model sizes (known: {paper})"
         )
-    return PRESETS[name]()
+    return paper_preset(name)
 
 
 def _scaled_engine(e: EngineConfig, factor: float) -> EngineConfig:

@@ -1,7 +1,9 @@
 """`pivot/main.py --dry-run`: print the memory plan of a configuration and say what does not fit.
 
 Runs without torchrun and without a GPU. The cluster is `--cluster.nnodes` hosts of
-`--cluster.devices-per-node` devices (a preset sets both; when 0, one host holding the role pools).
+`--cluster.devices-per-node` devices; what the flags leave out is read or assumed as
+`pivot/memory/fit.py` says (a paper preset: the fewest nodes it fits on, of the paper's H20
+devices unless this machine has a GPU; the tiny preset: one host holding the role pools).
 Model folders that exist are read (config.json and safetensors headers); absent ones are
 estimated from `--model.policy-params-b` / `--model.genrm-params-b`.
 """
@@ -9,26 +11,28 @@ estimated from `--model.policy-params-b` / `--model.genrm-params-b`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from pivot.config import ConfigError, PivotConfig
+from pivot.memory.fit import MOST_NODES, device_memory_gb, fewest_nodes, pools, resolve_node
 from pivot.memory.footprint import ModelFootprint, from_folder, from_params
 from pivot.memory.plan import GB, MemoryPlan, Usage, plan_memory
 from pivot.model.context import ContextNeed, context_needs
 
 
 def dry_run_shape(cfg: PivotConfig) -> tuple[int, int]:
-    """(nnodes, devices_per_node) of the planned cluster."""
+    """(nnodes, devices_per_node) the dry run checks the config against: the flags', else (a
+    paper preset) the node it was sized for, else one host holding the role pools; without
+    --cluster.nnodes, the fewest nodes whose shape is valid (`dry_run` then adds nodes until the
+    memory fits)."""
+    cfg, _ = resolve_node(cfg, read_memory=lambda: None)
     c = cfg.cluster
-    if c.nnodes and c.devices_per_node:
-        return c.nnodes, c.devices_per_node
-    pools = (
-        cfg.train.devices
-        + cfg.rollout.replicas * cfg.rollout.tp
-        + cfg.reward.replicas * cfg.reward.tp
-    )
-    return c.nnodes or 1, c.devices_per_node or max(1, -(-pools // (c.nnodes or 1)))
+    per_node = c.devices_per_node or max(1, -(-pools(cfg) // (c.nnodes or 1)))
+    if c.nnodes:
+        return c.nnodes, per_node
+    return fewest_nodes(cfg, per_node, lambda _cfg, _n: True) or 1, per_node
 
 
 def _tiny_folder(cfg: PivotConfig, which: str) -> Path:
@@ -151,26 +155,56 @@ def context_lines(cfg: PivotConfig) -> tuple[list[str], list[str]]:
     return lines, [n.problem for n in needs if n.problem]
 
 
-def dry_run(cfg: PivotConfig, out: TextIO | None = None) -> int:
-    """Print the plan; 0 when everything fits, 2 (and one line per problem on stderr) otherwise."""
+def dry_run(
+    cfg: PivotConfig,
+    out: TextIO | None = None,
+    read_memory: Callable[[], float | None] = device_memory_gb,
+) -> int:
+    """Print the plan; 0 when everything fits, 2 (and one line per problem on stderr) otherwise.
+    Without --cluster.nnodes the plan is the one of the fewest nodes it fits on; with it, a plan
+    that does not fit also names the fewest nodes that would do."""
+    cfg, notes = resolve_node(cfg, read_memory)
     nnodes, dpn = dry_run_shape(cfg)
     try:
         policy, genrm = footprint(cfg, "policy"), footprint(cfg, "genrm")
     except (ConfigError, OSError, ValueError, KeyError) as e:
         print(f"pivot: config error: {e}", file=sys.stderr)
         return 2
-    plan = plan_memory(cfg, policy, genrm, nnodes, dpn)
+    fewest = fewest_nodes(
+        cfg, dpn, lambda fitted, n: not plan_memory(fitted, policy, genrm, n, dpn).problems
+    )
+    if not cfg.cluster.nnodes and fewest is not None:
+        nnodes = fewest
+    fitted = cfg.fit_world(nnodes * dpn)
+    plan = plan_memory(fitted, policy, genrm, nnodes, dpn)
     try:
         ctx_lines, ctx_problems = context_lines(cfg)
     except (ConfigError, OSError, ValueError) as e:
         print(f"pivot: config error: {e}", file=sys.stderr)
         return 2
+    memory = f"{cfg.cluster.gpu_memory_gb:g} GB" if cfg.cluster.gpu_memory_gb else "unknown memory"
+    where = f"{dpn} devices of {memory}"
+    fewest_line = (
+        f"fewest nodes it fits on: {fewest} of {where}"
+        if fewest is not None
+        else f"fits on no count of nodes of {where} up to {MOST_NODES}"
+    )
     print(
-        format_plan(cfg, plan, [policy, genrm], nnodes, dpn) + "\n" + "\n".join(ctx_lines),
+        format_plan(fitted, plan, [policy, genrm], nnodes, dpn)
+        + "\n"
+        + "\n".join([*ctx_lines, *notes, fewest_line]),
         file=out or sys.stdout,
     )
-    for problem in plan.problems:
+    room = fitted.room_problem(nnodes * dpn)
+    problems = [*plan.problems, *([room] if room else [])]
+    for problem in problems:
         print(f"pivot: does not fit: {problem}", file=sys.stderr)
     for problem in ctx_problems:
         print(f"pivot: context too long: {problem}", file=sys.stderr)
-    return 2 if plan.problems or ctx_problems else 0
+    if problems and fewest is not None and fewest != nnodes:
+        print(
+            f"pivot: fits on {fewest} nodes of {where} (sbatch --nodes {fewest}, or "
+            f"--cluster.nnodes {fewest} here)",
+            file=sys.stderr,
+        )
+    return 2 if problems or ctx_problems else 0

@@ -1,9 +1,9 @@
 """Cluster simulator (pure Python): the real `pivot.sched` schedulers and `pivot.plan` planner
 driving a discrete-event model of rollout, GenRM and training at 16-4096 devices.
 
-    from configs.presets import get_preset
+    from configs.presets import paper_preset
     from pivot.sim import SimOptions, simulate
-    res = simulate(get_preset("qwen2.5-7b+qwen3-30b-a3b"), SimOptions(steps=4))
+    res = simulate(paper_preset("qwen2.5-7b+qwen3-30b-a3b"), SimOptions(steps=4))
 """
 
 from pivot.sim.hardware import H20, H200, HARDWARE, HardwareProfile, SimConfigError

@@ -1,6 +1,6 @@
 """The discrete-event simulator: the real `ShiftAwareScheduler`s and planner on a simulated cluster.
 
-    res = simulate(get_preset("qwen2.5-7b+qwen3-30b-a3b"), SimOptions(steps=4))
+    res = simulate(paper_preset("qwen2.5-7b+qwen3-30b-a3b"), SimOptions(steps=4))
     res.throughput, res.step_end_s, res.timeline
 
 It drives the same cluster as the runtime controller (pivot/runtime/controller.py): both are a

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from configs.presets import PRESETS, get_preset
+from configs.presets import PRESETS, get_preset, paper_preset
 from pivot.cli import parse
 from pivot.config import ConfigError
 from tests.conftest import ROOT
@@ -20,15 +20,15 @@ def test_default_is_tiny_cpu() -> None:
 
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_presets_are_self_consistent(name: str) -> None:
-    cfg = get_preset(name)
+    cfg = paper_preset(name)
     world = cfg.cluster.nnodes * cfg.cluster.devices_per_node or 4
     cfg.validate(world, cfg.cluster.devices_per_node or 4)
 
 
 def test_paper_groups_match_tables_1_and_4() -> None:
-    g = get_preset("qwen2.5-72b+qwen3.5-122b-a10b")
+    g = paper_preset("qwen2.5-72b+qwen3.5-122b-a10b")
     assert (g.rollout.tp, g.reward.tp, g.train.devices, g.cluster.nnodes * 8) == (8, 8, 64, 128)
-    g = get_preset("qwen2.5-7b+qwen3-30b-a3b")
+    g = paper_preset("qwen2.5-7b+qwen3-30b-a3b")
     assert (g.rollout.tp, g.reward.tp, g.train.devices, g.cluster.nnodes * 8) == (1, 4, 8, 32)
 
 

@@ -128,10 +128,18 @@ def test_a_missing_model_folder_stops_the_run_before_any_process_group(
     assert said == [f"pivot: cannot start: model.policy={str(folder)!r}: no such folder"]
 
 
-def test_a_dry_run_estimates_absent_model_folders_but_checks_present_ones(tmp_path: Path) -> None:
-    absent = str(tmp_path / "absent")
+def test_a_dry_run_estimates_the_presets_absent_folders_but_checks_given_ones(
+    tmp_path: Path,
+) -> None:
+    # planning a paper preset away from its GPUs: its /models/... folders are estimated
+    cfg = parse(["--preset", "qwen2.5-7b+qwen3-30b-a3b", "--dry-run"], 4, 4)
+    assert preflight_problems(cfg) == []  # the plan estimates them from --model.*-params-b
+    absent = str(tmp_path / "absent")  # a folder named on the command line is a typo to catch
     cfg = parse(["--dry-run", "--model.policy", absent, "--model.genrm", absent], 4, 4)
-    assert preflight_problems(cfg) == []  # the plan estimates it from --model.*-params-b
+    assert preflight_problems(cfg) == [
+        f"model.policy={absent!r}: no such folder",
+        f"model.genrm={absent!r}: no such folder",
+    ]
     headless = tmp_path / "config-only"
     transformers.Qwen2Config(
         hidden_size=32, num_attention_heads=4, num_key_value_heads=2

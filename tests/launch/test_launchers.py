@@ -31,9 +31,10 @@ def _run(script: Path, args: list[str], env: dict[str, str]) -> subprocess.Compl
 
 
 def _rendered(out: str) -> list[str]:
+    """The launch line a script printed (the sbatch template's last, after its preflight's)."""
     lines = [line for line in out.splitlines() if line.startswith("+ ")]
-    assert len(lines) == 1, out
-    return shlex.split(lines[0][2:])
+    assert lines, out
+    return shlex.split(lines[-1][2:])
 
 
 def _opt(cmd: list[str], name: str) -> str:
@@ -129,7 +130,7 @@ def test_sbatch_real_path_calls_srun_once(tmp_path: Path) -> None:
     """Not a dry run: scontrol expands a compressed list, srun receives the printed line."""
     _stub(tmp_path / "scontrol", "echo node-x17; echo node-x18\n")
     record = tmp_path / "srun.args"
-    _stub(tmp_path / "srun", f'printf "%s\\n" srun "$@" > {shlex.quote(str(record))}\n')
+    _stub(tmp_path / "srun", f'printf "%s\\n" srun "$@" "" >> {shlex.quote(str(record))}\n')
     env = _slurm_env(SLURM_JOB_NODELIST="node-x[17-18]", PATH=f"{tmp_path}:{os.environ['PATH']}")
     (tmp_path / "pivot").mkdir()
     (tmp_path / "pivot" / "main.py").write_text("")
@@ -137,9 +138,19 @@ def test_sbatch_real_path_calls_srun_once(tmp_path: Path) -> None:
     env["HOME"] = str(tmp_path / "home")  # the job secret's file is made here, not in the real home
     res = _run(SBATCH, FLAGS, env)
     assert res.returncode == 0, res.stderr
-    called = record.read_text().splitlines()
+    preflight, called = [c.strip("\n").split("\n") for c in record.read_text().split("\n\n")[:2]]
     assert called == _rendered(res.stdout)
     assert _opt(called, "--rdzv-endpoint") == "node-x17:29500"
+    # first, once, on one node: the dry run of the job's shape with the same flags
+    assert preflight[:6] == ["srun", "--nodes", "1", "--ntasks", "1", "python"]
+    assert preflight[7:] == [
+        "--dry-run",
+        "--cluster.nnodes",
+        "2",
+        "--cluster.devices-per-node",
+        "8",
+        *FLAGS,
+    ]
 
 
 def test_sbatch_makes_a_per_job_secret_from_a_private_file(tmp_path: Path) -> None:

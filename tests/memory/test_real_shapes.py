@@ -68,8 +68,8 @@ def test_glm_context_overrun_is_refused(real: Path, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert rc == 2
     assert (
-        "reward: longest prompt 17426 (judge template 18 + question 2048 + response 15360) + "
-        "reward.max_new_tokens=20480 = 37906 tokens exceed GLM-Z1-9B-0414's max_position_embeddings=32768"
+        "reward: longest prompt 18353 (judge template 945 + question 2048 + response 15360) + "
+        "reward.max_new_tokens=20480 = 38833 tokens exceed GLM-Z1-9B-0414's max_position_embeddings=32768"
     ) in err
 
 

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from configs.presets import PRESETS, get_preset
+from configs.presets import PRESETS, paper_preset
 from pivot.dist import ClusterSpec, SlotTable
 from pivot.shift import ReplicaStates, ReplicaTable, ShiftError, State
 from pivot.sim import H20
@@ -67,7 +67,7 @@ def test_no_training_pool_leaves_train_rid_past_the_end() -> None:
 @pytest.mark.parametrize("mode", ["pivot", "disaggregated", "colocated", "rr_colocated"])
 @pytest.mark.parametrize("name", PAPER)
 def test_runtime_and_simulator_tables_agree_with_the_tiling_rule(name: str, mode: str) -> None:
-    cfg = get_preset(name)
+    cfg = paper_preset(name)
     cfg.cluster.mode = mode
     per_host = cfg.cluster.devices_per_node or H20.devices_per_node
     world = cfg.cluster.nnodes * per_host

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from configs.presets import get_preset
+from configs.presets import paper_preset
 from pivot.config import PivotConfig
 from pivot.sim import LengthDist, SimOptions, Workload
 
@@ -18,7 +18,7 @@ SMALL_WORKLOAD = Workload(
 
 
 def small_cfg(nnodes: int = 1, train_devices: int = 2) -> PivotConfig:
-    cfg = get_preset("qwen2.5-1.5b+glm-z1-9b")
+    cfg = paper_preset("qwen2.5-1.5b+glm-z1-9b")
     cfg.cluster.nnodes = nnodes
     cfg.train.devices = train_devices
     return cfg

@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from configs.presets import get_preset  # noqa: E402
+from configs.presets import paper_preset  # noqa: E402
 from pivot.sim import HARDWARE, SimOptions, Workload, simulate  # noqa: E402
 from pivot.sim.deploy import deployment, table4  # noqa: E402
 from pivot.sim.report import bound_s, bound_share  # noqa: E402
@@ -43,7 +43,7 @@ def figures() -> list[str]:
     """One line per run: group, hardware, engine, deployment, tokens/s, bound kind and share."""
     out = []
     for group in GROUPS:
-        base = get_preset(group)
+        base = paper_preset(group)
         base.seed = 0
         for hw in ("h20", "h200"):
             for name, engine in RUNS:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from configs.presets import get_preset
+from configs.presets import paper_preset
 from pivot.config import PivotConfig
 from pivot.sim import SimConfigError, SimOptions, deploy
 from pivot.sim.deploy import Allocation, beyond_edges, candidate_allocations, search
@@ -42,11 +42,11 @@ def _fake_simulate(peak_train: int, peak_rollout: int = 0, too_small: int = 0): 
 
 def _search(monkeypatch: pytest.MonkeyPatch, name: str, **peak: int) -> tuple[Allocation, list]:
     monkeypatch.setattr(deploy, "simulate", _fake_simulate(**peak))
-    return search(get_preset(GROUP), name, SimOptions())
+    return search(paper_preset(GROUP), name, SimOptions())
 
 
 def test_the_starting_grid_is_the_documented_one() -> None:
-    base = get_preset(GROUP)
+    base = paper_preset(GROUP)
     assert [a.train_devices for a in candidate_allocations(base, "pivot")] == [4, 8, 16]
     assert candidate_allocations(base, "disaggregated")[:3] == [
         Allocation(4, 9),
@@ -56,7 +56,7 @@ def test_the_starting_grid_is_the_documented_one() -> None:
 
 
 def test_an_interior_best_adds_nothing() -> None:
-    base = get_preset(GROUP)
+    base = paper_preset(GROUP)
     tried = candidate_allocations(base, "pivot")
     assert beyond_edges(base, "pivot", Allocation(8), tried) == []
 

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from configs.presets import get_preset
+from configs.presets import paper_preset
 from pivot.plan import make_planner
 from pivot.sim import SimConfigError, SimOptions, simulate
 from pivot.sim.deploy import DEPLOYMENTS, Allocation, deployment, search
@@ -88,7 +88,7 @@ def test_planner_sees_shift_times_on_the_simulated_clock(opts: SimOptions) -> No
 
 
 def test_model_too_big_for_tp_group_fails_clearly() -> None:
-    cfg = get_preset("qwen2.5-72b+qwen3.5-122b-a10b")
+    cfg = paper_preset("qwen2.5-72b+qwen3.5-122b-a10b")
     cfg.rollout.tp = 1
     with pytest.raises(SimConfigError, match="rollout.tp=1"):
         simulate(cfg, SimOptions(steps=1))
@@ -102,7 +102,7 @@ def test_training_pool_bigger_than_cluster_fails_clearly() -> None:
 
 
 def test_training_state_must_fit() -> None:
-    cfg = get_preset("qwen2.5-72b+qwen3.5-122b-a10b")
+    cfg = paper_preset("qwen2.5-72b+qwen3.5-122b-a10b")
     cfg.train.devices = 8
     with pytest.raises(SimConfigError, match="train.devices=8"):
         simulate(cfg, SimOptions(steps=1))
