@@ -11,6 +11,7 @@ template's real path, srun executing the preflight for real."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shlex
@@ -53,7 +54,7 @@ def documented_commands() -> list[tuple[str, list[str]]]:
     for path in sources:
         lines = path.read_text().splitlines()
         for i, line in enumerate(lines):
-            text = re.sub(r"^#\s+", "", line) if path == SBATCH else line
+            text = re.sub(r"^#\s+", "", line) if path == SBATCH else line.lstrip()
             if not text.startswith("sbatch "):
                 continue
             command, j = text, i
@@ -113,14 +114,29 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+# the user's own files a documented command names, as the user would have written them
+USER_FILES = {
+    "--data.path": json.dumps(
+        {"prompt": [{"role": "user", "content": "1+1=?"}], "reward_model": {"ground_truth": "2"}}
+    )
+    + "\n",
+    "--reward.judge-template-file": "Grade it.\n{question}\n{response}\nEnd with Score: S\n",
+}
+
+
 def on_cluster(flags: list[str], root: Path) -> list[str]:
-    """The documented flags with their paths moved onto the stand-in filesystem."""
+    """The documented flags with their paths moved onto the stand-in filesystem, where the
+    user's own files they name are written."""
     out = []
     for k, flag in enumerate(flags):
-        if k and flags[k - 1] in MODEL_FLAGS:
+        before = flags[k - 1] if k else ""
+        if before in MODEL_FLAGS:
             flag = str(root / "models" / Path(flag).name)
         elif flag.startswith("/"):
             flag = str(root / flag.lstrip("/"))
+            if before in USER_FILES:
+                Path(flag).parent.mkdir(parents=True, exist_ok=True)
+                Path(flag).write_text(USER_FILES[before])
         out.append(flag)
     return out
 
