@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from pivot import bad_input
 from pivot.cli import parse
 from pivot.main import main
 from pivot.preflight import HEAD_ROWS, dataset_problems, preflight_problems
-from tests.conftest import ROOT
+from tests.conftest import torchrun_main
 
 GOOD_ROW = {"prompt": "1+1?", "reward_model": {"ground_truth": "2"}}
 
@@ -279,19 +278,7 @@ def test_tyros_usage_error_leaves_a_line_too(
 def test_under_torchrun_the_root_cause_is_pivots_line(tmp_path: Path) -> None:
     data = tmp_path / "nope.jsonl"
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(ROOT / "pivot" / "main.py"),
-            "--data.path",
-            str(data),
-            "--log.dir",
-            str(tmp_path / "run"),
-        ],
+        torchrun_main(2, "--data.path", str(data), "--log.dir", str(tmp_path / "run")),
         capture_output=True,
         text=True,
         timeout=120,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from pivot.runtime.checkpoint import Checkpointer
 from pivot.runtime.latest import latest_run, point_latest
 from pivot.runtime.manifest import MANIFEST, write_manifest
 from pivot.runtime.run_folder import RECORD, launch_id, make, record_launch, resolve
-from tests.conftest import ROOT
+from tests.conftest import torchrun_main
 from tests.runtime.models import random_models
 from tests.runtime.test_runtime import SMALL, rows
 
@@ -201,14 +200,8 @@ def test_two_runs_without_log_dir_leave_each_other_alone(tmp_path: Path) -> None
     """The tiny job twice from one folder: the second gets a new run folder, runs/latest links
     to it, and the first's records and checkpoints are byte for byte what it left."""
     models = random_models(tmp_path / "models")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        str(ROOT / "pivot" / "main.py"),
+    cmd = torchrun_main(
+        2,
         "--model.policy",
         str(models[0]),
         "--model.genrm",
@@ -218,7 +211,7 @@ def test_two_runs_without_log_dir_leave_each_other_alone(tmp_path: Path) -> None
         "1",
         "--train.devices",
         "1",
-    ]
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     work = tmp_path / "work"
     work.mkdir()

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from safetensors.torch import load_file
 
 from pivot.runtime.audit import exactly_once, shift_up_weights
 from pivot.runtime.manifest import problem
-from tests.conftest import ROOT
+from tests.conftest import torchrun_main
 from tests.runtime.models import random_models
 
 pytestmark = pytest.mark.slow
@@ -51,16 +50,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def torchrun(
     models: tuple[Path, Path], run_dir: Path, *flags: str, wait: bool = True, restarts: int = 0
 ) -> subprocess.Popen | subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "4",
-        "--max-restarts",
-        str(restarts),
-        str(ROOT / "pivot" / "main.py"),
+    cmd = torchrun_main(
+        4,
         "--model.policy",
         str(models[0]),
         "--model.genrm",
@@ -69,7 +60,8 @@ def torchrun(
         str(run_dir),
         *SMALL,
         *flags,
-    ]
+        launcher=("--max-restarts", str(restarts)),
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     if not wait:
         return subprocess.Popen(
