@@ -1,7 +1,9 @@
-"""The main job on 4 CPU ranks with rollout and reward served by vLLM (its CPU build, for real, in
-the venv tools/vllm_venv.py builds), the judge a Qwen3-MoE as in the paper presets: the planner
-shifts replicas between roles, each shift down stops a vLLM engine and each shift up starts one
-and fills it from GPS, and every sample is trained exactly once."""
+"""The main job on 4 CPU ranks with the policy served by vLLM (its CPU build, for real, in the
+venv tools/vllm_venv.py builds): the planner shifts replicas between roles, each shift down stops
+a vLLM engine and each shift up starts one and fills it from GPS, and every sample is trained
+exactly once. A Qwen3-MoE judge on vLLM, as the paper presets serve it, is the dress rehearsal of
+the 7B and 32B presets (tests/tools/test_rehearse.py); here the judge is embedded, which keeps
+the job to the rollout engines' start-ups (226 s with both roles on vLLM)."""
 
 from __future__ import annotations
 
@@ -34,17 +36,17 @@ def alive(pid: int) -> bool:
 
 def test_main_job_on_vllm_with_shifts(tmp_path: Path, vllm_python: Path) -> None:
     # head_dim 32: vLLM's CPU attention takes 32 and up
-    policy, genrm = random_models(tmp_path / "models", genrm_family="qwen3_moe", head_dim=32)
+    policy, genrm = random_models(tmp_path / "models", head_dim=32)
     python = vllm_python
     run = tmp_path / "run"
     cmd = [str(python), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
            str(ROOT / "pivot" / "main.py"), "--model.policy", str(policy), "--model.genrm",
            str(genrm), "--log.dir", str(run), *SMALL, "--train.steps", str(STEPS),
-           "--rollout.engine.backend", "vllm", "--reward.engine.backend", "vllm"]  # fmt: skip
+           "--rollout.engine.backend", "vllm"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
     shapes = {
-        role: ReplicaShape(str(folder), "cpu", 1, "float32", "sdpa", "vllm")
-        for role, folder in (("rollout", policy), ("reward", genrm))
+        role: ReplicaShape(str(folder), "cpu", 1, "float32", "sdpa", backend)
+        for role, folder, backend in (("rollout", policy, "vllm"), ("reward", genrm, "embedded"))
     }
     for shape in shapes.values():  # measured in this run, not read from an earlier one
         shape.cache_file(PROFILE_CACHE).unlink(missing_ok=True)
@@ -67,10 +69,10 @@ def test_main_job_on_vllm_with_shifts(tmp_path: Path, vllm_python: Path) -> None
     ]  # files of this run only: a process killed before it (SIGKILL) could not remove its own
     assert leaked == []
     assert "pivot: done" in out.stdout
-    # each role was profiled on vLLM at start-up (rank 0, through the engine protocol), not
+    # each role was profiled on its engine at start-up (rank 0, through the engine protocol), not
     # planned with the tiny CPU constants; later runs of this shape read the cache
     assert "no throughput profile" not in out.stdout + out.stderr
     for role, shape in shapes.items():
         profile = json.loads(shape.cache_file(PROFILE_CACHE).read_text())
-        assert profile["backend"] == "vllm" and profile["role"] == role
+        assert profile["backend"] == shape.backend and profile["role"] == role
         assert read_profile(shape.cache_file(PROFILE_CACHE)).latency(4, 256) > 0

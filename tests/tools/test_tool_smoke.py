@@ -22,6 +22,7 @@ TESTED_ELSEWHERE = {
     "gpu_check.sh": "tests/launch/test_gpu_check.py",
     "gpu_checks.py": "tests/tools/test_gpu_checks.py",
     "plot_timeline.py": "tests/tools/test_plot_timeline.py",
+    "rehearse.py": "tests/tools/test_rehearse.py",
     "soak.py": "tests/tools/test_soak.py",
     "stress_gps.py": "tests/tools/test_stress_gps.py",
     "vllm_venv.py": "tests/engine/test_vllm.py",  # builds the venv every vLLM test runs in
