@@ -12,20 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pivot.config import ConfigError, PivotConfig
 
+if TYPE_CHECKING:  # configs/ is imported where it is used: it sits beside pivot/
+    from configs.presets import NodeShape
+
 MOST_NODES = 256  # the search's end: beyond it a configuration is reported as never fitting
-
-
-@dataclass(frozen=True)
-class Assumed:
-    """What a preset assumes of a node where nothing else says (`configs.presets.NodeShape`)."""
-
-    name: str
-    devices: int
-    gpu_memory_gb: float
 
 
 def device_memory_gb() -> float | None:
@@ -37,13 +31,11 @@ def device_memory_gb() -> float | None:
     return torch.cuda.get_device_properties(0).total_memory / 1e9
 
 
-def assumed_node(preset: str) -> Assumed | None:
+def assumed_node(preset: str) -> NodeShape | None:
     """The node a paper preset was sized for; None for the tiny preset (and unknown names)."""
     from configs.presets import PAPER_NODE, PAPER_WORLD
 
-    if preset not in PAPER_WORLD:
-        return None
-    return Assumed(PAPER_NODE.name, PAPER_NODE.devices, PAPER_NODE.gpu_memory_gb)
+    return PAPER_NODE if preset in PAPER_WORLD else None
 
 
 def pools(cfg: PivotConfig) -> int:
