@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,10 +28,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_engine_model import bench_model  # noqa: E402
 
 from pivot.engine import Engine, EngineConfig, EngineStats, Request, SamplingParams  # noqa: E402
-from pivot.model import CausalLM, ModelArgs, save_pretrained  # noqa: E402
 
 
 def long_tail_lengths(
@@ -92,27 +92,6 @@ def bench_generate(
         assert out.shape[1] == width + max(ls)
         useful += sum(ls)
     return time.perf_counter() - t0, useful
-
-
-def bench_model(hidden: int, layers: int) -> tuple[Path, CausalLM]:
-    """A random Qwen2-family model in a temporary folder (head_dim 32: vLLM's CPU attention
-    takes it), with no EOS, so every request runs its full length."""
-    heads = hidden // 32
-    args = ModelArgs(
-        family="qwen2",
-        vocab_size=512,
-        hidden_size=hidden,
-        intermediate_size=3 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=max(heads // 2, 1),
-        head_dim=32,
-        max_position_embeddings=2048,
-    )
-    tmp = Path(tempfile.mkdtemp(prefix="bench_engine_"))
-    model = CausalLM(args)
-    save_pretrained(model, tmp)
-    return tmp, model
 
 
 def main() -> None:

@@ -32,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from bench_engine_model import bench_model  # noqa: E402
+
 PROMPT = 64
 
 
@@ -102,7 +106,6 @@ def measure(a: argparse.Namespace) -> None:
     import torch
 
     from pivot.model.hf_folder import tensor_headers, text_config
-    from tools.bench_engine import bench_model
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)

@@ -262,6 +262,7 @@ ENTRY = {
 HELPERS = {
     "bench_bound_diagnostics.py": "bench_bound.py",
     "bench_bound_probe.py": "bench_bound.py",
+    "bench_engine_model.py": "bench_engine.py",  # and bench_engine_vllm.py
     "bench_launches_count.py": "bench_launches.py",
     "bench_planner_against.py": "bench_planner.py",
     "bench_planner_scenario.py": "bench_planner.py",
