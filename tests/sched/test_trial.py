@@ -9,7 +9,6 @@ import random
 import pytest
 
 import pivot.sched.trial as trial
-import pivot.sched.trial_migrate as trial_migrate
 from pivot.sched import Replica, SeqState, ShiftAwareScheduler, ThroughputModel
 from pivot.sched.dispatch import TargetArrays
 from tests.sched import reference_scheduler as ref
@@ -87,7 +86,7 @@ def check(
         got = base.run(down, up)
         assert got.throughput() == sim.throughput(), (down, up)
         assert got.busy() == sum(1 for r in sim.active_ids if sim.load(r)[0] > 0)
-        assert got.n == [sim.load(r)[0] for r in sim.replica_ids]
+        assert got.loads.n == [sim.load(r)[0] for r in sim.replica_ids]
 
 
 @pytest.mark.parametrize("sort_after", [trial._SORT_AFTER, 0])
@@ -122,7 +121,7 @@ def test_trial_drained_equals_reference(
     """Queues dispatched first (the state the runtime plans on), so migration steps take the
     fused abort + arg-max path; slack=inf makes every keep/stop decision use the ordered sums
     (the estimate with its error bound must decide the same)."""
-    monkeypatch.setattr(trial_migrate, "_SLACK", slack)
+    monkeypatch.setattr(trial, "_SLACK", slack)
     monkeypatch.setattr(trial, "_VECTOR_MIN", 1 if seed % 2 else trial._VECTOR_MIN)
     fused = 0
     make = trial.Trial._fused

@@ -76,7 +76,8 @@ def planned(
     itself keeps loads, not a placement)."""
     trial = sched.what_if().run(down, up)
     ids = trial.b.ids
-    loads = {ids[i]: (trial.n[i], trial.tok[i]) for i, a in enumerate(trial.active) if a}
+    n, tok = trial.loads.n, trial.loads.tok
+    loads = {ids[i]: (n[i], tok[i]) for i, a in enumerate(trial.active) if a}
     clone = sched.clone()
     clone.shift_down(down)
     if up:
