@@ -10,6 +10,9 @@ joins the slot), and a shift completes once every rank of the slot has sent its 
 A worker handles its messages in order, so a device's ShiftDown always precedes its ShiftUp.
 A sequence aborted on one replica is dispatched elsewhere only once its partial (the tokens
 generated so far) has come back, so nothing runs twice.
+
+What it writes about the run (a metrics row per training step, the monitor's timeline sample) is
+its `ControllerReports` part's (pivot/runtime/reports.py), given the counters it gathers.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pivot.runtime.control_plane import ControllerEndpoint
 from pivot.runtime.flow import RLFlow
 from pivot.runtime.metrics import RunLog
 from pivot.runtime.replica_versions import ReplicaVersions
-from pivot.runtime.reports import ControllerReports
+from pivot.runtime.reports import ControllerReports, kv_metrics
 from pivot.runtime.shift_record import ShiftRecord
 from pivot.sched.records import Abort, Dispatch
 from pivot.sched.throughput import ThroughputModel
@@ -40,7 +43,7 @@ if TYPE_CHECKING:  # annotations only
 MONITOR_EVERY_S = 0.2
 
 
-class Controller(ControllerReports, ClusterHost):
+class Controller(ClusterHost):
     def __init__(
         self,
         cfg: PivotConfig,
@@ -82,13 +85,13 @@ class Controller(ControllerReports, ClusterHost):
         self.saving: set[int] = set()
         self.saved_files: list = []  # pivot.runtime.manifest.FileDigest of the checkpoint being written
         self.train_tokens_per_s = 0.0
-        self.stats: dict[int, m.Stats] = {}
-        self.tok_hist: dict[int, tuple[float, int]] = {}
+        self.batch_summary: dict[str, float] = {}  # the step in flight's, for its metrics row
+        self.stats: dict[int, m.Stats] = {}  # rid -> its latest report
         self.num_shifts = 0
         self.failed: str | None = None
         self._last_monitor = 0.0
         self._last_plan = 0.0
-        self._step_t0 = time.monotonic()
+        self.reports = ControllerReports(log, progress)
 
     # ---- messaging -------------------------------------------------------------------------
     def send_slot(self, rid: int, msg: m.ToWorker, leader_only: bool = False) -> None:
@@ -102,7 +105,7 @@ class Controller(ControllerReports, ClusterHost):
 
     # ---- the loop --------------------------------------------------------------------------
     def run(self) -> None:
-        hello = set()
+        hello: set[int] = set()
         while len(hello) < self.world:
             got = self.ep.recv(1000)
             if got and isinstance(got[1], m.Hello):
@@ -348,3 +351,30 @@ class Controller(ControllerReports, ClusterHost):
         """Tell a rollout replica to read the newest policy, every rank the same version."""
         slot = self.table.slot_of(rid)[1]
         self.send_slot(rid, m.UpdateWeights(slot, self.version), leader_only=True)
+
+    # ---- reports (pivot/runtime/reports.py) --------------------------------------------------
+    def report_step(self, step: int, train_metrics: dict[str, float], train_s: float) -> None:
+        devices = self.shifts.states.devices_per_role()
+        counters = {
+            "policy_version": self.version,
+            "shifts": self.num_shifts,
+            **{f"devices/{k}": v for k, v in devices.items()},
+            **self.batch_summary,
+            **self.flow.metrics(),
+            **kv_metrics(s.stats for s in self.stats.values()),
+            "count/rejected_frames": self.ep.rejected,
+            "count/mixed_versions": self.versions.mixed,
+            "count/caught_up": self.versions.caught_up,
+        }
+        self.reports.step(step, train_metrics, train_s, devices, counters)
+
+    def monitor(self) -> None:
+        self.reports.sample(
+            self.stats,
+            self.role_of,
+            self.is_up,
+            self.shifts.states.devices_per_role(),
+            step=self.step,
+            aborted=self.flow.stats.aborted,
+            migrated=self.flow.stats.migrated,
+        )

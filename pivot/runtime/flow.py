@@ -8,6 +8,10 @@ A rollout sequence's version is the oldest policy version that generated any of 
 judged by its oldest tokens, the conservative choice for the staleness bound). Engines label each
 range of output tokens with the version that made it (`Output.version_starts`, a partial's
 `Request.version_starts`); an Output's `weights_version` is the oldest over all its tokens.
+
+`RLFlow` holds DAPO's dynamic sampling as a part (`DynamicSampling`,
+pivot/runtime/dynamic_sampling.py) and acts on its answers; what it hands the trainer and the logs
+is computed in pivot/runtime/flow_reports.py over the inputs the flow passes in.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ from dataclasses import dataclass, field
 from pivot.config import PivotConfig
 from pivot.engine import Output, Request, SamplingParams
 from pivot.model import TextTokenizer
+from pivot.rl.batch import TrainBatch
 from pivot.rl.buffer import Key, Outcome, SampleBuffer
 from pivot.rl.data import Prompt, PromptCursor
 from pivot.rl.evaluation import EvalResult, EvalRun
 from pivot.rl.plugins import CheckedVerifier, accuracy, load_verifier
 from pivot.rl.reward import GenRMScorer, total_reward
 from pivot.runtime.dynamic_sampling import DynamicSampling
-from pivot.runtime.flow_reports import FlowReports
+from pivot.runtime.flow_reports import FlowStats, flow_metrics, step_batch
 from pivot.sched.records import SeqState, step_major_id
 
 EVAL_ID_OFFSET = 1 << 39  # below STEP_ID_SHIFT: a run's counter never reaches it
@@ -49,22 +54,7 @@ class SeqInfo:
 
 
 @dataclass
-class FlowStats:
-    prompts_skipped_too_long: int = 0
-    rollouts_finished: int = 0
-    rewards_finished: int = 0
-    tokens_rollout: int = 0
-    tokens_reward: int = 0
-    # outputs of sequences that had already finished (the buffer counts its own)
-    duplicates_dropped: int = 0
-    stale_regenerated: int = 0
-    genrm_sum: float = 0.0
-    aborted: int = 0  # sequences aborted (shift down or migration) and returned to the queue
-    migrated: int = 0  # of those, the ones that carried generated tokens to resume from elsewhere
-
-
-@dataclass
-class RLFlow(DynamicSampling, FlowReports):
+class RLFlow:
     cfg: PivotConfig
     cursor: PromptCursor
     policy_tok: TextTokenizer
@@ -84,9 +74,8 @@ class RLFlow(DynamicSampling, FlowReports):
     eval_results: list[EvalResult] = field(default_factory=list)  # finished, not yet logged
     # step -> [right, responses] over every rollout, dropped groups' too (not checkpointed)
     sampled: dict[int, list[float]] = field(default_factory=dict)
+    sampling: DynamicSampling = field(init=False, repr=False)  # DAPO's, `train.filter_groups`
     _next_id: int = 0
-    _groups_seen: float = 0.0  # dynamic sampling's uniform share (pivot.runtime.dynamic_sampling)
-    _groups_uniform: float = 0.0
     # tokenized prompts by text and messages
     _policy_ids: dict[str, list[int]] = field(default_factory=dict)
 
@@ -96,6 +85,7 @@ class RLFlow(DynamicSampling, FlowReports):
             dataclasses.replace(reward, judge_template=self.judge_template, judge_template_file="")
         )
         self.verify = CheckedVerifier(load_verifier(reward.verifier))
+        self.sampling = DynamicSampling(self.cfg.train, reward.w_genrm != 0, self.buffer)
         limit = self.cfg.rollout.max_prompt_tokens
         self.heldout = [p for p in self.heldout if len(self.policy_ids(p)) <= limit]
         data = self.cursor.dataset
@@ -179,7 +169,7 @@ class RLFlow(DynamicSampling, FlowReports):
         out: list[SeqInfo] = []
         b = self.cfg.train.batch_prompts
         while self.next_step < total_steps and self.next_step - version <= self.staleness:
-            prompts = self._next_prompts(b + self.spare_groups())
+            prompts = self._next_prompts(b + self.sampling.spare_groups())
             for key in self.buffer.add_prompts(self.next_step, prompts, keep=b):
                 out.append(self.rollout_seq(key))
             self.next_step += 1
@@ -229,7 +219,7 @@ class RLFlow(DynamicSampling, FlowReports):
         tally[1] += 1
         if self.cfg.reward.w_genrm == 0:  # no judge: the verifiable reward is the reward
             return self._rewarded(info.key, total_reward(r_v, None, self.cfg.reward))
-        if not self._filters_before_judging():
+        if not self.sampling.filters_before_judging():
             return [self.judge_seq(info.key, text, r_v)]
         return self._judge_group_once_verified(info.key[0], info.key[1])
 
@@ -244,7 +234,39 @@ class RLFlow(DynamicSampling, FlowReports):
         accepted = (
             self.buffer.on_reward(key, reward) == Outcome.ACCEPTED
         )  # duplicates counted there
-        return self._refill(key) if accepted and self.cfg.train.filter_groups else []
+        if accepted and self.sampling.drops_rewarded(key[0], key[1], self.verifiable):
+            return self._replace(key[0], key[1])
+        return []
+
+    # ---- dynamic sampling's answers (pivot.runtime.dynamic_sampling) ------------------------
+    def _replace(self, step: int, prompt_id: int) -> list[SeqInfo]:
+        """Drop a uniform group; a fresh prompt's group takes its place when the step's
+        remaining groups (spares included) fall short of its batch."""
+        for g in range(self.buffer.group_size):
+            self.verifiable.pop((step, prompt_id, g), None)
+            self.judgings.pop((step, prompt_id, g), None)
+            self.reward_extra.pop((step, prompt_id, g), None)
+        self.buffer.drop_group(step, prompt_id)
+        if self.buffer.live_groups(step) >= self.buffer.keep(step):
+            return []
+        keys = self.buffer.add_group(step, self._next_prompts(1)[0])
+        return [self.rollout_seq(k) for k in keys]
+
+    def _judge_group_once_verified(self, step: int, prompt_id: int) -> list[SeqInfo]:
+        """Nothing until the group's G responses are all in; then the group is dropped and replaced
+        if dynamic sampling drops it, else its unrewarded samples are judged. Called for the
+        group's last response (or once per group on restore), so each is judged once."""
+        keys = [(step, prompt_id, g) for g in range(self.buffer.group_size)]
+        samples = [self.buffer.sample(k) for k in keys]
+        if any(s.response_ids is None for s in samples):
+            return []
+        if self.sampling.drops(step, [self.verifiable.get(k, 0.0) for k in keys]):
+            return self._replace(step, prompt_id)
+        return [
+            self.judge_seq(s.key, s.text, self.verifiable.get(s.key, 0.0))
+            for s in samples
+            if s.reward is None
+        ]
 
     def judge_seq(self, key: Key, response: str, r_verifiable: float) -> SeqInfo:
         """The GenRM sequence judging `response` to sample `key`'s prompt."""
@@ -307,6 +329,29 @@ class RLFlow(DynamicSampling, FlowReports):
         if info.role == "rollout" and partial.output_ids and info.eval_step < 0:
             info.version = version if info.version < 0 else min(info.version, version)
 
+    # ---- what the trainer and the logs get (pivot.runtime.flow_reports) ----------------------
+    def batch(self, step: int) -> tuple[TrainBatch, dict[str, float], list[dict]]:
+        """Step `step`'s B x G samples as a training batch with GRPO advantages, what they say
+        about the policy that made them, and one record per sample (samples.jsonl)."""
+        return step_batch(
+            step,
+            self.buffer,
+            self.verifiable,
+            self.judgings,
+            self.reward_extra,
+            self.sampled,
+            self.policy_tok.encode,
+        )
+
+    def metrics(self) -> dict[str, float]:
+        return flow_metrics(
+            self.stats,
+            self.buffer.stats,
+            self.scorer.stats.unparsable_verdicts,
+            self.verify.errors,
+            self.cursor.dataset.stats.skipped,
+        )
+
     # ---- checkpoint ------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {
@@ -335,7 +380,7 @@ class RLFlow(DynamicSampling, FlowReports):
         for key in unrewarded:
             sample = self.buffer.sample(key)
             self._verify(key, sample.text, sample.prompt)
-        if self._filters_before_judging():  # once per group: its judgings wait for all G
+        if self.sampling.filters_before_judging():  # once per group: its judgings wait for all G
             for step, prompt_id in sorted({k[:2] for k in unrewarded}):
                 out += self._judge_group_once_verified(step, prompt_id)
         else:

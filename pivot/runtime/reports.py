@@ -1,83 +1,86 @@
-"""What the controller writes about the run (a mixin of `pivot.runtime.controller.Controller`):
-one metrics row per training step (training, timing, devices per role, the flow's counters, the
-engines' prefill and KV-migration counters, rejected frames, replica version repairs) and the
-monitor's timeline sample of devices and tokens/s per role."""
+"""What the controller writes about the run (`ControllerReports`, a part that
+`pivot.runtime.controller.Controller` holds and passes what each report needs): one metrics row
+per training step (training, timing, and the counters the controller gathers: devices per role,
+the flow's counters, the engines' prefill and KV-migration counters (`kv_metrics`), rejected
+frames, replica version repairs) and the monitor's timeline sample of devices and tokens/s per
+role."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pivot.engine.sequence import REFUSALS
+from pivot.engine.sequence import REFUSALS, EngineStats
+
+if TYPE_CHECKING:  # annotations only
+    from pivot.runtime import messages as m
+    from pivot.runtime.metrics import RunLog
+    from pivot.runtime.progress import StepProgress
 
 
+def kv_metrics(stats: Iterable[EngineStats]) -> dict[str, int]:
+    """Prefill and KV migration counters summed over the replicas' engines (cumulative)."""
+    st = list(stats)
+    return {
+        "count/prefill_tokens": sum(s.prefill_tokens for s in st),
+        "count/reprefill_tokens": sum(s.reprefill_tokens for s in st),
+        "count/kv_imported": sum(s.kv_imported for s in st),
+        "count/kv_imported_tokens": sum(s.kv_imported_tokens for s in st),
+        "count/kv_fallbacks": sum(s.kv_fallbacks for s in st),
+        "count/kv_fallback_tokens": sum(s.kv_fallback_tokens for s in st),
+        **{
+            f"count/kv_refused_{r}": sum(getattr(s, f"kv_refused_{r}") for s in st)
+            for r in REFUSALS
+        },
+    }
+
+
+@dataclass
 class ControllerReports:
-    """Needs the controller's stats, flow, log, progress, shift executor and counters."""
+    log: RunLog
+    progress: StepProgress
+    step_t0: float = field(default_factory=time.monotonic)  # when the step being reported began
+    # rid -> (report time, tokens generated so far) at the previous monitor sample
+    tokens_seen: dict[int, tuple[float, int]] = field(default_factory=dict)
 
-    stats: dict[int, Any]
-    tok_hist: dict[int, tuple[float, int]]
-    flow: Any
-    log: Any
-    progress: Any
-    shifts: Any
-    ep: Any
-    versions: Any
-    batch_summary: dict[str, float]
-    version: int
-    num_shifts: int
-    step: int
-    _step_t0: float
-    # and, from ClusterHost, role_of(rid) and is_up(rid)
-
-    def report_step(self, step: int, train_metrics: dict[str, float], train_s: float) -> None:
+    def step(
+        self,
+        step: int,
+        train_metrics: dict[str, float],
+        train_s: float,
+        devices: dict[str, int],
+        counters: Mapping[str, float],
+    ) -> None:
+        """Step `step`'s metrics row: its training metrics, its wall time and training time, then
+        `counters` (devices per role among them); the progress line gets `devices`."""
         now = time.monotonic()
-        devices = self.shifts.states.devices_per_role()
         metrics = {
             **{f"train/{k}": v for k, v in train_metrics.items()},
-            "time/step_s": now - self._step_t0,
+            "time/step_s": now - self.step_t0,
             "time/train_s": train_s,
-            "policy_version": self.version,
-            "shifts": self.num_shifts,
-            **{f"devices/{k}": v for k, v in devices.items()},
-            **self.batch_summary,
-            **self.flow.metrics(),
-            **self.kv_metrics(),
-            "count/rejected_frames": self.ep.rejected,
-            "count/mixed_versions": self.versions.mixed,
-            "count/caught_up": self.versions.caught_up,
+            **counters,
         }
-        self._step_t0 = now
+        self.step_t0 = now
         self.log.step(step, metrics)
         self.progress.update(step + 1, metrics, devices)
 
-    def kv_metrics(self) -> dict[str, int]:
-        """Prefill and KV migration counters summed over the replicas' engines (cumulative)."""
-        st = [s.stats for s in self.stats.values()]
-        return {
-            "count/prefill_tokens": sum(s.prefill_tokens for s in st),
-            "count/reprefill_tokens": sum(s.reprefill_tokens for s in st),
-            "count/kv_imported": sum(s.kv_imported for s in st),
-            "count/kv_imported_tokens": sum(s.kv_imported_tokens for s in st),
-            "count/kv_fallbacks": sum(s.kv_fallbacks for s in st),
-            "count/kv_fallback_tokens": sum(s.kv_fallback_tokens for s in st),
-            **{
-                f"count/kv_refused_{r}": sum(getattr(s, f"kv_refused_{r}") for s in st)
-                for r in REFUSALS
-            },
-        }
-
-    def monitor(self) -> None:
+    def sample(
+        self,
+        stats: Mapping[int, m.Stats],
+        role_of: Callable[[int], str],
+        is_up: Callable[[int], bool],
+        devices: dict[str, int],
+        **extra: int,
+    ) -> None:
+        """The timeline's sample: `devices` per role and each role's tokens/s since the previous
+        sample, over the replicas up now (`stats`: each replica's latest report)."""
         rates = {"rollout": 0.0, "reward": 0.0}
-        for rid, st in self.stats.items():
-            role = self.role_of(rid)
-            prev = self.tok_hist.get(rid)
-            self.tok_hist[rid] = (st.time, st.stats.tokens_generated)
-            if prev and st.time > prev[0] and self.is_up(rid):
+        for rid, st in stats.items():
+            role = role_of(rid)
+            prev = self.tokens_seen.get(rid)
+            self.tokens_seen[rid] = (st.time, st.stats.tokens_generated)
+            if prev and st.time > prev[0] and is_up(rid):
                 rates[role] += max(0, st.stats.tokens_generated - prev[1]) / (st.time - prev[0])
-        self.log.sample(
-            self.shifts.states.devices_per_role(),
-            rates,
-            step=self.step,
-            aborted=self.flow.stats.aborted,
-            migrated=self.flow.stats.migrated,
-        )
+        self.log.sample(devices, rates, **extra)

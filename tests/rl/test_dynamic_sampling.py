@@ -61,7 +61,9 @@ def test_spares_are_drawn_up_front_and_uniform_groups_dropped_until_the_limit_th
     tok: TextTokenizer, tmp_path: Path
 ) -> None:
     f = make_flow(tok, tmp_path, limit=2)
-    assert f.spare_groups() == 2  # the prior: half the groups uniform, so B * 1/2 / (1 - 1/2)
+    assert (
+        f.sampling.spare_groups() == 2
+    )  # the prior: half the groups uniform, so B * 1/2 / (1 - 1/2)
     first = f.fill(version=0, total_steps=1)
     groups = [first[i : i + G] for i in range(0, len(first), G)]
     assert [[s.key for s in g] for g in groups] == [[(0, p, g) for g in range(G)] for p in range(4)]
@@ -121,12 +123,12 @@ def test_groups_a_step_did_not_need_are_surplus_never_trained(
 def test_spares_follow_the_uniform_share_seen(tok: TextTokenizer, tmp_path: Path) -> None:
     f = make_flow(tok, tmp_path, limit=40)
     for _ in range(200):
-        f._saw_group(True)  # nearly every group uniform: up to the limit
-    assert f.spare_groups() == 40
+        f.sampling.saw_group(True)  # nearly every group uniform: up to the limit
+    assert f.sampling.spare_groups() == 40
     for _ in range(400):
-        f._saw_group(False)  # none uniform lately: hardly any
-    assert f.spare_groups() == 0
-    assert make_flow(tok, tmp_path, limit=0).spare_groups() == 0  # dynamic sampling off
+        f.sampling.saw_group(False)  # none uniform lately: hardly any
+    assert f.sampling.spare_groups() == 0
+    assert make_flow(tok, tmp_path, limit=0).sampling.spare_groups() == 0  # dynamic sampling off
 
 
 def judge(f: RLFlow, seq: SeqInfo, verdict: int) -> list[SeqInfo]:
