@@ -23,7 +23,13 @@ between steps. Shift up re-allocates the storages and restores the bytes, so tra
 continues bit-exactly. The GPS Read result passed to `shift_up(params)` may hold full
 HF-named tensors or this rank's dim-0 shards; it is used when the master was not kept on host
 (`shift_down(keep_master=False)`); with a kept master the master wins (it is the exact fp32
-state, the GPS copy may be bf16) and `params` is only checked for names and shapes.
+state, the GPS copy may be bf16) and `params` is only checked for names and shapes. While
+shifted down the trainer holds an `Offloaded` record, and every method that needs the device
+state refuses to run.
+
+Checkpoints: `save` / `load` hand the live parameters' and AdamW state's shards to the trainer's
+`TrainerCheckpoint` (`pivot.roles.trainer_checkpoint`), with the version and counters as explicit
+inputs and outputs. `StepMetrics` is what one `train_step` reports.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -54,7 +61,6 @@ from pivot.rl.mismatch import (
 )
 from pivot.roles.parallelize import parallelize
 from pivot.roles.trainer_checkpoint import STATE_FILE, TrainerCheckpoint
-from pivot.roles.trainer_shift import TrainerShift
 
 log = logging.getLogger(__name__)
 __all__ = ["STATE_FILE", "StepMetrics", "Trainer"]
@@ -75,7 +81,23 @@ class StepMetrics:
     """The rollout/trainer log-prob mismatch and its correction (`pivot.rl.mismatch`)."""
 
 
-class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
+OFFLOADED = ("master", "optim", "reference")
+"""What a shift down moves to host memory: the fp32 master shards, the AdamW state, the KL
+reference's shards."""
+
+
+@dataclass
+class Offloaded:
+    """The trainer's device state while shifted down, per kind of `OFFLOADED`."""
+
+    host: dict[str, list[torch.Tensor]]
+    """Byte copies (uint8, pinned on CUDA) of the freed storages; none for an unkept master."""
+    freed: dict[str, list[tuple[torch.UntypedStorage, int]]]
+    """Each freed storage and the bytes it had, to re-allocate on shift up."""
+    kept_master: bool
+
+
+class Trainer:
     """One rank of the training role (see the module docstring). All public methods that touch
     parameters are collective over `group` unless said otherwise."""
 
@@ -111,9 +133,8 @@ class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
         self.reference: CausalLM | None = None  # the KL loss's frozen initial policy
         self.version = 0  # steps taken, skipped ones included: the policy version (= the RL step, for staleness)
         self.bad_steps = 0  # consecutive skipped steps
-        self._host: dict[str, list[torch.Tensor]] | None = (
-            None  # offloaded bytes while shifted down
-        )
+        self._offloaded: Offloaded | None = None  # set while shifted down
+        self.checkpoint = TrainerCheckpoint(self.params, self.optimizer, group)
 
     @classmethod
     def from_pretrained(
@@ -150,6 +171,100 @@ class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
         self.reference = parallelize(model, self.group, self.device, False, self.compute_dtype)
         self.reference.eval().requires_grad_(False)
         self._load_rows(dict(self.reference.named_parameters()), path)
+
+    # ---- shift down / up ------------------------------------------------------------------
+
+    def _storages(self, which: str) -> list[torch.UntypedStorage]:
+        """The distinct non-empty device storages of one kind of `OFFLOADED`."""
+        if which == "master":
+            tensors = [p.to_local() for p in self.params.values()]
+        elif which == "reference":
+            params = self.reference.parameters() if self.reference is not None else []
+            tensors = [p.to_local() for p in params]
+        else:
+            tensors = [
+                v.to_local() if hasattr(v, "to_local") else v
+                for s in self.optimizer.state.values()
+                for v in s.values()
+                if isinstance(v, torch.Tensor)
+            ]
+        seen: dict[int, torch.UntypedStorage] = {}
+        for t in tensors:
+            st = t.untyped_storage()
+            if st.nbytes() and st.data_ptr() not in seen:
+                seen[st.data_ptr()] = st
+        return list(seen.values())
+
+    def shift_down(self, keep_master: bool = True) -> None:
+        """Offload the optimizer state, the KL reference's shards and (unless
+        `keep_master=False`) the fp32 master shards to host memory and free the device storage
+        of all three. Local: no collective."""
+        if self._offloaded is not None:
+            raise RuntimeError("trainer is already shifted down")
+        self.optimizer.zero_grad(set_to_none=True)
+        pin = self.device.type == "cuda"
+        off = Offloaded({which: [] for which in OFFLOADED}, {}, keep_master)
+        for which in OFFLOADED:
+            freed = []
+            for st in self._storages(which):
+                if which != "master" or keep_master:
+                    host = torch.empty(st.nbytes(), dtype=torch.uint8, pin_memory=pin)
+                    host.untyped_storage().copy_(st)
+                    off.host[which].append(host)
+                freed.append((st, st.nbytes()))
+                st.resize_(0)
+            off.freed[which] = freed
+        self._offloaded = off
+        if (
+            self.device.type == "cuda"
+        ):  # hand the freed blocks back to the driver: torch's allocator
+            torch.cuda.empty_cache()  # would keep them cached, out of reach of an sglang process here
+
+    def shift_up(self, params: dict[str, torch.Tensor] | None = None) -> None:
+        """Re-allocate and restore the offloaded state; parameters come from the host master or,
+        if it was not kept, from `params` (full HF tensors or this rank's shards). Local."""
+        off = self._offloaded
+        if off is None:
+            raise RuntimeError("trainer is not shifted down")
+        if params is not None:
+            params = self._shards_from(params)
+        elif not off.kept_master:
+            raise ValueError("shift_up needs params: the master weights were not kept on host")
+        for which in OFFLOADED:
+            hosts = off.host[which]
+            for k, (st, nbytes) in enumerate(off.freed[which]):
+                st.resize_(nbytes)
+                if which != "master" or off.kept_master:
+                    st.copy_(hosts[k].untyped_storage())
+        if not off.kept_master:
+            with torch.no_grad():
+                for name, p in self.params.items():
+                    p.to_local().copy_(params[name])  # type: ignore[index]
+        self._offloaded = None
+
+    def _shards_from(self, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """This rank's dim-0 shard of each parameter from full tensors or shards; errors name the tensor."""
+        out = {}
+        for name, p in self.params.items():
+            if name not in params:
+                raise ValueError(f"shift_up: tensor {name!r} missing from the given parameters")
+            t, full, local = params[name], tuple(p.shape), tuple(p.to_local().shape)
+            if tuple(t.shape) == full:
+                start, stop = fsdp_range(full[0], self.rank, self.world)
+                t = t[start:stop]
+            elif tuple(t.shape) != local:
+                raise ValueError(
+                    f"shift_up: tensor {name!r} has shape {tuple(t.shape)}, expected full {full} or shard {local}"
+                )
+            out[name] = t.to(dtype=torch.float32)
+        extra = sorted(set(params) - set(self.params) - self.aliases)
+        if extra:
+            raise ValueError(f"shift_up: unexpected tensor {extra[0]!r}")
+        return out
+
+    def _check_up(self) -> None:
+        if self._offloaded is not None:
+            raise RuntimeError("trainer is shifted down; call shift_up first")
 
     # ---- forward -------------------------------------------------------------------------
 
@@ -385,3 +500,19 @@ class Trainer(TrainerShift, TrainerCheckpoint):  # TrainerShift._check_up wins
             if source is not None:
                 copy_side_files(source, path)
         dist.barrier(group=self.group)
+
+    # ---- checkpoint ----------------------------------------------------------------------
+
+    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> list[Path]:
+        """Each rank writes its parameter and AdamW shards; rank 0 writes `trainer.json`
+        (version, counters, shapes, JSON-able `extra` such as the data cursor). Collective;
+        returns the files this rank wrote."""
+        self._check_up()
+        return self.checkpoint.save(path, self.version, self.bad_steps, self.config, extra)
+
+    def load(self, path: str | Path) -> dict[str, Any]:
+        """Restore what `save` wrote (same world size); returns `extra`. Local reads + barrier."""
+        self._check_up()
+        restored = self.checkpoint.load(path)
+        self.version, self.bad_steps = restored.version, restored.bad_steps
+        return restored.extra

@@ -1,44 +1,63 @@
-"""The trainer's own checkpoint: each rank's parameter and AdamW shards in one safetensors file,
-plus `trainer.json` (version, counters, shapes, the caller's `extra`) from rank 0. Restoring
-needs the same training world size."""
+"""The trainer's own checkpoint (`TrainerCheckpoint`, a part of `pivot.roles.trainer.Trainer`):
+each rank's parameter and AdamW shards in one safetensors file, plus `trainer.json` (version,
+counters, shapes, the caller's `extra`) from rank 0. Restoring needs the same training world size."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
+from pivot.config import TrainConfig
+
+if TYPE_CHECKING:  # FSDP's DTensor costs start-up time on ranks that never train (parallelize.py)
+    from torch.distributed.tensor import DTensor
+
 STATE_FILE = "trainer.json"
 
 
-class TrainerCheckpoint:
-    """Save/load for `pivot.roles.trainer.Trainer` (its params, optimizer, counters and group)."""
+@dataclass
+class Restored:
+    """What `TrainerCheckpoint.load` hands back: the trainer's counters and the caller's `extra`."""
 
-    params: dict[str, Any]
-    optimizer: torch.optim.Optimizer
-    config: Any
-    group: dist.ProcessGroup
-    rank: int
-    world: int
     version: int
     bad_steps: int
+    extra: dict[str, Any]
 
-    def _check_up(self) -> None:
-        raise NotImplementedError  # the trainer says whether its state is on device
+
+class TrainerCheckpoint:
+    """Save/load of one training rank's sharded parameters and their AdamW state. It holds the
+    live `params` and `optimizer` it writes and restores in place; the trainer's counters travel
+    as explicit inputs (`save`) and outputs (`load`). Both are collective over `group`."""
+
+    def __init__(
+        self,
+        params: dict[str, DTensor],
+        optimizer: torch.optim.Optimizer,
+        group: dist.ProcessGroup,
+    ) -> None:
+        self.params, self.optimizer, self.group = params, optimizer, group
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
 
     def _rank_file(self, path: Path, rank: int) -> Path:
         return path / f"rank{rank:05d}-of-{self.world:05d}.safetensors"
 
-    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> list[Path]:
+    def save(
+        self,
+        path: str | Path,
+        version: int,
+        bad_steps: int,
+        config: TrainConfig,
+        extra: dict[str, Any] | None = None,
+    ) -> list[Path]:
         """Each rank writes its parameter and AdamW shards; rank 0 writes `trainer.json`
         (version, counters, shapes, JSON-able `extra` such as the data cursor). Collective;
         returns the files this rank wrote."""
-        self._check_up()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         tensors, steps = {}, {}
@@ -55,11 +74,11 @@ class TrainerCheckpoint:
         if self.rank == 0:
             meta = {
                 "world": self.world,
-                "version": self.version,
-                "bad_steps": self.bad_steps,
+                "version": version,
+                "bad_steps": bad_steps,
                 "optimizer_steps": steps,
                 "shapes": {n: list(p.shape) for n, p in self.params.items()},
-                "config": asdict(self.config),
+                "config": asdict(config),
                 "extra": extra or {},
             }
             (path / STATE_FILE).write_text(json.dumps(meta, indent=1))
@@ -67,9 +86,9 @@ class TrainerCheckpoint:
         dist.barrier(group=self.group)
         return written
 
-    def load(self, path: str | Path) -> dict[str, Any]:
-        """Restore what `save` wrote (same world size); returns `extra`. Local reads + barrier."""
-        self._check_up()
+    def load(self, path: str | Path) -> Restored:
+        """Restore what `save` wrote (same world size) into the parameters and optimizer; returns
+        the saved counters and `extra`. Local reads + barrier."""
         path = Path(path)
         meta_file = path / STATE_FILE
         if not meta_file.is_file():
@@ -112,6 +131,5 @@ class TrainerCheckpoint:
                         state[key].to_local().copy_(tensors[f"{key}/{name}"])
                 else:
                     self.optimizer.state.pop(p, None)
-        self.version, self.bad_steps = int(meta["version"]), int(meta["bad_steps"])
         dist.barrier(group=self.group)
-        return meta["extra"]
+        return Restored(int(meta["version"]), int(meta["bad_steps"]), meta["extra"])
