@@ -74,6 +74,9 @@ class RLFlow:
     eval_results: list[EvalResult] = field(default_factory=list)  # finished, not yet logged
     # step -> [right, responses] over every rollout, dropped groups' too (not checkpointed)
     sampled: dict[int, list[float]] = field(default_factory=dict)
+    # built from the config (__post_init__)
+    scorer: GenRMScorer = field(init=False, repr=False)
+    verify: CheckedVerifier = field(init=False, repr=False)
     sampling: DynamicSampling = field(init=False, repr=False)  # DAPO's, `train.filter_groups`
     _next_id: int = 0
     # tokenized prompts by text and messages
