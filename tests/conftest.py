@@ -3,28 +3,13 @@
 from __future__ import annotations
 
 import ast
-import sys
 from pathlib import Path
 
 import pytest
 
+from tools.torchrun_job import torchrun_main  # noqa: F401  (the tests' torchrun jobs, as the tools')
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def torchrun_main(nproc: int, *flags: str, launcher: tuple[str, ...] = ()) -> list[str]:
-    """The command of a one-host torchrun job of `nproc` ranks running pivot/main.py with
-    Pivot's `flags`; `launcher` holds torchrun's own options (e.g. `--max-restarts 3`)."""
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(nproc),
-        *launcher,
-        str(ROOT / "pivot" / "main.py"),
-        *flags,
-    ]
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

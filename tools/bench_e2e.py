@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import bench_e2e_emulated  # noqa: E402
+from torchrun_job import torchrun_main  # noqa: E402
 
 MODES = {
     "colocated": ["--cluster.mode", "colocated"],
@@ -41,14 +42,8 @@ def run_mode(
     name: str, flags: list[str], steps: int, nproc: int, extra: list[str], out: Path
 ) -> dict:
     run_dir = out / name
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(nproc),
-        str(ROOT / "pivot" / "main.py"),
+    cmd = torchrun_main(
+        nproc,
         *flags,
         "--train.steps",
         str(steps),
@@ -58,7 +53,7 @@ def run_mode(
         "--checkpoint.every",
         "0",
         *extra,
-    ]
+    )
     proc = subprocess.run(
         cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )

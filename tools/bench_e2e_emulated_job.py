@@ -10,8 +10,9 @@ import dataclasses
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
+
+from torchrun_job import torchrun_main
 
 from configs.presets import tiny_cpu
 from pivot.config import PivotConfig
@@ -137,19 +138,7 @@ def launch(
 ) -> subprocess.Popen:
     """Start the job of `cfg` on `nproc` emulated devices, logging under out/name and its output
     to out/name.log (a file, not a pipe: a job run beside another never waits on a full pipe)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(nproc),
-        str(ROOT / "pivot" / "main.py"),
-        *flags_of(cfg),
-        "--log.dir",
-        str(out / name),
-        *extra,
-    ]
+    cmd = torchrun_main(nproc, *flags_of(cfg), "--log.dir", str(out / name), *extra)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     # a run again replaces the tool's own earlier one (the job refuses a --log.dir holding
     # checkpoints unless it resumes them)

@@ -33,6 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+from torchrun_job import torchrun_main
+
 from pivot.rl.evaluation import LEARNED_SE, learned
 from pivot.runtime.metrics import read_rows
 
@@ -50,14 +53,8 @@ def run(
     # a run again replaces the tool's own earlier one (the job refuses a --log.dir holding
     # checkpoints unless it resumes them)
     shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "4",
-        str(ROOT / "pivot" / "main.py"),
+    cmd = torchrun_main(
+        4,
         "--cluster.mode",
         mode,
         "--seed",
@@ -70,7 +67,7 @@ def run(
         "--checkpoint.every",
         "0",
         *extra,
-    ]
+    )
     t0 = time.monotonic()
     proc = subprocess.run(
         cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from soak_check import check  # noqa: E402
 from soak_drive import Timeline, drive  # noqa: E402
+from torchrun_job import torchrun_main  # noqa: E402
 
 SMALL = [
     "--rollout.max-new-tokens",
@@ -46,16 +47,8 @@ SMALL = [
 
 
 def launch(args: argparse.Namespace, policy: Path, genrm: Path, log: Path) -> subprocess.Popen:
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(args.nproc),
-        "--max-restarts",
-        str(args.kills + 2),
-        str(ROOT / "pivot" / "main.py"),
+    cmd = torchrun_main(
+        args.nproc,
         "--preset",
         "tiny-cpu",
         "--model.policy",
@@ -87,7 +80,8 @@ def launch(args: argparse.Namespace, policy: Path, genrm: Path, log: Path) -> su
         str(args.group_size),
         *SMALL,
         *args.extra,
-    ]
+        launcher=("--max-restarts", str(args.kills + 2)),
+    )
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",

@@ -276,6 +276,7 @@ HELPERS = {
     "gpu_check_production.py": "gpu_checks.py",
     "soak_check.py": "soak.py",
     "soak_drive.py": "soak.py",
+    "torchrun_job.py": "bench_learning.py",  # and bench_e2e, bench_e2e_emulated_job, soak
 }
 # tools whose exit code is their verdict on this machine, not a crash (pip cannot resolve nothing)
 VERDICT_EXIT = {"resolve_gpu_requirements.py": {0, 1}}

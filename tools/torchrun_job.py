@@ -1,0 +1,26 @@
+"""The command line of a one-host torchrun job of pivot/main.py, written once for the tools that
+launch the main job (bench_e2e, bench_e2e_emulated_job, bench_learning, soak) and for the tests
+(tests/conftest.py imports it: tests may import tools, tools never import tests/)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+MAIN = Path(__file__).resolve().parents[1] / "pivot" / "main.py"
+
+
+def torchrun_main(nproc: int, *flags: str, launcher: tuple[str, ...] = ()) -> list[str]:
+    """`nproc` ranks of pivot/main.py with Pivot's `flags`, in this interpreter; `launcher` holds
+    torchrun's own options (e.g. `--max-restarts 3`)."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        *launcher,
+        str(MAIN),
+        *flags,
+    ]
