@@ -33,6 +33,7 @@ from pivot.config_roles import RolloutConfig as RolloutConfig
 from pivot.config_train import DataConfig as DataConfig
 from pivot.config_train import EvalConfig as EvalConfig
 from pivot.config_train import TrainConfig as TrainConfig
+from pivot.engine.capabilities import capabilities
 from pivot.engine.config import FLASH_BLOCK_MULTIPLE
 from pivot.engine.config import EngineConfig as EngineConfig  # the engine's section
 
@@ -63,10 +64,8 @@ class PivotConfig:
         served = [
             f"{r} served by {c.engine.backend}"
             for r, c in (("rollout", self.rollout), ("reward", self.reward))
-            if c.engine.backend != "embedded"
+            if not capabilities(c.engine.backend).returns_whole_weights
         ]
-        # sglang 0.5.23: no get_weights_by_name for Qwen2/Qwen3/Qwen3-MoE/GLM-4, TP shards for Llama
-        # (pivot/engine/sglang_adapter.py WHOLE_WEIGHTS_BY_NAME); vLLM repacks weights for its kernels
         _check(
             not (self.log.verify_weights and served),
             "log.verify_weights",

@@ -92,7 +92,7 @@ def floor_ms(folder: Path, params: int, batch: int, ctx: int, a: argparse.Namesp
     the GPU's HBM bandwidth; nan when it is unknown."""
     import torch
 
-    from pivot.engine.vllm_build import kv_bytes_per_token
+    from pivot.engine.backends.vllm_build import kv_bytes_per_token
     from tools.bench_decode import hbm_gbps
 
     gbps = hbm_gbps(torch.cuda.get_device_name(a.device), a.hbm_gbps)

@@ -23,12 +23,12 @@ def build_replica(backend: str, folder: Path) -> Any:
     config = EngineConfig(kv_capacity_tokens=16384, max_running_seqs=16)
     device = torch.cuda.current_device()
     if backend == "sglang":
-        from pivot.engine.sglang_adapter import SglangEngine
+        from pivot.engine.backends.sglang_adapter import SglangEngine
 
         return SglangEngine.from_pretrained(
             folder, config, tp_size=1, base_gpu_id=device, dtype="bfloat16", mem_fraction_static=0.3
         )
-    from pivot.engine.vllm_adapter import VllmEngine
+    from pivot.engine.backends.vllm_adapter import VllmEngine
 
     return VllmEngine.from_pretrained(
         folder, config, tp_size=1, base_gpu_id=device, dtype="bfloat16", device="cuda"

@@ -32,7 +32,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pivot.engine import Engine, EngineConfig  # noqa: E402
+from pivot.engine import EngineConfig  # noqa: E402
+from pivot.engine.factory import build_engine  # noqa: E402
 from pivot.engine.profiler import grid_fits, profile_engine  # noqa: E402
 from pivot.sched.profile import TINY_PROFILE, ReplicaShape, hardware_name  # noqa: E402
 
@@ -128,21 +129,10 @@ def main(argv: list[str] | None = None) -> None:
         max_running_seqs=max(seqs),
         max_prefill_tokens=4096,
     )
-    if a.backend == "embedded":
-        engine = Engine.from_pretrained(
-            path, cfg, dtype=a.dtype, device=a.device, attention=a.attention
-        )
-    else:  # its dummy weights: decode time does not depend on their values
-        from pivot.engine.production import production_engine
-
-        engine = production_engine(
-            path,
-            cfg,
-            tp_size=a.tp,
-            base_gpu_id=torch.device(a.device).index or 0,
-            dtype=a.dtype,
-            device=a.device,
-        )
+    # a production engine serves its dummy weights: decode time does not depend on their values
+    engine = build_engine(
+        path, cfg, tp_size=a.tp, dtype=a.dtype, device=a.device, attention=a.attention
+    )
     if not grid_fits(engine, seqs, ctxs, a.steps):
         raise SystemExit(
             f"--ctx {max(ctxs)}: leaves no room to decode within the model's max length {engine.max_len}"

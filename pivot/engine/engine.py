@@ -6,8 +6,7 @@ weights (`load_weights`) drop every cached prefix. Models with linear-attention 
 Qwen3.5 hybrid) share no prefix: a reused KV prefix would skip the tokens' recurrent state,
 which lives per sequence (`LinearStates`), so every sequence is computed from its first token.
 
-Protocol (shared with the sglang adapter): `add`, `step`, `abort`, `stats`, `can_admit`,
-`load_weights`, `release` / `resume`, `weights_version`, `named_parameters_hf`.
+It implements `pivot.engine.protocol.InferenceEngine`, as the production adapters do.
 
 With `enable_kv_migration` an abort exports each partial's K/V to host memory and a partial
 added with its handle continues from them instead of re-prefilling (pivot/engine/kv_export.py);
@@ -30,11 +29,11 @@ import torch
 import torch.distributed as dist
 
 from pivot.engine.block_manager import BlockManager
+from pivot.engine.capabilities import capabilities
 from pivot.engine.config import ATTENTIONS, FLASH_BLOCK_MULTIPLE, EngineConfig
 from pivot.engine.kv_export import KVPorter, SliceOp, discard
 from pivot.engine.kv_transport import KVPlace
 from pivot.engine.model_runner import ModelRunner
-from pivot.engine.production import production_engine
 from pivot.engine.request_rules import check_request, finish_reason
 from pivot.engine.sampler import sample
 from pivot.engine.scheduler import Scheduler
@@ -122,24 +121,18 @@ class Engine:
         attention: str = "sdpa",
         device: str = "cpu",
         seed: int = 0,
-    ):
-        """Load a HF-layout model folder; `config.backend` 'sglang' or 'vllm' returns that
-        engine's adapter (over `tp_group`'s size of devices from `device`'s index on).
+    ) -> Engine:
+        """The embedded engine over a HF-layout model folder and its weights (any backend:
+        `pivot.engine.factory.build_engine`).
 
         `dtype` and `attention` are `ModelConfig`'s; `device` is this rank's device;
         `seed` seeds sampling for requests without a seed of their own.
         """
         config = config or EngineConfig()
-        if config.backend != "embedded":
-            return production_engine(
-                path,
-                config,
-                tokenizer,
-                tp_size=dist.get_world_size(tp_group) if tp_group is not None else 1,
-                base_gpu_id=torch.device(device).index or 0,
-                dtype=dtype,
-                device=device,
-                seed=seed,
+        if capabilities(config.backend).owns_processes:
+            raise ValueError(
+                f"engine.backend={config.backend!r} is not the embedded engine: build it with "
+                "pivot.engine.factory.build_engine"
             )
         model = load_model(path, dtype=getattr(torch, dtype), device=device)
         if tokenizer is None and (Path(path) / "tokenizer.json").is_file():
@@ -222,6 +215,15 @@ class Engine:
 
     def has_work(self) -> bool:
         return bool(self._seqs)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.args.vocab_size
+
+    @property
+    def graphs_capture_s(self) -> float:
+        """Seconds this rank has spent capturing decode graphs."""
+        return self.runner.graphs.capture_s
 
     def progress(self) -> dict[int, int]:
         """Tokens generated so far by each unfinished sequence (the monitor's progress feed)."""
@@ -355,3 +357,6 @@ class Engine:
         """Shift up: re-create parameter storage and the KV cache; then call `load_weights`."""
         if self.runner.cache is None:
             self.runner.resume()
+
+    def shutdown(self) -> None:
+        """Nothing to stop: the engine runs in this process (its memory goes with the object)."""

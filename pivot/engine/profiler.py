@@ -1,6 +1,6 @@
 """Fit the paper's throughput model to an engine's measured decode steps.
 
-Any engine of the protocol (embedded, vLLM, sglang; any TP size): the profiler only adds
+Any `InferenceEngine` (embedded, vLLM, sglang; any TP size): the profiler only adds
 requests, steps, reads `progress()` and `stats()`, and aborts, so a replica's constants are
 measured on its own backend, model, device and TP.
 
@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pivot.engine.protocol import InferenceEngine
 from pivot.engine.sequence import Request, SamplingParams
 from pivot.sched.profile import write_profile
 from pivot.sched.throughput import ThroughputModel
@@ -31,14 +32,13 @@ from pivot.sched.throughput import ThroughputModel
 Row = tuple[float, float, float]  # (n_seq, n_tok, latency s)
 
 
-def vocab_size(engine: Any) -> int:
-    """Token ids the engine's model takes (the embedded engine's args, an adapter's attribute)."""
-    args = getattr(engine, "args", None)
-    return int(getattr(args, "vocab_size", 0) or engine.vocab_size)
+def vocab_size(engine: InferenceEngine) -> int:
+    """Token ids the engine's model takes."""
+    return int(engine.vocab_size)
 
 
 def measure(
-    engine: Any, n_seq: int, ctx: int, steps: int, rng: random.Random
+    engine: InferenceEngine, n_seq: int, ctx: int, steps: int, rng: random.Random
 ) -> tuple[float, float]:
     """(mean N_tok, fastest decode-step latency) with `n_seq` sequences of `ctx` prompt tokens.
 
@@ -84,7 +84,9 @@ def r2_and_mre(model: ThroughputModel, rows: Sequence[Row]) -> tuple[float, floa
     return 1 - ss_res / ss_tot, statistics.mean(abs(p - y) / y for y, p in zip(ys, pred))
 
 
-def grid_fits(engine: Any, seqs: Sequence[int], ctxs: Sequence[int], steps: int) -> bool:
+def grid_fits(
+    engine: InferenceEngine, seqs: Sequence[int], ctxs: Sequence[int], steps: int
+) -> bool:
     """Whether every grid point fits the engine (running slots, max length, KV capacity)."""
     return (
         max(seqs) <= engine.config.max_running_seqs
@@ -94,7 +96,7 @@ def grid_fits(engine: Any, seqs: Sequence[int], ctxs: Sequence[int], steps: int)
 
 
 def profile_engine(
-    engine: Any,
+    engine: InferenceEngine,
     out: str | Path,
     seqs: Sequence[int],
     ctxs: Sequence[int],

@@ -47,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pivot.config import EngineConfig, PivotConfig
+from pivot.engine import capabilities
 from pivot.gps.layout import gps_group_size, gps_host_bytes
 from pivot.memory.footprint import ModelFootprint
 
@@ -150,7 +151,7 @@ def graphs_kernel(cfg: PivotConfig, engine: EngineConfig, fp: ModelFootprint) ->
     """The attention kernel of a replica's decode graphs, or None when it captures none: another
     backend, a CPU or emulated run, graphs off, or a model the engine never graphs."""
     if (
-        engine.backend != "embedded"
+        not capabilities(engine.backend).captures_graphs
         or cfg.cluster.device not in ("auto", "cuda")
         or engine.decode_graphs not in ("auto", "cuda")
         or not fp.graphable
@@ -249,7 +250,7 @@ def plan_memory(
         )
     pinned = sum(i.nbytes for i in items[0 if cfg.cluster.device == "cuda" else 1 :])
     for role, fp, rc in (("rollout", policy, cfg.rollout), ("reward", genrm, cfg.reward)):
-        if rc.engine.backend != "embedded":
+        if capabilities(rc.engine.backend).reads_whole_model:
             leaders = max(1, devices_per_node // rc.tp)
             what = f"{rc.engine.backend} staging ({leaders} {role} leader{'s' * (leaders > 1)})"
             items.append(Item(what, leaders * fp.nbytes))

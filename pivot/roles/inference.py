@@ -1,20 +1,21 @@
-"""Rollout and reward replicas: an embedded, sglang or vLLM engine whose parameters come from GPS.
+"""Rollout and reward replicas: an engine (`pivot.engine.InferenceEngine`, any backend) whose
+parameters come from GPS.
 
 Context categories (docs/ARCHITECTURE.md, "What a shift moves"): on shift down the KV cache
-(temporary) and the parameters are discarded (`Engine.release`); the engine object, its process
+(temporary) and the parameters are discarded (`release`); the engine object, its process
 group and descriptors are preserved. On shift up the engine re-allocates (`resume`) and the GPS
-Read fills this rank's TP slices straight into the engine's parameters. The model is built on the meta device, so only
-this rank's slices ever get storage, and no second copy of them is made. One engine per slot
-this rank has held, so a rank that returns to a slot finds its preserved context. Rollout and
-reward differ only in which model they serve.
+Read fills this rank's TP slices straight into the engine's parameters. The embedded engine's
+model is built on the meta device, so only this rank's slices ever get storage, and no second
+copy of them is made. One engine per slot this rank has held, so a rank that returns to a slot
+finds its preserved context. Rollout and reward differ only in which model they serve.
 
-With `engine.backend` "sglang" (GPU only) or "vllm" (GPU, and CPU with vLLM's CPU build) the
-slot's leader (group rank 0) builds one production engine for the whole replica, its TP size =
-the slot's ranks, on the leader's local device and the ones after it (slots are consecutive
-devices of one host), and serves it alone: the engine runs its own processes on the slot's
-devices. The other ranks of the slot are parked: they keep their CUDA context and process
-groups, follow the leader's lockstep (a step of a parked rank does nothing) and hold no engine.
-The leader's GPS Read brings the whole model (the engine shards it itself,
+A backend that `owns_processes` (sglang on GPUs, vLLM on GPUs and on CPU with vLLM's CPU
+build) is one engine for the whole replica, built by the slot's leader (group rank 0) with TP
+size = the slot's ranks, on the leader's local device and the ones after it (slots are
+consecutive devices of one host); it runs its own processes on the slot's devices. The other
+ranks of the slot are parked (`pivot.engine.ParkedEngine`): they keep their CUDA context and
+process groups, follow the leader's lockstep (a step of a parked rank does nothing). The
+leader's GPS Read brings the whole model (`reads_whole_model`: the engine shards it itself,
 `pivot.runtime.weights`); shift down is abort (partials keep their tokens) + release, shift up
 is resume + the Read handed to the engine (`update_weights_from_tensor` for sglang, a shm file
 the Read fills in place for vLLM).
@@ -31,20 +32,12 @@ import torch
 import torch.distributed as dist
 
 from pivot.config import EngineConfig, ModelConfig
-from pivot.engine import AbortResult, Engine, EngineStats, Output, Request
+from pivot.engine import AbortResult, EngineStats, InferenceEngine, Output, Request, capabilities
+from pivot.engine.factory import KVMigration, build_engine
 from pivot.engine.kv_transport import KVPlace
-from pivot.engine.production import production_engine
-from pivot.model import CausalLM, ModelArgs, TextTokenizer
-from pivot.model.meta_init import params_on_meta
+from pivot.model import TextTokenizer
 
 Read = Callable[[dict[str, torch.Tensor]], tuple[dict[str, torch.Tensor], int]]
-
-
-def group_position(group: dist.ProcessGroup | None) -> tuple[int, int]:
-    """(this rank's position in the slot's group, the group's size); (0, 1) without a group."""
-    if group is None:
-        return 0, 1
-    return dist.get_rank(group), dist.get_world_size(group)
 
 
 class InferenceRole:
@@ -71,29 +64,19 @@ class InferenceRole:
             seed,
         )
         self.local_device = local_device
-        self.external = engine_cfg.backend != "embedded"  # sglang or vllm: its own processes
+        self.capabilities = capabilities(engine_cfg.backend)
         self.kv_prefix, self.kv_place = kv_prefix, kv_place
-        self.kv_migration = (
-            bool(kv_prefix) and not self.external
-        )  # neither production engine imports Pivot's KV handles (docs/kv_migration.md)
-        # a production engine serves what its checkpoint says; Pivot's model classes are not involved
-        self.args = None if self.external else ModelArgs.load(self.model_path)
+        # only a backend that migrates KV imports Pivot's KV handles (docs/kv_migration.md)
+        self.kv_migration = bool(kv_prefix) and self.capabilities.migrates_kv
         tok = self.model_path / "tokenizer.json"
         self.tokenizer = TextTokenizer.from_pretrained(self.model_path) if tok.is_file() else None
-        self.engines: dict[
-            int, Any
-        ] = {}  # slot -> Engine, SglangEngine or VllmEngine; None where this rank is parked
+        self.engines: dict[int, InferenceEngine] = {}  # slot -> its engine on this rank
         self.slot: int | None = None
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> InferenceEngine:
         assert self.slot is not None, f"{self.role} role is not up on this rank"
         return self.engines[self.slot]
-
-    @property
-    def parked(self) -> bool:
-        """Up in a slot whose engine another rank (a production engine's leader) runs."""
-        return self.slot is not None and self.engines[self.slot] is None
 
     def shift_up(
         self, slot: int, group: dist.ProcessGroup | None, read: Read
@@ -106,7 +89,7 @@ class InferenceRole:
         t0 = time.perf_counter()
         if slot not in self.engines:
             self.engines[slot] = self._build(group, slot)
-        elif self.engines[slot] is not None:
+        else:
             self.engines[slot].resume()
         self.slot = slot
         t1 = time.perf_counter()
@@ -121,65 +104,48 @@ class InferenceRole:
         }
 
     def _capture_s(self) -> float:
-        """Seconds this rank's embedded engine has spent capturing decode graphs (0 otherwise)."""
-        engine = None if self.slot is None else self.engines.get(self.slot)
-        return engine.runner.graphs.capture_s if isinstance(engine, Engine) else 0.0
+        """Seconds this rank's engine has spent capturing Pivot's decode graphs."""
+        return 0.0 if self.slot is None else self.engine.graphs_capture_s
 
-    def _build(self, group: object, slot: int) -> Any:
-        if self.external:
-            position, size = group_position(group)
-            if position:
-                return None  # parked: the leader's engine uses this rank's device
-            return production_engine(
-                self.model_path,
-                self.engine_cfg,
-                self.tokenizer,
-                tp_size=size,
-                base_gpu_id=self.local_device,
-                dtype=self.model_cfg.dtype,
-                device=self.device,
-                seed=self.seed,
-            )
-        with torch.device(self.device), params_on_meta():  # storage comes with the TP slice
-            model = CausalLM(self.args, linear=self.model_cfg.linear).to(
-                getattr(torch, self.model_cfg.dtype)
-            )
-        engine = Engine(
-            model,
+    def _build(self, group: dist.ProcessGroup | None, slot: int) -> InferenceEngine:
+        stem = f"{self.kv_prefix}_{self.role}{slot}"
+        kv = (
+            KVMigration(stem, self.kv_place, f"kv/{stem.rsplit('/', 1)[-1]}")
+            if self.kv_migration
+            else None
+        )
+        return build_engine(
+            self.model_path,
             self.engine_cfg,
             tp_group=group,
+            base_gpu_id=self.local_device,
             tokenizer=self.tokenizer,
+            dtype=self.model_cfg.dtype,
             attention=self.model_cfg.attention,
-            seed=self.seed,
+            linear=self.model_cfg.linear,
             device=self.device,
+            seed=self.seed,
+            weights="later",
+            kv=kv,
         )
-        if self.kv_migration:
-            stem = f"{self.kv_prefix}_{self.role}{slot}"
-            engine.enable_kv_migration(stem, self.kv_place, f"kv/{stem.rsplit('/', 1)[-1]}")
-        return engine
 
     def update_weights(self, read: Read) -> tuple[int, float]:
         """New weights between engine steps: `read` fills the engine's parameters in place (see
         `shift_up`); returns the version and the seconds `read` took."""
-        buffers = {} if self.parked else self.engine.weight_buffers()
+        buffers = self.engine.weight_buffers()
         t0 = time.perf_counter()
         tensors, version = read(buffers)
         read_s = time.perf_counter() - t0
-        if not self.parked:
-            self.engine.load_weights(
-                {**buffers, **tensors}, version
-            )  # validates; slices what came whole
+        self.engine.load_weights(
+            {**buffers, **tensors}, version
+        )  # validates; slices what came whole
         return version, read_s
 
     # ---- the engine, as the worker loop drives it ------------------------------------------
     def add(self, requests: list[Request]) -> None:
         """Queue requests; with KV migration on, every rank of the slot calls this (a lockstep
         collective when a request brings KV: each rank copies its own slice)."""
-        if isinstance(self.engine, Engine):
-            self.engine.add_all(requests)
-            return
-        for req in requests:
-            self.engine.add(req)
+        self.engine.add_all(requests)
 
     def abort(self, ids: list[int]) -> AbortResult:
         """Stop `ids`; with KV migration on, every rank of the slot calls this (each exports its
@@ -187,10 +153,10 @@ class InferenceRole:
         return self.engine.abort(ids)
 
     def step(self) -> list[Output]:
-        return [] if self.parked else self.engine.step()
+        return self.engine.step()
 
     def has_work(self) -> bool:
-        return self.slot is not None and not self.parked and self.engine.has_work()
+        return self.slot is not None and self.engine.has_work()
 
     def stats(self) -> tuple[EngineStats, dict[int, int]]:
         """The engine's counters and each running sequence's generated-token count."""
@@ -208,21 +174,18 @@ class InferenceRole:
         (v1/executor/abstract.py:382-396). So every rank of such a replica meets at the fence
         after the leader's release: a gloo barrier, which touches no device."""
         t0 = time.perf_counter()
-        partials = AbortResult([], []) if self.parked else self.engine.release()
-        if self.external and fence is not None:
+        partials = self.engine.release()
+        if self.capabilities.owns_processes and fence is not None:
             dist.barrier(group=fence)
         self.slot = None
         return partials, {"release": time.perf_counter() - t0}
 
     def close(self) -> None:
-        """Stop the engines that run processes of their own (sglang, vLLM)."""
+        """Stop the engines (those that run processes of their own stop them)."""
         for engine in self.engines.values():
-            if engine is not None and hasattr(engine, "shutdown"):
-                engine.shutdown()
+            engine.shutdown()
         self.engines, self.slot = {}, None
 
     def checksum(self) -> float:
         """Sum of the weights this rank serves (0 when parked)."""
-        if self.parked:
-            return 0.0
         return float(sum(t.double().sum() for t in self.engine.named_parameters_hf().values()))

@@ -15,6 +15,7 @@ from pivot import secret as job_secret
 from pivot.bad_input import EXIT_CODE, stop, tell
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec, SlotTable, create_groups, describe
+from pivot.engine import capabilities
 from pivot.engine.kv_export import sweep
 from pivot.engine.kv_transport import KVPlace
 from pivot.gps.shm import shm_path
@@ -242,10 +243,10 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             "policy": specs_from_checkpoint(policy_src),
             "genrm": specs_from_checkpoint(genrm_path),
         }
-        served_whole = frozenset(  # by a production engine, which shards the model itself
+        served_whole = frozenset(  # by an engine that shards the model itself
             r
             for r, c in (("rollout", cfg.rollout), ("reward", cfg.reward))
-            if c.engine.backend != "embedded"
+            if capabilities(c.engine.backend).reads_whole_model
         )
         weights = WeightService(
             gps,
@@ -308,28 +309,21 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             gps.link if kv_prefix and multi_host else None,
         )
         inference = {
-            "rollout": InferenceRole(
-                "rollout",
-                policy_path,
-                cfg.rollout.engine,
+            role: InferenceRole(
+                role,
+                path,
+                rcfg.engine,
                 cfg.model,
                 device,
                 cfg.seed + spec.rank,
                 spec.local_rank,
                 kv_prefix,
                 kv_place,
-            ),
-            "reward": InferenceRole(
-                "reward",
-                genrm_path,
-                cfg.reward.engine,
-                cfg.model,
-                device,
-                cfg.seed + spec.rank,
-                spec.local_rank,
-                kv_prefix,
-                kv_place,
-            ),
+            )
+            for role, path, rcfg in (
+                ("rollout", policy_path, cfg.rollout),
+                ("reward", genrm_path, cfg.reward),
+            )
         }
         trainer = TrainingRole(
             ModelArgs.load(policy_path),

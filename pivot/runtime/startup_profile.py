@@ -15,15 +15,13 @@ from __future__ import annotations
 import gc
 import logging
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from pivot.config import EngineConfig, ModelConfig
-from pivot.engine.engine import Engine
-from pivot.engine.production import production_engine
+from pivot.engine import InferenceEngine, capabilities
+from pivot.engine.factory import build_engine
 from pivot.engine.profiler import profile_engine
-from pivot.model import CausalLM, ModelArgs
 from pivot.model.hf_folder import text_config
 from pivot.sched.profile import ReplicaShape
 from pivot.sched.throughput import ThroughputModel
@@ -56,8 +54,8 @@ def profile_at_startup(
     """Fit and cache the profile of `role`'s replica shape on `device`; None when this shape
     cannot be profiled here (the embedded engine at TP > 1) or the grid is too small to fit four
     constants."""
-    if shape.backend == "embedded" and shape.tp != 1:
-        return None
+    if not capabilities(shape.backend).owns_processes and shape.tp != 1:
+        return None  # a TP group needs the replica's other ranks
     seqs, ctxs = startup_grid(
         engine_cfg, int(text_config(shape.model_folder).get("max_position_embeddings", 4096))
     )
@@ -100,27 +98,25 @@ def profile_at_startup(
         log.warning("%s: start-up throughput profile of %s failed: %s", role, shape.model_folder, e)
         return None
     finally:
-        if hasattr(engine, "shutdown"):
-            engine.shutdown()
+        engine.shutdown()
         del engine
         gc.collect()
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
 
 
-def _engine(shape: ReplicaShape, cfg: EngineConfig, model_cfg: ModelConfig, device: str) -> Any:
+def _engine(
+    shape: ReplicaShape, cfg: EngineConfig, model_cfg: ModelConfig, device: str
+) -> InferenceEngine:
     """The replica's engine with random weights: the embedded one built here, a production
     engine with the dummy weights it starts with."""
-    if shape.backend == "embedded":
-        args = ModelArgs.load(shape.model_folder)
-        with torch.device(device):
-            model = CausalLM(args, linear=model_cfg.linear).to(getattr(torch, model_cfg.dtype))
-        return Engine(model, cfg, attention=model_cfg.attention, device=device)
-    return production_engine(
+    return build_engine(
         shape.model_folder,
         cfg,
         tp_size=shape.tp,
-        base_gpu_id=torch.device(device).index or 0,
         dtype=model_cfg.dtype,
+        attention=model_cfg.attention,
+        linear=model_cfg.linear,
         device=device,
+        weights="random",
     )

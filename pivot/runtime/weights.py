@@ -3,8 +3,9 @@
 Every shift up is one GPS Read whatever the role, in the destination's real layout: each rank of
 an inference replica of TP=k reads exactly its TP slice (`parallel_layout` over the slot's ranks,
 the split the embedded engine shards by), the trainer reads its FSDP dim-0 shards. A replica
-served by sglang reads the whole model on its leader, into host memory (sglang shards it under
-its own TP; the adapter stages it to the device in buckets), and nothing on its parked ranks.
+whose engine `reads_whole_model` (vLLM, sglang: `pivot.engine.capabilities`) reads the whole
+model on its leader, into host memory (the engine shards it under its own TP), and nothing on
+its parked ranks.
 The trainer Writes its shards after every step. GPS counts Writes; the RL loop
 counts policy versions (= training steps done), so `offset` maps one onto the other, also
 after a resume (the first Write of a resumed job carries the checkpoint's version).
@@ -41,7 +42,7 @@ class WeightService:
     ) -> None:
         """`dtype`: what GPS holds floating tensors in (the model dtype, e.g. bfloat16, so buffers
         and Reads are that size); empty = as the checkpoint stores them. `whole`: the roles whose
-        replicas read the model whole on their leader (those served by sglang)."""
+        replicas read the model whole on their leader (their engine `reads_whole_model`)."""
         self.whole = whole
         floats = ("float32", "float16", "bfloat16", "float64")
         # GPS holds each tensor in its split view (a fused experts' gate_up_proj [E, 2, I, H], so a

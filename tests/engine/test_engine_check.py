@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import pivot.engine.backends.install as install
 import pivot.engine_check as check
 from configs.presets import get_preset
 from tests.conftest import ROOT
@@ -18,7 +19,7 @@ from tests.runtime.models import random_models
 def problems(
     monkeypatch: pytest.MonkeyPatch, found: tuple[str, str] | None, **model: str
 ) -> list[str]:
-    monkeypatch.setattr(check, "installed_vllm", lambda: found)
+    monkeypatch.setattr(install, "installed_vllm", lambda: found)
     cfg = get_preset("tiny-cpu")
     cfg.reward.engine.backend = "vllm"
     for name, value in model.items():

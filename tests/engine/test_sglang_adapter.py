@@ -17,12 +17,12 @@ from types import ModuleType
 import pytest
 import torch
 
-import pivot.roles.inference as inference
+import pivot.engine.factory as factory
 from pivot.config import ModelConfig
-from pivot.engine import Engine, Request, SamplingParams
+from pivot.engine import ParkedEngine, Request, SamplingParams
+from pivot.engine.backends.sglang_adapter import SGLANG_PROCESS_ENV, SglangEngine
+from pivot.engine.backends.sglang_weights import LOADER, buckets, load_after_inflight
 from pivot.engine.config import EngineConfig
-from pivot.engine.sglang_adapter import SGLANG_PROCESS_ENV, SglangEngine
-from pivot.engine.sglang_weights import LOADER, buckets, load_after_inflight
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model import ModelArgs, load_state_dict
 from pivot.roles.inference import InferenceRole
@@ -312,10 +312,10 @@ def test_buckets_keep_order_and_limit() -> None:
     assert got == [["0", "1"], ["2"], ["3", "4", "5"]]  # 12 + 12 bytes fill 24; 40 bytes go alone
 
 
-def test_engine_from_pretrained_passes_the_device_index(
+def test_build_engine_passes_the_device_index(
     fake_sglang: type[FakeSglang], tiny_path: Path
 ) -> None:
-    Engine.from_pretrained(
+    factory.build_engine(
         tiny_path, EngineConfig(backend="sglang"), device="cuda:5", dtype="bfloat16"
     )
     assert (
@@ -328,7 +328,7 @@ def test_role_leader_serves_sglang_from_its_slots_first_device(
     fake_sglang: type[FakeSglang], tiny_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        inference, "group_position", lambda group: (0, 4)
+        factory, "group_position", lambda group: (0, 4)
     )  # leader of a 4-device slot
     role = InferenceRole(
         "rollout",
@@ -369,7 +369,7 @@ def test_role_leader_serves_sglang_from_its_slots_first_device(
 def test_role_follower_is_parked(
     fake_sglang: type[FakeSglang], tiny_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(inference, "group_position", lambda group: (2, 4))
+    monkeypatch.setattr(factory, "group_position", lambda group: (2, 4))
     role = InferenceRole(
         "reward",
         tiny_path,
@@ -382,7 +382,7 @@ def test_role_follower_is_parked(
     version, _ = role.shift_up(
         0, object(), lambda buffers: ({}, 3)
     )  # a parked rank's Read holds nothing
-    assert version == 3 and role.parked and fake_sglang.built == []
+    assert version == 3 and isinstance(role.engine, ParkedEngine) and fake_sglang.built == []
     assert role.step() == [] and not role.has_work() and role.checksum() == 0.0
     partials, _ = role.shift_down()
     assert list(partials) == [] and role.slot is None

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import pivot.engine.sglang_adapter as adapter
-import pivot.engine.sglang_weights as sglang_weights
+import pivot.engine.backends.sglang_adapter as adapter
+import pivot.engine.backends.sglang_weights as sglang_weights
 from pivot.engine import SamplingParams
 from tests.engine import fake_sglang
 from tests.engine.sglang_source import Source, fetch_wheel, params, returned_strings

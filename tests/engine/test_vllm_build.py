@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pivot.engine.vllm_build import cuda_devices, eos_ids, kv_bytes_per_token
+from pivot.engine.backends.vllm_build import cuda_devices, eos_ids, kv_bytes_per_token
 
 
 def test_devices_follow_the_jobs_own_numbering(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,7 +40,7 @@ def test_weight_files_of_ended_processes_are_removed(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from pivot.engine.vllm_weights import shm_file
+    from pivot.engine.backends.vllm_weights import shm_file
 
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True, check=True)  # fmt: skip
@@ -63,7 +63,7 @@ def test_the_weight_file_carries_the_checkpoints_own_names(
     from must carry the checkpoint's. The oracle is the folder's own safetensors headers."""
     from safetensors import safe_open
 
-    from pivot.engine.vllm_weights import ShmSafetensors
+    from pivot.engine.backends.vllm_weights import ShmSafetensors
     from pivot.model.hf_folder import checkpoint_names, tensor_headers
     from tests.model.fixtures.hub_layouts import write_tiny
 
@@ -88,8 +88,8 @@ def test_the_weight_file_carries_the_checkpoints_own_names(
 def test_engine_fields_of_a_replica(tmp_path: Path) -> None:
     """What Pivot asks vLLM for: graphs on CUDA unless the flag says off, the auto-fit context
     length, a per-worker KV cache, and no vision tower for a vision-language judge."""
+    from pivot.engine.backends.vllm_build import engine_kwargs
     from pivot.engine.config import EngineConfig
-    from pivot.engine.vllm_build import engine_kwargs
     from tests.model.fixtures.hub_layouts import write_tiny
 
     vl = write_tiny("Qwen3.5-122B-A10B", tmp_path / "vl", shards=1)
@@ -114,7 +114,7 @@ def test_the_free_share_is_the_least_over_the_replicas_devices(
     import sys
     from types import ModuleType, SimpleNamespace
 
-    from pivot.engine.vllm_build import free_share
+    from pivot.engine.backends.vllm_build import free_share
 
     gib = 1 << 30
     cuda_asked: list[int] = []

@@ -13,7 +13,7 @@ from pathlib import Path
 from safetensors.torch import load_file
 
 from pivot.engine import EngineConfig, Output, Request, SamplingParams
-from pivot.engine.vllm_adapter import VllmEngine
+from pivot.engine.backends.vllm_adapter import VllmEngine
 
 PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [20, 21, 22, 23, 24, 25, 26, 27]]
 NEW = 12

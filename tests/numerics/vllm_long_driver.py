@@ -18,7 +18,7 @@ from pathlib import Path
 from safetensors.torch import load_file
 
 from pivot.engine import EngineConfig, Request, SamplingParams
-from pivot.engine.vllm_adapter import VllmEngine
+from pivot.engine.backends.vllm_adapter import VllmEngine
 from tests.numerics.long_models import POSITIONS, long_prompt
 
 NEW = 24

@@ -15,7 +15,7 @@ from trainer_harness import spawn
 
 from pivot.config import EngineConfig, ModelConfig
 from pivot.dist import ClusterSpec, SlotTable, create_groups, fence_name
-from pivot.engine import AbortResult
+from pivot.engine import AbortResult, ParkedEngine
 from pivot.model import load_state_dict
 from pivot.roles.inference import InferenceRole
 from tests.engine.conftest import make_model
@@ -36,7 +36,7 @@ def _shift_down(rank: int, world: int, group: dist.ProcessGroup, folder: str) ->
     role = InferenceRole(
         "reward", Path(folder), EngineConfig(backend="vllm"), ModelConfig(), "cpu", 0
     )
-    role.engines, role.slot = {0: SlowRelease() if rank == 0 else None}, 0
+    role.engines, role.slot = {0: SlowRelease() if rank == 0 else ParkedEngine()}, 0
     dist.barrier(group=group)
     t0 = time.monotonic()
     role.shift_down(group)

@@ -22,7 +22,7 @@ Mapping to the protocol:
   abort             `tokenizer_manager.abort_request(rid)`; tokens streamed so far are kept, so
                     the partial resumes elsewhere like the embedded engine's
   load_weights      full HF-named tensors (sglang shards them under its own TP), validated
-                    against the checkpoint's tensor list, pushed (`pivot.engine.sglang_weights`)
+                    against the checkpoint's tensor list, pushed (`pivot.engine.backends.sglang_weights`)
                     in buckets of `bucket_bytes` through `staging_device` inside ONE
                     weight-update session (0.5.23 refuses `update_weights_from_tensor` outside
                     `begin_weight_update()` .. `end_weight_update()`, weight_updater.py:232-239).
@@ -68,11 +68,8 @@ from typing import Any
 
 import torch
 
-from pivot.engine.config import EngineConfig
-from pivot.engine.live_requests import LiveRequest, LiveRequests
-from pivot.engine.model_runner import validate_weights
-from pivot.engine.sequence import AbortResult, Output, Request, SamplingParams
-from pivot.engine.sglang_weights import (
+from pivot.engine.backends.live_requests import LiveRequest, LiveRequests
+from pivot.engine.backends.sglang_weights import (
     BUCKET_BYTES,
     LOADER,
     WHOLE_WEIGHTS_BY_NAME,
@@ -80,6 +77,9 @@ from pivot.engine.sglang_weights import (
     push_weights,
     whole_weights,
 )
+from pivot.engine.config import EngineConfig
+from pivot.engine.model_runner import validate_weights
+from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, SamplingParams
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model.hf_folder import text_config
 
@@ -108,7 +108,7 @@ class _Live(LiveRequest):
     task: asyncio.Task | None = None
 
 
-class SglangEngine(LiveRequests):
+class SglangEngine:
     def __init__(
         self,
         engine: Any,
@@ -129,11 +129,9 @@ class SglangEngine(LiveRequests):
         self.loop: asyncio.AbstractEventLoop = (
             getattr(engine, "loop", None) or asyncio.get_event_loop()
         )
-        self._live: dict[int, _Live] = {}
+        self.requests: LiveRequests[_Live] = LiveRequests()
         self._stale_prefixes = False  # the prefix cache holds K/V of weights since replaced
         self._version = 0
-        self._tokens_generated = 0
-        self._last_latency = 0.0
         self.tp_size, self.architectures = 1, ()  # from_pretrained fills them from the checkpoint
         self.vocab_size = 0  # from_pretrained: the model's (the profiler draws prompts below it)
         info = self._server_info()
@@ -193,8 +191,32 @@ class SglangEngine(LiveRequests):
         return info
 
     # ---- requests --------------------------------------------------------------------------
+    def add_all(self, requests: list[Request]) -> None:
+        for request in requests:
+            self.add(request)
+
+    def has_work(self) -> bool:
+        return self.requests.has_work()
+
+    def progress(self) -> dict[int, int]:
+        return self.requests.progress()
+
+    def can_admit(self, num_tokens: int) -> bool:
+        return self.requests.can_admit(num_tokens, self.max_len, self.kv_total)
+
+    def stats(self) -> EngineStats:
+        return self.requests.stats(self.kv_total, self._version)
+
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    @property
+    def graphs_capture_s(self) -> float:
+        return 0.0  # it captures its own graphs, as part of its start
+
     def add(self, request: Request) -> None:
-        if request.id in self._live:
+        if request.id in self.requests.live:
             raise ValueError(f"request {request.id}: id is already in this engine")
         if not request.prompt_ids:
             raise ValueError(f"request {request.id}: prompt_ids is empty")
@@ -208,7 +230,7 @@ class SglangEngine(LiveRequests):
         live = _Live(request, list(request.output_ids), list(request.output_logprobs))
         live.added_version = self._version
         live.task = self.loop.create_task(self._generate(live))
-        self._live[request.id] = live
+        self.requests.live[request.id] = live
 
     def _sampling(self, p: SamplingParams, done: int) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -243,7 +265,7 @@ class SglangEngine(LiveRequests):
             for lp, tok, *_ in pairs[len(pairs) - new :] if new > 0 else []:
                 live.output_ids.append(int(tok))
                 live.logprobs.append(float(lp))
-                self._tokens_generated += 1
+                self.requests.tokens_generated += 1
             reason = meta.get("finish_reason")
             if reason:
                 kind = reason.get("type") if isinstance(reason, dict) else str(reason)
@@ -253,13 +275,13 @@ class SglangEngine(LiveRequests):
 
     def step(self) -> list[Output]:
         t0 = time.perf_counter()
-        if self._live:
+        if self.requests.live:
             self.loop.run_until_complete(asyncio.sleep(self.poll_s))
         outputs = []
-        for rid, live in list(self._live.items()):
+        for rid, live in list(self.requests.live.items()):
             if live.task is not None and live.task.done() and not live.aborted:
                 live.task.result()  # surface errors
-                del self._live[rid]
+                del self.requests.live[rid]
                 starts = live.so_far().version_starts
                 outputs.append(
                     Output(
@@ -272,16 +294,16 @@ class SglangEngine(LiveRequests):
                         version_starts=starts,
                     )
                 )
-        if self._stale_prefixes and not self._live:
+        if self._stale_prefixes and not self.requests.live:
             self._wait_idle("flush the prefix cache")  # it flushes once idle (flush_wrapper.py)
             self._stale_prefixes = False
-        self._last_latency = time.perf_counter() - t0
+        self.requests.last_latency = time.perf_counter() - t0
         return outputs
 
     def abort(self, ids: Iterable[int]) -> AbortResult:
         partials, unknown = [], []
         for rid in ids:
-            live = self._live.pop(rid, None)
+            live = self.requests.live.pop(rid, None)
             if live is None:
                 unknown.append(rid)
                 continue
@@ -305,7 +327,9 @@ class SglangEngine(LiveRequests):
         by the old weights: the load waits for it, `sglang_weights.load_after_inflight`; never
         before the mark, so a request's oldest version, which the staleness bound uses, is exact)."""
         tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
-        running = [lv for lv in self._live.values() if lv.task is not None and not lv.task.done()]
+        running = [
+            lv for lv in self.requests.live.values() if lv.task is not None and not lv.task.done()
+        ]
         if not running:  # the last bucket's flush needs the in-flight batch done too
             self._wait_idle("load_weights")
         with paused(self.engine, self.loop) if running else contextlib.nullcontext():
@@ -337,7 +361,7 @@ class SglangEngine(LiveRequests):
         return whole_weights(self.engine, self.full_shapes, self.architectures, self.tp_size)
 
     def release(self) -> AbortResult:
-        partials = self.abort(list(self._live))
+        partials = self.abort(list(self.requests.live))
         self._wait_idle(
             "release"
         )  # release asserts an idle scheduler; aborted streams end before it is

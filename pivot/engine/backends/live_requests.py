@@ -1,10 +1,12 @@
 """What a production engine's adapter (vLLM, sglang) knows of the requests it has sent in: each
 one's tokens and log-probs as streamed back, and the protocol's bookkeeping over them (work,
-progress, admission against the KV capacity, stats). The engine itself holds the K/V."""
+progress, admission against the KV capacity, stats): `LiveRequests`, a part each adapter holds.
+The engine itself holds the K/V."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from pivot.engine.sequence import EngineStats, Request
 
@@ -44,42 +46,40 @@ class LiveRequest:
         )
 
 
-class LiveRequests:
-    """The protocol's bookkeeping over `_live` (id -> LiveRequest), for an adapter that sets
-    `kv_total`, `max_len` and counts `_tokens_generated`, `_last_latency` and `_version`."""
+L = TypeVar("L", bound=LiveRequest)
 
-    _live: dict[int, LiveRequest]
-    kv_total: int
-    max_len: int
-    _tokens_generated: int
-    _last_latency: float
-    _version: int
 
-    @property
-    def weights_version(self) -> int:
-        return self._version
+class LiveRequests(Generic[L]):
+    """The requests an adapter has sent in (id -> its `LiveRequest`) and the counters over them;
+    the adapter answers the protocol's work, progress, admission and stats questions from here,
+    with the KV capacity, max length and weights version it knows."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, L] = {}
+        self.tokens_generated = 0
+        self.last_latency = 0.0
 
     def has_work(self) -> bool:
-        return bool(self._live)
+        return bool(self.live)
 
     def progress(self) -> dict[int, int]:
         """Tokens generated so far by each running request (as streamed back so far)."""
-        return {rid: len(live.output_ids) for rid, live in self._live.items()}
+        return {rid: len(live.output_ids) for rid, live in self.live.items()}
 
-    def _n_tok(self) -> int:
-        return sum(len(lv.request.prompt_ids) + len(lv.output_ids) for lv in self._live.values())
+    def n_tok(self) -> int:
+        return sum(len(lv.request.prompt_ids) + len(lv.output_ids) for lv in self.live.values())
 
-    def can_admit(self, num_tokens: int) -> bool:
-        return num_tokens < self.max_len and self._n_tok() + num_tokens <= self.kv_total
+    def can_admit(self, num_tokens: int, max_len: int, kv_total: int) -> bool:
+        return num_tokens < max_len and self.n_tok() + num_tokens <= kv_total
 
-    def stats(self) -> EngineStats:
-        n_tok = self._n_tok()
+    def stats(self, kv_total: int, version: int) -> EngineStats:
+        n_tok = self.n_tok()
         return EngineStats(
-            n_seq=len(self._live),
+            n_seq=len(self.live),
             n_tok=n_tok,
-            kv_free_tokens=max(self.kv_total - n_tok, 0),
-            kv_total_tokens=self.kv_total,
-            tokens_generated=self._tokens_generated,
-            last_step_latency_s=self._last_latency,
-            weights_version=self._version,
+            kv_free_tokens=max(kv_total - n_tok, 0),
+            kv_total_tokens=kv_total,
+            tokens_generated=self.tokens_generated,
+            last_step_latency_s=self.last_latency,
+            weights_version=version,
         )

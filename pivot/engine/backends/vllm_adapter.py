@@ -28,7 +28,7 @@ Mapping to the protocol:
                a tokenizer), the token kept, as the embedded engine keeps it.
   load_weights the policy update in flight: `sleep(level=0, mode="keep")` pauses scheduling
                with every request and its K/V kept, the workers reload from the shm file the
-               Read filled (`pivot.engine.vllm_weights`), `set_weight_version`, then
+               Read filled (`pivot.engine.backends.vllm_weights`), `set_weight_version`, then
                `wake_up(["scheduling"])`: no abort, no re-prefill (v1/engine/core.py:921-957).
   versions     vLLM records which weight version made each output token
                (`CompletionOutput.weight_versions`); an Output's `weights_version` is the oldest
@@ -53,12 +53,12 @@ from typing import Any
 
 import torch
 
+from pivot.engine.backends.live_requests import LiveRequest, LiveRequests
+from pivot.engine.backends.vllm_build import engine_builder, eos_ids
+from pivot.engine.backends.vllm_weights import ShmSafetensors, shm_file
 from pivot.engine.config import EngineConfig
-from pivot.engine.live_requests import LiveRequest, LiveRequests
 from pivot.engine.model_runner import validate_weights
-from pivot.engine.sequence import AbortResult, Output, Request
-from pivot.engine.vllm_build import engine_builder, eos_ids
-from pivot.engine.vllm_weights import ShmSafetensors, shm_file
+from pivot.engine.sequence import AbortResult, EngineStats, Output, Request
 from pivot.gps.torch_specs import TORCH_DTYPES, specs_from_checkpoint
 from pivot.model.hf_folder import checkpoint_names, text_config
 
@@ -72,7 +72,7 @@ class _Live(LiveRequest):
     abort never receives an output the core made for the aborted one."""
 
 
-class VllmEngine(LiveRequests):
+class VllmEngine:
     def __init__(
         self,
         build: Any,
@@ -87,11 +87,9 @@ class VllmEngine(LiveRequests):
         self._build, self.config, self.full_shapes = build, config, full_shapes
         self.vocab_size = 0  # from_pretrained: the model's (the profiler draws prompts below it)
         self.weights, self.eos, self.on_cuda = weights, eos, on_cuda
-        self._live: dict[int, _Live] = {}
+        self.requests: LiveRequests[_Live] = LiveRequests()
         self._adds = 0
         self._version = 0
-        self._tokens_generated = 0
-        self._last_latency = 0.0
         self.last_build_s = 0.0
         self.engine: Any = None
         self._start()
@@ -155,12 +153,36 @@ class VllmEngine(LiveRequests):
         return out
 
     # ---- requests --------------------------------------------------------------------------
+    def add_all(self, requests: list[Request]) -> None:
+        for request in requests:
+            self.add(request)
+
+    def has_work(self) -> bool:
+        return self.requests.has_work()
+
+    def progress(self) -> dict[int, int]:
+        return self.requests.progress()
+
+    def can_admit(self, num_tokens: int) -> bool:
+        return self.requests.can_admit(num_tokens, self.max_len, self.kv_total)
+
+    def stats(self) -> EngineStats:
+        return self.requests.stats(self.kv_total, self._version)
+
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    @property
+    def graphs_capture_s(self) -> float:
+        return 0.0  # it captures its own graphs, as part of its start
+
     def add(self, request: Request) -> None:
         from vllm import SamplingParams as VllmParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        if request.id in self._live:
+        if request.id in self.requests.live:
             raise ValueError(f"request {request.id}: id is already in this engine")
         if not request.prompt_ids:
             raise ValueError(f"request {request.id}: prompt_ids is empty")
@@ -196,7 +218,7 @@ class VllmEngine(LiveRequests):
         self._adds += 1
         key = f"{request.id}.{self._adds}"
         self.engine.add_request(key, prompt, params)
-        self._live[request.id] = _Live(
+        self.requests.live[request.id] = _Live(
             request,
             list(request.output_ids),
             list(request.output_logprobs),
@@ -205,22 +227,22 @@ class VllmEngine(LiveRequests):
         )
 
     def step(self) -> list[Output]:
-        if not self._live:  # an idle core never answers: step() would block
+        if not self.requests.live:  # an idle core never answers: step() would block
             return []
         t0 = time.perf_counter()
         outputs = []
         for out in self.engine.step():
-            live = self._live.get(int(out.request_id.split(".")[0]))
+            live = self.requests.live.get(int(out.request_id.split(".")[0]))
             if live is None or live.key != out.request_id:  # aborted after the core made it
                 continue
             co = out.outputs[0]
             for tok, lp in zip(co.token_ids, co.logprobs or []):
                 live.output_ids.append(int(tok))
                 live.logprobs.append(float(lp[tok].logprob))
-            self._tokens_generated += len(co.token_ids)
+            self.requests.tokens_generated += len(co.token_ids)
             if not out.finished:
                 continue
-            del self._live[live.request.id]
+            del self.requests.live[live.request.id]
             done = len(live.request.output_ids)  # a resumed partial's tokens came before
             spans = list(live.request.version_starts) + [
                 (int(s.version), done + s.start)
@@ -238,13 +260,13 @@ class VllmEngine(LiveRequests):
                     version_starts=spans,
                 )
             )
-        self._last_latency = time.perf_counter() - t0
+        self.requests.last_latency = time.perf_counter() - t0
         return outputs
 
     def abort(self, ids: Iterable[int]) -> AbortResult:
         partials, unknown = [], []
         for rid in ids:
-            live = self._live.pop(rid, None)
+            live = self.requests.live.pop(rid, None)
             if live is None:
                 unknown.append(rid)
                 continue
@@ -270,7 +292,7 @@ class VllmEngine(LiveRequests):
         the repair is needed."""
         tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
         self.weights.fill(tensors)
-        running = bool(self._live)
+        running = bool(self.requests.live)
         if running:
             self.engine.sleep(level=0, mode="keep")  # returns once the core's step is done
         self.engine.collective_rpc(
@@ -291,7 +313,7 @@ class VllmEngine(LiveRequests):
         )
 
     def release(self) -> AbortResult:
-        partials = self.abort(list(self._live))
+        partials = self.abort(list(self.requests.live))
         if self.on_cuda:
             self.engine.sleep(level=2)
         else:

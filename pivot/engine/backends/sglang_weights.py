@@ -1,5 +1,5 @@
 """Weights into and out of an in-process `sglang.Engine` 0.5.23 (GPU only; used by
-`pivot.engine.sglang_adapter`, whose tests drive it through the fake `sglang`).
+`pivot.engine.backends.sglang_adapter`, whose tests drive it through the fake `sglang`).
 
 In: a weight update is ONE session, `begin_weight_update()` .. `end_weight_update()`, because
 0.5.23 refuses `update_weights_from_tensor` outside one (weight_updater.py:232-239) and refuses a
@@ -30,7 +30,7 @@ WHOLE_WEIGHTS_BY_NAME = frozenset({"LlamaForCausalLM", "MistralForCausalLM"})
 (models/llama.py:819; Qwen2/Qwen3/Qwen3-MoE/GLM-4 have none and answer None,
 weight_exporter.py:169-188). Even these return the local TP shard of q/k/v, gate/up and the
 embedding (llama.py:837-870), so only TP 1 gives whole tensors."""
-LOADER = "pivot.engine.sglang_weights.load_after_inflight"
+LOADER = "pivot.engine.backends.sglang_weights.load_after_inflight"
 """What every bucket names as its `load_format`, and the engine registers as its
 `custom_weight_loader` (a load format sglang does not know is refused: model_runner_components/
 weight_updater.py:374-380); sglang imports it in each scheduler process by this path

@@ -107,7 +107,7 @@ def engine_kwargs(
         # a vision-language checkpoint (Qwen3.5) serves text only: vLLM then builds no vision
         # tower and reserves no encoder cache (models/interfaces.py:339-380)
         language_model_only="vision_config" in json.loads((path / "config.json").read_text()),
-        worker_extension_cls="pivot.engine.vllm_weights.PivotWorkerExtension",
+        worker_extension_cls="pivot.engine.backends.vllm_weights.PivotWorkerExtension",
     )
     if config.block_size:
         kwargs["block_size"] = config.block_size
