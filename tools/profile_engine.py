@@ -32,7 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pivot.engine import EngineConfig  # noqa: E402
+from pivot.engine import EngineConfig, capabilities  # noqa: E402
 from pivot.engine.factory import build_engine  # noqa: E402
 from pivot.engine.profiler import grid_fits, profile_engine  # noqa: E402
 from pivot.sched.profile import TINY_PROFILE, ReplicaShape, hardware_name  # noqa: E402
@@ -73,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--backend", choices=("embedded", "vllm", "sglang"), default="embedded")
     ap.add_argument("--tp", type=int, default=1, help="TP size (vllm and sglang only)")
     a = ap.parse_args(argv)
-    if a.tp != 1 and a.backend == "embedded":
+    if a.tp != 1 and not capabilities(a.backend).owns_processes:
         ap.error("--tp: the embedded engine is profiled at TP 1 (a TP group needs the job's ranks)")
     if a.tiny:
         a.role = a.tiny
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = EngineConfig(
         backend=a.backend,
         kv_capacity_tokens=cap
-        + (max(seqs) * 256 if a.backend != "embedded" else 0),  # 128-token blocks
+        + (max(seqs) * 256 if capabilities(a.backend).owns_processes else 0),  # 128-token blocks
         max_running_seqs=max(seqs),
         max_prefill_tokens=4096,
     )

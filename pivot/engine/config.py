@@ -2,7 +2,7 @@
 `pivot/config.py`, which imports it from here).
 
 Parameter dtype and the attention kernel come from `ModelConfig` (`dtype`, `attention`) and are
-passed to `Engine.from_pretrained` as keyword arguments.
+passed to `pivot.engine.factory.build_engine` as keyword arguments.
 """
 
 from __future__ import annotations

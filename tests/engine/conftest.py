@@ -1,13 +1,25 @@
-"""Tiny random models for the engine tests, built on the fly."""
+"""Tiny random models for the engine tests, built on the fly; the sglang stand-in installed as
+`sglang` (`fake_sglang`); one run of the vLLM driver per session (`vllm_record`: starting a
+vLLM engine takes over a minute on CPU), read by the conformance suite and tests/engine/test_vllm.py."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
 from pivot.model import CausalLM, ModelArgs, save_pretrained
+from tests.conftest import ROOT
+from tests.engine import fake_sglang as fake_module
+from tests.engine.fake_sglang import FakeSglang
+
+TOKENIZER = ROOT / "pivot" / "tiny" / "weights" / "tokenizer.json"
 
 EOS = 1
 
@@ -68,3 +80,80 @@ def run_all(engine, max_steps: int = 10_000) -> dict:
         for o in engine.step():
             outs[o.id] = o
     raise AssertionError("engine did not finish")
+
+
+@pytest.fixture
+def fake_sglang(monkeypatch: pytest.MonkeyPatch) -> type[FakeSglang]:
+    """`import sglang` finds the stand-in (tests/engine/fake_sglang.py) for this test."""
+    module = ModuleType("sglang")
+    module.Engine = FakeSglang
+    monkeypatch.setitem(sys.modules, "sglang", module)
+    io_struct = ModuleType("sglang.srt.managers.io_struct")
+    io_struct.PauseGenerationReqInput = fake_module.PauseGenerationReqInput
+    io_struct.ContinueGenerationReqInput = fake_module.ContinueGenerationReqInput
+    for name in ("sglang.srt", "sglang.srt.managers"):
+        monkeypatch.setitem(sys.modules, name, ModuleType(name))
+    monkeypatch.setitem(sys.modules, "sglang.srt.managers.io_struct", io_struct)
+    monkeypatch.setattr(FakeSglang, "built", [])
+    monkeypatch.setattr(FakeSglang, "has_weights_by_name", True)
+    return FakeSglang
+
+
+def tiny_model(path: Path, seed: int, tied: bool = True, base: Path | None = None) -> Path:
+    """A random Qwen2-family model vLLM's CPU attention takes (head_dim 32); with `base`, that
+    model's weights moved far enough that greedy tokens change."""
+    args = ModelArgs(
+        family="qwen2",
+        vocab_size=284,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=1024,
+        tie_word_embeddings=tied,
+        attention_bias=True,
+    )
+    torch.manual_seed(seed)
+    model = CausalLM(args)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.2)
+        if base is not None:
+            old = CausalLM(args)
+            old.load_state_dict(torch.load(base / "state.pt"), strict=False)
+            for p, q in zip(model.parameters(), old.parameters()):
+                p.copy_(q + 0.5 * p)
+    save_pretrained(model, path, TOKENIZER)
+    torch.save(model.state_dict(), path / "state.pt")
+    return path
+
+
+def run_driver(python: Path, script: str, *args: str, timeout: float = 900) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [str(python), str(ROOT / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def vllm_weights(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two weights of one vLLM-shaped model, the second far enough that greedy tokens change."""
+    root = tmp_path_factory.mktemp("vllm_models")
+    w0 = tiny_model(root / "w0", seed=0)
+    return w0, tiny_model(root / "w1", seed=1, base=w0)
+
+
+@pytest.fixture(scope="session")
+def vllm_record(vllm_python: Path, vllm_weights: tuple[Path, Path]) -> dict:
+    """What tests/engine/vllm_driver.py saw vLLM's CPU build do, once per session."""
+    w0, w1 = vllm_weights
+    return run_driver(vllm_python, "tests/engine/vllm_driver.py", str(w0), str(w1))

@@ -28,13 +28,14 @@ tests/engine/test_sglang_contract.py checks the signatures used here against the
   weight calls skip the model-update lock, so they do not wait for running streams
   (tokenizer_control_mixin.py:470-483, 580-586), and a new request waits for the continue
   (tokenizer_manager.py:938-939). Tokens depend on the weights: each closed weight-update
-  session shifts every later token by `EPOCH_SHIFT`, running streams included;
+  session that changed them shifts every later token by `EPOCH_SHIFT`, running streams
+  included (the same weights loaded again, e.g. after a release, change nothing);
 - `async_generate(..., cache_salt=)` (entrypoints/engine.py:600): recorded per rid;
 - `tokenizer_manager.abort_request(rid=...)` (tokenizer_manager.py:2241); a request the
   scheduler has finished is forgotten before its last chunk reaches the stream
   (`del self.rid_to_state[rid]` at tokenizer_manager.py:2774, the chunk queued at 2779), and an
   abort of a forgotten rid is dropped (2246-2253): `delivery_s` models that last chunk's way.
-Generation: streams token (prompt length + i + EPOCH_SHIFT * sessions) % 50 with log-prob -i, one
+Generation: streams token (prompt length + i + EPOCH_SHIFT * epoch) % 50 with log-prob -i, one
 per 1 ms, cumulatively.
 """
 
@@ -101,7 +102,8 @@ class FakeSglang:
         self.streams = 0
         self.busy_until = 0.0
         self.paused = False
-        self.epoch = 0  # weight-update sessions closed so far
+        self.epoch = 0  # weight-update sessions closed so far that changed the weights
+        self.changed = False  # the open session's updates changed a weight
         self.salts: dict[str, str | None] = {}
         self.flushes = 0
         self.tokenizer_manager = self
@@ -203,7 +205,7 @@ class FakeSglang:
         self._wait_streams()
         if self.session:
             return self._reply("begin", False, SESSION_OPEN)
-        self.session = True
+        self.session, self.changed = True, False
         return self._reply("begin", True, "Success")
 
     def end_weight_update(self) -> tuple[bool, str]:
@@ -211,7 +213,7 @@ class FakeSglang:
         if not self.session:
             return self._reply("end", False, NO_SESSION)
         self.session = False
-        self.epoch += 1
+        self.epoch += self.changed
         return self._reply("end", True, "Success")
 
     def update_weights_from_tensor(
@@ -226,7 +228,11 @@ class FakeSglang:
             raise NotImplementedError(f"Unknown load_format={load_format}")
         self.load_formats.append(load_format)
         self.updates.append(([n for n, _ in named_tensors], flush_cache))
-        self.weights.update({n: t.clone() for n, t in named_tensors})
+        for n, t in named_tensors:
+            self.changed = (
+                self.changed or n not in self.weights or not torch.equal(self.weights[n], t)
+            )
+            self.weights[n] = t.clone()
         if flush_cache and not self.idle():
             return self._reply("update", False, FLUSH_REFUSED)
         return self._reply("update", True, "Success")

@@ -1,4 +1,5 @@
-"""The sglang backend on CPU: the adapter's protocol mapping and the role's process model,
+"""The sglang backend on CPU: what is sglang's own in the adapter's mapping (the protocol itself is
+held by test_conformance.py) and the role's process model,
 against a fake `sglang` module (in sys.modules) that models sglang 0.5.23's weight-update
 session, refusals and idle rules as its source does (tests/engine/fake_sglang.py says where each
 comes from; tests/engine/test_sglang_contract.py checks the calls against that source). Nothing
@@ -12,7 +13,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
@@ -32,29 +32,18 @@ from tests.engine.fake_sglang import FakeSglang
 from tests.engine.hf_models import save_hf_model
 
 
-@pytest.fixture
-def fake_sglang(monkeypatch: pytest.MonkeyPatch) -> type[FakeSglang]:
-    module = ModuleType("sglang")
-    module.Engine = FakeSglang
-    monkeypatch.setitem(sys.modules, "sglang", module)
-    io_struct = ModuleType("sglang.srt.managers.io_struct")
-    io_struct.PauseGenerationReqInput = fake_module.PauseGenerationReqInput
-    io_struct.ContinueGenerationReqInput = fake_module.ContinueGenerationReqInput
-    for name in ("sglang.srt", "sglang.srt.managers"):
-        monkeypatch.setitem(sys.modules, name, ModuleType(name))
-    monkeypatch.setitem(sys.modules, "sglang.srt.managers.io_struct", io_struct)
-    monkeypatch.setattr(FakeSglang, "built", [])
-    monkeypatch.setattr(FakeSglang, "has_weights_by_name", True)
-    return FakeSglang
-
-
 def gps_read(folder: Path, version: int):
     """A GPS Read's stand-in: the checkpoint's tensors, whole."""
     state = load_state_dict(folder)
     return lambda buffers: (dict(state), version)
 
 
-def test_adapter_protocol(fake_sglang: type[FakeSglang], tiny_path: Path) -> None:
+def test_adapter_starts_sglang_and_streams_its_tokens(
+    fake_sglang: type[FakeSglang], tiny_path: Path
+) -> None:
+    """What the conformance suite (test_conformance.py) leaves to sglang: the server arguments,
+    the capacity sglang reports, tokens and log-probs as streamed, an abort sent to sglang's
+    tokenizer manager, every weight pushed once by its checkpoint name."""
     eng = SglangEngine.from_pretrained(tiny_path, EngineConfig(kv_capacity_tokens=4096))
     fake = fake_sglang.built[0]
     assert fake.kwargs["load_format"] == "dummy" and fake.kwargs["max_total_tokens"] == 4096
@@ -64,25 +53,13 @@ def test_adapter_protocol(fake_sglang: type[FakeSglang], tiny_path: Path) -> Non
     outs = []
     while not outs:
         outs = eng.step()
-    assert (
-        outs[0].id == 1 and outs[0].output_ids == [3, 4, 5, 6] and outs[0].finish_reason == "length"
-    )
+    assert outs[0].id == 1 and outs[0].output_ids == [3, 4, 5, 6]
     assert outs[0].output_logprobs == [0.0, -1.0, -2.0, -3.0]
-    assert eng.progress()[2] >= 1
-    parts = eng.abort([2, 9])
-    assert (
-        parts.unknown_ids == [9] and len(parts[0].output_ids) == len(parts[0].output_logprobs) >= 1
-    )
-    assert parts[0].output_ids == [
-        (10 + i) % 50 for i in range(len(parts[0].output_ids))
-    ]  # the tokens streamed
-    assert fake.ever_aborted == {"2"} and not eng.has_work()
-    with pytest.raises(ValueError, match="exceed"):
-        eng.add(Request(3, [1] * 300, SamplingParams()))
-    with pytest.raises(ValueError, match="missing"):
-        eng.load_weights({"model.norm.weight": torch.ones(64)}, version=1)
+    (part,) = eng.abort([2])
+    assert part.output_ids == [(10 + i) % 50 for i in range(len(part.output_ids))]  # streamed
+    assert fake.ever_aborted == {"2"}
     eng.load_weights(load_state_dict(tiny_path), version=4)
-    assert eng.weights_version == 4 and set(fake.updates[-1][0]) <= set(eng.full_shapes)
+    assert set(fake.updates[-1][0]) <= set(eng.full_shapes)
     assert sum(len(names) for names, _ in fake.updates) == len(eng.full_shapes)
 
 

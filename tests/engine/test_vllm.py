@@ -1,71 +1,24 @@
 """vLLM (its CPU build, run for real) behind Pivot's engine protocol, held against transformers.
 
 The engine runs in its own venv (tools/vllm_venv.py, built under .cache/ on first use, about
-1.5 minutes); tests/engine/vllm_driver.py drives `VllmEngine` there and reports, and the oracles
-here are transformers' own forward passes over the same weights: greedy parity, an abort resumed
-on another replica, a shift down and up with requests running, and a policy update in flight
-whose tokens after the switch follow the new weights over the K/V the old ones computed."""
+1.5 minutes); tests/engine/vllm_driver.py drives one `VllmEngine` there through the conformance
+scenario (held to the protocol's rules by test_conformance.py, from the same run: the
+`vllm_record` fixture) and reports, and the oracles here are transformers' own forward passes
+over the same weights: greedy parity, and a policy update in flight whose tokens after the
+switch follow the new weights over the K/V the old ones computed."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from pivot.model import CausalLM, ModelArgs, save_pretrained
 from tests.conftest import ROOT
+from tests.engine.conformance import NEW, PROMPTS, UPDATED
 
 pytestmark = pytest.mark.slow
-TOKENIZER = ROOT / "pivot" / "tiny" / "weights" / "tokenizer.json"
-
-
-def tiny_model(path: Path, seed: int, tied: bool = True, base: Path | None = None) -> Path:
-    """A random Qwen2-family model vLLM's CPU attention takes (head_dim 32); with `base`, that
-    model's weights moved far enough that greedy tokens change."""
-    args = ModelArgs(
-        family="qwen2",
-        vocab_size=284,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=1024,
-        tie_word_embeddings=tied,
-        attention_bias=True,
-    )
-    torch.manual_seed(seed)
-    model = CausalLM(args)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(std=0.2)
-        if base is not None:
-            old = CausalLM(args)
-            old.load_state_dict(torch.load(base / "state.pt"), strict=False)
-            for p, q in zip(model.parameters(), old.parameters()):
-                p.copy_(q + 0.5 * p)
-    save_pretrained(model, path, TOKENIZER)
-    torch.save(model.state_dict(), path / "state.pt")
-    return path
-
-
-def run_driver(python: Path, script: str, *args: str, timeout: float = 900) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [str(python), str(ROOT / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def hf(path: Path):
@@ -97,46 +50,35 @@ def updated_in_flight(old, new, ids: list[int], made: list[int], k: int, n: int)
     return toks
 
 
-def test_vllm_behind_the_engine_protocol(tmp_path: Path, vllm_python: Path) -> None:
-    w0 = tiny_model(tmp_path / "w0", seed=0)
-    w1 = tiny_model(tmp_path / "w1", seed=1, base=w0)
-    got = run_driver(vllm_python, "tests/engine/vllm_driver.py", str(w0), str(w1))
-    old, new = hf(w0), hf(w1)
-    from tests.engine.vllm_driver import NEW, PROMPTS
-
+def test_vllm_matches_transformers(vllm_record: dict, vllm_weights: tuple[Path, Path]) -> None:
+    """The conformance scenario's vLLM run (test_conformance.py holds it to the protocol's
+    rules) against transformers: its greedy runs, and its in-flight update, old weights up to
+    the switch and the new ones after it over the kept K/V; seeded sampling reproduces."""
+    got, r = vllm_record, vllm_record["conformance"]
+    old, new = (hf(w) for w in vllm_weights)
     want = {i: greedy(old, PROMPTS[i], NEW) for i in range(3)}
     for i in range(3):  # greedy tokens equal, log-probs close
-        out = got["parity"][str(i)]
+        out = r["reference"][str(i)]
         assert out["ids"] == want[i][0], f"prompt {i}"
         assert max(abs(a - b) for a, b in zip(out["logprobs"], want[i][1])) < 1e-3
-        assert out["reason"] == "length" and out["version"] == 0
     seeded = got["seeded"]
     assert seeded["40"] == seeded["41"] != seeded["42"]
-    # abort after some tokens, resumed on the other replica: the uninterrupted tokens
-    assert 4 <= got["abort_at"] < NEW
-    assert got["resumed"]["ids"] == want[10 % 3][0]
-    assert len(got["resumed"]["logprobs"]) == NEW
-    # shift down with two requests running, up again: nothing lost, nothing changed
-    assert sorted(got["released_at"]) == ["20", "21"] and min(got["released_at"].values()) >= 3
-    for rid in ("20", "21"):
-        assert got["shifted"][rid]["ids"] == want[int(rid) % 3][0], rid
-    # in flight: old weights up to the switch, the new ones after it over the kept K/V
-    for repair in (True, False):
-        out = got[f"updated_repair_{repair}"]
-        prompt = PROMPTS[(30 if repair else 31) % 3]
+    for out, rid, repair in ((r["updated"], 30, True), (got["updated_unrepaired"], 32, False)):
+        prompt = PROMPTS[rid % 3]
         (v0, s0), (v1, k) = out["starts"]
-        assert (v0, s0, v1) == (0, 0, 1) and 4 <= k < 16 and out["version"] == 0
+        assert (v0, s0, v1) == (0, 0, 1) and 4 <= k < UPDATED and out["version"] == 0
         assert out["ids"][:k] == greedy(old, prompt, k)[0]
-        expected = updated_in_flight(old, new, prompt, out["ids"], k, 16)
-        assert expected != greedy(old, prompt, 16)[0][k:]  # the update changes the tokens
+        expected = updated_in_flight(old, new, prompt, out["ids"], k, UPDATED)
+        assert expected != greedy(old, prompt, UPDATED)[0][k:]  # the update changes the tokens
         if repair:
             assert out["ids"][k:] == expected
         else:  # vLLM 0.32's stale packed lm_head: neither version's tokens
             assert out["ids"][k:] != expected
+    seconds = r["seconds"]
     print(
-        f"vllm: build {got['build_s']:.1f} s, release {got['release_s']:.2f} s, "
-        f"resume (rebuild) {got['resume_s']:.1f} s, reload {got['load_s']:.3f} s, "
-        f"in-flight update {got['update_s']:.3f} s"
+        f"vllm: build {got['build_s']:.1f} s, release {seconds['release']:.2f} s, "
+        f"resume (rebuild) {seconds['resume']:.1f} s, reload {seconds['load']:.3f} s, "
+        f"in-flight update {seconds['update']:.3f} s"
     )
 
 

