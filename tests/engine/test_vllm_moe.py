@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.engine.test_vllm import run_driver
+from tests.engine.conftest import run_driver
 from tests.model.fixtures.hub_layouts import write_tiny
 
 pytestmark = pytest.mark.slow

@@ -27,7 +27,7 @@ from unittest import mock
 import pytest
 import torch
 
-from tests.engine.test_vllm import run_driver
+from tests.engine.conftest import run_driver
 
 transformers = pytest.importorskip("transformers")
 from tests.numerics import long_models  # noqa: E402 (needs transformers)
