@@ -72,7 +72,7 @@ def run_batch(engine: Any, batch: int, new: int, vocab: int) -> tuple[float, flo
 
 
 def build(kind: str, folder: Path, batch: int, new: int, a: argparse.Namespace) -> Any:
-    from pivot.engine import Engine, EngineConfig
+    from pivot.engine import EngineConfig, build_engine
     from pivot.model import load_state_dict
 
     cfg = EngineConfig(
@@ -81,7 +81,7 @@ def build(kind: str, folder: Path, batch: int, new: int, a: argparse.Namespace) 
         max_running_seqs=batch,
         max_prefill_tokens=2048,
     )
-    engine = Engine.from_pretrained(folder, cfg, dtype=a.dtype, device=a.device)
+    engine = build_engine(folder, cfg, dtype=a.dtype, device=a.device)
     if kind == "vllm":  # started on dummy weights, as in a job: the folder's, in Pivot's names
         engine.load_weights(load_state_dict(folder), version=0)
     return engine
