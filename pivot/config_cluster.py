@@ -39,7 +39,7 @@ class ClusterConfig:
     """GPS Reads come from the reader's own host wherever it holds the slice (replication-first);
     False spreads them over every host's copy by estimated latency."""
     heartbeat_timeout_s: float = 10.0
-    """A rank whose heartbeat (one a second, pivot/runtime/liveness.py) stops for this long is
+    """A rank whose heartbeat (one a second, pivot/runtime/job/liveness.py) stops for this long is
     declared dead: the job ends with one line naming it, so torchrun restarts it; 0 = off."""
 
     def __post_init__(self) -> None:

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         from pivot.memory.report import dry_run
 
         return dry_run(cfg)
-    from pivot.runtime.launch import run
+    from pivot.runtime.job.launch import run
 
     backend = None
     if (
@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(cfg, backend)
     except KeyboardInterrupt:  # Ctrl-C reaches every rank: one line from rank 0, no tracebacks
         if os.environ.get("RANK", "0") == "0":
-            from pivot.runtime.checkpoint import Checkpointer
-            from pivot.runtime.launch import resume_hint, tell
+            from pivot.runtime.job.launch import resume_hint, tell
+            from pivot.runtime.records.checkpoint import Checkpointer
 
             tell(f"\npivot: interrupted.\n{resume_hint(Checkpointer(cfg))}")
         return 130

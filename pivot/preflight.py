@@ -6,7 +6,7 @@ ConfigError does; pivot/main.py prints them from rank 0 and exits 2 (pivot/bad_i
 
 Each check reads little (a dataset's first rows, safetensors headers), so a 17K-row parquet or a
 72B checkpoint costs well under a second. The runtime checks again after the process group is
-up (pivot/runtime/launch.py), against what it really loads: a resumed checkpoint's policy.
+up (pivot/runtime/job/launch.py), against what it really loads: a resumed checkpoint's policy.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pivot.config import ConfigError, DataConfig, PivotConfig, RewardConfig
-from pivot.runtime.latest import RUNS  # where a run without --log.dir gets its folder
+from pivot.runtime.records.latest import RUNS  # where a run without --log.dir gets its folder
 
 HEAD_ROWS = 16
 """Rows read from the top of a dataset. The run skips (and counts) bad rows, so the check asks

@@ -2,7 +2,7 @@
 
 old: pickled dataclasses over zmq ROUTER/DEALER (Pivot before docs/security.md; rebuilt here as
      the reference: pickle.dumps / pickle.loads, the rank as zmq identity)
-new: pivot/runtime/control_plane.py's endpoints: typed MessagePack (msgspec), HMAC-SHA256 tag, sequence check
+new: pivot/runtime/control/control_plane.py's endpoints: typed MessagePack (msgspec), HMAC-SHA256 tag, sequence check
 
 Both ends live in this process on loopback, so every number includes both sides' CPU.
 Measured: round trips (controller -> worker AbortSequences, worker -> controller Stats), and
@@ -31,8 +31,8 @@ import zmq  # noqa: E402
 from pivot.dist import ClusterSpec  # noqa: E402
 from pivot.engine.sequence import EngineStats, Output  # noqa: E402
 from pivot.rl.batch import TrainBatch  # noqa: E402
-from pivot.runtime import messages as m  # noqa: E402
-from pivot.runtime.control_plane import ControllerEndpoint, WorkerEndpoint  # noqa: E402
+from pivot.runtime.control import messages as m  # noqa: E402
+from pivot.runtime.control.control_plane import ControllerEndpoint, WorkerEndpoint  # noqa: E402
 
 
 class PickleController:
@@ -165,7 +165,7 @@ def codec_only(path: str, msg: object, n: int) -> float:
         for _ in range(n):
             pickle.loads(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
         return (time.perf_counter() - t0) / n
-    from pivot.runtime import frames
+    from pivot.runtime.control import frames
 
     key = frames.session_key(b"bench-control-secret-0123456789", bytes(16))
     sealer, opener = (

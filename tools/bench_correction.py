@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from pivot.rl.evaluation import learned
-from pivot.runtime.metrics import read_rows
+from pivot.runtime.records.metrics import read_rows
 from tools.bench_learning import plot, run
 
 VARIANTS = {

@@ -19,7 +19,7 @@ from pivot.config import PivotConfig
 from pivot.emulate import PromptShape, emulated_workload, paper_config, read_tallies, runtime_config
 from pivot.emulate.costs import BLOCK_SIZE, emulated_hardware
 from pivot.emulate.measure import EmulatedRun, measure
-from pivot.runtime.metrics import read_jsonl
+from pivot.runtime.records.metrics import read_jsonl
 from pivot.sim import SimOptions
 from pivot.sim.window import Window, aligned_window, is_aligned
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from torchrun_job import torchrun_main
 
 from pivot.rl.evaluation import LEARNED_SE, learned
-from pivot.runtime.metrics import read_rows
+from pivot.runtime.records.metrics import read_rows
 
 MODES = ("pivot", "colocated", "disaggregated", "rr_colocated")
 REFERENCE = "pivot"

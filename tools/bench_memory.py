@@ -52,7 +52,7 @@ from pivot.model.sliced_load import iter_boxes  # noqa: E402
 from pivot.model.tp_plan import fsdp_range, tp_split  # noqa: E402
 from pivot.roles.inference import InferenceRole  # noqa: E402
 from pivot.roles.trainer import Trainer  # noqa: E402
-from pivot.runtime.weights import WeightService  # noqa: E402
+from pivot.runtime.weights.service import WeightService  # noqa: E402
 
 SHAPE = dict(hidden=1024, intermediate=4096, heads=16, kv_heads=4, head_dim=64, vocab=32768)
 SMOKE_SHAPE = dict(

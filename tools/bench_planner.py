@@ -17,7 +17,7 @@ that count, coarse-to-fine search over k beyond).
 Scenario: by default the planner sees the state a live scheduler holds (`drained`: each
 role's queue dispatched first, so only what no up replica can take waits; at 1024 devices and
 more nothing waits, and step 4's cost is the migration's abort/re-dispatch loop). That is the
-only state the runtime plans on: pivot/runtime/controller.py `tick()` calls `sched.dispatch()`
+only state the runtime plans on: pivot/runtime/control/controller.py `tick()` calls `sched.dispatch()`
 for both roles and then `mode.plan()`. --undrained keeps the whole queue waiting (a stress
 case the runtime never produces: every candidate's dispatch places thousands of sequences).
 

@@ -17,7 +17,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pivot.runtime.metrics import read_jsonl  # noqa: E402
+from pivot.runtime.records.metrics import read_jsonl  # noqa: E402
 
 ROLES = ("rollout", "reward", "train")
 COLORS = {"rollout": "#4C72B0", "reward": "#DD8452", "train": "#55A868", "overall": "#333333"}

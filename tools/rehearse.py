@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from configs.presets import PAPER_WORLD, get_preset  # noqa: E402
-from pivot.runtime.audit import exactly_once  # noqa: E402
+from pivot.runtime.records.audit import exactly_once  # noqa: E402
 from tests.model.fixtures.hub_layouts import (  # noqa: E402
     EOS_TOKENS,
     MODELS,

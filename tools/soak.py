@@ -7,11 +7,11 @@ continues from the newest complete checkpoint (`--checkpoint.resume auto`).
 A kill waits until the running attempt has committed a checkpoint of its own (so every attempt
 makes progress) and then a random gap; the victim is a random worker among the torchrun agent's
 children. Once the job ends, the run's own records are checked over every attempt
-(pivot/runtime/audit.py): every prompt of every step has exactly G responses, each judged once
+(pivot/runtime/records/audit.py): every prompt of every step has exactly G responses, each judged once
 and trained once; steps and checkpoints contiguous, each attempt resumed from the newest
 complete checkpoint; every shift up's weights equal the GPS version it reports; and the last
 replayable training steps, replayed from their checkpoint in this process, give the next
-checkpoint's policy bit for bit (pivot/runtime/replay.py). Prints shifts, kills, restarts,
+checkpoint's policy bit for bit (pivot/runtime/records/replay.py). Prints shifts, kills, restarts,
 sequences aborted and migrated, lost and duplicated samples; exit code 1 on any violation.
 """
 

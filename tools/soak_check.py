@@ -1,6 +1,6 @@
 """tools/soak.py's verdict: the finished run's records audited over every attempt
-(pivot/runtime/audit.py), the last replayable training steps replayed bit for bit
-(pivot/runtime/replay.py), and the report, with every violation found."""
+(pivot/runtime/records/audit.py), the last replayable training steps replayed bit for bit
+(pivot/runtime/records/replay.py), and the report, with every violation found."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from pivot.config import TrainConfig
-from pivot.runtime import audit
-from pivot.runtime.replay import replay_step, replayable
+from pivot.runtime.records import audit
+from pivot.runtime.records.replay import replay_step, replayable
 
 REPLAYS = 3
 """Training steps replayed at the end (the last ones whose batch their checkpoint holds)."""

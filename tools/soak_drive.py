@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from pivot.runtime import audit
+from pivot.runtime.records import audit
 
 PROGRESS_EVERY_S = 15.0
 

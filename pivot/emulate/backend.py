@@ -1,4 +1,4 @@
-"""Emulated accelerators as the runtime's device backend (`pivot.runtime.backend.DeviceBackend`):
+"""Emulated accelerators as the runtime's device backend (`pivot.runtime.job.backend.DeviceBackend`):
 `pivot/main.py` hands one to the runtime when `--cluster.device emulated`."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pivot.rl.buffer import Key
-from pivot.runtime.flow import RLFlow, SeqInfo
+from pivot.runtime.flow.rl_flow import RLFlow, SeqInfo
 from pivot.sim.workload import SimSample, Workload, step_samples
 
 

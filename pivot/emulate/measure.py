@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pivot.emulate.clock import WorkTally
-from pivot.runtime.metrics import read_jsonl
+from pivot.runtime.records.metrics import read_jsonl
 
 
 @dataclass(frozen=True)

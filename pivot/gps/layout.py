@@ -129,7 +129,7 @@ def split_views(specs: Sequence[TensorSpec]) -> list[TensorSpec]:
     """`specs` with each tensor in its `tp_plan.split_view` (same bytes), the shape GPS stores
     and plans in: a fused experts' gate_up_proj [E, 2I, H] becomes [E, 2, I, H], so a TP rank's
     share (a slice of the gate half and of the up half) is one box. Tensors cross GPS's boundary
-    reshaped (`pivot.runtime.weights`); every other tensor is unchanged."""
+    reshaped (`pivot.runtime.weights.service`); every other tensor is unchanged."""
     return [
         s if (v := split_view(s.name, s.shape)) == s.shape else TensorSpec(s.name, v, s.dtype)
         for s in specs

@@ -16,7 +16,7 @@ consecutive devices of one host); it runs its own processes on the slot's device
 ranks of the slot are parked (`pivot.engine.ParkedEngine`): they keep their CUDA context and
 process groups, follow the leader's lockstep (a step of a parked rank does nothing). The
 leader's GPS Read brings the whole model (`reads_whole_model`: the engine shards it itself,
-`pivot.runtime.weights`); shift down is abort (partials keep their tokens) + release, shift up
+`pivot.runtime.weights.service`); shift down is abort (partials keep their tokens) + release, shift up
 is resume + the Read handed to the engine (`update_weights_from_tensor` for sglang, a shm file
 the Read fills in place for vLLM).
 """

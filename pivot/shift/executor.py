@@ -19,9 +19,9 @@ replicas to shift up. `plan_actions` orders what happens, phase by phase:
 Every shift down is issued before any shift up, so on a device that changes role the release
 precedes the acquire. Training shifts as a whole: it is one slot covering the training pool.
 
-The host supplies the effects (`ShiftHost`): the runtime controller (pivot/runtime/controller.py)
-sends ShiftDown/ShiftUp to the workers (pivot/runtime/worker.py, which calls the roles in
-pivot/roles/ and GPS through pivot/runtime/weights.py) and reports completion when every rank's
+The host supplies the effects (`ShiftHost`): the runtime controller (pivot/runtime/control/controller.py)
+sends ShiftDown/ShiftUp to the workers (pivot/runtime/job/worker.py, which calls the roles in
+pivot/roles/ and GPS through pivot/runtime/weights/service.py) and reports completion when every rank's
 ShiftDone is in; the simulator (pivot/sim/simulator.py) schedules timed events at the shift
 costs of pivot/sim/costs.py. Either way the host calls `ShiftExecutor.complete`, which moves
 the replica states on and runs `MIGRATE_ON`.

@@ -5,7 +5,7 @@ It owns the replica table, the shift executor with the replica states, and the r
 reward schedulers, and answers the mode's questions from them (slots, up slots, the planner's
 snapshot). A subclass says how training stands (`training_in_flight`, `train_ready`,
 `train_throughput`) and supplies the shift effects (`migrate_off`, `release`, `acquire`,
-`migrate_on`): real messages in pivot/runtime/controller.py, timed events in pivot/sim/simulator.py.
+`migrate_on`): real messages in pivot/runtime/control/controller.py, timed events in pivot/sim/simulator.py.
 """
 
 from __future__ import annotations

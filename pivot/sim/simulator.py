@@ -3,7 +3,7 @@
     res = simulate(paper_preset("qwen2.5-7b+qwen3-30b-a3b"), SimOptions(steps=4))
     res.throughput, res.step_end_s, res.timeline
 
-It drives the same cluster as the runtime controller (pivot/runtime/controller.py): both are a
+It drives the same cluster as the runtime controller (pivot/runtime/control/controller.py): both are a
 `ClusterHost` (pivot/shift/host.py), with the same replica table, replica states, shift
 executor, schedulers and deployment mode; the simulator's shift effects are timed events.
 Prompts of step s are submitted once `s - version <= staleness` (0 in colocated mode); every

@@ -1,4 +1,4 @@
-"""The emulation backend is handed to the runtime (pivot/runtime/backend.py): pivot/main.py picks
+"""The emulation backend is handed to the runtime (pivot/runtime/job/backend.py): pivot/main.py picks
 `EmulatedDevices` for `--cluster.device emulated` and nothing otherwise; the runtime refuses an
 emulated config without one; the backend has every method of the protocol, with its parameters."""
 
@@ -11,8 +11,8 @@ import pytest
 from pivot import main as entry
 from pivot.config import PivotConfig
 from pivot.emulate.backend import EmulatedDevices
-from pivot.runtime import launch
-from pivot.runtime.backend import DeviceBackend
+from pivot.runtime.job import launch
+from pivot.runtime.job.backend import DeviceBackend
 
 
 def _methods(cls: type) -> dict[str, list[str]]:

@@ -14,7 +14,7 @@ from pivot.engine import Output
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor
-from pivot.runtime.flow import RLFlow
+from pivot.runtime.flow.rl_flow import RLFlow
 from pivot.sim.workload import Workload
 from pivot.tiny.task import judge_template, training_set
 from tests.model.test_tokenizer import QWEN3_TEMPLATE, _write_folder

@@ -18,7 +18,7 @@ from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.memory.footprint import from_folder
 from pivot.model import load_state_dict
-from pivot.runtime.weights import WeightService
+from pivot.runtime.weights.service import WeightService
 from tests.model.fixtures.hub_layouts import write_tiny
 
 GATE_UP, DOWN = "model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj"

@@ -132,7 +132,7 @@ def _shift_up_worker(rank: int, port: int, root: str) -> None:
     from pivot.gps.torch_specs import specs_from_checkpoint
     from pivot.model import CausalLM, ModelArgs
     from pivot.model.meta_init import params_on_meta
-    from pivot.runtime.weights import WeightService
+    from pivot.runtime.weights.service import WeightService
 
     torch.set_num_threads(1)
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=timedelta(seconds=60))

@@ -22,7 +22,7 @@ from pivot.engine import Output
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor, load_dataset, skipped_rows_line
-from pivot.runtime.flow import RLFlow
+from pivot.runtime.flow.rl_flow import RLFlow
 from pivot.tiny.task import judge_template
 from tests.model.test_tokenizer import QWEN3_TEMPLATE, _write_folder
 

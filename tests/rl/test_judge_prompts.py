@@ -26,7 +26,7 @@ from pivot.engine import Output
 from pivot.model import TextTokenizer
 from pivot.rl.plugins import check_plugins
 from pivot.rl.reward import GenRMScorer, judge_prompt, parse_verdict
-from pivot.runtime.flow import RLFlow
+from pivot.runtime.flow.rl_flow import RLFlow
 from pivot.tiny.shipped import WEIGHTS
 from pivot.tiny.task import judge_template, judge_template_warning
 from tests.model.fixtures.hub_layouts import write_header_only, write_tokenizer
@@ -171,7 +171,7 @@ def test_judge_outputs_parse_as_the_reward_role_reads_them(
         assert (got is None) if want is None else got == pytest.approx(want), generated
         assert scorer.score(text) == pytest.approx(0.25 if want is None else want)
     unparsable = sum(want is None for _, want in cases)
-    # `count/unparsable_verdicts` in the run's metrics (pivot/runtime/flow_reports.py)
+    # `count/unparsable_verdicts` in the run's metrics (pivot/runtime/flow/flow_reports.py)
     assert (scorer.stats.verdicts, scorer.stats.unparsable_verdicts) == (len(cases), unparsable)
 
 

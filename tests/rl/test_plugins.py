@@ -120,7 +120,7 @@ def test_runlog_sends_steps_and_evals_to_wandb_offline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pivot.rl.evaluation import EvalResult
-    from pivot.runtime.metrics import RunLog
+    from pivot.runtime.records.metrics import RunLog
 
     calls: list[tuple] = []
 

@@ -31,8 +31,8 @@ from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import Prompt, PromptCursor, load_dataset
 from pivot.rl.plugins import CheckedVerifier, calling_style, load_verifier
-from pivot.runtime.flow import RLFlow
-from pivot.runtime.metrics import RunLog, read_jsonl
+from pivot.runtime.flow.rl_flow import RLFlow
+from pivot.runtime.records.metrics import RunLog, read_jsonl
 from pivot.tiny.task import judge_template
 from tests.model.test_tokenizer import QWEN3_TEMPLATE, _write_folder
 

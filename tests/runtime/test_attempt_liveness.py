@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch.distributed as dist
 
-from pivot.runtime.attempt import _ask, agree_attempt
-from pivot.runtime.liveness import Heartbeat
+from pivot.runtime.job.attempt import _ask, agree_attempt
+from pivot.runtime.job.liveness import Heartbeat
 
 
 @pytest.fixture

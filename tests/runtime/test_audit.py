@@ -1,4 +1,4 @@
-"""The run audit (pivot/runtime/audit.py) on hand-written records: a clean run passes, and each
+"""The run audit (pivot/runtime/records/audit.py) on hand-written records: a clean run passes, and each
 kind of fault the soak must catch is caught and counted."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from pivot.runtime.audit import exactly_once, figures, resumes, shift_up_weights
+from pivot.runtime.records.audit import exactly_once, figures, resumes, shift_up_weights
 
 STEPS, B, G = 3, 2, 2
 

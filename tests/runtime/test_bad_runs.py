@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pivot.gps.shm_sweep import dead_gps_files
-from pivot.runtime.manifest import problem
+from pivot.runtime.records.manifest import problem
 from tests.runtime.models import random_models
 from tests.runtime.test_runtime import rows, torchrun
 

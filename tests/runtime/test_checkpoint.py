@@ -14,9 +14,9 @@ import torch.distributed as dist
 
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec
-from pivot.runtime.checkpoint import Checkpointer
-from pivot.runtime.launch import resume_point
-from pivot.runtime.manifest import MANIFEST, problem, seal
+from pivot.runtime.job.launch import resume_point
+from pivot.runtime.records.checkpoint import Checkpointer
+from pivot.runtime.records.manifest import MANIFEST, problem, seal
 
 SPEC = ClusterSpec(world_size=1, rank=0, local_world_size=1)
 

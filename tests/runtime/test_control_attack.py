@@ -29,8 +29,8 @@ import pytest
 import torch.distributed as dist
 import zmq
 
-from pivot.runtime import messages as m
-from pivot.runtime.audit import exactly_once
+from pivot.runtime.control import messages as m
+from pivot.runtime.records.audit import exactly_once
 from tests.conftest import ROOT
 from tests.runtime.models import random_models
 from tests.runtime.test_runtime import SMALL, B, G
@@ -55,7 +55,7 @@ def hello_frame(nonce: bytes, rank: int, seq: int) -> bytes:
 
 
 def test_hand_built_hello_is_what_a_worker_sends() -> None:
-    from pivot.runtime import frames
+    from pivot.runtime.control import frames
 
     nonce = bytes(range(16))
     sealer = frames.Sealer(frames.session_key(SECRET.encode(), nonce), frames.TO_CONTROLLER, 1)

@@ -1,4 +1,4 @@
-"""The control plane's endpoints over real zmq sockets in one process (pivot/runtime/control_plane.py): the
+"""The control plane's endpoints over real zmq sockets in one process (pivot/runtime/control/control_plane.py): the
 controller listens on loopback only for a single host, a rogue local client's pickle, random
 bytes, multi-part message, wrong or missing tag and replayed frame are dropped, counted and
 logged once while genuine traffic goes on; the per-job secret's sources and their one-line
@@ -19,9 +19,9 @@ import torch.distributed as dist
 import zmq
 
 from pivot.dist import ClusterSpec
-from pivot.runtime import frames
-from pivot.runtime import messages as m
-from pivot.runtime.control_plane import (
+from pivot.runtime.control import frames
+from pivot.runtime.control import messages as m
+from pivot.runtime.control.control_plane import (
     CONTROL_KEY,
     ControllerEndpoint,
     ControlRecord,
@@ -163,7 +163,7 @@ def test_rogue_client_is_dropped_counted_and_logged_once(
         [captured[0][:-32]],
         [captured[0]],
     ]
-    caplog.set_level(logging.WARNING, logger="pivot.runtime.control_plane")
+    caplog.set_level(logging.WARNING, logger="pivot.runtime.control.control_plane")
     for parts in attacks:
         rogue.send_multipart(parts)
     for _ in range(

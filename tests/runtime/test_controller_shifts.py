@@ -10,8 +10,8 @@ import pytest
 from configs.presets import get_preset
 from pivot.dist import ClusterSpec, SlotTable
 from pivot.plan.planner import PlanTimings, ShiftPlan
-from pivot.runtime import messages as m
-from pivot.runtime.controller import Controller
+from pivot.runtime.control import messages as m
+from pivot.runtime.control.controller import Controller
 from pivot.sched import ThroughputModel
 from pivot.shift import ShiftError, State
 

@@ -15,7 +15,7 @@ from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor
 from pivot.rl.reward import after_thinking, parse_verdict
-from pivot.runtime.flow import RLFlow
+from pivot.runtime.flow.rl_flow import RLFlow
 from pivot.tiny.task import judge_template, training_set
 from tests.model.test_tokenizer import QWEN3_TEMPLATE, _hf_ids, _write_folder
 

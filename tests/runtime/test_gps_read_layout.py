@@ -15,7 +15,7 @@ import torch.distributed as dist
 from pivot.dist import Slot
 from pivot.gps.spec import qwen2_specs
 from pivot.gps.store import GPSStore, HostInfo
-from pivot.runtime.weights import WeightService
+from pivot.runtime.weights.service import WeightService
 
 SPECS = qwen2_specs(
     layers=2, hidden=16, intermediate=32, heads=4, kv_heads=2, head_dim=4, vocab=64, dtype="float32"

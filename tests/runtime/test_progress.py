@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pivot.runtime.progress import StepProgress
+from pivot.runtime.records.progress import StepProgress
 
 
 def test_a_step_prints_its_line_when_stdout_is_not_a_terminal(

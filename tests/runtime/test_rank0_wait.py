@@ -8,8 +8,8 @@ import time
 import pytest
 import torch.distributed as dist
 
-from pivot.runtime import rank0_wait
-from pivot.runtime.rank0_wait import Rank0Failed, run_on_rank0
+from pivot.runtime.job import rank0_wait
+from pivot.runtime.job.rank0_wait import Rank0Failed, run_on_rank0
 
 
 def _waiter(store: dist.Store, rank: int, key: str, out: dict) -> threading.Thread:

@@ -10,8 +10,8 @@ from test_controller_shifts import Endpoint, Log, plan
 
 from configs.presets import get_preset
 from pivot.dist import ClusterSpec, SlotTable
-from pivot.runtime import messages as m
-from pivot.runtime.controller import Controller
+from pivot.runtime.control import messages as m
+from pivot.runtime.control.controller import Controller
 from pivot.sched import ThroughputModel
 
 

@@ -1,4 +1,4 @@
-"""Each run writes into its own folder (pivot/runtime/run_folder.py) and `--checkpoint.keep`
+"""Each run writes into its own folder (pivot/runtime/records/run_folder.py) and `--checkpoint.keep`
 prunes old checkpoints: the folder rules on a fake `runs/` tree, then two real tiny jobs
 started from the same folder without --log.dir."""
 
@@ -14,10 +14,10 @@ import pytest
 import torch.distributed as dist
 
 from pivot.config import PivotConfig
-from pivot.runtime.checkpoint import Checkpointer
-from pivot.runtime.latest import latest_run, point_latest
-from pivot.runtime.manifest import MANIFEST, write_manifest
-from pivot.runtime.run_folder import RECORD, launch_id, make, record_launch, resolve
+from pivot.runtime.records.checkpoint import Checkpointer
+from pivot.runtime.records.latest import latest_run, point_latest
+from pivot.runtime.records.manifest import MANIFEST, write_manifest
+from pivot.runtime.records.run_folder import RECORD, launch_id, make, record_launch, resolve
 from tests.conftest import torchrun_main
 from tests.runtime.models import random_models
 from tests.runtime.test_runtime import SMALL, rows

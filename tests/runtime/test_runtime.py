@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from pivot.runtime.audit import exactly_once, shift_up_weights
-from pivot.runtime.manifest import problem
+from pivot.runtime.records.audit import exactly_once, shift_up_weights
+from pivot.runtime.records.manifest import problem
 from tests.conftest import torchrun_main
 from tests.runtime.models import random_models
 

@@ -26,7 +26,7 @@ if mode == "python":  # what launch.py had: a handler that runs when the main th
         os._exit(143)
     signal.signal(signal.SIGTERM, handler)
 else:
-    from pivot.runtime.sigterm import on_sigterm
+    from pivot.runtime.job.sigterm import on_sigterm
     on_sigterm(last_act)
 print("ready", flush=True)
 if mode == "sleep":

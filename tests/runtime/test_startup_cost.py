@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import sys
-import pivot.runtime.launch
+import pivot.runtime.job.launch
 from pivot.model.hf_folder import check_folder, from_pretrained
 from pivot.tiny.shipped import ensure_tiny_models
 tiny = ensure_tiny_models()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import pivot.runtime.controller_thread as controller_thread
+import pivot.runtime.control.controller_thread as controller_thread
 from configs.presets import get_preset
 from pivot.config import EngineConfig
-from pivot.runtime.startup_profile import startup_grid
+from pivot.runtime.job.startup_profile import startup_grid
 from pivot.sched.profile import TINY_PROFILE, ReplicaShape, read_profile
 from tests.engine.conftest import make_model
 

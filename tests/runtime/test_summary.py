@@ -1,11 +1,11 @@
-"""The end-of-run summary reads the run folder's records back (pivot/runtime/summary.py)."""
+"""The end-of-run summary reads the run folder's records back (pivot/runtime/records/summary.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from pivot.runtime.summary import run_summary
+from pivot.runtime.records.summary import run_summary
 
 
 def _write(path: Path, rows: list[dict]) -> None:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pivot.runtime.launch import tell
+from pivot.runtime.job.launch import tell
 
 
 class Writes(io.StringIO):

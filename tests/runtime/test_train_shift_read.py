@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from pivot.dist import ClusterSpec, SlotTable
-from pivot.runtime import messages as m
-from pivot.runtime.worker import Worker
+from pivot.runtime.control import messages as m
+from pivot.runtime.job.worker import Worker
 
 
 class Trainer:

@@ -9,7 +9,7 @@ agent per node with 2 ranks, c10d rendezvous, PIVOT_JOB_SECRET on both.
 - A checkpoint folder that node 2 does not share stops the job at start, in one line.
 - A SIGKILL of a node-2 rank after the first checkpoint (a worker, or node 2's local rank 0, which
   serves that host's GPS copy): torchrun restarts both nodes, the new attempt (one id on both,
-  pivot/runtime/attempt.py) resumes from the newest complete checkpoint and finishes, exactly
+  pivot/runtime/job/attempt.py) resumes from the newest complete checkpoint and finishes, exactly
   once, within BOUND_S of the kill (without the agreed id host 1 waited on the dead attempt's
   keys for the store's 10 minutes)."""
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from pivot.runtime.audit import exactly_once, resumes
+from pivot.runtime.records.audit import exactly_once, resumes
 from tests.conftest import ROOT
 from tests.runtime.models import random_models
 from tests.runtime.netns import SUBNET, TwoHosts, namespaces_problem

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pivot.runtime.audit import exactly_once
-from pivot.runtime.controller_thread import PROFILE_CACHE
+from pivot.runtime.control.controller_thread import PROFILE_CACHE
+from pivot.runtime.records.audit import exactly_once
 from pivot.sched.profile import ReplicaShape, read_profile
 from tests.conftest import ROOT
 from tests.runtime.models import random_models

@@ -1,4 +1,4 @@
-"""The control plane's codec and frames (pivot/runtime/wire.py, frames.py): every message type
+"""The control plane's codec and frames (pivot/runtime/control/wire.py, frames.py): every message type
 survives the trip with its field types; a frame with a bad or missing tag, a replayed,
 reflected, misdirected, unknown or malformed one is rejected with a reason; a pickle is never
 unpickled; and a Hypothesis fuzz of the decoder: any bytes give a typed message or a rejection,
@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from pivot.engine.sequence import EngineStats, Output, Request, SamplingParams
 from pivot.rl.batch import TrainBatch
-from pivot.runtime import frames, wire
-from pivot.runtime import messages as m
-from pivot.runtime.manifest import FileDigest
+from pivot.runtime.control import frames, wire
+from pivot.runtime.control import messages as m
+from pivot.runtime.records.manifest import FileDigest
 
 KEY = frames.session_key(b"0123456789abcdef0123", b"n" * 16)
 

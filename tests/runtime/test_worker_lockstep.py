@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from pivot.dist import ClusterSpec, SlotTable
-from pivot.runtime import messages as m
-from pivot.runtime.worker import Worker
+from pivot.runtime.control import messages as m
+from pivot.runtime.job.worker import Worker
 
 
 class Endpoint:

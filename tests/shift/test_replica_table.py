@@ -71,9 +71,9 @@ def test_runtime_and_simulator_tables_agree_with_the_tiling_rule(name: str, mode
     cfg.cluster.mode = mode
     per_host = cfg.cluster.devices_per_node or H20.devices_per_node
     world = cfg.cluster.nnodes * per_host
-    if mode == "colocated":  # as pivot/runtime/launch.py: training takes every device
+    if mode == "colocated":  # as pivot/runtime/job/launch.py: training takes every device
         cfg = cfg.replace(train=dataclasses.replace(cfg.train, devices=world))
-    # the runtime's construction (pivot/runtime/launch.py, then Controller.__init__)
+    # the runtime's construction (pivot/runtime/job/launch.py, then Controller.__init__)
     slots = SlotTable.build(
         ClusterSpec(world, 0, per_host), cfg.rollout.tp, cfg.reward.tp, cfg.train.devices
     )

@@ -2,8 +2,8 @@
 
 The controller (rank 0) binds a zmq ROUTER on the job's own interface, every worker connects a
 DEALER. The ROUTER's address travels through the c10d store of the default group, so nothing but
-torchrun's rendezvous is needed. Messages are typed MessagePack (pivot/runtime/wire.py) in
-HMAC-authenticated, numbered frames (pivot/runtime/frames.py), keyed by the job secret
+torchrun's rendezvous is needed. Messages are typed MessagePack (pivot/runtime/control/wire.py) in
+HMAC-authenticated, numbered frames (pivot/runtime/control/frames.py), keyed by the job secret
 (pivot/secret.py); a frame that fails any check is dropped, counted and logged once per peer, and
 the job goes on. zmq keeps each pair's messages in order. docs/security.md has the trust model.
 """
@@ -18,7 +18,7 @@ import socket
 from dataclasses import dataclass
 
 from pivot.dist import ClusterSpec
-from pivot.runtime import frames
+from pivot.runtime.control import frames
 from pivot.secret import ENV, KeyFile, from_env, require_for
 
 CONTROL_KEY = "pivot/control"

@@ -22,8 +22,8 @@ import hmac
 import struct
 from dataclasses import dataclass
 
-from pivot.runtime import wire
-from pivot.runtime.messages import Message
+from pivot.runtime.control import wire
+from pivot.runtime.control.messages import Message
 
 MAGIC = b"PVC1"
 HEADER = struct.Struct("<4sBBIIQ")

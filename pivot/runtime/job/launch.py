@@ -27,20 +27,20 @@ from pivot.model import ModelArgs, TextTokenizer, load_state_dict
 from pivot.model.hf_folder import check_folder
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
-from pivot.runtime.backend import DeviceBackend
-from pivot.runtime.checkpoint import Checkpointer
-from pivot.runtime.context_check import check_context
-from pivot.runtime.control_plane import WorkerEndpoint
-from pivot.runtime.controller_thread import ControllerThread, start_controller
-from pivot.runtime.dist_init import init_distributed, start_heartbeat
-from pivot.runtime.manifest import problem as manifest_problem
-from pivot.runtime.rank0_wait import Rank0Failed, run_on_rank0
-from pivot.runtime.run_folder import launch_id, make, record_launch, resolve
-from pivot.runtime.shared_dir import check_shared
-from pivot.runtime.sigterm import on_sigterm
-from pivot.runtime.summary import run_summary
-from pivot.runtime.weights import WeightService
-from pivot.runtime.worker import Worker
+from pivot.runtime.control.control_plane import WorkerEndpoint
+from pivot.runtime.control.controller_thread import ControllerThread, start_controller
+from pivot.runtime.flow.context_check import check_context
+from pivot.runtime.job.backend import DeviceBackend
+from pivot.runtime.job.dist_init import init_distributed, start_heartbeat
+from pivot.runtime.job.rank0_wait import Rank0Failed, run_on_rank0
+from pivot.runtime.job.sigterm import on_sigterm
+from pivot.runtime.job.worker import Worker
+from pivot.runtime.records.checkpoint import Checkpointer
+from pivot.runtime.records.manifest import problem as manifest_problem
+from pivot.runtime.records.run_folder import launch_id, make, record_launch, resolve
+from pivot.runtime.records.shared_dir import check_shared
+from pivot.runtime.records.summary import run_summary
+from pivot.runtime.weights.service import WeightService
 from pivot.tiny.shipped import ensure_tiny_models
 from pivot.tiny.task import judge_template_warning
 
@@ -80,7 +80,7 @@ def model_paths(cfg: PivotConfig) -> tuple[Path, Path]:
 
 def resume_hint(ckpt: Checkpointer) -> str:
     """Where a stopped run can go on from, and how (one line): its folder named, since a launch
-    without --log.dir starts a new run folder (pivot/runtime/run_folder.py)."""
+    without --log.dir starts a new run folder (pivot/runtime/records/run_folder.py)."""
     newest = ckpt.newest()
     where = (
         f"the newest checkpoint is {newest}"
@@ -94,7 +94,7 @@ def resume_hint(ckpt: Checkpointer) -> str:
 
 
 def with_run_folder(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> PivotConfig:
-    """`cfg` with the folder this run writes into (pivot/runtime/run_folder.py) as its log.dir:
+    """`cfg` with the folder this run writes into (pivot/runtime/records/run_folder.py) as its log.dir:
     rank 0 decides and makes it, every rank gets its answer (collective), so the folder is the
     same on every rank and host; ValueError on every rank where the job must not start."""
     answer = [("", "")]  # (folder, why the job must not start)
@@ -124,7 +124,7 @@ def with_run_folder(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> PivotCo
 
 def _stopped_by_torchrun(ckpt: Checkpointer, gps: GPSStore, rank0: bool) -> None:
     """torchrun SIGTERMs every rank when one fails: free this host's GPS files (local rank 0),
-    and (rank 0) say what happened and how to go on (pivot/runtime/sigterm.py ends the process)."""
+    and (rank 0) say what happened and how to go on (pivot/runtime/job/sigterm.py ends the process)."""
     gps.remove_files()
     if rank0:
         tell(
@@ -221,7 +221,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         dist.destroy_process_group()
         return stop([line], spec.rank, speak=False) if spec.rank else EXIT_CODE
     start_step = resume[1]["step"] if resume else 0
-    # GPS's names carry the attempt all ranks agreed on (pivot/runtime/attempt.py), never a
+    # GPS's names carry the attempt all ranks agreed on (pivot/runtime/job/attempt.py), never a
     # dead attempt's. Attempts (of this job or any other) whose GPS creator died left two copies
     # of each model in /dev/shm: whichever job starts next on the host removes them.
     run_id = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}-{attempt}"
@@ -292,7 +292,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
                 "loading the models into GPS and starting the controller",
                 rank0_startup,
             )
-        except Rank0Failed as e:  # rank 0 has said why (pivot/runtime/rank0_wait.py)
+        except Rank0Failed as e:  # rank 0 has said why (pivot/runtime/job/rank0_wait.py)
             if heartbeat is not None:
                 heartbeat.stop()
             gps.close()

@@ -1,5 +1,5 @@
 """Control-plane messages between the controller (rank 0) and the workers. All dataclasses
-with concrete field types: pivot/runtime/wire.py encodes them as MessagePack and decodes each
+with concrete field types: pivot/runtime/control/wire.py encodes them as MessagePack and decodes each
 back into its own class, checked against these annotations (nothing is pickled). Controller ->
 worker messages name the slot they concern; a worker answers with the records at the bottom."""
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from pivot.engine.sequence import EngineStats, Output, Request
 from pivot.rl.batch import TrainBatch
-from pivot.runtime.manifest import FileDigest
+from pivot.runtime.records.manifest import FileDigest
 
 
 # ---- controller -> worker ------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from pivot.runtime import messages as m
+from pivot.runtime.control import messages as m
 
 
 @dataclass

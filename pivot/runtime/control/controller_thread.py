@@ -17,14 +17,14 @@ from pivot.model import TextTokenizer
 from pivot.plan.modes import make_mode
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor, skipped_rows_line
-from pivot.runtime.backend import DeviceBackend
-from pivot.runtime.checkpoint import Checkpointer
-from pivot.runtime.control_plane import ControllerEndpoint, RankGone
-from pivot.runtime.controller import Controller
-from pivot.runtime.flow import RLFlow
-from pivot.runtime.metrics import RunLog
-from pivot.runtime.progress import StepProgress
-from pivot.runtime.startup_profile import profile_at_startup
+from pivot.runtime.control.control_plane import ControllerEndpoint, RankGone
+from pivot.runtime.control.controller import Controller
+from pivot.runtime.flow.rl_flow import RLFlow
+from pivot.runtime.job.backend import DeviceBackend
+from pivot.runtime.job.startup_profile import profile_at_startup
+from pivot.runtime.records.checkpoint import Checkpointer
+from pivot.runtime.records.metrics import RunLog
+from pivot.runtime.records.progress import StepProgress
 from pivot.sched.profile import ROOT, ReplicaShape, hardware_name, resolve_profile
 from pivot.sched.throughput import ThroughputModel
 from pivot.tiny import task

@@ -1,5 +1,5 @@
 """DAPO's dynamic sampling in the RL flow (`train.filter_groups`; `DynamicSampling`, a part that
-`pivot.runtime.flow.RLFlow` holds): a group whose rewards (or verifiable parts) are all equal
+`pivot.runtime.flow.rl_flow.RLFlow` holds): a group whose rewards (or verifiable parts) are all equal
 carries no gradient and is dropped, up to `filter_groups` a step; a step draws spare groups up
 front, as many as the uniform share of recent groups says it will drop, and a fresh prompt's group
 is rolled out only when those run short. Which groups a step trains is the buffer's rule (its

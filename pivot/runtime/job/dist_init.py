@@ -11,8 +11,8 @@ import torch.distributed as dist
 
 from pivot.config import ClusterConfig
 from pivot.dist import ClusterSpec
-from pivot.runtime.attempt import agree_attempt
-from pivot.runtime.liveness import Heartbeat, store_connector
+from pivot.runtime.job.attempt import agree_attempt
+from pivot.runtime.job.liveness import Heartbeat, store_connector
 
 TIMEOUT = datetime.timedelta(minutes=10)
 

@@ -14,10 +14,10 @@ import torch
 
 from pivot.dist import ClusterSpec, Slot, SlotTable, fence_name
 from pivot.roles.inference import InferenceRole
-from pivot.runtime import messages as m
-from pivot.runtime import wire
-from pivot.runtime.control_plane import WorkerEndpoint
-from pivot.runtime.manifest import seal
+from pivot.runtime.control import messages as m
+from pivot.runtime.control import wire
+from pivot.runtime.control.control_plane import WorkerEndpoint
+from pivot.runtime.records.manifest import seal
 
 STATS_EVERY_S = 0.1  # the monitor wants stats at least every 200 ms
 

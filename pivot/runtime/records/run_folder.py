@@ -2,7 +2,7 @@
 checkpoints.
 
 Without `--log.dir` each run gets a new folder `runs/<UTC start YYYYmmdd-HHMMSS>-<preset>` and
-`runs/latest` links to the newest (pivot/runtime/latest.py). `run.json` in it records the
+`runs/latest` links to the newest (pivot/runtime/records/latest.py). `run.json` in it records the
 launches that wrote it (torchrun's run id, start time, argv): a torchrun restart of the same
 launch finds its folder again by that id. By `--checkpoint.resume`:
 
@@ -15,7 +15,7 @@ A `--log.dir X` given is used as it is (`yes` and `auto` resume from its checkpo
 a folder holding a run's checkpoints is refused, as is a `--checkpoint.dir` holding some.
 Nothing here moves or deletes anything: a start that fails leaves every earlier run as it was.
 Rank 0 decides (`resolve`, `make`) and the job hands its answer to every rank
-(pivot/runtime/launch.py), so the folder is the same on every rank and every host.
+(pivot/runtime/job/launch.py), so the folder is the same on every rank and every host.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pivot.runtime.checkpoint import newest_complete, step_of
-from pivot.runtime.latest import LATEST, RUNS, point_latest
+from pivot.runtime.records.checkpoint import newest_complete, step_of
+from pivot.runtime.records.latest import LATEST, RUNS, point_latest
 
 RECORD = "run.json"
 STORE_KEY = "pivot/launch-id"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pivot.config import TrainConfig
-from pivot.runtime.checkpoint import PREFIX, STATE_FILE
+from pivot.runtime.records.checkpoint import PREFIX, STATE_FILE
 
 
 @dataclass

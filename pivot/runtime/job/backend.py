@@ -2,7 +2,7 @@
 
 `pivot/emulate/` is one: CPU ranks that run the real runtime and tiny models but take the device
 time of paper-scale models. `pivot/main.py` picks the backend from the config and hands it to
-`pivot.runtime.launch.run`; the runtime only calls this protocol and never imports a backend,
+`pivot.runtime.job.launch.run`; the runtime only calls this protocol and never imports a backend,
 so the backend may build on the runtime (the emulated flow is an `RLFlow`). Without one (None)
 the ranks run on their real devices.
 """
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec
-from pivot.runtime.flow import RLFlow
+from pivot.runtime.flow.rl_flow import RLFlow
 from pivot.sched.throughput import ThroughputModel
 
 

@@ -12,7 +12,7 @@ A sequence aborted on one replica is dispatched elsewhere only once its partial 
 generated so far) has come back, so nothing runs twice.
 
 What it writes about the run (a metrics row per training step, the monitor's timeline sample) is
-its `ControllerReports` part's (pivot/runtime/reports.py), given the counters it gathers.
+its `ControllerReports` part's (pivot/runtime/control/reports.py), given the counters it gathers.
 """
 
 from __future__ import annotations
@@ -24,21 +24,21 @@ from pivot.config import PivotConfig
 from pivot.dist import SlotTable
 from pivot.plan import ShiftPlan
 from pivot.rl.evaluation import eval_due
-from pivot.runtime import messages as m
-from pivot.runtime.control_plane import ControllerEndpoint
-from pivot.runtime.flow import RLFlow
-from pivot.runtime.metrics import RunLog
-from pivot.runtime.replica_versions import ReplicaVersions
-from pivot.runtime.reports import ControllerReports, kv_metrics
-from pivot.runtime.shift_record import ShiftRecord
+from pivot.runtime.control import messages as m
+from pivot.runtime.control.control_plane import ControllerEndpoint
+from pivot.runtime.control.reports import ControllerReports, kv_metrics
+from pivot.runtime.control.shift_record import ShiftRecord
+from pivot.runtime.flow.rl_flow import RLFlow
+from pivot.runtime.records.metrics import RunLog
+from pivot.runtime.weights.replica_versions import ReplicaVersions
 from pivot.sched.records import Abort, Dispatch
 from pivot.sched.throughput import ThroughputModel
 from pivot.shift import ClusterHost, ReplicaTable
 
 if TYPE_CHECKING:  # annotations only
     from pivot.plan.modes import Mode
-    from pivot.runtime.checkpoint import Checkpointer
-    from pivot.runtime.progress import StepProgress
+    from pivot.runtime.records.checkpoint import Checkpointer
+    from pivot.runtime.records.progress import StepProgress
 
 MONITOR_EVERY_S = 0.2
 
@@ -83,7 +83,7 @@ class Controller(ClusterHost):
         self.training: int | None = None  # step in flight
         self.train_acks: dict[int, m.Trained] = {}
         self.saving: set[int] = set()
-        self.saved_files: list = []  # pivot.runtime.manifest.FileDigest of the checkpoint being written
+        self.saved_files: list = []  # pivot.runtime.records.manifest.FileDigest of the checkpoint being written
         self.train_tokens_per_s = 0.0
         self.batch_summary: dict[str, float] = {}  # the step in flight's, for its metrics row
         self.stats: dict[int, m.Stats] = {}  # rid -> its latest report
@@ -352,7 +352,7 @@ class Controller(ClusterHost):
         slot = self.table.slot_of(rid)[1]
         self.send_slot(rid, m.UpdateWeights(slot, self.version), leader_only=True)
 
-    # ---- reports (pivot/runtime/reports.py) --------------------------------------------------
+    # ---- reports (pivot/runtime/control/reports.py) --------------------------------------------------
     def report_step(self, step: int, train_metrics: dict[str, float], train_s: float) -> None:
         devices = self.shifts.states.devices_per_role()
         counters = {

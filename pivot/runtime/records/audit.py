@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pivot.runtime.metrics import read_rows
+from pivot.runtime.records.metrics import read_rows
 
 Row = dict[str, Any]
 

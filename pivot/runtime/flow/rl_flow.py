@@ -10,8 +10,8 @@ range of output tokens with the version that made it (`Output.version_starts`, a
 `Request.version_starts`); an Output's `weights_version` is the oldest over all its tokens.
 
 `RLFlow` holds DAPO's dynamic sampling as a part (`DynamicSampling`,
-pivot/runtime/dynamic_sampling.py) and acts on its answers; what it hands the trainer and the logs
-is computed in pivot/runtime/flow_reports.py over the inputs the flow passes in.
+pivot/runtime/flow/dynamic_sampling.py) and acts on its answers; what it hands the trainer and the logs
+is computed in pivot/runtime/flow/flow_reports.py over the inputs the flow passes in.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from pivot.rl.data import Prompt, PromptCursor
 from pivot.rl.evaluation import EvalResult, EvalRun
 from pivot.rl.plugins import CheckedVerifier, accuracy, load_verifier
 from pivot.rl.reward import GenRMScorer, total_reward
-from pivot.runtime.dynamic_sampling import DynamicSampling
-from pivot.runtime.flow_reports import FlowStats, flow_metrics, step_batch
+from pivot.runtime.flow.dynamic_sampling import DynamicSampling
+from pivot.runtime.flow.flow_reports import FlowStats, flow_metrics, step_batch
 from pivot.sched.records import SeqState, step_major_id
 
 EVAL_ID_OFFSET = 1 << 39  # below STEP_ID_SHIFT: a run's counter never reaches it
@@ -241,7 +241,7 @@ class RLFlow:
             return self._replace(key[0], key[1])
         return []
 
-    # ---- dynamic sampling's answers (pivot.runtime.dynamic_sampling) ------------------------
+    # ---- dynamic sampling's answers (pivot.runtime.flow.dynamic_sampling) ------------------------
     def _replace(self, step: int, prompt_id: int) -> list[SeqInfo]:
         """Drop a uniform group; a fresh prompt's group takes its place when the step's
         remaining groups (spares included) fall short of its batch."""
@@ -332,7 +332,7 @@ class RLFlow:
         if info.role == "rollout" and partial.output_ids and info.eval_step < 0:
             info.version = version if info.version < 0 else min(info.version, version)
 
-    # ---- what the trainer and the logs get (pivot.runtime.flow_reports) ----------------------
+    # ---- what the trainer and the logs get (pivot.runtime.flow.flow_reports) ----------------------
     def batch(self, step: int) -> tuple[TrainBatch, dict[str, float], list[dict]]:
         """Step `step`'s B x G samples as a training batch with GRPO advantages, what they say
         about the policy that made them, and one record per sample (samples.jsonl)."""

@@ -3,7 +3,7 @@
 A checkpoint of step K is a folder `step_00000K/` holding the trainer's shards and optimizer
 (one file per training rank), the policy exported in HF layout (`policy/`), `controller.json`
 (the sample buffer, the data cursor and the flow counters as they were when step K finished
-training) and, written last, `manifest.json` (pivot.runtime.manifest): a folder without a valid
+training) and, written last, `manifest.json` (pivot.runtime.records.manifest): a folder without a valid
 manifest is incomplete or damaged and is never resumed from. Resuming takes the newest complete
 checkpoint, reporting each newer broken one in one line. On resume, steps <= K are closed (never
 trained again) and every open sample of later steps is regenerated or re-judged from the
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from pivot.config import PivotConfig
-from pivot.runtime.latest import latest_run
-from pivot.runtime.manifest import MANIFEST, FileDigest, discard, seal, write_manifest
+from pivot.runtime.records.latest import latest_run
+from pivot.runtime.records.manifest import MANIFEST, FileDigest, discard, seal, write_manifest
 
 STATE_FILE = "controller.json"
 PREFIX = "step_"
@@ -30,7 +30,7 @@ PREFIX = "step_"
 class Checkpointer:
     def __init__(self, cfg: PivotConfig) -> None:
         self.every, self.keep = cfg.checkpoint.every, cfg.checkpoint.keep
-        # an empty log.dir is a config no run resolved yet (pivot/runtime/run_folder.py), e.g.
+        # an empty log.dir is a config no run resolved yet (pivot/runtime/records/run_folder.py), e.g.
         # main.py's Ctrl-C hint: rank 0 pointed runs/latest at this run's folder when it started
         self.run_dir = Path(cfg.log.dir) if cfg.log.dir else latest_run()
         self.dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.run_dir / "checkpoints"
@@ -117,5 +117,5 @@ def step_folders(folder: Path) -> list[Path]:
 
 def newest_complete(folder: Path) -> Path | None:
     """The newest step folder with a manifest (not read back: for choices and messages; a
-    resume reads it back, pivot/runtime/launch.py's `resume_point`)."""
+    resume reads it back, pivot/runtime/job/launch.py's `resume_point`)."""
     return next((p for p in step_folders(folder) if (p / MANIFEST).is_file()), None)

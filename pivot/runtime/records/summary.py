@@ -9,13 +9,13 @@ from collections import Counter
 from pathlib import Path
 
 from pivot.rl.evaluation import LEARNED_SE, learned
-from pivot.runtime.metrics import read_rows
+from pivot.runtime.records.metrics import read_rows
 
 
 def run_summary(
     run_dir: str | Path, checkpoint_dir: str | Path, status: str, extra: list[str] | None = None
 ) -> str:
-    """`extra`: the device backend's lines (pivot/runtime/backend.py), after the shifts."""
+    """`extra`: the device backend's lines (pivot/runtime/job/backend.py), after the shifts."""
     run = Path(run_dir)
     metrics = read_rows(run / "metrics.jsonl")
     evals = read_rows(run / "eval.jsonl")

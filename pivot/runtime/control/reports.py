@@ -1,5 +1,5 @@
 """What the controller writes about the run (`ControllerReports`, a part that
-`pivot.runtime.controller.Controller` holds and passes what each report needs): one metrics row
+`pivot.runtime.control.controller.Controller` holds and passes what each report needs): one metrics row
 per training step (training, timing, and the counters the controller gathers: devices per role,
 the flow's counters, the engines' prefill and KV-migration counters (`kv_metrics`), rejected
 frames, replica version repairs) and the monitor's timeline sample of devices and tokens/s per
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from pivot.engine.sequence import REFUSALS, EngineStats
 
 if TYPE_CHECKING:  # annotations only
-    from pivot.runtime import messages as m
-    from pivot.runtime.metrics import RunLog
-    from pivot.runtime.progress import StepProgress
+    from pivot.runtime.control import messages as m
+    from pivot.runtime.records.metrics import RunLog
+    from pivot.runtime.records.progress import StepProgress
 
 
 def kv_metrics(stats: Iterable[EngineStats]) -> dict[str, int]:

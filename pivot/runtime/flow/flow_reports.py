@@ -1,5 +1,5 @@
 """What the RL flow hands the trainer and the logs (`RLFlow.batch` and `RLFlow.metrics` in
-pivot/runtime/flow.py pass in what each needs): a step's samples as a training batch with GRPO
+pivot/runtime/flow/rl_flow.py pass in what each needs): a step's samples as a training batch with GRPO
 advantages, what they say about the policy that made them, one record per sample
 (samples.jsonl) (`step_batch`), and the flow's counters (`FlowStats`, `flow_metrics`)."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import msgspec
 
-from pivot.runtime.messages import MESSAGE_TYPES, Message
+from pivot.runtime.control.messages import MESSAGE_TYPES, Message
 
 
 class WireError(ValueError):
@@ -31,7 +31,7 @@ def encode(msg: Message) -> tuple[int, bytes]:
     code = _CODES.get(type(msg))
     if code is None:
         raise TypeError(
-            f"not a control message: {type(msg).__name__} (see pivot/runtime/messages.py)"
+            f"not a control message: {type(msg).__name__} (see pivot/runtime/control/messages.py)"
         )
     return code, _ENCODER.encode(msg)
 

@@ -1,0 +1,1 @@
+"""What a run leaves behind: its folder, metrics, timeline, progress, checkpoints, and the audit of them."""
