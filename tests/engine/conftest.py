@@ -13,6 +13,7 @@ from types import ModuleType
 
 import pytest
 import torch
+from filelock import FileLock
 
 from pivot.model import CausalLM, ModelArgs, save_pretrained
 from tests.conftest import ROOT
@@ -153,7 +154,18 @@ def vllm_weights(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-def vllm_record(vllm_python: Path, vllm_weights: tuple[Path, Path]) -> dict:
-    """What tests/engine/vllm_driver.py saw vLLM's CPU build do, once per session."""
-    w0, w1 = vllm_weights
-    return run_driver(vllm_python, "tests/engine/vllm_driver.py", str(w0), str(w1))
+def vllm_record(
+    vllm_python: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> dict:
+    """What tests/engine/vllm_driver.py saw vLLM's CPU build do, once per test run: each xdist
+    worker is a session of its own, so the first to ask runs the driver and the other reads its
+    record (the CI saw both run it, two vLLM engines slowing every test beside them)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    record = shared / "vllm_record.json"
+    with FileLock(f"{record}.lock"):
+        if not record.is_file():
+            w0, w1 = request.getfixturevalue("vllm_weights")
+            got = run_driver(vllm_python, "tests/engine/vllm_driver.py", str(w0), str(w1))
+            record.write_text(json.dumps(got))
+        return json.loads(record.read_text())
