@@ -35,22 +35,159 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_bound_diagnostics import crowded_path_s, kv_work_bound_s, shift_ups  # noqa: E402
-from bench_bound_probe import Probe, run, tails  # noqa: E402
-from bench_sim import add_band_args  # noqa: E402  (the band's flags, alike in every tool)
+from bench_sim import add_band_args  # the band's flags, alike in every tool
 
-from configs.presets import paper_preset  # noqa: E402
-from pivot.config import PivotConfig  # noqa: E402
-from pivot.sim import HARDWARE, SimOptions, SimResult, Workload  # noqa: E402
-from pivot.sim.band import CORNERS, options_at  # noqa: E402
-from pivot.sim.deploy import Allocation, deployment  # noqa: E402
-from pivot.sim.report import (  # noqa: E402
+from configs.presets import paper_preset
+from pivot.config import PivotConfig
+from pivot.sched import Abort, Command, Role
+from pivot.sim import HARDWARE, SimOptions, SimResult, Workload
+from pivot.sim.band import CORNERS, options_at
+from pivot.sim.costs import RoleCosts
+from pivot.sim.deploy import Allocation, deployment
+from pivot.sim.report import (
     bound_s,
     breakdown,
+    chain_s,
+    context_sums,
     critical_path_s,
+    measured_chains,
+    role_work_s,
     work_bound_s,
 )
-from pivot.sim.window import DEFAULT_SEEDS, Spread, aligned_window  # noqa: E402
+from pivot.sim.simulator import Simulator
+from pivot.sim.window import DEFAULT_SEEDS, Spread, aligned_window
+
+
+# The diagnostics beside the bounds, neither a bound: `crowded path` (every
+# chain decoded at a KV-full replica's step latency), `KV-limited work` (the work bound with each
+# role's batch limited by the KV its sequences really hold), and the shift-ups that came back
+# soon after a shift-down of the same role.
+def shift_ups(res: SimResult, within_s: float = 30.0) -> tuple[int, int]:
+    """Shift-ups of an inference role in the measured window, and how many of them came within
+    `within_s` after a shift-down of the same role (a replica shifted out and another back)."""
+    infer = [e for e in res.shifts if e.role != Role.TRAIN]
+    downs = [e for e in infer if not e.up]
+    ups = [e for e in infer if e.up and e.t_start >= res.window_start_s]
+    back = sum(
+        any(d.role == u.role and 0 <= u.t_start - d.t_start <= within_s for d in downs) for u in ups
+    )
+    return len(ups), back
+
+
+def _full_step_s(c: RoleCosts, lens: list[float], headroom: float) -> float:
+    """Step latency of a replica whose KV is full up to its headroom, holding sequences of the
+    mean of `lens` (what a throughput-maximising dispatch makes of every replica in a burst)."""
+    tok = (1 - headroom) * c.kv_capacity
+    n = max(1, min(c.max_running, int(tok // max(sum(lens) / len(lens), 1))))
+    return c.throughput.latency(n, int(tok))
+
+
+def crowded_path_s(res: SimResult, headroom: float = 0.1) -> float:
+    """`critical_path_s` with every chain decoded at a full replica's step latency instead of
+    alone: the dependency bound a run cannot beat while it keeps its replicas full."""
+    ro, rm = res.costs.roles[Role.ROLLOUT], res.costs.roles[Role.REWARD]
+    end: list[float] = list(res.step_end_s[: res.warmup_steps])
+    for st in range(res.warmup_steps, res.steps):
+        ss = res.samples[st]
+        l_ro = _full_step_s(ro, [s.prompt_len + s.response_len / 2 for s in ss], headroom)
+        l_rm = _full_step_s(rm, [s.judge_prompt_len + s.judge_len / 2 for s in ss], headroom)
+        longest = max(
+            ro.prefill_s_per_token * s.prompt_len
+            + s.response_len * l_ro
+            + rm.prefill_s_per_token * s.judge_prompt_len
+            + s.judge_len * l_rm
+            for s in ss
+        )
+        release = end[st - res.staleness - 1] if st - res.staleness - 1 >= 0 else 0.0
+        end.append(max(end[-1] if end else 0.0, release + longest) + res.train_s[st])
+    return end[-1] - res.window_start_s
+
+
+def kv_work_bound_s(res: SimResult, headroom: float = 0.1) -> float:
+    """`work_bound_s` with each role's batch limited by the KV its sequences really hold: a
+    decoded token sees on average contexts / tokens of KV per running sequence, so a replica
+    runs at most (1 - headroom) * KV / that many sequences, not KV / the shortest prompt."""
+    work: dict[str, float] = {}
+    for role in (Role.ROLLOUT, Role.REWARD):
+        c = res.costs.roles[role]
+        chains, prefill = measured_chains(res, role)
+        contexts, tokens = context_sums(chains)
+        batch = max(1, min(c.max_running, int((1 - headroom) * c.kv_capacity * tokens / contexts)))
+        work[role] = role_work_s(c, batch, chains, prefill)
+    train = sum(res.train_s[res.warmup_steps : res.steps])
+    t_dev = len(res.table.replicas[res.table.train_rid].devices)
+    # under Pivot every device may run every role: the cluster, or training alone
+    return max(train, (sum(work.values()) + t_dev * train) / res.table.world)
+
+
+# --tails: a simulator that also records when each step's prompts were
+# released and when each rollout and judge ran and finished, and the per-step lines it prints
+# from them (diagnostics only).
+class Probe(Simulator):
+    """The simulator, also recording when each step's prompts were released and when each of its
+    rollouts and judges finished (diagnostics only)."""
+
+    def __init__(self, cfg: PivotConfig, opts: SimOptions) -> None:
+        super().__init__(cfg, opts)
+        self.released_at: dict[int, float] = {}
+        self.first_run: dict[int, float] = {}  # sid -> first dispatch
+        self.sample_t: dict[tuple[str, int, int], tuple[float, float]] = {}  # first run, finish
+        self.done_at: dict[tuple[str, int], list[float]] = {}
+
+    def _fill(self) -> None:
+        before = self.next_step
+        super()._fill()
+        for st in range(before, self.next_step):
+            self.released_at[st] = self.now
+
+    def _apply(self, role: str, cmds: list[Command]) -> None:
+        for c in cmds:
+            if not isinstance(c, Abort):
+                self.first_run.setdefault(c.seq_id, self.now)
+        super()._apply(role, cmds)
+
+    def _on_finish(self, role: str, sid: int) -> None:
+        s = self.seqs[sid].sample
+        self.sample_t[(str(role), s.step, s.index)] = (self.first_run.pop(sid, self.now), self.now)
+        step = self.seqs[sid].sample.step
+        self.done_at.setdefault((str(role), step), []).append(self.now)
+        super()._on_finish(role, sid)
+
+
+def run(cfg: PivotConfig, opts: SimOptions) -> tuple[SimResult, Probe]:
+    sim = Probe(cfg, opts)
+    return sim.run(), sim
+
+
+def tails(res: SimResult, sim: Probe) -> None:
+    ro, rm = res.costs.roles[Role.ROLLOUT], res.costs.roles[Role.REWARD]
+    for st in range(res.warmup_steps, res.steps):
+        rel = sim.released_at[st]
+        chain = max(
+            chain_s(ro, s.prompt_len, s.response_len) + chain_s(rm, s.judge_prompt_len, s.judge_len)
+            for s in res.samples[st]
+        )
+        r_done = sorted(sim.done_at[("rollout", st)])
+        j_done = sorted(sim.done_at[("reward", st)])
+        n = len(j_done)
+        train_start = res.step_end_s[st] - res.train_s[st]
+        print(
+            f"    step {st}: released {rel:7.1f}  rollouts 50/99/100% +{r_done[n // 2] - rel:5.1f}"
+            f"/{r_done[int(n * 0.99)] - rel:5.1f}/{r_done[-1] - rel:5.1f}  judges 50/99/100% "
+            f"+{j_done[n // 2] - rel:5.1f}/{j_done[int(n * 0.99)] - rel:5.1f}/{j_done[-1] - rel:5.1f}"
+            f"  chain alone {chain:5.1f}  train {train_start - rel:+6.1f}..{res.step_end_s[st] - rel:+6.1f}"
+        )
+        last = sorted(res.samples[st], key=lambda s: sim.sample_t[("reward", st, s.index)][1])[-3:]
+        for s in last:
+            r0, r1 = sim.sample_t[("rollout", st, s.index)]
+            j0, j1 = sim.sample_t[("reward", st, s.index)]
+            print(
+                f"      late sample: rollout {s.response_len:5d} tok run +{r0 - rel:5.1f}..+{r1 - rel:5.1f}"
+                f" (alone {chain_s(ro, s.prompt_len, s.response_len):5.1f})  judge {s.judge_len:5d} tok"
+                f" queued {j0 - r1:5.1f} run ..+{j1 - rel:5.1f} ({(j1 - j0) / s.judge_len * 1e3:.1f} ms/tok,"
+                f" alone {chain_s(rm, s.judge_prompt_len, s.judge_len):5.1f} s)"
+            )
+
 
 GROUPS = ("qwen2.5-1.5b+glm-z1-9b", "qwen2.5-7b+qwen3-30b-a3b")
 TUNED_TRAIN = {  # PivotRL's tuned training slot (docs/simulator_cost_model.md; 7B: the preset's)

@@ -41,22 +41,186 @@ with the same evaluated benefits.
 from __future__ import annotations
 
 import argparse
+import importlib
+import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from bench_planner_against import load_version, print_against  # noqa: E402
-from bench_planner_scenario import best_of, clone_benefits, drained, scenario  # noqa: E402
 
-from pivot.config import PlannerConfig  # noqa: E402
-from pivot.plan import PivotPlanner  # noqa: E402
+from pivot.config import PlannerConfig
+from pivot.plan import ClusterSnapshot, PivotPlanner, benefit, overall_throughput
+from pivot.plan.candidates import Candidate
+from pivot.sched import Replica, SeqState, ShiftAwareScheduler, ThroughputModel
+
+# The scenario (paper Table 2's layout at N devices, reward the bottleneck)
+# and the straightforward evaluation its planner's step 4 is checked against (`clone_benefits`,
+# also run by tests/plan/test_fast_eval.py with the paper oracle), with step 5 on its benefits.
+RO = ThroughputModel(A=1e-6, B=0.010, C=2e-4, D=0.005)
+RM = ThroughputModel(A=2e-6, B=0.020, C=4e-4, D=0.010)
+_RO, _RM, _Replica, _SeqState, _Snapshot = RO, RM, Replica, SeqState, ClusterSnapshot
+
+
+def scenario(n: int, seed: int = 0, api: Any = None) -> ClusterSnapshot:
+    """`api`: where Replica, SeqState, ThroughputModel and ClusterSnapshot come from (default:
+    this checkout's pivot; --against passes the older version's)."""
+    Replica, SeqState, ClusterSnapshot = (
+        (api.Replica, api.SeqState, api.ClusterSnapshot)
+        if api
+        else (_Replica, _SeqState, _Snapshot)
+    )
+    RO, RM = (api.ThroughputModel(m.A, m.B, m.C, m.D) for m in (_RO, _RM)) if api else (_RO, _RM)
+    rng = random.Random(seed)
+    slots = [Replica(i, "rollout", (i,), 400_000, RO) for i in range(n)]
+    slots += [
+        Replica(n + i, "reward", tuple(range(4 * i, 4 * i + 4)), 200_000, RM) for i in range(n // 4)
+    ]
+    slots.append(Replica(2 * n, "train", tuple(range(3 * n // 4, n))))
+    active = {2 * n, *(n + i for i in range(n // 16)), *range(n // 4, 3 * n // 4)}
+    running, sid = {}, 0
+    for rid in sorted(active - {2 * n}):
+        k = rng.randint(20, 60) if rid >= n else rng.randint(2, 12)
+        running[rid] = tuple(
+            SeqState(sid + j, rng.randint(200, 1500), rng.randint(0, 1500)) for j in range(k)
+        )
+        sid += k
+    queue = tuple(
+        SeqState(sid + j, rng.randint(500, 2000), rng.randint(100, 1000))
+        for j in range(max(2000, 4 * n))
+    )
+    return ClusterSnapshot(tuple(slots), frozenset(active), running, {"reward": queue})
+
+
+def drained(snap: Any) -> Any:
+    """The same cluster after each role's scheduler dispatched its queue (a live scheduler's
+    state: sequences wait only when no up replica can hold them)."""
+    running, queues = {}, {}
+    for role in ("rollout", "reward"):
+        s = snap.scheduler(role)
+        s.dispatch()
+        running.update({rid: tuple(s.running(rid)) for rid in s.active_ids})
+        queues[role] = tuple(s.queued())
+    return type(snap)(snap.replicas, snap.active, running, queues)
+
+
+def production_scheduler(snap: ClusterSnapshot, role: str, migrate: bool) -> ShiftAwareScheduler:
+    return snap.scheduler(role, migrate=migrate)
+
+
+def clone_benefits(
+    snap: ClusterSnapshot,
+    cfg: PlannerConfig,
+    cands: list[Candidate],
+    scheduler: Callable[..., Any] = production_scheduler,
+) -> list[float]:
+    """Step 4 the straightforward way: per candidate, clone each role's `scheduler(snap, role,
+    migrate)`, shift down, shift up and read its rate (busy replicas without the throughput model)."""
+
+    def rate(s: Any) -> float:
+        return (
+            float(sum(1 for rid in s.active_ids if s.load(rid)[0] > 0))
+            if not cfg.throughput_model
+            else s.throughput()
+        )
+
+    base = {r: scheduler(snap, r, cfg.migration) for r in ("rollout", "reward")}
+    role_of = {r.replica_id: r.role for r in snap.replicas}
+    n = {r: base[r].num_sequences() for r in base}
+    cur = overall_throughput(n["rollout"], rate(base["rollout"]), n["reward"], rate(base["reward"]))
+    out = []
+    for c in cands:
+        rates = {}
+        for role, s in base.items():
+            sim = s.clone()
+            down = sorted(r for r in c.down if role_of[r] == role)
+            up = sorted(r for r in c.up if role_of[r] == role)
+            if down:
+                sim.shift_down(down)
+            if up:
+                sim.shift_up(up)
+            rates[role] = rate(sim)
+        t = overall_throughput(n["rollout"], rates["rollout"], n["reward"], rates["reward"])
+        out.append(benefit(cfg.horizon_s, t, cur, c.penalty))
+    return out
+
+
+def best_of(cands: list, benefits: list[float]) -> tuple | None:
+    """The planner's step 5 on (candidate, benefit) in ascending k (no training shift here)."""
+    best = None
+    for c, b in zip(cands, benefits):
+        if b > 0 and (best is None or b > best[2]):
+            best = (c.up, c.down, b)
+    return best
+
+
+# --against REV: pivot/ as of another git revision imported into this
+# process beside ours, and the table of ours / REV once both versions have planned.
+def load_version(rev: str, tmp: str) -> SimpleNamespace:
+    """pivot/ as of git revision `rev`, imported into this process beside ours: `git archive`
+    into `tmp`, its modules imported under their own names, then ours put back in
+    sys.modules (neither version imports pivot lazily on the planner's path, so each keeps
+    calling its own code)."""
+    tree = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "pivot"], capture_output=True, check=False
+    )
+    if tree.returncode != 0:
+        raise SystemExit(f"--against {rev}: git archive failed: {tree.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", tmp], input=tree.stdout, check=True)
+    ours: dict[str, ModuleType] = {
+        k: m for k, m in sys.modules.items() if k == "pivot" or k.startswith("pivot.")
+    }
+    for k in ours:
+        del sys.modules[k]
+    sys.path.insert(0, tmp)
+    try:
+        cfg, plan, sched = (
+            importlib.import_module(f"pivot.{m}") for m in ("config", "plan", "sched")
+        )
+        return SimpleNamespace(
+            PlannerConfig=cfg.PlannerConfig,
+            PivotPlanner=plan.PivotPlanner,
+            ClusterSnapshot=plan.ClusterSnapshot,
+            Replica=sched.Replica,
+            SeqState=sched.SeqState,
+            ThroughputModel=sched.ThroughputModel,
+        )
+    finally:
+        sys.path.remove(tmp)
+        for k in [k for k in sys.modules if k == "pivot" or k.startswith("pivot.")]:
+            del sys.modules[k]
+        sys.modules.update(ours)
+
+
+def print_against(
+    rev: str, args: argparse.Namespace, ours: list[dict[str, Any]], theirs: list[dict[str, Any]]
+) -> None:
+    print(
+        f"\nours / {rev}: both versions in this process, their rounds alternating (least of {args.repeats}; plan, "
+        f"step 4, down, up: process CPU of plan() and of the scheduler's shifts; < 1 is faster)"
+    )
+    print(f"{'devs':>5} | {'plan cpu':>8} {'sim cpu':>8} {'down':>6} {'up':>6} | {'same plan':>9}")
+    for r, t in zip(ours, theirs):
+
+        def ratio(k: str) -> str:
+            return f"{r[k] / t[k]:.2f}" if t[k] > 0 else "-"  # noqa: B023 (called in this iteration)
+
+        same = "yes" if r["plan"] == t["plan"] and r["benefits"] == t["benefits"] else "NO"
+        print(
+            f"{r['n']:>5} | {ratio('cpu_s'):>8} {ratio('sim_cpu_s'):>8} {ratio('down_s'):>6} {ratio('up_s'):>6} | {same:>9}"  # noqa: E501 (one table row, easier read whole)
+        )
+        if same == "NO":
+            raise SystemExit(f"{r['n']} devices: the plan differs from {rev}'s")
+
 
 PAPER_TOTAL_S = {16: 0.31, 32: 0.74, 64: 1.71, 128: 2.95}
 TARGET_S = {128: 0.020, 4096: 0.300}

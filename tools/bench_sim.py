@@ -31,15 +31,332 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_sim_figures import fig9, fig11, hsweep, shift_costs  # noqa: E402
-from bench_sim_paper import GROUPS  # noqa: E402  (bench_kv_sim.py reads it from here)
-from bench_sim_runs import preset  # noqa: E402
+from configs.presets import paper_preset
+from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate
+from pivot.sim.band import CORNERS, options_at
+from pivot.sim.costs import build_cluster
+from pivot.sim.deploy import Allocation, deployment, search, table4, world_of
+from pivot.sim.engine_profile import ENGINE_PROFILES, with_engine
+from pivot.sim.report import bound_s, bound_share, breakdown, shift_ups_per_step
+from pivot.sim.timeline import render_timeline
+from pivot.sim.window import DEFAULT_SEEDS, Spread, Window, aligned_window, is_aligned
 
-from pivot.sim import HARDWARE, SimOptions, Workload  # noqa: E402
-from pivot.sim.deploy import Allocation  # noqa: E402
-from pivot.sim.engine_profile import ENGINE_PROFILES  # noqa: E402
-from pivot.sim.timeline import render_timeline  # noqa: E402
-from pivot.sim.window import DEFAULT_SEEDS, Window, aligned_window, is_aligned  # noqa: E402
+# The paper's figures the simulated ones are printed beside, and its four model groups
+# (bench_kv_sim.py reads GROUPS from here; it and bench_bound.py, add_band_args).
+GROUPS = (
+    "qwen2.5-1.5b+glm-z1-9b",
+    "qwen2.5-7b+qwen3-30b-a3b",
+    "qwen2.5-32b+qwen3-30b-a3b",
+    "qwen2.5-72b+qwen3.5-122b-a10b",
+)
+BASELINES = ("colocated", "disaggregated", "rr_colocated")
+# Figure 9 (tokens/s), read from the paper's text and checked against its printed speedups.
+PAPER_FIG9 = {
+    "qwen2.5-1.5b+glm-z1-9b": {
+        "colocated": 27184,
+        "disaggregated": 31176,
+        "rr_colocated": 25405,
+        "pivot": 50077,
+    },
+    "qwen2.5-7b+qwen3-30b-a3b": {
+        "colocated": 11545,
+        "disaggregated": 11711,
+        "rr_colocated": 14189,
+        "pivot": 22822,
+    },
+    "qwen2.5-32b+qwen3-30b-a3b": {
+        "colocated": 9998,
+        "disaggregated": 13681,
+        "rr_colocated": 11343,
+        "pivot": 20503,
+    },
+    "qwen2.5-72b+qwen3.5-122b-a10b": {
+        "colocated": 6915,
+        "disaggregated": 7954,
+        "rr_colocated": 7530,
+        "pivot": 12503,
+    },
+}
+# Figure 11: throughput over disaggregated.
+PAPER_FIG11 = {
+    "qwen2.5-7b+qwen3-30b-a3b": {
+        "static": 1.55,
+        "rule_based": 1.31,
+        "vanilla": 1.79,
+        "vanilla+tm": 1.87,
+        "pivot": 1.95,
+    },
+    "qwen2.5-1.5b+glm-z1-9b": {
+        "static": 1.27,
+        "rule_based": 1.05,
+        "vanilla": 1.43,
+        "vanilla+tm": 1.53,
+        "pivot": 1.61,
+    },
+}
+# Figure 12 (seconds): inference up ~1 (1.5B) .. ~9 (122B), down < 2; training up 2 .. 8.5, down < 6.
+PAPER_FIG12 = (
+    "inference up ~1 s (1.5B) .. ~9 s (122B), down < 2 s; training up 2 .. 8.5 s, down < 6 s"
+)
+# Figure 14: the paper plots throughput and shifts per step for H in 0.01 .. 600; its text says
+# throughput is lower with fewer shifts at small H, stable for 60 <= H <= 120, lower again at 600.
+H_VALUES = (0.01, 5, 30, 60, 90, 120, 600)
+
+
+# The runs: a group's preset at a seed, each deployment's allocation (given,
+# the paper's Table 4, or searched) and its runs over the seeds, at the nominal cost model or at
+# the band's corners.
+def preset(group: str, seed: int):  # noqa: ANN201
+    cfg = paper_preset(group)
+    cfg.seed = seed
+    return cfg
+
+
+def alloc_name(a: Allocation) -> str:
+    return f"T{a.train_devices}" + (f"/R{a.rollout_devices}" if a.rollout_devices else "")
+
+
+def choose_allocation(
+    base,
+    name: str,
+    args: argparse.Namespace,  # noqa: ANN001
+    opts: SimOptions,
+) -> tuple[Allocation, dict[int, SimResult]]:
+    """The allocation of `name` and the runs (by seed) its search already made there."""
+    if name in args.use:
+        return args.use[name], {}
+    if args.alloc == "table4":
+        return table4(base, name), {}
+    best, points = search(base, name, opts, tuple(args.search_seeds))
+    if len(points) > 1:
+        tried = ", ".join(
+            f"{alloc_name(p.alloc)}:{p.throughput:,.0f}" + (" (invalid)" if p.error else "")
+            for p in points
+        )
+        print(f"    search {name}: {tried} -> {alloc_name(best)}", flush=True)
+    return best, next(p.runs for p in points if p.alloc == best)
+
+
+def seed_runs(
+    base,
+    name: str,
+    alloc: Allocation,
+    opts: SimOptions,
+    seeds: list[int],  # noqa: ANN001
+    done: dict[int, SimResult] | None = None,
+    horizon_s: float | None = None,
+) -> list[SimResult]:
+    cfg = deployment(base, name, alloc, horizon_s)
+    out = []
+    for seed in seeds:
+        if done and seed in done:
+            out.append(done[seed])
+            continue
+        cfg.seed = seed
+        out.append(simulate(cfg, opts))
+    return out
+
+
+def corners(args: argparse.Namespace) -> tuple[str, ...]:
+    return CORNERS if args.band else ()
+
+
+Runs = dict[str, tuple[Allocation, list[SimResult]]]
+Band = dict[str, dict[str, list[SimResult]]]
+"""corner -> deployment -> the band seeds' runs at that corner."""
+
+
+# The figures: Figure 9 (deployments x model groups), Figure 11 (ablations),
+# Figure 14 (H sweep) and Figure 12's derived shift costs, each beside the paper's numbers, with
+# the lines every figure shares (regime heading, bound shares, per-run details, ratios).
+def regime(args: argparse.Namespace) -> str:
+    """The allocations, the measured window and the seeds, for every figure's heading."""
+    how = (
+        "Table 4 (paper)"
+        if args.alloc == "table4"
+        else (
+            f"best of a search over pool sizes (same window, seeds {' '.join(map(str, args.search_seeds))})"
+        )
+    )
+    if args.use:
+        how += "; given: " + ", ".join(f"{n} {alloc_name(a)}" for n, a in args.use.items())
+    w = args.window
+    return (
+        f"engine {args.engine_profile}; allocations: {how}; measured: {w.describe(args.staleness)}"
+        + (" (steady state)" if w.warmup else " (whole run)")
+        + f"; seeds {' '.join(map(str, args.seeds))}"
+        + (f"; band seeds {' '.join(map(str, args.band_seeds))}" if args.band else "")
+    )
+
+
+def shares(rs: list[SimResult]) -> str:
+    """The runs' shares of their own bounds (pivot/sim/report.py `bound_share`), and the bounds'
+    kinds (path, work, train)."""
+    kinds = sorted({bound_s(r)[1] for r in rs})
+    return f"{Spread.of(map(bound_share, rs)).fmt('.0%')} of its own {'/'.join(kinds)} bound"
+
+
+def run_details(r: SimResult) -> str:
+    """The tighter bound and the share of it reached, shifts and churn, and device time by role."""
+    bound, kind = bound_s(r)
+    return (
+        f"bound ({kind}) {r.tokens / bound:9,.0f} reached {bound / r.measured_s:4.0%}  shift-ups/step "
+        f"{shift_ups_per_step(r):.1f}  aborts {r.aborts} preempt {r.preemptions}\n"
+        f"  {'':14s} busy/idle/shifting: {breakdown(r).line()}"
+    )
+
+
+def ratio(piv: list[SimResult], base: list[SimResult]) -> Spread:
+    """PivotRL over a baseline, seed by seed (the same samples)."""
+    return Spread.of(p.throughput / b.throughput for p, b in zip(piv, base))
+
+
+def report_line(
+    name: str,
+    rs: list[SimResult],
+    paper: dict[str, int],
+    piv: list[SimResult],
+    band: dict[str, dict[str, list[SimResult]]],
+) -> None:
+    tps = Spread.of(r.throughput for r in rs)
+    sp = ""
+    if name != "pivot":
+        sp = f"PivotRL {ratio(piv, rs).fmt('.2f', 'x')} (paper x{paper['pivot'] / paper[name]:.2f})"
+        sp += "".join(
+            f" {c} {ratio(band[c]['pivot'], band[c][name]).fmt('.2f', 'x')}" for c in band
+        )
+    print(
+        f"  {name:14s} {tps.fmt()} | {paper[name]:7,} | {tps.mean / paper[name]:5.2f}  {sp}  "
+        f"bound share {shares(rs)}"
+    )
+    print(f"  {'':14s} first seed: {run_details(rs[0])}")
+
+
+def fig9(
+    groups: list[str], opts: SimOptions, args: argparse.Namespace
+) -> tuple[dict[str, Runs], dict[str, Band]]:
+    print(f"\n== Figure 9: end-to-end tokens/s (sim | paper | sim/paper); {regime(args)} ==")
+    out, bands = {}, {}
+    for g in groups:
+        t0 = time.perf_counter()
+        base = preset(g, args.seeds[0])
+        print(f"{g}: {opts.workload.describe(world_of(base))}", flush=True)
+        runs = {}
+        for name in BASELINES + ("pivot",):
+            alloc, done = choose_allocation(base, name, args, opts)
+            runs[name] = (alloc, seed_runs(base, name, alloc, opts, args.seeds, done))
+        band = {
+            c: {
+                n: seed_runs(base, n, a, options_at(opts, c), args.band_seeds)
+                for n, (a, _) in runs.items()
+            }
+            for c in corners(args)
+        }
+        out[g], bands[g] = runs, band
+        print(
+            f"  ({time.perf_counter() - t0:.1f} s wall; allocations "
+            + ", ".join(f"{n} {alloc_name(a)}" for n, (a, _) in runs.items())
+            + ")"
+        )
+        for name in BASELINES + ("pivot",):
+            report_line(name, runs[name][1], PAPER_FIG9[g], runs["pivot"][1], band)
+        for c in band:
+            print(
+                f"  {c} corner tokens/s: "
+                + ", ".join(
+                    f"{n} {Spread.of(r.throughput for r in rs).fmt()}" for n, rs in band[c].items()
+                )
+            )
+        sys.stdout.flush()
+    return out, bands
+
+
+def fig11(
+    groups: list[str],
+    opts: SimOptions,
+    args: argparse.Namespace,
+    runs: dict[str, Runs],
+    bands: dict[str, Band],
+) -> None:
+    print(
+        f"\n== Figure 11: throughput over disaggregated (sim | paper, then the band's corners); "
+        f"ablations on PivotRL's training slot; {regime(args)}, first seed =="
+    )
+    for g in groups:
+        if g not in PAPER_FIG11:
+            continue
+        base = preset(g, args.seeds[0])
+        dis = runs[g]["disaggregated"][1][0].throughput
+        alloc, piv = runs[g]["pivot"][0], runs[g]["pivot"][1][0]
+        print(g)
+        for name, paper in PAPER_FIG11[g].items():
+            r = piv if name == "pivot" else simulate(deployment(base, name, alloc), opts)
+            band = "".join(
+                f" {c} "
+                + ratio(
+                    bands[g][c]["pivot"]
+                    if name == "pivot"
+                    else seed_runs(base, name, alloc, options_at(opts, c), args.band_seeds),
+                    bands[g][c]["disaggregated"],
+                ).fmt(".2f", "x")
+                for c in bands[g]
+            )
+            print(
+                f"  {name:14s} {r.throughput:9,.0f}  x{r.throughput / dis:.2f} | x{paper:.2f}{band}  "
+                f"{run_details(r)}",
+                flush=True,
+            )
+
+
+def hsweep(group: str, opts: SimOptions, args: argparse.Namespace, runs: dict[str, Runs]) -> None:
+    print(
+        f"\n== Figure 14: H sweep on {group} (paper: lower throughput and fewer shifts at small H, stable "
+        f"for 60 <= H <= 120, lower again at 600; the band's corners over their own H={H_VALUES[0]}); "
+        f"{regime(args)}, first seed =="
+    )
+    base = preset(group, args.seeds[0])
+    alloc = (
+        runs[group]["pivot"][0]
+        if group in runs
+        else choose_allocation(base, "pivot", args, opts)[0]
+    )
+    ref = None
+    refs: dict[str, list[SimResult]] = {}
+    for h in H_VALUES:
+        r = simulate(deployment(base, "pivot", alloc, horizon_s=h), opts)
+        ref = ref or r.throughput
+        band = ""
+        for c in corners(args):
+            rs = seed_runs(base, "pivot", alloc, options_at(opts, c), args.band_seeds, horizon_s=h)
+            band += f" {c} {ratio(rs, refs.setdefault(c, rs)).fmt('.2f', 'x')}"
+        print(
+            f"  H={h:>6}: {r.throughput:9,.0f} tok/s (x{r.throughput / ref:.2f} of H={H_VALUES[0]}{band})  "
+            f"{run_details(r)}",
+            flush=True,
+        )
+
+
+def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:
+    print(
+        f"\n== Figure 12: derived shift costs on {opts.hardware.name}, engine {opts.engine} "
+        f"(paper: {PAPER_FIG12}) =="
+    )
+    kv = "engine.kv_capacity_tokens" if opts.kv_from_engine else "all memory the weights leave"
+    print(f"  replica KV: {kv}")
+    for g in groups:
+        hw = with_engine(opts.hardware, opts.engine)
+        _, costs = build_cluster(preset(g, seed), hw, opts.kv_from_engine)
+        c = costs.roles
+        print(
+            f"  {g}: rollout up {c['rollout'].up_s:.1f} down {c['rollout'].down_s:.1f} | reward up {c['reward'].up_s:.1f} "  # noqa: E501 (one table row, easier read whole)
+            f"down {c['reward'].down_s:.1f} | train up {costs.train_up_s:.1f} down {costs.train_down_s:.1f}"
+        )
+        for role in ("rollout", "reward"):
+            m = c[role].throughput
+            print(
+                f"     {role}: A={m.A:.2e} B={m.B:.2e} C={m.C:.2e} D={m.D:.2e} kv={c[role].kv_capacity:,} tokens "
+                f"(T at 64 seqs x 4K: {m.throughput(64, 64 * 4096):,.0f} tok/s)"
+            )
 
 
 def parse_use(text: str) -> tuple[str, Allocation]:

@@ -20,25 +20,268 @@ folder and works anywhere.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import random
 import sys
+import tempfile
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
 
-import gpu_check_lines as lines  # noqa: E402  (FAILED: the failed checks)
-from gpu_check_lines import guarded, missing, skip  # noqa: E402
-from gpu_check_models import QWEN25_05B, SMALL, agreement, generate, prompts  # noqa: E402
-from gpu_check_production import check_production  # noqa: E402
 
-from pivot.engine import Engine, EngineConfig  # noqa: E402
-from pivot.model import CausalLM, ModelArgs  # noqa: E402
+from pivot.engine import Engine, EngineConfig, Request, SamplingParams
+from pivot.model import CausalLM, ModelArgs
+
+# The result lines: `PASS <name>: <figure>`, `FAIL <name>: <why>` or
+# `SKIP <name>: <why>`, one per result; `FAILED` names the failed ones (the tool exits 1 on any).
+FAILED: list[str] = []
+
+
+def missing(*modules: str) -> str:
+    """'' when every module imports, else which one does not and why (for a SKIP line)."""
+    import importlib
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # not installed, or built against another torch / CUDA
+            return f"{module} is not usable ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})"
+    return ""
+
+
+def skip(name: str, why: str) -> None:
+    print(f"SKIP {name}: {why}", flush=True)
+
+
+def report(ok: bool, name: str, text: str) -> None:
+    print(f"{'PASS' if ok else 'FAIL'} {name}: {text}", flush=True)
+    if not ok:
+        FAILED.append(name)
+
+
+def guarded(name: str, fn: Callable[[], str]) -> None:
+    """Run one check; its figure on success, the exception on failure."""
+    try:
+        report(True, name, fn())
+    except Exception as e:  # a failed check is a FAIL line, the others still run
+        report(False, name, f"{type(e).__name__}: {e}".splitlines()[0][:300])
+
+
+# The random models and greedy generations the checks measure with: Qwen2.5-0.5B's
+# shape and a small one (random weights: nothing is downloaded), random prompts, greedy tokens and
+# their throughput on an engine, and the small model written to disk as transformers does.
+QWEN25_05B = dict(
+    family="qwen2",
+    vocab_size=151936,
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    head_dim=64,
+    max_position_embeddings=32768,
+    tie_word_embeddings=True,
+)
+"""Qwen2.5-0.5B's shape (random weights: nothing is downloaded)."""
+SMALL = dict(
+    QWEN25_05B,
+    vocab_size=4096,
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+)
+"""A small random model for the sglang and training checks (written to disk by transformers)."""
+
+
+def prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(2, vocab) for _ in range(length)] for _ in range(n)]
+
+
+def generate(
+    engine: object, batch: list[list[int]], new_tokens: int, first_id: int = 0
+) -> tuple[list[list[int]], float]:
+    """Greedy generations of `batch` (ids first_id..) and generated tokens per second."""
+    for i, p in enumerate(batch):
+        engine.add(
+            Request(
+                first_id + i,
+                p,
+                SamplingParams(temperature=0, max_new_tokens=new_tokens, ignore_eos=True),
+            )
+        )
+    done: dict[int, list[int]] = {}
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    while engine.has_work():
+        for out in engine.step():
+            done[out.id] = out.output_ids
+    torch.cuda.synchronize()
+    tokens = [done[first_id + i] for i in range(len(batch))]
+    return tokens, sum(map(len, tokens)) / (time.perf_counter() - t0)
+
+
+def agreement(a: list[list[int]], b: list[list[int]]) -> float:
+    """Fraction of sequences whose greedy tokens are equal."""
+    return sum(x == y for x, y in zip(a, b)) / max(len(a), 1)
+
+
+def small_folder(path: Path) -> Path:
+    """A random small qwen2 written by transformers (what sglang's loader expects), sharp logits."""
+    import transformers
+
+    torch.manual_seed(0)
+    s = SMALL
+    model = transformers.Qwen2ForCausalLM(
+        transformers.Qwen2Config(
+            vocab_size=s["vocab_size"],
+            hidden_size=s["hidden_size"],
+            intermediate_size=s["intermediate_size"],
+            num_hidden_layers=s["num_hidden_layers"],
+            num_attention_heads=s["num_attention_heads"],
+            num_key_value_heads=s["num_key_value_heads"],
+            max_position_embeddings=4096,
+            tie_word_embeddings=True,
+        )
+    )
+    with torch.no_grad():  # clear greedy winners, so bf16 kernels of two engines agree
+        model.model.embed_tokens.weight.mul_(8.0)
+    model.save_pretrained(path)
+    return path
+
+
+# The `sglang` and `vllm` checks: a production engine's replica against the
+# embedded engine (greedy tokens), abort + release / resume + GPS weight update, and the GPS Read's
+# GB/s. The two engines run the same protocol; only how a replica is built differs.
+# Each check's adapter (module, class) and the options its engine takes here, built directly
+# rather than through `build_engine`: sglang gets a fixed share of the GPU it shares with the
+# embedded reference, and vLLM is told its platform. Imported only when its check runs.
+REPLICAS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "sglang": (
+        "pivot.engine.backends.sglang_adapter",
+        "SglangEngine",
+        {"mem_fraction_static": 0.3},
+    ),
+    "vllm": ("pivot.engine.backends.vllm_adapter", "VllmEngine", {"device": "cuda"}),
+}
+
+
+def build_replica(backend: str, folder: Path) -> Any:
+    """A TP 1 replica of `backend` on the current device, on dummy weights until the first load."""
+    config = EngineConfig(kv_capacity_tokens=16384, max_running_seqs=16)
+    device = torch.cuda.current_device()
+    module, name, options = REPLICAS[backend]
+    adapter = getattr(importlib.import_module(module), name)
+    return adapter.from_pretrained(
+        folder, config, tp_size=1, base_gpu_id=device, dtype="bfloat16", **options
+    )
+
+
+def check_production(a: argparse.Namespace) -> None:
+    """`a.check` names the engine: 'sglang' or 'vllm'."""
+    import torch.distributed as dist
+
+    from pivot.gps.layout import parallel_layout, replicated_layout
+    from pivot.gps.store import GPSStore, HostInfo
+    from pivot.gps.torch_specs import specs_from_checkpoint
+    from pivot.model import load_state_dict
+
+    backend = a.check
+    if missing(backend, "transformers"):
+        for name in ("gps-read", f"{backend}-greedy", f"{backend}-shift"):
+            skip(name, missing(backend, "transformers"))
+        return
+    folder = small_folder(Path(tempfile.mkdtemp(prefix=f"gpu_check_{backend}_")))
+    batch = prompts(8, 32, SMALL["vocab_size"])
+    embedded = Engine.from_pretrained(
+        folder, EngineConfig(kv_capacity_tokens=8192), dtype="bfloat16", device="cuda"
+    )
+    ref, _ = generate(embedded, batch, a.new_tokens)
+    del embedded
+    torch.cuda.empty_cache()
+    specs = specs_from_checkpoint(folder)
+    store = GPSStore(
+        dist.HashStore(), HostInfo(0, 0, 0, (0,)), namespace="gpuchk" + uuid.uuid4().hex[:8]
+    )
+    state: dict[str, torch.Tensor] = {}
+    try:
+        store.register(replicated_layout("genrm", specs, [0]))
+        full = parallel_layout("genrm", specs, [0], [0])
+        store.write("genrm", full, load_state_dict(folder))
+
+        def gps_read() -> str:
+            store.read("genrm", full, device="cuda")  # warm-up: plan, pages
+            t0 = time.perf_counter()
+            got, _ = store.read("genrm", full, device="cuda")
+            dt = time.perf_counter() - t0
+            n = sum(t.numel() * t.element_size() for t in got.values())
+            state.update(store.read("genrm", full, device="cpu")[0])
+            pinned = store.buffers["genrm"]._pinned
+            return f"{n / dt / 1e9:.1f} GB/s pinned host -> GPU ({n / 1e6:.0f} MB, pinned={pinned})"
+
+        guarded("gps-read", gps_read)
+        eng = build_replica(backend, folder)
+
+        def greedy() -> str:
+            eng.load_weights(
+                state, version=1
+            )  # dummy-loaded engine: the GPS copy is the only source
+            tokens, tps = generate(eng, batch, a.new_tokens)
+            if tokens != ref:
+                raise AssertionError(
+                    f"greedy tokens equal on {agreement(tokens, ref):.0%} of sequences only"
+                )
+            return f"greedy tokens equal to the embedded engine's on {len(batch)} sequences ({tps:,.0f} tokens/s)"
+
+        guarded(f"{backend}-greedy", greedy)
+
+        def shift() -> str:
+            for i, p in enumerate(batch):
+                eng.add(
+                    Request(
+                        100 + i,
+                        p,
+                        SamplingParams(temperature=0, max_new_tokens=a.new_tokens, ignore_eos=True),
+                    )
+                )
+            while min(eng.progress().values(), default=0) < 4:
+                eng.step()
+            partials = eng.release()  # shift down: abort + release
+            kept = sum(len(p.output_ids) for p in partials)
+            t0 = time.perf_counter()
+            eng.resume()  # shift up: resume + the GPS Read pushed in
+            got, version = store.read("genrm", full, device="cpu")
+            eng.load_weights(got, version + 1)
+            up_s = time.perf_counter() - t0
+            for p in partials:
+                eng.add(p)  # migration back: re-prefill prompt + kept tokens
+            done: dict[int, list[int]] = {}
+            while eng.has_work():
+                done.update({o.id: o.output_ids for o in eng.step()})
+            resumed = [done[100 + i] for i in range(len(batch))]
+            if resumed != ref:
+                raise AssertionError(
+                    f"resumed greedy tokens equal on {agreement(resumed, ref):.0%} of sequences only"
+                )
+            return (
+                f"shift up {up_s:.2f} s (resume + GPS Read + weight update); {len(partials)} "
+                f"partials kept {kept} tokens and resumed to the reference tokens"
+            )
+
+        guarded(f"{backend}-shift", shift)
+        eng.shutdown()
+    finally:
+        store.close()
 
 
 # ---- engine --------------------------------------------------------------------------------
@@ -271,9 +514,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     checks = {"engine": check_engine, "train": check_train, "job": check_job}
     checks["numerics"] = check_numerics
-    checks |= {"sglang": check_production, "vllm": check_production}
+    checks |= dict.fromkeys(REPLICAS, check_production)
     checks[a.check](a)
-    return 1 if lines.FAILED else 0
+    return 1 if FAILED else 0
 
 
 if __name__ == "__main__":

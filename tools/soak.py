@@ -18,19 +18,228 @@ sequences aborted and migrated, lost and duplicated samples; exit code 1 on any 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from soak_check import check  # noqa: E402
-from soak_drive import Timeline, drive  # noqa: E402
-from torchrun_job import torchrun_main  # noqa: E402
+from torchrun_job import torchrun_main
+
+from pivot.config import TrainConfig
+from pivot.runtime.records import audit
+from pivot.runtime.records.replay import replay_step, replayable
+
+# The verdict: the finished run's records audited over every attempt
+# (pivot/runtime/records/audit.py), the last replayable training steps replayed bit for bit
+# (pivot/runtime/records/replay.py), and the report, with every violation found.
+REPLAYS = 3
+"""Training steps replayed at the end (the last ones whose batch their checkpoint holds)."""
+
+
+def check(
+    args: argparse.Namespace,
+    policy: Path,
+    genrm: Path,
+    kills: list[dict],
+    rc: int,
+    leaked: list[str],
+) -> int:
+    run = args.run_dir
+    timeline = audit.read_rows(run / "timeline.jsonl")
+    cfg = json.loads((run / "config.json").read_text())
+    train = TrainConfig(**cfg["train"])
+    checkpoints = run / "checkpoints"
+    problems = [] if rc == 0 else [f"the job exited with code {rc} (see {run / 'soak.log'})"]
+    acc = audit.exactly_once(run, args.steps, args.batch_prompts, args.group_size)
+    problems += acc.violations + audit.resumes(timeline)
+    weights = audit.shift_up_weights(timeline, checkpoints, policy, genrm)
+    problems += weights.mismatched
+    if leaked:
+        problems.append(
+            f"{len(leaked)} GPS shared-memory files of this run left in /dev/shm: {leaked[:4]}"
+        )
+    figures = audit.figures(timeline)
+    if figures.restarts != len(kills):
+        problems.append(
+            f"{len(kills)} kills but {figures.restarts} restarts resumed from a checkpoint"
+        )
+    torch.set_num_threads(1)  # as the job's ranks (OMP_NUM_THREADS=1): the same reduction order
+    steps = [
+        k
+        for k in range(args.steps - 1, -1, -1)
+        if replayable(checkpoints, k, train.group_size, train.staleness)
+    ]
+    replays = []
+    for k in steps[:REPLAYS]:
+        r = replay_step(
+            checkpoints,
+            k,
+            train,
+            cfg["rollout"]["temperature"],
+            audit.read_rows(run / "samples.jsonl"),
+        )
+        replays.append(r)
+        if r.max_abs_diff != 0.0:
+            problems.append(
+                f"replaying step {k} from its checkpoint differs from checkpoint {k + 1} by {r.max_abs_diff:g}"
+            )
+    if not replays:
+        problems.append("no checkpoint held its step's whole batch: nothing could be replayed")
+    print(f"\nsoak: {args.steps} steps, {len(timeline)} timeline rows, exit code {rc}")
+    print(
+        f"  shifts executed     {figures.shifts} (up {figures.shifts_up}, down {figures.shifts_down}) "
+        f"in {figures.plans} plans, "
+        f"{figures.plans_mid_step} of them while a training step ran"
+    )
+    print(
+        f"  kills survived      {len(kills) if rc == 0 else 0} of {len(kills)} (requested {args.kills}); ranks "
+        f"{sorted(k['rank'] for k in kills)}"
+    )
+    print(f"  restarts            {figures.restarts} (each from the newest complete checkpoint)")
+    print(f"  sequences aborted   {figures.aborted}, migrated with their tokens {figures.migrated}")
+    print(
+        f"  samples             lost {acc.lost}, duplicated {acc.duplicated}, judged other than once {acc.misjudged}"
+    )
+    print(
+        f"  shift-up weights    {weights.verified} equal to their GPS version, {len(weights.mismatched)} differ, "
+        f"{weights.unverifiable} unverifiable (a version that died with a killed attempt)"
+    )
+    worst = max((r.max_abs_diff for r in replays), default=0.0)
+    print(
+        f"  replayed steps      {[r.step for r in replays]}: max |diff| {worst:g} "
+        f"(over {replays[0].tensors if replays else 0} tensors each)"
+    )
+    for p in problems:
+        print(f"  VIOLATION: {p}")
+    print("soak: " + ("FAILED" if problems else "passed"), flush=True)
+    return 1 if problems else 0
+
+
+# The driver: the running job's timeline read as it grows, torchrun's workers found
+# in /proc, and the kills: a random worker SIGKILLed a random gap after each attempt's first
+# checkpoint of its own, with a progress line every PROGRESS_EVERY_S.
+PROGRESS_EVERY_S = 15.0
+
+
+class Timeline:
+    """timeline.jsonl read incrementally (it only grows while the job runs)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.rows, self._offset = path, [], 0
+
+    def poll(self) -> None:
+        if not self.path.is_file():
+            return
+        with self.path.open() as f:
+            f.seek(self._offset)
+            chunk = f.read()
+        complete = chunk[: chunk.rfind("\n") + 1]
+        self._offset += len(complete.encode())
+        self.rows += [json.loads(line) for line in complete.splitlines() if line.strip()]
+
+    def attempt(self) -> tuple[int, int, int]:
+        """(attempts so far, step the current one started at, newest step it committed)."""
+        parts = audit.attempts(self.rows)
+        rows = parts[-1]
+        start = rows[0]["step"] if rows and rows[0].get("event") == "resume" else 0
+        committed = [r["step"] for r in rows if r.get("event") == "checkpoint"]
+        return len(parts), start, max(committed, default=start)
+
+
+def workers(agent: int) -> list[int]:
+    """The worker processes torchrun's agent started: the children of any of its threads (the
+    agent may start them from a thread other than its main one)."""
+    pids: list[int] = []
+    for task in Path(f"/proc/{agent}/task").glob("*"):
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return sorted(set(pids))
+
+
+def environ(pid: int) -> dict[str, str]:
+    try:
+        return dict(
+            kv.split("=", 1)
+            for kv in Path(f"/proc/{pid}/environ").read_text().split("\0")
+            if "=" in kv
+        )
+    except OSError:
+        return {}
+
+
+def drive(
+    args: argparse.Namespace, proc: subprocess.Popen, timeline: Timeline
+) -> tuple[list[dict], str]:
+    """Kills ranks while the job runs; returns the kills (time, rank, step) and torchrun's run id."""
+    rng = random.Random(args.seed)
+    kills: list[dict] = []
+    t0 = last_progress = time.monotonic()
+    gap = rng.uniform(*args.gap_s)
+    armed_at: float | None = None  # when the current attempt first had a checkpoint of its own
+    run_id = ""
+    while proc.poll() is None:
+        time.sleep(0.5)
+        now = time.monotonic()
+        if now - t0 > args.timeout_s:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise TimeoutError(f"the job ran past --timeout-s {args.timeout_s}")
+        timeline.poll()
+        run_id = run_id or next(
+            (environ(p).get("TORCHELASTIC_RUN_ID", "") for p in workers(proc.pid)), ""
+        )
+        n_attempts, start, newest = timeline.attempt()
+        if n_attempts != len(kills) + 1:  # the killed attempt is not back yet
+            armed_at = None
+        elif armed_at is None and newest > start:
+            armed_at = now
+        if (
+            len(kills) < args.kills
+            and armed_at is not None
+            and now - armed_at >= gap
+            and newest < args.steps - 1
+        ):
+            pids = workers(proc.pid)
+            if pids:
+                victim = rng.choice(pids)
+                rank = int(environ(victim).get("RANK", -1))
+                os.kill(victim, signal.SIGKILL)
+                kills.append(
+                    {
+                        "time": round(now - t0, 1),
+                        "rank": rank,
+                        "pid": victim,
+                        "after_checkpoint": newest,
+                    }
+                )
+                print(
+                    f"soak: [{now - t0:7.1f}s] SIGKILL rank {rank} (pid {victim}) after checkpoint {newest}",
+                    flush=True,
+                )
+                armed_at, gap = None, rng.uniform(*args.gap_s)
+        if now - last_progress >= PROGRESS_EVERY_S:
+            last_progress = now
+            f = audit.figures(timeline.rows)
+            print(
+                f"soak: [{now - t0:7.1f}s] attempt {n_attempts}, checkpoint {newest}/{args.steps}, plans {f.plans}, "
+                f"shifts {f.shifts} (up {f.shifts_up}, down {f.shifts_down}), kills {len(kills)}/{args.kills}, "
+                f"aborted {f.aborted}, migrated {f.migrated}",
+                flush=True,
+            )
+    return kills, run_id
+
 
 SMALL = [
     "--rollout.max-new-tokens",

@@ -111,7 +111,7 @@ def test_server_args_the_adapter_passes_exist(src: Source) -> None:
     extra = {
         "mem_fraction_static",
         "enable_deterministic_inference",
-    }  # tools/gpu_check_production.py, the docstring
+    }  # tools/gpu_checks.py, the docstring
     assert passed and not (passed | extra) - fields, sorted((passed | extra) - fields)
 
 

@@ -10,8 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from tools.bench_launches import SHAPES, small_args, step_bytes
-from tools.bench_launches_count import count_step, launches
+from tools.bench_launches import SHAPES, count_step, launches, small_args, step_bytes
 
 aten = torch.ops.aten
 

@@ -59,7 +59,7 @@ def _run_folder(path: Path, steps: int, roles: list[str]) -> Path:
 def test_job_check_reads_the_run_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gpu_checks.lines, "FAILED", [])
+    monkeypatch.setattr(gpu_checks, "FAILED", [])
     good = _run_folder(tmp_path / "good", 3, ["rollout", "reward", "train"])
     assert (
         gpu_checks.main(
@@ -74,12 +74,12 @@ def test_job_check_reads_the_run_folder(
     short = _run_folder(tmp_path / "short", 2, ["rollout"])
     assert gpu_checks.main(["job", str(short), "--steps", "3", "--name", "x"]) == 1
     assert capsys.readouterr().out == "FAIL x: AssertionError: 2 steps recorded, expected 3\n"
-    monkeypatch.setattr(gpu_checks.lines, "FAILED", [])
+    monkeypatch.setattr(gpu_checks, "FAILED", [])
     assert (
         gpu_checks.main(["job", str(short), "--steps", "2", "--name", "y", "--min-roles", "2"]) == 1
     )
     assert "FAIL y: AssertionError: shift ups of ['rollout'] only" in capsys.readouterr().out
-    monkeypatch.setattr(gpu_checks.lines, "FAILED", [])
+    monkeypatch.setattr(gpu_checks, "FAILED", [])
     assert gpu_checks.main(["job", str(tmp_path / "absent"), "--steps", "1"]) == 1
     assert capsys.readouterr().out.startswith("FAIL main-job: FileNotFoundError")
 
@@ -99,7 +99,7 @@ def test_a_missing_library_is_a_skip_line_not_a_failure(
         f"SKIP {engine}-shift",
     ]
     assert all(f"{engine} is not usable" in line for line in lines)
-    assert not gpu_checks.lines.FAILED
+    assert not gpu_checks.FAILED
     assert gpu_checks.missing("json") == "" and "flash_attn" in gpu_checks.missing(
         "json", "flash_attn"
     )

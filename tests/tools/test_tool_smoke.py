@@ -260,23 +260,8 @@ ENTRY = {
 # modules a tool imports, not run on their own: helper -> the tool that imports it (its smoke test
 # runs them)
 HELPERS = {
-    "bench_bound_diagnostics.py": "bench_bound.py",
-    "bench_bound_probe.py": "bench_bound.py",
     "bench_engine_model.py": "bench_engine.py",  # and bench_engine_vllm.py
-    "bench_launches_count.py": "bench_launches.py",
-    "bench_planner_against.py": "bench_planner.py",
-    "bench_planner_scenario.py": "bench_planner.py",
-    "bench_e2e_emulated_job.py": "bench_e2e_emulated.py",
-    "bench_e2e_emulated_report.py": "bench_e2e_emulated.py",
-    "bench_sim_figures.py": "bench_sim.py",
-    "bench_sim_paper.py": "bench_sim.py",
-    "bench_sim_runs.py": "bench_sim.py",
-    "gpu_check_lines.py": "gpu_checks.py",
-    "gpu_check_models.py": "gpu_checks.py",
-    "gpu_check_production.py": "gpu_checks.py",
-    "soak_check.py": "soak.py",
-    "soak_drive.py": "soak.py",
-    "torchrun_job.py": "bench_learning.py",  # and bench_e2e, bench_e2e_emulated_job, soak
+    "torchrun_job.py": "bench_learning.py",  # and bench_e2e, bench_e2e_emulated, soak
 }
 # tools whose exit code is their verdict on this machine, not a crash (pip cannot resolve nothing)
 VERDICT_EXIT = {"resolve_gpu_requirements.py": {0, 1}}
