@@ -174,7 +174,7 @@ class Engine:
             params=request.params,
             logprobs=list(request.output_logprobs),
             arrival=self._arrivals,
-            version_starts=list(request.version_starts),
+            versions=request.versions,
         )
         self._arrivals += 1
         seq.recompute = bool(request.output_ids)  # a partial: unless its KV came along, recomputed
@@ -294,8 +294,8 @@ class Engine:
             output_ids=seq.token_ids[seq.prompt_len :],
             output_logprobs=list(seq.logprobs),
             finish_reason=reason,
-            weights_version=seq.oldest_version(self._version),
-            version_starts=list(seq.version_starts),
+            weights_version=seq.versions.oldest(self._version),
+            versions=seq.versions,
         )
 
     def stats(self) -> EngineStats:

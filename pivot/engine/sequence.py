@@ -6,6 +6,7 @@ Pure Python: the scheduler and the block manager work on these without torch.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -34,6 +35,38 @@ class SamplingParams:
         if self.max_new_tokens < 1:
             raise ValueError(f"SamplingParams.max_new_tokens={self.max_new_tokens} must be >= 1")
         object.__setattr__(self, "stop", tuple(self.stop))
+
+
+@dataclass(frozen=True)
+class VersionRanges:
+    """Which weights version made which of a sequence's generated tokens: the one record every
+    place reads a sequence's versions from (the engines label with it, the controller and the
+    RL flow take its oldest for the staleness bound, the trainer's mismatch figures split by it).
+
+    A weights version is a plain int, the policy version (training steps done; the GenRM's is 0):
+    the staleness bound subtracts it from a step count, so it stays an int rather than a type."""
+
+    starts: tuple[tuple[int, int], ...] = ()
+    """(version, index in the output tokens of the first token it made), in the order made:
+    `version` made the tokens from its index up to the next entry's."""
+
+    def oldest(self, current: int) -> int:
+        """The oldest version that made any of the tokens (`current` if none was made yet)."""
+        return min((v for v, _ in self.starts), default=current)
+
+    def made(self, version: int, at: int) -> VersionRanges:
+        """With the token at index `at` made by `version` (a new range only where it changes)."""
+        if self.starts and self.starts[-1][0] == version:
+            return self
+        return VersionRanges((*self.starts, (version, at)))
+
+    def extended(self, more: Iterable[tuple[int, int]]) -> VersionRanges:
+        """With the ranges `more` (later tokens' starts) appended as they are."""
+        return VersionRanges((*self.starts, *((int(v), int(i)) for v, i in more)))
+
+    def before(self, at: int) -> VersionRanges:
+        """Only the ranges starting before token index `at`."""
+        return VersionRanges(tuple(s for s in self.starts if s[1] < at))
 
 
 REFUSALS = ("stale", "no_room", "other_tp", "other_layout", "unreachable", "released", "bad_length")
@@ -82,9 +115,8 @@ class Request:
     output_logprobs: list[float] = field(default_factory=list)
     kv: KVHandle | None = None
     """The partial's exported KV (set by an abort with KV migration on); None: re-prefill."""
-    version_starts: list[tuple[int, int]] = field(default_factory=list)
-    """(weights version, index in `output_ids` of the first token it made) over the tokens
-    generated so far (a partial's); empty for a new request."""
+    versions: VersionRanges = field(default_factory=VersionRanges)
+    """Which version made each token of `output_ids` (a partial's); empty for a new request."""
 
 
 @dataclass
@@ -96,10 +128,9 @@ class Output:
     finish_reason: str
     """`stop` (EOS or stop string) or `length` (max_new_tokens or the engine's max length)."""
     weights_version: int
-    version_starts: list[tuple[int, int]] = field(default_factory=list)
-    """(weights version, index in `output_ids` of the first token it made), over every output
-    token (a resumed partial's earlier ones included); `weights_version` is the oldest of them,
-    the one the staleness bound is checked against."""
+    """`versions.oldest(...)`: the one the staleness bound is checked against."""
+    versions: VersionRanges = field(default_factory=VersionRanges)
+    """Which version made each output token (a resumed partial's earlier ones included)."""
 
 
 class AbortResult(list):
@@ -176,17 +207,12 @@ class Sequence:
     finish_reason: str | None = None
     recompute: bool = False
     """Its prefill recomputes K/V computed before (resumed without its KV, or preempted)."""
-    version_starts: list[tuple[int, int]] = field(default_factory=list)
-    """(weights version, index of the first generated token it made), as `Output.version_starts`."""
+    versions: VersionRanges = field(default_factory=VersionRanges)
+    """Which version made each generated token, as `Output.versions`."""
 
     def made_token(self, version: int) -> None:
         """Record that the token about to be appended was made by weights `version`."""
-        if not self.version_starts or self.version_starts[-1][0] != version:
-            self.version_starts.append((version, self.num_generated))
-
-    def oldest_version(self, current: int) -> int:
-        """The oldest weights version among its generated tokens (`current` if none yet)."""
-        return min((v for v, _ in self.version_starts), default=current)
+        self.versions = self.versions.made(version, self.num_generated)
 
     @property
     def num_generated(self) -> int:
@@ -204,5 +230,5 @@ class Sequence:
             output_ids=self.token_ids[self.prompt_len :],
             output_logprobs=list(self.logprobs),
             kv=kv,
-            version_starts=list(self.version_starts),
+            versions=self.versions,
         )

@@ -57,7 +57,7 @@ def record(o: Output) -> dict[str, Any]:
         "logprobs": o.output_logprobs,
         "reason": o.finish_reason,
         "version": o.weights_version,
-        "starts": [list(s) for s in o.version_starts],
+        "starts": [list(s) for s in o.versions.starts],
     }
 
 

@@ -223,8 +223,8 @@ def test_weight_update_with_requests_running_pauses_them_in_place(
     while not outs:
         outs = eng.step()
     out = outs[0]
-    k = out.version_starts[1][1]  # where the stream stood when the update ended
-    assert out.version_starts == [(0, 0), (5, k)] and 3 <= k < 150 and out.weights_version == 0
+    k = out.versions.starts[1][1]  # where the stream stood when the update ended
+    assert out.versions.starts == ((0, 0), (5, k)) and 3 <= k < 150 and out.weights_version == 0
     assert len(out.output_ids) == 150 and fake.ever_aborted == set()
     assert list(fake.salts) == ["1"] and fake.salts["1"] == "v0"  # one stream: never re-added
     old = [(3 + i) % 50 for i in range(150)]

@@ -27,7 +27,7 @@ def test_an_update_in_flight_labels_the_tokens_after_it(tmp_path: Path) -> None:
     assert steps(e, 3) == []  # the prefill step makes token 0, then tokens 1 and 2
     e.load_weights(weights, version=1)  # in place: the sequence keeps its K/V and goes on
     (out,) = steps(e, 7)
-    assert out.version_starts == [(0, 0), (1, 3)]
+    assert out.versions.starts == ((0, 0), (1, 3))
     assert out.weights_version == 0  # the oldest: version 1 (the newest) was reported before
 
 
@@ -41,8 +41,8 @@ def test_a_partial_carries_its_ranges_to_the_replica_that_resumes_it(tmp_path: P
     a.load_weights(weights, version=1)
     steps(a, 2)
     (partial,) = a.abort([7])
-    assert partial.version_starts == [(0, 0), (1, 2)] and len(partial.output_ids) == 4
+    assert partial.versions.starts == ((0, 0), (1, 2)) and len(partial.output_ids) == 4
     b.add(partial)
     (out,) = [o for _ in range(20) for o in b.step()]
-    assert out.version_starts == [(0, 0), (1, 2), (2, 4)] and out.weights_version == 0
+    assert out.versions.starts == ((0, 0), (1, 2), (2, 4)) and out.weights_version == 0
     assert len(out.output_ids) == 12

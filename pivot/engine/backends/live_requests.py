@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from pivot.engine.sequence import EngineStats, Request
+from pivot.engine.sequence import EngineStats, Request, VersionRanges
 
 
 @dataclass
@@ -31,18 +31,17 @@ class LiveRequest:
         after the ranges it arrived with."""
         req, done = self.request, len(self.request.output_ids)
         n = len(self.output_ids)
-        made = [(self.added_version, done)] if n > done else []
+        made = VersionRanges(((self.added_version, done),) if n > done else ())
         for version, at in self.marks:
             if at < n:
-                made = [(v, i) for v, i in made if i < at] + [(version, max(at, done))]
-        starts = list(req.version_starts) + made
+                made = made.before(at).extended([(version, max(at, done))])
         return Request(
             req.id,
             list(req.prompt_ids),
             req.params,
             self.output_ids,
             self.logprobs,
-            version_starts=starts,
+            versions=req.versions.extended(made.starts),
         )
 
 

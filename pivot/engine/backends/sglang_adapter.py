@@ -282,7 +282,7 @@ class SglangEngine:
             if live.task is not None and live.task.done() and not live.aborted:
                 live.task.result()  # surface errors
                 del self.requests.live[rid]
-                starts = live.so_far().version_starts
+                versions = live.so_far().versions
                 outputs.append(
                     Output(
                         id=rid,
@@ -290,8 +290,8 @@ class SglangEngine:
                         output_ids=live.output_ids,
                         output_logprobs=live.logprobs,
                         finish_reason=live.finish_reason or "stop",
-                        weights_version=min((v for v, _ in starts), default=self._version),
-                        version_starts=starts,
+                        weights_version=versions.oldest(self._version),
+                        versions=versions,
                     )
                 )
         if self._stale_prefixes and not self.requests.live:

@@ -244,11 +244,11 @@ class VllmEngine:
                 continue
             del self.requests.live[live.request.id]
             done = len(live.request.output_ids)  # a resumed partial's tokens came before
-            spans = list(live.request.version_starts) + [
+            versions = live.request.versions.extended(
                 (int(s.version), done + s.start)
                 for s in co.weight_versions or []
                 if s.end > s.start
-            ]
+            )
             outputs.append(
                 Output(
                     id=live.request.id,
@@ -256,8 +256,8 @@ class VllmEngine:
                     output_ids=live.output_ids,
                     output_logprobs=live.logprobs,
                     finish_reason="length" if co.finish_reason == "length" else "stop",
-                    weights_version=min((v for v, _ in spans), default=self._version),
-                    version_starts=spans,
+                    weights_version=versions.oldest(self._version),
+                    versions=versions,
                 )
             )
         self.requests.last_latency = time.perf_counter() - t0

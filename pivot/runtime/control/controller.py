@@ -233,7 +233,7 @@ class Controller(ClusterHost):
             if req.id not in self.flow.seqs:
                 continue
             # the oldest weights that made its tokens, where the engine labelled them
-            self.flow.on_partial(req, min((v for v, _ in req.version_starts), default=current))
+            self.flow.on_partial(req, req.versions.oldest(current))
             self.awaiting.discard(req.id)
             target = self.deferred.pop(req.id, None)
             if target is not None:

@@ -6,8 +6,9 @@ Sequence ids are global and never reused, so a stale or duplicate output is reco
 A rollout sequence's version is the oldest policy version that generated any of its tokens
 (rollout replicas update weights between engine steps; a sequence that spans an update is
 judged by its oldest tokens, the conservative choice for the staleness bound). Engines label each
-range of output tokens with the version that made it (`Output.version_starts`, a partial's
-`Request.version_starts`); an Output's `weights_version` is the oldest over all its tokens.
+range of output tokens with the version that made it (`Output.versions`, a partial's
+`Request.versions`: a `VersionRanges`); an Output's `weights_version` is the oldest over all its
+tokens (`VersionRanges.oldest`), and a sequence's version here the oldest over its attempts.
 
 `RLFlow` holds DAPO's dynamic sampling as a part (`DynamicSampling`,
 pivot/runtime/flow/dynamic_sampling.py) and acts on its answers; what it hands the trainer and the logs
@@ -206,7 +207,7 @@ class RLFlow:
             text,
             version,
             prompt_ids=list(out.prompt_ids),
-            version_starts=list(out.version_starts),
+            version_starts=list(out.versions.starts),
         )
         if outcome in (Outcome.DUPLICATE, Outcome.SURPLUS):  # counted by the buffer
             return []
