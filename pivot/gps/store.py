@@ -145,21 +145,34 @@ class GPSStore(StoreBase):
         layout: Layout,
         shards: Mapping[str, torch.Tensor],
         group: dist.ProcessGroup | None = None,
+        version: int | None = None,
     ) -> int:
         """Commit this writer's `shards` (its pieces under `layout`); collective over `group`
-        (None: this rank is the only writer). Returns the published version."""
+        (None: this rank is the only writer). Returns the published version: `version` for the
+        model's first Write (the caller's own numbering starts there: the policy's version of a
+        resumed job), else the one after the published one; a Write always fills the slot
+        readers are not on, so a `version` given later must be that next one."""
         me = self.info.place
         gps = self.layouts[model]
         problem = self._check_shards(model, layout, shards)
-        pub = self._words(model, min(p.host for p in gps.places))[W_PUB_VERSION]
-        flags = torch.tensor([1 if problem else 0, pub], dtype=torch.int64)
+        words = self._words(model, min(p.host for p in gps.places))
+        flags = torch.tensor(
+            [1 if problem else 0, words[W_PUB_VERSION], words[W_PUB_SLOT]], dtype=torch.int64
+        )
         if group is not None:
             dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
         if flags[0]:
             raise ValueError(
                 problem or f"GPS write of model {model!r}: another writer rejected its shards"
             )
-        version = int(flags[1]) + 1
+        pub, published = int(flags[1]), int(flags[2]) >= 0
+        if version is None or published:
+            if version not in (None, pub + 1):
+                raise ValueError(
+                    f"GPS write of model {model!r}: version {version} is not the one after "
+                    f"the published {pub}"
+                )
+            version = pub + 1
         slot = version % 2
         leader = group is None or dist.get_rank(group) == 0
         hosts = sorted({p.host for p in gps.places})

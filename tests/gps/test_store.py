@@ -53,6 +53,20 @@ def test_versions_double_buffered(solo):
         solo.read("m", full, version=1)
 
 
+def test_the_first_write_carries_the_callers_version_and_each_next_one_counts_on(solo) -> None:
+    """A resumed job's policy starts at its checkpoint's version: GPS stores that number itself
+    (no offset to add and remove), and a Write after it can only be the next one, so it never
+    fills the slot readers are on."""
+    full = parallel_layout("m", SPECS, [0], [0])
+    a, b = model_state(1), model_state(2)
+    assert solo.write("m", full, a, version=7) == 7 and solo.write("m", full, b) == 8
+    got, v = solo.read("m", full, version=7)
+    assert v == 7 and all(torch.equal(got[k], a[k]) for k in a)
+    with pytest.raises(ValueError, match="not the one after the published 8"):
+        solo.write("m", full, a, version=8)
+    assert solo.write("m", full, a, version=9) == 9
+
+
 def test_a_failure_removes_this_attempts_files_on_this_host_and_nothing_else() -> None:
     ns = f"pivot-gpst{uuid.uuid4().hex[:8]}-0"
     store = GPSStore(dist.HashStore(), HostInfo(0, 0, 0, (0,)), namespace=ns)

@@ -6,9 +6,10 @@ the split the embedded engine shards by), the trainer reads its FSDP dim-0 shard
 whose engine `reads_whole_model` (vLLM, sglang: `pivot.engine.capabilities`) reads the whole
 model on its leader, into host memory (the engine shards it under its own TP), and nothing on
 its parked ranks.
-The trainer Writes its shards after every step. GPS counts Writes; the RL loop
-counts policy versions (= training steps done), so `offset` maps one onto the other, also
-after a resume (the first Write of a resumed job carries the checkpoint's version).
+The trainer Writes its shards after every step. GPS stores the policy version itself (= training
+steps done): the start-up Write publishes the job's first version (0, or a resumed job's
+checkpoint's), and each Write after it the next, so the numbers read and written here are the
+policy's. The GenRM, never trained, is version 0.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class WeightService:
         }
         self.store, self.host_of, self.train = store, host_of, train
         self.device, self.verify = device, verify
-        self.offset = {"policy": start_version - 1, "genrm": -1}  # first Write is GPS version 1
+        self.first_version = {"policy": start_version, "genrm": 0}  # of the start-up Write
         self.last_read_bytes = 0  # of the latest `read`, for the shift-up record
         self.last_remote_bytes = 0  # ... of which read from another host's copy
         hosts = sorted(set(host_of))
@@ -76,7 +77,9 @@ class WeightService:
     def publish(self, model: str, tensors: Mapping[str, torch.Tensor]) -> int:
         """Write a whole model from this rank alone (start-up: the initial checkpoints)."""
         layout = parallel_layout(model, self.specs[model], [self.store.info.rank], self.host_of)
-        return self.store.write(model, layout, self._cast(model, tensors)) + self.offset[model]
+        return self.store.write(
+            model, layout, self._cast(model, tensors), version=self.first_version[model]
+        )
 
     def _cast(self, model: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         dtypes = {s.name: TORCH_DTYPES[s.dtype] for s in self.specs[model]}
@@ -131,8 +134,7 @@ class WeightService:
                 targets[name] = (
                     given if fits else torch.empty(piece.shape, dtype=dtype, device=device)
                 )
-        gps_version = None if version is None else version - self.offset[model]
-        tensors, got = self.store.read(model, layout, gps_version, out=targets, device=device)
+        tensors, got = self.store.read(model, layout, version, out=targets, device=device)
         self.last_read_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
         self.last_remote_bytes = self.store.last_remote_bytes
         for name, t in list(tensors.items()):
@@ -145,18 +147,11 @@ class WeightService:
             elif given is not None and given.shape == t.shape:
                 given.copy_(t)
                 tensors[name] = given
-        return tensors, got + self.offset[model]
+        return tensors, got
 
     def write_policy(
         self, shards: Mapping[str, torch.Tensor], group: dist.ProcessGroup | None
     ) -> int:
-        """The trainer's fp32 shards, cast to the stored dtype (bf16 on GPU clusters); collective."""
-        return (
-            self.store.write(
-                "policy", self._train_layout, self._cast("policy", shards), group=group
-            )
-            + self.offset["policy"]
-        )
-
-    def latest(self, model: str) -> int:
-        return (self.store.latest(model) or 0) + self.offset[model]
+        """The trainer's fp32 shards, cast to the stored dtype (bf16 on GPU clusters), as the next
+        policy version (returned); collective."""
+        return self.store.write("policy", self._train_layout, self._cast("policy", shards), group)
