@@ -58,10 +58,10 @@ from pivot.sim.simulator import Simulator
 from pivot.sim.window import DEFAULT_SEEDS, Spread, aligned_window
 
 
-# The diagnostics beside the bounds, neither a bound: `crowded path` (every
-# chain decoded at a KV-full replica's step latency), `KV-limited work` (the work bound with each
-# role's batch limited by the KV its sequences really hold), and the shift-ups that came back
-# soon after a shift-down of the same role.
+# The diagnostics beside the bounds, neither a bound: `crowded path` (every chain decoded at a
+# KV-full replica's step latency), `KV-limited work` (the work bound with each role's batch limited
+# by the KV its sequences really hold), and the shift-ups that came back soon after a shift-down of
+# the same role.
 def shift_ups(res: SimResult, within_s: float = 30.0) -> tuple[int, int]:
     """Shift-ups of an inference role in the measured window, and how many of them came within
     `within_s` after a shift-down of the same role (a replica shifted out and another back)."""
@@ -120,9 +120,8 @@ def kv_work_bound_s(res: SimResult, headroom: float = 0.1) -> float:
     return max(train, (sum(work.values()) + t_dev * train) / res.table.world)
 
 
-# --tails: a simulator that also records when each step's prompts were
-# released and when each rollout and judge ran and finished, and the per-step lines it prints
-# from them (diagnostics only).
+# --tails: a simulator that also records when each step's prompts were released and when each
+# rollout and judge ran and finished, and the per-step lines it prints from them (diagnostics only).
 class Probe(Simulator):
     """The simulator, also recording when each step's prompts were released and when each of its
     rollouts and judges finished (diagnostics only)."""

@@ -30,7 +30,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
 from torchrun_job import torchrun_main
 
 from configs.presets import tiny_cpu
@@ -46,9 +45,8 @@ from pivot.sim.report import breakdown
 from pivot.sim.window import DEFAULT_SEEDS, Spread, Window, aligned_window, is_aligned
 
 
-# The report: each mode's emulated throughput beside the simulator's,
-# over seeds, with device-time shares and token tallies, and the simulator's pivot/mode at the
-# cost model's corners.
+# The report: each mode's emulated throughput beside the simulator's, over seeds, with device-time
+# shares and token tallies, and the simulator's pivot/mode at the cost model's corners.
 def shares_real(r: EmulatedRun, world: int) -> str:
     total = world * r.emulated_s
     return "/".join(
@@ -141,10 +139,9 @@ def reused(prefilled: int, hits: int) -> float:
     return 100 * hits / max(prefilled + hits, 1)
 
 
-# One seed's emulated job (bench_kv_migration.py runs it too): the tiny
-# runtime's config on emulated devices and the paper-scale job it stands for, the prompt shapes
-# the simulator's workload copies, the job's command line, its launch and its result, and the
-# measured window of steps in its logs.
+# One seed's emulated job (bench_kv_migration.py runs it too): the tiny runtime's config on emulated
+# devices and the paper-scale job it stands for, the prompt shapes the simulator's workload copies,
+# the job's command line, its launch and its result, and the measured window of steps in its logs.
 def base_config(args: argparse.Namespace, steps: int) -> PivotConfig:
     cfg = tiny_cpu()
     cfg.seed = args.seed

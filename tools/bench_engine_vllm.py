@@ -73,6 +73,7 @@ def run_batch(engine: Any, batch: int, new: int, vocab: int) -> tuple[float, flo
 
 def build(kind: str, folder: Path, batch: int, new: int, a: argparse.Namespace) -> Any:
     from pivot.engine import EngineConfig, build_engine
+    from pivot.engine.capabilities import capabilities
     from pivot.model import load_state_dict
 
     cfg = EngineConfig(
@@ -82,7 +83,9 @@ def build(kind: str, folder: Path, batch: int, new: int, a: argparse.Namespace) 
         max_prefill_tokens=2048,
     )
     engine = build_engine(folder, cfg, dtype=a.dtype, device=a.device)
-    if kind == "vllm":  # started on dummy weights, as in a job: the folder's, in Pivot's names
+    # a production engine (it owns its processes) starts on dummy weights, as in a job: load
+    # the folder's, in Pivot's names
+    if capabilities(kind).owns_processes:
         engine.load_weights(load_state_dict(folder), version=0)
     return engine
 

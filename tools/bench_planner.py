@@ -57,15 +57,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-
 from pivot.config import PlannerConfig
 from pivot.plan import ClusterSnapshot, PivotPlanner, benefit, overall_throughput
 from pivot.plan.candidates import Candidate
 from pivot.sched import Replica, SeqState, ShiftAwareScheduler, ThroughputModel
 
-# The scenario (paper Table 2's layout at N devices, reward the bottleneck)
-# and the straightforward evaluation its planner's step 4 is checked against (`clone_benefits`,
-# also run by tests/plan/test_fast_eval.py with the paper oracle), with step 5 on its benefits.
+# The scenario (paper Table 2's layout at N devices, reward the bottleneck) and the straightforward
+# evaluation its planner's step 4 is checked against (`clone_benefits`, also run by
+# tests/plan/test_fast_eval.py with the paper oracle), with step 5 on its benefits.
 RO = ThroughputModel(A=1e-6, B=0.010, C=2e-4, D=0.005)
 RM = ThroughputModel(A=2e-6, B=0.020, C=4e-4, D=0.010)
 _RO, _RM, _Replica, _SeqState, _Snapshot = RO, RM, Replica, SeqState, ClusterSnapshot
@@ -163,8 +162,8 @@ def best_of(cands: list, benefits: list[float]) -> tuple | None:
     return best
 
 
-# --against REV: pivot/ as of another git revision imported into this
-# process beside ours, and the table of ours / REV once both versions have planned.
+# --against REV: pivot/ as of another git revision imported into this process beside ours, and the
+# table of ours / REV once both versions have planned.
 def load_version(rev: str, tmp: str) -> SimpleNamespace:
     """pivot/ as of git revision `rev`, imported into this process beside ours: `git archive`
     into `tmp`, its modules imported under their own names, then ours put back in

@@ -103,9 +103,8 @@ PAPER_FIG12 = (
 H_VALUES = (0.01, 5, 30, 60, 90, 120, 600)
 
 
-# The runs: a group's preset at a seed, each deployment's allocation (given,
-# the paper's Table 4, or searched) and its runs over the seeds, at the nominal cost model or at
-# the band's corners.
+# The runs: a group's preset at a seed, each deployment's allocation (given, the paper's Table 4, or
+# searched) and its runs over the seeds, at the nominal cost model or at the band's corners.
 def preset(group: str, seed: int):  # noqa: ANN201
     cfg = paper_preset(group)
     cfg.seed = seed
@@ -166,9 +165,9 @@ Band = dict[str, dict[str, list[SimResult]]]
 """corner -> deployment -> the band seeds' runs at that corner."""
 
 
-# The figures: Figure 9 (deployments x model groups), Figure 11 (ablations),
-# Figure 14 (H sweep) and Figure 12's derived shift costs, each beside the paper's numbers, with
-# the lines every figure shares (regime heading, bound shares, per-run details, ratios).
+# The figures: Figure 9 (deployments x model groups), Figure 11 (ablations), Figure 14 (H sweep) and
+# Figure 12's derived shift costs, each beside the paper's numbers, with the lines every figure
+# shares (regime heading, bound shares, per-run details, ratios).
 def regime(args: argparse.Namespace) -> str:
     """The allocations, the measured window and the seeds, for every figure's heading."""
     how = (

@@ -36,12 +36,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
 from pivot.engine import Engine, EngineConfig, Request, SamplingParams
 from pivot.model import CausalLM, ModelArgs
 
-# The result lines: `PASS <name>: <figure>`, `FAIL <name>: <why>` or
-# `SKIP <name>: <why>`, one per result; `FAILED` names the failed ones (the tool exits 1 on any).
+# The result lines: `PASS <name>: <figure>`, `FAIL <name>: <why>` or `SKIP <name>: <why>`, one per
+# result; `FAILED` names the failed ones (the tool exits 1 on any).
 FAILED: list[str] = []
 
 
@@ -75,9 +74,9 @@ def guarded(name: str, fn: Callable[[], str]) -> None:
         report(False, name, f"{type(e).__name__}: {e}".splitlines()[0][:300])
 
 
-# The random models and greedy generations the checks measure with: Qwen2.5-0.5B's
-# shape and a small one (random weights: nothing is downloaded), random prompts, greedy tokens and
-# their throughput on an engine, and the small model written to disk as transformers does.
+# The random models and greedy generations the checks measure with: Qwen2.5-0.5B's shape and a small
+# one (random weights: nothing is downloaded), random prompts, greedy tokens and their throughput on
+# an engine, and the small model written to disk as transformers does.
 QWEN25_05B = dict(
     family="qwen2",
     vocab_size=151936,
@@ -160,12 +159,12 @@ def small_folder(path: Path) -> Path:
     return path
 
 
-# The `sglang` and `vllm` checks: a production engine's replica against the
-# embedded engine (greedy tokens), abort + release / resume + GPS weight update, and the GPS Read's
-# GB/s. The two engines run the same protocol; only how a replica is built differs.
-# Each check's adapter (module, class) and the options its engine takes here, built directly
-# rather than through `build_engine`: sglang gets a fixed share of the GPU it shares with the
-# embedded reference, and vLLM is told its platform. Imported only when its check runs.
+# The `sglang` and `vllm` checks: a production engine's replica against the embedded engine (greedy
+# tokens), abort + release / resume + GPS weight update, and the GPS Read's GB/s. The two engines
+# run the same protocol; only how a replica is built differs. Each check's adapter (module, class)
+# and the options its engine takes here, built directly rather than through `build_engine`: sglang
+# gets a fixed share of the GPU it shares with the embedded reference, and vLLM is told its
+# platform. Imported only when its check runs.
 REPLICAS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "sglang": (
         "pivot.engine.backends.sglang_adapter",

@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,9 +109,10 @@ def write_char_tokenizer(folder: Path, family: str) -> dict[str, int]:
     return vocab
 
 
-def write_model(hub_name: str, folder: Path, seed: int, vllm: bool) -> Path:
+def write_model(hub_name: str, folder: Path, seed: int, head_dim: int | None) -> Path:
     """`hub_name`'s layout at tiny widths, with a tokenizer of its family's special tokens and
-    its chat template (tokenizer_config.json as write_tiny writes it)."""
+    its chat template (tokenizer_config.json as write_tiny writes it); `head_dim`: the head size
+    a CPU build needs (None: the layout's own)."""
     family = family_of(hub_name)
     folder.mkdir(parents=True, exist_ok=True)
     vocab = write_char_tokenizer(folder, family)
@@ -127,12 +129,47 @@ def write_model(hub_name: str, folder: Path, seed: int, vllm: bool) -> Path:
         "pad_token_id": vocab["<|pad|>"],
         "max_position_embeddings": MAX_POSITIONS,
     }
-    if vllm:  # vLLM's CPU attention takes head sizes of 32 and up
-        text["head_dim"] = 32
+    if head_dim is not None:
+        text["head_dim"] = head_dim
     tokenizer = (folder / "tokenizer.json").read_bytes()
     write_tiny(hub_name, folder, seed=seed, shards=2, text=text)
     (folder / "tokenizer.json").write_bytes(tokenizer)
     return folder
+
+
+def vllm_venv_python() -> Path:
+    """vLLM's CPU venv's interpreter, built first if need be."""
+    from tools.vllm_venv import vllm_python
+
+    return vllm_python()
+
+
+@dataclass(frozen=True)
+class CpuBuild:
+    """A backend's CPU build that runs apart from this interpreter, with its limits here."""
+
+    python: Callable[[], Path]
+    """its venv's interpreter (built first if need be), which then runs the whole job"""
+    head_dim: int
+    """the head size the tiny models get: its CPU attention's smallest"""
+    cannot_load: dict[str, str]
+    """model family -> why it cannot load that family here"""
+
+
+# The backends a preset may pick that this machine runs through their own CPU build (the rest
+# run in this interpreter): vLLM's, in its venv (tools/vllm_venv.py).
+CPU_BUILDS = {
+    "vllm": CpuBuild(
+        python=vllm_venv_python,
+        head_dim=32,  # vLLM's CPU attention takes head sizes of 32 and up
+        cannot_load={
+            "qwen3_5_moe": "the preset serves Qwen3.5 on vLLM; vLLM's CPU build cannot load it "
+            "here (its qwen3_5.py imports torchvision, which has no CPU wheel for this torch)"
+        },
+    )
+}
+FALLBACK = "embedded"
+"""the backend that serves what a CPU build cannot load"""
 
 
 def prepare(preset: str, out: Path) -> Rehearsal:
@@ -140,22 +177,20 @@ def prepare(preset: str, out: Path) -> Rehearsal:
     notes = []
     backend = cfg.reward.engine.backend
     genrm_name = Path(cfg.model.genrm).name
-    if backend == "vllm" and family_of(genrm_name) == "qwen3_5_moe":
-        notes.append(
-            "reward: the preset serves Qwen3.5 on vLLM; vLLM's CPU build cannot load it here "
-            "(its qwen3_5.py imports torchvision, which has no CPU wheel for this torch): the "
-            "embedded engine serves it instead"
-        )
-        backend = "embedded"
-    vllm = backend == "vllm" or cfg.rollout.engine.backend == "vllm"
-    python = Path(sys.executable)
-    if vllm:
-        from tools.vllm_venv import vllm_python
-
-        python = vllm_python()
+    why = (
+        CPU_BUILDS[backend].cannot_load.get(family_of(genrm_name))
+        if backend in CPU_BUILDS
+        else None
+    )
+    if why:
+        notes.append(f"reward: {why}: the {FALLBACK} engine serves it instead")
+        backend = FALLBACK
+    build = CPU_BUILDS.get(backend) or CPU_BUILDS.get(cfg.rollout.engine.backend)
+    python = build.python() if build else Path(sys.executable)
+    head_dim = build.head_dim if build else None
     models = out / "models"
-    policy = write_model(Path(cfg.model.policy).name, models / "policy", 1, vllm)
-    genrm = write_model(genrm_name, models / "genrm", 2, vllm)
+    policy = write_model(Path(cfg.model.policy).name, models / "policy", 1, head_dim)
+    genrm = write_model(genrm_name, models / "genrm", 2, head_dim)
     overrides = ["--reward.engine.backend", backend] if backend != cfg.reward.engine.backend else []
     return Rehearsal(preset, policy, genrm, python, notes, overrides)
 

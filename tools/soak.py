@@ -126,9 +126,9 @@ def check(
     return 1 if problems else 0
 
 
-# The driver: the running job's timeline read as it grows, torchrun's workers found
-# in /proc, and the kills: a random worker SIGKILLed a random gap after each attempt's first
-# checkpoint of its own, with a progress line every PROGRESS_EVERY_S.
+# The driver: the running job's timeline read as it grows, torchrun's workers found in /proc, and
+# the kills: a random worker SIGKILLed a random gap after each attempt's first checkpoint of its
+# own, with a progress line every PROGRESS_EVERY_S.
 PROGRESS_EVERY_S = 15.0
 
 

@@ -1,5 +1,5 @@
 """The command line of a one-host torchrun job of pivot/main.py, written once for the tools that
-launch the main job (bench_e2e, bench_e2e_emulated_job, bench_learning, soak) and for the tests
+launch the main job (bench_e2e, bench_e2e_emulated, bench_learning, soak) and for the tests
 (tests/conftest.py imports it: tests may import tools, tools never import tests/)."""
 
 from __future__ import annotations
