@@ -232,8 +232,7 @@ class Controller(ClusterHost):
         for req in partials:
             if req.id not in self.flow.seqs:
                 continue
-            # the oldest weights that made its tokens, where the engine labelled them
-            self.flow.on_partial(req, req.versions.oldest(current))
+            self.flow.on_partial(req, current)
             self.awaiting.discard(req.id)
             target = self.deferred.pop(req.id, None)
             if target is not None:

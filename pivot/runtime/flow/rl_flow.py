@@ -53,6 +53,10 @@ class SeqInfo:
     def state(self) -> SeqState:
         return SeqState(self.seq_id, len(self.request.prompt_ids), len(self.request.output_ids))
 
+    def oldest(self, version: int) -> int:
+        """The older of `version` and the oldest one its earlier attempts (partials) were made by."""
+        return version if self.version < 0 else min(self.version, version)
+
 
 @dataclass
 class RLFlow:
@@ -196,9 +200,7 @@ class RLFlow:
     def on_rollout(self, out: Output) -> list[SeqInfo]:
         """A finished rollout: record it; returns the judge sequence (or a regeneration)."""
         info = self.seqs.pop(out.id)
-        version = (
-            min(info.version, out.weights_version) if info.version >= 0 else out.weights_version
-        )
+        version = info.oldest(out.weights_version)
         text = self.policy_tok.decode(out.output_ids)
         outcome = self.buffer.on_response(
             info.key,
@@ -322,8 +324,9 @@ class RLFlow:
         if run.finished:
             self.eval_results.append(self.evals.pop(run.step).result(time.monotonic()))
 
-    def on_partial(self, partial: Request, version: int) -> None:
-        """An aborted sequence's progress; it resumes from here wherever it lands next."""
+    def on_partial(self, partial: Request, current: int) -> None:
+        """An aborted sequence's progress; it resumes from here wherever it lands next.
+        `current`: the version its replica serves, taken where the engine labelled none of its tokens."""
         info = self.seqs.get(partial.id)
         if info is None:
             return
@@ -331,7 +334,7 @@ class RLFlow:
         self.stats.migrated += bool(partial.output_ids)
         info.request = partial
         if info.role == "rollout" and partial.output_ids and info.eval_step < 0:
-            info.version = version if info.version < 0 else min(info.version, version)
+            info.version = info.oldest(partial.versions.oldest(current))
 
     # ---- what the trainer and the logs get (pivot.runtime.flow.flow_reports) ----------------------
     def batch(self, step: int) -> tuple[TrainBatch, dict[str, float], list[dict]]:
