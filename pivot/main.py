@@ -56,8 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("RANK", "0") == "0":
             from pivot.runtime.job.launch import resume_hint, tell
             from pivot.runtime.records.checkpoint import Checkpointer
+            from pivot.runtime.records.latest import latest_run
 
-            tell(f"\npivot: interrupted.\n{resume_hint(Checkpointer(cfg))}")
+            # without --log.dir rank 0 pointed runs/latest at this run's folder when it started
+            run_dir = Path(cfg.log.dir) if cfg.log.dir else latest_run()
+            tell(f"\npivot: interrupted.\n{resume_hint(Checkpointer(cfg.checkpoint, run_dir))}")
         return 130
 
 

@@ -72,7 +72,7 @@ def no_manifest(path: Path) -> str:
 
 
 def test_manifest_lists_every_file_with_its_sha256(tmp_path: Path) -> None:
-    path = write_checkpoint(Checkpointer(config(tmp_path, "no")), 2)
+    path = write_checkpoint(Checkpointer(config(tmp_path, "no").checkpoint, tmp_path), 2)
     entries = {e["path"]: e for e in json.loads((path / MANIFEST).read_text())["files"]}
     on_disk = sorted(
         str(f.relative_to(path)) for f in path.rglob("*") if f.is_file() and f.name != MANIFEST
@@ -100,7 +100,7 @@ def test_damaged_newest_falls_back_to_previous(
     damage: Callable[[Path], str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    ckpt = Checkpointer(config(tmp_path, "auto"))
+    ckpt = Checkpointer(config(tmp_path, "auto").checkpoint, tmp_path)
     write_checkpoint(ckpt, 2)
     newest = write_checkpoint(ckpt, 4)
     why = damage(newest)
@@ -110,14 +110,14 @@ def test_damaged_newest_falls_back_to_previous(
 
 
 def test_shares_split_the_files_and_each_finds_its_own_damage(tmp_path: Path) -> None:
-    path = write_checkpoint(Checkpointer(config(tmp_path, "no")), 2)
+    path = write_checkpoint(Checkpointer(config(tmp_path, "no").checkpoint, tmp_path), 2)
     flip(path)
     found = [problem(path, (k, 3)) for k in range(3)]
     assert sum(p is not None for p in found) == 1 and "rank00001" in next(p for p in found if p)
 
 
 def test_rewriting_a_step_first_removes_its_manifest(tmp_path: Path) -> None:
-    ckpt = Checkpointer(config(tmp_path, "no"))
+    ckpt = Checkpointer(config(tmp_path, "no").checkpoint, tmp_path)
     path = write_checkpoint(ckpt, 2)
     ckpt.snapshot(2, {"step": 2})  # a new run reaches step 2 again; killed before it commits
     assert problem(path) is not None and ckpt.newest() is None
@@ -125,7 +125,12 @@ def test_rewriting_a_step_first_removes_its_manifest(tmp_path: Path) -> None:
 
 def test_auto_without_checkpoint_starts_fresh(tmp_path: Path, one_rank: None) -> None:
     assert (
-        resume_point(config(tmp_path, "auto"), Checkpointer(config(tmp_path, "auto")), SPEC) is None
+        resume_point(
+            config(tmp_path, "auto"),
+            Checkpointer(config(tmp_path, "auto").checkpoint, tmp_path),
+            SPEC,
+        )
+        is None
     )
 
 
@@ -133,7 +138,7 @@ def test_auto_with_only_broken_checkpoints_starts_fresh_and_moves_nothing(
     tmp_path: Path, one_rank: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = config(tmp_path, "auto")
-    ckpt = Checkpointer(cfg)
+    ckpt = Checkpointer(cfg.checkpoint, tmp_path)
     no_manifest(write_checkpoint(ckpt, 2))
     assert resume_point(cfg, ckpt, SPEC) is None
     lines = capsys.readouterr().out.splitlines()
@@ -142,7 +147,7 @@ def test_auto_with_only_broken_checkpoints_starts_fresh_and_moves_nothing(
 
 
 def test_no_never_resumes_and_yes_needs_a_complete_one(tmp_path: Path, one_rank: None) -> None:
-    ckpt = Checkpointer(config(tmp_path, "no"))
+    ckpt = Checkpointer(config(tmp_path, "no").checkpoint, tmp_path)
     write_checkpoint(ckpt, 2)
     assert resume_point(config(tmp_path, "no"), ckpt, SPEC) is None
     assert problem(ckpt.path(2)) is None  # left where it was (run_folder refuses such a start)

@@ -179,7 +179,7 @@ def test_launch_id_is_torchruns_run_id_else_one_kept_in_the_store(
 def test_keep_prunes_older_checkpoints_once_a_newer_one_is_complete(tmp_path: Path) -> None:
     cfg = PivotConfig()
     cfg.checkpoint.dir, cfg.checkpoint.keep = str(tmp_path / "ckpt"), 2
-    ckpt = Checkpointer(cfg)
+    ckpt = Checkpointer(cfg.checkpoint, tmp_path)
     for step in (1, 2, 4):
         checkpoint(ckpt.dir, step)
     checkpoint(ckpt.dir, 3, complete=False)  # killed while written
@@ -189,7 +189,7 @@ def test_keep_prunes_older_checkpoints_once_a_newer_one_is_complete(tmp_path: Pa
     assert [p.name for p in ckpt.folders()] == ["step_000009", "step_000005", "step_000004"]
     assert (ckpt.path(5) / MANIFEST).is_file()
     cfg.checkpoint.keep = 0  # keep all
-    ckpt = Checkpointer(cfg)
+    ckpt = Checkpointer(cfg.checkpoint, tmp_path)
     ckpt.snapshot(6, {"step": 6})
     ckpt.commit(6, [])
     assert len(ckpt.folders()) == 4

@@ -3,6 +3,7 @@ never stalls rank 0's own role work."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -22,7 +23,7 @@ from pivot.runtime.control.controller import Controller
 from pivot.runtime.flow.rl_flow import RLFlow
 from pivot.runtime.job.backend import DeviceBackend
 from pivot.runtime.job.startup_profile import profile_at_startup
-from pivot.runtime.records.checkpoint import Checkpointer
+from pivot.runtime.records.checkpoint import Checkpointer, StartPoint
 from pivot.runtime.records.metrics import RunLog
 from pivot.runtime.records.progress import StepProgress
 from pivot.sched.profile import ROOT, ReplicaShape, hardware_name, resolve_profile
@@ -112,17 +113,22 @@ class ControllerThread(threading.Thread):
 
 def start_controller(
     cfg: PivotConfig,
+    *,
     spec: ClusterSpec,
     table: SlotTable,
     store: Any,
-    policy_path: Path,
-    genrm_path: Path,
-    ckpt: Checkpointer,
-    resume: tuple[Path, dict] | None,
-    start_step: int,
+    policy: Path,
+    genrm: Path,
+    checkpointer: Checkpointer,
+    start: StartPoint,
     device: str = "cpu",
     backend: DeviceBackend | None = None,
 ) -> ControllerThread:
+    """Rank 0's controller, running: it listens on `store`'s control plane, reads the dataset,
+    builds the flow over the two models' tokenizers (`policy`, `genrm`: their folders) and,
+    resuming, restores `start`'s state. It takes the whole `cfg`, not one section: the flow,
+    the controller and the planner's mode read most sections, and the run's records
+    (config.json, the metrics' hyperparameters) hold all of it."""
     endpoint = ControllerEndpoint(store, spec)
     print(
         f"pivot: control plane listening on {endpoint.address} (authenticated frames)", flush=True
@@ -138,28 +144,29 @@ def start_controller(
         flow_cls, flow_fields, profiles = (
             RLFlow,
             {},
-            role_profiles(cfg, policy_path, genrm_path, device),
+            role_profiles(cfg, policy, genrm, device),
         )
     flow = flow_cls(
         cfg,
         PromptCursor(dataset, seed=cfg.data.shuffle_seed),
-        TextTokenizer.from_pretrained(policy_path),
-        TextTokenizer.from_pretrained(genrm_path),
+        TextTokenizer.from_pretrained(policy),
+        TextTokenizer.from_pretrained(genrm),
         SampleBuffer(cfg.train.group_size, cfg.train.staleness),
         cfg.train.staleness,
         task.judge_template(cfg.reward),
         heldout,
         **flow_fields,
     )
+    config = dataclasses.asdict(cfg)
     log = RunLog(
         cfg.log.dir,
         cfg.log.tensorboard,
-        start_step if resume is not None else None,
+        start.step if start.checkpoint is not None else None,
         cfg.log.wandb_project if cfg.log.wandb else None,
-        _asdict(cfg),
+        config,
     )
-    (Path(cfg.log.dir) / "config.json").write_text(json.dumps(_asdict(cfg), indent=1))
-    progress = StepProgress(cfg.train.steps, start_step, cfg.log.progress)
+    (Path(cfg.log.dir) / "config.json").write_text(json.dumps(config, indent=1))
+    progress = StepProgress(cfg.train.steps, start.step, cfg.log.progress)
     ctrl = Controller(
         cfg,
         table,
@@ -169,21 +176,15 @@ def start_controller(
         make_mode(cfg),
         log,
         profiles,
-        start_step,
+        start.step,
         progress,
-        ckpt,
+        checkpointer,
     )
-    if resume is not None:
-        ctrl.version = resume[1]["version"]
-        for info in flow.load_state_dict(resume[1]):
+    if start.checkpoint is not None:
+        ctrl.version = start.state["version"]
+        for info in flow.load_state_dict(start.state):
             ctrl.sched[info.role].submit(info.state())
-        log.shift(event="resume", step=start_step, path=str(resume[0]))
+        log.shift(event="resume", step=start.step, path=str(start.checkpoint))
     thread = ControllerThread(ctrl, progress, log)
     thread.start()
     return thread
-
-
-def _asdict(cfg: PivotConfig) -> dict:
-    import dataclasses
-
-    return dataclasses.asdict(cfg)

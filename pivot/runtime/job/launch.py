@@ -1,4 +1,7 @@
-"""Start-up shared by every rank: distributed init, slots and groups, then the worker loop."""
+"""A rank's start-up, shared by every rank, in the order `run` goes through it: the job's config,
+distributed init, slots and groups; the inputs every rank agrees on (run folder, checkpoints,
+model folders); GPS and the weight service; rank 0's controller; this rank's roles; the worker
+loop; the way out."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -35,7 +39,7 @@ from pivot.runtime.job.dist_init import init_distributed, start_heartbeat
 from pivot.runtime.job.rank0_wait import Rank0Failed, run_on_rank0
 from pivot.runtime.job.sigterm import on_sigterm
 from pivot.runtime.job.worker import Worker
-from pivot.runtime.records.checkpoint import Checkpointer
+from pivot.runtime.records.checkpoint import Checkpointer, StartPoint
 from pivot.runtime.records.manifest import problem as manifest_problem
 from pivot.runtime.records.run_folder import launch_id, make, record_launch, resolve
 from pivot.runtime.records.shared_dir import check_shared
@@ -43,6 +47,24 @@ from pivot.runtime.records.summary import run_summary
 from pivot.runtime.weights.service import WeightService
 from pivot.tiny.shipped import ensure_tiny_models
 from pivot.tiny.task import judge_template_warning
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInputs:
+    """What every rank agreed on before any model is loaded (`checked_inputs`)."""
+
+    cfg: PivotConfig
+    """The job's config, its log.dir the run folder."""
+    checkpointer: Checkpointer
+    policy: Path
+    """The initial policy's folder: its tokenizer and chat template, the KL loss's reference."""
+    genrm: Path
+    start: StartPoint
+
+    @property
+    def policy_weights(self) -> Path:
+        """Where the policy's weights are read: the resumed checkpoint's, else the initial ones."""
+        return self.start.checkpoint / "policy" if self.start.checkpoint else self.policy
 
 
 def resolve_device(cfg: PivotConfig) -> str:
@@ -109,17 +131,17 @@ def with_run_folder(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> PivotCo
                 cfg.preset,
                 now,
             )
-            path, lines = make(chosen, cfg.checkpoint.dir, launch, cfg.preset, now, sys.argv)
+            made, lines = make(chosen, cfg.checkpoint.dir, launch, cfg.preset, now, sys.argv)
             if lines:
                 print(lines, flush=True)
-            answer[0] = (str(path), "")
+            answer[0] = (str(made), "")
         except (OSError, ValueError) as e:
             answer[0] = ("", str(e))
     dist.broadcast_object_list(answer, src=0)
-    path, why = answer[0]
+    folder, why = answer[0]
     if why:
         raise ValueError(why)
-    return cfg.replace(log=dataclasses.replace(cfg.log, dir=path))
+    return cfg.replace(log=dataclasses.replace(cfg.log, dir=folder))
 
 
 def _stopped_by_torchrun(ckpt: Checkpointer, gps: GPSStore, rank0: bool) -> None:
@@ -161,6 +183,133 @@ def resume_point(
     return None
 
 
+def job_config(cfg: PivotConfig, spec: ClusterSpec, backend: DeviceBackend | None) -> PivotConfig:
+    """The config every rank runs: the backend's (in its units), and in colocated mode every role
+    on every device with on-policy phases (a copy: the caller's config stays)."""
+    if backend is not None:
+        cfg = backend.runtime_config(cfg)
+    if cfg.cluster.mode == "colocated":
+        cfg = cfg.replace(
+            train=dataclasses.replace(cfg.train, devices=spec.world_size, staleness=0)
+        )
+    return cfg
+
+
+def checked_inputs(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> RunInputs:
+    """The run folder, the checkpoint to resume from and the models' folders, checked (headers
+    only) the same way on every rank (collective); OSError or ValueError on every rank where the
+    job must not start."""
+    cfg = with_run_folder(cfg, spec, launch)  # before anything reads or writes log.dir
+    ckpt = Checkpointer(cfg.checkpoint, Path(cfg.log.dir))
+    policy, genrm = model_paths(cfg)
+    check_shared(ckpt.dir, spec)  # before a run that could never resume trains for hours
+    resume = resume_point(cfg, ckpt, spec)
+    inputs = RunInputs(cfg, ckpt, policy, genrm, StartPoint(*resume) if resume else StartPoint())
+    check_folder(inputs.policy_weights)  # the trainer builds the policy with Pivot's model classes
+    # also when sglang or vLLM serves it: GPS holds the GenRM in Pivot's names and shapes, read from this folder
+    check_folder(genrm)
+    # a role whose longest sequence overruns its model stops here
+    check_context(cfg, inputs.policy_weights, genrm)
+    if cfg.data.chat_template and TextTokenizer.from_pretrained(policy).chat_template is None:
+        raise ValueError(
+            f"data.chat_template=True: {policy} has no chat template "
+            "(no chat_template.jinja, none in tokenizer_config.json)"
+        )
+    return inputs
+
+
+def gps_store(cfg: PivotConfig, spec: ClusterSpec, store: dist.Store, run_id: str) -> GPSStore:
+    """This rank's view of GPS, the host-memory store both models' weights travel through."""
+    # GPS's names carry the attempt all ranks agreed on (pivot/runtime/job/attempt.py), never a
+    # dead attempt's. Attempts (of this job or any other) whose GPS creator died left two copies
+    # of each model in /dev/shm: whichever job starts next on the host removes them.
+    if spec.local_rank == 0:
+        remove_dead_namespaces()
+    host_of = tuple(spec.host_of(r) for r in range(spec.world_size))
+    return GPSStore(
+        store,
+        HostInfo(spec.rank, spec.host, spec.local_rank, host_of),
+        namespace=f"pivot-{run_id}",
+        profile=LinkProfile(remote_bw=cfg.cluster.network_gb_s * 1e9),
+        local_first=cfg.cluster.gps_local_first,
+    )
+
+
+def weight_service(
+    inputs: RunInputs, gps: GPSStore, table: SlotTable, device: str
+) -> WeightService:
+    cfg = inputs.cfg
+    # every rank needs the tensor list, only rank 0 the tensors: read headers, not weights
+    specs = {
+        "policy": specs_from_checkpoint(inputs.policy_weights),
+        "genrm": specs_from_checkpoint(inputs.genrm),
+    }
+    served_whole = frozenset(  # by an engine that shards the model itself
+        r
+        for r, c in (("rollout", cfg.rollout), ("reward", cfg.reward))
+        if capabilities(c.engine.backend).reads_whole_model
+    )
+    return WeightService(
+        gps,
+        specs,
+        gps.info.host_of,
+        table.train,
+        inputs.start.step,
+        device,
+        cfg.cluster.host_memory_gb,
+        verify=cfg.log.verify_weights,
+        dtype=cfg.model.dtype,
+        whole=served_whole,
+    )
+
+
+def inference_roles(
+    inputs: RunInputs, spec: ClusterSpec, device: str, kv_prefix: str, kv_place: KVPlace
+) -> dict[str, InferenceRole]:
+    """This rank's rollout and reward roles: each serves its model when its slot is active."""
+    cfg = inputs.cfg
+    return {
+        role: InferenceRole(
+            role,
+            path,
+            rcfg.engine,
+            cfg.model,
+            device,
+            cfg.seed + spec.rank,
+            spec.local_rank,
+            kv_prefix,
+            kv_place,
+        )
+        for role, path, rcfg in (
+            ("rollout", inputs.policy, cfg.rollout),
+            ("reward", inputs.genrm, cfg.reward),
+        )
+    }
+
+
+def training_role(
+    inputs: RunInputs,
+    spec: ClusterSpec,
+    table: SlotTable,
+    groups: dict[str, Any],
+    device: str,
+) -> TrainingRole:
+    cfg = inputs.cfg
+    return TrainingRole(
+        ModelArgs.load(inputs.policy),
+        groups[table.train.name] if spec.rank in table.train.ranks else None,
+        cfg.train,
+        device,
+        cfg.rollout.temperature,
+        inputs.start.checkpoint,
+        inputs.policy,  # the exported policy carries its tokenizer and chat template
+        cfg.model.dtype,
+        cfg.model.attention,
+        cfg.model.linear,
+        inputs.policy,  # the KL loss's reference: the initial policy, not a resumed checkpoint
+    )
+
+
 def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     """Every rank's job; `backend` stands in for the devices (pivot/main.py picks it), None = real ones."""
     if cfg.cluster.device == "emulated" and backend is None:
@@ -169,14 +318,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         )
     spec = ClusterSpec.from_env()
     device = resolve_device(cfg)
-    if backend is not None:
-        cfg = backend.runtime_config(cfg)
-    if (
-        cfg.cluster.mode == "colocated"
-    ):  # every role on every device, on-policy phases (a copy: the caller's config stays)
-        cfg = cfg.replace(
-            train=dataclasses.replace(cfg.train, devices=spec.world_size, staleness=0)
-        )
+    cfg = job_config(cfg, spec, backend)
     table = SlotTable.build(spec, cfg.rollout.tp, cfg.reward.tp, cfg.train.devices)
     try:  # before any model is loaded: a multi-node run without PIVOT_JOB_SECRET stops here
         job_secret.require_for(spec.nnodes)
@@ -191,27 +333,8 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             tell(warning)
     store = dist.distributed_c10d._get_default_store()
     launch = launch_id(store) if spec.rank == 0 else ""  # only rank 0 chooses the folder
-    try:  # the same answer on every rank (model folders: headers only): all stop, rank 0 says why
-        cfg = with_run_folder(cfg, spec, launch)  # before anything reads or writes log.dir
-        ckpt = Checkpointer(cfg)
-        policy_path, genrm_path = model_paths(cfg)
-        check_shared(ckpt.dir, spec)  # before a run that could never resume trains for hours
-        resume = resume_point(cfg, ckpt, spec)
-        policy_src = resume[0] / "policy" if resume else policy_path
-        check_folder(policy_src)  # the trainer builds the policy with Pivot's model classes
-        # also when sglang or vLLM serves it: GPS holds the GenRM in Pivot's names and shapes, read from this folder
-        check_folder(genrm_path)
-        check_context(
-            cfg, policy_src, genrm_path
-        )  # a role whose longest sequence overruns its model stops here
-        if (
-            cfg.data.chat_template
-            and TextTokenizer.from_pretrained(policy_path).chat_template is None
-        ):
-            raise ValueError(
-                f"data.chat_template=True: {policy_path} has no chat template "
-                "(no chat_template.jinja, none in tokenizer_config.json)"
-            )
+    try:  # the same answer on every rank: all stop, rank 0 says why
+        inputs = checked_inputs(cfg, spec, launch)
     except (OSError, ValueError) as e:
         line = f"pivot: cannot start: {e}"
         if spec.rank == 0:  # at once; the others linger for it (pivot/bad_input.py) once cleaned up
@@ -220,65 +343,31 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             heartbeat.stop()
         dist.destroy_process_group()
         return stop([line], spec.rank, speak=False) if spec.rank else EXIT_CODE
-    start_step = resume[1]["step"] if resume else 0
-    # GPS's names carry the attempt all ranks agreed on (pivot/runtime/job/attempt.py), never a
-    # dead attempt's. Attempts (of this job or any other) whose GPS creator died left two copies
-    # of each model in /dev/shm: whichever job starts next on the host removes them.
+    cfg, ckpt = inputs.cfg, inputs.checkpointer
     run_id = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}-{attempt}"
-    if spec.local_rank == 0:
-        remove_dead_namespaces()
-    host_of = tuple(spec.host_of(r) for r in range(spec.world_size))
-    gps = GPSStore(
-        store,
-        HostInfo(spec.rank, spec.host, spec.local_rank, host_of),
-        namespace=f"pivot-{run_id}",
-        profile=LinkProfile(remote_bw=cfg.cluster.network_gb_s * 1e9),
-        local_first=cfg.cluster.gps_local_first,
-    )
+    gps = gps_store(cfg, spec, store, run_id)
     # a failing job (an exception here, on any rank) unlinks the GPS files this rank created:
     # two copies of each model in host memory would otherwise outlive it
     with gps.removed_on_failure():
-        # every rank needs the tensor list, only rank 0 the tensors: read headers, not weights
-        specs = {
-            "policy": specs_from_checkpoint(policy_src),
-            "genrm": specs_from_checkpoint(genrm_path),
-        }
-        served_whole = frozenset(  # by an engine that shards the model itself
-            r
-            for r, c in (("rollout", cfg.rollout), ("reward", cfg.reward))
-            if capabilities(c.engine.backend).reads_whole_model
-        )
-        weights = WeightService(
-            gps,
-            specs,
-            host_of,
-            table.train,
-            start_step,
-            device,
-            cfg.cluster.host_memory_gb,
-            verify=cfg.log.verify_weights,
-            dtype=cfg.model.dtype,
-            whole=served_whole,
-        )
+        weights = weight_service(inputs, gps, table, device)
 
         def rank0_startup() -> (
             ControllerThread
         ):  # minutes for a large model: waited for without a timeout
-            weights.publish("policy", load_state_dict(policy_src))
-            weights.publish("genrm", load_state_dict(genrm_path))
+            weights.publish("policy", load_state_dict(inputs.policy_weights))
+            weights.publish("genrm", load_state_dict(inputs.genrm))
             # the dataset is read here: a bad one stops every rank in one line
             controller = start_controller(
                 cfg,
-                spec,
-                table,
-                store,
-                policy_path,
-                genrm_path,
-                ckpt,
-                resume,
-                start_step,
-                device,
-                backend,
+                spec=spec,
+                table=table,
+                store=store,
+                policy=inputs.policy,
+                genrm=inputs.genrm,
+                checkpointer=ckpt,
+                start=inputs.start,
+                device=device,
+                backend=backend,
             )
             # a folder continued from another launch records this one now that it started
             record_launch(Path(cfg.log.dir), launch, datetime.now(UTC), sys.argv)
@@ -308,36 +397,8 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             str(device).startswith("cuda"),
             gps.link if kv_prefix and multi_host else None,
         )
-        inference = {
-            role: InferenceRole(
-                role,
-                path,
-                rcfg.engine,
-                cfg.model,
-                device,
-                cfg.seed + spec.rank,
-                spec.local_rank,
-                kv_prefix,
-                kv_place,
-            )
-            for role, path, rcfg in (
-                ("rollout", policy_path, cfg.rollout),
-                ("reward", genrm_path, cfg.reward),
-            )
-        }
-        trainer = TrainingRole(
-            ModelArgs.load(policy_path),
-            groups[table.train.name] if spec.rank in table.train.ranks else None,
-            cfg.train,
-            device,
-            cfg.rollout.temperature,
-            resume[0] if resume else None,
-            policy_path,  # the exported policy carries its tokenizer and chat template
-            cfg.model.dtype,
-            cfg.model.attention,
-            cfg.model.linear,
-            policy_path,  # the KL loss's reference: the initial policy, not a resumed checkpoint
-        )
+        inference = inference_roles(inputs, spec, device, kv_prefix, kv_place)
+        trainer = training_role(inputs, spec, table, groups, device)
         if backend is not None:
             inference, trainer = backend.install(cfg, spec, inference, trainer)
         worker = Worker(
@@ -350,6 +411,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         finally:  # production engines run processes (and shm files) of their own
             for role in inference.values():
                 role.close()
+        # the way out
         if backend is not None:  # every rank's records are on disk before rank 0 sums them up
             backend.finish(cfg.log.dir, spec.rank)
             dist.barrier()

@@ -16,24 +16,39 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pivot.config import PivotConfig
-from pivot.runtime.records.latest import latest_run
+from pivot.config import CheckpointConfig
 from pivot.runtime.records.manifest import MANIFEST, FileDigest, discard, seal, write_manifest
 
 STATE_FILE = "controller.json"
 PREFIX = "step_"
 
 
+@dataclass(frozen=True)
+class StartPoint:
+    """Where a run starts: step 0 of a fresh run, or just after the checkpoint it resumes from."""
+
+    checkpoint: Path | None = None
+    """The step folder resumed from; None = a fresh start."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """Its `controller.json` (step, weight version, buffer, data cursor); empty when fresh."""
+
+    @property
+    def step(self) -> int:
+        """The last step already trained (0 when fresh)."""
+        return self.state["step"] if self.checkpoint is not None else 0
+
+
 class Checkpointer:
-    def __init__(self, cfg: PivotConfig) -> None:
-        self.every, self.keep = cfg.checkpoint.every, cfg.checkpoint.keep
-        # an empty log.dir is a config no run resolved yet (pivot/runtime/records/run_folder.py), e.g.
-        # main.py's Ctrl-C hint: rank 0 pointed runs/latest at this run's folder when it started
-        self.run_dir = Path(cfg.log.dir) if cfg.log.dir else latest_run()
-        self.dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.run_dir / "checkpoints"
+    def __init__(self, section: CheckpointConfig, run_dir: Path) -> None:
+        """`run_dir`: the run's folder (pivot/runtime/records/run_folder.py), where checkpoints go
+        unless `section.dir` names a folder of their own."""
+        self.every, self.keep = section.every, section.keep
+        self.run_dir = run_dir
+        self.dir = Path(section.dir) if section.dir else run_dir / "checkpoints"
         self._pending: dict[int, dict[str, Any]] = {}
 
     def due(self, step: int, total: int) -> bool:
