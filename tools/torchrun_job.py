@@ -1,6 +1,7 @@
 """The command line of a one-host torchrun job of pivot/main.py, written once for the tools that
 launch the main job (bench_e2e, bench_e2e_emulated, bench_learning, soak) and for the tests
-(tests/conftest.py imports it: tests may import tools, tools never import tests/)."""
+(tests/conftest.py imports it; it imports nothing of tests/, so a tool that runs the job needs
+no test tree)."""
 
 from __future__ import annotations
 
