@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import pivot.runtime.control.controller_thread as controller_thread
+import pivot.runtime.job.controller_thread as controller_thread
 from configs.presets import get_preset
 from pivot.config import EngineConfig
 from pivot.runtime.job.startup_profile import startup_grid

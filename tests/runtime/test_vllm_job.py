@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pivot.runtime.control.controller_thread import PROFILE_CACHE
+from pivot.runtime.job.controller_thread import PROFILE_CACHE
 from pivot.runtime.records.audit import exactly_once
 from pivot.sched.profile import ReplicaShape, read_profile
 from tests.conftest import ROOT

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from configs.presets import get_preset
-from pivot.runtime.control.controller_thread import role_profiles
+from pivot.runtime.job.controller_thread import role_profiles
 from pivot.sched import ThroughputModel
 from pivot.sched.profile import (
     TINY_PROFILE,

@@ -32,9 +32,9 @@ from pivot.model.hf_folder import check_folder
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
 from pivot.runtime.control.control_plane import WorkerEndpoint
-from pivot.runtime.control.controller_thread import ControllerThread, start_controller
 from pivot.runtime.flow.context_check import check_context
 from pivot.runtime.job.backend import DeviceBackend
+from pivot.runtime.job.controller_thread import ControllerThread, start_controller
 from pivot.runtime.job.dist_init import init_distributed, start_heartbeat
 from pivot.runtime.job.rank0_wait import Rank0Failed, run_on_rank0
 from pivot.runtime.job.sigterm import on_sigterm
