@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from pivot.emulate.clock import EmulatedClock, WorkTally
 from pivot.emulate.costs import EmulatedCosts
-from pivot.engine import AbortResult, Output, Request
+from pivot.engine import AbortResult, EngineStats, Output, Request
 from pivot.roles.inference import InferenceRole
 
 if TYPE_CHECKING:  # annotations only
@@ -29,54 +29,40 @@ class EmulatedInference:
 
     def add(self, requests: list[Request]) -> None:
         """Queue requests; KV that migrated sequences bring takes its transfer's device time."""
-        engine, role = self.inner.engine, self.inner.role
-        kv = getattr(engine, "kv", None)
-        before = (
-            (kv.counters.imported_tokens, kv.counters.fallback_tokens) if kv is not None else (0, 0)
-        )
+        role = self.inner.role
+        before = self.engine_stats()
         t0 = self.clock.now()
         self.inner.add(requests)
-        if kv is None or not engine.runner.is_leader:
-            return
-        moved, fell = (
-            kv.counters.imported_tokens - before[0],
-            kv.counters.fallback_tokens - before[1],
-        )
-        if moved:
+        after = self.engine_stats()
+        moved = after.kv_imported_tokens - before.kv_imported_tokens
+        if moved:  # a TP follower's counters stay at 0: the leader paces the slot
             self.clock.wait(role, t0, self.costs.kv_transfer_s(role, moved), self.costs.tp(role))
         tally = self.clock.tally.setdefault(role, WorkTally())
         tally.kv_imported_tokens += moved
-        tally.kv_fallback_tokens += fell
+        tally.kv_fallback_tokens += after.kv_fallback_tokens - before.kv_fallback_tokens
 
     def step(self) -> list[Output]:
         """One engine step, then its device time: L decode steps of the sequences it advanced
-        and the prefill it did. TP followers mirror the leader's steps and are paced by it."""
-        engine, role = self.inner.engine, self.inner.role
-        t0, prefilled, hits = (
-            self.clock.now(),
-            engine.scheduler.prefill_tokens,
-            engine.scheduler.prefix_hit_tokens,
-        )
-        again = getattr(
-            engine.scheduler, "reprefill_tokens", 0
-        )  # an engine without the counter recomputes nothing
+        and the prefill it did. TP followers mirror the leader's steps and are paced by it (their
+        engine counts no work: its step costs nothing)."""
+        role = self.inner.role
+        t0, before = self.clock.now(), self.engine_stats()
         outputs = self.inner.step()
-        if engine.runner.is_leader:
-            decoded = [len(s.token_ids) for s in engine.scheduler.running]
-            decoded += [len(o.prompt_ids) + len(o.output_ids) for o in outputs]
-            prefilled = engine.scheduler.prefill_tokens - prefilled
-            emulated = self.costs.engine_step_s(
-                role, len(decoded), sum(decoded) - len(decoded), prefilled
-            )
-            if (
-                emulated > 0
-            ):  # an empty step (a lockstep leader with nothing to run) is no device work
-                self.clock.wait(role, t0, emulated, self.costs.tp(role))
-                tally = self.clock.tally[role]
-                tally.prefill_tokens += prefilled
-                tally.prefix_hit_tokens += engine.scheduler.prefix_hit_tokens - hits
-                tally.reprefill_tokens += getattr(engine.scheduler, "reprefill_tokens", 0) - again
+        after = self.engine_stats()
+        n_seq = after.n_running + len(outputs)
+        tokens = after.running_tokens + sum(len(o.prompt_ids) + len(o.output_ids) for o in outputs)
+        prefilled = after.prefill_tokens - before.prefill_tokens
+        emulated = self.costs.engine_step_s(role, n_seq, tokens - n_seq, prefilled)
+        if emulated > 0:  # an empty step (a lockstep leader with nothing to run) is no device work
+            self.clock.wait(role, t0, emulated, self.costs.tp(role))
+            tally = self.clock.tally[role]
+            tally.prefill_tokens += prefilled
+            tally.prefix_hit_tokens += after.prefix_hit_tokens - before.prefix_hit_tokens
+            tally.reprefill_tokens += after.reprefill_tokens - before.reprefill_tokens
         return outputs
+
+    def engine_stats(self) -> EngineStats:
+        return self.inner.engine.stats()
 
     def shift_up(
         self, slot: int, group: dist.ProcessGroup | None, read: Read

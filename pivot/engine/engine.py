@@ -303,6 +303,8 @@ class Engine:
         return EngineStats(
             n_seq=len(self._seqs),
             n_tok=sum(len(s.token_ids) for s in seqs),
+            n_running=len(self.scheduler.running),
+            running_tokens=sum(len(s.token_ids) for s in self.scheduler.running),
             kv_free_tokens=self.blocks.free_tokens,
             kv_total_tokens=self.blocks.total_tokens,
             tokens_generated=self._tokens_generated,

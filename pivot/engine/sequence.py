@@ -158,6 +158,11 @@ class EngineStats:
     """Tokens sampled by this engine since it was built."""
     last_step_latency_s: float
     weights_version: int
+    n_running: int = 0
+    """Of the unfinished sequences, those in the running batch: the ones a decode step advances (the
+    embedded engine's; 0 where the engine does not say)."""
+    running_tokens: int = 0
+    """The running sequences' lengths, summed."""
     prefill_tokens: int = 0
     """Prompt (and resumed-output) tokens computed since the engine was built."""
     reprefill_tokens: int = 0

@@ -4,6 +4,7 @@ model (oracles written from the hardware numbers, step by step, not from the clo
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from configs.presets import tiny_cpu
 from pivot.emulate import EmulatedClock, EmulatedCosts, paper_config, runtime_config
 from pivot.emulate.roles import EmulatedInference, EmulatedTrainer
+from pivot.engine import EngineStats
 
 # H20 (pivot/sim/hardware.py: bandwidth share, step overhead and prefill share fit to Qwen's SGLang
 # benchmark) and Qwen2.5-7B (config.json: 28 layers, 4 KV heads, 128 dims)
@@ -123,16 +125,17 @@ def test_engine_step_waits_the_profiles_decode_and_prefill_time() -> None:
 
     ft = FakeTime()
     clock = EmulatedClock(0.01, now=ft.now, sleep=ft.sleep)
-    seqs = [SimpleNamespace(token_ids=[0] * 40) for _ in range(2)]
-    sched = SimpleNamespace(running=seqs, prefill_tokens=0, prefix_hit_tokens=0)
-    engine = SimpleNamespace(scheduler=sched, runner=SimpleNamespace(is_leader=True))
+    # two sequences of 40 tokens keep running (the engine's counters, as `stats()` reports them)
+    counters = dict(n_seq=2, n_tok=80, n_running=2, running_tokens=80)
+    counters |= dict(kv_free_tokens=0, kv_total_tokens=0, tokens_generated=0)
+    counters |= dict(last_step_latency_s=0.0, weights_version=0)
+    stats = EngineStats(**counters)
+    engine = SimpleNamespace(stats=lambda: dataclasses.replace(stats))
 
-    def step() -> (
-        list
-    ):  # 3 ms of compute; prefills 40 tokens; one sequence (41 tokens now) finishes
+    def step() -> list:  # 3 ms of compute; prefills 40 tokens; one sequence (41 tokens) finishes
         ft.t += 0.003
-        sched.prefill_tokens += 40
-        sched.prefix_hit_tokens += 8
+        stats.prefill_tokens += 40
+        stats.prefix_hit_tokens += 8
         return [SimpleNamespace(prompt_ids=[0] * 10, output_ids=[0] * 31)]
 
     role = EmulatedInference(
