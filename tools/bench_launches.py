@@ -145,7 +145,7 @@ def count_step(args: ModelArgs, batch: int, prompt: int, seed: int = 0) -> StepC
 
 
 QWEN25_SIZES = ("1.5B", "7B", "32B", "72B")
-# ModelArgs fields of each model's config.json on the hub (tests/model/fixtures/hub_layouts.py
+# ModelArgs fields of each model's config.json on the hub (tests/model/fixtures/hub_models.py
 # cites where each was read); the Qwen2.5 ones are tools/bench_decode.py's shapes
 SHAPES: dict[str, dict[str, Any]] = {
     **{f"Qwen2.5-{size}": qwen2_fields(f"qwen2.5-{size.lower()}") for size in QWEN25_SIZES},

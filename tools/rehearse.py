@@ -37,12 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 from configs.presets import PAPER_WORLD, get_preset  # noqa: E402
 from pivot.runtime.records.audit import exactly_once  # noqa: E402
-from tests.model.fixtures.hub_layouts import (  # noqa: E402
-    EOS_TOKENS,
-    MODELS,
-    TEMPLATE_SPECIALS,
-    write_tiny,
-)
+from tests.model.fixtures.hub_layouts import write_tiny  # noqa: E402
+from tests.model.fixtures.hub_models import EOS_TOKENS, MODELS, TEMPLATE_SPECIALS  # noqa: E402
 
 RANKS = 4
 PROMPTS, GROUP = 4, 4  # per step: the preset's 32 x 16 scaled down

@@ -25,7 +25,8 @@ import pytest
 
 from configs.presets import PAPER_WORLD
 from pivot.main import main
-from tests.model.fixtures.hub_layouts import MODELS, write_header_only
+from tests.model.fixtures.hub_layouts import write_header_only
+from tests.model.fixtures.hub_models import MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
 SBATCH = ROOT / "launch" / "slurm" / "pivot.sbatch"

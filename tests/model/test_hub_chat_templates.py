@@ -15,13 +15,8 @@ from pathlib import Path
 import pytest
 
 from pivot.model import TextTokenizer
-from tests.model.fixtures.hub_layouts import (
-    EOS_TOKENS,
-    MODELS,
-    chat_template,
-    write_tiny,
-    write_tokenizer,
-)
+from tests.model.fixtures.hub_layouts import write_tiny, write_tokenizer
+from tests.model.fixtures.hub_models import EOS_TOKENS, MODELS, chat_template
 
 JUDGE = "Judge the response to the question.\nQuestion: What is 2+3?\nResponse: 5\nVerdict:"
 QWEN25_SYSTEM = (

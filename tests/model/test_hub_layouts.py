@@ -19,7 +19,8 @@ from pivot.engine import Engine, EngineConfig, Request, SamplingParams
 from pivot.engine.tp import shard_tensor
 from pivot.model.hf_folder import check_folder, load_state_dict
 from pivot.model.sliced_load import iter_tp_shards, read_boxes
-from tests.model.fixtures.hub_layouts import MODELS, hub_tensors, tiny_config, write_tiny
+from tests.model.fixtures.hub_layouts import hub_tensors, tiny_config, write_tiny
+from tests.model.fixtures.hub_models import MODELS
 
 transformers = pytest.importorskip("transformers")
 
