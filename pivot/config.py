@@ -7,7 +7,7 @@ component receives only its own section. Named presets live in `configs/presets.
 
 The root `PivotConfig` is here; its sections live beside it, one concern a module, and are
 re-exported from here: `pivot/config_roles.py` (model, rollout, reward), `pivot/config_train.py`
-(train, data, eval), `pivot/config_cluster.py` (cluster, planner, emulate) and
+(train, data, eval), `pivot/config_cluster.py` (cluster, planner, emulate, recovery) and
 `pivot/config_output.py` (log, checkpoint).
 """
 
@@ -24,6 +24,7 @@ from pivot.config_cluster import ClusterConfig as ClusterConfig
 from pivot.config_cluster import EmulateConfig as EmulateConfig
 from pivot.config_cluster import Mode as Mode
 from pivot.config_cluster import PlannerConfig as PlannerConfig
+from pivot.config_cluster import RecoveryConfig as RecoveryConfig
 from pivot.config_cluster import Strategy as Strategy
 from pivot.config_output import CheckpointConfig as CheckpointConfig
 from pivot.config_output import LogConfig as LogConfig
@@ -57,6 +58,7 @@ class PivotConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     emulate: EmulateConfig = field(default_factory=EmulateConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 

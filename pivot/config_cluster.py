@@ -158,3 +158,25 @@ class EmulateConfig:
     def __post_init__(self) -> None:
         _check(self.time_scale > 0, "emulate.time_scale", self.time_scale, "must be > 0")
         _check(self.length_scale >= 1, "emulate.length_scale", self.length_scale, "must be >= 1")
+
+
+@dataclass
+class RecoveryConfig:
+    """What the job does when an inference engine fails inside a live rank (docs/reliability.md):
+    the replica shifts down, its sequences continue elsewhere from the tokens they had, and its
+    engine is rebuilt from GPS; the job never stops for it."""
+
+    max_engine_failures: int = 3
+    """A replica whose engine fails this many times within recovery.window_s stays down for the
+    rest of the run (said once on stderr); the job goes on with the other replicas."""
+    window_s: float = 600.0
+    """The window, in seconds, over which a replica's engine failures are counted."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.max_engine_failures >= 1,
+            "recovery.max_engine_failures",
+            self.max_engine_failures,
+            "must be >= 1",
+        )
+        _check(self.window_s > 0, "recovery.window_s", self.window_s, "must be > 0")

@@ -20,6 +20,7 @@ followers run the step the leader broadcasts.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable
@@ -197,14 +198,15 @@ class Engine:
                 self.kv.export([], self._version)
             return AbortResult([], [])
         partials, unknown, seqs = [], [], []
-        for rid in ids:
-            seq = self._seqs.pop(rid, None)
+        for rid in dict.fromkeys(ids):  # each once
+            seq = self._seqs.get(rid)
             if seq is None:
                 unknown.append(rid)
             else:
                 seqs.append(seq)
         handles = self.kv.export(seqs, self._version) if export else {}
-        for seq in seqs:
+        for seq in seqs:  # held until the export is done: a failure in it salvages them
+            del self._seqs[seq.id]
             self.scheduler.remove(seq)
             self._drop_state(seq.id)
             seq.status = SeqStatus.FINISHED
@@ -212,6 +214,24 @@ class Engine:
         if unknown:
             log.debug("abort: unknown request ids %s ignored", unknown)
         return AbortResult(partials, unknown)
+
+    def salvage(self) -> list[Request]:
+        """After a failure: every sequence, with the tokens it has (a token whose log-prob the
+        failed step never recorded is dropped); nothing of the scheduler or the blocks is read."""
+        out = []
+        for seq in self._seqs.values():
+            req = seq.to_request(None)
+            n = min(len(req.output_ids), len(req.output_logprobs))
+            out.append(
+                dataclasses.replace(
+                    req,
+                    output_ids=req.output_ids[:n],
+                    output_logprobs=req.output_logprobs[:n],
+                    versions=req.versions.before(n),
+                )
+            )
+        self._seqs.clear()
+        return out
 
     def has_work(self) -> bool:
         return bool(self._seqs)

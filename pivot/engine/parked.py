@@ -93,3 +93,6 @@ class ParkedEngine:
 
     def shutdown(self) -> None:
         pass
+
+    def salvage(self) -> list[Request]:
+        return []

@@ -103,3 +103,9 @@ class InferenceEngine(Protocol):
     def shutdown(self) -> None:
         """Stop what the engine runs (its processes); nothing for an in-process engine."""
         ...
+
+    def salvage(self) -> list[Request]:
+        """After the engine failed (an error from any call above): every request it held, with
+        the tokens made so far and no K/V, for another replica to continue; it holds none after.
+        Reads only what the engine kept on this side, so it works on a dead engine."""
+        ...

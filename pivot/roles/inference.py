@@ -23,6 +23,7 @@ the Read fills in place for vLLM).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,8 +35,11 @@ import torch.distributed as dist
 from pivot.config import EngineConfig, ModelConfig
 from pivot.engine import AbortResult, EngineStats, InferenceEngine, Output, Request, capabilities
 from pivot.engine.factory import KVMigration, build_engine
+from pivot.engine.failed import FailedEngine
 from pivot.engine.kv_transport import KVPlace
 from pivot.model import TextTokenizer
+
+log = logging.getLogger(__name__)
 
 Read = Callable[[dict[str, torch.Tensor]], tuple[dict[str, torch.Tensor], int]]
 
@@ -72,6 +76,7 @@ class InferenceRole:
         self.tokenizer = TextTokenizer.from_pretrained(self.model_path) if tok.is_file() else None
         self.engines: dict[int, InferenceEngine] = {}  # slot -> its engine on this rank
         self.slot: int | None = None
+        self.failed: set[int] = set()  # slots whose engine failed: built anew on the next shift up
 
     @property
     def engine(self) -> InferenceEngine:
@@ -87,8 +92,9 @@ class InferenceRole:
         the version).
         Returns the version and phase timings (s)."""
         t0 = time.perf_counter()
-        if slot not in self.engines:
+        if slot not in self.engines or slot in self.failed:
             self.engines[slot] = self._build(group, slot)
+            self.failed.discard(slot)
         else:
             self.engines[slot].resume()
         self.slot = slot
@@ -132,6 +138,8 @@ class InferenceRole:
     def update_weights(self, read: Read) -> tuple[int, float]:
         """New weights between engine steps: `read` fills the engine's parameters in place (see
         `shift_up`); returns the version and the seconds `read` took."""
+        if self.slot in self.failed:  # nothing to serve them until the slot is rebuilt
+            return self.engine.weights_version, 0.0
         buffers = self.engine.weight_buffers()
         t0 = time.perf_counter()
         tensors, version = read(buffers)
@@ -179,6 +187,33 @@ class InferenceRole:
             dist.barrier(group=fence)
         self.slot = None
         return partials, {"release": time.perf_counter() - t0}
+
+    def recovers_in_place(self, slot_ranks: int) -> bool:
+        """Whether an engine failure on this rank can be recovered without a restart: a replica
+        of one rank, or one whose engine owns its processes (its other ranks are parked). The
+        embedded engine's TP ranks run collectives in lockstep, which a failed rank leaves
+        hanging: that failure restarts the job."""
+        return slot_ranks == 1 or self.capabilities.owns_processes
+
+    def fail(self, error: str) -> int:
+        """The engine of the slot held now failed: salvage what it held (tokens kept, K/V lost),
+        stop what it runs, and hold a `FailedEngine` in its place until the slot shifts down
+        and is rebuilt. Returns how many requests were salvaged."""
+        assert self.slot is not None, f"{self.role} role is not up on this rank"
+        engine = self.engine
+        try:
+            held = engine.salvage()
+        except Exception:  # an engine too broken to say: its sequences start again elsewhere
+            log.exception("%s%d: salvage failed", self.role, self.slot)
+            held = []
+        try:
+            engine.shutdown()
+        except Exception:
+            log.exception("%s%d: shutdown of the failed engine failed", self.role, self.slot)
+        version = engine.weights_version
+        self.engines[self.slot] = FailedEngine(self.engine_cfg, held, version, error)
+        self.failed.add(self.slot)
+        return len(held)
 
     def close(self) -> None:
         """Stop the engines (those that run processes of their own stop them)."""

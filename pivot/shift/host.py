@@ -27,6 +27,9 @@ class ClusterHost:
         """Every replica down, one scheduler per inference role over its slots (none active);
         `clock` times the shifts (the simulator passes its simulated time)."""
         self.table = table
+        self.retired: set[int] = (
+            set()
+        )  # replicas that stay down (engine failures): no mode plans them
         self.shifts = ShiftExecutor(table, self, clock)  # type: ignore[arg-type]  # the subclass is the ShiftHost
         self.sched: dict[str, ShiftAwareScheduler] = {
             role: ShiftAwareScheduler(table.slots(role), active=[], migrate=migrate)
@@ -57,7 +60,7 @@ class ClusterHost:
         return self.table.train_rid
 
     def slots(self, role: str) -> list[Replica]:
-        return self.table.slots(role)
+        return [r for r in self.table.slots(role) if r.replica_id not in self.retired]
 
     def role_of(self, rid: int) -> str:
         return self.table.role_of(rid)
@@ -72,7 +75,7 @@ class ClusterHost:
         active = frozenset(self.up_slots())
         training = self.training_in_flight
         return ClusterSnapshot(
-            replicas=self.table.replicas,
+            replicas=tuple(r for r in self.table.replicas if r.replica_id not in self.retired),
             active=active,
             running={
                 rid: tuple(self.sched[self.role_of(rid)].running(rid))

@@ -133,4 +133,10 @@ def scenario(
     engine.add(greedy(31))
     out["after_update"] = record(run(engine)[31])
     out["whole_weights"] = refused(engine.named_parameters_hf)
+    # 5. salvage, as after a failure: the requests held, with the tokens made so far (the last
+    # call: what the engine runs after it is left to the shutdown that follows a failure)
+    engine.add_all([greedy(40), greedy(41)])
+    run(engine, until=4)
+    out["salvaged"] = {r.id: [r.output_ids, len(r.output_logprobs)] for r in engine.salvage()}
+    out["salvaged_idle"] = [engine.has_work(), engine.progress()]
     return out

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from pivot.engine import EngineConfig, ParkedEngine, build_engine, capabilities
+from pivot.engine.failed import FailedEngine
 from pivot.model import load_state_dict
-from tests.engine.conformance import MEMBERS, NEW, PROMPTS, UPDATED, scenario
+from tests.engine.conformance import MEMBERS, NEW, PROMPTS, UPDATED, greedy, scenario
 from tests.engine.conftest import make_model
 
 CONFIG = dict(kv_capacity_tokens=4096, max_running_seqs=8)
@@ -84,6 +85,30 @@ def test_a_backend_behind_the_engine_protocol(seen: tuple[str, dict]) -> None:
     assert r["after_update"]["starts"] == [[1, 0]] and r["after_update"]["version"] == 1
     # whole weights back only where the backend says it can
     assert (r["whole_weights"] == "") == capabilities(backend).returns_whole_weights
+    # salvaged after a "failure": each request with the tokens it had, their log-probs beside
+    assert sorted(r["salvaged"]) == ["40", "41"] and r["salvaged_idle"] == [False, {}]
+    for ids, logprobs in r["salvaged"].values():
+        assert 4 <= len(ids) == logprobs
+    ids = r["salvaged"]["40"][0]  # the new weights' greedy run over the same prompt as 31's
+    assert ids == r["after_update"]["ids"][: len(ids)]
+
+
+def test_the_failed_stand_in_holds_what_was_salvaged_and_hands_it_back() -> None:
+    held = [greedy(1), greedy(2)]
+    held[0].output_ids, held[0].output_logprobs = [7, 8], [-0.1, -0.2]
+    failed = FailedEngine(EngineConfig(), held, version=4, error="EngineDeadError: core died")
+    assert [m for m in MEMBERS if not hasattr(failed, m)] == []
+    failed.add(greedy(3))  # sent before the controller heard: kept
+    failed.add(greedy(1))  # an id it holds: the salvaged one (with its tokens) stays
+    assert failed.step() == [] and not failed.has_work() and not failed.can_admit(1)
+    assert failed.progress() == {1: 2, 2: 0, 3: 0} and failed.stats().n_seq == 3
+    aborted = failed.abort([1, 99])
+    assert [r.output_ids for r in aborted] == [[7, 8]] and aborted.unknown_ids == [99]
+    failed.load_weights({}, version=5)  # nothing serves them: the version stays
+    assert failed.weights_version == 4 and failed.weight_buffers() == {}
+    assert sorted(r.id for r in failed.release()) == [2, 3] and list(failed.release()) == []
+    with pytest.raises(RuntimeError, match="cannot resume"):
+        failed.resume()
 
 
 def test_the_parked_stand_in_implements_the_protocol() -> None:

@@ -48,7 +48,12 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def torchrun(
-    models: tuple[Path, Path], run_dir: Path, *flags: str, wait: bool = True, restarts: int = 0
+    models: tuple[Path, Path],
+    run_dir: Path,
+    *flags: str,
+    wait: bool = True,
+    restarts: int = 0,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen | subprocess.CompletedProcess:
     cmd = torchrun_main(
         4,
@@ -62,7 +67,7 @@ def torchrun(
         *flags,
         launcher=("--max-restarts", str(restarts)),
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     if not wait:
         return subprocess.Popen(
             cmd,

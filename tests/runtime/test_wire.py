@@ -51,6 +51,7 @@ def every_message() -> list[object]:
         m.Trained(2, 5, 6, {"loss": 0.1, "tokens": 12.0}),
         m.Saved(2, 2, [FileDigest("policy/model.safetensors", 10, "ab" * 32)]),
         m.Failed(3, "Traceback ..."),
+        m.EngineFailed(1, "reward", 2, "EngineDeadError: the core exited", 5),
     ]
 
 

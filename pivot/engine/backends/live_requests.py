@@ -1,7 +1,8 @@
 """What a production engine's adapter (vLLM, sglang) knows of the requests it has sent in: each
-one's tokens and log-probs as streamed back, and the protocol's bookkeeping over them (work,
-progress, admission against the KV capacity, stats): `LiveRequests`, a part each adapter holds.
-The engine itself holds the K/V."""
+one's tokens and log-probs as streamed back (`LiveRequest`), and the half of the protocol every
+adapter answers the same way from them (work, progress, admission against the KV capacity, stats,
+the weights version, the checks on a new request): `LiveRequests`, the base each adapter builds
+on. The engine itself holds the K/V."""
 
 from __future__ import annotations
 
@@ -49,14 +50,46 @@ L = TypeVar("L", bound=LiveRequest)
 
 
 class LiveRequests(Generic[L]):
-    """The requests an adapter has sent in (id -> its `LiveRequest`) and the counters over them;
-    the adapter answers the protocol's work, progress, admission and stats questions from here,
-    with the KV capacity, max length and weights version it knows."""
+    """An adapter's requests in flight (`live`: id -> its `LiveRequest`) and the counters over
+    them, with the engine's KV capacity and max length (set by the adapter once its engine is up)
+    and the weights version it serves. The adapter adds `add`, `step`, `abort` and the weights
+    and memory operations; everything answered from the requests alone is here, once."""
 
     def __init__(self) -> None:
         self.live: dict[int, L] = {}
         self.tokens_generated = 0
         self.last_latency = 0.0
+        self.kv_total = 0
+        self.max_len = 0
+        self._version = 0
+
+    def add(self, request: Request) -> None:
+        raise NotImplementedError  # each adapter sends a request to its engine its own way
+
+    def add_all(self, requests: list[Request]) -> None:
+        for request in requests:
+            self.add(request)
+
+    def check_new(self, request: Request, max_len: int) -> int:
+        """The request's token count, or ValueError naming why this engine cannot take it."""
+        if request.id in self.live:
+            raise ValueError(f"request {request.id}: id is already in this engine")
+        if not request.prompt_ids:
+            raise ValueError(f"request {request.id}: prompt_ids is empty")
+        n = len(request.prompt_ids) + len(request.output_ids)
+        if n >= max_len:
+            raise ValueError(
+                f"request {request.id}: {n} tokens exceed the engine's max length {max_len}"
+            )
+        if len(request.output_ids) >= request.params.max_new_tokens:
+            raise ValueError(f"request {request.id}: already has max_new_tokens tokens")
+        return n
+
+    def salvage(self) -> list[Request]:
+        """After a failure: each request with the tokens streamed back before it (`so_far`)."""
+        out = [live.so_far() for live in self.live.values()]
+        self.live.clear()
+        return out
 
     def has_work(self) -> bool:
         return bool(self.live)
@@ -68,17 +101,25 @@ class LiveRequests(Generic[L]):
     def n_tok(self) -> int:
         return sum(len(lv.request.prompt_ids) + len(lv.output_ids) for lv in self.live.values())
 
-    def can_admit(self, num_tokens: int, max_len: int, kv_total: int) -> bool:
-        return num_tokens < max_len and self.n_tok() + num_tokens <= kv_total
+    def can_admit(self, num_tokens: int) -> bool:
+        return num_tokens < self.max_len and self.n_tok() + num_tokens <= self.kv_total
 
-    def stats(self, kv_total: int, version: int) -> EngineStats:
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    @property
+    def graphs_capture_s(self) -> float:
+        return 0.0  # a production engine captures its own graphs, as part of its start
+
+    def stats(self) -> EngineStats:
         n_tok = self.n_tok()
         return EngineStats(
             n_seq=len(self.live),
             n_tok=n_tok,
-            kv_free_tokens=max(kv_total - n_tok, 0),
-            kv_total_tokens=kv_total,
+            kv_free_tokens=max(self.kv_total - n_tok, 0),
+            kv_total_tokens=self.kv_total,
             tokens_generated=self.tokens_generated,
             last_step_latency_s=self.last_latency,
-            weights_version=version,
+            weights_version=self._version,
         )

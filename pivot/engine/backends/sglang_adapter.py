@@ -79,7 +79,7 @@ from pivot.engine.backends.sglang_weights import (
 )
 from pivot.engine.config import EngineConfig
 from pivot.engine.model_runner import validate_weights
-from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, SamplingParams
+from pivot.engine.sequence import AbortResult, Output, Request, SamplingParams
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model.hf_folder import text_config
 
@@ -108,7 +108,7 @@ class _Live(LiveRequest):
     task: asyncio.Task | None = None
 
 
-class SglangEngine:
+class SglangEngine(LiveRequests[_Live]):
     def __init__(
         self,
         engine: Any,
@@ -120,6 +120,7 @@ class SglangEngine:
         bucket_bytes: int = BUCKET_BYTES,
     ) -> None:
         """`full_shapes`: HF name -> shape of every tensor a weight update must bring (the checkpoint's)."""
+        super().__init__()
         self.engine, self.config, self.tokenizer, self.poll_s = engine, config, tokenizer, poll_s
         self.full_shapes, self.staging_device, self.bucket_bytes = (
             full_shapes,
@@ -129,9 +130,7 @@ class SglangEngine:
         self.loop: asyncio.AbstractEventLoop = (
             getattr(engine, "loop", None) or asyncio.get_event_loop()
         )
-        self.requests: LiveRequests[_Live] = LiveRequests()
         self._stale_prefixes = False  # the prefix cache holds K/V of weights since replaced
-        self._version = 0
         self.tp_size, self.architectures = 1, ()  # from_pretrained fills them from the checkpoint
         self.vocab_size = 0  # from_pretrained: the model's (the profiler draws prompts below it)
         info = self._server_info()
@@ -191,46 +190,12 @@ class SglangEngine:
         return info
 
     # ---- requests --------------------------------------------------------------------------
-    def add_all(self, requests: list[Request]) -> None:
-        for request in requests:
-            self.add(request)
-
-    def has_work(self) -> bool:
-        return self.requests.has_work()
-
-    def progress(self) -> dict[int, int]:
-        return self.requests.progress()
-
-    def can_admit(self, num_tokens: int) -> bool:
-        return self.requests.can_admit(num_tokens, self.max_len, self.kv_total)
-
-    def stats(self) -> EngineStats:
-        return self.requests.stats(self.kv_total, self._version)
-
-    @property
-    def weights_version(self) -> int:
-        return self._version
-
-    @property
-    def graphs_capture_s(self) -> float:
-        return 0.0  # it captures its own graphs, as part of its start
-
     def add(self, request: Request) -> None:
-        if request.id in self.requests.live:
-            raise ValueError(f"request {request.id}: id is already in this engine")
-        if not request.prompt_ids:
-            raise ValueError(f"request {request.id}: prompt_ids is empty")
-        n = len(request.prompt_ids) + len(request.output_ids)
-        if n >= min(self.max_len, self.kv_total):
-            raise ValueError(
-                f"request {request.id}: {n} tokens exceed the engine's max length {min(self.max_len, self.kv_total)}"
-            )
-        if len(request.output_ids) >= request.params.max_new_tokens:
-            raise ValueError(f"request {request.id}: already has max_new_tokens tokens")
+        self.check_new(request, min(self.max_len, self.kv_total))
         live = _Live(request, list(request.output_ids), list(request.output_logprobs))
         live.added_version = self._version
         live.task = self.loop.create_task(self._generate(live))
-        self.requests.live[request.id] = live
+        self.live[request.id] = live
 
     def _sampling(self, p: SamplingParams, done: int) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -265,7 +230,7 @@ class SglangEngine:
             for lp, tok, *_ in pairs[len(pairs) - new :] if new > 0 else []:
                 live.output_ids.append(int(tok))
                 live.logprobs.append(float(lp))
-                self.requests.tokens_generated += 1
+                self.tokens_generated += 1
             reason = meta.get("finish_reason")
             if reason:
                 kind = reason.get("type") if isinstance(reason, dict) else str(reason)
@@ -275,13 +240,13 @@ class SglangEngine:
 
     def step(self) -> list[Output]:
         t0 = time.perf_counter()
-        if self.requests.live:
+        if self.live:
             self.loop.run_until_complete(asyncio.sleep(self.poll_s))
         outputs = []
-        for rid, live in list(self.requests.live.items()):
+        for rid, live in list(self.live.items()):
             if live.task is not None and live.task.done() and not live.aborted:
                 live.task.result()  # surface errors
-                del self.requests.live[rid]
+                del self.live[rid]
                 versions = live.so_far().versions
                 outputs.append(
                     Output(
@@ -294,23 +259,24 @@ class SglangEngine:
                         versions=versions,
                     )
                 )
-        if self._stale_prefixes and not self.requests.live:
+        if self._stale_prefixes and not self.live:
             self._wait_idle("flush the prefix cache")  # it flushes once idle (flush_wrapper.py)
             self._stale_prefixes = False
-        self.requests.last_latency = time.perf_counter() - t0
+        self.last_latency = time.perf_counter() - t0
         return outputs
 
     def abort(self, ids: Iterable[int]) -> AbortResult:
         partials, unknown = [], []
         for rid in ids:
-            live = self.requests.live.pop(rid, None)
-            if live is None:
+            live = self.live.get(rid)
+            if live is None or live.aborted:
                 unknown.append(rid)
                 continue
             live.aborted = True
             self.engine.tokenizer_manager.abort_request(rid=str(rid))
             if live.task is not None:
                 self.loop.run_until_complete(asyncio.wait([live.task], timeout=5.0))
+            del self.live[rid]  # only now: a scheduler that fails above has it salvaged
             partials.append(live.so_far())
         if unknown:
             log.warning("abort: unknown request ids %s ignored", unknown)
@@ -327,9 +293,7 @@ class SglangEngine:
         by the old weights: the load waits for it, `sglang_weights.load_after_inflight`; never
         before the mark, so a request's oldest version, which the staleness bound uses, is exact)."""
         tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
-        running = [
-            lv for lv in self.requests.live.values() if lv.task is not None and not lv.task.done()
-        ]
+        running = [lv for lv in self.live.values() if lv.task is not None and not lv.task.done()]
         if not running:  # the last bucket's flush needs the in-flight batch done too
             self._wait_idle("load_weights")
         with paused(self.engine, self.loop) if running else contextlib.nullcontext():
@@ -361,7 +325,7 @@ class SglangEngine:
         return whole_weights(self.engine, self.full_shapes, self.architectures, self.tp_size)
 
     def release(self) -> AbortResult:
-        partials = self.abort(list(self.requests.live))
+        partials = self.abort(list(self.live))
         self._wait_idle(
             "release"
         )  # release asserts an idle scheduler; aborted streams end before it is

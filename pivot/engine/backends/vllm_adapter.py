@@ -45,6 +45,7 @@ Mapping to the protocol:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -55,10 +56,11 @@ import torch
 
 from pivot.engine.backends.live_requests import LiveRequest, LiveRequests
 from pivot.engine.backends.vllm_build import engine_builder, eos_ids
+from pivot.engine.backends.vllm_liveness import watch_engine_core
 from pivot.engine.backends.vllm_weights import ShmSafetensors, shm_file
 from pivot.engine.config import EngineConfig
 from pivot.engine.model_runner import validate_weights
-from pivot.engine.sequence import AbortResult, EngineStats, Output, Request
+from pivot.engine.sequence import AbortResult, Output, Request
 from pivot.gps.torch_specs import TORCH_DTYPES, specs_from_checkpoint
 from pivot.model.hf_folder import checkpoint_names, text_config
 
@@ -72,7 +74,7 @@ class _Live(LiveRequest):
     abort never receives an output the core made for the aborted one."""
 
 
-class VllmEngine:
+class VllmEngine(LiveRequests[_Live]):
     def __init__(
         self,
         build: Any,
@@ -84,19 +86,20 @@ class VllmEngine:
     ) -> None:
         """`build()` starts a vLLM `LLMEngine` (again after a CPU release); `weights` is the shm
         file the GPS Read fills; `full_shapes` every tensor a weight update must bring."""
+        super().__init__()
         self._build, self.config, self.full_shapes = build, config, full_shapes
         self.vocab_size = 0  # from_pretrained: the model's (the profiler draws prompts below it)
         self.weights, self.eos, self.on_cuda = weights, eos, on_cuda
-        self.requests: LiveRequests[_Live] = LiveRequests()
         self._adds = 0
-        self._version = 0
         self.last_build_s = 0.0
         self.engine: Any = None
+        self._watch: threading.Event | None = None
         self._start()
 
     def _start(self) -> None:
         t0 = time.perf_counter()
         self.engine = self._build()
+        self._watch = watch_engine_core(self.engine)
         self.engine.set_weight_version(str(self._version))  # vLLM starts at "default"
         cache = self.engine.vllm_config.cache_config
         # less the null block vLLM's block pool holds back (v1/core/block_pool.py:187)
@@ -153,47 +156,13 @@ class VllmEngine:
         return out
 
     # ---- requests --------------------------------------------------------------------------
-    def add_all(self, requests: list[Request]) -> None:
-        for request in requests:
-            self.add(request)
-
-    def has_work(self) -> bool:
-        return self.requests.has_work()
-
-    def progress(self) -> dict[int, int]:
-        return self.requests.progress()
-
-    def can_admit(self, num_tokens: int) -> bool:
-        return self.requests.can_admit(num_tokens, self.max_len, self.kv_total)
-
-    def stats(self) -> EngineStats:
-        return self.requests.stats(self.kv_total, self._version)
-
-    @property
-    def weights_version(self) -> int:
-        return self._version
-
-    @property
-    def graphs_capture_s(self) -> float:
-        return 0.0  # it captures its own graphs, as part of its start
-
     def add(self, request: Request) -> None:
         from vllm import SamplingParams as VllmParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        if request.id in self.requests.live:
-            raise ValueError(f"request {request.id}: id is already in this engine")
-        if not request.prompt_ids:
-            raise ValueError(f"request {request.id}: prompt_ids is empty")
-        n = len(request.prompt_ids) + len(request.output_ids)
-        if n >= self.max_len:
-            raise ValueError(
-                f"request {request.id}: {n} tokens exceed the engine's max length {self.max_len}"
-            )
+        n = self.check_new(request, self.max_len)
         p, done = request.params, len(request.output_ids)
-        if done >= p.max_new_tokens:
-            raise ValueError(f"request {request.id}: already has max_new_tokens tokens")
         if p.stop:
             raise ValueError(
                 f"request {request.id}: stop strings need a tokenizer; the vllm backend runs "
@@ -218,7 +187,7 @@ class VllmEngine:
         self._adds += 1
         key = f"{request.id}.{self._adds}"
         self.engine.add_request(key, prompt, params)
-        self.requests.live[request.id] = _Live(
+        self.live[request.id] = _Live(
             request,
             list(request.output_ids),
             list(request.output_logprobs),
@@ -227,22 +196,22 @@ class VllmEngine:
         )
 
     def step(self) -> list[Output]:
-        if not self.requests.live:  # an idle core never answers: step() would block
+        if not self.live:  # an idle core never answers: step() would block
             return []
         t0 = time.perf_counter()
         outputs = []
         for out in self.engine.step():
-            live = self.requests.live.get(int(out.request_id.split(".")[0]))
+            live = self.live.get(int(out.request_id.split(".")[0]))
             if live is None or live.key != out.request_id:  # aborted after the core made it
                 continue
             co = out.outputs[0]
             for tok, lp in zip(co.token_ids, co.logprobs or []):
                 live.output_ids.append(int(tok))
                 live.logprobs.append(float(lp[tok].logprob))
-            self.requests.tokens_generated += len(co.token_ids)
+            self.tokens_generated += len(co.token_ids)
             if not out.finished:
                 continue
-            del self.requests.live[live.request.id]
+            del self.live[live.request.id]
             done = len(live.request.output_ids)  # a resumed partial's tokens came before
             versions = live.request.versions.extended(
                 (int(s.version), done + s.start)
@@ -260,17 +229,18 @@ class VllmEngine:
                     versions=versions,
                 )
             )
-        self.requests.last_latency = time.perf_counter() - t0
+        self.last_latency = time.perf_counter() - t0
         return outputs
 
     def abort(self, ids: Iterable[int]) -> AbortResult:
-        partials, unknown = [], []
-        for rid in ids:
-            live = self.requests.live.pop(rid, None)
-            if live is None:
-                unknown.append(rid)
-                continue
-            self.engine.abort_request([live.key])
+        ids = list(dict.fromkeys(ids))  # each once
+        unknown = [rid for rid in ids if rid not in self.live]
+        found = [self.live[rid] for rid in ids if rid in self.live]
+        if found:  # before they leave `live`: a core that fails here has them salvaged
+            self.engine.abort_request([live.key for live in found])
+        partials = []
+        for live in found:
+            del self.live[live.request.id]
             partials.append(live.so_far())  # tokens since the add: the add's version
         if unknown:
             log.warning("abort: unknown request ids %s ignored", unknown)
@@ -292,7 +262,7 @@ class VllmEngine:
         the repair is needed."""
         tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
         self.weights.fill(tensors)
-        running = bool(self.requests.live)
+        running = bool(self.live)
         if running:
             self.engine.sleep(level=0, mode="keep")  # returns once the core's step is done
         self.engine.collective_rpc(
@@ -313,12 +283,11 @@ class VllmEngine:
         )
 
     def release(self) -> AbortResult:
-        partials = self.abort(list(self.requests.live))
+        partials = self.abort(list(self.live))
         if self.on_cuda:
             self.engine.sleep(level=2)
         else:
-            self.engine.engine_core.shutdown()
-            self.engine = None
+            self._stop_core()
         return partials
 
     def resume(self) -> None:
@@ -329,6 +298,11 @@ class VllmEngine:
 
     def shutdown(self) -> None:
         if self.engine is not None:
-            self.engine.engine_core.shutdown()
-            self.engine = None
+            self._stop_core()
         self.weights.close()
+
+    def _stop_core(self) -> None:
+        if self._watch is not None:
+            self._watch.set()  # a deliberate exit is no death
+        self.engine.engine_core.shutdown()
+        self.engine = None

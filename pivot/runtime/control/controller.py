@@ -17,21 +17,23 @@ its `ControllerReports` part's (pivot/runtime/control/reports.py), given the cou
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING
 
 from pivot.config import PivotConfig
 from pivot.dist import SlotTable
-from pivot.plan import ShiftPlan
+from pivot.plan import PlanTimings, ShiftPlan
 from pivot.rl.evaluation import eval_due
 from pivot.runtime.control import messages as m
 from pivot.runtime.control.control_plane import ControllerEndpoint
+from pivot.runtime.control.recovery import EngineRecovery
 from pivot.runtime.control.reports import ControllerReports, kv_metrics
 from pivot.runtime.control.shift_record import ShiftRecord
 from pivot.runtime.flow.rl_flow import RLFlow
 from pivot.runtime.records.metrics import RunLog
 from pivot.runtime.weights.replica_versions import ReplicaVersions
-from pivot.sched.records import Abort, Dispatch
+from pivot.sched.records import Abort, Dispatch, Role
 from pivot.sched.throughput import ThroughputModel
 from pivot.shift import ClusterHost, ReplicaTable
 
@@ -92,6 +94,7 @@ class Controller(ClusterHost):
         self._last_monitor = 0.0
         self._last_plan = 0.0
         self.reports = ControllerReports(log, progress)
+        self.recovery = EngineRecovery(cfg.recovery.max_engine_failures, cfg.recovery.window_s)
 
     # ---- messaging -------------------------------------------------------------------------
     def send_slot(self, rid: int, msg: m.ToWorker, leader_only: bool = False) -> None:
@@ -207,6 +210,8 @@ class Controller(ClusterHost):
             if not self.saving:
                 path = self.ckpt.commit(msg.step, self.saved_files)
                 self.log.shift(event="checkpoint", step=msg.step, path=str(path))
+        elif isinstance(msg, m.EngineFailed):
+            self.on_engine_failed(msg)
         elif isinstance(msg, m.Failed):
             self.failed = f"rank {msg.rank} failed: {msg.error.splitlines()[0]}"
             print(f"pivot: {self.failed}\n{msg.error}", flush=True)
@@ -297,6 +302,59 @@ class Controller(ClusterHost):
                 self.update(rid)  # mixed, or a training step finished while it shifted up
         self.shifts.complete([rid])
         self.log.shift(**rec.event(msg, self.table.replicas[rid].devices))
+        self.recovered(rid, msg)
+
+    # ---- engine failures (pivot/runtime/control/recovery.py) ----------------------------------
+    def on_engine_failed(self, msg: m.EngineFailed) -> None:
+        """A replica's engine failed: shift it down (its sequences come back with their tokens
+        through the abort path and continue elsewhere), then up with a new engine (`recovered`).
+        One shifting already is left to its shift: a shift down hands back what it held, and
+        the worker builds the engine anew on the slot's next shift up."""
+        rid = self.table.rid(msg.role, msg.slot)
+        up = self.is_up(rid) and rid not in self.pending
+        self.recovery.failed(rid, time.monotonic(), up)
+        self.log.shift(
+            event="engine_failed",
+            role=msg.role,
+            slot=msg.slot,
+            rank=msg.rank,
+            salvaged=msg.salvaged,
+            error=msg.error,
+        )
+        print(
+            f"pivot: {msg.role}{msg.slot} (rank {msg.rank}) engine failed: {msg.error}; its "
+            f"{msg.salvaged} sequences continue on other replicas and it is rebuilt",
+            file=sys.stderr,
+            flush=True,
+        )
+        if up:
+            self.execute(ShiftPlan(None, (), (rid,), 0.0, 0.0, PlanTimings()))
+
+    def recovered(self, rid: int, msg: m.ShiftDone) -> None:
+        """A shift of `rid` completed: if its engine's failure put it down, bring it back up
+        with a new engine, or keep it out (too many failures); if that was its way back up,
+        record the recovery's time."""
+        role, slot = self.table.slot_of(rid)
+        if msg.up:
+            took = self.recovery.shifted_up(rid, time.monotonic())
+            if took is not None:
+                self.log.shift(event="engine_rebuilt", role=role, slot=slot, recover_s=took)
+            return
+        back = self.recovery.shifted_down(rid)
+        if back:
+            self.execute(ShiftPlan(Role(role), (rid,), (), 0.0, 0.0, PlanTimings()))
+        elif back is not None:
+            self.retired.add(rid)
+            self.log.shift(event="replica_retired", role=role, slot=slot)
+            n = self.recovery.max_failures
+            print(
+                f"pivot: {role}{slot} stays down for the rest of the run: its engine failed {n} "
+                f"times within {self.recovery.window_s:.0f} s (--recovery.max-engine-failures)",
+                file=sys.stderr,
+                flush=True,
+            )
+            if not any(self.role_of(r) == role for r in self.up_slots()):
+                self.failed = f"no {role} replica is left up: each failed or stays down"
 
     # ---- training --------------------------------------------------------------------------
     @property
@@ -364,6 +422,7 @@ class Controller(ClusterHost):
             "count/rejected_frames": self.ep.rejected,
             "count/mixed_versions": self.versions.mixed,
             "count/caught_up": self.versions.caught_up,
+            **self.recovery.counters(),
         }
         self.reports.step(step, train_metrics, train_s, devices, counters)
 

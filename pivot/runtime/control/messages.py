@@ -137,6 +137,18 @@ class Failed:
     error: str
 
 
+@dataclass
+class EngineFailed:
+    """The engine of a replica this rank leads failed; the rank holds what it salvaged (the
+    requests with their tokens) and hands it back when the replica shifts down."""
+
+    rank: int
+    role: str
+    slot: int
+    error: str
+    salvaged: int
+
+
 # Wire codes: a frame names its message type by index in this tuple, so only these classes can
 # ever be built from a frame. Append new types at the end; never reorder (codes would change).
 MESSAGE_TYPES: tuple[type, ...] = (
@@ -157,6 +169,7 @@ MESSAGE_TYPES: tuple[type, ...] = (
     Trained,
     Saved,
     Failed,
+    EngineFailed,
 )
 ToWorker = (
     ShiftUp
@@ -169,6 +182,15 @@ ToWorker = (
     | Stop
 )
 ToController = (
-    Hello | Stats | Finished | Aborted | ShiftDone | WeightsUpdated | Trained | Saved | Failed
+    Hello
+    | Stats
+    | Finished
+    | Aborted
+    | ShiftDone
+    | WeightsUpdated
+    | Trained
+    | Saved
+    | Failed
+    | EngineFailed
 )
 Message = ToWorker | ToController

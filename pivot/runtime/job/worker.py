@@ -13,13 +13,20 @@ from typing import Any
 import torch
 
 from pivot.dist import ClusterSpec, Slot, SlotTable, fence_name
+from pivot.faults import inject
 from pivot.roles.inference import InferenceRole
 from pivot.runtime.control import messages as m
 from pivot.runtime.control import wire
 from pivot.runtime.control.control_plane import WorkerEndpoint
 from pivot.runtime.records.manifest import seal
 
-STATS_EVERY_S = 0.1  # the monitor wants stats at least every 200 ms
+STATS_EVERY_S = 0.1
+# messages that call the inference engine: a failure in one is recovered in place
+ENGINE_CALLS = (
+    m.Generate,
+    m.AbortSequences,
+    m.UpdateWeights,
+)  # the monitor wants stats at least every 200 ms
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +69,11 @@ class Worker:
             for i, msg in enumerate(msgs):
                 try:
                     self.handle(msg)
-                except Exception as e:  # report and keep serving: the controller decides
+                except Exception as e:
+                    if isinstance(msg, ENGINE_CALLS) and self._recover(e):
+                        self.handle(msg)  # again, on what the failed engine left behind
+                        continue
+                    # report and keep serving: the controller decides
                     self.endpoint.send(
                         m.Failed(
                             self.spec.rank, f"{type(msg).__name__}: {e}\n{traceback.format_exc()}"
@@ -83,10 +94,33 @@ class Worker:
             # for its next loop, where it steps with the rest of the slot
             mirror = lockstep and (self.role, self.slot) == held
             if mirror or (not self._lockstep() and self._engine_busy()):
-                outputs = self.inference[self.role].step()
+                try:
+                    if self._leader():  # PIVOT_FAULTS only: the recovery tests and the soak
+                        inject("engine_step", self.role)
+                    outputs = self.inference[self.role].step()
+                except Exception as e:
+                    if not self._recover(e):
+                        raise
+                    outputs = []
                 if outputs:
                     self.endpoint.send(m.Finished(self.spec.rank, self.role, self.slot, outputs))
             self._maybe_stats()
+
+    def _recover(self, error: Exception) -> bool:
+        """An engine call of the inference replica this rank holds failed. Where the replica can
+        recover in place (`InferenceRole.recovers_in_place`), the role salvages the engine's
+        requests with their tokens and holds them; the controller, told, shifts the replica down
+        (they continue elsewhere) and builds its engine anew from GPS. False: it cannot, and the
+        error goes on as before (the job restarts)."""
+        role = self.inference.get(self.role) if self.role is not None else None
+        if role is None or role.slot is None or role.slot in role.failed:
+            return False
+        if not role.recovers_in_place(len(self.table.get(role.role, role.slot).ranks)):
+            return False
+        text = f"{type(error).__name__}: {error}".splitlines()[0][:500]
+        salvaged = role.fail(text)
+        self.endpoint.send(m.EngineFailed(self.spec.rank, role.role, role.slot, text, salvaged))
+        return True
 
     def _lockstep(self) -> bool:
         """A replica over several ranks runs in lockstep: each loop the leader broadcasts the
@@ -185,7 +219,12 @@ class Worker:
             partials: list = []
         else:
             fence = self.groups.get(fence_name(self.table.get(msg.role, msg.slot)))
-            result, phases = self.inference[msg.role].shift_down(fence)
+            try:
+                result, phases = self.inference[msg.role].shift_down(fence)
+            except Exception as e:  # the engine failed in its release: hand back what it held
+                if not self._recover(e):
+                    raise
+                result, phases = self.inference[msg.role].shift_down(fence)
             partials = list(result)
         self.role, self.slot = None, -1  # leave the slot's sub-communicator
         self.endpoint.send(

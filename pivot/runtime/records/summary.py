@@ -63,6 +63,7 @@ def run_summary(
             f"{role} +{ups[role]}/-{downs[role]}" for role in ("rollout", "reward", "train")
         )
         lines.append(f"  shifts (up/down): {per_role}")
+    lines += _recoveries(timeline)
     lines += extra or []
     lines += [
         f"  records:     {run}/metrics.jsonl, eval.jsonl, samples.jsonl, timeline.jsonl"
@@ -71,6 +72,19 @@ def run_summary(
         f"  timeline plot: python tools/plot_timeline.py {run}/timeline.jsonl",
     ]
     return "\n".join(lines)
+
+
+def _recoveries(timeline: list[dict]) -> list[str]:
+    """One line on the engines that failed and came back (docs/reliability.md), if any did."""
+    events = Counter(r.get("event") for r in timeline if r.get("kind") == "shift")
+    if not events["engine_failed"]:
+        return []
+    took = [r["recover_s"] for r in timeline if r.get("event") == "engine_rebuilt"]
+    back = f", longest {max(took):.1f} s from failure to serving" if took else ""
+    out = f"  engine failures: {events['engine_failed']}, rebuilt {len(took)}{back}"
+    if events["replica_retired"]:
+        out += f"; {events['replica_retired']} replica(s) stay down"
+    return [out]
 
 
 def _mean(rows: list[dict], key: str) -> float:

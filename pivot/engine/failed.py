@@ -1,0 +1,108 @@
+"""`FailedEngine`: what a replica's rank holds from the moment its engine failed until the replica
+has shifted down.
+
+The failed engine's requests were salvaged with the tokens they had (`InferenceEngine.salvage`);
+this stand-in holds them, and any request the controller sent before it heard of the failure, and
+hands them back as any engine hands back partials: through `abort` (the scheduler migrating them
+off) and `release` (the shift down). It makes nothing, admits nothing and reads no weights; it
+cannot resume: the role builds a new engine on the slot's next shift up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from pivot.engine.config import EngineConfig
+from pivot.engine.sequence import AbortResult, EngineStats, Output, Request
+
+if TYPE_CHECKING:
+    import torch
+
+
+class FailedEngine:
+    def __init__(self, config: EngineConfig, held: list[Request], version: int, error: str) -> None:
+        self.config, self.error, self._version = config, error, version
+        self.held: dict[int, Request] = {r.id: r for r in held}
+
+    @property
+    def max_len(self) -> int:
+        return 0
+
+    @property
+    def vocab_size(self) -> int:
+        return 0
+
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    @property
+    def graphs_capture_s(self) -> float:
+        return 0.0
+
+    def add(self, request: Request) -> None:
+        self.held.setdefault(request.id, request)  # sent before the controller knew: kept as is
+
+    def add_all(self, requests: list[Request]) -> None:
+        for request in requests:
+            self.add(request)
+
+    def step(self) -> list[Output]:
+        return []
+
+    def has_work(self) -> bool:
+        return False
+
+    def progress(self) -> dict[int, int]:
+        return {rid: len(r.output_ids) for rid, r in self.held.items()}
+
+    def abort(self, ids: Iterable[int]) -> AbortResult:
+        partials, unknown = [], []
+        for rid in ids:
+            req = self.held.pop(rid, None)
+            if req is None:
+                unknown.append(rid)
+            else:
+                partials.append(req)
+        return AbortResult(partials, unknown)
+
+    def can_admit(self, num_tokens: int) -> bool:
+        return False
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            n_seq=len(self.held),
+            n_tok=sum(len(r.prompt_ids) + len(r.output_ids) for r in self.held.values()),
+            kv_free_tokens=0,
+            kv_total_tokens=0,
+            tokens_generated=0,
+            last_step_latency_s=0.0,
+            weights_version=self._version,
+        )
+
+    def weight_buffers(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def load_weights(
+        self,
+        named_tensors: dict[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+        version: int,
+    ) -> None:
+        pass  # nothing serves them: the rebuilt engine reads its own on the way up
+
+    def named_parameters_hf(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def release(self) -> AbortResult:
+        return AbortResult(self.salvage(), [])
+
+    def resume(self) -> None:
+        raise RuntimeError(f"a failed engine cannot resume ({self.error}): build a new one")
+
+    def shutdown(self) -> None:
+        pass
+
+    def salvage(self) -> list[Request]:
+        out, self.held = list(self.held.values()), {}
+        return out
