@@ -41,7 +41,6 @@ def plot(rows: list[dict], out: Path, title: str = "") -> Path:
             lw=1.2,
         )
     ax_tp.set_ylabel("tokens/s")
-    ax_tp.legend(loc="upper right", fontsize=8)
     ax_tp.set_title(title or "throughput and devices per role")
     stacks = [[r["devices"].get(role, 0) for r in samples] for role in ROLES]
     ax_dev.stackplot(
@@ -58,6 +57,26 @@ def plot(rows: list[dict], out: Path, title: str = "") -> Path:
     for s in shifts:
         for ax in (ax_tp, ax_dev):
             ax.axvline(s["time"], color="k", lw=0.5, ls=":", alpha=0.6)
+    # recoveries (docs/reliability.md): a red x where an engine failed, a green + where its
+    # replica served again, a black line where one stayed down
+    marks = {"engine_failed": ("x", "#C44E52"), "engine_rebuilt": ("+", "#2CA02C")}
+    top = max((max(r["throughput"].values(), default=0.0) for r in samples), default=0.0)
+    for event, (marker, color) in marks.items():
+        at = [r for r in rows if r.get("kind") == "shift" and r.get("event") == event]
+        if at:
+            ax_tp.scatter(
+                [r["time"] for r in at],
+                [top * 1.02] * len(at),
+                marker=marker,
+                color=color,
+                s=40,
+                zorder=3,
+                label=event.replace("_", " "),
+            )
+    for r in rows:
+        if r.get("kind") == "shift" and r.get("event") == "replica_retired":
+            ax_tp.axvline(r["time"], color="k", lw=1.0, alpha=0.8)
+    ax_tp.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)

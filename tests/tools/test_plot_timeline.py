@@ -1,4 +1,4 @@
-"""The timeline plot renders a PNG from a timeline.jsonl."""
+"""The timeline plot renders a PNG from a timeline.jsonl, recoveries marked."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ def test_plot_timeline(tmp_path: Path) -> None:
         for t in range(10)
     ]
     rows.append({"kind": "shift", "time": 0.5, "event": "plan", "up": [], "down": []})
+    for event, at in (("engine_failed", 0.7), ("engine_rebuilt", 0.9), ("replica_retired", 1.1)):
+        rows.append({"kind": "shift", "time": at, "event": event, "role": "rollout", "slot": 0})
     timeline = tmp_path / "timeline.jsonl"
     timeline.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = subprocess.run(
