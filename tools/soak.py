@@ -1,8 +1,11 @@
 """Soak: the main job on the embedded tiny models under the chaos planner (a random valid shift
 plan every planner tick), with ranks SIGKILLed at random times; torchrun restarts the job and it
-continues from the newest complete checkpoint (`--checkpoint.resume auto`).
+continues from the newest complete checkpoint (`--checkpoint.resume auto`). `--faults` also makes
+engine steps fail (PIVOT_FAULTS, pivot/faults.py): each is recovered in place, without a restart
+(docs/reliability.md); `--min-faults N` fails the soak if fewer than N happened.
 
-    python tools/soak.py [--steps 60] [--kills 2] [--gap-s 10 40] [--seed 0] [--run-dir runs/soak] [-- extra flags]
+    python tools/soak.py [--steps 60] [--kills 2] [--gap-s 10 40] [--seed 0] [--run-dir runs/soak]
+        [--faults engine_step:*:0.02 --min-faults 200] [-- extra flags]
 
 A kill waits until the running attempt has committed a checkpoint of its own (so every attempt
 makes progress) and then a random gap; the victim is a random worker among the torchrun agent's
@@ -70,6 +73,12 @@ def check(
             f"{len(leaked)} GPS shared-memory files of this run left in /dev/shm: {leaked[:4]}"
         )
     figures = audit.figures(timeline)
+    events = [r.get("event") for r in timeline if r.get("kind") == "shift"]
+    failures, rebuilt = events.count("engine_failed"), events.count("engine_rebuilt")
+    if failures < args.min_faults:
+        problems.append(
+            f"{failures} engine failures recovered, fewer than --min-faults {args.min_faults}"
+        )
     if figures.restarts != len(kills):
         problems.append(
             f"{len(kills)} kills but {figures.restarts} restarts resumed from a checkpoint"
@@ -107,6 +116,13 @@ def check(
         f"{sorted(k['rank'] for k in kills)}"
     )
     print(f"  restarts            {figures.restarts} (each from the newest complete checkpoint)")
+    if args.faults:
+        took = [r["recover_s"] for r in timeline if r.get("event") == "engine_rebuilt"]
+        print(
+            f"  engine failures     {failures} recovered in place ({rebuilt} rebuilt, "
+            f"{events.count('replica_retired')} kept down; longest {max(took, default=0):.2f} s "
+            f"to serving again), no restart for any"
+        )
     print(f"  sequences aborted   {figures.aborted}, migrated with their tokens {figures.migrated}")
     print(
         f"  samples             lost {acc.lost}, duplicated {acc.duplicated}, judged other than once {acc.misjudged}"
@@ -296,6 +312,7 @@ def launch(args: argparse.Namespace, policy: Path, genrm: Path, log: Path) -> su
         "OMP_NUM_THREADS": "1",
         "OMP_WAIT_POLICY": "PASSIVE",
         "PYTHONUNBUFFERED": "1",
+        "PIVOT_FAULTS": args.faults,
     }
     print("soak: " + " ".join(cmd[2:]), flush=True)
     return subprocess.Popen(
@@ -334,6 +351,14 @@ def main() -> int:
     )
     ap.add_argument(
         "--timeout-s", type=float, default=7200.0, help="give up (and fail) after this long"
+    )
+    ap.add_argument(
+        "--faults",
+        default="",
+        help="engine faults to inject (PIVOT_FAULTS: where:role:when, e.g. engine_step:*:0.02)",
+    )
+    ap.add_argument(
+        "--min-faults", type=int, default=0, help="fail unless this many engine failures happened"
     )
     ap.add_argument("extra", nargs="*", help="more flags for pivot/main.py (after --)")
     args = ap.parse_args()

@@ -1,5 +1,6 @@
 """tools/soak.py, short: the main job under the chaos planner for a few dozen shifts with one
-rank SIGKILLed; torchrun restarts it, and the audit over both attempts finds nothing lost,
+rank SIGKILLed and engine steps failing at random; torchrun restarts it after the kill, the
+engine failures are recovered in place, and the audit over both attempts finds nothing lost,
 nothing trained or judged twice, every shift up's weights equal to its GPS version and the last
 steps replayed bit for bit."""
 
@@ -33,6 +34,10 @@ def test_short_soak_with_one_kill(tmp_path: Path) -> None:
         "1",
         "--run-dir",
         str(tmp_path / "run"),
+        "--faults",
+        "engine_step:*:0.01",
+        "--min-faults",
+        "3",
     ]
     out = subprocess.run(
         cmd, capture_output=True, text=True, timeout=480, env={**os.environ, "OMP_NUM_THREADS": "1"}
@@ -45,3 +50,4 @@ def test_short_soak_with_one_kill(tmp_path: Path) -> None:
     assert "kills survived      1 of 1" in text and re.search(r"restarts\s+1 ", text), text[-2000:]
     assert re.search(r"samples\s+lost 0, duplicated 0, judged other than once 0", text)
     assert re.search(r"max \|diff\| 0 ", text)
+    assert re.search(r"engine failures\s+\d+ recovered in place", text), text[-2000:]
