@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -153,19 +154,30 @@ def vllm_weights(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return w0, tiny_model(root / "w1", seed=1, base=w0)
 
 
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, compute: Callable[[], dict]
+) -> dict:
+    """`compute()`'s JSON record, computed once per test run: each xdist worker is a session of
+    its own, so the first to ask computes it (under a lock in the workers' shared temp folder)
+    and the others read its record. The CI saw both workers run each vLLM driver, two vLLM
+    engines slowing every test beside them, and the bf16 tier's for 130-150 s each."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    record = shared / f"{name}.json"
+    with FileLock(f"{record}.lock"):
+        if not record.is_file():
+            record.write_text(json.dumps(compute()))
+        return json.loads(record.read_text())
+
+
 @pytest.fixture(scope="session")
 def vllm_record(
     vllm_python: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> dict:
-    """What tests/engine/vllm_driver.py saw vLLM's CPU build do, once per test run: each xdist
-    worker is a session of its own, so the first to ask runs the driver and the other reads its
-    record (the CI saw both run it, two vLLM engines slowing every test beside them)."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    record = shared / "vllm_record.json"
-    with FileLock(f"{record}.lock"):
-        if not record.is_file():
-            w0, w1 = request.getfixturevalue("vllm_weights")
-            got = run_driver(vllm_python, "tests/engine/vllm_driver.py", str(w0), str(w1))
-            record.write_text(json.dumps(got))
-        return json.loads(record.read_text())
+    """What tests/engine/vllm_driver.py saw vLLM's CPU build do, once per test run."""
+
+    def drive() -> dict:
+        w0, w1 = request.getfixturevalue("vllm_weights")
+        return run_driver(vllm_python, "tests/engine/vllm_driver.py", str(w0), str(w1))
+
+    return once_per_run(tmp_path_factory, "vllm_record", drive)

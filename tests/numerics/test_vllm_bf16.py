@@ -27,7 +27,7 @@ from unittest import mock
 import pytest
 import torch
 
-from tests.engine.conftest import run_driver
+from tests.engine.conftest import once_per_run, run_driver
 
 transformers = pytest.importorskip("transformers")
 from tests.numerics import long_models  # noqa: E402 (needs transformers)
@@ -47,51 +47,57 @@ SHAPES = {"qwen2.5": {"hidden_size": 128}}
 """Per family, the shared shape's fields vLLM needs otherwise (the module docstring says why)."""
 
 
-class Run:
-    """One family as vLLM served it: tokens, log-probs, and the two transformers references."""
-
-    def __init__(self, family: str, path: Path, hf32: torch.nn.Module, served: dict) -> None:
-        self.family, self.path, self.served = family, path, served
-        self.skipped: str | None = served.get("skipped")
-        self.error: str | None = served.get("error")
-        if self.skipped or self.error:
-            return
-        self.tokens, self.vllm_lp = served["ids"], served["logprobs"]
-        prompt = long_prompt(seed=PROMPT_SEED)
-        self.fp32 = reference_logprobs(hf32, prompt, self.tokens)
-        self.noise = transformers_bf16_error(path, family, prompt, self.tokens, self.fp32)
-        self.error_vllm = mean_abs(self.vllm_lp, self.fp32)
-        self.ratio = self.error_vllm / self.noise
+def served(family: str, path: Path, hf32: torch.nn.Module, got: dict) -> dict:
+    """One family as vLLM served it, against the two transformers references: its skip or
+    error, else the mean |dlogp| of vLLM's and of transformers' own bf16 run, and their ratio."""
+    if got.get("skipped") or got.get("error"):
+        return {"skipped": got.get("skipped"), "error": got.get("error")}
+    prompt = long_prompt(seed=PROMPT_SEED)
+    fp32 = reference_logprobs(hf32, prompt, got["ids"])
+    noise = transformers_bf16_error(path, family, prompt, got["ids"], fp32)
+    error_vllm = mean_abs(got["logprobs"], fp32)
+    return {
+        "skipped": None,
+        "error": None,
+        "tokens": len(got["ids"]),
+        "noise": noise,
+        "error_vllm": error_vllm,
+        "ratio": error_vllm / noise,
+        "seconds": got["seconds"],
+    }
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, vllm_python: Path) -> dict[str, Run]:
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("vllm_long")
-    models = {}
-    for family in FAMILIES:
-        with mock.patch.dict(long_models.SHAPE, SHAPES.get(family, {})):
-            models[family] = save_long_model(root / family, family)
-    got = run_driver(
-        vllm_python, "tests/numerics/vllm_long_driver.py", *(str(root / f) for f in FAMILIES)
-    )
-    return {f: Run(f, root / f, models[f], got[f]) for f in FAMILIES}
+def runs(tmp_path_factory: pytest.TempPathFactory, vllm_python: Path) -> dict[str, dict]:
+    def compute() -> dict:
+        torch.set_num_threads(1)
+        root = tmp_path_factory.mktemp("vllm_long")
+        models = {}
+        for family in FAMILIES:
+            with mock.patch.dict(long_models.SHAPE, SHAPES.get(family, {})):
+                models[family] = save_long_model(root / family, family)
+        got = run_driver(
+            vllm_python, "tests/numerics/vllm_long_driver.py", *(str(root / f) for f in FAMILIES)
+        )
+        return {f: served(f, root / f, models[f], got[f]) for f in FAMILIES}
+
+    return once_per_run(tmp_path_factory, "vllm_bf16_record", compute)
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_vllm_cpu_in_bf16_is_within_transformers_own_error_at_4k_positions(
-    runs: dict[str, Run], family: str
+    runs: dict[str, dict], family: str
 ) -> None:
     run = runs[family]
-    if run.skipped:
-        pytest.skip(run.skipped)
-    assert run.error is None, f"{family}: vLLM's CPU build failed: {run.error}"
-    assert len(run.tokens) == NEW and run.noise > 0
+    if run["skipped"]:
+        pytest.skip(run["skipped"])
+    assert run["error"] is None, f"{family}: vLLM's CPU build failed: {run['error']}"
+    assert run["tokens"] == NEW and run["noise"] > 0
     print(
-        f"{family}: vLLM bf16 mean |dlogp| {run.error_vllm:.4f}, transformers bf16 "
-        f"{run.noise:.4f}: {run.ratio:.2f}x ({run.served['seconds']:.1f} s served)"
+        f"{family}: vLLM bf16 mean |dlogp| {run['error_vllm']:.4f}, transformers bf16 "
+        f"{run['noise']:.4f}: {run['ratio']:.2f}x ({run['seconds']:.1f} s served)"
     )
-    assert run.ratio <= BOUND, (
-        f"{family}: vLLM mean |dlogp| {run.error_vllm:.4f} is {run.ratio:.2f}x transformers' "
-        f"own bf16 error {run.noise:.4f}"
+    assert run["ratio"] <= BOUND, (
+        f"{family}: vLLM mean |dlogp| {run['error_vllm']:.4f} is {run['ratio']:.2f}x "
+        f"transformers' own bf16 error {run['noise']:.4f}"
     )
