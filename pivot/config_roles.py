@@ -102,7 +102,16 @@ class RewardConfig:
     ground_truth, extra_info=None); a float, or a dict whose "score" is the reward and whose other
     keys are logged. `math_verify` = Hugging Face's math-verify. Empty = the DAPO-Math rule."""
     fallback_score: float = 0.0
-    """Score given when the judge's verdict cannot be parsed (counted in metrics)."""
+    """Score given when the judge's verdict cannot be parsed, after its retry (counted in metrics:
+    count/unparsable_verdicts), or when the judge ran past reward.timeout_s (count/judge_timeouts)."""
+    retry_unparsable: bool = True
+    """Judge a response once more when the verdict cannot be parsed, sampled at temperature
+    max(reward.temperature, 0.6) (a greedy judge would say the same again); counted in
+    count/verdict_retries. Its verdict, or the fallback score, is the reward."""
+    timeout_s: float = 1800.0
+    """Wall-clock budget of one judging, from its first dispatch: a judge still running after it
+    is stopped and scored reward.fallback_score (0 = no budget). The token budget is
+    reward.max_new_tokens."""
     w_verifiable: float = 1.0
     """Weight of the verifiable (answer-checking) reward."""
     w_genrm: float = 1.0
@@ -122,6 +131,7 @@ class RewardConfig:
             "must be in [0, 1]",
         )
         _check(self.max_new_tokens > 0, "reward.max_new_tokens", self.max_new_tokens, "must be > 0")
+        _check(self.timeout_s >= 0, "reward.timeout_s", self.timeout_s, "must be >= 0 (0 = none)")
         _check(
             not (self.judge_template and self.judge_template_file),
             "reward.judge_template_file",

@@ -2,10 +2,13 @@
 
 The environment variable PIVOT_FAULTS lists them, comma-separated, each `where:role:when`:
 - where: `engine_step`, the inference engine raises in its step (as a dead vLLM core, an sglang
-  scheduler crash or a CUDA OOM in a decode step do);
+  scheduler crash or a CUDA OOM in a decode step do); `engine_stall`, the step first waits
+  `STALL_S` (a replica that stops answering for a while); `judge_garbage`, a judge's output is
+  replaced by a thinking block that never closes (a judge that rambled to its token budget);
 - role: `rollout`, `reward` or `*`;
 - when: a probability per call (`0.01`, drawn from a generator seeded by the rank), or `@N`,
-  the N-th call on this rank, once.
+  the N-th call on this rank, once;
+- and optionally `:R`: on rank R only.
 Unset (every real run): `inject` returns at once.
 """
 
@@ -14,6 +17,9 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass, field
+
+STALL_S = 1.0
+"""How long an injected `engine_stall` holds the step."""
 
 
 class InjectedFault(RuntimeError):
@@ -26,6 +32,7 @@ class Fault:
     role: str
     probability: float = 0.0
     at: int = 0
+    rank: int = -1
     calls: int = field(default=0, compare=False)
 
 
@@ -34,14 +41,15 @@ def parse(spec: str) -> list[Fault]:
     out = []
     for entry in filter(None, (e.strip() for e in spec.split(","))):
         parts = entry.split(":")
-        if len(parts) != 3:
-            raise ValueError(f"PIVOT_FAULTS entry {entry!r}: expected where:role:when")
-        where, role, when = parts
+        if len(parts) not in (3, 4):
+            raise ValueError(f"PIVOT_FAULTS entry {entry!r}: expected where:role:when[:rank]")
+        where, role, when = parts[:3]
         try:
+            rank = int(parts[3]) if len(parts) == 4 else -1
             fault = (
-                Fault(where, role, at=int(when[1:]))
+                Fault(where, role, at=int(when[1:]), rank=rank)
                 if when.startswith("@")
-                else Fault(where, role, probability=float(when))
+                else Fault(where, role, probability=float(when), rank=rank)
             )
         except ValueError:
             raise ValueError(f"PIVOT_FAULTS entry {entry!r}: when is a probability or @N") from None
@@ -50,14 +58,22 @@ def parse(spec: str) -> list[Fault]:
 
 
 _FAULTS = parse(os.environ.get("PIVOT_FAULTS", ""))
-_RNG = random.Random(int(os.environ.get("RANK", "0")) * 7919 + 1)
+_RANK = int(os.environ.get("RANK", "0"))
+_RNG = random.Random(_RANK * 7919 + 1)
+
+
+def happens(where: str, role: str) -> int:
+    """The call's number if PIVOT_FAULTS asks for a fault at this call, else 0."""
+    for fault in _FAULTS:
+        if fault.where != where or fault.role not in (role, "*") or fault.rank not in (-1, _RANK):
+            continue
+        fault.calls += 1
+        if fault.calls == fault.at or (fault.probability and _RNG.random() < fault.probability):
+            return fault.calls
+    return 0
 
 
 def inject(where: str, role: str) -> None:
     """Raise `InjectedFault` if PIVOT_FAULTS asks for a fault at this call."""
-    for fault in _FAULTS:
-        if fault.where != where or fault.role not in (role, "*"):
-            continue
-        fault.calls += 1
-        if fault.calls == fault.at or (fault.probability and _RNG.random() < fault.probability):
-            raise InjectedFault(f"injected fault: {where} of {role}, call {fault.calls}")
+    if call := happens(where, role):
+        raise InjectedFault(f"injected fault: {where} of {role}, call {call}")

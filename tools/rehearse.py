@@ -57,6 +57,8 @@ SCALED = [
     "--train.micro-batch-tokens", "4096",
     "--planner.horizon-s", "10",
     "--eval.every", "0",
+    # random weights never write a verdict: a retry of each would only double the judge's work
+    "--reward.no-retry-unparsable",
     "--rollout.tp", "1",
     "--reward.tp", "1",
     "--cluster.device", "cpu",

@@ -115,7 +115,13 @@ def check(
         f"  kills survived      {len(kills) if rc == 0 else 0} of {len(kills)} (requested {args.kills}); ranks "
         f"{sorted(k['rank'] for k in kills)}"
     )
-    print(f"  restarts            {figures.restarts} (each from the newest complete checkpoint)")
+    back = [k["back_s"] for k in kills if "back_s" in k]
+    took = (
+        f"; {min(back):.1f}-{max(back):.1f} s from a kill to the next trained step" if back else ""
+    )
+    print(
+        f"  restarts            {figures.restarts} (each from the newest complete checkpoint{took})"
+    )
     if args.faults:
         took = [r["recover_s"] for r in timeline if r.get("event") == "engine_rebuilt"]
         print(
@@ -196,6 +202,10 @@ def environ(pid: int) -> dict[str, str]:
         return {}
 
 
+def rows_in(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.is_file() else 0
+
+
 def drive(
     args: argparse.Namespace, proc: subprocess.Popen, timeline: Timeline
 ) -> tuple[list[dict], str]:
@@ -206,9 +216,17 @@ def drive(
     gap = rng.uniform(*args.gap_s)
     armed_at: float | None = None  # when the current attempt first had a checkpoint of its own
     run_id = ""
+    metrics = args.run_dir / "metrics.jsonl"
     while proc.poll() is None:
         time.sleep(0.5)
         now = time.monotonic()
+        timeline.poll()
+        for k in kills:  # from the kill to the restarted attempt's first trained step
+            if "back_s" in k or timeline.attempt()[0] <= k["attempt"]:
+                continue
+            k.setdefault("rows", rows_in(metrics))  # when the new attempt is first seen
+            if rows_in(metrics) > k["rows"]:
+                k["back_s"] = round(now - k["at"], 1)
         if now - t0 > args.timeout_s:
             os.killpg(proc.pid, signal.SIGKILL)
             raise TimeoutError(f"the job ran past --timeout-s {args.timeout_s}")
@@ -238,6 +256,8 @@ def drive(
                         "rank": rank,
                         "pid": victim,
                         "after_checkpoint": newest,
+                        "at": now,
+                        "attempt": n_attempts,
                     }
                 )
                 print(
@@ -304,6 +324,9 @@ def launch(args: argparse.Namespace, policy: Path, genrm: Path, log: Path) -> su
         "--train.group-size",
         str(args.group_size),
         *SMALL,
+        # faults at random recur on every replica: keep each one coming back (a replica kept
+        # down is tests/runtime/test_recovery.py's)
+        *(["--recovery.max-engine-failures", "1000000"] if args.faults else []),
         *args.extra,
         launcher=("--max-restarts", str(args.kills + 2)),
     )

@@ -227,6 +227,8 @@ def parse_verdict(text: str) -> float | None:
 class RewardStats:
     verdicts: int = 0
     unparsable_verdicts: int = 0
+    verdict_retries: int = 0
+    judge_timeouts: int = 0
 
 
 class GenRMScorer:
@@ -242,6 +244,11 @@ class GenRMScorer:
 
     def prompt(self, question: str, response: str) -> str:
         return judge_prompt(question, response, self.config.judge_template)
+
+    def timed_out(self) -> float:
+        """The score of a judging stopped by its time budget: the fallback, counted."""
+        self.stats.judge_timeouts += 1
+        return self.config.fallback_score
 
     def score(self, judge_text: str) -> float:
         self.stats.verdicts += 1

@@ -170,9 +170,18 @@ def test_genrm_verdicts_each_sample_judged_once_with_a_score(
         (judge,) = f.on_output(
             Output(seq.seq_id, seq.request.prompt_ids, answer, [0.0] * len(answer), "stop", 0)
         )
-        f.on_output(
+        again = f.on_output(
             Output(judge.seq_id, judge.request.prompt_ids, tok.encode(judge_text), [], "stop", 0)
         )
+        for retry in again:  # an unparsable verdict is judged once more, sampled; then the rule
+            assert retry.attempt == 1 and retry.request.params.temperature >= 0.6
+            assert retry.request.prompt_ids == judge.request.prompt_ids
+            text = tok.encode(judge_text)
+            assert (
+                f.on_output(Output(retry.seq_id, judge.request.prompt_ids, text, [], "stop", 0))
+                == []
+            )
+        assert len(again) == (genrm_score is None)
     fallback, cfg = f.cfg.reward.fallback_score, f.cfg.reward
     assert f.buffer.ready(0)
     _, _, records = f.batch(0)
@@ -181,6 +190,7 @@ def test_genrm_verdicts_each_sample_judged_once_with_a_score(
     for r in records:
         assert r["reward"] == pytest.approx(cfg.w_verifiable * r["verifiable"] + cfg.w_genrm * want)
     assert f.metrics()["count/unparsable_verdicts"] == (2 if genrm_score is None else 0)
+    assert f.metrics()["count/verdict_retries"] == (2 if genrm_score is None else 0)
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,7 @@ def test_the_fault_hook_reads_its_variable_and_names_a_bad_entry() -> None:
         Fault("engine_step", "rollout", at=3),
         Fault("engine_step", "*", probability=0.5),
     ]
+    assert parse("engine_stall:reward:@3:1") == [Fault("engine_stall", "reward", at=3, rank=1)]
     with pytest.raises(ValueError, match="'engine_step:rollout'"):
         parse("engine_step:rollout")
     with pytest.raises(ValueError, match="probability or @N"):
@@ -102,9 +103,9 @@ def test_engine_failures_in_both_roles_are_recovered_in_place_exactly_once(
     models: tuple[Path, Path],  # noqa: F811  (the fixture)
     tmp_path: Path,
 ) -> None:
-    # every rank that serves a role fails once, at its 30th rollout or 12th judge step: several
+    # every rank that serves a role fails once, at its 15th rollout or 12th judge step: several
     # replicas fail, some while others are down for the same reason; no restart (none allowed)
-    faults = "engine_step:rollout:@30,engine_step:reward:@12"
+    faults = "engine_step:rollout:@15,engine_step:reward:@12"
     out = torchrun(models, tmp_path, "--train.steps", "4", env={"PIVOT_FAULTS": faults})
     assert exactly_once(tmp_path, 4, B, G).violations == []
     events = _events(tmp_path)
@@ -114,6 +115,7 @@ def test_engine_failures_in_both_roles_are_recovered_in_place_exactly_once(
     assert len(rebuilt) == len(failed) and all(e["recover_s"] > 0 for e in rebuilt)
     last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert 1 <= last["count/engine_failures"] <= len(failed)  # the last row: after the last step
+    assert last["count/verdict_retries"] > 0  # the random judge writes no verdict: each retried
     assert "engine failures:" in out.stdout and "rebuilt" in out.stdout
 
 
@@ -146,3 +148,28 @@ def test_a_replica_that_keeps_failing_stays_down_and_the_job_goes_on(
     ]
     assert back == []  # never planned again
     assert out.stderr.count("stays down for the rest of the run") == len(retired)
+
+
+@pytest.mark.slow
+def test_a_judge_past_its_time_budget_is_stopped_and_each_sample_judged_once(
+    models: tuple[Path, Path],  # noqa: F811  (the fixture)
+    tmp_path: Path,
+) -> None:
+    # every judge engine stalls for 1 s at its third step, against a 0.5 s budget per judging:
+    # the judgings it holds then are stopped and scored by the fallback; the random judge writes
+    # no verdict, so every other judging is retried once (sampled) and then scored the same way
+    out = torchrun(
+        models,
+        tmp_path,
+        "--train.steps",
+        "3",
+        "--reward.timeout-s",
+        "0.5",
+        env={"PIVOT_FAULTS": "engine_stall:reward:@3"},
+    )
+    acc = exactly_once(tmp_path, 3, B, G)
+    assert acc.violations == [] and acc.misjudged == 0
+    last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    timeouts, retries = last["count/judge_timeouts"], last["count/verdict_retries"]
+    assert timeouts > 0 and timeouts + retries >= 3 * B * G, last
+    assert "pivot: done" in out.stdout

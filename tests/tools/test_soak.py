@@ -35,7 +35,7 @@ def test_short_soak_with_one_kill(tmp_path: Path) -> None:
         "--run-dir",
         str(tmp_path / "run"),
         "--faults",
-        "engine_step:*:0.01",
+        "engine_step:*:0.01,judge_garbage:reward:0.1",
         "--min-faults",
         "3",
     ]

@@ -80,6 +80,7 @@ class Controller(ClusterHost):
         self.awaiting: set[int] = set()  # aborted, partial not back yet
         self.deferred: dict[int, int] = {}  # seq id -> rid, dispatched once its partial is back
         self.sent_to: dict[int, int] = {}  # seq id -> rid running it
+        self.judging_since: dict[int, float] = {}  # judge seq id -> its first dispatch (budget)
         self.version = start_step
         self.step = start_step
         self.training: int | None = None  # step in flight
@@ -126,6 +127,7 @@ class Controller(ClusterHost):
     def tick(self) -> None:
         self.submit(self.flow.fill(self.version, self.cfg.train.steps))
         self.apply(self.sched["rollout"].dispatch() + self.sched["reward"].dispatch())
+        self.time_out_judges()
         self.maybe_train()
         for result in self.flow.eval_results:
             self.log.eval(result)
@@ -181,8 +183,11 @@ class Controller(ClusterHost):
 
     def generate(self, rid: int, ids: list[int]) -> None:
         reqs = [self.flow.seqs[i].request for i in ids]
+        now = time.monotonic()
         for i in ids:
             self.sent_to[i] = rid
+            if self.flow.seqs[i].role == "reward":
+                self.judging_since.setdefault(i, now)
         self.send_slot(rid, m.Generate(self.table.slot_of(rid)[1], reqs), leader_only=True)
 
     # ---- messages from workers -------------------------------------------------------------
@@ -242,6 +247,24 @@ class Controller(ClusterHost):
             target = self.deferred.pop(req.id, None)
             if target is not None:
                 self.generate(target, [req.id])
+
+    def time_out_judges(self) -> None:
+        """Stop every judging past `reward.timeout_s` since its first dispatch and score it the
+        fallback (the flow counts it); its partial, if one comes back, is dropped as unknown."""
+        limit, now = self.cfg.reward.timeout_s, time.monotonic()
+        for sid, since in list(self.judging_since.items()):
+            if sid not in self.flow.seqs:
+                del self.judging_since[sid]  # finished
+            elif limit and now - since > limit:
+                del self.judging_since[sid]
+                rid = self.sent_to.pop(sid, None)
+                if rid is not None:
+                    slot = self.table.slot_of(rid)[1]
+                    self.send_slot(rid, m.AbortSequences(slot, [sid]), leader_only=True)
+                self.awaiting.discard(sid)
+                self.deferred.pop(sid, None)
+                self.sched["reward"].on_finish(sid)
+                self.submit(self.flow.on_timeout(sid))
 
     def on_stats(self, msg: m.Stats) -> None:
         rid = self.table.rid(msg.role, msg.slot)
@@ -353,8 +376,13 @@ class Controller(ClusterHost):
                 file=sys.stderr,
                 flush=True,
             )
-            if not any(self.role_of(r) == role for r in self.up_slots()):
-                self.failed = f"no {role} replica is left up: each failed or stays down"
+            # a mode that moves devices can bring up another of the role's slots; the static
+            # split cannot, and a role with no replica can never finish its work
+            static = self.mode.name == "disaggregated"
+            if not self.slots(role) or (
+                static and not any(self.role_of(r) == role for r in self.up_slots())
+            ):
+                self.failed = f"no {role} replica is left: each failed too often and stays down"
 
     # ---- training --------------------------------------------------------------------------
     @property

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pivot.rl.batch import TrainBatch, batch_from_groups
 from pivot.rl.buffer import BufferStats, Key, SampleBuffer
 from pivot.rl.plugins import accuracy, extra_means
+from pivot.rl.reward import RewardStats
 
 
 @dataclass
@@ -82,7 +83,7 @@ def step_batch(
 def flow_metrics(
     st: FlowStats,
     buf: BufferStats,
-    unparsable_verdicts: int,
+    verdicts: RewardStats,
     verifier_errors: int,
     bad_rows_skipped: int,
 ) -> dict[str, float]:
@@ -98,7 +99,9 @@ def flow_metrics(
         "count/stale_regenerated": st.stale_regenerated,
         "count/aborted": st.aborted,
         "count/migrated": st.migrated,
-        "count/unparsable_verdicts": unparsable_verdicts,
+        "count/unparsable_verdicts": verdicts.unparsable_verdicts,
+        "count/verdict_retries": verdicts.verdict_retries,
+        "count/judge_timeouts": verdicts.judge_timeouts,
         "count/verifier_errors": verifier_errors,
         "count/prompts_skipped_too_long": st.prompts_skipped_too_long,
         "count/bad_rows_skipped": bad_rows_skipped,

@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 
 from pivot.config import PivotConfig
 from pivot.engine import Output, Request, SamplingParams
+from pivot.faults import happens
 from pivot.model import TextTokenizer
 from pivot.rl.batch import TrainBatch
 from pivot.rl.buffer import Key, Outcome, SampleBuffer
 from pivot.rl.data import Prompt, PromptCursor
 from pivot.rl.evaluation import EvalResult, EvalRun
 from pivot.rl.plugins import CheckedVerifier, accuracy, load_verifier
-from pivot.rl.reward import GenRMScorer, total_reward
+from pivot.rl.reward import GenRMScorer, parse_verdict, total_reward
 from pivot.runtime.flow.dynamic_sampling import DynamicSampling
 from pivot.runtime.flow.flow_reports import FlowStats, flow_metrics, step_batch
 from pivot.sched.records import SeqState, step_major_id
@@ -38,6 +39,11 @@ from pivot.sched.records import SeqState, step_major_id
 EVAL_ID_OFFSET = 1 << 39  # below STEP_ID_SHIFT: a run's counter never reaches it
 
 _PROMPT_CACHE = 4096  # tokenized prompts kept: a few steps' worth, each used G + 1 times
+
+
+RETRY_TEMPERATURE = 0.6
+"""The least temperature an unparsable verdict's retry samples at (`reward.retry_unparsable`):
+Qwen3's advice for its thinking mode, and enough that a greedy judge does not repeat itself."""
 
 
 @dataclass
@@ -49,6 +55,7 @@ class SeqInfo:
     version: int = -1  # rollout: oldest policy version that generated its tokens
     r_verifiable: float = 0.0  # reward sequences carry the verifiable part along
     eval_step: int = -1  # >= 0: a held-out evaluation sequence of that step (never trained on)
+    attempt: int = 0  # a judging: 1 for the retry of an unparsable verdict
 
     def state(self) -> SeqState:
         return SeqState(self.seq_id, len(self.request.prompt_ids), len(self.request.output_ids))
@@ -284,9 +291,35 @@ class RLFlow:
     # ---- reward side -----------------------------------------------------------------------
     def on_reward(self, out: Output) -> list[SeqInfo]:
         info = self.seqs.pop(out.id)
-        self.stats.rewards_finished += 1
         self.stats.tokens_reward += len(out.prompt_ids) + len(out.output_ids)
-        r_g = self.scorer.score(self.judge_output(out))
+        text = self.judge_output(out)
+        if happens("judge_garbage", "reward"):  # PIVOT_FAULTS only: the recovery tests
+            text = "<think>" + text
+        if info.attempt == 0 and self.cfg.reward.retry_unparsable and parse_verdict(text) is None:
+            self.scorer.stats.verdict_retries += 1
+            return [self._retry_judge(info)]
+        return self._judged(info, self.scorer.score(text))
+
+    def _retry_judge(self, info: SeqInfo) -> SeqInfo:
+        """The same judge prompt again, sampled (a greedy judge would repeat itself)."""
+        params = {**self._rm_params}
+        params["temperature"] = max(params["temperature"], RETRY_TEMPERATURE)
+        return self._new_seq(
+            "reward",
+            info.key,
+            list(info.request.prompt_ids),
+            params,
+            r_verifiable=info.r_verifiable,
+            attempt=1,
+        )
+
+    def on_timeout(self, seq_id: int) -> list[SeqInfo]:
+        """A judging ran past `reward.timeout_s` (the controller stopped it): the fallback score."""
+        info = self.seqs.pop(seq_id)
+        return self._judged(info, self.scorer.timed_out())
+
+    def _judged(self, info: SeqInfo, r_g: float) -> list[SeqInfo]:
+        self.stats.rewards_finished += 1
         self.judgings[info.key] = self.judgings.get(info.key, 0) + 1
         self.stats.genrm_sum += r_g
         return self._rewarded(info.key, total_reward(info.r_verifiable, r_g, self.cfg.reward))
@@ -354,7 +387,7 @@ class RLFlow:
         return flow_metrics(
             self.stats,
             self.buffer.stats,
-            self.scorer.stats.unparsable_verdicts,
+            self.scorer.stats,
             self.verify.errors,
             self.cursor.dataset.stats.skipped,
         )

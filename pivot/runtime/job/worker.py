@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from pivot.dist import ClusterSpec, Slot, SlotTable, fence_name
-from pivot.faults import inject
+from pivot.faults import STALL_S, happens, inject
 from pivot.roles.inference import InferenceRole
 from pivot.runtime.control import messages as m
 from pivot.runtime.control import wire
@@ -97,6 +97,8 @@ class Worker:
                 try:
                     if self._leader():  # PIVOT_FAULTS only: the recovery tests and the soak
                         inject("engine_step", self.role)
+                        if happens("engine_stall", self.role):
+                            time.sleep(STALL_S)
                     outputs = self.inference[self.role].step()
                 except Exception as e:
                     if not self._recover(e):
