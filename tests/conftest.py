@@ -78,10 +78,29 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+def shared_record(item: pytest.Item) -> str | None:
+    """The record computed once per test run (tests/engine/conftest.py `once_per_run`) the test
+    reads, if any. The tests that read one run on one xdist worker (`--dist loadgroup`,
+    pyproject.toml), so the other worker never waits on the record's lock (it waited 64-69 s for
+    each of the two)."""
+    names = getattr(item, "fixturenames", ())
+    if "vllm_record" in names or (  # the conformance suite asks for it by name, for vLLM only
+        item.path.name == "test_conformance.py" and item.name.endswith("[vllm]")
+    ):
+        return "vllm_record"
+    if item.path.name == "test_vllm_bf16.py" and "runs" in names:
+        return "vllm_bf16"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # lint and type check first (seconds), so a style or type error shows before the long tests;
     # the tests on vLLM's CPU build last, so its venv is built meanwhile (`pytest_sessionstart`)
     items.sort(key=lambda item: (item.path.name != "test_lint.py", vllm_order(item)))
+    for item in items:
+        if (group := shared_record(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     try:
         import torch
 
