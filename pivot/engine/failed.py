@@ -10,49 +10,28 @@ cannot resume: the role builds a new engine on the slot's next shift up.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pivot.engine.config import EngineConfig
-from pivot.engine.sequence import AbortResult, EngineStats, Output, Request
+from pivot.engine.parked import ParkedEngine
+from pivot.engine.sequence import AbortResult, EngineStats, Request
 
 if TYPE_CHECKING:
     import torch
 
 
-class FailedEngine:
+class FailedEngine(ParkedEngine):
+    """A parked engine (it serves nothing, reads and releases no device) that holds requests."""
+
     def __init__(self, config: EngineConfig, held: list[Request], version: int, error: str) -> None:
-        self.config, self.error, self._version = config, error, version
+        super().__init__(config)
+        self.error, self._version = error, version
         self.held: dict[int, Request] = {r.id: r for r in held}
-
-    @property
-    def max_len(self) -> int:
-        return 0
-
-    @property
-    def vocab_size(self) -> int:
-        return 0
-
-    @property
-    def weights_version(self) -> int:
-        return self._version
-
-    @property
-    def graphs_capture_s(self) -> float:
-        return 0.0
 
     def add(self, request: Request) -> None:
         self.held.setdefault(request.id, request)  # sent before the controller knew: kept as is
-
-    def add_all(self, requests: list[Request]) -> None:
-        for request in requests:
-            self.add(request)
-
-    def step(self) -> list[Output]:
-        return []
-
-    def has_work(self) -> bool:
-        return False
 
     def progress(self) -> dict[int, int]:
         return {rid: len(r.output_ids) for rid, r in self.held.items()}
@@ -67,22 +46,12 @@ class FailedEngine:
                 partials.append(req)
         return AbortResult(partials, unknown)
 
-    def can_admit(self, num_tokens: int) -> bool:
-        return False
-
     def stats(self) -> EngineStats:
-        return EngineStats(
+        return dataclasses.replace(
+            super().stats(),
             n_seq=len(self.held),
             n_tok=sum(len(r.prompt_ids) + len(r.output_ids) for r in self.held.values()),
-            kv_free_tokens=0,
-            kv_total_tokens=0,
-            tokens_generated=0,
-            last_step_latency_s=0.0,
-            weights_version=self._version,
         )
-
-    def weight_buffers(self) -> dict[str, torch.Tensor]:
-        return {}
 
     def load_weights(
         self,
@@ -91,17 +60,11 @@ class FailedEngine:
     ) -> None:
         pass  # nothing serves them: the rebuilt engine reads its own on the way up
 
-    def named_parameters_hf(self) -> dict[str, torch.Tensor]:
-        return {}
-
     def release(self) -> AbortResult:
         return AbortResult(self.salvage(), [])
 
     def resume(self) -> None:
         raise RuntimeError(f"a failed engine cannot resume ({self.error}): build a new one")
-
-    def shutdown(self) -> None:
-        pass
 
     def salvage(self) -> list[Request]:
         out, self.held = list(self.held.values()), {}
