@@ -27,7 +27,6 @@ import argparse
 import gc
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -183,7 +182,7 @@ def scenario_gps_up(rank: int, world: int, group: dist.ProcessGroup, folder: Pat
     store = GPSStore(
         dist.distributed_c10d._get_default_store(),
         HostInfo(rank, 0, rank, host_of),
-        namespace=f"benchmem-{os.environ['MASTER_PORT']}",
+        namespace=f"benchmem-{os.environ['BENCH_MEMORY_TAG']}",
     )
     genrm = [TensorSpec("x", (1,), "float32")]  # the GenRM is not under test
     weights = WeightService(
@@ -234,21 +233,18 @@ SCENARIOS = {
 }
 
 
-def _rank(rank: int, world: int, port: int, name: str, folder: Path, out: Path) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+def _rank(rank: int, world: int, tag: str, name: str, folder: Path, out: Path) -> None:
+    os.environ["BENCH_MEMORY_TAG"] = tag
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # a file store, not a TCP port: a free port chosen here can be taken by another process
+    # before rank 0 listens on it (EADDRINUSE, seen in CI beside the other tests' jobs)
+    store = f"file://{out / f'store-{tag}'}"
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world)
     try:
         result = SCENARIOS[name](rank, world, dist.new_group(list(range(world))), folder)
         (out / f"{name}-{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> None:
@@ -284,7 +280,7 @@ def main() -> None:
     for name in SCENARIOS:
         mp.spawn(
             _rank,
-            args=(args.ranks, free_port(), name, folder, Path(args.dir)),
+            args=(args.ranks, f"{os.getpid()}-{name}", name, folder, Path(args.dir)),
             nprocs=args.ranks,
             join=True,
         )
