@@ -33,30 +33,14 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
-# tests that run vLLM's CPU build, by file (some take its venv through `getfixturevalue`)
-VLLM_FILES = {"test_conformance.py", "test_vllm_bf16.py", "test_rehearse.py", "test_tool_smoke.py"}
-
-
-def vllm_order(item: pytest.Item) -> int:
-    """0: needs no vLLM; else where it runs among those that do, the longest first (the
-    rehearsals of the presets with a vLLM judge, then the vLLM job), so they do not end the run
-    alone on one worker."""
-    names = getattr(item, "fixturenames", ())
-    if item.path.name == "test_rehearse.py":
-        return 1
-    if item.path.name == "test_vllm_job.py":
-        return 2
-    uses = "vllm_python" in names or "vllm_record" in names
-    return 3 if uses or (item.path.name in VLLM_FILES and "vllm" in item.name) else 0
-
-
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The whole suite from a clean clone: build vLLM's CPU venv in the background from the
-    start (under its lock; tools/vllm_venv.py), while the tests that do not need it run. The
-    tests that do run last (`pytest_collection_modifyitems`), so no worker sits waiting on the
-    build (it took one of the two workers for 140 s before). Only the xdist controller (or a
-    run without xdist) starts it, and only for a run with no paths named: a run of a few files
-    builds the venv when a test first asks for it, as before."""
+    start (under its lock; tools/vllm_venv.py), while the first tests run, so the first test
+    that needs it does not build it (a worker sat 140 s on the build before). The tests keep
+    their order: run last, together, the multi-process vLLM tests slowed each other down (the
+    7B rehearsal 92 s -> 191 s). Only the xdist controller (or a run without xdist) starts it,
+    and only for a run with no paths named: a run of a few files builds the venv when a test
+    first asks for it, as before."""
     config = session.config
     if hasattr(config, "workerinput") or config.args_source == pytest.Config.ArgsSource.ARGS:
         return
@@ -95,9 +79,8 @@ def shared_record(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # lint and type check first (seconds), so a style or type error shows before the long tests;
-    # the tests on vLLM's CPU build last, so its venv is built meanwhile (`pytest_sessionstart`)
-    items.sort(key=lambda item: (item.path.name != "test_lint.py", vllm_order(item)))
+    # lint and type check first (seconds), so a style or type error shows before the long tests
+    items.sort(key=lambda item: item.path.name != "test_lint.py")
     for item in items:
         if (group := shared_record(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
