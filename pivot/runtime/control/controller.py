@@ -346,7 +346,7 @@ class Controller(ClusterHost):
         )
         print(
             f"pivot: {msg.role}{msg.slot} (rank {msg.rank}) engine failed: {msg.error}; its "
-            f"{msg.salvaged} sequences continue on other replicas and it is rebuilt",
+            f"{msg.salvaged} sequences continue on other replicas",
             file=sys.stderr,
             flush=True,
         )
