@@ -58,6 +58,8 @@ def parse(spec: str) -> list[Fault]:
 
 
 _FAULTS = parse(os.environ.get("PIVOT_FAULTS", ""))
+ACTIVE = bool(_FAULTS)
+"""Whether any fault is asked for: callers on a hot path check it before anything else."""
 _RANK = int(os.environ.get("RANK", "0"))
 _RNG = random.Random(_RANK * 7919 + 1)
 

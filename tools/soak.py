@@ -116,17 +116,17 @@ def check(
         f"{sorted(k['rank'] for k in kills)}"
     )
     back = [k["back_s"] for k in kills if "back_s" in k]
-    took = (
+    restart_s = (
         f"; {min(back):.1f}-{max(back):.1f} s from a kill to the next trained step" if back else ""
     )
     print(
-        f"  restarts            {figures.restarts} (each from the newest complete checkpoint{took})"
+        f"  restarts            {figures.restarts} (each from the newest complete checkpoint{restart_s})"
     )
     if args.faults:
-        took = [r["recover_s"] for r in timeline if r.get("event") == "engine_rebuilt"]
+        recover_s = [r["recover_s"] for r in timeline if r.get("event") == "engine_rebuilt"]
         print(
             f"  engine failures     {failures} recovered in place ({rebuilt} rebuilt, "
-            f"{events.count('replica_retired')} kept down; longest {max(took, default=0):.2f} s "
+            f"{events.count('replica_retired')} kept down; longest {max(recover_s, default=0):.2f} s "
             f"to serving again), no restart for any"
         )
     print(f"  sequences aborted   {figures.aborted}, migrated with their tokens {figures.migrated}")
@@ -220,13 +220,6 @@ def drive(
     while proc.poll() is None:
         time.sleep(0.5)
         now = time.monotonic()
-        timeline.poll()
-        for k in kills:  # from the kill to the restarted attempt's first trained step
-            if "back_s" in k or timeline.attempt()[0] <= k["attempt"]:
-                continue
-            k.setdefault("rows", rows_in(metrics))  # when the new attempt is first seen
-            if rows_in(metrics) > k["rows"]:
-                k["back_s"] = round(now - k["at"], 1)
         if now - t0 > args.timeout_s:
             os.killpg(proc.pid, signal.SIGKILL)
             raise TimeoutError(f"the job ran past --timeout-s {args.timeout_s}")
@@ -235,6 +228,13 @@ def drive(
             (environ(p).get("TORCHELASTIC_RUN_ID", "") for p in workers(proc.pid)), ""
         )
         n_attempts, start, newest = timeline.attempt()
+        for k in kills:  # from the kill to the restarted attempt's first trained step
+            if "back_s" in k or n_attempts <= k["attempt"]:
+                continue
+            rows = rows_in(metrics)
+            k.setdefault("rows", rows)  # when the new attempt is first seen
+            if rows > k["rows"]:
+                k["back_s"] = round(now - k["at"], 1)
         if n_attempts != len(kills) + 1:  # the killed attempt is not back yet
             armed_at = None
         elif armed_at is None and newest > start:

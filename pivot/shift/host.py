@@ -27,9 +27,8 @@ class ClusterHost:
         """Every replica down, one scheduler per inference role over its slots (none active);
         `clock` times the shifts (the simulator passes its simulated time)."""
         self.table = table
-        self.retired: set[int] = (
-            set()
-        )  # replicas that stay down (engine failures): no mode plans them
+        # replicas that stay down (their engines failed too often): no mode plans them
+        self.retired: set[int] = set()
         self.shifts = ShiftExecutor(table, self, clock)  # type: ignore[arg-type]  # the subclass is the ShiftHost
         self.sched: dict[str, ShiftAwareScheduler] = {
             role: ShiftAwareScheduler(table.slots(role), active=[], migrate=migrate)

@@ -26,8 +26,8 @@ class EngineRecovery:
     engine_failures: int = 0
     engines_rebuilt: int = 0
     replicas_retired: int = 0
-    recover_s: list[float] = field(default_factory=list)
-    """Seconds from each failure to its replica serving again."""
+    longest_recover_s: float | None = None
+    """The most seconds from a failure to its replica serving again."""
 
     def failed(self, rid: int, now: float, up: bool) -> None:
         """`rid`'s engine failed at `now`; `up`: it is up (not shifting), so it is shifted down
@@ -56,8 +56,9 @@ class EngineRecovery:
         if failed_at is None:
             return None
         self.engines_rebuilt += 1
-        self.recover_s.append(now - failed_at)
-        return now - failed_at
+        took = now - failed_at
+        self.longest_recover_s = max(took, self.longest_recover_s or 0.0)
+        return took
 
     def counters(self) -> dict[str, float]:
         """The metrics row's recovery counters."""
@@ -65,5 +66,9 @@ class EngineRecovery:
             "count/engine_failures": self.engine_failures,
             "count/engines_rebuilt": self.engines_rebuilt,
             "count/replicas_retired": self.replicas_retired,
-            **({"recover_s/max": max(self.recover_s)} if self.recover_s else {}),
+            **(
+                {"recover_s/max": self.longest_recover_s}
+                if self.longest_recover_s is not None
+                else {}
+            ),
         }

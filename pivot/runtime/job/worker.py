@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from pivot.dist import ClusterSpec, Slot, SlotTable, fence_name
+from pivot.faults import ACTIVE as FAULTS_ACTIVE
 from pivot.faults import STALL_S, happens, inject
 from pivot.roles.inference import InferenceRole
 from pivot.runtime.control import messages as m
@@ -20,13 +21,9 @@ from pivot.runtime.control import wire
 from pivot.runtime.control.control_plane import WorkerEndpoint
 from pivot.runtime.records.manifest import seal
 
-STATS_EVERY_S = 0.1
+STATS_EVERY_S = 0.1  # the monitor wants stats at least every 200 ms
 # messages that call the inference engine: a failure in one is recovered in place
-ENGINE_CALLS = (
-    m.Generate,
-    m.AbortSequences,
-    m.UpdateWeights,
-)  # the monitor wants stats at least every 200 ms
+ENGINE_CALLS = (m.Generate, m.AbortSequences, m.UpdateWeights)
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +92,7 @@ class Worker:
             mirror = lockstep and (self.role, self.slot) == held
             if mirror or (not self._lockstep() and self._engine_busy()):
                 try:
-                    if self._leader():  # PIVOT_FAULTS only: the recovery tests and the soak
+                    if FAULTS_ACTIVE and self._leader():  # the recovery tests and the soak
                         inject("engine_step", self.role)
                         if happens("engine_stall", self.role):
                             time.sleep(STALL_S)
