@@ -5,7 +5,9 @@ The environment variable PIVOT_FAULTS lists them, comma-separated, each `where:r
   scheduler crash or a CUDA OOM in a decode step do); `engine_stall`, the step first waits
   `STALL_S` (a replica that stops answering for a while); `judge_garbage`, a judge's output is
   replaced by a thinking block that never closes (a judge that rambled to its token budget);
-- role: `rollout`, `reward` or `*`;
+  `train_oom`, a training rank answers that its next micro-batch will not fit in device memory
+  (`pivot.roles.oom_guard`);
+- role: `rollout`, `reward`, `train` or `*`;
 - when: a probability per call (`0.01`, drawn from a generator seeded by the rank), or `@N`,
   the N-th call on this rank, once;
 - and optionally `:R`: on rank R only.
@@ -57,11 +59,22 @@ def parse(spec: str) -> list[Fault]:
     return out
 
 
-_FAULTS = parse(os.environ.get("PIVOT_FAULTS", ""))
-ACTIVE = bool(_FAULTS)
+_FAULTS: list[Fault] = []
+ACTIVE = False
 """Whether any fault is asked for: callers on a hot path check it before anything else."""
-_RANK = int(os.environ.get("RANK", "0"))
-_RNG = random.Random(_RANK * 7919 + 1)
+_RANK = 0
+_RNG = random.Random(1)
+
+
+def configure(spec: str, rank: int) -> None:
+    """Ask for `spec`'s faults on global rank `rank` (at import: PIVOT_FAULTS and RANK; a test
+    inside spawned ranks calls it itself, before it builds what checks `ACTIVE`)."""
+    global _FAULTS, ACTIVE, _RANK, _RNG
+    _FAULTS, _RANK = parse(spec), rank
+    ACTIVE, _RNG = bool(_FAULTS), random.Random(rank * 7919 + 1)
+
+
+configure(os.environ.get("PIVOT_FAULTS", ""), int(os.environ.get("RANK", "0")))
 
 
 def happens(where: str, role: str) -> int:

@@ -58,8 +58,13 @@ def plot(rows: list[dict], out: Path, title: str = "") -> Path:
         for ax in (ax_tp, ax_dev):
             ax.axvline(s["time"], color="k", lw=0.5, ls=":", alpha=0.6)
     # recoveries (docs/reliability.md): a red x where an engine failed, a green + where its
-    # replica served again, a black line where one stayed down
-    marks = {"engine_failed": ("x", "#C44E52"), "engine_rebuilt": ("+", "#2CA02C")}
+    # replica served again, a purple v where a training step split to fit device memory, a
+    # black line where a replica stayed down
+    marks = {
+        "engine_failed": ("x", "#C44E52"),
+        "engine_rebuilt": ("+", "#2CA02C"),
+        "train_split": ("v", "#8172B3"),
+    }
     top = max((max(r["throughput"].values(), default=0.0) for r in samples), default=0.0)
     for event, (marker, color) in marks.items():
         at = [r for r in rows if r.get("kind") == "shift" and r.get("event") == event]

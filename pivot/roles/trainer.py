@@ -14,7 +14,9 @@ Data split: `train_step(batch)` is collective and takes the WHOLE batch on every
 trains rows r, r+W, ... Micro-batches are packed per rank under `micro_batch_tokens` (padded
 tokens) and every rank runs the same number of them (empty ones run a zero-loss forward), so
 FSDP's collectives line up. Losses are normalised by the whole batch's token (or sequence)
-count, so the result does not depend on the split.
+count, so the result does not depend on the split. Before each micro-batch the ranks agree that
+it fits in device memory (`pivot.roles.oom_guard`); if it does not on some rank, the step runs
+again with half the token budget, kept for the rest of the run.
 
 Shift down offloads the optimizer state, the fp32 master shards and the KL loss's reference
 shards (`attach_reference`) to host memory (pinned on CUDA) byte for byte and frees their device
@@ -59,6 +61,7 @@ from pivot.rl.mismatch import (
     rs_bounds,
     zero_sums,
 )
+from pivot.roles.oom_guard import MicroBatchGuard
 from pivot.roles.parallelize import parallelize
 from pivot.roles.trainer_checkpoint import STATE_FILE, TrainerCheckpoint
 
@@ -79,6 +82,10 @@ class StepMetrics:
     version: int
     mismatch: dict[str, float]
     """The rollout/trainer log-prob mismatch and its correction (`pivot.rl.mismatch`)."""
+    oom_splits: int = 0
+    """Times this step was split because a micro-batch would not fit (`MicroBatchGuard`)."""
+    micro_batch_tokens: int = 0
+    """The token budget of a micro-batch after this step."""
 
 
 OFFLOADED = ("master", "optim", "reference")
@@ -135,6 +142,7 @@ class Trainer:
         self.bad_steps = 0  # consecutive skipped steps
         self._offloaded: Offloaded | None = None  # set while shifted down
         self.checkpoint = TrainerCheckpoint(self.params, self.optimizer, group)
+        self.guard = MicroBatchGuard(config.micro_batch_tokens, self.device, group)
 
     @classmethod
     def from_pretrained(
@@ -273,11 +281,11 @@ class Trainer:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return response_logprobs(self.model, prompts, responses, self.temperature, self.device)
 
-    def _plan(self, batch: TrainBatch) -> tuple[list[list[int]], int]:
-        """This rank's micro-batches (row indices) and the count every rank must run."""
+    def _plans(self, batch: TrainBatch) -> tuple[list[list[list[int]]], list[int]]:
+        """Every rank's micro-batches (row indices) under the guard's budget, and the rows'
+        lengths; every rank runs as many micro-batches as the longest plan."""
         lengths = [len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids)]
-        plans = plan_micro_batches(lengths, self.world, self.config.micro_batch_tokens)
-        return plans[self.rank], max(len(p) for p in plans)
+        return plan_micro_batches(lengths, self.world, self.guard.budget), lengths
 
     def _dummy_backward(self) -> None:
         """A zero-loss pass so this rank joins FSDP's collectives when it has no rows left."""
@@ -292,7 +300,8 @@ class Trainer:
         """Log-probs of every response token under the current policy (whole batch, every rank)."""
         self._check_up()
         batch = TrainBatch(prompts, responses, [0.0] * len(prompts))
-        mine, count = self._plan(batch)
+        plans, _ = self._plans(batch)
+        mine, count = plans[self.rank], max(len(p) for p in plans)
         local: dict[int, list[float]] = {}
         for m in range(count):
             rows = mine[m] if m < len(mine) else []
@@ -311,7 +320,9 @@ class Trainer:
 
     def train_step(self, batch: TrainBatch) -> StepMetrics:
         """One policy update on the whole batch; a NaN/inf loss or gradient skips it (weights and
-        optimizer state untouched) and too many consecutive skips raise RuntimeError."""
+        optimizer state untouched) and too many consecutive skips raise RuntimeError. A
+        micro-batch that would not fit in device memory on some rank splits the step
+        (`MicroBatchGuard`): it runs again with half the token budget."""
         self._check_up()
         cfg = self.config
         if not len(batch):
@@ -320,16 +331,73 @@ class Trainer:
             raise ValueError(
                 "train.kl_coef > 0 needs a reference (attach_reference) or TrainBatch.ref_logprobs"
             )
+        self.model.train()
+        splits = self.guard.splits
+        while (done := self._accumulate(batch)) is None:
+            self.optimizer.zero_grad(set_to_none=True)  # the split step starts from nothing
+        sums, gap, peaks, count = done
+        max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(list(self.params.values()), max_norm)
+        norm_value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        dist.all_reduce(sums, group=self.group)
+        dist.all_reduce(gap, group=self.group)
+        dist.all_reduce(peaks, op=dist.ReduceOp.MAX, group=self.group)
+        loss_value = float(sums[0])
+        bad = not (math.isfinite(loss_value) and math.isfinite(norm_value))
+        if bad:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.bad_steps += 1
+            log.warning(
+                "train step skipped: loss=%s grad_norm=%s (%d in a row)",
+                loss_value,
+                norm_value,
+                self.bad_steps,
+            )
+            if self.bad_steps >= cfg.max_bad_steps:
+                raise RuntimeError(
+                    f"{self.bad_steps} consecutive training steps had NaN/inf loss or gradients; aborting"
+                )
+        else:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.bad_steps = 0
+        # a skipped step still advances the version: were it to lag the step count, the staleness
+        # bound (step - version) would shrink with every skip until no rollout may start
+        self.version += 1
+        tokens = max(float(sums[1]), 1.0)
+        return StepMetrics(
+            loss=loss_value,
+            grad_norm=norm_value,
+            clip_frac=float(sums[2]) / tokens,
+            approx_kl=float(sums[3]) / tokens,
+            kl_ref=float(sums[4]) / tokens,
+            tokens=int(sums[1]),
+            micro_batches=count,
+            skipped=bad,
+            version=self.version,
+            mismatch=mismatch_metrics(gap.cpu(), peaks.cpu()),
+            oom_splits=self.guard.splits - splits,
+            micro_batch_tokens=self.guard.budget,
+        )
+
+    def _accumulate(
+        self, batch: TrainBatch
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None:
+        """Forward and backward of this rank's micro-batches, gradients accumulated: the sums
+        (loss, tokens, clipped, approx_kl, kl_ref), the mismatch sums and peaks, and the
+        micro-batch count. None: a micro-batch would not fit on some rank and the guard halved
+        the budget (the gradients so far are to be dropped)."""
+        cfg = self.config
         normalizer = float(
             batch.response_tokens if cfg.loss_agg == "token" else batch.rows_with_tokens
         )
-        mine, count = self._plan(batch)
+        plans, lengths = self._plans(batch)
+        mine, count = plans[self.rank], max(len(p) for p in plans)
         gap, peaks = zero_sums(self.device)
         correcting = cfg.rollout_is is not None or cfg.rollout_rs is not None
         rs_upper, rs_lower = rs_bounds(
             cfg.rollout_rs_threshold, cfg.rollout_rs_threshold_lower, cfg.rollout_is_threshold
         )
-        self.model.train()
         # loss, tokens, clipped, approx_kl, kl_ref (token-weighted); on the trainer's device: an
         # NCCL-only group has no backend for CPU tensors ("No backend type associated with device type cpu")
         sums = torch.zeros(5, dtype=torch.float64, device=self.device)
@@ -338,6 +406,10 @@ class Trainer:
         )  # computed here, per micro-batch
         for m in range(count):
             rows = mine[m] if m < len(mine) else []
+            padded = len(rows) * max((lengths[i] for i in rows), default=0)
+            if not self.guard.fits(padded):
+                self.guard.split(any(len(mb) > 1 for plan in plans for mb in plan), max(lengths))
+                return None
             if not rows:
                 if need_ref:  # the reference's all-gathers must line up too
                     with torch.no_grad():
@@ -402,53 +474,14 @@ class Trainer:
             )
             # FSDP averages gradients over ranks; the loss is already a share of the global one
             (loss * self.world).backward()
+            self.guard.measured(padded)
             t = st.tokens
             sums += torch.tensor(
                 [loss.item(), t, st.clip_frac * t, st.approx_kl_behaviour * t, st.kl_ref * t],
                 dtype=torch.float64,
                 device=self.device,
             )
-        max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(list(self.params.values()), max_norm)
-        norm_value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-        dist.all_reduce(sums, group=self.group)
-        dist.all_reduce(gap, group=self.group)
-        dist.all_reduce(peaks, op=dist.ReduceOp.MAX, group=self.group)
-        loss_value = float(sums[0])
-        bad = not (math.isfinite(loss_value) and math.isfinite(norm_value))
-        if bad:
-            self.optimizer.zero_grad(set_to_none=True)
-            self.bad_steps += 1
-            log.warning(
-                "train step skipped: loss=%s grad_norm=%s (%d in a row)",
-                loss_value,
-                norm_value,
-                self.bad_steps,
-            )
-            if self.bad_steps >= cfg.max_bad_steps:
-                raise RuntimeError(
-                    f"{self.bad_steps} consecutive training steps had NaN/inf loss or gradients; aborting"
-                )
-        else:
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.bad_steps = 0
-        # a skipped step still advances the version: were it to lag the step count, the staleness
-        # bound (step - version) would shrink with every skip until no rollout may start
-        self.version += 1
-        tokens = max(float(sums[1]), 1.0)
-        return StepMetrics(
-            loss=loss_value,
-            grad_norm=norm_value,
-            clip_frac=float(sums[2]) / tokens,
-            approx_kl=float(sums[3]) / tokens,
-            kl_ref=float(sums[4]) / tokens,
-            tokens=int(sums[1]),
-            micro_batches=count,
-            skipped=bad,
-            version=self.version,
-            mismatch=mismatch_metrics(gap.cpu(), peaks.cpu()),
-        )
+        return sums, gap, peaks, count
 
     def _token_versions(
         self, batch: TrainBatch, rows: list[int], like: torch.Tensor
@@ -508,11 +541,15 @@ class Trainer:
         (version, counters, shapes, JSON-able `extra` such as the data cursor). Collective;
         returns the files this rank wrote."""
         self._check_up()
-        return self.checkpoint.save(path, self.version, self.bad_steps, self.config, extra)
+        return self.checkpoint.save(
+            path, self.version, self.bad_steps, self.config, extra, self.guard.budget
+        )
 
     def load(self, path: str | Path) -> dict[str, Any]:
         """Restore what `save` wrote (same world size); returns `extra`. Local reads + barrier."""
         self._check_up()
         restored = self.checkpoint.load(path)
         self.version, self.bad_steps = restored.version, restored.bad_steps
+        if restored.micro_batch_tokens:  # a split is kept across a restart (or a lower flag wins)
+            self.guard.budget = min(self.guard.budget, restored.micro_batch_tokens)
         return restored.extra

@@ -28,6 +28,8 @@ class Restored:
     version: int
     bad_steps: int
     extra: dict[str, Any]
+    micro_batch_tokens: int | None = None
+    """The budget the run had split down to (`MicroBatchGuard`); None in older checkpoints."""
 
 
 class TrainerCheckpoint:
@@ -54,6 +56,7 @@ class TrainerCheckpoint:
         bad_steps: int,
         config: TrainConfig,
         extra: dict[str, Any] | None = None,
+        micro_batch_tokens: int | None = None,
     ) -> list[Path]:
         """Each rank writes its parameter and AdamW shards; rank 0 writes `trainer.json`
         (version, counters, shapes, JSON-able `extra` such as the data cursor). Collective;
@@ -76,6 +79,7 @@ class TrainerCheckpoint:
                 "world": self.world,
                 "version": version,
                 "bad_steps": bad_steps,
+                "micro_batch_tokens": micro_batch_tokens or config.micro_batch_tokens,
                 "optimizer_steps": steps,
                 "shapes": {n: list(p.shape) for n, p in self.params.items()},
                 "config": asdict(config),
@@ -132,4 +136,9 @@ class TrainerCheckpoint:
                 else:
                     self.optimizer.state.pop(p, None)
         dist.barrier(group=self.group)
-        return Restored(int(meta["version"]), int(meta["bad_steps"]), meta["extra"])
+        return Restored(
+            int(meta["version"]),
+            int(meta["bad_steps"]),
+            meta["extra"],
+            meta.get("micro_batch_tokens"),
+        )

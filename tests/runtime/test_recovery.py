@@ -104,8 +104,9 @@ def test_engine_failures_in_both_roles_are_recovered_in_place_exactly_once(
     tmp_path: Path,
 ) -> None:
     # every rank that serves a role fails once, at its 8th rollout or 6th judge step: several
-    # replicas fail, some while others are down for the same reason; no restart (none allowed)
-    faults = "engine_step:rollout:@8,engine_step:reward:@6"
+    # replicas fail, some while others are down for the same reason; no restart (none allowed).
+    # The training ranks say their 3rd micro-batch will not fit: that step splits
+    faults = "engine_step:rollout:@8,engine_step:reward:@6,train_oom:train:@3"
     out = torchrun(models, tmp_path, "--train.steps", "4", env={"PIVOT_FAULTS": faults})
     assert exactly_once(tmp_path, 4, B, G).violations == []
     events = _events(tmp_path)
@@ -117,6 +118,10 @@ def test_engine_failures_in_both_roles_are_recovered_in_place_exactly_once(
     assert 1 <= last["count/engine_failures"] <= len(failed)  # the last row: after the last step
     assert last["count/verdict_retries"] > 0  # the random judge writes no verdict: each retried
     assert "engine failures:" in out.stdout and "rebuilt" in out.stdout
+    (split,) = [e for e in events if e["event"] == "train_split"]
+    assert split["micro_batch_tokens"] == 2048  # half the default, then kept
+    assert last["count/train_oom_splits"] == 1 and last["train/micro_batch_tokens"] == 2048
+    assert "training steps split to fit device memory: 1" in out.stdout
 
 
 @pytest.mark.slow

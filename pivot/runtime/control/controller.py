@@ -85,6 +85,7 @@ class Controller(ClusterHost):
         self.step = start_step
         self.training: int | None = None  # step in flight
         self.train_acks: dict[int, m.Trained] = {}
+        self.train_splits = 0  # training steps split to fit device memory
         self.saving: set[int] = set()
         self.saved_files: list = []  # pivot.runtime.records.manifest.FileDigest of the checkpoint being written
         self.train_tokens_per_s = 0.0
@@ -420,6 +421,10 @@ class Controller(ClusterHost):
         self.train_tokens_per_s = lead.metrics.get("tokens", 0.0) / max(secs, 1e-9)
         self.version, self.training = lead.version, None
         self.step += 1
+        if splits := int(lead.metrics.get("oom_splits", 0)):  # pivot/roles/oom_guard.py
+            self.train_splits += splits
+            budget = int(lead.metrics["micro_batch_tokens"])
+            self.log.shift(event="train_split", step=lead.step, micro_batch_tokens=budget)
         for rid in (r for r in self.up_slots() if self.role_of(r) == "rollout"):
             self.update(rid)
         self.report_step(lead.step, lead.metrics, secs)
@@ -451,6 +456,7 @@ class Controller(ClusterHost):
             "count/mixed_versions": self.versions.mixed,
             "count/caught_up": self.versions.caught_up,
             **self.recovery.counters(),
+            "count/train_oom_splits": self.train_splits,
         }
         self.reports.step(step, train_metrics, train_s, devices, counters)
 

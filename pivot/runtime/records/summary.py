@@ -75,16 +75,23 @@ def run_summary(
 
 
 def _recoveries(timeline: list[dict]) -> list[str]:
-    """One line on the engines that failed and came back (docs/reliability.md), if any did."""
+    """A line on the engines that failed and came back, and one on the training steps split to
+    fit device memory (docs/reliability.md), for those that happened."""
     events = Counter(r.get("event") for r in timeline if r.get("kind") == "shift")
-    if not events["engine_failed"]:
-        return []
-    took = [r["recover_s"] for r in timeline if r.get("event") == "engine_rebuilt"]
-    back = f", longest {max(took):.1f} s from failure to serving" if took else ""
-    out = f"  engine failures: {events['engine_failed']}, rebuilt {len(took)}{back}"
-    if events["replica_retired"]:
-        out += f"; {events['replica_retired']} replica(s) stay down"
-    return [out]
+    lines = []
+    if events["engine_failed"]:
+        took = [r["recover_s"] for r in timeline if r.get("event") == "engine_rebuilt"]
+        back = f", longest {max(took):.1f} s from failure to serving" if took else ""
+        out = f"  engine failures: {events['engine_failed']}, rebuilt {len(took)}{back}"
+        if events["replica_retired"]:
+            out += f"; {events['replica_retired']} replica(s) stay down"
+        lines.append(out)
+    if splits := [r for r in timeline if r.get("event") == "train_split"]:
+        lines.append(
+            f"  training steps split to fit device memory: {len(splits)}, "
+            f"micro-batches now at most {splits[-1]['micro_batch_tokens']} tokens"
+        )
+    return lines
 
 
 def _mean(rows: list[dict], key: str) -> float:
