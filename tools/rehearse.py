@@ -1,6 +1,7 @@
 """Dress rehearsal of a paper preset on 4 CPU ranks, launched as a user launches it.
 
     python tools/rehearse.py --preset qwen2.5-1.5b+glm-z1-9b [--steps 3] [--out runs/rehearse]
+                             [--kill-engine-core]
 
 What runs is the preset's own configuration: its model families in the hub's layouts at tiny
 widths with random bf16 weights (layer kinds, experts and top-k kept; `write_tiny` of
@@ -39,6 +40,7 @@ from configs.presets import PAPER_WORLD, get_preset  # noqa: E402
 from pivot.runtime.records.audit import exactly_once  # noqa: E402
 from tests.model.fixtures.hub_layouts import write_tiny  # noqa: E402
 from tests.model.fixtures.hub_models import EOS_TOKENS, MODELS, TEMPLATE_SPECIALS  # noqa: E402
+from tests.runtime.engine_cores import kill_an_engine_core  # noqa: E402
 
 RANKS = 4
 PROMPTS, GROUP = 4, 4  # per step: the preset's 32 x 16 scaled down
@@ -217,8 +219,9 @@ def flags(r: Rehearsal, run: Path, steps: int) -> list[str]:
     ]  # fmt: skip
 
 
-def launch(r: Rehearsal, out: Path, steps: int, log: Path) -> tuple[int, float]:
-    """The sbatch template on one 'node' of RANKS CPU ranks; (exit code, seconds)."""
+def launch(r: Rehearsal, out: Path, steps: int, log: Path, kill: bool) -> tuple[int, float]:
+    """The sbatch template on one 'node' of RANKS CPU ranks; (exit code, seconds). `kill`: once
+    a judge serves, SIGKILL one vLLM engine-core process (tests/runtime/engine_cores.py)."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PIVOT_", "TORCHRUN"))
     }
@@ -241,16 +244,41 @@ def launch(r: Rehearsal, out: Path, steps: int, log: Path) -> tuple[int, float]:
     cmd = ["bash", str(ROOT / "launch" / "slurm" / "pivot.sbatch"), *flags(r, out / "run", steps)]
     started = time.monotonic()
     with log.open("w") as f:
-        rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=out).returncode
+        job = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=out)
+        if kill:  # as soon as a judge serves: the steps come fast once judging has begun
+            pid = kill_an_engine_core(job, out / "run", judge_up, judge_ranks)
+            print(f"rehearse: vLLM engine core {pid} SIGKILLed once a judge served", flush=True)
+        rc = job.wait()
     return rc, time.monotonic() - started
+
+
+def judge_ranks(run: Path) -> set[int]:
+    """The ranks of the reward replicas up now (their engines serving), from the timeline."""
+    timeline = run / "timeline.jsonl"
+    up: dict[int, list[int]] = {}
+    if not timeline.is_file():
+        return set()
+    for line in timeline.read_text().splitlines():
+        try:  # read while written: the last line may be half there
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("role") == "reward" and e.get("event") in ("shift_up", "shift_down"):
+            up[e["slot"]] = e["devices"] if e["event"] == "shift_up" else []
+    return {rank for devices in up.values() for rank in devices}
+
+
+def judge_up(run: Path) -> bool:
+    return bool(judge_ranks(run))
 
 
 def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def check(preset: str, run: Path, steps: int) -> tuple[list[str], list[str]]:
-    """(report lines, problems) of a finished rehearsal's records."""
+def check(preset: str, run: Path, steps: int, killed: bool) -> tuple[list[str], list[str]]:
+    """(report lines, problems) of a finished rehearsal's records; `killed`: an engine core was
+    killed, so its replica must have failed and come back without a restart."""
     lines, problems = [], []
     acc = exactly_once(run, steps, PROMPTS, GROUP)
     lines.append(f"exactly once: {len(acc.violations)} violations")
@@ -266,6 +294,15 @@ def check(preset: str, run: Path, steps: int) -> tuple[list[str], list[str]]:
     )
     if not any(u for role, (u, _) in per_role.items() if role != "train"):
         problems.append("no inference replica shifted up")
+    if killed:
+        failed = [(e["role"], e["slot"]) for e in shifts if e["event"] == "engine_failed"]
+        took = [e["recover_s"] for e in shifts if e["event"] == "engine_rebuilt"]
+        lines.append(
+            f"engine failures: {failed}, rebuilt {len(took)}, "
+            f"serving again after {', '.join(f'{t:.1f}' for t in took) or '-'} s"
+        )
+        if not failed or len(took) < len(failed):
+            problems.append("the killed engine's replica was not rebuilt")
     metrics = rows(run / "metrics.jsonl")
     current = [  # the steps that trained tokens of the trainer's own version
         m["train/mismatch_current/abs_mean"]
@@ -316,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", required=True, choices=sorted(PAPER_WORLD))
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "rehearse")
+    ap.add_argument(
+        "--kill-engine-core",
+        action="store_true",
+        help="once a judge serves, SIGKILL one vLLM engine-core process (a judge's where "
+        "only the judge is on vLLM): the job must rebuild it in place, without a restart",
+    )
     a = ap.parse_args(argv)
     out = a.out / a.preset
     if out.exists():
@@ -330,12 +373,12 @@ def main(argv: list[str] | None = None) -> int:
         f"rehearse: {a.preset} on {RANKS} CPU ranks through launch/slurm/pivot.sbatch ({out / 'job.out'})",
         flush=True,
     )
-    rc, seconds = launch(r, out, a.steps, out / "job.out")
+    rc, seconds = launch(r, out, a.steps, out / "job.out", a.kill_engine_core)
     print(f"rehearse: the job ended with exit code {rc} after {seconds:.0f} s")
     if rc != 0:
         print((out / "job.out").read_text()[-3000:])
         return 1
-    lines, problems = check(a.preset, out / "run", a.steps)
+    lines, problems = check(a.preset, out / "run", a.steps, a.kill_engine_core)
     for line in lines:
         print(f"  {line}")
     for problem in problems:

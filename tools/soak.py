@@ -116,8 +116,12 @@ def check(
         f"{sorted(k['rank'] for k in kills)}"
     )
     back = [k["back_s"] for k in kills if "back_s" in k]
+    up = [k["up_s"] for k in kills if "back_s" in k]
     restart_s = (
-        f"; {min(back):.1f}-{max(back):.1f} s from a kill to the next trained step" if back else ""
+        f"; {min(back):.1f}-{max(back):.1f} s from a kill to the next trained step, of which "
+        f"{min(up):.1f}-{max(up):.1f} s until the new attempt's controller is up"
+        if back
+        else ""
     )
     print(
         f"  restarts            {figures.restarts} (each from the newest complete checkpoint{restart_s})"
@@ -232,7 +236,8 @@ def drive(
             if "back_s" in k or n_attempts <= k["attempt"]:
                 continue
             rows = rows_in(metrics)
-            k.setdefault("rows", rows)  # when the new attempt is first seen
+            if "rows" not in k:  # the new attempt's controller is up (its resume row is there)
+                k["rows"], k["up_s"] = rows, round(now - k["at"], 1)
             if rows > k["rows"]:
                 k["back_s"] = round(now - k["at"], 1)
         if n_attempts != len(kills) + 1:  # the killed attempt is not back yet

@@ -66,9 +66,11 @@ class TrainingRole:
 
     @property
     def needs_weights(self) -> bool:
-        """Whether the next shift up needs the GPS Read: only the first (it builds the trainer);
-        later ones restore the fp32 master kept on host."""
-        return self.trainer is None
+        """Whether the next shift up needs the GPS Read: only the first (it builds the trainer),
+        and not after a restart, whose checkpoint holds the exact fp32 master the trainer loads
+        (a GPS copy read first would only be overwritten); later ones restore the master kept
+        on host."""
+        return self.trainer is None and self.resume_from is None
 
     @property
     def version(self) -> int:
@@ -89,10 +91,11 @@ class TrainingRole:
                 with torch.device(self.device), params_on_meta():
                     ref = CausalLM(self.args, linear=self.linear, attention=self.attention)
                 self.trainer.attach_reference(ref, self.reference_path)
-            self.trainer.shift_down(keep_master=False)  # the GPS Read below is the truth
-            self.trainer.shift_up(shards)
             if self.resume_from is not None:
                 self.trainer.load(self.resume_from)
+            else:
+                self.trainer.shift_down(keep_master=False)  # the GPS Read below is the truth
+                self.trainer.shift_up(shards)
         else:
             self.trainer.shift_up(shards)  # None: the master kept on host
         return {"reload": time.perf_counter() - t0}

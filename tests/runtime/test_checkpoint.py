@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -156,3 +157,18 @@ def test_no_never_resumes_and_yes_needs_a_complete_one(tmp_path: Path, one_rank:
         FileNotFoundError, match="--checkpoint.resume yes: no complete checkpoint in"
     ):
         resume_point(config(tmp_path, "yes"), ckpt, SPEC)
+
+
+def test_a_restart_of_the_launch_that_sealed_it_trusts_the_untouched_files(tmp_path: Path) -> None:
+    path = write_checkpoint(Checkpointer(config(tmp_path, "no").checkpoint, tmp_path, "job-7"), 2)
+    assert json.loads((path / MANIFEST).read_text())["launch"] == "job-7"
+    f = path / "rank00001-of-00002.safetensors"
+    sealed = f.stat().st_mtime_ns
+    flip(path)  # bytes changed behind the manifest's back, the time put back: not read
+    os.utime(f, ns=(sealed, sealed))
+    assert problem(path, launch="job-7") is None
+    # another launch resuming from it reads every byte back
+    assert "sha256 differs" in (problem(path, launch="job-8") or "")
+    assert "sha256 differs" in (problem(path) or "")
+    os.utime(f, ns=(sealed + 10**9, sealed + 10**9))  # written again since: read back
+    assert "sha256 differs" in (problem(path, launch="job-7") or "")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -22,65 +21,12 @@ from pivot.runtime.job.controller_thread import PROFILE_CACHE
 from pivot.runtime.records.audit import exactly_once
 from pivot.sched.profile import ReplicaShape, read_profile
 from tests.conftest import ROOT
+from tests.runtime.engine_cores import alive, kill_an_engine_core
 from tests.runtime.models import random_models
 from tests.runtime.test_runtime import SMALL, B, G
 
 pytestmark = pytest.mark.slow
 STEPS = 3
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def engine_cores(root: int) -> list[int]:
-    """The vLLM engine-core processes below process `root` (vLLM titles them VLLM::EngineCore,
-    v1/engine/core.py:1406-1411)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    below, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        below.append(pid)
-        todo += children.get(pid, [])
-    cores = []
-    for pid in below:
-        try:
-            if b"EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                cores.append(pid)
-        except OSError:
-            continue
-    return cores
-
-
-def kill_an_engine_core(job: subprocess.Popen, run: Path) -> int:
-    """Once a step is trained, SIGKILL one vLLM engine core; again if its replica happened to be
-    shifting down (its core stopping anyway) and no failure was seen. The pid killed."""
-    timeline = run / "timeline.jsonl"
-    while job.poll() is None:
-        metrics = run / "metrics.jsonl"
-        if metrics.is_file() and metrics.read_text().strip():
-            break
-        time.sleep(0.5)
-    for _ in range(5):
-        cores = engine_cores(job.pid)
-        assert cores and job.poll() is None, "the job ended before a core could be killed"
-        os.kill(cores[0], signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and job.poll() is None:
-            if '"engine_failed"' in timeline.read_text():
-                return cores[0]
-            time.sleep(0.2)
-    raise AssertionError("no engine failure seen after killing five engine cores")
 
 
 def test_main_job_on_vllm_with_shifts(tmp_path: Path, vllm_python: Path) -> None:

@@ -170,12 +170,15 @@ def resume_point(
 
     def problem(path: Path) -> str | None:
         found: list[str | None] = [None] * spec.world_size
-        dist.all_gather_object(found, manifest_problem(path, (spec.rank, spec.world_size)))
+        share = manifest_problem(path, (spec.rank, spec.world_size), known[1])
+        dist.all_gather_object(found, share)
         return next((p for p in found if p is not None), None)
 
-    folders = [ckpt.folders() if spec.rank == 0 and mode != "no" else []]
-    dist.broadcast_object_list(folders, src=0)  # one list: `problem` is collective
-    path = ckpt.first_complete(folders[0], problem, say)
+    # one list: `problem` is collective; with rank 0's launch id, a restart's own checkpoints
+    # are not hashed again (pivot/runtime/records/manifest.py)
+    known = [ckpt.folders() if spec.rank == 0 and mode != "no" else [], ckpt.launch]
+    dist.broadcast_object_list(known, src=0)
+    path = ckpt.first_complete(known[0], problem, say)
     if path is not None:
         return path, ckpt.load(path)
     if mode == "yes":
@@ -200,7 +203,7 @@ def checked_inputs(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> RunInput
     only) the same way on every rank (collective); OSError or ValueError on every rank where the
     job must not start."""
     cfg = with_run_folder(cfg, spec, launch)  # before anything reads or writes log.dir
-    ckpt = Checkpointer(cfg.checkpoint, Path(cfg.log.dir))
+    ckpt = Checkpointer(cfg.checkpoint, Path(cfg.log.dir), launch)
     policy, genrm = model_paths(cfg)
     check_shared(ckpt.dir, spec)  # before a run that could never resume trains for hours
     resume = resume_point(cfg, ckpt, spec)

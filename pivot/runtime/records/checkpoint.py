@@ -43,10 +43,11 @@ class StartPoint:
 
 
 class Checkpointer:
-    def __init__(self, section: CheckpointConfig, run_dir: Path) -> None:
+    def __init__(self, section: CheckpointConfig, run_dir: Path, launch: str = "") -> None:
         """`run_dir`: the run's folder (pivot/runtime/records/run_folder.py), where checkpoints go
-        unless `section.dir` names a folder of their own."""
-        self.every, self.keep = section.every, section.keep
+        unless `section.dir` names a folder of their own; `launch`: the launch id its manifests
+        carry (rank 0's; pivot/runtime/records/manifest.py)."""
+        self.every, self.keep, self.launch = section.every, section.keep, launch
         self.run_dir = run_dir
         self.dir = Path(section.dir) if section.dir else run_dir / "checkpoints"
         self._pending: dict[int, dict[str, Any]] = {}
@@ -70,7 +71,7 @@ class Checkpointer:
         path = self.path(step)
         path.mkdir(parents=True, exist_ok=True)
         (path / STATE_FILE).write_text(json.dumps(self._pending.pop(step)))
-        write_manifest(path, [*files, *seal([path / STATE_FILE], path)])
+        write_manifest(path, [*files, *seal([path / STATE_FILE], path)], self.launch)
         self.prune(step)
         return path
 

@@ -1,0 +1,88 @@
+"""Finding and killing vLLM engine-core processes below a running job: the recovery tests and the
+dress rehearsal SIGKILL one, as the kernel's OOM killer would (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def engine_cores(root: int) -> list[int]:
+    """The vLLM engine-core processes below process `root` (vLLM titles them VLLM::EngineCore,
+    v1/engine/core.py:1406-1411)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    below, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        below.append(pid)
+        todo += children.get(pid, [])
+    cores = []
+    for pid in below:
+        try:
+            if b"EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                cores.append(pid)
+        except OSError:
+            continue
+    return cores
+
+
+def rank_of(pid: int) -> int | None:
+    """The torchrun rank of the process that started process `pid` (its RANK), if any."""
+    try:
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        env = Path(f"/proc/{ppid}/environ").read_bytes().split(b"\0")
+    except (OSError, ValueError, IndexError):
+        return None
+    rank = next((v[5:] for v in env if v.startswith(b"RANK=")), None)
+    return int(rank) if rank is not None else None
+
+
+def a_step_trained(run: Path) -> bool:
+    metrics = run / "metrics.jsonl"
+    return metrics.is_file() and bool(metrics.read_text().strip())
+
+
+def kill_an_engine_core(
+    job: subprocess.Popen,
+    run: Path,
+    ready: Callable[[Path], bool] = a_step_trained,
+    on_ranks: Callable[[Path], set[int]] | None = None,
+) -> int:
+    """Once `ready(run)` (by default: once a step is trained), SIGKILL one vLLM engine core (of
+    a rank in `on_ranks(run)` when given: not one still starting, whose failure is a shift up's);
+    again if its replica happened to be shifting down (its core stopping anyway) and no failure
+    was seen. The pid killed."""
+    timeline = run / "timeline.jsonl"
+    while job.poll() is None and not ready(run):
+        time.sleep(0.2)
+    for _ in range(5):
+        cores = engine_cores(job.pid)
+        if on_ranks is not None:
+            ranks = on_ranks(run)
+            cores = [pid for pid in cores if rank_of(pid) in ranks]
+        assert cores and job.poll() is None, "the job ended before a core could be killed"
+        os.kill(cores[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and job.poll() is None:
+            if '"engine_failed"' in timeline.read_text():
+                return cores[0]
+            time.sleep(0.2)
+    raise AssertionError("no engine failure seen after killing five engine cores")
