@@ -157,7 +157,7 @@ def _paper_group(
             engine=_with(gpu_engine, backend="vllm", decode_graphs="auto") if g_moe else gpu_engine,
         ),
         train=TrainConfig(
-            devices=0,
+            devices="auto",  # start at the share, then sized by measurement (train.resize_every)
             devices_share=train_share,
             batch_prompts=512 // 16,
             group_size=16,

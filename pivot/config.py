@@ -38,6 +38,10 @@ from pivot.engine.capabilities import capabilities
 from pivot.engine.config import FLASH_BLOCK_MULTIPLE
 from pivot.engine.config import EngineConfig as EngineConfig  # the engine's section
 
+AUTO_SHARE = 0.25
+"""Where `--train.devices auto` starts without a share: a quarter of the world (the search's
+grid holds it, and a model that fits 8 devices' training state per 32 fits there)."""
+
 
 @dataclass
 class PivotConfig:
@@ -128,12 +132,20 @@ class PivotConfig:
     def fit_world(self, world_size: int) -> PivotConfig:
         """This config on `world_size` devices: a training pool given as a share of the world
         (train.devices 0, train.devices_share > 0) becomes a device count, a multiple of both
-        inference roles' TP so the devices beside it still tile into whole replicas. Any other
-        config is returned as it is."""
+        inference roles' TP so the devices beside it still tile into whole replicas; auto
+        becomes that start (`AUTO_SHARE` of the world without a share) with the run's sizing
+        on. Any other config is returned as it is."""
         t = self.train
+        unit = math.lcm(self.rollout.tp, self.reward.tp)
+        if t.devices == "auto":  # a start the run's sizing moves (train.resize_every)
+            devices = int((t.devices_share or AUTO_SHARE) * world_size) // unit * unit
+            return self.replace(
+                train=dataclasses.replace(
+                    t, devices=max(unit, devices), resize_every=t.resize_every or 5
+                )
+            )
         if t.devices or not t.devices_share:
             return self
-        unit = math.lcm(self.rollout.tp, self.reward.tp)
         devices = max(unit, int(t.devices_share * world_size) // unit * unit)
         return self.replace(train=dataclasses.replace(t, devices=devices))
 

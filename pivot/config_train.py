@@ -13,9 +13,20 @@ from pivot.config_check import check as _check
 
 @dataclass
 class TrainConfig:
-    devices: int = 1
+    devices: int | Literal["auto"] = 1
     """Training pool size in devices (training shifts as a whole: 0 or all of them); 0 with
-    devices_share set: that share of the world the launcher started."""
+    devices_share set: that share of the world the launcher started. auto: start there (a
+    quarter of the world without a share) and let the run size it by measurement (resize_every)."""
+    resize_every: int = 0
+    """Size the training slot by measurement (pivot/runtime/control/sizing.py): the simulator's
+    deployment search on the costs the run measured picks the slot, at start-up, after step 1
+    and then every this many steps, and the slot is re-sized at a step boundary when the pick
+    beats it by resize_gain. 0 = never; devices auto makes it 5 where it is 0. Needs a cost
+    model of the devices: emulated ones, or GPUs the simulator has a profile of."""
+    resize_gain: float = 0.05
+    """Least predicted gain in tokens/s that re-sizes the slot (a re-size costs a checkpoint)."""
+    sizing_budget_s: float = 600.0
+    """CPU seconds one sizing search may spend on rank 0 (checked before each candidate run)."""
     devices_share: float = 0.0
     """The training pool as a share of the world, used when devices is 0 (the paper presets: their
     world is whatever torchrun or sbatch started). Rounded down to a multiple of both inference
@@ -91,8 +102,25 @@ class TrainConfig:
     normalize_std: bool = True
     """GRPO: divide each group's centred rewards by the group's std."""
 
+    @property
+    def pool(self) -> int:
+        """`devices` as a count: a config fitted to its world (`PivotConfig.fit_world`) has one."""
+        if self.devices == "auto":
+            raise ValueError("train.devices=auto: fit the config to its world first (fit_world)")
+        return self.devices
+
     def __post_init__(self) -> None:
-        _check(self.devices >= 0, "train.devices", self.devices, "must be >= 0")
+        _check(
+            self.devices == "auto" or self.devices >= 0,
+            "train.devices",
+            self.devices,
+            "must be >= 0",
+        )
+        _check(self.resize_every >= 0, "train.resize_every", self.resize_every, "must be >= 0")
+        _check(self.resize_gain >= 0, "train.resize_gain", self.resize_gain, "must be >= 0")
+        _check(
+            self.sizing_budget_s > 0, "train.sizing_budget_s", self.sizing_budget_s, "must be > 0"
+        )
         _check(
             0 <= self.devices_share < 1,
             "train.devices_share",

@@ -107,10 +107,24 @@ class SlotTable:
         return self.of(role)[index]
 
 
-def create_groups(table: SlotTable) -> dict[str, object]:
-    """One process group per slot, created collectively in a fixed order (torch requires it);
-    beside each multi-rank inference slot's, a gloo group under `fence_name(slot)` when the
-    default backend is not gloo: its barrier touches no device (`InferenceRole.shift_down`)."""
+def pool_sizes(world: int, per_node: int, smallest: int) -> list[int]:
+    """Every size the training pool may take: at least `smallest` (one rollout replica's
+    devices), less than the world, and part of one node or whole nodes."""
+    return [t for t in range(smallest, world) if t < per_node or t % per_node == 0]
+
+
+def train_group_name(ranks: tuple[int, ...]) -> str:
+    """The key of a training slot's group on `ranks` in `create_groups`' dict."""
+    return f"train{list(ranks)}"
+
+
+def create_groups(table: SlotTable, train_sizes: list[int] | None = None) -> dict[str, object]:
+    """One process group per slot, created collectively in a fixed order (torch requires it: a
+    group made later by its members alone would need the same order on them too); beside each
+    multi-rank inference slot's, a gloo group under `fence_name(slot)` when the default backend
+    is not gloo: its barrier touches no device (`InferenceRole.shift_down`). `train_sizes`: the
+    sizes a re-sized training slot may take (its last ranks), each group under
+    `train_group_name` (the training slot's own is there too)."""
     import torch.distributed as dist
 
     cpu = dist.get_backend() != "gloo"
@@ -122,6 +136,13 @@ def create_groups(table: SlotTable) -> dict[str, object]:
                 groups[fence_name(slot)] = (
                     dist.new_group(list(slot.ranks), backend="gloo") if cpu else groups[slot.name]
                 )
+    if table.train.ranks:
+        groups[train_group_name(table.train.ranks)] = groups[table.train.name]
+    world = 1 + max(r for slot in table.all() for r in slot.ranks)
+    for size in train_sizes or []:
+        ranks = tuple(range(world - size, world))
+        if train_group_name(ranks) not in groups:
+            groups[train_group_name(ranks)] = dist.new_group(list(ranks))
     return groups
 
 

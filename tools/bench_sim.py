@@ -17,14 +17,19 @@ is a mean with its min-max over the seeds: tokens/s and ratios, PivotRL over eac
 critical-path and the work bound (pivot/sim/report.py: what no deployment with that staleness,
 pools and cost model can beat; "train" when it is the training slot's steps back to back) and
 each run's share of its own bound, and each role's device time as
-busy/idle/shifting (first seed). `--band` re-runs every deployment at its tuned allocation on
-the cost model's slow and fast corners (pivot/sim/band.py) and prints each ratio there too,
-Figure 11's and 14's included (each corner's variants over that corner's own reference).
+busy/idle/shifting (first seed). `--band` re-runs every deployment on the cost model's slow
+and fast corners (pivot/sim/band.py), each re-tuned there by the same search as a user who
+measured those costs would (a given allocation stays), plus PivotRL with `--train.devices
+auto` launched at its nominal slot and sizing itself as a run does (pivot/sim/autosize.py), and
+prints each ratio there: auto over every re-tuned baseline, auto over PivotRL re-tuned; Figure
+11's and 14's too (each corner's variants at the nominal slot over that corner's re-tuned
+disaggregated, or their own H).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -33,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from configs.presets import paper_preset
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate
+from pivot.sim.autosize import replay
 from pivot.sim.band import CORNERS, options_at
 from pivot.sim.costs import build_cluster
 from pivot.sim.deploy import Allocation, deployment, search, table4, world_of
@@ -120,8 +126,10 @@ def choose_allocation(
     name: str,
     args: argparse.Namespace,  # noqa: ANN001
     opts: SimOptions,
+    where: str = "",
 ) -> tuple[Allocation, dict[int, SimResult]]:
-    """The allocation of `name` and the runs (by seed) its search already made there."""
+    """The allocation of `name` and the runs (by seed) its search already made there (`where`:
+    the corner it tunes at, for the printed line)."""
     if name in args.use:
         return args.use[name], {}
     if args.alloc == "table4":
@@ -132,8 +140,40 @@ def choose_allocation(
             f"{alloc_name(p.alloc)}:{p.throughput:,.0f}" + (" (invalid)" if p.error else "")
             for p in points
         )
-        print(f"    search {name}: {tried} -> {alloc_name(best)}", flush=True)
+        print(f"    {where}search {name}: {tried} -> {alloc_name(best)}", flush=True)
     return best, next(p.runs for p in points if p.alloc == best)
+
+
+def corner_runs(
+    base,  # noqa: ANN001
+    corner: str,
+    nominal: SimOptions,
+    args: argparse.Namespace,
+    runs: Runs,
+) -> dict[str, list[SimResult]]:
+    """One corner of the band: every deployment re-tuned on that corner's costs, as a user who
+    measured them would tune it (an allocation given by --use or --alloc table4 stays), and
+    PivotRL with `--train.devices auto` launched at its nominal slot, sizing itself from what
+    it measures (pivot/sim/autosize.py `replay`: at start-up and after step 1)."""
+    at = options_at(nominal, corner)
+    out = {}
+    for name in BASELINES + ("pivot",):
+        alloc, done = choose_allocation(base, name, args, at, f"{corner}: ")
+        out[name] = seed_runs(base, name, alloc, at, args.band_seeds, done)
+    if args.alloc == "search" and "pivot" not in args.use:
+        start = runs["pivot"][0]
+        resizes, sizings = replay(
+            deployment(base, "pivot", start),
+            nominal,
+            at,
+            base.train.resize_gain,
+            seeds=tuple(args.search_seeds),
+        )
+        for sizing in sizings:
+            print(f"    {corner}: auto from {alloc_name(start)}: {sizing.line()}", flush=True)
+        with_resizes = dataclasses.replace(at, resizes=resizes)
+        out[AUTO] = seed_runs(base, "pivot", start, with_resizes, args.band_seeds)
+    return out
 
 
 def seed_runs(
@@ -162,7 +202,9 @@ def corners(args: argparse.Namespace) -> tuple[str, ...]:
 
 Runs = dict[str, tuple[Allocation, list[SimResult]]]
 Band = dict[str, dict[str, list[SimResult]]]
-"""corner -> deployment -> the band seeds' runs at that corner."""
+"""corner -> deployment -> the band seeds' runs at that corner (and `AUTO`'s)."""
+AUTO = "pivot auto"
+"""PivotRL with `--train.devices auto` launched at its nominal slot (a corner's `corner_runs`)."""
 
 
 # The figures: Figure 9 (deployments x model groups), Figure 11 (ablations), Figure 14 (H sweep) and
@@ -219,10 +261,17 @@ def report_line(
 ) -> None:
     tps = Spread.of(r.throughput for r in rs)
     sp = ""
-    if name != "pivot":
+    if name != "pivot":  # at a corner: PivotRL auto (or at its allocation) over the re-tuned
         sp = f"PivotRL {ratio(piv, rs).fmt('.2f', 'x')} (paper x{paper['pivot'] / paper[name]:.2f})"
         sp += "".join(
-            f" {c} {ratio(band[c]['pivot'], band[c][name]).fmt('.2f', 'x')}" for c in band
+            f" {c} {ratio(band[c].get(AUTO, band[c]['pivot']), band[c][name]).fmt('.2f', 'x')}"
+            for c in band
+        )
+    else:
+        sp = "".join(
+            f" auto at {c} x{ratio(band[c][AUTO], band[c]['pivot']).fmt('.2f')} of tuned"
+            for c in band
+            if AUTO in band[c]
         )
     print(
         f"  {name:14s} {tps.fmt()} | {paper[name]:7,} | {tps.mean / paper[name]:5.2f}  {sp}  "
@@ -244,13 +293,7 @@ def fig9(
         for name in BASELINES + ("pivot",):
             alloc, done = choose_allocation(base, name, args, opts)
             runs[name] = (alloc, seed_runs(base, name, alloc, opts, args.seeds, done))
-        band = {
-            c: {
-                n: seed_runs(base, n, a, options_at(opts, c), args.band_seeds)
-                for n, (a, _) in runs.items()
-            }
-            for c in corners(args)
-        }
+        band = {c: corner_runs(base, c, opts, args, runs) for c in corners(args)}
         out[g], bands[g] = runs, band
         print(
             f"  ({time.perf_counter() - t0:.1f} s wall; allocations "

@@ -59,11 +59,13 @@ def plot(rows: list[dict], out: Path, title: str = "") -> Path:
             ax.axvline(s["time"], color="k", lw=0.5, ls=":", alpha=0.6)
     # recoveries (docs/reliability.md): a red x where an engine failed, a green + where its
     # replica served again, a purple v where a training step split to fit device memory, a
-    # black line where a replica stayed down
+    # black line where a replica stayed down; a blue diamond where the training slot was
+    # re-sized by measurement (pivot/runtime/control/sizing.py)
     marks = {
         "engine_failed": ("x", "#C44E52"),
         "engine_rebuilt": ("+", "#2CA02C"),
         "train_split": ("v", "#8172B3"),
+        "train_resized": ("D", "#4C72B0"),
     }
     top = max((max(r["throughput"].values(), default=0.0) for r in samples), default=0.0)
     for event, (marker, color) in marks.items():

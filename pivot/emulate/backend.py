@@ -10,8 +10,10 @@ from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec
 from pivot.emulate import controller_parts, install, runtime_config, tally_lines, write_tally
 from pivot.emulate.clock import EmulatedClock
+from pivot.emulate.costs import emulated_hardware, paper_config
 from pivot.emulate.flow import EmulatedFlow
 from pivot.sched.throughput import ThroughputModel
+from pivot.sim.autosize import CostModel
 
 
 class EmulatedDevices:
@@ -29,6 +31,12 @@ class EmulatedDevices:
         """Drawn response lengths (EmulatedFlow's fields) and the emulated devices' speeds."""
         fields, profiles = controller_parts(cfg, spec)
         return EmulatedFlow, fields, profiles
+
+    def cost_model(self, cfg: PivotConfig, spec: ClusterSpec) -> CostModel:
+        """The paper-scale job on the emulated hardware, in the emulation's units."""
+        e = cfg.emulate
+        paper = paper_config(cfg, spec.world_size, spec.local_world_size)
+        return CostModel(paper, emulated_hardware(cfg), e.length_scale, e.time_scale)
 
     def install(
         self, cfg: PivotConfig, spec: ClusterSpec, inference: dict[str, Any], trainer: Any

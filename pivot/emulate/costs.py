@@ -23,7 +23,7 @@ from pivot.config import ConfigError, EngineConfig, PivotConfig
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.band import corner
 from pivot.sim.costs import build_cluster
-from pivot.sim.hardware import HARDWARE, HardwareProfile, decode_steps_s, train_s
+from pivot.sim.hardware import HARDWARE, HardwareProfile, decode_steps_s
 from pivot.sim.kv_move import kv_move_s_per_token
 from pivot.sim.workload import Workload
 
@@ -137,17 +137,15 @@ class EmulatedCosts:
         c = self.costs.roles[role]
         return kv_move_s_per_token(c.model, c.tp) * tokens * self.L
 
-    def train_step_s(self, tokens: int) -> float:
-        """A training step over `tokens` real tokens (prompt + response of every sample)."""
-        return train_s(
-            self.costs.policy,
-            self.hw,
-            self.train_devices,
-            tokens * self.L,
-            self.costs.train_forwards,
-        )
+    def train_step_s(self, tokens: int, devices: int) -> float:
+        """A training step over `tokens` real tokens (prompt + response of every sample) on a
+        training slot of `devices` (the job's sizing may have moved it since start)."""
+        return self.costs.train_s(devices, tokens * self.L)
 
-    def shift_s(self, role: str, up: bool) -> float:
+    def shift_s(self, role: str, up: bool, devices: int = 0) -> float:
+        """A shift of `role`; the trainer's on a slot of `devices` (0: the start-up slot's)."""
+        if role == "train" and devices and devices != self.train_devices:
+            return self.costs.resized(devices).shift_s(role, up)
         return self.costs.shift_s(role, up)
 
     def runtime_profile(self, role: str) -> ThroughputModel:

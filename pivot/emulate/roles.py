@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import torch.distributed as dist
+
 from pivot.emulate.clock import EmulatedClock, WorkTally
 from pivot.emulate.costs import EmulatedCosts
 from pivot.engine import AbortResult, EngineStats, Output, Request
@@ -13,7 +15,6 @@ from pivot.roles.inference import InferenceRole
 
 if TYPE_CHECKING:  # annotations only
     import torch
-    import torch.distributed as dist
 
     from pivot.rl.batch import TrainBatch
     from pivot.roles.inference import Read
@@ -84,20 +85,29 @@ class EmulatedTrainer:
     def __getattr__(self, name: str) -> Any:  # shards, save
         return getattr(self.inner, name)
 
+    @property
+    def devices(self) -> int:
+        """The training slot's size now (the job's sizing may have moved it; a trainer with
+        no group yet is on the start-up slot)."""
+        group = getattr(self.inner, "group", None)
+        return dist.get_world_size(group) if group is not None else self.costs.train_devices
+
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         t0 = self.clock.now()
         metrics = self.inner.train_step(batch)
         tokens = sum(len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids))
-        self.clock.wait("train", t0, self.costs.train_step_s(tokens))
+        self.clock.wait("train", t0, self.costs.train_step_s(tokens, self.devices))
         return metrics
 
     def shift_up(self, shards: dict[str, torch.Tensor]) -> dict[str, float]:
         t0 = self.clock.now()
-        return shifted(self.clock, self.costs, "train", True, t0, self.inner.shift_up(shards))
+        phases = self.inner.shift_up(shards)
+        return shifted(self.clock, self.costs, "train", True, t0, phases, self.devices)
 
     def shift_down(self) -> dict[str, float]:
         t0 = self.clock.now()
-        return shifted(self.clock, self.costs, "train", False, t0, self.inner.shift_down())
+        phases = self.inner.shift_down()
+        return shifted(self.clock, self.costs, "train", False, t0, phases, self.devices)
 
 
 def shifted(
@@ -107,8 +117,10 @@ def shifted(
     up: bool,
     t0: float,
     phases: dict[str, float],
+    devices: int = 0,
 ) -> dict[str, float]:
-    """Wait out a shift's device time (begun at wall time `t0`); its phases plus what was emulated."""
-    emulated = costs.shift_s(role, up)
+    """Wait out a shift's device time (begun at wall time `t0`; the trainer's on `devices`); its
+    phases plus what was emulated."""
+    emulated = costs.shift_s(role, up, devices)
     waited = clock.wait("shift", t0, emulated)  # every rank of the slot waits: one device each
     return {**phases, "emulated_s": emulated, "emulated_wait": waited}

@@ -546,7 +546,8 @@ class Trainer:
         )
 
     def load(self, path: str | Path) -> dict[str, Any]:
-        """Restore what `save` wrote (same world size); returns `extra`. Local reads + barrier."""
+        """Restore what `save` wrote (by any number of training ranks); returns `extra`. Local
+        reads + barrier."""
         self._check_up()
         restored = self.checkpoint.load(path)
         self.version, self.bad_steps = restored.version, restored.bad_steps

@@ -64,6 +64,18 @@ class TrainingRole:
         self._prewarm = threading.Thread(target=_import_fsdp, name="pivot-prewarm", daemon=True)
         self._prewarm.start()
 
+    def resize(self, checkpoint: Path | None) -> None:
+        """The training slot moved (the trainer is down): drop this rank's trainer and its group;
+        a rank of the new slot builds one on its next shift up (`join` gives it the group), from
+        `checkpoint` when the step boundary wrote one, else as a first shift up would."""
+        self.trainer, self.group, self._prewarm = None, None, None
+        if checkpoint is not None:
+            self.resume_from = checkpoint
+
+    def join(self, group: dist.ProcessGroup) -> None:
+        """The training slot's group, before a shift up (the slot may have moved since start)."""
+        self.group = group
+
     @property
     def needs_weights(self) -> bool:
         """Whether the next shift up needs the GPS Read: only the first (it builds the trainer),

@@ -10,14 +10,15 @@ snapshot). A subclass says how training stands (`training_in_flight`, `train_rea
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import INFERENCE_ROLES, Replica
 from pivot.sched.scheduler import ShiftAwareScheduler
 from pivot.shift.executor import ShiftExecutor
-from pivot.shift.table import ReplicaTable, State
+from pivot.shift.table import ReplicaTable, ShiftError, State
 
 
 class ClusterHost:
@@ -34,6 +35,22 @@ class ClusterHost:
             role: ShiftAwareScheduler(table.slots(role), active=[], migrate=migrate)
             for role in INFERENCE_ROLES
         }
+
+    def resize_training(self, devices: Sequence[int]) -> None:
+        """Give the training slot `devices` (a re-sized pool, pivot/sim/autosize.py). Only while
+        the trainer is down and nothing shifts: its next shift up takes the new devices, and
+        every other replica keeps its id, devices and state. Raises `ShiftError` otherwise."""
+        rid = self.table.train_rid
+        if self.shifts.states.in_flight or self.shifts.states[rid] != State.DOWN:
+            raise ShiftError(
+                f"{self.table.name(rid)}: cannot be re-sized while {self.shifts.states[rid]} "
+                f"with {self.shifts.states.in_flight} shift(s) in flight (needs down, none)"
+            )
+        replicas = list(self.table.replicas)
+        replicas[rid] = dataclasses.replace(replicas[rid], devices=tuple(devices))
+        table = dataclasses.replace(self.table, replicas=tuple(replicas))
+        # the one table every part reads: the states' and the executor's are the host's
+        self.table = self.shifts.table = self.shifts.states.table = table
 
     # ---- training, as the subclass runs it ----------------------------------------------------
     @property

@@ -48,7 +48,7 @@ class SimCluster(ClusterHost):
                 f"SimOptions.warmup_steps={opts.warmup_steps}: need < steps={self.steps}"
             )
         hw = with_engine(opts.hardware, opts.engine)  # decode as the chosen engine runs it
-        table, self.costs = build_cluster(self.cfg, hw, opts.kv_from_engine)
+        table, self.costs = build_cluster(self.cfg, hw, opts.kv_from_engine, opts.calibration)
         self.init_cluster(table, self.cfg.planner.migration, clock=lambda: self.now)
         engines = {Role.ROLLOUT: self.cfg.rollout.engine, Role.REWARD: self.cfg.reward.engine}
         kv = (
@@ -80,6 +80,8 @@ class SimCluster(ClusterHost):
         }  # progress not yet reported
         self.dev_free_at = [0.0] * table.world
         self.training = False
+        self._decisions: list[tuple[float, int]] = []  # sizing decisions: (made at, devices)
+        self._resize_to: int | None = None  # a decision being carried out
         self.train_tps = 0.0
         self.step = self.version = self.next_step = 0
         self.staleness = 0 if self.cfg.cluster.mode == "colocated" else self.cfg.train.staleness

@@ -1,7 +1,8 @@
 """The simulated cluster: its replica table (pivot/shift/, tiled by pivot/dist.py as the runtime
 tiles it) and the costs the hardware model derives for each role: decode throughput model, KV
 capacity, prefill time, shift up and down times (colocated: the rollout phase's up is the
-trainer's weight push into the engines, `hardware.weight_sync_s`), training's forward passes.
+trainer's weight push into the engines, `hardware.weight_sync_s`), training's forward passes,
+each scaled by a `Calibration` (what a run measured over what the model predicts; 1.0 = as is).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pivot.sched import Role, ThroughputModel
 from pivot.shift import ReplicaTable
 from pivot.sim import hardware as hwm
 from pivot.sim.hardware import HardwareProfile, ModelSpec, SimConfigError
+from pivot.sim.options import Calibration
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,26 @@ class SimCosts:
     policy: ModelSpec
     train_up_s: float
     train_down_s: float
+    hardware: HardwareProfile
     train_forwards: int = 1
     """Forward-only passes of a training step besides the update: old log-probs (+ reference)."""
+    train_scale: float = 1.0
+    """Measured over modelled training time (`Calibration.train`)."""
+
+    def train_s(self, devices: int, tokens: int) -> float:
+        """A training step over `tokens` on a training slot of `devices`."""
+        m, hw = self.policy, self.hardware
+        return hwm.train_s(m, hw, devices, tokens, self.train_forwards) * self.train_scale
+
+    def resized(self, devices: int) -> SimCosts:
+        """These costs with the training slot on `devices` (its shifts move a share of the state
+        that depends on the slot's size); raises `SimConfigError` when the state does not fit."""
+        hwm.check_train_fits(self.policy, self.hardware, devices)
+        return dataclasses.replace(
+            self,
+            train_up_s=hwm.train_shift_s(self.policy, self.hardware, devices, True),
+            train_down_s=hwm.train_shift_s(self.policy, self.hardware, devices, False),
+        )
 
     def shift_s(self, role: str, up: bool) -> float:
         if role == Role.TRAIN:
@@ -53,15 +73,16 @@ def _role_costs(
     field: str,
     kv_limit: int | None,
     max_running: int,
+    scale: float,
 ) -> RoleCosts:
-    a, b, c, d = hwm.decode_constants(spec, hw, tp)
+    a, b, c, d = (k * scale for k in hwm.decode_constants(spec, hw, tp))
     kv = hwm.kv_capacity_tokens(spec, hw, tp, field)
     return RoleCosts(
         spec,
         tp,
         ThroughputModel(a, b, c, d),
         kv if kv_limit is None else min(kv, kv_limit),
-        hwm.prefill_s(spec, hw, tp, 1),
+        hwm.prefill_s(spec, hw, tp, 1) * scale,
         hwm.inference_shift_s(spec, hw, tp, True),
         hwm.inference_shift_s(spec, hw, tp, False),
         max_running,
@@ -69,12 +90,16 @@ def _role_costs(
 
 
 def build_cluster(
-    cfg: PivotConfig, hw: HardwareProfile, kv_from_engine: bool = True
+    cfg: PivotConfig,
+    hw: HardwareProfile,
+    kv_from_engine: bool = True,
+    calibration: Calibration | None = None,
 ) -> tuple[ReplicaTable, SimCosts]:
     """Replica table and costs for `cfg` on `hw`; raises `SimConfigError`/`ConfigError` naming the field.
     A replica's KV capacity is its engine's `kv_capacity_tokens` (what the runtime gives both the
     engine and the scheduler) where the device memory holds it; `kv_from_engine=False` gives it
     all the memory its weights leave, as a serving engine sized by memory fraction would."""
+    calibration = calibration or Calibration()
     per_node = cfg.cluster.devices_per_node or hw.devices_per_node
     nnodes = cfg.cluster.nnodes
     if nnodes <= 0:
@@ -84,9 +109,9 @@ def build_cluster(
         cfg.check_shape(world, per_node)
     except ConfigError as e:
         raise SimConfigError(str(e)) from None
-    if cfg.train.devices <= 0 and cfg.cluster.mode != "colocated":
+    if cfg.train.pool <= 0 and cfg.cluster.mode != "colocated":
         raise SimConfigError(
-            f"train.devices={cfg.train.devices!r}: mode {cfg.cluster.mode} needs a training pool"
+            f"train.devices={cfg.train.pool!r}: mode {cfg.cluster.mode} needs a training pool"
         )
     m = cfg.model
     policy = hwm.model_spec(m.policy, m.policy_params_b)
@@ -99,6 +124,7 @@ def build_cluster(
             "rollout.tp",
             cfg.rollout.engine.kv_capacity_tokens if kv_from_engine else None,
             cfg.rollout.engine.max_running_seqs,
+            calibration.rollout,
         ),
         Role.REWARD: _role_costs(
             genrm,
@@ -107,9 +133,10 @@ def build_cluster(
             "reward.tp",
             cfg.reward.engine.kv_capacity_tokens if kv_from_engine else None,
             cfg.reward.engine.max_running_seqs,
+            calibration.reward,
         ),
     }
-    train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.devices
+    train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.pool
     hwm.check_train_fits(policy, hw, train_devices)
     if cfg.cluster.mode == "colocated":  # the trainer pushes the new policy into the engines
         costs[Role.ROLLOUT] = dataclasses.replace(
@@ -129,5 +156,7 @@ def build_cluster(
         policy,
         hwm.train_shift_s(policy, hw, train_devices, True),
         hwm.train_shift_s(policy, hw, train_devices, False),
+        hw,
         1 + (cfg.train.kl_coef > 0),
+        calibration.train,
     )

@@ -18,6 +18,7 @@ import copy
 from dataclasses import dataclass, field
 
 from pivot.config import PivotConfig
+from pivot.dist import pool_sizes
 from pivot.sim.simulator import SimOptions, SimResult, simulate
 
 DEPLOYMENTS = (
@@ -72,15 +73,14 @@ def deployment(
 def table4(base: PivotConfig, name: str) -> Allocation:
     """The paper's Table 4 allocation: training pool as the preset; disaggregated inference split
     as the paper (1.5B: 8/8, 7B: 12/12, 32B: 16/16, 72B: 32/32, i.e. evenly)."""
-    train = base.train.devices
+    train = base.train.pool
     return Allocation(train, (world_of(base) - train) // 2 if name == "disaggregated" else 0)
 
 
 def training_pools(base: PivotConfig) -> list[int]:
     """Every training pool (Pivot's training slot) a deployment may take: at least one rollout
     replica's worth of devices, less than the cluster, and whole nodes or part of one."""
-    world, node = world_of(base), base.cluster.devices_per_node
-    return [t for t in range(base.rollout.tp, world) if t < node or t % node == 0]
+    return pool_sizes(world_of(base), base.cluster.devices_per_node, base.rollout.tp)
 
 
 def _split(base: PivotConfig, train: int, fraction: float) -> int:
@@ -108,7 +108,7 @@ def candidate_allocations(base: PivotConfig, name: str) -> list[Allocation]:
     if name == "colocated":
         return [table4(base, name)]
     world, valid = world_of(base), set(training_pools(base))
-    trains = sorted({base.train.devices, world // 8, world // 4, world // 2} & valid)
+    trains = sorted({base.train.pool, world // 8, world // 4, world // 2} & valid)
     return [a for t in trains for a in _allocations_at(base, name, t)]
 
 
@@ -168,18 +168,20 @@ def search(
     on the window the figures are measured on) and each of `seeds` (default: the base's), then
     step past the grid's edge while the best sits on it (at most `max_rounds` steps); the best by
     mean throughput and all points tried."""
-    points = [_point(base, name, alloc, opts, seeds) for alloc in candidate_allocations(base, name)]
+    points = [
+        evaluate(base, name, alloc, opts, seeds) for alloc in candidate_allocations(base, name)
+    ]
     best = max(points, key=lambda p: p.throughput)
     for _ in range(max_rounds if name != "colocated" else 0):
         more = beyond_edges(base, name, best.alloc, [p.alloc for p in points])
         if not more:
             break
-        points += [_point(base, name, alloc, opts, seeds) for alloc in more]
+        points += [evaluate(base, name, alloc, opts, seeds) for alloc in more]
         best = max(points, key=lambda p: p.throughput)
     return best.alloc, points
 
 
-def _point(
+def evaluate(
     base: PivotConfig,
     name: str,
     alloc: Allocation,

@@ -1,4 +1,5 @@
-"""`SimOptions`: how a simulated run is driven (hardware, workload, planner cadence, KV sizing)."""
+"""`SimOptions`: how a simulated run is driven (hardware, workload, planner cadence, KV sizing, a
+calibration by measured costs, a re-size of the training slot)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,37 @@ from dataclasses import dataclass, field
 
 from pivot.sim.hardware import H20, HardwareProfile
 from pivot.sim.workload import Workload
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured over modelled seconds of each kind of work (pivot/sim/autosize.py measures them
+    in a run): 1.0 is the cost model as it is; 1.3 on `train` makes every training step 30%
+    longer. Decode and prefill of a role scale together (one engine's step)."""
+
+    rollout: float = 1.0
+    reward: float = 1.0
+    train: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("rollout", "reward", "train"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"Calibration.{name}={getattr(self, name)!r}: must be > 0")
+
+
+@dataclass(frozen=True)
+class Resize:
+    """A sizing decision (pivot/sim/autosize.py) as a run makes it: its search starts once step
+    `after_step` has trained (0: at start-up, on the engines' profiles), takes `delay_s`, and
+    picks `train_devices`. It is carried out as the runtime carries it out: before the first
+    step trains, at the first moment no shift is in flight (the trainer holds nothing a GPS
+    Read cannot rebuild); after, at the first step boundary once decided (the trainer's state
+    goes through a checkpoint). The trainer shifts down if it is up, the slot takes the pool of
+    its new size, and its next shift up lands there."""
+
+    after_step: int
+    train_devices: int
+    delay_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +70,10 @@ class SimOptions:
     keep being released past the last step within the staleness bound, as in a long run (the
     last steps' inference and training overlap their successors' instead of draining alone).
     0: the whole run, start-up and drain included."""
+    calibration: Calibration = field(default_factory=Calibration)
+    """The cost model scaled by what a run measured (the runtime's sizing search); default as is."""
+    resizes: tuple[Resize, ...] = ()
+    """Re-size the training slot during the run (PivotRL's `--train.devices auto`)."""
     record_plans: bool = False
     """Keep every (snapshot, plan) the planner saw (tests compare with a fresh planner)."""
     max_sim_s: float = 1e7

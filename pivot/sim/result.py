@@ -77,6 +77,9 @@ class SimResult:
     """Prompt tokens a replica reused from a shared prefix instead of prefilling."""
     kv_moved_tokens: int = 0
     """Tokens whose KV moved with a migrated sequence instead of being re-prefilled (planner.kv_migration)."""
+    resized_at_s: list[float] = field(default_factory=list)
+    """When the training slot was re-sized (`SimOptions.resizes`); `table` and `costs` are the
+    last size's (the measured window's, when the re-sizes fall in the warm-up)."""
     reprefill_tokens: int = 0
     """Of `prefill_tokens`, those of sequences resumed with generated tokens (aborted without
     their KV, or preempted) computed again."""

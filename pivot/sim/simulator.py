@@ -34,9 +34,8 @@ from __future__ import annotations
 import time
 
 from pivot.config import PivotConfig
-from pivot.plan import ClusterSnapshot, overall_throughput
+from pivot.plan import ClusterSnapshot, PlanTimings, ShiftPlan, overall_throughput
 from pivot.sched import INFERENCE_ROLES, Role
-from pivot.sim import hardware as hwm
 from pivot.sim.cluster import SimCluster
 from pivot.sim.cluster import _Seq as _Seq  # re-exported: tests submit sequences by hand
 from pivot.sim.options import SimOptions
@@ -50,6 +49,10 @@ class Simulator(SimCluster):
     def run(self) -> SimResult:
         t0 = time.perf_counter()
         initial = self.mode.initial(self).up
+        for r in self.opts.resizes:  # start-up decisions: made `delay_s` into the run
+            if r.after_step == 0:
+                self._decisions.append((r.delay_s, r.train_devices))
+                self.events.push(r.delay_s, "resize", ())
         self.res.initial_up = tuple(initial)
         self.shifts.bring_up(initial)
         self.events.push(0.0, "tick", ())
@@ -72,7 +75,9 @@ class Simulator(SimCluster):
                 self._on_trained()
             elif kind == "tick":
                 self._on_tick()
+            # "resize": the sizing's decision arrived; `_after_event` acts on it
             self._after_event()
+        self.res.table, self.res.costs = self.table, self.costs  # re-sized, if it was
         self.res.finish(self.now, self.samples, self.reps, self.train_rid, time.perf_counter() - t0)
         return self.res
 
@@ -113,12 +118,15 @@ class Simulator(SimCluster):
         return self.train_tps
 
     def _maybe_train(self) -> None:
+        if self.step == 0:  # nothing trained yet: a decision takes effect as soon as it is made
+            self._take_decisions()
+        if self._resize_to is not None:
+            self._maybe_resize()
+            return  # the slot trains again once it is re-sized
         if self.train_ready() and self.is_up(self.train_rid):
             tokens = sum(s.train_tokens for s in self.samples[self.step])
             devices = len(self.table.replicas[self.train_rid].devices)
-            dur = hwm.train_s(
-                self.costs.policy, self.opts.hardware, devices, tokens, self.costs.train_forwards
-            )
+            dur = self.costs.train_s(devices, tokens)
             self.training, self.train_tps = True, tokens / dur
             self.res.train_s.append(dur)
             self.events.push(self.now + dur, "train", ())
@@ -128,6 +136,36 @@ class Simulator(SimCluster):
         self.step += 1
         self.version += 1
         self.res.step_end_s.append(self.now)
+        self._plan_due = True
+        for r in self.opts.resizes:
+            if r.after_step == self.step:
+                self._decisions.append((self.now + r.delay_s, r.train_devices))
+        self._take_decisions()  # a step boundary: the state is checkpointed here
+
+    def _take_decisions(self) -> None:
+        """The newest decision made by now becomes the pending re-size."""
+        made = [d for d in self._decisions if d[0] <= self.now]
+        if made:
+            self._resize_to = made[-1][1]
+            self._decisions = [d for d in self._decisions if d[0] > self.now]
+
+    def _maybe_resize(self) -> None:
+        """The pending re-size once no shift is in flight: the trainer shifts down (its state
+        through host memory, the shift's cost), the slot takes the pool of its new size
+        (`pivot.dist.train_slot`: the last devices), and the planner brings it up there when a
+        batch is ready, at the new size's shift cost."""
+        if self.shifts.states.in_flight:
+            return
+        if self.is_up(self.train_rid):
+            self.shifts.execute(ShiftPlan(None, (), (self.train_rid,), 0.0, 0.0, PlanTimings()))
+            return
+        devices = self._resize_to
+        assert devices is not None
+        if devices != len(self.table.replicas[self.train_rid].devices):
+            self.resize_training(range(self.world - devices, self.world))
+            self.costs = self.costs.resized(devices)
+            self.res.resized_at_s.append(self.now)
+        self._resize_to = None
         self._plan_due = True
 
     # ------------------------------------------------------------------ planning and shifts

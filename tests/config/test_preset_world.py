@@ -22,6 +22,7 @@ from pivot.cli import parse
 def test_the_training_pool_scales_with_the_world(preset: str, world: int, train: int) -> None:
     cfg = parse(["--preset", preset], world_size=world, local_world_size=8)
     assert cfg.train.devices == train and cfg.cluster.nnodes == 0
+    assert cfg.train.resize_every == 5  # auto: the run sizes it from there
 
 
 def test_a_given_training_pool_wins_over_the_share() -> None:
@@ -30,7 +31,14 @@ def test_a_given_training_pool_wins_over_the_share() -> None:
         world_size=32,
         local_world_size=8,
     )
-    assert cfg.train.devices == 12
+    assert cfg.train.devices == 12 and cfg.train.resize_every == 0  # fixed
+
+
+def test_auto_without_a_share_starts_on_a_quarter() -> None:
+    cfg = parse(["--train.devices", "auto"], world_size=8, local_world_size=8)
+    assert cfg.train.devices == 2 and cfg.train.resize_every == 5
+    cfg = parse(["--train.devices", "auto", "--train.resize-every", "3"], world_size=8)
+    assert cfg.train.resize_every == 3
 
 
 @pytest.mark.parametrize("preset", list(PAPER_WORLD))
@@ -38,7 +46,7 @@ def test_paper_preset_is_the_papers_cluster(preset: str) -> None:
     paper, shipped = paper_preset(preset), get_preset(preset)
     assert paper.cluster.nnodes * paper.cluster.devices_per_node == PAPER_WORLD[preset]
     assert shipped.cluster.nnodes == shipped.cluster.devices_per_node == 0
-    assert shipped.cluster.gpu_memory_gb == 0 and shipped.train.devices == 0
+    assert shipped.cluster.gpu_memory_gb == 0 and shipped.train.devices == "auto"
 
 
 def test_tiny_preset_keeps_its_pool() -> None:

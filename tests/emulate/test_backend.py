@@ -25,6 +25,7 @@ def test_the_backend_implements_the_protocol() -> None:
     assert set(wanted) == {
         "runtime_config",
         "controller_parts",
+        "cost_model",
         "install",
         "finish",
         "summary_lines",

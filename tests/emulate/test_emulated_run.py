@@ -5,72 +5,23 @@ device time in the run summary."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pivot.sim.workload import Workload, step_samples
-from tests.conftest import ROOT
+from tests.emulate.jobs import L, job_args, torchrun
 from tests.runtime.models import random_models
 from tests.runtime.test_runtime import B, G, check_exactly_once, rows
 
 pytestmark = pytest.mark.slow
 
-L = 400  # paper tokens per real token: responses of a few real tokens keep the run cheap
-
 
 def test_emulated_run_exactly_once_with_drawn_lengths(tmp_path: Path) -> None:
     policy, genrm = random_models(tmp_path / "models")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "8",
-        str(ROOT / "pivot" / "main.py"),
-        "--model.policy",
-        str(policy),
-        "--model.genrm",
-        str(genrm),
-        "--cluster.device",
-        "emulated",
-        "--emulate.time-scale",
-        "0.001",
-        "--emulate.length-scale",
-        str(L),
-        "--train.devices",
-        "2",
-        "--train.steps",
-        "2",
-        "--train.batch-prompts",
-        str(B),
-        "--train.group-size",
-        str(G),
-        "--data.max-digits",
-        "2",
-        "--eval.every",
-        "0",
-        "--train.filter-groups",
-        "0",
-        "--checkpoint.every",
-        "0",
-        "--log.no-progress",
-        "--log.no-tensorboard",
-        "--log.dir",
-        str(tmp_path / "run"),
-    ]
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "OMP_WAIT_POLICY": "PASSIVE",
-        "PYTHONUNBUFFERED": "1",
-    }
-    out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300, env=env)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    args = job_args(policy, genrm, tmp_path / "run", "--emulate.time-scale", "0.001")
+    args += ["--train.devices", "2", "--train.steps", "2", "--checkpoint.every", "0"]
+    out = torchrun(8, args)
     run = tmp_path / "run"
     check_exactly_once(run, 2)
     workload = Workload(prompts_per_step=B, group_size=G)

@@ -123,3 +123,21 @@ def test_the_device_backends_lines_follow_the_shifts(tmp_path: Path) -> None:
     ).splitlines()
     assert lines[1].startswith("  shifts (up/down)") and lines[2] == "  emulated device time: x"
     assert "emulated" not in run_summary(tmp_path, tmp_path / "ck", "done")
+
+
+def test_summary_of_the_training_slots_sizing(tmp_path: Path) -> None:
+    sizing = {"kind": "shift", "event": "train_sizing", "devices": 4, "pick": 2}
+    _write(
+        tmp_path / "timeline.jsonl",
+        [
+            {**sizing, "cpu_s": 0.4},
+            {"kind": "shift", "event": "train_resized", "step": 0, "was": 4, "devices": 2},
+            {**sizing, "devices": 2, "pick": None, "cpu_s": 1.25},
+        ],
+    )
+    text = run_summary(tmp_path, tmp_path / "ck", "done")
+    assert "training slot sized 2 time(s) (1.2 CPU-s at most): re-sized 4 -> 2 after step 0" in text
+    _write(tmp_path / "timeline.jsonl", [{**sizing, "pick": None, "cpu_s": 0.4}])
+    assert "kept at 4 devices" in run_summary(tmp_path, tmp_path / "ck", "done")
+    _write(tmp_path / "timeline.jsonl", [])
+    assert "training slot" not in run_summary(tmp_path, tmp_path / "ck", "done")

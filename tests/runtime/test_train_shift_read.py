@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from pivot.dist import ClusterSpec, SlotTable
+from pivot.dist import ClusterSpec, SlotTable, train_group_name
 from pivot.runtime.control import messages as m
 from pivot.runtime.job.worker import Worker
 
@@ -15,6 +15,9 @@ from pivot.runtime.job.worker import Worker
 class Trainer:
     def __init__(self) -> None:
         self.needs_weights, self.version, self.got = True, -1, []
+
+    def join(self, group: Any) -> None:
+        self.group = group
 
     def shift_up(self, shards: Any) -> dict[str, float]:
         self.got.append(shards)
@@ -28,6 +31,7 @@ def test_only_the_first_training_shift_up_reads_gps() -> None:
     worker.spec = ClusterSpec(4, 0, 4)
     worker.table = SlotTable.build(worker.spec, 1, 1, 2)
     worker.groups = {s.name: None for s in worker.table.all()}
+    worker.groups[train_group_name(worker.table.train.ranks)] = None
     worker.weights = SimpleNamespace(
         read=lambda *a, **k: reads.append(a) or ({"w": 1}, 3),
         last_read_bytes=0,

@@ -52,6 +52,7 @@ def every_message() -> list[object]:
         m.Saved(2, 2, [FileDigest("policy/model.safetensors", 10, "ab" * 32)]),
         m.Failed(3, "Traceback ..."),
         m.EngineFailed(1, "reward", 2, "EngineDeadError: the core exited", 5),
+        m.ResizeTraining([6, 7], "/ck/step_3"),
     ]
 
 

@@ -24,6 +24,7 @@ def test_plot_timeline(tmp_path: Path) -> None:
     for event, at in (("engine_failed", 0.7), ("engine_rebuilt", 0.9), ("replica_retired", 1.1)):
         rows.append({"kind": "shift", "time": at, "event": event, "role": "rollout", "slot": 0})
     rows.append({"kind": "shift", "time": 1.3, "event": "train_split", "micro_batch_tokens": 2048})
+    rows.append({"kind": "shift", "time": 1.5, "event": "train_resized", "was": 4, "devices": 2})
     timeline = tmp_path / "timeline.jsonl"
     timeline.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = subprocess.run(

@@ -39,6 +39,7 @@ from pivot.shift import ClusterHost, ReplicaTable
 
 if TYPE_CHECKING:  # annotations only
     from pivot.plan.modes import Mode
+    from pivot.runtime.control.sizing import SlotSizer
     from pivot.runtime.records.checkpoint import Checkpointer
     from pivot.runtime.records.progress import StepProgress
 
@@ -59,7 +60,9 @@ class Controller(ClusterHost):
         start_step: int,
         progress: StepProgress,
         checkpointer: Checkpointer,
+        sizer: SlotSizer | None = None,
     ) -> None:
+        """`sizer`: the training slot sized by measurement (`--train.resize-every`), None = fixed."""
         self.cfg, self.ep = cfg, endpoint
         self.flow, self.mode, self.log, self.progress, self.ckpt = (
             flow,
@@ -83,6 +86,7 @@ class Controller(ClusterHost):
         self.judging_since: dict[int, float] = {}  # judge seq id -> its first dispatch (budget)
         self.version = start_step
         self.step = start_step
+        self.progress_start = start_step  # steps up to it were trained by an earlier attempt
         self.training: int | None = None  # step in flight
         self.train_acks: dict[int, m.Trained] = {}
         self.train_splits = 0  # training steps split to fit device memory
@@ -97,6 +101,11 @@ class Controller(ClusterHost):
         self._last_plan = 0.0
         self.reports = ControllerReports(log, progress)
         self.recovery = EngineRecovery(cfg.recovery.max_engine_failures, cfg.recovery.window_s)
+        self.sizer = sizer
+        self.resize_to: int | None = None  # the training slot's next size, decided by the sizer
+        self.resize_step: int | None = None  # the step boundary whose checkpoint it waits for
+        self.resize_checkpoint: str | None = None  # ... once committed
+        self.resizes = 0
 
     # ---- messaging -------------------------------------------------------------------------
     def send_slot(self, rid: int, msg: m.ToWorker, leader_only: bool = False) -> None:
@@ -116,6 +125,8 @@ class Controller(ClusterHost):
             if got and isinstance(got[1], m.Hello):
                 hello.add(got[0])
         self.execute(self.mode.initial(self))
+        if self.sizer is not None:  # on the engines' profiles; training as the model says
+            self.sizer.start(self.train_devices)
         self.submit(self.flow.start_eval(self.step))
         while (self.step < self.cfg.train.steps or self.flow.evals) and self.failed is None:
             got = self.ep.recv(5)
@@ -138,6 +149,8 @@ class Controller(ClusterHost):
         if now - self._last_monitor >= MONITOR_EVERY_S:
             self._last_monitor = now
             self.monitor()
+        self.poll_sizing()
+        self.maybe_resize()
         if not self.shifts.states.in_flight and now - self._last_plan >= self.mode.interval_s:
             self._last_plan = now
             plan = self.mode.plan(self)
@@ -158,6 +171,8 @@ class Controller(ClusterHost):
                 self.handle(*got)
         self.broadcast(m.Stop(self.failed or "done"))
         self.log.shift(event="stop", reason=self.failed or "done")
+        if self.sizer is not None:
+            self.sizer.close()
 
     # ---- commands from the schedulers ------------------------------------------------------
     def apply(self, cmds: list) -> None:
@@ -216,6 +231,8 @@ class Controller(ClusterHost):
             if not self.saving:
                 path = self.ckpt.commit(msg.step, self.saved_files)
                 self.log.shift(event="checkpoint", step=msg.step, path=str(path))
+                if msg.step == self.resize_step:
+                    self.resize_checkpoint = str(path)
         elif isinstance(msg, m.EngineFailed):
             self.on_engine_failed(msg)
         elif isinstance(msg, m.Failed):
@@ -404,6 +421,8 @@ class Controller(ClusterHost):
         )
 
     def maybe_train(self) -> None:
+        if self.resize_due():
+            return  # the slot moves at this step boundary first
         if self.train_ready() and self.is_up(self.train_rid):
             batch, self.batch_summary, records = self.flow.batch(self.step)
             self.log.samples(records)
@@ -430,12 +449,82 @@ class Controller(ClusterHost):
         self.report_step(lead.step, lead.metrics, secs)
         if eval_due(self.step, self.cfg.train.steps, self.cfg.eval.every):
             self.submit(self.flow.start_eval(self.step))
-        if self.ckpt.due(self.step, self.cfg.train.steps):
+        if self.sizer is not None:
+            self.sizer.trained(len(train_ranks), secs, int(lead.metrics.get("tokens", 0.0)))
+            if self.sizer.due(self.step):
+                self.sizer.start(len(train_ranks))
+        if self.resize_to is not None:  # the trainer's state moves through this checkpoint
+            self.resize_step = self.step
+        if self.ckpt.due(self.step, self.cfg.train.steps) or self.resize_step == self.step:
             path = self.ckpt.snapshot(
                 self.step, {"step": self.step, "version": self.version, **self.flow.state_dict()}
             )
             self.saving, self.saved_files = set(train_ranks), []
             self.send_slot(self.train_rid, m.SaveCheckpoint(self.step, str(path)))
+
+    # ---- the training slot sized by measurement (pivot/runtime/control/sizing.py) ---------------
+    @property
+    def train_devices(self) -> int:
+        return len(self.table.replicas[self.train_rid].devices)
+
+    def poll_sizing(self) -> None:
+        """A finished sizing: logged (every candidate's prediction), and its pick, if any, made
+        the slot's next size."""
+        done = self.sizer.poll() if self.sizer is not None else None
+        if done is None:
+            return
+        sizing, pick = done
+        print(f"pivot: {sizing.line()}", flush=True)
+        self.log.shift(
+            event="train_sizing",
+            step=self.step,
+            devices=sizing.current,
+            predicted={str(p.alloc.train_devices): round(p.throughput) for p in sizing.points},
+            pick=pick,
+            cpu_s=round(sizing.cpu_s, 2),
+            complete=sizing.complete,
+        )
+        if pick is not None and pick != self.train_devices:
+            self.resize_to = pick
+
+    def resize_due(self) -> bool:
+        """A decided re-size that may be carried out now or is being carried out: nothing
+        trained in this attempt (GPS, or the checkpoint the launch resumed from, rebuilds the
+        trainer anywhere), or the step boundary's checkpoint was asked for."""
+        trained = self.step > self.progress_start
+        return self.resize_to is not None and (not trained or self.resize_step is not None)
+
+    def maybe_resize(self) -> None:
+        """Carry out a due re-size once nothing trains, saves or shifts: the trainer shifts down
+        if it is up, then the slot takes the last `resize_to` devices (`pivot.dist.train_slot`)
+        and every rank is told; the planner brings the trainer up there like any shift up."""
+        if not self.resize_due() or self.training is not None or self.saving:
+            return
+        if self.resize_step is not None and self.resize_checkpoint is None:
+            return  # its checkpoint is not committed yet
+        if self.shifts.states.in_flight:
+            return
+        if self.is_up(self.train_rid):
+            self.execute(ShiftPlan(None, (), (self.train_rid,), 0.0, 0.0, PlanTimings()))
+            return
+        assert self.resize_to is not None
+        was, ranks = self.train_devices, list(range(self.world - self.resize_to, self.world))
+        self.resize_training(ranks)
+        self.broadcast(m.ResizeTraining(ranks, self.resize_checkpoint or ""))
+        self.resizes += 1
+        self.log.shift(
+            event="train_resized",
+            step=self.step,
+            was=was,
+            devices=len(ranks),
+            checkpoint=self.resize_checkpoint or "",
+        )
+        print(
+            f"pivot: training slot re-sized {was} -> {len(ranks)} devices after step {self.step}"
+            + (f" (its state through {self.resize_checkpoint})" if self.resize_checkpoint else ""),
+            flush=True,
+        )
+        self.resize_to = self.resize_step = self.resize_checkpoint = None
 
     def update(self, rid: int) -> None:
         """Tell a rollout replica to read the newest policy, every rank the same version."""
@@ -457,6 +546,7 @@ class Controller(ClusterHost):
             "count/caught_up": self.versions.caught_up,
             **self.recovery.counters(),
             "count/train_oom_splits": self.train_splits,
+            "count/train_resizes": self.resizes,
         }
         self.reports.step(step, train_metrics, train_s, devices, counters)
 

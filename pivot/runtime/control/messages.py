@@ -61,6 +61,17 @@ class Stop:
     reason: str = "done"
 
 
+@dataclass
+class ResizeTraining:
+    """To every rank, while the trainer is down: the training slot is `ranks` from now on
+    (pivot/runtime/control/sizing.py). Its trainer is built anew on its next shift up, from
+    `checkpoint` (the step boundary's, any number of old ranks) or, when empty, as a first
+    shift up builds it (GPS, or the checkpoint the launch resumed from)."""
+
+    ranks: list[int]
+    checkpoint: str = ""
+
+
 # ---- worker -> controller ------------------------------------------------------------------
 @dataclass
 class Hello:
@@ -170,6 +181,7 @@ MESSAGE_TYPES: tuple[type, ...] = (
     Saved,
     Failed,
     EngineFailed,
+    ResizeTraining,
 )
 ToWorker = (
     ShiftUp
@@ -180,6 +192,7 @@ ToWorker = (
     | TrainStep
     | SaveCheckpoint
     | Stop
+    | ResizeTraining
 )
 ToController = (
     Hello

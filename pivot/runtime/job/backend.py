@@ -16,6 +16,7 @@ from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec
 from pivot.runtime.flow.rl_flow import RLFlow
 from pivot.sched.throughput import ThroughputModel
+from pivot.sim.autosize import CostModel
 
 
 class DeviceBackend(Protocol):
@@ -29,6 +30,10 @@ class DeviceBackend(Protocol):
     ) -> tuple[type[RLFlow], dict[str, Any], dict[str, ThroughputModel]]:
         """Rank 0: the flow class, the fields it takes beyond `RLFlow`'s, and each inference
         role's throughput model (instead of the profiled one)."""
+        ...
+
+    def cost_model(self, cfg: PivotConfig, spec: ClusterSpec) -> CostModel:
+        """Rank 0: the job as the simulator sees it, for the training slot's sizing."""
         ...
 
     def install(

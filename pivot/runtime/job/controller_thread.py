@@ -20,6 +20,7 @@ from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor, skipped_rows_line
 from pivot.runtime.control.control_plane import ControllerEndpoint, RankGone
 from pivot.runtime.control.controller import Controller
+from pivot.runtime.control.sizing import SlotSizer, gpu_cost_model
 from pivot.runtime.flow.rl_flow import RLFlow
 from pivot.runtime.job.backend import DeviceBackend
 from pivot.runtime.job.startup_profile import profile_at_startup
@@ -28,6 +29,7 @@ from pivot.runtime.records.metrics import RunLog
 from pivot.runtime.records.progress import StepProgress
 from pivot.sched.profile import ROOT, ReplicaShape, hardware_name, resolve_profile
 from pivot.sched.throughput import ThroughputModel
+from pivot.sim.autosize import CostModel
 from pivot.tiny import task
 
 PROFILE_CACHE = ROOT / ".cache"
@@ -111,6 +113,32 @@ class ControllerThread(threading.Thread):
             self.log.close()
 
 
+def slot_sizer(
+    cfg: PivotConfig,
+    spec: ClusterSpec,
+    device: str,
+    backend: DeviceBackend | None,
+    profiles: dict[str, ThroughputModel],
+) -> SlotSizer | None:
+    """The training slot's sizing (`--train.devices auto`, `--train.resize-every`): PivotRL's
+    slot on devices the simulator has a cost model of; elsewhere the slot stays, said once."""
+    if not cfg.train.resize_every or cfg.cluster.mode != "pivot":
+        return None
+    if backend is not None:
+        model: CostModel | str = backend.cost_model(cfg, spec)
+    else:
+        model = gpu_cost_model(cfg, spec.world_size, spec.local_world_size, device)
+    if isinstance(model, str):
+        print(
+            f"pivot: the training slot stays at {cfg.train.devices} devices, not sized by "
+            f"measurement (--train.resize-every {cfg.train.resize_every}): {model}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    return SlotSizer(model, cfg.train, profiles)
+
+
 def start_controller(
     cfg: PivotConfig,
     *,
@@ -167,6 +195,7 @@ def start_controller(
     )
     (Path(cfg.log.dir) / "config.json").write_text(json.dumps(config, indent=1))
     progress = StepProgress(cfg.train.steps, start.step, cfg.log.progress)
+    sizer = slot_sizer(cfg, spec, device, backend, profiles)
     ctrl = Controller(
         cfg,
         table,
@@ -179,6 +208,7 @@ def start_controller(
         start.step,
         progress,
         checkpointer,
+        sizer,
     )
     if start.checkpoint is not None:
         ctrl.version = start.state["version"]

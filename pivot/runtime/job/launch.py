@@ -18,7 +18,7 @@ import torch.distributed as dist
 from pivot import secret as job_secret
 from pivot.bad_input import EXIT_CODE, stop, tell
 from pivot.config import PivotConfig
-from pivot.dist import ClusterSpec, SlotTable, create_groups, describe
+from pivot.dist import ClusterSpec, SlotTable, create_groups, describe, pool_sizes
 from pivot.engine import capabilities
 from pivot.engine.kv_export import sweep
 from pivot.engine.kv_transport import KVPlace
@@ -329,7 +329,10 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         return stop([f"pivot: cannot start: {e}"], spec.rank, speak=spec.local_rank == 0)
     attempt = init_distributed(device, spec)
     heartbeat = start_heartbeat(cfg.cluster, spec, attempt)
-    groups = create_groups(table)
+    # a training slot sized by measurement may take any pool size: each has its group
+    sized = cfg.train.resize_every > 0 and cfg.cluster.mode == "pivot"
+    sizes = pool_sizes(spec.world_size, spec.local_world_size, cfg.rollout.tp) if sized else []
+    groups = create_groups(table, sizes)
     if spec.rank == 0:
         print(summary(cfg, spec, table, device, attempt), flush=True)
         if warning := judge_template_warning(cfg):

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from pivot.dist import ClusterSpec, Slot, SlotTable, fence_name
+from pivot.dist import ClusterSpec, Slot, SlotTable, fence_name, train_group_name
 from pivot.faults import ACTIVE as FAULTS_ACTIVE
 from pivot.faults import STALL_S, happens, inject
 from pivot.roles.inference import InferenceRole
@@ -197,17 +197,34 @@ class Worker:
             metrics = self.trainer.train_step(msg.batch)
             t1 = time.perf_counter()
             version = self.weights.write_policy(
-                self.trainer.shards(), self.groups[self.table.train.name]
+                self.trainer.shards(), self._train_group(self.table.train)
             )
             metrics.update(compute_s=t1 - t0, gps_write_s=time.perf_counter() - t1)
             self.endpoint.send(m.Trained(rank, msg.step, version, metrics))
         elif isinstance(msg, m.SaveCheckpoint):
             files = seal(self.trainer.save(msg.path), Path(msg.path))  # the manifest lists them
             self.endpoint.send(m.Saved(rank, msg.step, files))
+        elif isinstance(msg, m.ResizeTraining):
+            self._resize_training(msg)
         elif isinstance(msg, m.Stop):
             self.stopped = True
         else:
             raise TypeError(f"unknown control message {msg!r}")
+
+    def _resize_training(self, msg: m.ResizeTraining) -> None:
+        """The training slot moves to `msg.ranks` (the trainer is down): every rank learns the
+        slot, GPS's writer layout follows it, and the old trainer is dropped; a rank of the new
+        slot builds one on its next shift up."""
+        assert self.role != "train", f"rank {self.spec.rank} still trains: the slot cannot move"
+        self.table.train = Slot("train", 0, tuple(msg.ranks))
+        self.weights.resize_training(self.table.train)
+        self.trainer.resize(Path(msg.checkpoint) if msg.checkpoint else None)
+
+    def _train_group(self, slot: Slot) -> Any:
+        """The training slot's process group: made at start-up for every size it may take
+        (`pivot.dist.create_groups`), since a group made later by its ranks alone hangs unless
+        each made the same groups before."""
+        return self.groups[train_group_name(slot.ranks)]
 
     def _shift_down(self, msg: m.ShiftDown) -> None:
         assert (self.role, self.slot) == (msg.role, msg.slot), (
@@ -245,10 +262,12 @@ class Worker:
     def _shift_up(self, msg: m.ShiftUp) -> None:
         assert self.role is None, f"rank {self.spec.rank} still holds {self.role}{self.slot}"
         slot = self.table.get(msg.role, msg.slot)
-        group = self.groups[slot.name]
+        group = self.groups.get(slot.name)  # the training slot's: `_train_group`
         model = "genrm" if msg.role == "reward" else "policy"
         if msg.role == "train":
             t0 = time.perf_counter()
+            group = self._train_group(slot)
+            self.trainer.join(group)
             # only the first shift up needs GPS: later ones restore the exact fp32 master kept on
             # host, which a bf16 GPS copy could only be checked against, on the critical path
             tensors, version = (

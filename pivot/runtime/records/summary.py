@@ -64,6 +64,7 @@ def run_summary(
         )
         lines.append(f"  shifts (up/down): {per_role}")
     lines += _recoveries(timeline)
+    lines += _sizing(timeline)
     lines += extra or []
     lines += [
         f"  records:     {run}/metrics.jsonl, eval.jsonl, samples.jsonl, timeline.jsonl"
@@ -92,6 +93,22 @@ def _recoveries(timeline: list[dict]) -> list[str]:
             f"micro-batches now at most {splits[-1]['micro_batch_tokens']} tokens"
         )
     return lines
+
+
+def _sizing(timeline: list[dict]) -> list[str]:
+    """A line on the training slot's sizing by measurement (pivot/runtime/control/sizing.py):
+    how many searches finished and each re-size, with the step it followed."""
+    sizings = [r for r in timeline if r.get("event") == "train_sizing"]
+    if not sizings:
+        return []
+    moves = [
+        f"{r['was']} -> {r['devices']} after step {r['step']}"
+        for r in timeline
+        if r.get("event") == "train_resized"
+    ]
+    slot = f"re-sized {', '.join(moves)}" if moves else f"kept at {sizings[0]['devices']} devices"
+    cpu = max(r["cpu_s"] for r in sizings)
+    return [f"  training slot sized {len(sizings)} time(s) ({cpu:.1f} CPU-s at most): {slot}"]
 
 
 def _mean(rows: list[dict], key: str) -> float:

@@ -74,6 +74,12 @@ class WeightService:
         )
         self._replica_layouts: dict[tuple[str, str], Layout] = {}
 
+    def resize_training(self, train: Slot) -> None:
+        """The training slot moved (pivot/runtime/control/sizing.py): its ranks Write the policy
+        in their FSDP shards from now on."""
+        self.train = train
+        self._train_layout = fsdp_layout("policy", self.specs["policy"], train.ranks, self.host_of)
+
     def publish(self, model: str, tensors: Mapping[str, torch.Tensor]) -> int:
         """Write a whole model from this rank alone (start-up: the initial checkpoints)."""
         layout = parallel_layout(model, self.specs[model], [self.store.info.rank], self.host_of)

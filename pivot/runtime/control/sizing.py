@@ -1,0 +1,121 @@
+"""The training slot sized by measurement in a run (`--train.devices auto`, `--train.resize-every`).
+
+Rank 0's controller asks `SlotSizer` for a sizing at start-up (the engines' profiles measured,
+training as the cost model says), after step 1 (a training step measured) and every
+`resize_every` steps after; each runs the simulator's deployment search over PivotRL's training
+slot (pivot/sim/autosize.py) on the costs measured so far, in a process of its own (a search is
+seconds to minutes of CPU: the controller's thread must keep its 200 ms pace), within
+`--train.sizing-budget-s` of CPU. A pick that beats the current slot by `--train.resize-gain`
+is handed to the controller, which moves the slot at a step boundary
+(pivot/runtime/control/controller.py `maybe_resize`).
+
+What is measured, in the simulator's units (`CostModel.simulated`): each inference role's
+throughput profile against the cost model's at a reference step (a profile the run could not
+measure counts as the model's), and the training steps taken on the current slot against the
+cost model's step on that many devices. Shift costs are the cost model's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+from concurrent.futures import Future, ProcessPoolExecutor
+
+from pivot.config import PivotConfig, TrainConfig
+from pivot.sched.throughput import ThroughputModel
+from pivot.sim.autosize import CostModel, Sizing, decide, decode_ratio, modelled_costs, size_slot
+from pivot.sim.deploy import Allocation, deployment
+from pivot.sim.hardware import HARDWARE
+from pivot.sim.options import Calibration
+
+
+def _search(model: CostModel, current: int, calibration: Calibration, budget_s: float) -> Sizing:
+    """One sizing, in the sizer's process; the candidates' runs are left there (only their
+    predictions come back)."""
+    cfg = deployment(model.paper, "pivot", Allocation(current))
+    sizing = size_slot(cfg, model.options(calibration), budget_s)
+    points = tuple(dataclasses.replace(p, runs={}) for p in sizing.points)
+    return dataclasses.replace(sizing, points=points)
+
+
+class SlotSizer:
+    def __init__(
+        self, model: CostModel, train: TrainConfig, profiles: dict[str, ThroughputModel]
+    ) -> None:
+        """`profiles`: each inference role's throughput model as the run measured it (runtime
+        units); a role without one is taken as the cost model says."""
+        self.model, self.every = model, train.resize_every
+        self.gain, self.budget_s = train.resize_gain, train.sizing_budget_s
+        self.said = modelled_costs(model.paper, model.options(Calibration()))
+        ratios = {
+            role: decode_ratio(model.simulated(m), self.said.roles[role].throughput)
+            for role, m in profiles.items()
+            if role in self.said.roles
+        }
+        self.startup = Calibration(
+            rollout=ratios.get("rollout", 1.0), reward=ratios.get("reward", 1.0)
+        )
+        self.steps: list[tuple[int, float]] = []  # (slot size, measured over modelled) per step
+        self._pool: ProcessPoolExecutor | None = None
+        self._running: Future | None = None
+        self.searches = 0
+
+    def due(self, step: int) -> bool:
+        """Whether a sizing starts once step `step` has trained (1, then every `every`)."""
+        return self._running is None and (step == 1 or (step > 1 and (step - 1) % self.every == 0))
+
+    def trained(self, devices: int, runtime_s: float, runtime_tokens: int) -> None:
+        """A training step of `runtime_tokens` took `runtime_s` on a slot of `devices`."""
+        modelled = self.said.train_s(devices, int(runtime_tokens * self.model.token_scale))
+        if modelled > 0:
+            self.steps.append((devices, runtime_s / self.model.time_scale / modelled))
+
+    def calibration(self, devices: int) -> Calibration:
+        """The start-up ratios, and training's: the mean over the steps on a slot of `devices`
+        (the newest slot's; 1.0 before any step)."""
+        ratios = [r for d, r in self.steps if d == devices] or [r for _, r in self.steps]
+        train = sum(ratios) / len(ratios) if ratios else 1.0
+        return dataclasses.replace(self.startup, train=train)
+
+    def start(self, current: int) -> None:
+        """Start a sizing from a slot of `current` devices (nothing if one is running)."""
+        if self._running is not None:
+            return
+        if self._pool is None:  # spawn: rank 0 holds threads and a process group, never fork it
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        self._running = self._pool.submit(
+            _search, self.model, current, self.calibration(current), self.budget_s
+        )
+        self.searches += 1
+
+    def poll(self) -> tuple[Sizing, int | None] | None:
+        """The sizing that finished since the last call, with the slot to move to (None: stay);
+        None while one runs or none was started. A failed search raises."""
+        if self._running is None or not self._running.done():
+            return None
+        sizing, self._running = self._running.result(), None
+        return sizing, decide(sizing, self.gain)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def gpu_cost_model(cfg: PivotConfig, world: int, per_node: int, device: str) -> CostModel | str:
+    """The job on this machine's GPUs as the simulator sees it, or why it has no cost model (a
+    device the simulator has no profile of, models whose sizes the config does not give)."""
+    if not device.startswith("cuda"):
+        return f"the simulator has no cost model of device {device}"
+    import torch
+
+    name = torch.cuda.get_device_name()
+    known = [k for k in HARDWARE if k.upper() in name.upper().split()]
+    if not known:
+        return (
+            f"the simulator has no profile of {name} (pivot/sim/hardware.py: {', '.join(HARDWARE)})"
+        )
+    m = cfg.model
+    if m.policy_params_b <= 0 or m.genrm_params_b <= 0:
+        return "the models' sizes are not given (--model.policy-params-b, --model.genrm-params-b)"
+    cluster = dataclasses.replace(cfg.cluster, nnodes=world // per_node, devices_per_node=per_node)
+    return CostModel(cfg.replace(cluster=cluster), HARDWARE[known[0]])

@@ -1,0 +1,91 @@
+"""The training slot sized by measurement in the runtime (`--train.devices auto`,
+pivot/runtime/control/sizing.py), on emulated devices (CPU ranks, paper-scale device time):
+re-sized at step boundaries with no sample lost or trained twice and the trainer's state carried
+through the boundary's checkpoint, and the start-up sizing picking what the offline search
+picks on the same costs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pivot.cli import parse
+from pivot.dist import ClusterSpec
+from pivot.emulate.backend import EmulatedDevices
+from pivot.sim.autosize import size_slot
+from pivot.sim.deploy import Allocation, deployment
+from pivot.sim.options import Calibration
+from tests.emulate.jobs import job_args, torchrun
+from tests.runtime.models import random_models
+from tests.runtime.test_runtime import check_exactly_once, rows
+
+pytestmark = pytest.mark.slow
+
+
+def events(run: Path, name: str) -> list[dict]:
+    return [r for r in rows(run, "timeline.jsonl") if r.get("event") == name]
+
+
+def test_resized_at_step_boundaries_exactly_once(tmp_path: Path) -> None:
+    # every sizing decides (no least gain) and one runs after every step: the slot moves at
+    # start-up (no state yet) or through a step's checkpoint, perhaps more than once
+    policy, genrm = random_models(tmp_path / "models")
+    run, steps = tmp_path / "run", 4
+    extra = ["--emulate.time-scale", "0.002", "--train.steps", str(steps), "--train.devices", "4"]
+    extra += ["--train.resize-every", "1", "--train.resize-gain", "0", "--checkpoint.every", "0"]
+    out = torchrun(8, job_args(policy, genrm, run, *extra))
+    check_exactly_once(run, steps)
+    sizings, resized = events(run, "train_sizing"), events(run, "train_resized")
+    assert sizings and sizings[0]["devices"] == 4 and "4" in sizings[0]["predicted"]
+    for s in sizings:  # with no least gain, a pick is the best predicted, never the current
+        best = max(s["predicted"], key=lambda t: s["predicted"][t])
+        assert s["pick"] in (None, int(best)) and s["pick"] != s["devices"]
+    assert resized, out.stdout[-2000:]  # T2 beats T4 at start-up on these costs
+    sizes = [4] + [r["devices"] for r in resized]
+    assert [r["was"] for r in resized] == sizes[:-1]
+    for r in resized:  # a trainer that has trained moves through the boundary's checkpoint
+        if r["step"] > 0:
+            assert (Path(r["checkpoint"]) / "manifest.json").is_file()
+    metrics = rows(run, "metrics.jsonl")
+    assert [m["policy_version"] for m in metrics] == list(range(1, steps + 1))
+    assert metrics[-1]["count/train_resizes"] == len(resized)
+
+    def slot_of(
+        k: int,
+    ) -> int:  # step k (from 0) trains on the slot the last re-size before it left
+        return ([4] + [r["devices"] for r in resized if r["step"] <= k])[-1]
+
+    tallies = [json.loads(p.read_text()) for p in sorted((run / "emulated").glob("rank_*.json"))]
+    trained = sum(t.get("train", {}).get("count", 0) for t in tallies)
+    assert trained == sum(slot_of(k) for k in range(steps))  # once per step on each of its ranks
+    assert "training slot re-sized" in out.stdout
+
+
+def test_startup_sizing_picks_the_offline_search_slot(tmp_path: Path) -> None:
+    # 16 emulated devices: the start-up sizing runs on the engines' profiles, which on emulated
+    # devices are the cost model's own, so it must score every slot as the offline search does
+    policy, genrm = random_models(tmp_path / "models")
+    run = tmp_path / "run"
+    args = job_args(policy, genrm, run, "--emulate.time-scale", "0.005", "--train.steps", "3")
+    args += ["--train.devices", "auto", "--checkpoint.every", "0"]
+    torchrun(16, args)
+    check_exactly_once(run, 3)
+    first = events(run, "train_sizing")[0]
+    cfg = parse(args, 16, 16)
+    backend = EmulatedDevices()
+    model = backend.cost_model(backend.runtime_config(cfg), ClusterSpec(16, 0, 16))
+    start = cfg.train.pool
+    offline = size_slot(
+        deployment(model.paper, "pivot", Allocation(start)),
+        model.options(Calibration()),
+        float("inf"),
+    )
+    assert first["devices"] == start == 4  # a quarter of the world
+    predicted = {str(p.alloc.train_devices): round(p.throughput) for p in offline.points}
+    assert first["predicted"] == predicted
+    best = offline.best
+    tie = [t for t, v in predicted.items() if v >= 0.95 * best.throughput]  # resize_gain's
+    picked = first["pick"] if first["pick"] is not None else first["devices"]
+    assert str(picked) in tie

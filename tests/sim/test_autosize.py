@@ -1,0 +1,128 @@
+"""The training slot sized by measurement, on the simulator (pivot/sim/autosize.py): a re-size
+during a run (`SimOptions.resizes`) loses and repeats no sample and happens only where the
+runtime would do it; the search keeps to its CPU budget, scores the current slot first and
+agrees with the baselines' search; a decision needs its gain; calibration scales what it says."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pivot.sched import Role
+from pivot.shift import ShiftError
+from pivot.sim import SimOptions, simulate
+from pivot.sim.autosize import Sizing, decide, modelled_costs, replay, size_slot
+from pivot.sim.band import options_at
+from pivot.sim.costs import build_cluster
+from pivot.sim.deploy import Allocation, SearchPoint, deployment, search
+from pivot.sim.options import Calibration, Resize
+from pivot.sim.simulator import Simulator
+from tests.sim.conftest import small_cfg
+
+
+def _exactly_once(res, steps: int) -> None:  # noqa: ANN001
+    keys = {(st, i) for st in range(steps) for i in range(16)}
+    assert set(res.rollout_done) == keys and set(res.reward_done) == keys
+    assert set(res.rollout_done.values()) == {1} and set(res.reward_done.values()) == {1}
+
+
+def test_a_resize_after_a_step_moves_the_slot_at_a_step_boundary(opts: SimOptions) -> None:
+    steps = 4
+    run = dataclasses.replace(opts, steps=steps, resizes=(Resize(1, 4, delay_s=0.0),))
+    res = simulate(deployment(small_cfg(train_devices=2), "pivot"), run)
+    _exactly_once(res, steps)
+    assert res.resized_at_s and len(res.resized_at_s) == 1
+    train = res.table.replicas[res.table.train_rid]
+    assert train.devices == (4, 5, 6, 7)  # the last devices, as pivot.dist.train_slot tiles it
+    # it waited for step 1's end and no step trained until it was done
+    at = res.resized_at_s[0]
+    assert res.step_end_s[0] <= at < res.step_end_s[1] - res.train_s[1]
+    before = simulate(deployment(small_cfg(train_devices=2), "pivot"), opts)
+    assert res.train_s[1] < before.train_s[1] * 0.6  # 4 devices train the same step in half
+
+
+def test_a_decision_made_during_a_step_waits_for_its_end(opts: SimOptions) -> None:
+    first = simulate(deployment(small_cfg(train_devices=2), "pivot"), opts)
+    step_1_to_2 = first.step_end_s[1] - first.step_end_s[0]
+    late = Resize(1, 4, delay_s=step_1_to_2 / 2)  # decided while step 2 is under way
+    res = simulate(
+        deployment(small_cfg(train_devices=2), "pivot"),
+        dataclasses.replace(opts, steps=4, resizes=(late,)),
+    )
+    _exactly_once(res, 4)
+    assert res.resized_at_s[0] >= res.step_end_s[1]  # after step 2 ended, not during it
+
+
+def test_a_startup_decision_takes_effect_before_the_first_step(opts: SimOptions) -> None:
+    res = simulate(
+        deployment(small_cfg(train_devices=2), "pivot"),
+        dataclasses.replace(opts, resizes=(Resize(0, 4, delay_s=1.0),)),
+    )
+    _exactly_once(res, opts.steps)
+    assert res.resized_at_s[0] < res.step_end_s[0] - res.train_s[0]
+
+
+def test_the_slot_moves_only_while_the_trainer_is_down(opts: SimOptions) -> None:
+    sim = Simulator(deployment(small_cfg(train_devices=2), "pivot"), opts)
+    sim.shifts.bring_up([sim.train_rid])
+    with pytest.raises(ShiftError, match="cannot be re-sized while up"):
+        sim.resize_training(range(4, 8))
+    others = sim.table.replicas[: sim.train_rid]
+    sim.shifts.states.start(sim.train_rid, up=False)
+    sim.shifts.states.finish(sim.train_rid)
+    sim.resize_training(range(4, 8))
+    assert sim.table.replicas[: sim.train_rid] == others  # every other replica as it was
+    assert sim.shifts.table is sim.table and sim.shifts.states.table is sim.table
+
+
+def test_the_search_keeps_to_its_budget_and_scores_the_current_slot_first(
+    opts: SimOptions,
+) -> None:
+    cfg = deployment(small_cfg(train_devices=2), "pivot")
+    cut = size_slot(cfg, opts, budget_s=1e-9)
+    assert [p.alloc.train_devices for p in cut.points] == [2] and not cut.complete
+    whole = size_slot(cfg, opts, budget_s=float("inf"))
+    assert whole.complete and whole.points[0].alloc == Allocation(2)
+    best, points = search(cfg, "pivot", opts)
+    assert whole.best.alloc == best  # the baselines' search, the same grid and edge steps
+    assert {p.alloc for p in whole.points} == {p.alloc for p in points}
+    assert "T2:" in whole.line() and f"-> T{best.train_devices}" in whole.line()
+
+
+def _sizing(current: int, predicted: dict[int, float]) -> Sizing:
+    points = tuple(SearchPoint(Allocation(t), v) for t, v in predicted.items())
+    return Sizing(current, points, 0.1, True)
+
+
+def test_a_resize_needs_its_gain() -> None:
+    assert decide(_sizing(2, {2: 100.0, 4: 104.0}), 0.05) is None
+    assert decide(_sizing(2, {2: 100.0, 4: 106.0}), 0.05) == 4
+    assert decide(_sizing(4, {2: 90.0, 4: 100.0}), 0.0) is None  # the current is the best
+    assert decide(_sizing(2, {2: 0.0, 4: 0.0}), 0.0) is None  # nothing could run
+
+
+def test_calibration_scales_the_costs(opts: SimOptions) -> None:
+    cfg = deployment(small_cfg(train_devices=2), "pivot")
+    base = modelled_costs(cfg, opts)  # the cost model as it is, whatever opts' calibration
+    assert modelled_costs(cfg, dataclasses.replace(opts, calibration=Calibration(2.0))) == base
+    slower = build_cluster(cfg, opts.hardware, calibration=Calibration(rollout=2.0, train=3.0))[1]
+    a, b = base.roles[Role.ROLLOUT], slower.roles[Role.ROLLOUT]
+    assert b.throughput.throughput(8, 8000) == pytest.approx(a.throughput.throughput(8, 8000) / 2)
+    assert b.prefill_s_per_token == pytest.approx(2 * a.prefill_s_per_token)
+    assert slower.roles[Role.REWARD] == base.roles[Role.REWARD]
+    assert slower.train_s(2, 10_000) == pytest.approx(3 * base.train_s(2, 10_000))
+
+
+def test_replay_learns_the_corner_a_run_lands_on(opts: SimOptions) -> None:
+    cfg = deployment(small_cfg(train_devices=2), "pivot")
+    resizes, sizings = replay(cfg, opts, opts, min_gain=0.05)
+    assert len(sizings) == 2  # at start-up, after step 1
+    at_nominal = size_slot(cfg, opts, float("inf")).best.alloc.train_devices
+    assert [r.train_devices for r in resizes][-1:] in ([], [at_nominal])
+    fast = options_at(opts, "fast")
+    resizes, _ = replay(cfg, opts, fast, min_gain=0.0)
+    final = resizes[-1].train_devices if resizes else 2
+    run = simulate(cfg, dataclasses.replace(fast, resizes=resizes))
+    assert len(run.table.replicas[run.table.train_rid].devices) == final
+    _exactly_once(run, opts.steps)
