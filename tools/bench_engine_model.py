@@ -4,6 +4,8 @@ other."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +33,7 @@ def bench_model(hidden: int, layers: int) -> tuple[Path, CausalLM]:
         max_position_embeddings=2048,
     )
     tmp = Path(tempfile.mkdtemp(prefix="bench_engine_"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # every run left one behind
     model = CausalLM(args)
     save_pretrained(model, tmp)
     return tmp, model
