@@ -486,6 +486,8 @@ class Controller(ClusterHost):
         )
         if pick is not None and pick != self.train_devices:
             self.resize_to = pick
+        elif self.resize_step is None:  # the newest sizing says stay: an earlier pick not begun
+            self.resize_to = None
 
     def resize_due(self) -> bool:
         """A decided re-size that may be carried out now or is being carried out: nothing
