@@ -39,8 +39,8 @@ from pivot.engine.config import FLASH_BLOCK_MULTIPLE
 from pivot.engine.config import EngineConfig as EngineConfig  # the engine's section
 
 AUTO_SHARE = 0.25
-"""Where `--train.devices auto` starts without a share: a quarter of the world (the search's
-grid holds it, and a model that fits 8 devices' training state per 32 fits there)."""
+"""Where `--train.devices auto` starts without a share: a quarter of the world, one of the
+slots the sizing's search scores first (pivot/sim/deploy.py `candidate_allocations`)."""
 
 
 @dataclass
