@@ -11,9 +11,9 @@ launched at the nominal slot, costs learnt after the first step.
 
 The search is the one every baseline is tuned with (the same grid and edge steps), so a slot
 it picks is comparable to theirs. Each candidate is a whole simulated run (seconds of CPU at 32
-devices, a minute or two at 128: `tools/bench_sim.py --sizing-time`), so the budget is checked
-before each candidate starts: the current slot is always scored first, then the grid, then the
-steps past its edge, and a search out of budget decides among what it scored.
+devices, a minute or more at 128: docs/results.md), so the budget is checked before each
+candidate starts: the current slot is always scored first, then the grid, then the steps past
+its edge, and a search out of budget decides among what it scored.
 """
 
 from __future__ import annotations
