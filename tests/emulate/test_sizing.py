@@ -1,8 +1,9 @@
-"""The training slot sized by measurement in the runtime (`--train.devices auto`,
-pivot/runtime/control/sizing.py), on emulated devices (CPU ranks, paper-scale device time):
-re-sized at step boundaries with no sample lost or trained twice and the trainer's state carried
-through the boundary's checkpoint, and the start-up sizing picking what the offline search
-picks on the same costs."""
+"""The main job on emulated devices (CPU ranks, paper-scale device time) with its training slot
+sized by measurement (`--train.devices auto`, pivot/runtime/control/sizing.py): re-sized at step
+boundaries with no sample lost or trained twice, the trainer's state carried through the
+boundary's checkpoint, response lengths drawn from the simulator's workload and every rank's
+device time in the run summary; and the start-up sizing picking what the offline search picks
+on the same costs."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from pivot.emulate.backend import EmulatedDevices
 from pivot.sim.autosize import size_slot
 from pivot.sim.deploy import Allocation, deployment
 from pivot.sim.options import Calibration
-from tests.emulate.jobs import job_args, torchrun
+from pivot.sim.workload import Workload, step_samples
+from tests.emulate.jobs import L, job_args, torchrun
 from tests.runtime.models import random_models
-from tests.runtime.test_runtime import check_exactly_once, rows
+from tests.runtime.test_runtime import B, G, check_exactly_once, rows
 
 pytestmark = pytest.mark.slow
 
@@ -57,10 +59,15 @@ def test_resized_at_step_boundaries_exactly_once(tmp_path: Path) -> None:
     ) -> int:  # step k (from 0) trains on the slot the last re-size before it left
         return ([4] + [r["devices"] for r in resized if r["step"] <= k])[-1]
 
-    tallies = [json.loads(p.read_text()) for p in sorted((run / "emulated").glob("rank_*.json"))]
-    trained = sum(t.get("train", {}).get("count", 0) for t in tallies)
+    tallies = sorted((run / "emulated").iterdir())
+    assert [p.name for p in tallies] == [f"rank_{i}.json" for i in range(8)]
+    trained = sum(json.loads(p.read_text()).get("train", {}).get("count", 0) for p in tallies)
     assert trained == sum(slot_of(k) for k in range(steps))  # once per step on each of its ranks
-    assert "training slot re-sized" in out.stdout
+    assert "training slot re-sized" in out.stdout and "emulated device time" in out.stdout
+    workload = Workload(prompts_per_step=B, group_size=G)
+    for r in rows(run, "samples.jsonl"):  # EOS ignored until the length drawn for that very sample
+        drawn = step_samples(workload, 0, r["step"], 8)[r["prompt"] * G + r["sample"]].response_len
+        assert r["response_tokens"] == max(1, round(drawn / L)), r
 
 
 def test_startup_sizing_picks_the_offline_search_slot(tmp_path: Path) -> None:
