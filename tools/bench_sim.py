@@ -390,11 +390,12 @@ def shift_costs(groups: list[str], opts: SimOptions, seed: int) -> None:
     for g in groups:
         hw = with_engine(opts.hardware, opts.engine)
         _, costs = build_cluster(preset(g, seed), hw, opts.kv_from_engine)
-        c = costs.roles
-        print(
-            f"  {g}: rollout up {c['rollout'].up_s:.1f} down {c['rollout'].down_s:.1f} | reward up {c['reward'].up_s:.1f} "  # noqa: E501 (one table row, easier read whole)
-            f"down {c['reward'].down_s:.1f} | train up {costs.train_up_s:.1f} down {costs.train_down_s:.1f}"
+        shifts = " | ".join(
+            f"{role} up {costs.shift_s(role, True):.1f} down {costs.shift_s(role, False):.1f}"
+            for role in ("rollout", "reward", "train")
         )
+        print(f"  {g}: {shifts}")
+        c = costs.roles
         for role in ("rollout", "reward"):
             m = c[role].throughput
             print(

@@ -14,6 +14,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
+from pivot.plan.planner import PlanTimings, ShiftPlan
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import INFERENCE_ROLES, Replica
 from pivot.sched.scheduler import ShiftAwareScheduler
@@ -35,6 +36,28 @@ class ClusterHost:
             role: ShiftAwareScheduler(table.slots(role), active=[], migrate=migrate)
             for role in INFERENCE_ROLES
         }
+
+    @property
+    def train_devices(self) -> int:
+        """Devices of the training slot now."""
+        return len(self.table.replicas[self.train_rid].devices)
+
+    def execute(self, plan: ShiftPlan) -> None:
+        """Carry out `plan` (the controller also counts and logs it)."""
+        self.shifts.execute(plan)
+
+    def move_training_slot(self, devices: int) -> bool:
+        """One call of carrying out a decided re-size (pivot/sim/autosize.py), until it returns
+        True: once no shift is in flight the trainer shifts down if it is up; once it is down
+        the slot takes the last `devices` devices (`pivot.dist.train_slot`), where the mode
+        brings it up like any shift up. The caller records the move."""
+        if self.shifts.states.in_flight:
+            return False
+        if self.is_up(self.train_rid):
+            self.execute(ShiftPlan(None, (), (self.train_rid,), 0.0, 0.0, PlanTimings()))
+            return False
+        self.resize_training(range(self.world - devices, self.world))
+        return True
 
     def resize_training(self, devices: Sequence[int]) -> None:
         """Give the training slot `devices` (a re-sized pool, pivot/sim/autosize.py). Only while

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from pivot.config import PivotConfig
 from pivot.sched import Role, ThroughputModel
+from pivot.sched.profile import CONSTANTS
 from pivot.sim.costs import SimCosts, build_cluster
 from pivot.sim.deploy import (
     Allocation,
@@ -35,7 +36,7 @@ from pivot.sim.deploy import (
 )
 from pivot.sim.engine_profile import with_engine
 from pivot.sim.hardware import HardwareProfile
-from pivot.sim.options import Calibration, Resize, SimOptions
+from pivot.sim.options import Calibration, EngineCalibration, Resize, SimOptions
 from pivot.sim.window import aligned_window
 from pivot.sim.workload import Workload
 
@@ -147,9 +148,41 @@ def decode_ratio(measured: ThroughputModel, modelled: ThroughputModel) -> float:
     return modelled.throughput(n, tok) / measured.throughput(n, tok)
 
 
+def engine_calibration(measured: ThroughputModel, modelled: ThroughputModel) -> EngineCalibration:
+    """What a start-up profile (`measured`, in the cost model's units) says of an engine whose
+    cost model is `modelled`: each decode constant as measured (a single scale would get the
+    step right at one batch and context only: on 32B H200's slow corner the search then
+    predicted its best slot 11% short and never picked it, docs/results.md), its prefill,
+    which the profile does not time, as the decode step at the reference point."""
+    a, b, c, d = (
+        getattr(measured, k) / getattr(modelled, k) if getattr(modelled, k) > 0 else 1.0
+        for k in CONSTANTS
+    )
+    return EngineCalibration((a, b, c, d), decode_ratio(measured, modelled))
+
+
 def modelled_costs(base: PivotConfig, opts: SimOptions) -> SimCosts:
     """The costs the cost model gives `base`'s roles on `opts`' hardware (uncalibrated)."""
     return build_cluster(base, with_engine(opts.hardware, opts.engine), opts.kv_from_engine)[1]
+
+
+def shift_ratio(said: SimCosts, real: SimCosts, role: str) -> float:
+    """Measured over modelled seconds of `role`'s shifts, one up and one down: a run's shifts of
+    a role are pairs (what goes up comes down)."""
+    both = (True, False)
+    return sum(real.shift_s(role, up) for up in both) / sum(said.shift_s(role, up) for up in both)
+
+
+def measured(startup: Calibration, said: SimCosts, real: SimCosts, devices: int) -> Calibration:
+    """What a run knows after its first step on a slot of `devices` where the model says `said`
+    and the devices cost `real`: the start-up profiles, a training step and the shifts made
+    (pivot/runtime/control/sizing.py measures the same)."""
+    said, real = said.resized(devices), real.resized(devices)
+    tokens = 1_000_000
+    trained = dataclasses.replace(
+        startup, train=real.train_s(devices, tokens) / said.train_s(devices, tokens)
+    )
+    return trained.with_shifts({role: shift_ratio(said, real, role) for role in Role})
 
 
 def replay(
@@ -162,22 +195,19 @@ def replay(
 ) -> tuple[tuple[Resize, ...], list[Sizing]]:
     """The decisions `--train.devices auto` makes in a run launched with PivotRL's training slot
     at `base.train.pool`, whose cost model says `believed` and whose devices cost `actual`:
-    at start-up it measures the engines (a profile: decode and prefill calibrated), after step 1
-    also a training step (training calibrated); each search starts from the slot the last one
-    left and takes its CPU time as delay. Later sizings see the same costs and change nothing."""
+    at start-up it measures the engines (a profile: decode's constants and prefill calibrated), after step 1
+    also a training step and the shifts made (training and shifts calibrated); each search starts
+    from the slot the last one left and takes its CPU time as delay. Later sizings see the same
+    costs and change nothing."""
     said, real = modelled_costs(base, believed), modelled_costs(base, actual)
-    startup = Calibration(
-        rollout=decode_ratio(
-            real.roles[Role.ROLLOUT].throughput, said.roles[Role.ROLLOUT].throughput
-        ),
-        reward=decode_ratio(real.roles[Role.REWARD].throughput, said.roles[Role.REWARD].throughput),
-    )
-    devices, tokens = base.train.pool, 1_000_000
-    trained = dataclasses.replace(
-        startup, train=real.train_s(devices, tokens) / said.train_s(devices, tokens)
-    )
+    engine = {
+        role: engine_calibration(real.roles[role].throughput, said.roles[role].throughput)
+        for role in (Role.ROLLOUT, Role.REWARD)
+    }
+    startup = Calibration(engine[Role.ROLLOUT], engine[Role.REWARD])
     resizes, sizings, current = [], [], base.train.pool
-    for after_step, calibration in ((0, startup), (1, trained)):
+    for after_step in (0, 1):
+        calibration = startup if after_step == 0 else measured(startup, said, real, current)
         cfg = deployment(base, "pivot", Allocation(current))
         sizing = size_slot(
             cfg, dataclasses.replace(believed, calibration=calibration), budget_s, seeds

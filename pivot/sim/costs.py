@@ -16,7 +16,7 @@ from pivot.sched import Role, ThroughputModel
 from pivot.shift import ReplicaTable
 from pivot.sim import hardware as hwm
 from pivot.sim.hardware import HardwareProfile, ModelSpec, SimConfigError
-from pivot.sim.options import Calibration
+from pivot.sim.options import Calibration, EngineCalibration
 
 
 @dataclass(frozen=True)
@@ -37,33 +37,32 @@ class SimCosts:
     roles: dict[str, RoleCosts]
     """Costs of each inference role."""
     policy: ModelSpec
-    train_up_s: float
-    train_down_s: float
     hardware: HardwareProfile
+    train_devices: int
+    """Devices of the training slot (every device when colocated)."""
     train_forwards: int = 1
     """Forward-only passes of a training step besides the update: old log-probs (+ reference)."""
-    train_scale: float = 1.0
-    """Measured over modelled training time (`Calibration.train`)."""
+    calibration: Calibration = Calibration()
+    """Measured over modelled seconds of training and of each role's shifts (the inference
+    roles' decode and prefill are scaled in `roles` already)."""
 
     def train_s(self, devices: int, tokens: int) -> float:
         """A training step over `tokens` on a training slot of `devices`."""
         m, hw = self.policy, self.hardware
-        return hwm.train_s(m, hw, devices, tokens, self.train_forwards) * self.train_scale
+        return hwm.train_s(m, hw, devices, tokens, self.train_forwards) * self.calibration.train
 
     def resized(self, devices: int) -> SimCosts:
         """These costs with the training slot on `devices` (its shifts move a share of the state
         that depends on the slot's size); raises `SimConfigError` when the state does not fit."""
         hwm.check_train_fits(self.policy, self.hardware, devices)
-        return dataclasses.replace(
-            self,
-            train_up_s=hwm.train_shift_s(self.policy, self.hardware, devices, True),
-            train_down_s=hwm.train_shift_s(self.policy, self.hardware, devices, False),
-        )
+        return dataclasses.replace(self, train_devices=devices)
 
     def shift_s(self, role: str, up: bool) -> float:
         if role == Role.TRAIN:
-            return self.train_up_s if up else self.train_down_s
-        return self.roles[role].up_s if up else self.roles[role].down_s
+            modelled = hwm.train_shift_s(self.policy, self.hardware, self.train_devices, up)
+        else:
+            modelled = self.roles[role].up_s if up else self.roles[role].down_s
+        return modelled * self.calibration.shift(role)
 
 
 def _role_costs(
@@ -73,16 +72,18 @@ def _role_costs(
     field: str,
     kv_limit: int | None,
     max_running: int,
-    scale: float,
+    cal: EngineCalibration,
 ) -> RoleCosts:
-    a, b, c, d = (k * scale for k in hwm.decode_constants(spec, hw, tp))
+    a, b, c, d = (
+        k * s for k, s in zip(hwm.decode_constants(spec, hw, tp), cal.decode, strict=True)
+    )
     kv = hwm.kv_capacity_tokens(spec, hw, tp, field)
     return RoleCosts(
         spec,
         tp,
         ThroughputModel(a, b, c, d),
         kv if kv_limit is None else min(kv, kv_limit),
-        hwm.prefill_s(spec, hw, tp, 1) * scale,
+        hwm.prefill_s(spec, hw, tp, 1) * cal.prefill,
         hwm.inference_shift_s(spec, hw, tp, True),
         hwm.inference_shift_s(spec, hw, tp, False),
         max_running,
@@ -152,11 +153,5 @@ def build_cluster(
         {r: c.throughput for r, c in costs.items()},
     )
     return table, SimCosts(
-        costs,
-        policy,
-        hwm.train_shift_s(policy, hw, train_devices, True),
-        hwm.train_shift_s(policy, hw, train_devices, False),
-        hw,
-        1 + (cfg.train.kl_coef > 0),
-        calibration.train,
+        costs, policy, hw, train_devices, 1 + (cfg.train.kl_coef > 0), calibration
     )

@@ -3,6 +3,8 @@ calibration by measured costs, a re-size of the training slot)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pivot.sim.hardware import H20, HardwareProfile
@@ -10,19 +12,68 @@ from pivot.sim.workload import Workload
 
 
 @dataclass(frozen=True)
-class Calibration:
-    """Measured over modelled seconds of each kind of work (pivot/sim/autosize.py measures them
-    in a run): 1.0 is the cost model as it is; 1.3 on `train` makes every training step 30%
-    longer. Decode and prefill of a role scale together (one engine's step)."""
+class EngineCalibration:
+    """Measured over modelled costs of one inference role's engine: each constant of its decode
+    step (A, B, C, D of pivot/sched/throughput.py, which a start-up profile fits), its prefill
+    and its shifts (up and down alike). 1.0 is the cost model as it is."""
 
-    rollout: float = 1.0
-    reward: float = 1.0
-    train: float = 1.0
+    decode: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
+    """A, B, C, D's scales; 0 drops a term (a profile whose fit has none)."""
+    prefill: float = 1.0
+    shift: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("rollout", "reward", "train"):
-            if not getattr(self, name) > 0:
+        if len(self.decode) != 4 or not all(0 <= k < float("inf") for k in self.decode):
+            raise ValueError(f"EngineCalibration.decode={self.decode!r}: need 4 finite scales >= 0")
+        for name in ("prefill", "shift"):
+            if not 0 < getattr(self, name) < float("inf"):
+                raise ValueError(f"EngineCalibration.{name}={getattr(self, name)!r}: must be > 0")
+
+    @classmethod
+    def uniform(cls, k: float) -> EngineCalibration:
+        """Decode and prefill `k` times as long (one engine step scaled as a whole)."""
+        return cls((k, k, k, k), k)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured over modelled costs of each kind of work (pivot/sim/autosize.py measures them in
+    a run): each inference role's engine, training steps (1.3 makes every step 30% longer) and
+    the trainer's shifts."""
+
+    rollout: EngineCalibration = EngineCalibration()
+    reward: EngineCalibration = EngineCalibration()
+    train: float = 1.0
+    train_shift: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("train", "train_shift"):
+            if not 0 < getattr(self, name) < float("inf"):
                 raise ValueError(f"Calibration.{name}={getattr(self, name)!r}: must be > 0")
+
+    def shift(self, role: str) -> float:
+        """The scale of `role`'s shifts."""
+        return self.train_shift if role == "train" else self.engine(role).shift
+
+    def engine(self, role: str) -> EngineCalibration:
+        """The calibration of inference `role`'s engine."""
+        if role not in ("rollout", "reward"):
+            raise ValueError(f"Calibration.engine({role!r}): expected rollout or reward")
+        return self.rollout if role == "rollout" else self.reward
+
+    def with_shifts(self, scales: Mapping[str, float]) -> Calibration:
+        """These scales with each role of `scales` shifting that many times as long."""
+        out = self
+        for role, k in scales.items():
+            if role == "train":
+                out = dataclasses.replace(out, train_shift=k)
+            elif role == "rollout":
+                out = dataclasses.replace(out, rollout=dataclasses.replace(out.rollout, shift=k))
+            else:
+                out = dataclasses.replace(
+                    out, reward=dataclasses.replace(out.engine(role), shift=k)
+                )
+        return out
 
 
 @dataclass(frozen=True)

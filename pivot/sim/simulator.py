@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 
 from pivot.config import PivotConfig
-from pivot.plan import ClusterSnapshot, PlanTimings, ShiftPlan, overall_throughput
+from pivot.plan import ClusterSnapshot, overall_throughput
 from pivot.sched import INFERENCE_ROLES, Role
 from pivot.sim.cluster import SimCluster
 from pivot.sim.cluster import _Seq as _Seq  # re-exported: tests submit sequences by hand
@@ -150,19 +150,14 @@ class Simulator(SimCluster):
             self._decisions = [d for d in self._decisions if d[0] > self.now]
 
     def _maybe_resize(self) -> None:
-        """The pending re-size once no shift is in flight: the trainer shifts down (its state
-        through host memory, the shift's cost), the slot takes the pool of its new size
-        (`pivot.dist.train_slot`: the last devices), and the planner brings it up there when a
-        batch is ready, at the new size's shift cost."""
-        if self.shifts.states.in_flight:
-            return
-        if self.is_up(self.train_rid):
-            self.shifts.execute(ShiftPlan(None, (), (self.train_rid,), 0.0, 0.0, PlanTimings()))
-            return
-        devices = self._resize_to
+        """The pending re-size, as the runtime carries it out (`ClusterHost.move_training_slot`):
+        the trainer's state goes through host memory at its shift down's cost, and its next
+        shift up, on the new pool, costs the new size's."""
+        devices, was = self._resize_to, self.train_devices
         assert devices is not None
-        if devices != len(self.table.replicas[self.train_rid].devices):
-            self.resize_training(range(self.world - devices, self.world))
+        if not self.move_training_slot(devices):
+            return
+        if devices != was:
             self.costs = self.costs.resized(devices)
             self.res.resized_at_s.append(self.now)
         self._resize_to = None

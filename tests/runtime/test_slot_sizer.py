@@ -1,7 +1,7 @@
 """The runtime's side of the training slot's sizing (pivot/runtime/control/sizing.py): what it
-measures becomes the cost model's calibration, when a sizing starts, where a cost model exists
-(emulated devices, GPUs the simulator has a profile of, models of known size) and the one line
-it says where none does."""
+measures (profiles, training steps, shifts) becomes the cost model's calibration, when a sizing
+starts, where a cost model exists (emulated devices, GPUs the simulator has a profile of, models
+of known size) and the one line it says where none does."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from pivot.runtime.job.controller_thread import slot_sizer
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.autosize import CostModel
 from pivot.sim.hardware import H200
+from pivot.sim.options import EngineCalibration
 from tests.emulate.test_clock import emulated_cfg
 
 PRESET = "qwen2.5-7b+qwen3-30b-a3b"
@@ -40,9 +41,16 @@ def test_profiles_become_the_cost_models_calibration() -> None:
     exact = {role: costs.runtime_profile(role) for role in ("rollout", "reward")}
     train = dataclasses.replace(model.paper.train, resize_every=3)
     same = SlotSizer(model, train, exact)  # emulated profiles are the cost model's own
-    assert same.startup.rollout == pytest.approx(1.0) and same.startup.reward == pytest.approx(1.0)
+    for engine in (same.startup.rollout, same.startup.reward):
+        assert engine.decode == pytest.approx((1.0,) * 4) and engine.prefill == pytest.approx(1.0)
     slow = SlotSizer(model, train, {"rollout": _slower(exact["rollout"], 2.0)})
-    assert slow.startup.rollout == pytest.approx(2.0) and slow.startup.reward == 1.0
+    assert slow.startup.rollout.decode == pytest.approx((2.0,) * 4)
+    assert slow.startup.rollout.prefill == pytest.approx(2.0)
+    assert slow.startup.reward == EngineCalibration()  # not profiled: the model's
+    m = exact["reward"]  # each constant as measured: a step slower where it is memory-bound
+    shape = SlotSizer(model, train, {"reward": ThroughputModel(3 * m.A, 3 * m.B, m.C, m.D)})
+    assert shape.startup.reward.decode == pytest.approx((3.0, 3.0, 1.0, 1.0))
+    assert 1.0 < shape.startup.reward.prefill < 3.0  # the step at the reference point
 
 
 def test_training_steps_become_trainings_calibration() -> None:
@@ -56,6 +64,23 @@ def test_training_steps_become_trainings_calibration() -> None:
     assert sizer.calibration(4).train == pytest.approx(2.5)  # the slot's own steps first
     assert sizer.calibration(2).train == pytest.approx(1.5)
     assert [s for s in range(1, 12) if sizer.due(s)] == [1, 4, 7, 10]
+
+
+def test_shifts_become_the_shifts_calibration() -> None:
+    model, costs = _emulated()
+    sizer = SlotSizer(model, dataclasses.replace(model.paper.train, resize_every=3), {})
+    runtime_s = model.time_scale  # one simulated second of the runtime's
+    sizer.shifted("rollout", 0, True, 1, 9 * runtime_s)  # its first shift up builds the engine
+    assert sizer.calibration(2).rollout.shift == 1.0
+    down, up = (costs.shift_s("rollout", u) for u in (False, True))
+    sizer.shifted("rollout", 0, False, 1, 2 * down * runtime_s)
+    sizer.shifted("rollout", 0, True, 1, 2 * up * runtime_s)  # the same slot again: counted
+    assert sizer.calibration(2).rollout.shift == pytest.approx(2.0)
+    sizer.shifted("train", 0, True, 4, 1.0)  # the trainer's first shift up on 4 devices
+    sizer.shifted("train", 0, False, 4, 3 * costs.shift_s("train", False, 4) * runtime_s)
+    calibration = sizer.calibration(4)
+    assert calibration.train_shift == pytest.approx(3.0)  # priced at the slot's own size
+    assert calibration.reward.shift == 1.0 and calibration.rollout.shift == pytest.approx(2.0)
 
 
 def test_a_sizing_runs_in_its_own_process_and_decides() -> None:

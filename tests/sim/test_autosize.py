@@ -1,22 +1,32 @@
 """The training slot sized by measurement, on the simulator (pivot/sim/autosize.py): a re-size
 during a run (`SimOptions.resizes`) loses and repeats no sample and happens only where the
 runtime would do it; the search keeps to its CPU budget, scores the current slot first and
-agrees with the baselines' search; a decision needs its gain; calibration scales what it says."""
+agrees with the baselines' search; a decision needs its gain; calibration scales what it says
+and a run's first step measures it."""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import astuple
 
 import pytest
 
-from pivot.sched import Role
+from pivot.sched import Role, ThroughputModel
 from pivot.shift import ShiftError
 from pivot.sim import SimOptions, simulate
-from pivot.sim.autosize import Sizing, decide, modelled_costs, replay, size_slot
+from pivot.sim.autosize import (
+    Sizing,
+    decide,
+    engine_calibration,
+    measured,
+    modelled_costs,
+    replay,
+    size_slot,
+)
 from pivot.sim.band import options_at
 from pivot.sim.costs import build_cluster
 from pivot.sim.deploy import Allocation, SearchPoint, deployment, search
-from pivot.sim.options import Calibration, Resize
+from pivot.sim.options import Calibration, EngineCalibration, Resize
 from pivot.sim.simulator import Simulator
 from tests.sim.conftest import small_cfg
 
@@ -105,13 +115,55 @@ def test_a_resize_needs_its_gain() -> None:
 def test_calibration_scales_the_costs(opts: SimOptions) -> None:
     cfg = deployment(small_cfg(train_devices=2), "pivot")
     base = modelled_costs(cfg, opts)  # the cost model as it is, whatever opts' calibration
-    assert modelled_costs(cfg, dataclasses.replace(opts, calibration=Calibration(2.0))) == base
-    slower = build_cluster(cfg, opts.hardware, calibration=Calibration(rollout=2.0, train=3.0))[1]
+    twice = Calibration(EngineCalibration.uniform(2.0))
+    assert modelled_costs(cfg, dataclasses.replace(opts, calibration=twice)) == base
+    slower = build_cluster(cfg, opts.hardware, calibration=dataclasses.replace(twice, train=3.0))[1]
     a, b = base.roles[Role.ROLLOUT], slower.roles[Role.ROLLOUT]
     assert b.throughput.throughput(8, 8000) == pytest.approx(a.throughput.throughput(8, 8000) / 2)
     assert b.prefill_s_per_token == pytest.approx(2 * a.prefill_s_per_token)
     assert slower.roles[Role.REWARD] == base.roles[Role.REWARD]
     assert slower.train_s(2, 10_000) == pytest.approx(3 * base.train_s(2, 10_000))
+    shape = Calibration(reward=EngineCalibration((1.0, 4.0, 1.0, 0.0)))  # B x4, no D
+    m, k = (
+        base.roles[Role.REWARD].throughput,
+        build_cluster(cfg, opts.hardware, calibration=shape)[1],
+    )
+    assert k.roles[Role.REWARD].throughput == ThroughputModel(m.A, 4 * m.B, m.C, 0.0)
+    shifting = build_cluster(cfg, opts.hardware, calibration=Calibration(train_shift=2.0))[1]
+    for up in (True, False):
+        assert shifting.shift_s(Role.TRAIN, up) == pytest.approx(2 * base.shift_s(Role.TRAIN, up))
+        assert shifting.shift_s(Role.ROLLOUT, up) == base.shift_s(Role.ROLLOUT, up)
+        wider = base.resized(4)  # the slot's own size prices its shifts, calibrated alike
+        assert shifting.resized(4).shift_s(Role.TRAIN, up) == pytest.approx(
+            2 * wider.shift_s(Role.TRAIN, up)
+        )
+
+
+def test_a_run_measures_the_corners_shifts_after_its_first_step(opts: SimOptions) -> None:
+    cfg = deployment(small_cfg(train_devices=2), "pivot")
+    said, real = modelled_costs(cfg, opts), modelled_costs(cfg, options_at(opts, "slow"))
+    startup = Calibration(
+        *(
+            engine_calibration(real.roles[r].throughput, said.roles[r].throughput)
+            for r in (Role.ROLLOUT, Role.REWARD)
+        )
+    )
+    for r in (Role.ROLLOUT, Role.REWARD):  # the profile gives the corner's decode exactly
+        calibrated = build_cluster(cfg, opts.hardware, calibration=startup)[1].roles[r].throughput
+        assert astuple(calibrated) == pytest.approx(astuple(real.roles[r].throughput))
+    known = measured(startup, said, real, 4)
+    assert known.rollout.decode == startup.rollout.decode
+    for role in Role:  # an up and a down of each role, measured over modelled
+        slow = sum(real.resized(4).shift_s(role, up) for up in (True, False))
+        assert known.shift(role) == pytest.approx(
+            slow / sum(said.resized(4).shift_s(role, up) for up in (True, False))
+        )
+        assert known.shift(role) > 1  # the slow corner's shifts are slower
+    assert known.train == pytest.approx(real.train_s(4, 10**6) / said.train_s(4, 10**6))
+    calibrated = build_cluster(cfg, opts.hardware, calibration=known)[1]
+    assert calibrated.resized(4).shift_s(Role.TRAIN, True) == pytest.approx(
+        real.resized(4).shift_s(Role.TRAIN, True), rel=0.3
+    )  # one scale for a role's ups and downs: close, not exact
 
 
 def test_replay_learns_the_corner_a_run_lands_on(opts: SimOptions) -> None:

@@ -338,6 +338,9 @@ class Controller(ClusterHost):
         if not complete:
             return
         del self.pending[rid]
+        if self.sizer is not None:
+            devices = len(self.table.replicas[rid].devices)
+            self.sizer.shifted(msg.role, msg.slot, msg.up, devices, rec.phases["total"])
         if msg.up and msg.role == "rollout":
             if self.versions.shifted_up(rid, rec.versions, self.version, f"rollout{msg.slot}"):
                 self.update(rid)  # mixed, or a training step finished while it shifted up
@@ -463,10 +466,6 @@ class Controller(ClusterHost):
             self.send_slot(self.train_rid, m.SaveCheckpoint(self.step, str(path)))
 
     # ---- the training slot sized by measurement (pivot/runtime/control/sizing.py) ---------------
-    @property
-    def train_devices(self) -> int:
-        return len(self.table.replicas[self.train_rid].devices)
-
     def poll_sizing(self) -> None:
         """A finished sizing: logged (every candidate's prediction), and its pick, if any, made
         the slot's next size."""
@@ -497,21 +496,18 @@ class Controller(ClusterHost):
         return self.resize_to is not None and (not trained or self.resize_step is not None)
 
     def maybe_resize(self) -> None:
-        """Carry out a due re-size once nothing trains, saves or shifts: the trainer shifts down
-        if it is up, then the slot takes the last `resize_to` devices (`pivot.dist.train_slot`)
-        and every rank is told; the planner brings the trainer up there like any shift up."""
+        """Carry out a due re-size once nothing trains or saves (`move_training_slot`: the
+        trainer shifts down, the slot takes the last `resize_to` devices), then tell every rank;
+        the planner brings the trainer up there like any shift up."""
         if not self.resize_due() or self.training is not None or self.saving:
             return
         if self.resize_step is not None and self.resize_checkpoint is None:
             return  # its checkpoint is not committed yet
-        if self.shifts.states.in_flight:
-            return
-        if self.is_up(self.train_rid):
-            self.execute(ShiftPlan(None, (), (self.train_rid,), 0.0, 0.0, PlanTimings()))
-            return
         assert self.resize_to is not None
-        was, ranks = self.train_devices, list(range(self.world - self.resize_to, self.world))
-        self.resize_training(ranks)
+        was = self.train_devices
+        if not self.move_training_slot(self.resize_to):
+            return
+        ranks = list(range(self.world - self.resize_to, self.world))
         self.broadcast(m.ResizeTraining(ranks, self.resize_checkpoint or ""))
         self.resizes += 1
         self.log.shift(

@@ -10,9 +10,11 @@ is handed to the controller, which moves the slot at a step boundary
 (pivot/runtime/control/controller.py `maybe_resize`).
 
 What is measured, in the simulator's units (`CostModel.simulated`): each inference role's
-throughput profile against the cost model's at a reference step (a profile the run could not
-measure counts as the model's), and the training steps taken on the current slot against the
-cost model's step on that many devices. Shift costs are the cost model's.
+throughput profile against the cost model's, constant by constant (prefill as the decode step
+at a reference point; a profile the run could not measure counts as the model's); the training
+steps taken on the current slot against the cost model's step on that many devices; each role's
+shifts against the cost model's shifts of that role (a slot's first shift up on its devices
+builds its engine or trainer, which later shifts do not: it is not counted).
 """
 
 from __future__ import annotations
@@ -23,10 +25,17 @@ from concurrent.futures import Future, ProcessPoolExecutor
 
 from pivot.config import PivotConfig, TrainConfig
 from pivot.sched.throughput import ThroughputModel
-from pivot.sim.autosize import CostModel, Sizing, decide, decode_ratio, modelled_costs, size_slot
+from pivot.sim.autosize import (
+    CostModel,
+    Sizing,
+    decide,
+    engine_calibration,
+    modelled_costs,
+    size_slot,
+)
 from pivot.sim.deploy import Allocation, deployment
 from pivot.sim.hardware import HARDWARE
-from pivot.sim.options import Calibration
+from pivot.sim.options import Calibration, EngineCalibration
 
 
 def _search(model: CostModel, current: int, calibration: Calibration, budget_s: float) -> Sizing:
@@ -47,15 +56,17 @@ class SlotSizer:
         self.model, self.every = model, train.resize_every
         self.gain, self.budget_s = train.resize_gain, train.sizing_budget_s
         self.said = modelled_costs(model.paper, model.options(Calibration()))
-        ratios = {
-            role: decode_ratio(model.simulated(m), self.said.roles[role].throughput)
+        engines = {
+            role: engine_calibration(model.simulated(m), self.said.roles[role].throughput)
             for role, m in profiles.items()
             if role in self.said.roles
         }
         self.startup = Calibration(
-            rollout=ratios.get("rollout", 1.0), reward=ratios.get("reward", 1.0)
+            engines.get("rollout", EngineCalibration()), engines.get("reward", EngineCalibration())
         )
         self.steps: list[tuple[int, float]] = []  # (slot size, measured over modelled) per step
+        self.shifts: dict[str, tuple[float, float]] = {}  # role -> (measured, modelled) seconds
+        self.placed: set[tuple[str, int, int]] = set()  # (role, slot, devices) shifted up before
         self._pool: ProcessPoolExecutor | None = None
         self._running: Future | None = None
         self.searches = 0
@@ -70,12 +81,32 @@ class SlotSizer:
         if modelled > 0:
             self.steps.append((devices, runtime_s / self.model.time_scale / modelled))
 
+    def shifted(self, role: str, slot: int, up: bool, devices: int, runtime_s: float) -> None:
+        """A shift of `role`'s `slot` on `devices` devices (`up` or down) took `runtime_s`; a
+        slot's first shift up on that many devices is not counted (it builds what later shifts
+        reuse)."""
+        if up and (role, slot, devices) not in self.placed:
+            self.placed.add((role, slot, devices))
+            return
+        said = self.said.resized(devices) if role == "train" else self.said
+        measured, modelled = self.shifts.get(role, (0.0, 0.0))
+        self.shifts[role] = (
+            measured + runtime_s / self.model.time_scale,
+            modelled + said.shift_s(role, up),
+        )
+
     def calibration(self, devices: int) -> Calibration:
-        """The start-up ratios, and training's: the mean over the steps on a slot of `devices`
-        (the newest slot's; 1.0 before any step)."""
+        """The start-up ratios, training's (the mean over the steps on a slot of `devices`, the
+        newest slot's; 1.0 before any step) and each role's shifts' (all its counted shifts,
+        measured over modelled seconds; 1.0 before any)."""
         ratios = [r for d, r in self.steps if d == devices] or [r for _, r in self.steps]
         train = sum(ratios) / len(ratios) if ratios else 1.0
-        return dataclasses.replace(self.startup, train=train)
+        shifts = {
+            role: real_s / model_s
+            for role, (real_s, model_s) in self.shifts.items()
+            if real_s > 0 and model_s > 0
+        }
+        return dataclasses.replace(self.startup, train=train).with_shifts(shifts)
 
     def start(self, current: int) -> None:
         """Start a sizing from a slot of `current` devices (nothing if one is running)."""
