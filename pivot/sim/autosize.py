@@ -40,11 +40,6 @@ from pivot.sim.options import Calibration, EngineCalibration, Resize, SimOptions
 from pivot.sim.window import aligned_window
 from pivot.sim.workload import Workload
 
-REFERENCE_BATCH = 64
-"""Sequences of the decode step a profile is compared at (the start-up grid's largest)."""
-REFERENCE_CONTEXT = 2048
-"""Tokens of context per sequence there (paper scale: a response midway)."""
-
 
 @dataclass(frozen=True)
 class CostModel:
@@ -141,24 +136,19 @@ def decide(sizing: Sizing, min_gain: float) -> int | None:
     return best.alloc.train_devices if best.throughput > (1 + min_gain) * here else None
 
 
-def decode_ratio(measured: ThroughputModel, modelled: ThroughputModel) -> float:
-    """Measured over modelled seconds of a decode step at the reference point (a profile taken
-    at start-up, in the cost model's units, against the cost model's constants)."""
-    n, tok = REFERENCE_BATCH, REFERENCE_BATCH * REFERENCE_CONTEXT
-    return modelled.throughput(n, tok) / measured.throughput(n, tok)
-
-
 def engine_calibration(measured: ThroughputModel, modelled: ThroughputModel) -> EngineCalibration:
     """What a start-up profile (`measured`, in the cost model's units) says of an engine whose
-    cost model is `modelled`: each decode constant as measured (a single scale would get the
-    step right at one batch and context only: on 32B H200's slow corner the search then
-    predicted its best slot 11% short and never picked it, docs/results.md), its prefill,
-    which the profile does not time, as the decode step at the reference point."""
+    cost model is `modelled`: each decode constant as measured. One scale for the whole step
+    would be right at one batch and context only: on 32B H200's slow corner the search then
+    mispredicted slots by 7-11% and kept one 12% short of the best (docs/results.md). Prefill,
+    which the profile does not time, stays the model's: its efficiency's plausible range is
+    narrower than decode's and apart from it (pivot/sim/band.py), so the decode step's ratio
+    would carry decode's error into it."""
     a, b, c, d = (
         getattr(measured, k) / getattr(modelled, k) if getattr(modelled, k) > 0 else 1.0
         for k in CONSTANTS
     )
-    return EngineCalibration((a, b, c, d), decode_ratio(measured, modelled))
+    return EngineCalibration((a, b, c, d))
 
 
 def modelled_costs(base: PivotConfig, opts: SimOptions) -> SimCosts:

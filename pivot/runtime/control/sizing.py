@@ -10,8 +10,8 @@ is handed to the controller, which moves the slot at a step boundary
 (pivot/runtime/control/controller.py `maybe_resize`).
 
 What is measured, in the simulator's units (`CostModel.simulated`): each inference role's
-throughput profile against the cost model's, constant by constant (prefill as the decode step
-at a reference point; a profile the run could not measure counts as the model's); the training
+throughput profile against the cost model's, constant by constant (prefill, which a profile
+does not time, and a profile the run could not measure count as the model's); the training
 steps taken on the current slot against the cost model's step on that many devices; each role's
 shifts against the cost model's shifts of that role (a slot's first shift up on its devices
 builds its engine or trainer, which later shifts do not: it is not counted).
