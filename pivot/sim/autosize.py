@@ -83,6 +83,8 @@ class Sizing:
     cpu_s: float
     complete: bool
     """False: the budget ran out before every candidate was scored."""
+    calibration: Calibration = Calibration()
+    """The measured over modelled costs it searched on."""
 
     @property
     def best(self) -> SearchPoint:
@@ -122,7 +124,8 @@ def size_slot(
         if not todo:  # the grid is scored: step past its edge while the best sits on it
             best = max(points, key=lambda p: p.throughput)
             todo = beyond_edges(base, "pivot", best.alloc, [p.alloc for p in points])
-    return Sizing(base.train.pool, tuple(points), time.process_time() - t0, not todo)
+    cpu_s = time.process_time() - t0
+    return Sizing(base.train.pool, tuple(points), cpu_s, not todo, opts.calibration)
 
 
 def decide(sizing: Sizing, min_gain: float) -> int | None:

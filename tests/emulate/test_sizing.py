@@ -44,6 +44,9 @@ def test_resized_at_step_boundaries_exactly_once(tmp_path: Path) -> None:
     for s in sizings:  # with no least gain, a pick is the best predicted, never the current
         best = max(s["predicted"], key=lambda t: s["predicted"][t])
         assert s["pick"] in (None, int(best)) and s["pick"] != s["devices"]
+    assert sizings[0]["calibration"]["train"] == 1.0  # at start-up nothing has trained
+    later = sizings[1]["calibration"]  # after step 1: a step and the shifts that freed its slot
+    assert later["train"] != 1.0 and later["rollout"]["shift"] != 1.0
     assert resized, out.stdout[-2000:]  # T2 beats T4 at start-up on these costs
     sizes = [4] + [r["devices"] for r in resized]
     assert [r["was"] for r in resized] == sizes[:-1]

@@ -17,6 +17,7 @@ its `ControllerReports` part's (pivot/runtime/control/reports.py), given the cou
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -482,6 +483,7 @@ class Controller(ClusterHost):
             pick=pick,
             cpu_s=round(sizing.cpu_s, 2),
             complete=sizing.complete,
+            calibration=dataclasses.asdict(sizing.calibration),
         )
         if pick is not None and pick != self.train_devices:
             self.resize_to = pick
