@@ -188,10 +188,10 @@ def replay(
 ) -> tuple[tuple[Resize, ...], list[Sizing]]:
     """The decisions `--train.devices auto` makes in a run launched with PivotRL's training slot
     at `base.train.pool`, whose cost model says `believed` and whose devices cost `actual`:
-    at start-up it measures the engines (a profile: decode's constants and prefill calibrated), after step 1
-    also a training step and the shifts made (training and shifts calibrated); each search starts
-    from the slot the last one left and takes its CPU time as delay. Later sizings see the same
-    costs and change nothing."""
+    at start-up it measures the engines (a profile: each decode constant calibrated, prefill
+    left the model's), after step 1 also a training step and the shifts made (training and
+    shifts calibrated); each search starts from the slot the last one left and takes its CPU time
+    as delay. Later sizings see the same costs and change nothing."""
     said, real = modelled_costs(base, believed), modelled_costs(base, actual)
     engine = {
         role: engine_calibration(real.roles[role].throughput, said.roles[role].throughput)

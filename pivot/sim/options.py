@@ -29,11 +29,6 @@ class EngineCalibration:
             if not 0 < getattr(self, name) < float("inf"):
                 raise ValueError(f"EngineCalibration.{name}={getattr(self, name)!r}: must be > 0")
 
-    @classmethod
-    def uniform(cls, k: float) -> EngineCalibration:
-        """Decode and prefill `k` times as long (one engine step scaled as a whole)."""
-        return cls((k, k, k, k), k)
-
 
 @dataclass(frozen=True)
 class Calibration:
@@ -67,12 +62,12 @@ class Calibration:
         for role, k in scales.items():
             if role == "train":
                 out = dataclasses.replace(out, train_shift=k)
-            elif role == "rollout":
-                out = dataclasses.replace(out, rollout=dataclasses.replace(out.rollout, shift=k))
+                continue
+            engine = dataclasses.replace(out.engine(role), shift=k)
+            if role == "rollout":
+                out = dataclasses.replace(out, rollout=engine)
             else:
-                out = dataclasses.replace(
-                    out, reward=dataclasses.replace(out.engine(role), shift=k)
-                )
+                out = dataclasses.replace(out, reward=engine)
         return out
 
 

@@ -115,7 +115,7 @@ def test_a_resize_needs_its_gain() -> None:
 def test_calibration_scales_the_costs(opts: SimOptions) -> None:
     cfg = deployment(small_cfg(train_devices=2), "pivot")
     base = modelled_costs(cfg, opts)  # the cost model as it is, whatever opts' calibration
-    twice = Calibration(EngineCalibration.uniform(2.0))
+    twice = Calibration(EngineCalibration((2.0, 2.0, 2.0, 2.0), prefill=2.0))
     assert modelled_costs(cfg, dataclasses.replace(opts, calibration=twice)) == base
     slower = build_cluster(cfg, opts.hardware, calibration=dataclasses.replace(twice, train=3.0))[1]
     a, b = base.roles[Role.ROLLOUT], slower.roles[Role.ROLLOUT]
