@@ -42,8 +42,11 @@ def test_resized_at_step_boundaries_exactly_once(tmp_path: Path) -> None:
     sizings, resized = events(run, "train_sizing"), events(run, "train_resized")
     assert sizings and sizings[0]["devices"] == 4 and "4" in sizings[0]["predicted"]
     for s in sizings:  # with no least gain, a pick is the best predicted, never the current
-        best = max(s["predicted"], key=lambda t: s["predicted"][t])
-        assert s["pick"] in (None, int(best)) and s["pick"] != s["devices"]
+        # by value: the log rounds to whole tokens/s, and two slots a fraction apart tie there
+        # (CI: T7 picked over T6, both logged at the same figure)
+        best = max(s["predicted"].values())
+        assert s["pick"] is None or s["predicted"][str(s["pick"])] == best, s
+        assert s["pick"] != s["devices"]
     assert sizings[0]["calibration"]["train"] == 1.0  # at start-up nothing has trained
     later = sizings[1]["calibration"]  # after step 1: a step and the shifts that freed its slot
     assert later["train"] != 1.0 and later["rollout"]["shift"] != 1.0

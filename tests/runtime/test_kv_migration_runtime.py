@@ -44,6 +44,11 @@ CHAOS = [
     # sees it mid-generation, which is what the chaos planner targets
     "--rollout.max-new-tokens",
     "40",
+    # judgings as long: a judge's weights never change, so its KV is never refused as stale. A
+    # rollout's can be on every migration of a run (CI: 8 of 8 refused, a replica updated in
+    # between), which left a run with 8-token judgings no import to check
+    "--reward.max-new-tokens",
+    "40",
     "--planner.strategy",
     "chaos",
     "--planner.interval-s",
