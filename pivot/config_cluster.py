@@ -111,6 +111,14 @@ class PlannerConfig:
     time: its search must not depend on the speed of the machine running it)."""
     chaos_seed: int = 0
     """Seed of the chaos strategy's random plans."""
+    reserve_rollout: int = 0
+    """Devices outside the training slot that rollout keeps once it holds them: the pivot
+    planner never shifts it below them (training's mandatory shift up excepted), so with both
+    reserves set it runs a disaggregated split and lends only the idle trainer's devices. 0: no
+    reserve (the paper's planner). `--train.devices auto` sets both where its search predicts
+    the reserved split beats shifting freely (pivot/sim/autosize.py)."""
+    reserve_reward: int = 0
+    """The same for the reward role."""
 
     def __post_init__(self) -> None:
         _check(self.horizon_s > 0, "planner.horizon_s", self.horizon_s, "must be > 0")
@@ -129,6 +137,8 @@ class PlannerConfig:
         )
         _check(self.interval_s >= 0, "planner.interval_s", self.interval_s, "must be >= 0")
         _check(self.tau_shift_s >= 0, "planner.tau_shift_s", self.tau_shift_s, "must be >= 0")
+        for name in ("reserve_rollout", "reserve_reward"):
+            _check(getattr(self, name) >= 0, f"planner.{name}", getattr(self, name), "must be >= 0")
         _check(
             0 <= self.rule_low < self.rule_high <= 1,
             "planner.rule_low",

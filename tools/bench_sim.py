@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from configs.presets import paper_preset
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload, simulate
-from pivot.sim.autosize import decide, replay
+from pivot.sim.autosize import decide, label, replay
 from pivot.sim.band import CORNERS, options_at
 from pivot.sim.costs import build_cluster
 from pivot.sim.deploy import Allocation, deployment, search, table4, world_of
@@ -171,7 +171,7 @@ def corner_runs(
         )
         for sizing in sizings:  # each decision as the run takes it (the gain it needs)
             pick = decide(sizing, base.train.resize_gain)
-            moves = f"moves to T{pick}" if pick else f"stays at T{sizing.current}"
+            moves = f"moves to {label(pick)}" if pick else f"stays at {label(sizing.current)}"
             print(f"    {corner}: auto: {sizing.line()}; {moves}", flush=True)
         with_resizes = dataclasses.replace(at, resizes=resizes)
         out[AUTO] = seed_runs(base, "pivot", start, with_resizes, args.band_seeds)

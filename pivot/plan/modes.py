@@ -16,6 +16,7 @@ at most every `interval_s`), so a phase switch is exactly a shift.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -134,6 +135,12 @@ class Shiftable:
     def initial(self, host: ModeHost) -> ShiftPlan:
         return _plan(split_inference(host, set(range(host.world))), [])
 
+    def reserve(self, rollout: int, reward: int) -> None:
+        """The planner's reserved split from now on (`planner.reserve_*`; 0, 0: none), as the
+        training slot's sizing decides it (pivot/sim/autosize.py)."""
+        cfg = dataclasses.replace(self.planner.cfg, reserve_rollout=rollout, reserve_reward=reward)
+        self.planner.cfg = cfg
+
     def plan(self, host: ModeHost) -> ShiftPlan | None:
         snap = host.snapshot()
         plan = self.planner.plan(snap)
@@ -185,6 +192,12 @@ class Phased:
             if role != current and self.has_work(host, role):
                 return _plan(self.slots_for(host, role), up, role)
         return None
+
+
+def reserve(mode: Mode, rollout: int, reward: int) -> None:
+    """Set the planner's reserved split (`Shiftable.reserve`); a mode without a planner has none."""
+    if isinstance(mode, Shiftable):
+        mode.reserve(rollout, reward)
 
 
 def make_mode(cfg: PivotConfig, on_planned: OnPlanned | None = None) -> Mode:

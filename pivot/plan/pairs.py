@@ -10,6 +10,8 @@
   (`penalty`).
   Slots on idle devices form one pair with no `down` and phi = 0. A trainer whose batch is
   ready is never shifted down. Pairs are sorted by ascending (penalty, first up id).
+- `within_reserves`: whether a shift down leaves each inference role the devices outside the
+  training slot it reserves (`planner.reserve_rollout`, `planner.reserve_reward`).
 """
 
 from __future__ import annotations
@@ -157,3 +159,27 @@ def build_pairs(
         pairs.append(ShiftPair(tuple(sorted(u)), down, penalty(down, rates, refill, tau_shift)))
     pairs.sort(key=lambda p: (p.penalty, p.up[0]))
     return pairs
+
+
+def within_reserves(
+    snap: ClusterSnapshot, down: Iterable[int], reserves: Mapping[Role, int]
+) -> bool:
+    """Whether shifting `down` leaves every role of `reserves` at least its reserve of devices
+    outside the training slot, or as many as it holds now where that is fewer (a role that
+    has not reached its reserve may still lose replicas it holds on the training slot's
+    devices). Devices on the training slot's pool are the trainer's to lend: they never count."""
+    train = snap.train_slot
+    pool = set(train.devices) if train is not None else set()
+    gone = set(down)
+    for role, reserve in reserves.items():
+        if reserve <= 0:
+            continue
+        held = [len(set(r.devices) - pool) for r in snap.slots(role) if r.replica_id in snap.active]
+        kept = [
+            len(set(r.devices) - pool)
+            for r in snap.slots(role)
+            if r.replica_id in snap.active and r.replica_id not in gone
+        ]
+        if sum(kept) < min(reserve, sum(held)):
+            return False
+    return True

@@ -4,7 +4,9 @@
 (3) candidates by Algorithm 1, (4) benefit by migration simulation, of every candidate while
 that fits `cfg.budget_s` of planning time (and `cfg.max_evaluated`, if set), of a coarse-to-fine
 choice of what the budget affords beyond (search.py), (5) the
-largest positive benefit among those evaluated, or no shift. Training shifts up as a whole and
+largest positive benefit among those evaluated, or no shift. A candidate that would take an
+inference role below its reserve of devices outside the training slot (`planner.reserve_*`,
+`pairs.within_reserves`) is never chosen. Training shifts up as a whole and
 only when its batch is ready: that shift is mandatory (the step cannot run otherwise), so it is
 returned whatever its benefit.
 The ablations are flags of the same planner: `throughput_model=False` (T_i is 1 for a busy
@@ -16,6 +18,7 @@ the phase timings of its last call in `last_timings`, also when it returns None.
 from __future__ import annotations
 
 import gc
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +27,13 @@ from typing import Any
 from pivot.config import PlannerConfig
 from pivot.plan.candidates import Candidate, CandidateTable
 from pivot.plan.evaluate import CandidateEvaluator, benefit
-from pivot.plan.pairs import build_pairs, choose_up_role, replica_rates, training_pair
+from pivot.plan.pairs import (
+    build_pairs,
+    choose_up_role,
+    replica_rates,
+    training_pair,
+    within_reserves,
+)
 from pivot.plan.search import within_budget
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import INFERENCE_ROLES, Role, SeqState
@@ -73,6 +82,7 @@ class ShiftPlan:
 class Planner:
     """Interface: `plan(snapshot)` returns a `ShiftPlan`, or None to keep the allocation."""
 
+    cfg: PlannerConfig
     last_timings: PlanTimings = PlanTimings()
 
     def plan(self, snap: ClusterSnapshot) -> ShiftPlan | None:
@@ -129,8 +139,13 @@ class PivotPlanner(Planner):
             ev = CandidateEvaluator(snap, scheds, binary)
             cands: dict[int, Candidate] = {}  # only the evaluated ones are assembled
 
+            reserves = {Role.ROLLOUT: cfg.reserve_rollout, Role.REWARD: cfg.reserve_reward}
+            kept = up_role == Role.TRAIN or not any(reserves.values())  # training's is mandatory
+
             def score(i: int) -> float:
                 c = cands[i] = table.candidate(ks[i])
+                if not (kept or within_reserves(snap, c.down, reserves)):
+                    return -math.inf  # never chosen: a plan needs a positive benefit
                 return benefit(cfg.horizon_s, ev.throughput_after(c), ev.current, c.penalty)
 
             found = within_budget(ks, cfg.max_evaluated, cfg.budget_s, score)

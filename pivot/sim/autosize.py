@@ -33,6 +33,8 @@ from pivot.sim.deploy import (
     candidate_allocations,
     deployment,
     evaluate,
+    rollout_split,
+    world_of,
 )
 from pivot.sim.engine_profile import with_engine
 from pivot.sim.hardware import HardwareProfile
@@ -74,11 +76,19 @@ class CostModel:
         return ThroughputModel(m.A / (k * self.token_scale), m.B / k, m.C / k, m.D / k)
 
 
+def label(alloc: Allocation) -> str:
+    """`T16`, or `T16/R16` with a reserved split (16 devices kept by rollout, the rest by reward)."""
+    return f"T{alloc.train_devices}" + (
+        f"/R{alloc.rollout_devices}" if alloc.rollout_devices else ""
+    )
+
+
 @dataclass(frozen=True)
 class Sizing:
-    """A search's outcome: every slot scored (tokens/s predicted), the best, its CPU time."""
+    """A search's outcome: every allocation scored (tokens/s predicted), the best, its CPU time."""
 
-    current: int
+    current: Allocation
+    """The training slot (and reserved split, if any) the run has now."""
     points: tuple[SearchPoint, ...]
     cpu_s: float
     complete: bool
@@ -90,53 +100,89 @@ class Sizing:
     def best(self) -> SearchPoint:
         return max(self.points, key=lambda p: p.throughput)
 
-    def predicted(self, devices: int) -> float:
-        """Tokens/s predicted for a slot of `devices` (0.0 when it was not scored or cannot run)."""
-        return next((p.throughput for p in self.points if p.alloc.train_devices == devices), 0.0)
+    def predicted(self, alloc: Allocation) -> float:
+        """Tokens/s predicted for `alloc` (0.0 when it was not scored or cannot run)."""
+        return next((p.throughput for p in self.points if p.alloc == alloc), 0.0)
 
     def line(self) -> str:
         """One line for the run's log: every candidate's prediction, the pick, the time taken."""
         tried = ", ".join(
-            f"T{p.alloc.train_devices}:{p.throughput:,.0f}" + (" (cannot run)" if p.error else "")
-            for p in sorted(self.points, key=lambda p: p.alloc.train_devices)
+            f"{label(p.alloc)}:{p.throughput:,.0f}" + (" (cannot run)" if p.error else "")
+            for p in sorted(
+                self.points, key=lambda p: (p.alloc.train_devices, p.alloc.rollout_devices)
+            )
         )
         cut = "" if self.complete else ", budget spent before the search ended"
-        pick = self.best.alloc.train_devices
-        return f"training slot sizing: {tried} tokens/s predicted -> T{pick} ({self.cpu_s:.1f} CPU-s{cut})"
+        pick = label(self.best.alloc)
+        return f"training slot sizing: {tried} tokens/s predicted -> {pick} ({self.cpu_s:.1f} CPU-s{cut})"
 
 
 def size_slot(
     base: PivotConfig, opts: SimOptions, budget_s: float, seeds: tuple[int, ...] | None = None
 ) -> Sizing:
     """Score PivotRL's training slots on `opts` (its hardware and calibration: the costs a run
-    measured) from `base.train.pool`, the current slot, until the search ends or `budget_s`
-    of this process's CPU time is spent (checked before each candidate)."""
+    measured) from `base`'s, the current one, until the search ends or `budget_s` of this
+    process's CPU time is spent (checked before each candidate). Once the slots are scored,
+    each is scored again, best first, with the split its run held pinned as reserves
+    (`held_split`: the planner then keeps each inference role those devices and lends only the
+    idle trainer's): where training bounds the run, a static split loses nothing to the churn
+    that shifting freely costs the batch training waits for (32B on H200 at its fast corner,
+    docs/results.md)."""
     t0 = time.process_time()
-    current = Allocation(base.train.pool)
+    r = base.planner.reserve_rollout
+    current = Allocation(base.train.pool, r if r and base.planner.reserve_reward else 0)
     points = [evaluate(base, "pivot", current, opts, seeds)]
 
     def within() -> bool:
         return time.process_time() - t0 < budget_s
 
+    def best() -> Allocation:
+        return max(points, key=lambda p: p.throughput).alloc
+
     todo = [a for a in candidate_allocations(base, "pivot") if a != current]
+    pinned = False  # the slots' held splits are queued
     while todo and within():
         points.append(evaluate(base, "pivot", todo.pop(0), opts, seeds))
+        tried = [p.alloc for p in points]
         if not todo:  # the grid is scored: step past its edge while the best sits on it
-            best = max(points, key=lambda p: p.throughput)
-            todo = beyond_edges(base, "pivot", best.alloc, [p.alloc for p in points])
+            todo = [a for a in beyond_edges(base, "pivot", best(), tried) if a not in tried]
+        if not todo and not pinned:
+            pinned = True
+            free = sorted(
+                (p for p in points if not p.alloc.rollout_devices), key=lambda p: -p.throughput
+            )
+            held = (held_split(base, p) for p in free)
+            todo = list(dict.fromkeys(a for a in held if a is not None and a not in tried))
     cpu_s = time.process_time() - t0
-    return Sizing(base.train.pool, tuple(points), cpu_s, not todo, opts.calibration)
+    return Sizing(current, tuple(points), cpu_s, not todo, opts.calibration)
 
 
-def decide(sizing: Sizing, min_gain: float) -> int | None:
-    """The slot to re-size to: the best scored, when it predicts more than (1 + `min_gain`) times
-    the current slot's tokens/s (a re-size costs a checkpoint and a shift; noise in the
+def held_split(base: PivotConfig, point: SearchPoint) -> Allocation | None:
+    """`point`'s slot with the split of inference devices its runs held (rollout's share of the
+    devices up for rollout and reward, averaged over each run's measured window), in whole
+    replicas; None without runs or where the split would leave a role nothing."""
+    shares = []
+    for run in point.runs.values():
+        held = [p.devices for p in run.timeline if p.t >= run.window_start_s]
+        ro, rw = (sum(d.get(role, 0) for d in held) for role in (Role.ROLLOUT, Role.REWARD))
+        if ro + rw > 0:
+            shares.append(ro / (ro + rw))
+    train = point.alloc.train_devices
+    if not shares:
+        return None
+    ro = rollout_split(base, train, sum(shares) / len(shares))
+    return Allocation(train, ro) if 0 < ro < world_of(base) - train else None
+
+
+def decide(sizing: Sizing, min_gain: float) -> Allocation | None:
+    """The allocation to move to: the best scored, when it predicts more than (1 + `min_gain`)
+    times the current one's tokens/s (a re-size costs a checkpoint and a shift; noise in the
     measured costs must not make the slot oscillate); None to stay."""
     best = sizing.best
-    if best.alloc.train_devices == sizing.current or best.throughput <= 0:
+    if best.alloc == sizing.current or best.throughput <= 0:
         return None
     here = sizing.predicted(sizing.current)
-    return best.alloc.train_devices if best.throughput > (1 + min_gain) * here else None
+    return best.alloc if best.throughput > (1 + min_gain) * here else None
 
 
 def engine_calibration(measured: ThroughputModel, modelled: ThroughputModel) -> EngineCalibration:
@@ -198,16 +244,21 @@ def replay(
         for role in (Role.ROLLOUT, Role.REWARD)
     }
     startup = Calibration(engine[Role.ROLLOUT], engine[Role.REWARD])
-    resizes, sizings, current = [], [], base.train.pool
+    resizes, sizings = [], []
+    current = Allocation(base.train.pool)
     for after_step in (0, 1):
-        calibration = startup if after_step == 0 else measured(startup, said, real, current)
-        cfg = deployment(base, "pivot", Allocation(current))
+        calibration = (
+            startup if after_step == 0 else measured(startup, said, real, current.train_devices)
+        )
+        cfg = deployment(base, "pivot", current)
         sizing = size_slot(
             cfg, dataclasses.replace(believed, calibration=calibration), budget_s, seeds
         )
         sizings.append(sizing)
         pick = decide(sizing, min_gain)
         if pick is not None:
-            resizes.append(Resize(after_step, pick, sizing.cpu_s))
+            resizes.append(
+                Resize(after_step, pick.train_devices, sizing.cpu_s, pick.rollout_devices)
+            )
             current = pick
     return tuple(resizes), sizings

@@ -37,7 +37,9 @@ DEPLOYMENTS = (
 class Allocation:
     train_devices: int
     rollout_devices: int = 0
-    """Disaggregated only: devices of the rollout pool (the reward pool takes the rest)."""
+    """Disaggregated: devices of the rollout pool (the reward pool takes the rest). Pivot: the
+    same split as reserves (`planner.reserve_rollout`, `reserve_reward`: the planner lends only
+    the idle trainer's devices); 0: none, the paper's planner."""
 
 
 def world_of(cfg: PivotConfig) -> int:
@@ -59,14 +61,18 @@ def deployment(
         cfg.planner.horizon_s = horizon_s
     if alloc is not None:
         cfg.train.devices = alloc.train_devices
+        inference = world_of(cfg) - alloc.train_devices
+        split = mode == "disaggregated" or (name == "pivot" and alloc.rollout_devices > 0)
+        if split and not 0 < alloc.rollout_devices < inference:
+            raise ValueError(
+                f"rollout_devices={alloc.rollout_devices}: need 0 < it < {inference} inference devices"
+            )
         if mode == "disaggregated":
-            inference = world_of(cfg) - alloc.train_devices
-            if not 0 < alloc.rollout_devices < inference:
-                raise ValueError(
-                    f"rollout_devices={alloc.rollout_devices}: need 0 < it < {inference} inference devices"
-                )
             cfg.rollout.replicas = alloc.rollout_devices // cfg.rollout.tp
             cfg.reward.replicas = (inference - alloc.rollout_devices) // cfg.reward.tp
+        elif name == "pivot":  # the allocation's split, or none: not the base config's
+            cfg.planner.reserve_rollout = alloc.rollout_devices if split else 0
+            cfg.planner.reserve_reward = inference - alloc.rollout_devices if split else 0
     return cfg
 
 
@@ -83,8 +89,9 @@ def training_pools(base: PivotConfig) -> list[int]:
     return pool_sizes(world_of(base), base.cluster.devices_per_node, base.rollout.tp)
 
 
-def _split(base: PivotConfig, train: int, fraction: float) -> int:
-    """Disaggregated's rollout pool: `fraction` of the inference devices, in whole replicas."""
+def rollout_split(base: PivotConfig, train: int, fraction: float) -> int:
+    """Disaggregated's rollout pool (or Pivot's rollout reserve): `fraction` of the inference
+    devices, in whole replicas."""
     unit = max(base.rollout.tp, base.reward.tp)
     return int(round((world_of(base) - train) * fraction / unit)) * unit
 
@@ -94,7 +101,7 @@ def _allocations_at(base: PivotConfig, name: str, train: int) -> list[Allocation
         return [Allocation(train)]
     out = []
     for frac in (1 / 3, 1 / 2, 2 / 3):
-        ro = _split(base, train, frac)
+        ro = rollout_split(base, train, frac)
         if 0 < ro < world_of(base) - train and Allocation(train, ro) not in out:
             out.append(Allocation(train, ro))
     return out

@@ -79,11 +79,14 @@ class Resize:
     step trains, at the first moment no shift is in flight (the trainer holds nothing a GPS
     Read cannot rebuild); after, at the first step boundary once decided (the trainer's state
     goes through a checkpoint). The trainer shifts down if it is up, the slot takes the pool of
-    its new size, and its next shift up lands there."""
+    its new size, and its next shift up lands there. The planner's reserved split
+    (`rollout_reserve` devices kept by rollout, the rest of the inference devices by reward; 0:
+    none) holds from the moment the decision arrives: it moves no state."""
 
     after_step: int
     train_devices: int
     delay_s: float = 0.0
+    rollout_reserve: int = 0
 
 
 @dataclass(frozen=True)

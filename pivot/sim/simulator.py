@@ -35,10 +35,11 @@ import time
 
 from pivot.config import PivotConfig
 from pivot.plan import ClusterSnapshot, overall_throughput
+from pivot.plan.modes import reserve
 from pivot.sched import INFERENCE_ROLES, Role
 from pivot.sim.cluster import SimCluster
 from pivot.sim.cluster import _Seq as _Seq  # re-exported: tests submit sequences by hand
-from pivot.sim.options import SimOptions
+from pivot.sim.options import Resize, SimOptions
 from pivot.sim.result import ShiftEvent, SimResult, TimelinePoint
 
 
@@ -51,8 +52,7 @@ class Simulator(SimCluster):
         initial = self.mode.initial(self).up
         for r in self.opts.resizes:  # start-up decisions: made `delay_s` into the run
             if r.after_step == 0:
-                self._decisions.append((r.delay_s, r.train_devices))
-                self.events.push(r.delay_s, "resize", ())
+                self._decided(r.delay_s, r)
         self.res.initial_up = tuple(initial)
         self.shifts.bring_up(initial)
         self.events.push(0.0, "tick", ())
@@ -75,7 +75,8 @@ class Simulator(SimCluster):
                 self._on_trained()
             elif kind == "tick":
                 self._on_tick()
-            # "resize": the sizing's decision arrived; `_after_event` acts on it
+            elif kind == "resize":  # a sizing's decision arrived: its reserves hold from now
+                self._reserve(payload[0])
             self._after_event()
         self.res.table, self.res.costs = self.table, self.costs  # re-sized, if it was
         self.res.finish(self.now, self.samples, self.reps, self.train_rid, time.perf_counter() - t0)
@@ -139,8 +140,19 @@ class Simulator(SimCluster):
         self._plan_due = True
         for r in self.opts.resizes:
             if r.after_step == self.step:
-                self._decisions.append((self.now + r.delay_s, r.train_devices))
+                self._decided(self.now + r.delay_s, r)
         self._take_decisions()  # a step boundary: the state is checkpointed here
+
+    def _decided(self, at: float, r: Resize) -> None:
+        self._decisions.append((at, r.train_devices))
+        self.events.push(at, "resize", (r,))
+
+    def _reserve(self, r: Resize) -> None:
+        """The planner's reserved split of a decision (pivot/runtime/control/controller.py
+        `poll_sizing` sets it as the decision arrives, as here)."""
+        reward = self.world - r.train_devices - r.rollout_reserve if r.rollout_reserve else 0
+        reserve(self.mode, r.rollout_reserve, reward)
+        self._plan_due = True
 
     def _take_decisions(self) -> None:
         """The newest decision made by now becomes the pending re-size."""

@@ -15,7 +15,7 @@ import pytest
 from pivot.cli import parse
 from pivot.dist import ClusterSpec
 from pivot.emulate.backend import EmulatedDevices
-from pivot.sim.autosize import size_slot
+from pivot.sim.autosize import label, size_slot
 from pivot.sim.deploy import Allocation, deployment
 from pivot.sim.options import Calibration
 from pivot.sim.workload import Workload, step_samples
@@ -40,13 +40,13 @@ def test_resized_at_step_boundaries_exactly_once(tmp_path: Path) -> None:
     out = torchrun(8, job_args(policy, genrm, run, *extra))
     check_exactly_once(run, steps)
     sizings, resized = events(run, "train_sizing"), events(run, "train_resized")
-    assert sizings and sizings[0]["devices"] == 4 and "4" in sizings[0]["predicted"]
+    assert sizings and sizings[0]["devices"] == 4 and "T4" in sizings[0]["predicted"]
     for s in sizings:  # with no least gain, a pick is the best predicted, never the current
         # by value: the log rounds to whole tokens/s, and two slots a fraction apart tie there
         # (CI: T7 picked over T6, both logged at the same figure)
         best = max(s["predicted"].values())
-        assert s["pick"] is None or s["predicted"][str(s["pick"])] == best, s
-        assert s["pick"] != s["devices"]
+        assert s["pick"] is None or s["predicted"][s["pick"]] == best, s
+        assert s["pick"] != label(Allocation(s["devices"], s["reserve"])), s
     assert sizings[0]["calibration"]["train"] == 1.0  # at start-up nothing has trained
     later = sizings[1]["calibration"]  # after step 1: a step and the shifts that freed its slot
     assert later["train"] != 1.0 and later["rollout"]["shift"] != 1.0
@@ -96,9 +96,9 @@ def test_startup_sizing_picks_the_offline_search_slot(tmp_path: Path) -> None:
         float("inf"),
     )
     assert first["devices"] == start == 4  # a quarter of the world
-    predicted = {str(p.alloc.train_devices): round(p.throughput) for p in offline.points}
+    predicted = {label(p.alloc): round(p.throughput) for p in offline.points}
     assert first["predicted"] == predicted
     best = offline.best
     tie = [t for t, v in predicted.items() if v >= 0.95 * best.throughput]  # resize_gain's
-    picked = first["pick"] if first["pick"] is not None else first["devices"]
-    assert str(picked) in tie
+    picked = first["pick"] if first["pick"] is not None else f"T{first['devices']}"
+    assert picked in tie

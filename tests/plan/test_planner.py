@@ -19,7 +19,7 @@ from pivot.plan import (
     overall_throughput,
 )
 from pivot.plan.candidates import Candidate
-from pivot.plan.pairs import replica_rates
+from pivot.plan.pairs import replica_rates, within_reserves
 from pivot.sched import Replica, SeqState, ThroughputModel
 from tests.plan.fig8 import TRAIN_ID, figure8
 from tests.plan.test_fast_eval import ref_scheduler
@@ -238,3 +238,27 @@ def test_float_noise_does_not_buy_a_larger_shift() -> None:
     plan = planner.plan(snap)
     ties = [c for c, b in planner.last_candidates if b == pytest.approx(plan.benefit, rel=1e-9)]
     assert len(ties) > 1 and (plan.up, plan.down) == (ties[0].up, ties[0].down) == ((4,), (10,))
+
+
+def test_reserves_keep_each_role_its_devices_outside_the_training_slot() -> None:
+    # Figure 8: rollout holds GPUs 16-23, all outside the training slot (24-31); the best plan
+    # brings reward up on the idle trainer's GPUs and on 16-19
+    snap = figure8()
+    assert within_reserves(snap, (16, 17, 18, 19), {Role.ROLLOUT: 4})
+    assert not within_reserves(snap, (16, 17, 18, 19, 20), {Role.ROLLOUT: 4})
+    assert within_reserves(snap, (TRAIN_ID,), {Role.ROLLOUT: 8, Role.REWARD: 16})
+    # a role short of its reserve keeps what it has outside the slot
+    assert not within_reserves(snap, (16,), {Role.ROLLOUT: 12})
+    for reserve, down in (
+        (0, (16, 17, 18, 19, TRAIN_ID)),
+        (4, (16, 17, 18, 19, TRAIN_ID)),
+        (8, (TRAIN_ID,)),
+    ):
+        plan = PivotPlanner(PlannerConfig(reserve_rollout=reserve)).plan(snap)
+        assert plan is not None and plan.up_role == Role.REWARD and plan.down == down, reserve
+    # training's shift up is mandatory: it takes rollout's replicas off its slot, reserve or not
+    lent = dataclasses.replace(
+        snap, active=frozenset({100, 101, 102, 103, *range(16, 32)}), train_batch_ready=True
+    )
+    plan = PivotPlanner(PlannerConfig(reserve_rollout=16)).plan(lent)
+    assert plan is not None and plan.up == (TRAIN_ID,) and plan.down == tuple(range(24, 32))

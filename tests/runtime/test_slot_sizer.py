@@ -19,6 +19,7 @@ from pivot.runtime.control.sizing import SlotSizer, gpu_cost_model
 from pivot.runtime.job.controller_thread import slot_sizer
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.autosize import CostModel
+from pivot.sim.deploy import Allocation
 from pivot.sim.hardware import H200
 from pivot.sim.options import EngineCalibration
 from tests.emulate.test_clock import emulated_cfg
@@ -87,16 +88,16 @@ def test_a_sizing_runs_in_its_own_process_and_decides() -> None:
     train = dataclasses.replace(model.paper.train, resize_every=1, resize_gain=0.0)
     sizer = SlotSizer(model, train, {r: costs.runtime_profile(r) for r in ("rollout", "reward")})
     try:
-        sizer.start(model.paper.train.pool)
+        sizer.start(Allocation(model.paper.train.pool))
         assert sizer.poll() is None or True  # running, or already done on a fast machine
         deadline = time.monotonic() + 120
         while (done := sizer.poll()) is None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         sizing, pick = done
-        assert sizing.current == model.paper.train.pool and sizing.complete
+        assert sizing.current == Allocation(model.paper.train.pool) and sizing.complete
         assert all(not p.runs for p in sizing.points)  # only the predictions came back
-        assert pick in (None, sizing.best.alloc.train_devices)
+        assert pick in (None, sizing.best.alloc)
         assert sizer.poll() is None  # handed over once
     finally:
         sizer.close()

@@ -18,6 +18,7 @@ from pivot.sim.autosize import (
     Sizing,
     decide,
     engine_calibration,
+    label,
     measured,
     modelled_costs,
     replay,
@@ -73,6 +74,20 @@ def test_a_startup_decision_takes_effect_before_the_first_step(opts: SimOptions)
     assert res.resized_at_s[0] < res.step_end_s[0] - res.train_s[0]
 
 
+def test_a_decision_with_a_reserved_split_sets_the_planners_reserves(opts: SimOptions) -> None:
+    cfg = deployment(small_cfg(train_devices=2), "pivot", Allocation(2, 2))
+    assert (cfg.planner.reserve_rollout, cfg.planner.reserve_reward) == (2, 4)
+    cleared = deployment(cfg, "pivot", Allocation(2)).planner  # the allocation's, not the base's
+    assert (cleared.reserve_rollout, cleared.reserve_reward) == (0, 0)
+    sim = Simulator(
+        deployment(small_cfg(train_devices=2), "pivot"),
+        dataclasses.replace(opts, resizes=(Resize(0, 4, delay_s=1.0, rollout_reserve=2),)),
+    )
+    _exactly_once(sim.run(), opts.steps)
+    planner = sim.mode.planner  # type: ignore[attr-defined]  (pivot mode: Shiftable)
+    assert (planner.cfg.reserve_rollout, planner.cfg.reserve_reward) == (2, 8 - 4 - 2)
+
+
 def test_the_slot_moves_only_while_the_trainer_is_down(opts: SimOptions) -> None:
     sim = Simulator(deployment(small_cfg(train_devices=2), "pivot"), opts)
     sim.shifts.bring_up([sim.train_rid])
@@ -96,18 +111,43 @@ def test_the_search_keeps_to_its_budget_and_scores_the_current_slot_first(
     assert whole.complete and whole.points[0].alloc == Allocation(2)
     best, points = search(cfg, "pivot", opts)
     assert whole.best.alloc == best  # the baselines' search, the same grid and edge steps
-    assert {p.alloc for p in whole.points} == {p.alloc for p in points}
+    free = {p.alloc for p in whole.points if not p.alloc.rollout_devices}  # and the held splits
+    assert free == {p.alloc for p in points}
     assert "T2:" in whole.line() and f"-> T{best.train_devices}" in whole.line()
+
+
+def test_the_search_pins_each_slots_held_split_after_the_slots(opts: SimOptions) -> None:
+    cfg = deployment(small_cfg(nnodes=2, train_devices=2), "pivot")
+    whole = size_slot(cfg, opts, budget_s=float("inf"))
+    free = [p for p in whole.points if not p.alloc.rollout_devices]
+    pinned = [p.alloc for p in whole.points if p.alloc.rollout_devices]
+    assert whole.points[: len(free)] == tuple(free)  # every free slot scored before any split
+    expected = []
+    for p in sorted(free, key=lambda p: -p.throughput):  # best first: a budget cuts the worst
+        run = p.runs[cfg.seed]  # the split its run held: rollout's share of the inference devices
+        held = [q.devices for q in run.timeline if q.t >= run.window_start_s]
+        share = sum(d.get("rollout", 0) for d in held) / sum(
+            d.get("rollout", 0) + d.get("reward", 0) for d in held
+        )
+        ro = round(share * (16 - p.alloc.train_devices))  # TP 1: every device is a replica
+        if 0 < ro < 16 - p.alloc.train_devices:
+            expected.append(Allocation(p.alloc.train_devices, ro))
+    assert pinned == expected and pinned
+    assert label(pinned[0]) + ":" in whole.line()
+    # a search from a reserved split scores it first, and the free slot beside it too
+    again = size_slot(deployment(cfg, "pivot", pinned[0]), opts, budget_s=float("inf"))
+    assert again.current == pinned[0] == again.points[0].alloc
+    assert Allocation(pinned[0].train_devices) in [p.alloc for p in again.points]
 
 
 def _sizing(current: int, predicted: dict[int, float]) -> Sizing:
     points = tuple(SearchPoint(Allocation(t), v) for t, v in predicted.items())
-    return Sizing(current, points, 0.1, True)
+    return Sizing(Allocation(current), points, 0.1, True)
 
 
 def test_a_resize_needs_its_gain() -> None:
     assert decide(_sizing(2, {2: 100.0, 4: 104.0}), 0.05) is None
-    assert decide(_sizing(2, {2: 100.0, 4: 106.0}), 0.05) == 4
+    assert decide(_sizing(2, {2: 100.0, 4: 106.0}), 0.05) == Allocation(4)
     assert decide(_sizing(4, {2: 90.0, 4: 100.0}), 0.0) is None  # the current is the best
     assert decide(_sizing(2, {2: 0.0, 4: 0.0}), 0.0) is None  # nothing could run
 

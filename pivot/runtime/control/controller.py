@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from pivot.config import PivotConfig
 from pivot.dist import SlotTable
 from pivot.plan import PlanTimings, ShiftPlan
+from pivot.plan.modes import reserve
 from pivot.rl.evaluation import eval_due
 from pivot.runtime.control import messages as m
 from pivot.runtime.control.control_plane import ControllerEndpoint
@@ -37,6 +38,8 @@ from pivot.runtime.weights.replica_versions import ReplicaVersions
 from pivot.sched.records import Abort, Dispatch, Role
 from pivot.sched.throughput import ThroughputModel
 from pivot.shift import ClusterHost, ReplicaTable
+from pivot.sim.autosize import label
+from pivot.sim.deploy import Allocation
 
 if TYPE_CHECKING:  # annotations only
     from pivot.plan.modes import Mode
@@ -107,6 +110,7 @@ class Controller(ClusterHost):
         self.resize_step: int | None = None  # the step boundary whose checkpoint it waits for
         self.resize_checkpoint: str | None = None  # ... once committed
         self.resizes = 0
+        self.reserved = cfg.planner.reserve_rollout  # rollout's reserved devices (0: none)
 
     # ---- messaging -------------------------------------------------------------------------
     def send_slot(self, rid: int, msg: m.ToWorker, leader_only: bool = False) -> None:
@@ -127,7 +131,7 @@ class Controller(ClusterHost):
                 hello.add(got[0])
         self.execute(self.mode.initial(self))
         if self.sizer is not None:  # on the engines' profiles; training as the model says
-            self.sizer.start(self.train_devices)
+            self.sizer.start(self.allocation)
         self.submit(self.flow.start_eval(self.step))
         while (self.step < self.cfg.train.steps or self.flow.evals) and self.failed is None:
             got = self.ep.recv(5)
@@ -456,7 +460,7 @@ class Controller(ClusterHost):
         if self.sizer is not None:
             self.sizer.trained(len(train_ranks), secs, int(lead.metrics.get("tokens", 0.0)))
             if self.sizer.due(self.step):
-                self.sizer.start(len(train_ranks))
+                self.sizer.start(self.allocation)
         if self.resize_to is not None:  # the trainer's state moves through this checkpoint
             self.resize_step = self.step
         if self.ckpt.due(self.step, self.cfg.train.steps) or self.resize_step == self.step:
@@ -478,17 +482,26 @@ class Controller(ClusterHost):
         self.log.shift(
             event="train_sizing",
             step=self.step,
-            devices=sizing.current,
-            predicted={str(p.alloc.train_devices): round(p.throughput) for p in sizing.points},
-            pick=pick,
+            devices=sizing.current.train_devices,
+            reserve=sizing.current.rollout_devices,
+            predicted={label(p.alloc): round(p.throughput) for p in sizing.points},
+            pick=label(pick) if pick is not None else None,
             cpu_s=round(sizing.cpu_s, 2),
             complete=sizing.complete,
             calibration=dataclasses.asdict(sizing.calibration),
         )
-        if pick is not None and pick != self.train_devices:
-            self.resize_to = pick
+        if pick is not None:  # its reserved split holds at once: it moves no state
+            self.reserved = ro = pick.rollout_devices
+            reserve(self.mode, ro, self.world - pick.train_devices - ro if ro else 0)
+        if pick is not None and pick.train_devices != self.train_devices:
+            self.resize_to = pick.train_devices
         elif self.resize_step is None:  # the newest sizing says stay: an earlier pick not begun
             self.resize_to = None
+
+    @property
+    def allocation(self) -> Allocation:
+        """The training slot's devices and rollout's reserved ones, as the sizing names them."""
+        return Allocation(self.train_devices, self.reserved)
 
     def resize_due(self) -> bool:
         """A decided re-size that may be carried out now or is being carried out: nothing

@@ -38,10 +38,12 @@ from pivot.sim.hardware import HARDWARE
 from pivot.sim.options import Calibration, EngineCalibration
 
 
-def _search(model: CostModel, current: int, calibration: Calibration, budget_s: float) -> Sizing:
+def _search(
+    model: CostModel, current: Allocation, calibration: Calibration, budget_s: float
+) -> Sizing:
     """One sizing, in the sizer's process; the candidates' runs are left there (only their
     predictions come back)."""
-    cfg = deployment(model.paper, "pivot", Allocation(current))
+    cfg = deployment(model.paper, "pivot", current)
     sizing = size_slot(cfg, model.options(calibration), budget_s)
     points = tuple(dataclasses.replace(p, runs={}) for p in sizing.points)
     return dataclasses.replace(sizing, points=points)
@@ -108,20 +110,20 @@ class SlotSizer:
         }
         return dataclasses.replace(self.startup, train=train).with_shifts(shifts)
 
-    def start(self, current: int) -> None:
-        """Start a sizing from a slot of `current` devices (nothing if one is running)."""
+    def start(self, current: Allocation) -> None:
+        """Start a sizing from `current` (the slot's devices, the reserved split if any;
+        nothing if one is running)."""
         if self._running is not None:
             return
         if self._pool is None:  # spawn: rank 0 holds threads and a process group, never fork it
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        self._running = self._pool.submit(
-            _search, self.model, current, self.calibration(current), self.budget_s
-        )
+        calibration = self.calibration(current.train_devices)
+        self._running = self._pool.submit(_search, self.model, current, calibration, self.budget_s)
         self.searches += 1
 
-    def poll(self) -> tuple[Sizing, int | None] | None:
-        """The sizing that finished since the last call, with the slot to move to (None: stay);
-        None while one runs or none was started. A failed search raises."""
+    def poll(self) -> tuple[Sizing, Allocation | None] | None:
+        """The sizing that finished since the last call, with the allocation to move to (None:
+        stay); None while one runs or none was started. A failed search raises."""
         if self._running is None or not self._running.done():
             return None
         sizing, self._running = self._running.result(), None
