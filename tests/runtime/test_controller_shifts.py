@@ -9,11 +9,14 @@ import pytest
 
 from configs.presets import get_preset
 from pivot.dist import ClusterSpec, SlotTable
+from pivot.plan.modes import make_mode
 from pivot.plan.planner import PlanTimings, ShiftPlan
 from pivot.runtime.control import messages as m
 from pivot.runtime.control.controller import Controller
 from pivot.sched import ThroughputModel
 from pivot.shift import ShiftError, State
+from pivot.sim.autosize import Sizing
+from pivot.sim.deploy import Allocation, SearchPoint
 
 # 4 ranks on one host: rollout TP1 slots are replicas 0-3 (ranks 0..3), reward TP1 replicas 4-7,
 # training replica 8 on ranks 2-3
@@ -147,3 +150,28 @@ def test_a_late_weights_ack_updates_no_replica_that_is_shifting_down(ctrl: Contr
     ctrl.ep.sent.clear()
     ctrl.handle(0, m.WeightsUpdated(0, 0, 1, 0.01))
     assert ctrl.ep.sent == []
+
+
+class Sizer:  # a finished sizing, as SlotSizer.poll hands it over
+    def __init__(self, pick: Allocation) -> None:
+        self.pick = pick
+
+    def poll(self) -> tuple[Sizing, Allocation]:
+        points = (SearchPoint(Allocation(2), 100.0), SearchPoint(self.pick, 120.0))
+        return Sizing(Allocation(2), points, 0.1, True), self.pick
+
+
+def test_a_picked_reserve_holds_at_once_and_a_new_slot_waits(ctrl: Controller) -> None:
+    ctrl.mode = make_mode(ctrl.cfg)
+    ctrl.sizer = Sizer(Allocation(2, 1))  # type: ignore[assignment]  (poll is all it uses)
+    ctrl.poll_sizing()  # the same slot, 1 device reserved for rollout: the planner's from now
+    planner = ctrl.mode.planner  # type: ignore[attr-defined]  (pivot mode: Shiftable)
+    assert (planner.cfg.reserve_rollout, planner.cfg.reserve_reward) == (1, 4 - 2 - 1)
+    assert ctrl.resize_to is None and ctrl.allocation == Allocation(2, 1)
+    row = ctrl.log.events[-1]  # type: ignore[attr-defined]
+    assert row["event"] == "train_sizing" and row["pick"] == "T2/R1" and row["reserve"] == 0
+    assert row["predicted"] == {"T2": 100, "T2/R1": 120}
+    ctrl.sizer = Sizer(Allocation(1))  # type: ignore[assignment]
+    ctrl.poll_sizing()  # another slot, no reserve: the reserve goes now, the slot at a boundary
+    assert (planner.cfg.reserve_rollout, planner.cfg.reserve_reward) == (0, 0)
+    assert ctrl.resize_to == 1 and ctrl.train_devices == 2
