@@ -194,10 +194,12 @@ class Phased:
         return None
 
 
-def reserve(mode: Mode, rollout: int, reward: int) -> None:
-    """Set the planner's reserved split (`Shiftable.reserve`); a mode without a planner has none."""
+def reserve(mode: Mode, world: int, train_devices: int, rollout: int) -> None:
+    """Set the planner's reserved split (`Shiftable.reserve`): `rollout` devices for rollout, the
+    rest of the inference devices beside a slot of `train_devices` for reward; 0: none. A mode
+    without a planner has none."""
     if isinstance(mode, Shiftable):
-        mode.reserve(rollout, reward)
+        mode.reserve(rollout, world - train_devices - rollout if rollout else 0)
 
 
 def make_mode(cfg: PivotConfig, on_planned: OnPlanned | None = None) -> Mode:

@@ -150,8 +150,7 @@ class Simulator(SimCluster):
     def _reserve(self, r: Resize) -> None:
         """The planner's reserved split of a decision (pivot/runtime/control/controller.py
         `poll_sizing` sets it as the decision arrives, as here)."""
-        reward = self.world - r.train_devices - r.rollout_reserve if r.rollout_reserve else 0
-        reserve(self.mode, r.rollout_reserve, reward)
+        reserve(self.mode, self.world, r.train_devices, r.rollout_reserve)
         self._plan_due = True
 
     def _take_decisions(self) -> None:

@@ -491,8 +491,8 @@ class Controller(ClusterHost):
             calibration=dataclasses.asdict(sizing.calibration),
         )
         if pick is not None:  # its reserved split holds at once: it moves no state
-            self.reserved = ro = pick.rollout_devices
-            reserve(self.mode, ro, self.world - pick.train_devices - ro if ro else 0)
+            self.reserved = pick.rollout_devices
+            reserve(self.mode, self.world, pick.train_devices, pick.rollout_devices)
         if pick is not None and pick.train_devices != self.train_devices:
             self.resize_to = pick.train_devices
         elif self.resize_step is None:  # the newest sizing says stay: an earlier pick not begun
