@@ -205,12 +205,37 @@ class PivotConfig:
                 self.reward.replicas,
                 f"mode {self.cluster.mode} needs at least one",
             )
+        if self.cluster.mode == "pivot":
+            self._check_reserves(world_size)
         _check(
             self.planner.strategy == "pivot" or self.cluster.mode == "pivot",
             "planner.strategy",
             self.planner.strategy,
             f"picks shifts in cluster.mode pivot only, not {self.cluster.mode}",
         )
+
+    def _check_reserves(self, world_size: int) -> None:
+        """The planner's reserves fit beside the training pool; with the slot's sizing on they
+        are a split of every inference device or none, the only reserves its search scores
+        (pivot/sim/autosize.py): it would otherwise predict another planner than the one run."""
+        p, inference = self.planner, world_size - self.train.pool
+        reserved = p.reserve_rollout + p.reserve_reward
+        _check(
+            reserved <= inference,
+            "planner.reserve_rollout",
+            p.reserve_rollout,
+            f"with planner.reserve_reward={p.reserve_reward}: more than the {inference} devices "
+            "beside the training pool",
+        )
+        if self.train.resize_every and reserved:
+            _check(
+                p.reserve_rollout > 0 and reserved == inference,
+                "planner.reserve_rollout",
+                p.reserve_rollout,
+                f"with planner.reserve_reward={p.reserve_reward} and the slot's sizing on "
+                f"(train.resize_every): the two must split all {inference} devices beside the "
+                "training pool, or be 0",
+            )
 
     def replace(self, **sections: object) -> PivotConfig:
         return dataclasses.replace(self, **sections)

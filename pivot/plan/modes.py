@@ -194,12 +194,22 @@ class Phased:
         return None
 
 
+def split_reserves(world: int, train_devices: int, rollout: int) -> tuple[int, int]:
+    """The planner's reserves (rollout's, reward's) for a split of the inference devices beside a
+    slot of `train_devices`: `rollout` for rollout, the rest for reward; 0: none."""
+    return rollout, world - train_devices - rollout if rollout else 0
+
+
 def reserve(mode: Mode, world: int, train_devices: int, rollout: int) -> None:
-    """Set the planner's reserved split (`Shiftable.reserve`): `rollout` devices for rollout, the
-    rest of the inference devices beside a slot of `train_devices` for reward; 0: none. A mode
-    without a planner has none."""
+    """Set the planner's reserved split (`Shiftable.reserve`, `split_reserves`). A mode without a
+    planner has none."""
     if isinstance(mode, Shiftable):
-        mode.reserve(rollout, world - train_devices - rollout if rollout else 0)
+        mode.reserve(*split_reserves(world, train_devices, rollout))
+
+
+def rollout_reserve(mode: Mode) -> int:
+    """Rollout's reserved devices now (0: none, or a mode without a planner)."""
+    return mode.planner.cfg.reserve_rollout if isinstance(mode, Shiftable) else 0
 
 
 def make_mode(cfg: PivotConfig, on_planned: OnPlanned | None = None) -> Mode:

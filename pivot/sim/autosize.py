@@ -129,8 +129,8 @@ def size_slot(
     that shifting freely costs the batch training waits for (32B on H200 at its fast corner,
     docs/results.md)."""
     t0 = time.process_time()
-    r = base.planner.reserve_rollout
-    current = Allocation(base.train.pool, r if r and base.planner.reserve_reward else 0)
+    # its reserves split every inference device or are none (PivotConfig._check_reserves)
+    current = Allocation(base.train.pool, base.planner.reserve_rollout)
     points = [evaluate(base, "pivot", current, opts, seeds)]
 
     def within() -> bool:

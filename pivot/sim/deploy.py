@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from pivot.config import PivotConfig
 from pivot.dist import pool_sizes
+from pivot.plan.modes import split_reserves
 from pivot.sim.simulator import SimOptions, SimResult, simulate
 
 DEPLOYMENTS = (
@@ -71,8 +72,9 @@ def deployment(
             cfg.rollout.replicas = alloc.rollout_devices // cfg.rollout.tp
             cfg.reward.replicas = (inference - alloc.rollout_devices) // cfg.reward.tp
         elif name == "pivot":  # the allocation's split, or none: not the base config's
-            cfg.planner.reserve_rollout = alloc.rollout_devices if split else 0
-            cfg.planner.reserve_reward = inference - alloc.rollout_devices if split else 0
+            cfg.planner.reserve_rollout, cfg.planner.reserve_reward = split_reserves(
+                world_of(cfg), alloc.train_devices, alloc.rollout_devices
+            )
     return cfg
 
 

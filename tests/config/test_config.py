@@ -61,6 +61,11 @@ def test_paper_groups_match_tables_1_and_4() -> None:
             "train.rollout_rs_threshold_lower=3.0",
         ),
         (["--emulate.length-scale", "0"], "emulate.length_scale=0"),
+        (["--planner.reserve-rollout", "4"], "planner.reserve_rollout=4"),  # 3 beside the pool
+        (  # the sizing scores a split of every inference device, or none
+            ["--train.resize-every", "2", "--planner.reserve-rollout", "1"],
+            "planner.reserve_rollout=1",
+        ),
         (
             ["--cluster.device", "emulated", "--emulate.preset", "tiny-cpu"],
             "emulate.preset='tiny-cpu'",

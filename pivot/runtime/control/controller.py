@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from pivot.config import PivotConfig
 from pivot.dist import SlotTable
 from pivot.plan import PlanTimings, ShiftPlan
-from pivot.plan.modes import reserve
+from pivot.plan.modes import reserve, rollout_reserve
 from pivot.rl.evaluation import eval_due
 from pivot.runtime.control import messages as m
 from pivot.runtime.control.control_plane import ControllerEndpoint
@@ -110,7 +110,6 @@ class Controller(ClusterHost):
         self.resize_step: int | None = None  # the step boundary whose checkpoint it waits for
         self.resize_checkpoint: str | None = None  # ... once committed
         self.resizes = 0
-        self.reserved = cfg.planner.reserve_rollout  # rollout's reserved devices (0: none)
 
     # ---- messaging -------------------------------------------------------------------------
     def send_slot(self, rid: int, msg: m.ToWorker, leader_only: bool = False) -> None:
@@ -491,7 +490,6 @@ class Controller(ClusterHost):
             calibration=dataclasses.asdict(sizing.calibration),
         )
         if pick is not None:  # its reserved split holds at once: it moves no state
-            self.reserved = pick.rollout_devices
             reserve(self.mode, self.world, pick.train_devices, pick.rollout_devices)
         if pick is not None and pick.train_devices != self.train_devices:
             self.resize_to = pick.train_devices
@@ -501,7 +499,7 @@ class Controller(ClusterHost):
     @property
     def allocation(self) -> Allocation:
         """The training slot's devices and rollout's reserved ones, as the sizing names them."""
-        return Allocation(self.train_devices, self.reserved)
+        return Allocation(self.train_devices, rollout_reserve(self.mode))
 
     def resize_due(self) -> bool:
         """A decided re-size that may be carried out now or is being carried out: nothing
