@@ -151,6 +151,10 @@ class EmulatedCosts:
     def runtime_profile(self, role: str) -> ThroughputModel:
         """The throughput model of a `role` replica in the runtime's units (real tokens, wall
         seconds), for the controller's schedulers and planner: a real step of n sequences over
-        tok real KV tokens lasts time_scale * L * (A * L * tok + max(B, C * n) + D)."""
-        m, k = self.costs.roles[role].throughput, self.time_scale * self.L
-        return ThroughputModel(m.A * k * self.L, m.B * k, m.C * k, m.D * k)
+        tok real KV tokens lasts time_scale * L * (A * L * tok + max(B, C * n) + D), and a real
+        token's prefill time_scale * L of the paper's per-token prefill (`engine_step_s`)."""
+        c, k = self.costs.roles[role], self.time_scale * self.L
+        m = c.throughput
+        return ThroughputModel(
+            m.A * k * self.L, m.B * k, m.C * k, m.D * k, c.prefill_s_per_token * k
+        )

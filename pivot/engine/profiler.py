@@ -5,7 +5,9 @@ requests, steps, reads `progress()` and `stats()`, and aborts, so a replica's co
 measured on its own backend, model, device and TP.
 
 `profile_engine` runs the engine over a grid of (N_seq running sequences, context length)
-points, times decode steps (the fastest of a few, over shuffled passes), fits
+points, times decode steps (the fastest of a few, over shuffled passes) and the prefill of the
+grid's largest point (`prefill_s_per_token`, which the training slot's sizing calibrates the
+cost model's prefill with), fits
 
     latency = A * N_tok + max(B, C * N_seq) + D
 
@@ -17,6 +19,7 @@ it at start-up over a small one for a role that has no profile yet.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import statistics
 import time
@@ -75,6 +78,25 @@ def measure(
     return statistics.mean(toks), min(lats)
 
 
+def measure_prefill(
+    engine: InferenceEngine, n_seq: int, ctx: int, passes: int, rng: random.Random
+) -> float:
+    """Seconds per prompt token of prefilling `n_seq` fresh prompts of `ctx` tokens, each asked
+    for one token (made by its prefill's step, so no decode step is timed), the fastest of
+    `passes`. Random prompts: no prefix is shared, so every token is computed."""
+    vocab, best = vocab_size(engine), float("inf")
+    for p in range(passes):
+        ids = [(p + 1) * 1_000_000 + i for i in range(n_seq)]  # apart from `measure`'s ids
+        params = SamplingParams(temperature=0, max_new_tokens=1, ignore_eos=True)
+        requests = [Request(i, [rng.randrange(2, vocab) for _ in range(ctx)], params) for i in ids]
+        t0 = time.perf_counter()
+        engine.add_all(requests)
+        while engine.has_work():
+            engine.step()
+        best = min(best, (time.perf_counter() - t0) / (n_seq * ctx))
+    return best
+
+
 def r2_and_mre(model: ThroughputModel, rows: Sequence[Row]) -> tuple[float, float]:
     ys = [r[2] for r in rows]
     pred = [model.latency(r[0], r[1]) for r in rows]
@@ -125,18 +147,22 @@ def profile_engine(
             n_tok, lat = measure(engine, n_seq, ctx, steps, rng)
             if (n_seq, ctx) not in best or lat < best[n_seq, ctx][1]:
                 best[n_seq, ctx] = (n_tok, lat)
+    # prefill in large chunks, as a run's prompts arrive: the grid's largest point's tokens
+    prefill_s = measure_prefill(engine, max(seqs), max(ctxs), passes, rng)
     rows: list[Row] = [(n_seq, n_tok, lat) for (n_seq, _), (n_tok, lat) in sorted(best.items())]
     for n_seq, n_tok, lat in rows:
         say(f"N_seq={n_seq:>4} N_tok={n_tok:>8.0f} latency={lat * 1e3:8.2f} ms")
     order = list(range(len(rows)))
     random.Random(seed + 1).shuffle(order)
     held = set(order[: max(len(rows) // 4, 1)])
-    model = ThroughputModel.fit([r for i, r in enumerate(rows) if i not in held])
+    fitted = ThroughputModel.fit([r for i, r in enumerate(rows) if i not in held])
+    model = dataclasses.replace(fitted, prefill_s_per_token=prefill_s)
     r2, mre = r2_and_mre(model, [rows[i] for i in sorted(held)])
     r2_all, mre_all = r2_and_mre(model, rows)
     say(
         f"fit: A={model.A:.3e} s/token  B={model.B:.3e} s  C={model.C:.3e} s/seq  D={model.D:.3e} s"
     )
+    say(f"prefill: {prefill_s * 1e6:.2f} us/token ({max(seqs)} prompts of {max(ctxs)} tokens)")
     say(f"held-out ({len(held)} points): R^2={r2:.4f}  mean relative error={mre:.3%}")
     say(f"all ({len(rows)} points):      R^2={r2_all:.4f}  mean relative error={mre_all:.3%}")
     write_profile(

@@ -1,7 +1,8 @@
 """Per-role throughput profiles: the fitted A, B, C, D of one model served by one replica shape.
 
 A profile is a JSON file holding `A`, `B`, `C`, `D` (seconds per decode step, see
-`pivot.sched.throughput`) and, for the reader's information, how it was measured (`model`,
+`pivot.sched.throughput`), `prefill_s_per_token` where the profiler timed prefill and, for the
+reader's information, how it was measured (`model`,
 `role`, `hardware`, `tp`, `dtype`, `attention`, fit quality and the raw samples).
 `tools/profile_engine.py` writes it with `write_profile`; the runtime reads it with
 `read_profile`: one format, one reader.
@@ -36,6 +37,8 @@ TINY_PROFILE = {
 }
 """The fitted profile of each embedded tiny model on CPU (policy serves rollout, GenRM reward)."""
 CONSTANTS = ("A", "B", "C", "D")
+PREFILL = "prefill_s_per_token"
+"""The profile's prefill rate (optional: a profile the profiler wrote before it timed prefill)."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +95,10 @@ def write_profile(path: str | Path, constants: ThroughputModel, /, **meta: Any) 
     """Write the constants and `meta` (JSON-serialisable; `model` names the folder) to `path` atomically."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    body = {name: getattr(constants, name) for name in CONSTANTS}
-    body.update({k: v for k, v in meta.items() if k not in CONSTANTS})
+    body: dict[str, Any] = {name: getattr(constants, name) for name in CONSTANTS}
+    if constants.prefill_s_per_token > 0:
+        body[PREFILL] = constants.prefill_s_per_token
+    body.update({k: v for k, v in meta.items() if k not in body})
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # two jobs may write one profile
     tmp.write_text(json.dumps(body, indent=2) + "\n")
     tmp.replace(out)
@@ -119,8 +124,14 @@ def read_profile(path: str | Path) -> ThroughputModel:
         raise ValueError(
             f"throughput profile {file}: A, B, C, D must be finite numbers, got {values}"
         )
+    prefill = body.get(PREFILL, 0.0)  # profiles written before prefill was timed have none
+    if not (isinstance(prefill, (int, float)) and math.isfinite(prefill)):
+        raise ValueError(
+            f"throughput profile {file}: {PREFILL} must be a finite number, got {prefill!r}"
+        )
     try:
-        return ThroughputModel(*(float(v) for v in values))
+        a, b, c, d = (float(v) for v in values)
+        return ThroughputModel(a, b, c, d, float(prefill))
     except ValueError as e:
         raise ValueError(f"throughput profile {file}: {e}") from None
 

@@ -48,9 +48,13 @@ class ThroughputModel:
     B: float
     C: float
     D: float
+    prefill_s_per_token: float = 0.0
+    """Seconds per prompt token of a prefill, where a profile timed it (0.0: not timed). Not a
+    decode constant: the planner prices a re-prefill at C per token (pivot/plan/pairs.py); the
+    training slot's sizing calibrates the cost model's prefill with it (pivot/sim/autosize.py)."""
 
     def __post_init__(self) -> None:
-        for name in ("A", "B", "C", "D"):
+        for name in ("A", "B", "C", "D", "prefill_s_per_token"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"ThroughputModel.{name} must be finite and >= 0, got {value!r}")

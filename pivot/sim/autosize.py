@@ -71,9 +71,12 @@ class CostModel:
     def simulated(self, m: ThroughputModel) -> ThroughputModel:
         """A runtime throughput model (runtime tokens and seconds) in the simulator's units: a
         runtime step over tok tokens lasts time_scale * token_scale simulated steps over
-        token_scale * tok tokens (pivot/emulate/costs.py `runtime_profile`, inverted)."""
+        token_scale * tok tokens, and a runtime token's prefill time_scale * token_scale
+        simulated tokens' (pivot/emulate/costs.py `runtime_profile`, inverted)."""
         k = self.time_scale * self.token_scale
-        return ThroughputModel(m.A / (k * self.token_scale), m.B / k, m.C / k, m.D / k)
+        return ThroughputModel(
+            m.A / (k * self.token_scale), m.B / k, m.C / k, m.D / k, m.prefill_s_per_token / k
+        )
 
 
 def label(alloc: Allocation) -> str:
@@ -185,19 +188,23 @@ def decide(sizing: Sizing, min_gain: float) -> Allocation | None:
     return best.alloc if best.throughput > (1 + min_gain) * here else None
 
 
-def engine_calibration(measured: ThroughputModel, modelled: ThroughputModel) -> EngineCalibration:
+def engine_calibration(
+    measured: ThroughputModel, modelled: ThroughputModel, modelled_prefill_s: float
+) -> EngineCalibration:
     """What a start-up profile (`measured`, in the cost model's units) says of an engine whose
-    cost model is `modelled`: each decode constant as measured. One scale for the whole step
-    would be right at one batch and context only: on 32B H200's slow corner the search then
-    mispredicted slots by 7-11% and kept one 12% short of the best (docs/results.md). Prefill,
-    which the profile does not time, stays the model's: its efficiency's plausible range is
-    narrower than decode's and apart from it (pivot/sim/band.py), so the decode step's ratio
-    would carry decode's error into it."""
+    cost model is `modelled` (prefilling at `modelled_prefill_s` per prompt token): each decode
+    constant as measured, and prefill as timed. One scale for the whole step would be right at
+    one batch and context only: on 32B H200's slow corner the search then mispredicted slots by
+    7-11% and kept one 12% short of the best (docs/results.md). Prefill has a scale of its own
+    (its efficiency's plausible range is apart from decode's, pivot/sim/band.py); a profile
+    that did not time it (`prefill_s_per_token` 0: one written before it did) leaves it the
+    model's."""
     a, b, c, d = (
         getattr(measured, k) / getattr(modelled, k) if getattr(modelled, k) > 0 else 1.0
         for k in CONSTANTS
     )
-    return EngineCalibration((a, b, c, d))
+    timed = measured.prefill_s_per_token
+    return EngineCalibration((a, b, c, d), timed / modelled_prefill_s if timed > 0 else 1.0)
 
 
 def modelled_costs(base: PivotConfig, opts: SimOptions) -> SimCosts:
@@ -234,13 +241,17 @@ def replay(
 ) -> tuple[tuple[Resize, ...], list[Sizing]]:
     """The decisions `--train.devices auto` makes in a run launched with PivotRL's training slot
     at `base.train.pool`, whose cost model says `believed` and whose devices cost `actual`:
-    at start-up it measures the engines (a profile: each decode constant calibrated, prefill
-    left the model's), after step 1 also a training step and the shifts made (training and
+    at start-up it measures the engines (a profile: each decode constant and prefill
+    calibrated), after step 1 also a training step and the shifts made (training and
     shifts calibrated); each search starts from the slot the last one left and takes its CPU time
     as delay. Later sizings see the same costs and change nothing."""
     said, real = modelled_costs(base, believed), modelled_costs(base, actual)
     engine = {
-        role: engine_calibration(real.roles[role].throughput, said.roles[role].throughput)
+        role: engine_calibration(
+            real.roles[role].profile,
+            said.roles[role].throughput,
+            said.roles[role].prefill_s_per_token,
+        )
         for role in (Role.ROLLOUT, Role.REWARD)
     }
     startup = Calibration(engine[Role.ROLLOUT], engine[Role.REWARD])

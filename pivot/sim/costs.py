@@ -31,6 +31,11 @@ class RoleCosts:
     max_running: int = 1 << 30
     """The engine's `max_running_seqs`: the largest batch a replica decodes."""
 
+    @property
+    def profile(self) -> ThroughputModel:
+        """What a start-up profile of a replica measures: the decode constants and prefill."""
+        return dataclasses.replace(self.throughput, prefill_s_per_token=self.prefill_s_per_token)
+
 
 @dataclass(frozen=True)
 class SimCosts:

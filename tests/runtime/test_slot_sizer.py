@@ -44,9 +44,13 @@ def test_profiles_become_the_cost_models_calibration() -> None:
     same = SlotSizer(model, train, exact)  # emulated profiles are the cost model's own
     for engine in (same.startup.rollout, same.startup.reward):
         assert engine.decode == pytest.approx((1.0,) * 4)
+        assert engine.prefill == pytest.approx(1.0)  # timed, in the runtime's units
     slow = SlotSizer(model, train, {"rollout": _slower(exact["rollout"], 2.0)})
     assert slow.startup.rollout.decode == pytest.approx((2.0,) * 4)
-    assert slow.startup.rollout.prefill == 1.0  # the profile does not time it: the model's
+    assert slow.startup.rollout.prefill == 1.0  # a profile that did not time it: the model's
+    m = exact["rollout"]
+    timed = dataclasses.replace(m, prefill_s_per_token=1.5 * m.prefill_s_per_token)
+    assert SlotSizer(model, train, {"rollout": timed}).startup.rollout.prefill == pytest.approx(1.5)
     assert slow.startup.reward == EngineCalibration()  # not profiled: the model's
     m = exact["reward"]  # each constant as measured: a step slower where it is memory-bound
     shape = SlotSizer(model, train, {"reward": ThroughputModel(3 * m.A, 3 * m.B, m.C, m.D)})

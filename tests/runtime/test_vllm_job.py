@@ -82,3 +82,4 @@ def test_main_job_on_vllm_with_shifts(tmp_path: Path, vllm_python: Path) -> None
         profile = json.loads(shape.cache_file(PROFILE_CACHE).read_text())
         assert profile["backend"] == shape.backend and profile["role"] == role
         assert read_profile(shape.cache_file(PROFILE_CACHE)).latency(4, 256) > 0
+        assert profile["prefill_s_per_token"] > 0  # timed through the engine protocol too

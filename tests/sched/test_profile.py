@@ -3,6 +3,7 @@ profiler writing exactly what the runtime reads."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -29,6 +30,9 @@ def test_round_trip_keeps_constants_and_metadata(tmp_path: Path) -> None:
     assert read_profile(path) == M1
     body = json.loads(path.read_text())
     assert (body["role"], body["tp"], body["A"]) == ("reward", 4, 1e-6)
+    assert "prefill_s_per_token" not in body  # not timed: a profile as written before it was
+    timed = dataclasses.replace(M1, prefill_s_per_token=3e-5)
+    assert read_profile(write_profile(tmp_path / "t.json", timed)) == timed
 
 
 @pytest.mark.parametrize(
@@ -38,6 +42,8 @@ def test_round_trip_keeps_constants_and_metadata(tmp_path: Path) -> None:
         ('{"A": -1, "B": 1, "C": 1, "D": 0}', "ThroughputModel.A"),
         ('{"A": "x", "B": 1, "C": 1, "D": 0}', "finite numbers"),
         ("[1, 2]", "missing A, B, C, D"),
+        ('{"A": 1, "B": 1, "C": 1, "D": 0, "prefill_s_per_token": "x"}', "prefill_s_per_token"),
+        ('{"A": 1, "B": 1, "C": 1, "D": 0, "prefill_s_per_token": -1}', "prefill_s_per_token"),
         ("{", "not JSON"),
     ],
 )
@@ -129,8 +135,9 @@ def test_profiler_writes_what_the_runtime_reads(
     got = resolve_profile("reward", "", shape, tmp_path / "cache")
     body = json.loads(shape.cache_file(tmp_path / "cache").read_text())
     assert not got.fallback and got.model == ThroughputModel(
-        body["A"], body["B"], body["C"], body["D"]
+        body["A"], body["B"], body["C"], body["D"], body["prefill_s_per_token"]
     )
+    assert body["prefill_s_per_token"] > 0  # timed on the grid's largest point
     assert body["role"] == "reward" and body["tp"] == 1 and len(body["samples"]) == 6
 
 

@@ -184,13 +184,18 @@ def test_a_run_measures_the_corners_shifts_after_its_first_step(opts: SimOptions
     said, real = modelled_costs(cfg, opts), modelled_costs(cfg, options_at(opts, "slow"))
     startup = Calibration(
         *(
-            engine_calibration(real.roles[r].throughput, said.roles[r].throughput)
+            engine_calibration(
+                real.roles[r].profile, said.roles[r].throughput, said.roles[r].prefill_s_per_token
+            )
             for r in (Role.ROLLOUT, Role.REWARD)
         )
     )
     for r in (Role.ROLLOUT, Role.REWARD):  # the profile gives the corner's decode exactly
-        calibrated = build_cluster(cfg, opts.hardware, calibration=startup)[1].roles[r].throughput
-        assert astuple(calibrated) == pytest.approx(astuple(real.roles[r].throughput))
+        calibrated = build_cluster(cfg, opts.hardware, calibration=startup)[1].roles[r]
+        assert astuple(calibrated.throughput) == pytest.approx(astuple(real.roles[r].throughput))
+        # ... and its prefill, which the corner prices apart (pivot/sim/band.py prefill_eff)
+        assert real.roles[r].prefill_s_per_token != said.roles[r].prefill_s_per_token
+        assert calibrated.prefill_s_per_token == pytest.approx(real.roles[r].prefill_s_per_token)
     known = measured(startup, said, real, 4)
     assert known.rollout.decode == startup.rollout.decode
     for role in Role:  # an up and a down of each role, measured over modelled
