@@ -27,7 +27,7 @@ class TrainConfig:
     """Least predicted gain in tokens/s that re-sizes the slot (a re-size costs a checkpoint)."""
     sizing_budget_s: float = 900.0
     """CPU seconds one sizing search may spend on rank 0 (checked before each candidate run).
-    Complete searches of the paper's 128-device clusters took 297-790 CPU-s (docs/results.md)."""
+    Complete searches of the paper's 128-device clusters took 224-820 CPU-s (docs/results.md)."""
     devices_share: float = 0.0
     """The training pool as a share of the world, used when devices is 0 (the paper presets: their
     world is whatever torchrun or sbatch started). Rounded down to a multiple of both inference
