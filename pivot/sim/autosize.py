@@ -188,12 +188,10 @@ def decide(sizing: Sizing, min_gain: float) -> Allocation | None:
     return best.alloc if best.throughput > (1 + min_gain) * here else None
 
 
-def engine_calibration(
-    measured: ThroughputModel, modelled: ThroughputModel, modelled_prefill_s: float
-) -> EngineCalibration:
+def engine_calibration(measured: ThroughputModel, modelled: ThroughputModel) -> EngineCalibration:
     """What a start-up profile (`measured`, in the cost model's units) says of an engine whose
-    cost model is `modelled` (prefilling at `modelled_prefill_s` per prompt token): each decode
-    constant as measured, and prefill as timed. One scale for the whole step would be right at
+    cost model is `modelled` (its `RoleCosts.profile`): each decode constant as measured, and
+    prefill as timed. One scale for the whole step would be right at
     one batch and context only: on 32B H200's slow corner the search then mispredicted slots by
     7-11% and kept one 12% short of the best (docs/results.md). Prefill has a scale of its own
     (its efficiency's plausible range is apart from decode's, pivot/sim/band.py); a profile
@@ -204,7 +202,9 @@ def engine_calibration(
         for k in CONSTANTS
     )
     timed = measured.prefill_s_per_token
-    return EngineCalibration((a, b, c, d), timed / modelled_prefill_s if timed > 0 else 1.0)
+    return EngineCalibration(
+        (a, b, c, d), timed / modelled.prefill_s_per_token if timed > 0 else 1.0
+    )
 
 
 def modelled_costs(base: PivotConfig, opts: SimOptions) -> SimCosts:
@@ -247,11 +247,7 @@ def replay(
     as delay. Later sizings see the same costs and change nothing."""
     said, real = modelled_costs(base, believed), modelled_costs(base, actual)
     engine = {
-        role: engine_calibration(
-            real.roles[role].profile,
-            said.roles[role].throughput,
-            said.roles[role].prefill_s_per_token,
-        )
+        role: engine_calibration(real.roles[role].profile, said.roles[role].profile)
         for role in (Role.ROLLOUT, Role.REWARD)
     }
     startup = Calibration(engine[Role.ROLLOUT], engine[Role.REWARD])

@@ -184,9 +184,7 @@ def test_a_run_measures_the_corners_shifts_after_its_first_step(opts: SimOptions
     said, real = modelled_costs(cfg, opts), modelled_costs(cfg, options_at(opts, "slow"))
     startup = Calibration(
         *(
-            engine_calibration(
-                real.roles[r].profile, said.roles[r].throughput, said.roles[r].prefill_s_per_token
-            )
+            engine_calibration(real.roles[r].profile, said.roles[r].profile)
             for r in (Role.ROLLOUT, Role.REWARD)
         )
     )

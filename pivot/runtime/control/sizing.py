@@ -11,8 +11,8 @@ is handed to the controller, which moves the slot at a step boundary
 
 What is measured, in the simulator's units (`CostModel.simulated`): each inference role's
 throughput profile against the cost model's, constant by constant, and its prefill (a profile
-the run could not measure, or one written before profiles timed prefill, counts as the model's); the training
-steps taken on the current slot against the cost model's step on that many devices; each role's
+the run could not measure, or one written before profiles timed prefill, counts as the
+model's); the training steps taken on the current slot against the cost model's step on that many devices; each role's
 shifts against the cost model's shifts of that role (a slot's first shift up on its devices
 builds its engine or trainer, which later shifts do not: it is not counted).
 """
@@ -59,11 +59,7 @@ class SlotSizer:
         self.gain, self.budget_s = train.resize_gain, train.sizing_budget_s
         self.said = modelled_costs(model.paper, model.options(Calibration()))
         engines = {
-            role: engine_calibration(
-                model.simulated(m),
-                self.said.roles[role].throughput,
-                self.said.roles[role].prefill_s_per_token,
-            )
+            role: engine_calibration(model.simulated(m), self.said.roles[role].profile)
             for role, m in profiles.items()
             if role in self.said.roles
         }
