@@ -152,13 +152,22 @@ def test_a_late_weights_ack_updates_no_replica_that_is_shifting_down(ctrl: Contr
     assert ctrl.ep.sent == []
 
 
-class Sizer:  # a finished sizing, as SlotSizer.poll hands it over
-    def __init__(self, pick: Allocation) -> None:
-        self.pick = pick
+class Sizer:  # a finished sizing, as SlotSizer.poll (or .wait, at the run's end) hands it over
+    def __init__(self, pick: Allocation, owed: bool = False) -> None:
+        self.pick, self.owed, self.running = pick, owed, True
+        self.started: list[Allocation] = []
 
     def poll(self) -> tuple[Sizing, Allocation]:
         points = (SearchPoint(Allocation(2), 100.0), SearchPoint(self.pick, 120.0))
         return Sizing(Allocation(2), points, 0.1, True), self.pick
+
+    wait = poll
+
+    def start(self, current: Allocation) -> None:
+        self.started.append(current)
+
+    def close(self) -> None:
+        self.running = False
 
 
 def test_a_picked_reserve_holds_at_once_and_a_new_slot_waits(ctrl: Controller) -> None:
@@ -175,3 +184,29 @@ def test_a_picked_reserve_holds_at_once_and_a_new_slot_waits(ctrl: Controller) -
     ctrl.poll_sizing()  # another slot, no reserve: the reserve goes now, the slot at a boundary
     assert (planner.cfg.reserve_rollout, planner.cfg.reserve_reward) == (0, 0)
     assert ctrl.resize_to == 1 and ctrl.train_devices == 2
+
+
+def test_a_sizing_owed_starts_as_one_lands_until_the_last_step(ctrl: Controller) -> None:
+    ctrl.mode = make_mode(ctrl.cfg)
+    sizer = ctrl.sizer = Sizer(Allocation(2), owed=True)  # type: ignore[assignment]
+    ctrl.poll_sizing()  # one came due while it ran: it starts now, from the slot as it is
+    assert sizer.started == [Allocation(2)]
+    ctrl.step = ctrl.cfg.train.steps
+    ctrl.poll_sizing()  # the last step has trained: nothing left to size
+    assert sizer.started == [Allocation(2)]
+
+
+def test_the_run_end_awaits_the_sizing_in_flight_for_the_next_launch(ctrl: Controller) -> None:
+    ctrl.mode = make_mode(ctrl.cfg)
+    ctrl.sizer = Sizer(Allocation(1, 2))  # type: ignore[assignment]
+    ctrl.finish()  # the ranks are told to stop first; rank 0 then awaits the search alone
+    assert type(ctrl.ep.sent[-1][1]).__name__ == "Stop"
+    row = ctrl.log.events[-1]  # type: ignore[attr-defined]
+    assert row["event"] == "train_sizing" and row["pick"] == "T1/R2"
+    assert row["next_launch"] == (
+        "--train.devices 1 --planner.reserve-rollout 2 --planner.reserve-reward 1"
+    )
+    ctrl.sizer = Sizer(Allocation(1))  # type: ignore[assignment]
+    ctrl.failed = "rank 3 gone"  # a failed run does not wait: torchrun restarts it
+    ctrl.finish()
+    assert ctrl.log.events[-1]["event"] == "stop"  # type: ignore[attr-defined]

@@ -139,5 +139,13 @@ def test_summary_of_the_training_slots_sizing(tmp_path: Path) -> None:
     assert "training slot sized 2 time(s) (1.2 CPU-s at most): re-sized 4 -> 2 after step 0" in text
     _write(tmp_path / "timeline.jsonl", [{**sizing, "pick": None, "cpu_s": 0.4}])
     assert "kept at 4 devices" in run_summary(tmp_path, tmp_path / "ck", "done")
+    flags = "--train.devices 2 --planner.reserve-rollout 1 --planner.reserve-reward 1"
+    _write(  # one that landed as the run ended: its pick, as the flags of the next launch
+        tmp_path / "timeline.jsonl",
+        [{**sizing, "pick": "T2/R1", "cpu_s": 0.4, "next_launch": flags}],
+    )
+    assert f"the last sizing, as the run ended, picked T2/R1: {flags}" in run_summary(
+        tmp_path, tmp_path / "ck", "done"
+    )
     _write(tmp_path / "timeline.jsonl", [])
     assert "training slot" not in run_summary(tmp_path, tmp_path / "ck", "done")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from pivot.config import PivotConfig
 from pivot.dist import SlotTable
 from pivot.plan import PlanTimings, ShiftPlan
-from pivot.plan.modes import reserve, rollout_reserve
+from pivot.plan.modes import reserve, rollout_reserve, split_reserves
 from pivot.rl.evaluation import eval_due
 from pivot.runtime.control import messages as m
 from pivot.runtime.control.control_plane import ControllerEndpoint
@@ -38,7 +38,7 @@ from pivot.runtime.weights.replica_versions import ReplicaVersions
 from pivot.sched.records import Abort, Dispatch, Role
 from pivot.sched.throughput import ThroughputModel
 from pivot.shift import ClusterHost, ReplicaTable
-from pivot.sim.autosize import label
+from pivot.sim.autosize import Sizing, label
 from pivot.sim.deploy import Allocation
 
 if TYPE_CHECKING:  # annotations only
@@ -176,6 +176,7 @@ class Controller(ClusterHost):
         self.broadcast(m.Stop(self.failed or "done"))
         self.log.shift(event="stop", reason=self.failed or "done")
         if self.sizer is not None:
+            self.last_sizing()
             self.sizer.close()
 
     # ---- commands from the schedulers ------------------------------------------------------
@@ -458,7 +459,7 @@ class Controller(ClusterHost):
             self.submit(self.flow.start_eval(self.step))
         if self.sizer is not None:
             self.sizer.trained(len(train_ranks), secs, int(lead.metrics.get("tokens", 0.0)))
-            if self.sizer.due(self.step):
+            if self.sizer.due(self.step) and self.step < self.cfg.train.steps:
                 self.sizer.start(self.allocation)
         if self.resize_to is not None:  # the trainer's state moves through this checkpoint
             self.resize_step = self.step
@@ -476,8 +477,30 @@ class Controller(ClusterHost):
         done = self.sizer.poll() if self.sizer is not None else None
         if done is None:
             return
+        self.log_sizing(*done)
         sizing, pick = done
+        if self.sizer.owed and self.step < self.cfg.train.steps:
+            self.sizer.start(self.allocation)
+        if pick is not None:  # its reserved split holds at once: it moves no state
+            reserve(self.mode, self.world, pick.train_devices, pick.rollout_devices)
+        if pick is not None and pick.train_devices != self.train_devices:
+            self.resize_to = pick.train_devices
+        elif self.resize_step is None:  # the newest sizing says stay: an earlier pick not begun
+            self.resize_to = None
+
+    def log_sizing(self, sizing: Sizing, pick: Allocation | None, ended: bool = False) -> None:
+        """A finished sizing in the timeline: every candidate's prediction and the pick (`ended`:
+        it landed after the run's last step, its pick not carried out but named as the flags
+        that launch the next run there)."""
         print(f"pivot: {sizing.line()}", flush=True)
+        advice = ""
+        if ended and pick is not None:
+            rollout, reward = split_reserves(self.world, pick.train_devices, pick.rollout_devices)
+            advice = f"--train.devices {pick.train_devices}" + (
+                f" --planner.reserve-rollout {rollout} --planner.reserve-reward {reward}"
+                if rollout
+                else ""
+            )
         self.log.shift(
             event="train_sizing",
             step=self.step,
@@ -488,13 +511,24 @@ class Controller(ClusterHost):
             cpu_s=round(sizing.cpu_s, 2),
             complete=sizing.complete,
             calibration=dataclasses.asdict(sizing.calibration),
+            next_launch=advice,
         )
-        if pick is not None:  # its reserved split holds at once: it moves no state
-            reserve(self.mode, self.world, pick.train_devices, pick.rollout_devices)
-        if pick is not None and pick.train_devices != self.train_devices:
-            self.resize_to = pick.train_devices
-        elif self.resize_step is None:  # the newest sizing says stay: an earlier pick not begun
-            self.resize_to = None
+
+    def last_sizing(self) -> None:
+        """The sizing in flight as the run ends, awaited and logged unless the run failed (its
+        pick is the next launch's advice): at most `--train.sizing-budget-s` of CPU, on rank 0
+        alone, the other ranks told to stop."""
+        assert self.sizer is not None
+        if self.failed is not None or not self.sizer.running:
+            return
+        print(
+            f"pivot: the run has ended; awaiting the training slot's sizing in flight (at most "
+            f"{self.cfg.train.sizing_budget_s:g} CPU-s) for the next launch's advice",
+            flush=True,
+        )
+        done = self.sizer.wait()
+        if done is not None:
+            self.log_sizing(*done, ended=True)
 
     @property
     def allocation(self) -> Allocation:

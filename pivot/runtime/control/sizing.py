@@ -7,13 +7,16 @@ slot (pivot/sim/autosize.py) on the costs measured so far, in a process of its o
 seconds to minutes of CPU: the controller's thread must keep its 200 ms pace), within
 `--train.sizing-budget-s` of CPU. A pick that beats the current slot by `--train.resize-gain`
 is handed to the controller, which moves the slot at a step boundary
-(pivot/runtime/control/controller.py `maybe_resize`).
+(pivot/runtime/control/controller.py `maybe_resize`). One runs at a time: one due meanwhile
+starts when it lands; none starts once the last step has trained, and the run's end awaits
+the one in flight, so every sizing started is logged (its pick, if the run ended first, is
+the summary's advice for the next launch).
 
 What is measured, in the simulator's units (`CostModel.simulated`): each inference role's
 throughput profile against the cost model's, constant by constant, and its prefill (a profile
 the run could not measure, or one written before profiles timed prefill, counts as the
-model's); the training steps taken on the current slot against the cost model's step on that many devices; each role's
-shifts against the cost model's shifts of that role (a slot's first shift up on its devices
+model's); the training steps taken on the current slot against the cost model's step on that
+many devices; each role's shifts against the cost model's shifts of that role (a slot's first shift up on its devices
 builds its engine or trainer, which later shifts do not: it is not counted).
 """
 
@@ -72,10 +75,11 @@ class SlotSizer:
         self._pool: ProcessPoolExecutor | None = None
         self._running: Future | None = None
         self.searches = 0
+        self.owed = False  # one came due while another ran: it starts when that one lands
 
     def due(self, step: int) -> bool:
-        """Whether a sizing starts once step `step` has trained (1, then every `every`)."""
-        return self._running is None and (step == 1 or (step > 1 and (step - 1) % self.every == 0))
+        """Whether a sizing is due once step `step` has trained (1, then every `every`)."""
+        return step == 1 or (step > 1 and (step - 1) % self.every == 0)
 
     def trained(self, devices: int, runtime_s: float, runtime_tokens: int) -> None:
         """A training step of `runtime_tokens` took `runtime_s` on a slot of `devices`."""
@@ -111,20 +115,34 @@ class SlotSizer:
         return dataclasses.replace(self.startup, train=train).with_shifts(shifts)
 
     def start(self, current: Allocation) -> None:
-        """Start a sizing from `current` (the slot's devices, the reserved split if any;
-        nothing if one is running)."""
+        """Start a sizing from `current` (the slot's devices, the reserved split if any); if
+        one is running, it is owed: the controller starts it when that one lands (skipped, the
+        sizing after step 1, the first to see training measured, would wait `every` steps)."""
         if self._running is not None:
+            self.owed = True
             return
+        self.owed = False
         if self._pool is None:  # spawn: rank 0 holds threads and a process group, never fork it
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
         calibration = self.calibration(current.train_devices)
         self._running = self._pool.submit(_search, self.model, current, calibration, self.budget_s)
         self.searches += 1
 
+    @property
+    def running(self) -> bool:
+        return self._running is not None
+
     def poll(self) -> tuple[Sizing, Allocation | None] | None:
         """The sizing that finished since the last call, with the allocation to move to (None:
         stay); None while one runs or none was started. A failed search raises."""
         if self._running is None or not self._running.done():
+            return None
+        return self.wait()
+
+    def wait(self) -> tuple[Sizing, Allocation | None] | None:
+        """The sizing in flight, awaited (at most its CPU budget), with its pick as `poll`
+        hands it; None if none runs."""
+        if self._running is None:
             return None
         sizing, self._running = self._running.result(), None
         return sizing, decide(sizing, self.gain)

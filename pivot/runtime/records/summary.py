@@ -108,7 +108,10 @@ def _sizing(timeline: list[dict]) -> list[str]:
     ]
     slot = f"re-sized {', '.join(moves)}" if moves else f"kept at {sizings[0]['devices']} devices"
     cpu = max(r["cpu_s"] for r in sizings)
-    return [f"  training slot sized {len(sizings)} time(s) ({cpu:.1f} CPU-s at most): {slot}"]
+    lines = [f"  training slot sized {len(sizings)} time(s) ({cpu:.1f} CPU-s at most): {slot}"]
+    if advice := sizings[-1].get("next_launch"):  # it landed after the last step
+        lines.append(f"  the last sizing, as the run ended, picked {sizings[-1]['pick']}: {advice}")
+    return lines
 
 
 def _mean(rows: list[dict], key: str) -> float:
