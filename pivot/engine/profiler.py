@@ -6,8 +6,8 @@ measured on its own backend, model, device and TP.
 
 `profile_engine` runs the engine over a grid of (N_seq running sequences, context length)
 points, times decode steps (the fastest of a few, over shuffled passes) and the prefill of the
-grid's largest point (`prefill_s_per_token`, which the training slot's sizing calibrates the
-cost model's prefill with), fits
+grid's longest prompts, a full chunk of them (`prefill_s_per_token`, which the training slot's
+sizing calibrates the cost model's prefill with), fits
 
     latency = A * N_tok + max(B, C * N_seq) + D
 
@@ -76,6 +76,12 @@ def measure(
         toks.append(stats.n_tok)
     engine.abort(list(range(n_seq)))
     return statistics.mean(toks), min(lats)
+
+
+PREFILL_TOKENS = 16_384
+"""Prompt tokens prefill is timed on: one scheduler step's worth at vLLM's offline default on
+an H100 or H200 (vllm 0.32.0 vllm/engine/arg_utils.py:2933-2937, `max_num_batched_tokens`; 8,192
+on other GPUs, 4,096 a socket on CPU), so the rate is a full chunk's."""
 
 
 def measure_prefill(
@@ -147,8 +153,10 @@ def profile_engine(
             n_tok, lat = measure(engine, n_seq, ctx, steps, rng)
             if (n_seq, ctx) not in best or lat < best[n_seq, ctx][1]:
                 best[n_seq, ctx] = (n_tok, lat)
-    # prefill in large chunks, as a run's prompts arrive: the grid's largest point's tokens
-    prefill_s = measure_prefill(engine, max(seqs), max(ctxs), passes, rng)
+    # prefill in large chunks, as a run's prompts arrive: the grid's longest prompts, as many
+    # as make one full chunk (more time the same rate, for longer)
+    prompts = max(1, min(max(seqs), PREFILL_TOKENS // max(ctxs)))
+    prefill_s = measure_prefill(engine, prompts, max(ctxs), passes, rng)
     rows: list[Row] = [(n_seq, n_tok, lat) for (n_seq, _), (n_tok, lat) in sorted(best.items())]
     for n_seq, n_tok, lat in rows:
         say(f"N_seq={n_seq:>4} N_tok={n_tok:>8.0f} latency={lat * 1e3:8.2f} ms")
@@ -162,7 +170,7 @@ def profile_engine(
     say(
         f"fit: A={model.A:.3e} s/token  B={model.B:.3e} s  C={model.C:.3e} s/seq  D={model.D:.3e} s"
     )
-    say(f"prefill: {prefill_s * 1e6:.2f} us/token ({max(seqs)} prompts of {max(ctxs)} tokens)")
+    say(f"prefill: {prefill_s * 1e6:.2f} us/token ({prompts} prompts of {max(ctxs)} tokens)")
     say(f"held-out ({len(held)} points): R^2={r2:.4f}  mean relative error={mre:.3%}")
     say(f"all ({len(rows)} points):      R^2={r2_all:.4f}  mean relative error={mre_all:.3%}")
     write_profile(

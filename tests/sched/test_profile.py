@@ -137,7 +137,7 @@ def test_profiler_writes_what_the_runtime_reads(
     assert not got.fallback and got.model == ThroughputModel(
         body["A"], body["B"], body["C"], body["D"], body["prefill_s_per_token"]
     )
-    assert body["prefill_s_per_token"] > 0  # timed on the grid's largest point
+    assert body["prefill_s_per_token"] > 0  # timed on the grid's longest prompts
     assert body["role"] == "reward" and body["tp"] == 1 and len(body["samples"]) == 6
 
 
