@@ -188,12 +188,12 @@ def test_a_picked_reserve_holds_at_once_and_a_new_slot_waits(ctrl: Controller) -
 
 def test_a_sizing_owed_starts_as_one_lands_until_the_last_step(ctrl: Controller) -> None:
     ctrl.mode = make_mode(ctrl.cfg)
-    sizer = ctrl.sizer = Sizer(Allocation(2), owed=True)  # type: ignore[assignment]
-    ctrl.poll_sizing()  # one came due while it ran: it starts now, from the slot as it is
-    assert sizer.started == [Allocation(2)]
+    sizer = ctrl.sizer = Sizer(Allocation(2, 1), owed=True)  # type: ignore[assignment]
+    ctrl.poll_sizing()  # one came due while it ran: it starts now, with the reserve just picked
+    assert sizer.started == [Allocation(2, 1)]
     ctrl.step = ctrl.cfg.train.steps
     ctrl.poll_sizing()  # the last step has trained: nothing left to size
-    assert sizer.started == [Allocation(2)]
+    assert sizer.started == [Allocation(2, 1)]
 
 
 def test_the_run_end_awaits_the_sizing_in_flight_for_the_next_launch(ctrl: Controller) -> None:

@@ -478,15 +478,15 @@ class Controller(ClusterHost):
         if done is None:
             return
         self.log_sizing(*done)
-        sizing, pick = done
-        if self.sizer.owed and self.step < self.cfg.train.steps:
-            self.sizer.start(self.allocation)
+        pick = done[1]
         if pick is not None:  # its reserved split holds at once: it moves no state
             reserve(self.mode, self.world, pick.train_devices, pick.rollout_devices)
         if pick is not None and pick.train_devices != self.train_devices:
             self.resize_to = pick.train_devices
         elif self.resize_step is None:  # the newest sizing says stay: an earlier pick not begun
             self.resize_to = None
+        if self.sizer.owed and self.step < self.cfg.train.steps:  # from the slot as it is now
+            self.sizer.start(self.allocation)
 
     def log_sizing(self, sizing: Sizing, pick: Allocation | None, ended: bool = False) -> None:
         """A finished sizing in the timeline: every candidate's prediction and the pick (`ended`:
