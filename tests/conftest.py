@@ -79,8 +79,16 @@ def shared_record(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # lint and type check first (seconds), so a style or type error shows before the long tests
-    items.sort(key=lambda item: item.path.name != "test_lint.py")
+    # lint and type check first (seconds), so a style or type error shows before the long tests;
+    # then the slow ones, the fast ones filling in last, so the two workers end together (in
+    # file order the dress rehearsals, tests/tools, came last). xdist keeps this order
+    # (--no-loadscope-reorder, pyproject.toml; its default puts the groups first)
+    items.sort(
+        key=lambda item: (
+            item.path.name != "test_lint.py",
+            item.get_closest_marker("slow") is None,
+        )
+    )
     for item in items:
         if (group := shared_record(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
