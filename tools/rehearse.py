@@ -246,30 +246,10 @@ def launch(r: Rehearsal, out: Path, steps: int, log: Path, kill: bool) -> tuple[
     with log.open("w") as f:
         job = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=out)
         if kill:  # as soon as a judge serves: the steps come fast once judging has begun
-            pid = kill_an_engine_core(job, out / "run", judge_up, judge_ranks)
+            pid = kill_an_engine_core(job, out / "run", "reward")
             print(f"rehearse: vLLM engine core {pid} SIGKILLed once a judge served", flush=True)
         rc = job.wait()
     return rc, time.monotonic() - started
-
-
-def judge_ranks(run: Path) -> set[int]:
-    """The ranks of the reward replicas up now (their engines serving), from the timeline."""
-    timeline = run / "timeline.jsonl"
-    up: dict[int, list[int]] = {}
-    if not timeline.is_file():
-        return set()
-    for line in timeline.read_text().splitlines():
-        try:  # read while written: the last line may be half there
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if e.get("role") == "reward" and e.get("event") in ("shift_up", "shift_down"):
-            up[e["slot"]] = e["devices"] if e["event"] == "shift_up" else []
-    return {rank for devices in up.values() for rank in devices}
-
-
-def judge_up(run: Path) -> bool:
-    return bool(judge_ranks(run))
 
 
 def rows(path: Path) -> list[dict]:

@@ -3,11 +3,11 @@ dress rehearsal SIGKILL one, as the kernel's OOM killer would (docs/reliability.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 
@@ -55,29 +55,35 @@ def rank_of(pid: int) -> int | None:
     return int(rank) if rank is not None else None
 
 
-def a_step_trained(run: Path) -> bool:
-    metrics = run / "metrics.jsonl"
-    return metrics.is_file() and bool(metrics.read_text().strip())
-
-
-def kill_an_engine_core(
-    job: subprocess.Popen,
-    run: Path,
-    ready: Callable[[Path], bool] = a_step_trained,
-    on_ranks: Callable[[Path], set[int]] | None = None,
-) -> int:
-    """Once `ready(run)` (by default: once a step is trained), SIGKILL one vLLM engine core (of
-    a rank in `on_ranks(run)` when given: not one still starting, whose failure is a shift up's);
-    again if its replica happened to be shifting down (its core stopping anyway) and no failure
-    was seen. The pid killed."""
+def serving_ranks(run: Path, role: str) -> set[int]:
+    """The ranks of `role`'s replicas up now (their engines serving), from the timeline."""
     timeline = run / "timeline.jsonl"
-    while job.poll() is None and not ready(run):
+    up: dict[int, list[int]] = {}
+    if not timeline.is_file():
+        return set()
+    for line in timeline.read_text().splitlines():
+        try:  # read while written: the last line may be half there
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("role") == role and e.get("event") in ("shift_up", "shift_down"):
+            up[e["slot"]] = e["devices"] if e["event"] == "shift_up" else []
+    return {rank for devices in up.values() for rank in devices}
+
+
+def kill_an_engine_core(job: subprocess.Popen, run: Path, role: str) -> int:
+    """As soon as a replica of `role` serves, SIGKILL one vLLM engine core of its ranks (not one
+    still starting, whose failure is a shift up's). Not later: on tiny models a run's steps come
+    in a burst once its batches are judged, and its engines stop a second after (CI: three
+    steps trained within 0.1 s, the job ended before a core could be killed). Again if its
+    replica happened to be shifting down (its core stopping anyway) and no failure was seen.
+    The pid killed."""
+    timeline = run / "timeline.jsonl"
+    while job.poll() is None and not serving_ranks(run, role):
         time.sleep(0.2)
     for _ in range(5):
-        cores = engine_cores(job.pid)
-        if on_ranks is not None:
-            ranks = on_ranks(run)
-            cores = [pid for pid in cores if rank_of(pid) in ranks]
+        ranks = serving_ranks(run, role)
+        cores = [pid for pid in engine_cores(job.pid) if rank_of(pid) in ranks]
         assert cores and job.poll() is None, "the job ended before a core could be killed"
         os.kill(cores[0], signal.SIGKILL)
         deadline = time.monotonic() + 30

@@ -51,7 +51,7 @@ def test_main_job_on_vllm_with_shifts(tmp_path: Path, vllm_python: Path) -> None
         job = subprocess.Popen(
             cmd, stdout=sink, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
         )
-        killed = kill_an_engine_core(job, run)
+        killed = kill_an_engine_core(job, run, "rollout")
         assert job.wait(timeout=600) == 0, log.read_text()[-6000:]
     text = log.read_text()
     assert exactly_once(run, STEPS, B, G).violations == []
