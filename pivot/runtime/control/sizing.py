@@ -16,8 +16,9 @@ What is measured, in the simulator's units (`CostModel.simulated`): each inferen
 throughput profile against the cost model's, constant by constant, and its prefill (a profile
 the run could not measure, or one written before profiles timed prefill, counts as the
 model's); the training steps taken on the current slot against the cost model's step on that
-many devices; each role's shifts against the cost model's shifts of that role (a slot's first shift up on its devices
-builds its engine or trainer, which later shifts do not: it is not counted).
+many devices; each role's shifts against the cost model's shifts of that role (a slot's first
+shift up on its devices builds its engine or trainer, which later shifts do not: it is not
+counted).
 """
 
 from __future__ import annotations
