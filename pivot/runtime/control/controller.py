@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING
 from pivot.config import PivotConfig
 from pivot.dist import SlotTable
 from pivot.plan import PlanTimings, ShiftPlan
-from pivot.plan.modes import reserve, rollout_reserve, split_reserves
+from pivot.plan.modes import reserve, rollout_reserve
 from pivot.rl.evaluation import eval_due
 from pivot.runtime.control import messages as m
 from pivot.runtime.control.control_plane import ControllerEndpoint
 from pivot.runtime.control.recovery import EngineRecovery
 from pivot.runtime.control.reports import ControllerReports, kv_metrics
 from pivot.runtime.control.shift_record import ShiftRecord
+from pivot.runtime.control.sizing import launch_flags
 from pivot.runtime.flow.rl_flow import RLFlow
 from pivot.runtime.records.metrics import RunLog
 from pivot.runtime.weights.replica_versions import ReplicaVersions
@@ -459,8 +460,8 @@ class Controller(ClusterHost):
             self.submit(self.flow.start_eval(self.step))
         if self.sizer is not None:
             self.sizer.trained(len(train_ranks), secs, int(lead.metrics.get("tokens", 0.0)))
-            if self.sizer.due(self.step) and self.step < self.cfg.train.steps:
-                self.sizer.start(self.allocation)
+            if self.sizer.due(self.step):
+                self.start_sizing()
         if self.resize_to is not None:  # the trainer's state moves through this checkpoint
             self.resize_step = self.step
         if self.ckpt.due(self.step, self.cfg.train.steps) or self.resize_step == self.step:
@@ -477,15 +478,22 @@ class Controller(ClusterHost):
         done = self.sizer.poll() if self.sizer is not None else None
         if done is None:
             return
-        self.log_sizing(*done)
-        pick = done[1]
+        sizing, pick = done
+        self.log_sizing(sizing, pick)
         if pick is not None:  # its reserved split holds at once: it moves no state
             reserve(self.mode, self.world, pick.train_devices, pick.rollout_devices)
         if pick is not None and pick.train_devices != self.train_devices:
             self.resize_to = pick.train_devices
         elif self.resize_step is None:  # the newest sizing says stay: an earlier pick not begun
             self.resize_to = None
-        if self.sizer.owed and self.step < self.cfg.train.steps:  # from the slot as it is now
+        if self.sizer.owed:  # from the slot as it is now
+            self.start_sizing()
+
+    def start_sizing(self) -> None:
+        """A sizing from the slot as it is now (owed if one runs), unless the last step has
+        trained: nothing is left to size."""
+        assert self.sizer is not None
+        if self.step < self.cfg.train.steps:
             self.sizer.start(self.allocation)
 
     def log_sizing(self, sizing: Sizing, pick: Allocation | None, ended: bool = False) -> None:
@@ -493,14 +501,7 @@ class Controller(ClusterHost):
         it landed after the run's last step, its pick not carried out but named as the flags
         that launch the next run there)."""
         print(f"pivot: {sizing.line()}", flush=True)
-        advice = ""
-        if ended and pick is not None:
-            rollout, reward = split_reserves(self.world, pick.train_devices, pick.rollout_devices)
-            advice = f"--train.devices {pick.train_devices}" + (
-                f" --planner.reserve-rollout {rollout} --planner.reserve-reward {reward}"
-                if rollout
-                else ""
-            )
+        advice = launch_flags(self.world, pick) if ended and pick is not None else ""
         self.log.shift(
             event="train_sizing",
             step=self.step,

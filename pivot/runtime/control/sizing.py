@@ -28,6 +28,7 @@ import multiprocessing
 from concurrent.futures import Future, ProcessPoolExecutor
 
 from pivot.config import PivotConfig, TrainConfig
+from pivot.plan.modes import split_reserves
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.autosize import (
     CostModel,
@@ -151,6 +152,14 @@ class SlotSizer:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def launch_flags(world: int, pick: Allocation) -> str:
+    """The flags that launch a run of `world` devices on a sizing's pick: its slot, and its
+    reserved split if any (the planner's reserves, `split_reserves`)."""
+    rollout, reward = split_reserves(world, pick.train_devices, pick.rollout_devices)
+    reserves = f" --planner.reserve-rollout {rollout} --planner.reserve-reward {reward}"
+    return f"--train.devices {pick.train_devices}" + (reserves if rollout else "")
 
 
 def gpu_cost_model(cfg: PivotConfig, world: int, per_node: int, device: str) -> CostModel | str:
