@@ -81,7 +81,8 @@ class PivotConfig:
         for role, engine in (("rollout", self.rollout.engine), ("reward", self.reward.engine)):
             size = engine.kv_block_size(self.model.attention)
             _check(
-                self.model.attention != "flash" or size % FLASH_BLOCK_MULTIPLE == 0,
+                engine.paged_kernel(self.model.attention) != "flash"
+                or size % FLASH_BLOCK_MULTIPLE == 0,
                 f"{role}.engine.block_size",
                 size,
                 f"flash attention's paged KV needs a multiple of {FLASH_BLOCK_MULTIPLE} (or 0 for the default)",

@@ -2,11 +2,17 @@
 
 The model runner packs every scheduled token of a step into one row (B=1, T=N). Per layer
 the backend writes the new K/V into the cache at each token's slot, then attends each query
-to its own sequence's cached context. With torch SDPA (any device) the sequences are grouped
-by context length (decoding and prefilling sequences apart) and each group gathers its keys a
-whole block at a time, padded only to the group's longest context: the cost follows the
-contexts' sum, not the batch size times the longest. On CUDA, flash-attn's paged varlen
-kernel can be used instead (untested here).
+to its own sequence's cached context. Three kernels (`PAGED_KERNELS`, chosen by
+`EngineConfig.attention`):
+- "flex": torch's FlexAttention over the cache in place (pivot/engine/flex_paged.py): each
+  query reads its sequence's blocks where they lie; nothing K/V-sized is created. CPU (compiled
+  by inductor) and CUDA (Triton).
+- "flash": flash-attn's paged varlen kernel, CUDA only, when installed (never run here).
+- "gather": the reference. The sequences are grouped by context length (decoding and
+  prefilling sequences apart) and each group gathers its keys a whole block at a time into a
+  dense copy, padded to the group's longest context, then runs SDPA with an additive mask: it
+  creates and re-reads about the live K/V's bytes every layer of every step, which is why it is
+  the reference the tests compare the others against, not a serving path.
 """
 
 from __future__ import annotations
@@ -15,13 +21,17 @@ from dataclasses import dataclass, field, fields
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask
 
+from pivot.engine.flex_paged import FlexTables, PrefillPlan, decode
 from pivot.engine.linear_state import LinearLayer, LinearStates
 
 try:  # optional GPU kernel, never required on CPU
     from flash_attn import flash_attn_varlen_func  # type: ignore[import-not-found]
 except ImportError:
     flash_attn_varlen_func = None
+
+PAGED_KERNELS = ("flex", "flash", "gather")
 
 SPLIT_RATIO = 2
 """A group's longest context is at most this times its shortest (in blocks) ..."""
@@ -135,11 +145,12 @@ class _Group:
 
 
 class PagedAttention:
-    """Per-step attention backend; build with `PagedAttention(cache, step, kernel, device)`, and
-    `linear_states` for a model with linear-attention layers (`linear_attention`).
+    """Per-step attention backend; build with `PagedAttention(cache, step, kernel, device)`,
+    `flex` (the engine's `FlexTables`) for the "flex" kernel, and `linear_states` for a model
+    with linear-attention layers (`linear_attention`).
 
     `positions` holds each packed token's position (the model's RoPE input). The query heads
-    sharing a K/V head are laid out as extra queries of that head (GQA without repeating K/V)."""
+    sharing a K/V head read it together (GQA without repeating K/V)."""
 
     def __init__(
         self,
@@ -148,7 +159,10 @@ class PagedAttention:
         kernel: str,
         device: torch.device | str,
         linear_states: LinearStates | None = None,
+        flex: FlexTables | None = None,
     ) -> None:
+        if kernel not in PAGED_KERNELS:
+            raise ValueError(f"paged attention kernel {kernel!r} is not one of {PAGED_KERNELS}")
         self.cache, self.kernel, self.step, self.linear_states = cache, kernel, step, linear_states
         self._segments: tuple[list[int], list[int], list[int]] | None = None
         bs = cache.block_size
@@ -158,6 +172,7 @@ class PagedAttention:
         cu_q = torch.zeros(s + 1, dtype=torch.long)
         cu_q[1:] = q_lens.cumsum(0)
         n = int(cu_q[-1])
+        self.num_tokens = n
         if n == s:  # decoding only: one token per sequence
             seq_of_tok, pos = torch.arange(s), ctx - 1
         else:
@@ -174,9 +189,48 @@ class PagedAttention:
             self.cu_k = cu_k.to(device)
             self.max_q, self.max_k = int(q_lens.max()), int(ctx.max())
             self.block_table = tables.to(torch.int32).to(device)
-            return
-        self.num_tokens = n
-        dtype = cache.k.dtype
+        elif kernel == "flex":
+            if flex is None:
+                raise ValueError("the flex kernel needs the engine's FlexTables")
+            self._flex_plan(q_lens, ctx, tables, cu_q, flex, device)
+        else:
+            self._gather_plan(q_lens, ctx, tables, cu_q, n_blocks, device)
+
+    def _flex_plan(
+        self,
+        q_lens: torch.Tensor,
+        ctx: torch.Tensor,
+        tables: torch.Tensor,
+        cu_q: torch.Tensor,
+        flex: FlexTables,
+        device: torch.device | str,
+    ) -> None:
+        """Decoding sequences as a batch of one-query rows, prefilling ones packed in tiles."""
+        decoding = q_lens == 1
+        dec, pre = decoding.nonzero()[:, 0], (~decoding).nonzero()[:, 0]
+        self.all_decode = len(dec) == self.num_tokens
+        self.dec_rows = cu_q[dec].to(device)
+        self.dec_mask: BlockMask | None = None
+        self.prefill: PrefillPlan | None = None
+        if len(dec):
+            flex.fill(ctx[dec], tables[dec], len(dec))
+            self.dec_mask = flex.mask(len(dec), self.cache.k.shape[1])
+        if len(pre):
+            self.prefill = PrefillPlan(q_lens[pre], ctx[pre], tables[pre], cu_q[pre], flex)
+            first, ql = cu_q[pre], q_lens[pre]
+            rows = torch.repeat_interleave(first - (torch.cumsum(ql, 0) - ql), ql)
+            self.pre_rows = (rows + torch.arange(int(ql.sum()))).to(device)
+
+    def _gather_plan(
+        self,
+        q_lens: torch.Tensor,
+        ctx: torch.Tensor,
+        tables: torch.Tensor,
+        cu_q: torch.Tensor,
+        n_blocks: torch.Tensor,
+        device: torch.device | str,
+    ) -> None:
+        bs, dtype, n = self.cache.block_size, self.cache.k.dtype, self.num_tokens
         self.groups = []
         for rows, width, decoding in _partition(q_lens, n_blocks):
             keys = torch.arange(width * bs)
@@ -213,6 +267,8 @@ class PagedAttention:
         kc, vc = self.cache.write(layer_idx, self.slot_mapping, k, v)
         if self.kernel == "flash":
             return self._flash(q, kc, vc)
+        if self.kernel == "flex":
+            return self._flex(q[0], kc, vc)[None]
         q0 = q[0]
         heads, dim, kv_heads = q0.shape[1], q0.shape[2], kc.shape[1]
         rep = heads // kv_heads
@@ -248,6 +304,17 @@ class PagedAttention:
                 o = o.index_select(0, g.out_pick)
             out.index_copy_(0, g.out_rows, o)
         return out[None]
+
+    def _flex(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
+        if self.all_decode:
+            return decode(q, kc, vc, self.dec_mask)
+        out = q.new_empty(q.shape)
+        if self.dec_mask is not None:
+            o = decode(q.index_select(0, self.dec_rows), kc, vc, self.dec_mask)
+            out.index_copy_(0, self.dec_rows, o)
+        if self.prefill is not None:
+            out.index_copy_(0, self.pre_rows, self.prefill(q, kc, vc))
+        return out
 
     def linear_attention(self, layer_idx: int, layer: LinearLayer, x: torch.Tensor) -> torch.Tensor:
         """A linear-attention layer over the packed step, each sequence continuing its own state."""

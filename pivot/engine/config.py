@@ -12,11 +12,15 @@ from typing import Literal
 
 from pivot.config_check import check
 
-DEFAULT_BLOCK_SIZE = {"sdpa": 16, "flash": 256}
-"""KV-cache block size per attention kernel when `EngineConfig.block_size` is 0."""
+DEFAULT_BLOCK_SIZE = {"flex": 64, "gather": 16, "flash": 256}
+"""KV-cache block size per paged attention kernel when `EngineConfig.block_size` is 0. Flex's is
+its block mask's key block, which Triton's flex forward kernel needs to be a multiple of its key
+tile (64 in torch 2.13's default configs for head size 128: torch/_inductor/kernel/flex/
+flex_attention.py, the "Q and KV block size must be divisible by BLOCK_M and BLOCK_N" check)."""
 FLASH_BLOCK_MULTIPLE = 256
 """flash-attn's paged KV (`block_table`) takes only blocks of a multiple of this many tokens."""
-ATTENTIONS = tuple(DEFAULT_BLOCK_SIZE)
+ATTENTIONS = ("sdpa", "flash")
+"""The model's whole-sequence kernels (`ModelConfig.attention`)."""
 
 
 @dataclass
@@ -27,12 +31,19 @@ class EngineConfig:
     kv_capacity_tokens: int = 16384
     """KV-cache capacity of one replica, in tokens."""
     block_size: int = 0
-    """Tokens per KV-cache block; 0 = the attention kernel's default (16 for sdpa, 256 for flash,
-    whose paged KV needs a multiple of 256)."""
+    """Tokens per KV-cache block; 0 = the paged kernel's default (64 for flex, 16 for gather,
+    256 for flash, whose paged KV needs a multiple of 256)."""
     max_running_seqs: int = 32
     """Most sequences decoding at once on one replica."""
     max_prefill_tokens: int = 2048
     """Prefill chunk size in tokens (chunked prefill)."""
+    attention: Literal["auto", "flex", "flash", "gather"] = "auto"
+    """Paged attention kernel (pivot/engine/attention.py): 'flex' reads each sequence's K/V in
+    place with torch's FlexAttention (CPU and CUDA); 'flash' is flash-attn's paged kernel (CUDA,
+    installed from source); 'gather' copies K/V out of the cache into dense SDPA inputs every
+    layer (the reference the tests compare against; slow by construction); 'auto' = 'flash'
+    when `--model.attention flash`, else 'flex' on a GPU and 'gather' on CPU, where compiling
+    flex's C++ kernel costs each rank seconds at start-up that a tiny model never earns back."""
     decode_graphs: Literal["auto", "cuda", "eager", "off"] = "auto"
     """Decode steps as replayed graphs: 'auto' captures CUDA graphs on a GPU and runs eagerly on
     CPU; 'off' never captures (for debugging; vLLM's `enforce_eager`); 'eager' runs the graph
@@ -58,6 +69,15 @@ class EngineConfig:
             "must be >= 0 (0 = the kernel's default)",
         )
 
-    def kv_block_size(self, attention: str) -> int:
-        """The block size this engine uses with attention kernel `attention`."""
-        return self.block_size or DEFAULT_BLOCK_SIZE[attention]
+    def paged_kernel(self, model_attention: str, on_gpu: bool = True) -> str:
+        """The paged kernel this engine runs for a model whose attention is `model_attention`."""
+        if self.attention != "auto":
+            return self.attention
+        if model_attention == "flash":
+            return "flash"
+        return "flex" if on_gpu else "gather"
+
+    def kv_block_size(self, model_attention: str, on_gpu: bool = True) -> int:
+        """The block size this engine uses for a model whose attention is `model_attention`."""
+        kernel = self.paged_kernel(model_attention, on_gpu)
+        return self.block_size or DEFAULT_BLOCK_SIZE[kernel]

@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from pivot.engine.attention import KVCache, StepInput, block_tables
+from pivot.engine.flex_paged import FlexTables, decode
 
 try:  # optional GPU kernel, never required on CPU
     from flash_attn import flash_attn_with_kvcache  # type: ignore[import-not-found]
@@ -87,10 +88,11 @@ def graph_grid(
 ) -> tuple[list[int], list[int]]:
     """The batch buckets and context-width buckets (in KV blocks) that get a graph: every pair,
     at most `max_graphs` of them. Flash-attn reads each sequence's own length, so one width
-    serves all; SDPA's ladder is thinned first (a step then gathers up to the next width kept),
-    the batch ladder only when it alone exceeds the cap."""
+    serves all, as does flex (a step's block mask says how far each row reads); the gather
+    reference's ladder is thinned first (a step then gathers up to the next width kept), the batch
+    ladder only when it alone exceeds the cap."""
     batches = thin(size_buckets(max_batch), max_graphs)
-    widths = [widest] if kernel == "flash" else size_buckets(widest)
+    widths = size_buckets(widest) if kernel == "gather" else [widest]
     return batches, thin(widths, max(1, max_graphs // len(batches)))
 
 
@@ -98,13 +100,23 @@ class DecodeAttention:
     """The attention backend of a graphed decode step: one query per row, fixed shapes."""
 
     def __init__(
-        self, cache: KVCache, bufs: StaticDecodeInput, batch: int, width: int, kernel: str
+        self,
+        cache: KVCache,
+        bufs: StaticDecodeInput,
+        batch: int,
+        width: int,
+        kernel: str,
+        flex: FlexTables | None,
     ) -> None:
         self.cache, self.kernel = cache, kernel
         self.slots = bufs.slots[:batch]
         self.ctx = bufs.ctx[:batch]
-        self.table = bufs.table[:batch, :width]
         self.positions = self.ctx - 1
+        if kernel == "flex":
+            assert flex is not None
+            self.flex_mask = flex.mask(batch, cache.k.shape[1])
+            return
+        self.table = bufs.table[:batch, :width]
         keys = torch.arange(width * cache.block_size, device=self.ctx.device)
         seen = keys[None, :] < self.ctx[:, None]  # computed inside the graph from `ctx`
         self.mask = torch.zeros(seen.shape, dtype=cache.k.dtype, device=seen.device)
@@ -117,6 +129,8 @@ class DecodeAttention:
         q0 = q[0]
         batch, heads, dim = q0.shape
         kv_heads, bs = kc.shape[1], self.cache.block_size
+        if self.kernel == "flex":
+            return decode(q0, kc, vc, self.flex_mask).view(1, batch, heads, dim)
         if self.kernel == "flash":
             # flash_attn/flash_attn_interface.py (flash-attn 2.x), flash_attn_with_kvcache: q
             # [B, 1, H, D], paged caches [blocks, block_size, Hkv, D], int32 lengths and table
@@ -170,18 +184,23 @@ class StaticDecodeInput:
         bufs.pad()
         return bufs
 
-    def pad(self) -> None:
+    def pad(self, flex: FlexTables | None = None) -> None:
         """Every row padding: warm-up and capture run on these and touch only the scratch block."""
         self.tokens.zero_()
         self.ctx.fill_(1)
         self.slots.fill_(self.scratch * self.block_size)
         self.table.fill_(self.scratch)
+        if flex is not None:
+            flex.pad()
 
-    def fill(self, step: StepInput, batch: int, width: int) -> None:
-        """The step's rows, then padding up to `batch` rows; tables padded to `width` blocks."""
+    def fill(self, step: StepInput, batch: int, width: int, flex: FlexTables | None) -> None:
+        """The step's rows, then padding up to `batch` rows; tables padded to `width` blocks
+        (flex: its own tables, only as wide as this step's longest context)."""
         bs, scratch = self.block_size, self.scratch
         ctx = step.ctx_lens.cpu()
         n = len(ctx)
+        if flex is not None:
+            width = int(-(-ctx.max() // bs))
         table = torch.full((batch, width), scratch, dtype=torch.long)
         table[:n] = block_tables(ctx, step.block_ids.cpu(), bs, width, scratch)
         last = ctx - 1
@@ -193,7 +212,10 @@ class StaticDecodeInput:
         tokens[:n] = step.token_ids.cpu()
         for buf, host in ((self.tokens, tokens), (self.slots, slots), (self.ctx, lens)):
             buf[:batch].copy_(host, non_blocking=True)
-        self.table[:batch, :width].copy_(table, non_blocking=True)
+        if flex is not None:
+            flex.fill(ctx, table[:n], batch)
+        else:
+            self.table[:batch, :width].copy_(table, non_blocking=True)
 
 
 class EagerGraph:
@@ -276,10 +298,13 @@ class DecodeGraphs:
             self.batch_sizes, self.widths = graph_grid(
                 self.max_batch, widest, self.kernel, self.max_graphs
             )
-            self.bufs = StaticDecodeInput.allocate(self.batch_sizes[-1], widest, self.vocab, cache)
+            table_width = 1 if self.kernel == "flex" else widest  # flex keeps its own tables
+            self.bufs = StaticDecodeInput.allocate(
+                self.batch_sizes[-1], table_width, self.vocab, cache
+            )
         return self.bufs
 
-    def capture_all(self, cache: KVCache) -> None:
+    def capture_all(self, cache: KVCache, flex: FlexTables | None = None) -> None:
         """Every graph of the grid, largest first (the shared pool then holds the largest's peak):
         when the replica starts or shifts up, so no rollout step waits for a capture. Collective
         under TP (every rank captures the same graphs in the same order)."""
@@ -291,14 +316,16 @@ class DecodeGraphs:
         for batch in reversed(self.batch_sizes):
             for width in reversed(self.widths):
                 if (batch, width) not in self.graphs:
-                    self._capture(mode, batch, width, cache)
+                    self._capture(mode, batch, width, cache, flex)
         if len(self.graphs) > before:
             log.info(
                 "decode graphs (%s): %d captured in %.2f s (batches %s, widths %s blocks)",
                 mode, len(self.graphs), time.perf_counter() - t0, self.batch_sizes, self.widths,
             )  # fmt: skip
 
-    def run(self, step: StepInput, cache: KVCache) -> torch.Tensor | None:
+    def run(
+        self, step: StepInput, cache: KVCache, flex: FlexTables | None = None
+    ) -> torch.Tensor | None:
         mode = self.active(cache.k.device)
         n = len(step.q_lens)
         if not mode or len(step.token_ids) != n:  # not graphed, or prefill in the step
@@ -311,8 +338,8 @@ class DecodeGraphs:
             return None
         graph = self.graphs.get((batch, width))
         if graph is None:  # only when `capture_all` has not run since the weights' storage came
-            graph = self._capture(mode, batch, width, cache)
-        bufs.fill(step, batch, width)
+            graph = self._capture(mode, batch, width, cache, flex)
+        bufs.fill(step, batch, width, flex)
         graph.replay()
         self.replays += 1
         rows = step.sample_rows  # one token per row, but a prefill chunk cut to one token by
@@ -320,7 +347,9 @@ class DecodeGraphs:
             return bufs.logits[:n]
         return bufs.logits[rows.to(bufs.logits.device)]
 
-    def _capture(self, mode: str, batch: int, width: int, cache: KVCache) -> EagerGraph | CudaGraph:
+    def _capture(
+        self, mode: str, batch: int, width: int, cache: KVCache, flex: FlexTables | None
+    ) -> EagerGraph | CudaGraph:
         bufs = self.bufs
         assert bufs is not None
         t0 = time.perf_counter()
@@ -329,7 +358,7 @@ class DecodeGraphs:
         # would close a reference cycle over the KV cache, freed only by the garbage collector
 
         def step() -> torch.Tensor:
-            attn = DecodeAttention(cache, bufs, batch, width, kernel)
+            attn = DecodeAttention(cache, bufs, batch, width, kernel, flex)
             out = bufs.logits[:batch]
             out.copy_(forward(bufs.tokens[:batch], attn.positions, attn))
             return out
@@ -337,7 +366,7 @@ class DecodeGraphs:
         if mode == "cuda":
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
-            bufs.pad()  # warm-up and capture compute on padding: only the scratch block changes
+            bufs.pad(flex)  # warm-up and capture compute on padding: only the scratch block changes
             graph: EagerGraph | CudaGraph = CudaGraph(step, self.pool)
         else:
             graph = EagerGraph(step)

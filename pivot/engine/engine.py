@@ -46,6 +46,10 @@ from pivot.model.meta_init import is_meta
 log = logging.getLogger(__name__)
 
 
+def is_on_gpu(model: CausalLM) -> bool:
+    return next(model.parameters()).device.type == "cuda"
+
+
 class Engine:
     def __init__(
         self,
@@ -63,8 +67,10 @@ class Engine:
         self.config = config = config or EngineConfig()
         if attention not in ATTENTIONS:
             raise ValueError(f"attention={attention!r} is not one of {ATTENTIONS}")
-        block_size = config.kv_block_size(attention)
-        if attention == "flash" and block_size % FLASH_BLOCK_MULTIPLE:
+        on_gpu = torch.device(device).type == "cuda" if device is not None else is_on_gpu(model)
+        kernel = config.paged_kernel(attention, on_gpu)
+        block_size = config.kv_block_size(attention, on_gpu)
+        if kernel == "flash" and block_size % FLASH_BLOCK_MULTIPLE:
             raise ValueError(
                 f"engine.block_size={block_size}: flash attention's paged KV needs a multiple of {FLASH_BLOCK_MULTIPLE}"
             )
@@ -78,7 +84,7 @@ class Engine:
         self.max_len = min(self.args.max_position_embeddings, num_blocks * block_size)
         weighted = not is_meta(model)  # built with its weights: no `load_weights` comes first
         self.runner = ModelRunner(
-            model, num_blocks, block_size, attention, tp_group, device,
+            model, num_blocks, block_size, kernel, tp_group, device,
             config.decode_graphs, config.max_running_seqs, self.max_len, config.max_decode_graphs,
         )  # fmt: skip
         if weighted:  # the replica starts: its graphs now (else with its first `load_weights`)

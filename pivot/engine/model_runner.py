@@ -17,6 +17,7 @@ import torch.distributed as dist
 from pivot.engine.attention import KVCache, PagedAttention, StepInput
 from pivot.engine.block_manager import BlockManager
 from pivot.engine.decode_graphs import DecodeGraphs
+from pivot.engine.flex_paged import FlexTables
 from pivot.engine.linear_state import LinearStates
 from pivot.engine.scheduler import ScheduledSeq
 from pivot.engine.tp import fused_sections, gather_tensor, shard_model, shard_tensor
@@ -61,6 +62,8 @@ class ModelRunner:
         self.kernel, self.num_blocks, self.block_size = kernel, num_blocks, block_size
         self.cache: KVCache | None = None
         self.linear_states = LinearStates() if self.args.has_linear_attention else None
+        self.max_batch = max_batch
+        self.flex: FlexTables | None = None
         self._alloc_cache()
         self.graphs = DecodeGraphs(
             graph_forward(self.model), decode_graphs, kernel, max_batch, max_len,
@@ -89,6 +92,8 @@ class ModelRunner:
             self.dtype,
             self.device,
         )
+        if self.kernel == "flex":
+            self.flex = FlexTables(self.max_batch, self.num_blocks, self.block_size, self.device)
 
     @staticmethod
     def build_input(
@@ -135,7 +140,7 @@ class ModelRunner:
     def capture_graphs(self) -> None:
         """The decode graphs this replica will replay, all now (it starts, or shifts up)."""
         if self.cache is not None:
-            self.graphs.capture_all(self.cache)
+            self.graphs.capture_all(self.cache, self.flex)
 
     @torch.inference_mode()
     def run(self, step: StepInput) -> torch.Tensor:
@@ -145,10 +150,12 @@ class ModelRunner:
         if self.linear_states is not None:
             self.linear_states.drop(step.dropped.tolist())
         self.cache.copy_blocks(step.copies)
-        logits = self.graphs.run(step, self.cache)
+        logits = self.graphs.run(step, self.cache, self.flex)
         if logits is not None:  # a decode step, replayed: its sampling rows
             return logits
-        attn = PagedAttention(self.cache, step, self.kernel, self.device, self.linear_states)
+        attn = PagedAttention(
+            self.cache, step, self.kernel, self.device, self.linear_states, self.flex
+        )
         ids = step.token_ids.to(self.device)[None]
         hidden = self.model.model(ids, attn.positions[None], attn)[0]
         return self.model.lm_head(hidden[step.sample_rows.to(self.device)]).float()
@@ -187,7 +194,7 @@ class ModelRunner:
 
     def release(self) -> None:
         self.graphs.clear()
-        self.cache = None
+        self.cache, self.flex = None, None
         if self.linear_states is not None:
             self.linear_states.clear()
         for p in self.params.values():

@@ -92,12 +92,14 @@ def test_resume_modes_and_bare_flag(argv: list[str], mode: str) -> None:
 
 
 def test_block_size_default_follows_the_attention_kernel() -> None:
-    """flash-attn's paged KV takes blocks of a multiple of 256 tokens (its `block_table` contract)."""
+    """flash-attn's paged KV takes blocks of a multiple of 256 tokens (its `block_table` contract);
+    flex's block is its mask's key block (64 on a GPU); the gather reference keeps 16."""
     cfg = parse(["--model.attention", "flash", "--model.dtype", "bfloat16"], 4, 4)
-    assert (
-        cfg.rollout.engine.kv_block_size("flash") == 256
-        and cfg.reward.engine.kv_block_size("sdpa") == 16
-    )
+    engine = cfg.reward.engine
+    assert cfg.rollout.engine.kv_block_size("flash") == 256
+    assert engine.kv_block_size("sdpa") == 64 and engine.paged_kernel("sdpa") == "flex"
+    assert engine.kv_block_size("sdpa", on_gpu=False) == 16
+    assert engine.paged_kernel("sdpa", on_gpu=False) == "gather"
     assert (
         parse(
             [

@@ -7,13 +7,16 @@ import torch
 
 from pivot.engine import Engine, EngineConfig
 from pivot.engine.attention import KVCache, PagedAttention, StepInput
+from pivot.engine.flex_paged import FlexTables
 from pivot.model import CausalLM
 from tests.engine.conftest import tiny_args
 
 BS, HQ, HKV, D = 4, 4, 2, 8
 
 
-def test_packed_groups_equal_dense_per_sequence() -> None:
+@pytest.mark.parametrize("kernel", ["gather", "flex"])
+def test_packed_steps_equal_dense_per_sequence(kernel: str) -> None:
+    """Each kernel, against attention written out per query (an oracle of its own)."""
     g = torch.Generator().manual_seed(0)
     # (cached tokens, new tokens): decodes of very different contexts, prefill chunks with and
     # without a cached context, so several groups of each kind are formed
@@ -38,8 +41,10 @@ def test_packed_groups_equal_dense_per_sequence() -> None:
     q = torch.randn(1, total, HQ, D, generator=g)
     k = torch.randn(1, total, HKV, D, generator=g)
     v = torch.randn(1, total, HKV, D, generator=g)
-    attn = PagedAttention(cache, step, "sdpa", "cpu")
-    assert len(attn.groups) >= 4
+    flex = FlexTables(len(shapes), 128, BS, torch.device("cpu")) if kernel == "flex" else None
+    attn = PagedAttention(cache, step, kernel, "cpu", flex=flex)
+    if kernel == "gather":
+        assert len(attn.groups) >= 4
     out = attn(0, q, k, v)[0]
     row = 0
     for (c, n), table in zip(shapes, tables):
