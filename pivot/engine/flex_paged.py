@@ -44,7 +44,8 @@ Q_TILE = 128
 # A compiled function that meets more shapes than dynamo's recompile limit would otherwise run
 # flex_attention eagerly from then on (its unfused reference, which materialises every score):
 # that must be an error, never a silent fallback. Each layout compiles once per model shape
-# (heads, head size, dtype, block size), then once more when a size first changes (dynamo then makes it symbolic; `dynamic=True` from the start miscompiles the CPU kernel in torch 2.13).
+# (heads, head size, dtype, block size), then once more when a size first changes (dynamo then
+# makes it symbolic; `dynamic=True` from the start miscompiles the CPU kernel in torch 2.13).
 torch._dynamo.config.fail_on_recompile_limit_hit = True
 torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
 
@@ -68,10 +69,14 @@ class FlexTables:
     of them; `last_len[r]` keys of the last block visible. Rows past a step's batch are padding:
     they visit one key of the scratch block (`KVCache.scratch_block`)."""
 
-    def __init__(self, max_batch: int, num_blocks: int, block_size: int, device: torch.device) -> None:
+    def __init__(
+        self, max_batch: int, num_blocks: int, block_size: int, device: torch.device
+    ) -> None:
         self.block_size, self.scratch = block_size, num_blocks
         width = num_blocks + 2  # the full blocks' view (from column 1) spans every block
-        self.table = torch.full((max_batch, 1, 1, width), num_blocks, dtype=torch.int32, device=device)
+        self.table = torch.full(
+            (max_batch, 1, 1, width), num_blocks, dtype=torch.int32, device=device
+        )
         self.n_full = torch.zeros(max_batch, 1, 1, dtype=torch.int32, device=device)
         self.n_partial = torch.ones(max_batch, 1, 1, dtype=torch.int32, device=device)
         self.last_len = torch.ones(max_batch, dtype=torch.int32, device=device)
@@ -109,7 +114,9 @@ class FlexTables:
         """The block mask of the first `batch` rows over a cache of `slots` slots."""
         bs, last_len = self.block_size, self.last_len[:batch]
 
-        def last_block_keys(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        def last_block_keys(
+            b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor
+        ) -> torch.Tensor:
             return kv % bs < last_len[b]  # evaluated on the partial (last) block only
 
         table = self.table[:batch]
@@ -171,7 +178,9 @@ class PrefillPlan:
         pos = q_pos.flatten().to(device)
         slots = (num_blocks + 1) * bs
 
-        def causal(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        def causal(
+            b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor
+        ) -> torch.Tensor:
             return logical[kv // bs] * bs + kv % bs <= pos[q]
 
         self.mask = BlockMask.from_kv_blocks(
