@@ -116,11 +116,13 @@ run_check() {
   fi
 }
 
-echo "== gpu-tests: $PY -m pytest -m gpu -q -rA"
+# -o addopts= : pyproject.toml's addopts name pytest-xdist's flags, and a GPU image may lack
+# xdist (pytest then exits 4 before any test runs); the GPU tests run in one process anyway
+echo "== gpu-tests: $PY -m pytest -o addopts= -m gpu -q -rA"
 if ! "$PY" -c 'import pytest' >/dev/null 2>&1; then
   note "SKIP gpu-tests: pytest is not installed (it is in requirements-dev.txt)"
 else
-timeout "$LIMIT" "$PY" -m pytest -m gpu -q -rA >"$LOG_DIR/pytest.log" 2>&1
+timeout "$LIMIT" "$PY" -m pytest -o addopts= -m gpu -q -rA >"$LOG_DIR/pytest.log" 2>&1
 pytest_rc=$?
 count() { grep -c "^$1 " "$LOG_DIR/pytest.log" || true; }
 figure="$(count PASSED) passed, $(count FAILED) failed, $(count ERROR) errors, $(count SKIPPED) skipped"

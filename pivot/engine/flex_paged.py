@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 Q_TILE = 128
 """Queries of one prefilling sequence per block-mask row (Triton's flex forward tiles queries by
@@ -51,9 +52,17 @@ torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit,
 
 
 @functools.cache
+def _compiled(layout: str) -> Callable[..., torch.Tensor]:
+    return torch.compile(flex_attention, dynamic=None)
+
+
 def compiled_flex(layout: str) -> Callable[..., torch.Tensor]:
-    """`flex_attention` compiled for one layout ("decode" or "prefill"), once per process."""
-    return torch.compile(flex_attention, dynamic=None, fullgraph=True)
+    """`flex_attention` compiled for one layout ("decode" or "prefill"), once per process; under a
+    dispatch mode (pivot/engine/traffic.py's counter), where dynamo cannot compile, and where
+    calling the compiled function leaves it unable to compile later, the operator itself."""
+    if _get_current_dispatch_mode() is not None:
+        return flex_attention
+    return _compiled(layout)
 
 
 def cache_views(kc: torch.Tensor, vc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

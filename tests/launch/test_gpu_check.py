@@ -216,7 +216,9 @@ def test_failed_check_or_job_fails_the_run(tmp_path: Path) -> None:
 
 
 # what the GPU image lacks of Pivot's test and run requirements (it has torch, transformers, pytest)
-NOT_ON_THE_GPU_IMAGE = ("hypothesis", "tyro", "zmq", "msgspec", "pyarrow", "rich", "tensorboard")
+NOT_ON_THE_GPU_IMAGE = (
+    "hypothesis", "tyro", "zmq", "msgspec", "pyarrow", "rich", "tensorboard", "xdist",
+)  # fmt: skip
 BLOCKER = """
 import sys
 BLOCKED = set({blocked!r})
@@ -230,8 +232,8 @@ sys.meta_path.insert(0, Blocker())
 
 def _gpu_collected(markexpr: str, env: dict[str, str]) -> tuple[int, set[str], str]:
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", markexpr,
-         "--collect-only", "-q"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-m",
+         markexpr, "--collect-only", "-q"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     ids = {line.split("::")[0] for line in out.stdout.splitlines() if "::" in line}
@@ -244,8 +246,9 @@ def _gpu_collected(markexpr: str, env: dict[str, str]) -> tuple[int, set[str], s
 
 
 def test_the_gpu_tests_collect_on_an_image_without_the_dev_packages(tmp_path: Path) -> None:
-    """`pytest -m gpu` (gpu_check.sh's gpu-tests line) on an image with only torch, transformers
-    and pytest: hypothesis, tyro, pyzmq, msgspec and the rest made unimportable by a meta-path
+    """`pytest -o addopts= -m gpu` (gpu_check.sh's gpu-tests line) on an image with only torch,
+    transformers and pytest: pytest-xdist (which pyproject.toml's addopts name), hypothesis,
+    tyro, pyzmq, msgspec and the rest made unimportable by a meta-path
     blocker. It collects without an error, and the GPU tests it collects are the ones the full
     environment collects (the oracle: a mark expression the GPU-only shortcut does not take)."""
     (tmp_path / "sitecustomize.py").write_text(BLOCKER.format(blocked=NOT_ON_THE_GPU_IMAGE))
