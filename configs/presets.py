@@ -114,10 +114,13 @@ def _paper_group(
     50 GB/s InfiniBand; `--dry-run` names the fewest nodes of a given device memory it fits on).
     The GenRM judges with `judge`, its family's prompt file in configs/judges/.
 
-    Each role runs on a path that has run on a GPU where one exists (docs/gpu.md, "Which backend
-    serves each role", issue 45 item 4): torch SDPA (flash-attn has never run on one), the
-    embedded engine with eager decode steps for dense models (its CUDA graphs have not run
-    either), FSDP2 bf16 training. MoE and hybrid GenRMs have no such path. The embedded engine
+    Each role runs on the path its counts favour (docs/gpu.md, "Which backend serves each role",
+    issue 69 item 6; each path's first GPU run is in tools/gpu_check.sh): dense models on the
+    embedded engine with its FlexAttention paged kernel (`engine.attention` auto on a GPU: the
+    K/V read once where it lies, where the gather path copied it out every layer) and decode
+    steps replayed from CUDA graphs (`decode_graphs` auto: one launch a step where eager steps
+    launched 1,400 kernels from Python); neither has run on a GPU yet, nor has flash-attn, so
+    the model's own attention stays torch SDPA; FSDP2 bf16 training. The embedded engine
     is ruled out for them by count: its eager step launches 54-57x the kernels of the 7B's and
     syncs with the host at each MoE layer, so it is never graphed (tools/bench_launches.py). They
     go to vLLM with its own CUDA graphs (`auto`, vLLM's default): the one production engine that
@@ -129,7 +132,7 @@ def _paper_group(
         kv_capacity_tokens=262144,
         max_running_seqs=256,
         max_prefill_tokens=16384,
-        decode_graphs="off",
+        decode_graphs="auto",
     )
     return PivotConfig(
         preset=name,
@@ -154,7 +157,7 @@ def _paper_group(
             replicas=1,
             max_new_tokens=genrm_tokens,
             judge_template_file=str(JUDGES / judge),
-            engine=_with(gpu_engine, backend="vllm", decode_graphs="auto") if g_moe else gpu_engine,
+            engine=_with(gpu_engine, backend="vllm") if g_moe else gpu_engine,
         ),
         train=TrainConfig(
             devices="auto",  # start at the share, then sized by measurement (train.resize_every)

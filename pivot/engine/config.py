@@ -48,6 +48,12 @@ class EngineConfig:
     """Decode steps as replayed graphs: 'auto' captures CUDA graphs on a GPU and runs eagerly on
     CPU; 'off' never captures (for debugging; vLLM's `enforce_eager`); 'eager' runs the graph
     path (buckets, padding, static buffers) without capturing, which is how CPU tests check it."""
+    max_seq_len: int = 0
+    """The longest sequence (prompt + generated tokens) this role serves, which its widest decode
+    graph covers; 0 = the model's max_position_embeddings. A run sets it from the role's own
+    limits at start-up (pivot/model/context.py: rollout = max_prompt_tokens + max_new_tokens,
+    reward = the judge prompt's bound + reward.max_new_tokens). A longer sequence is still served,
+    its decode steps eagerly."""
     max_decode_graphs: int = 64
     """Most decode graphs one engine rank captures (batch buckets x context-width buckets; with
     SDPA the width ladder is thinned on a log scale to fit, with flash-attn one width serves
@@ -62,6 +68,12 @@ class EngineConfig:
             "max_decode_graphs",
         ):
             check(getattr(self, name) > 0, f"engine.{name}", getattr(self, name), "must be > 0")
+        check(
+            self.max_seq_len >= 0,
+            "engine.max_seq_len",
+            self.max_seq_len,
+            "must be >= 0 (0 = the model's max_position_embeddings)",
+        )
         check(
             self.block_size >= 0,
             "engine.block_size",

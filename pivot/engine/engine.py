@@ -82,10 +82,12 @@ class Engine:
         self.tokenizer = tokenizer
         num_blocks = config.kv_capacity_tokens // block_size
         self.max_len = min(self.args.max_position_embeddings, num_blocks * block_size)
+        # the widest decode graph: the role's longest sequence, not the model's
+        graph_len = min(self.max_len, config.max_seq_len or self.max_len)
         weighted = not is_meta(model)  # built with its weights: no `load_weights` comes first
         self.runner = ModelRunner(
             model, num_blocks, block_size, kernel, tp_group, device,
-            config.decode_graphs, config.max_running_seqs, self.max_len, config.max_decode_graphs,
+            config.decode_graphs, config.max_running_seqs, graph_len, config.max_decode_graphs,
         )  # fmt: skip
         if weighted:  # the replica starts: its graphs now (else with its first `load_weights`)
             self.runner.capture_graphs()

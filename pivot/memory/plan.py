@@ -10,14 +10,17 @@ Per device of an inference replica of TP = t (b = bytes of the model dtype):
     decode graphs  the embedded engine on CUDA (decode_graphs auto or cuda) serving a model it
                  graphs (full attention, dense): every graph copies its logits into one buffer and
                  all share one pool captured largest first, so (S = max_running_seqs, W the
-                 widest context: kv_capacity_tokens or the model's max_position_embeddings,
-                 whichever is less, as the engine's max_len; pivot/engine/decode_graphs.py)
+                 widest context: the role's longest sequence (`engine.max_seq_len`, else the
+                 rollout's max_prompt_tokens + max_new_tokens; the judge's bound needs its
+                 tokenizer, so the reward's is the model's max_position_embeddings), at most
+                 kv_capacity_tokens; pivot/engine/decode_graphs.py)
                  S * vocab * 4 * 2                     the shared logits and the largest graph's
                                                        own before its copy
-                 with SDPA, + S * W * (2 * ceil(kv_heads / t) * head_dim + ceil(heads / t)) * b
-                                                       the largest graph's K/V gather of one
+                 with the gather reference, + S * W * (2 * ceil(kv_heads / t) * head_dim
+                 + ceil(heads / t)) * b                the largest graph's K/V gather of one
                                                        layer and its attention scores
-                 (heads = hidden / head_dim); flash-attn reads the paged cache in place
+                 (heads = hidden / head_dim); flex and flash-attn read the paged cache in place,
+                 flex from block tables of S * (kv_capacity_tokens / block + 2) * 4 bytes
 Per device of the training pool of D devices (FSDP2, fp32 master parameters, AdamW):
     master       4 * ceil(P / D)       fp32 parameters (the trainer's only weights)
     gradients    4 * ceil(P / D)
@@ -116,8 +119,11 @@ def inference_usage(
     running_seqs: int,
     capacity: int,
     graphs: str | None = None,
+    widest: int = 0,
+    block: int = 16,
 ) -> Usage:
-    """`graphs`: the decode graphs' attention kernel (`graphs_kernel`), None without graphs."""
+    """`graphs`: the decode graphs' attention kernel (`graphs_kernel`), None without graphs;
+    `widest`: the role's longest sequence (0: the KV capacity); `block`: tokens per KV block."""
     b = fp.dtype_bytes
     kv = kv_tokens * 2 * fp.kv_layers * _ceil_div(fp.kv_heads, tp) * fp.head_dim * b
     act = (
@@ -127,13 +133,23 @@ def inference_usage(
     items = (Item("weights", fp.tp_bytes(tp)), Item("KV cache", kv), Item("activations", act))
     if graphs is not None:
         items += (
-            Item("decode graphs", decode_graph_bytes(fp, tp, kv_tokens, running_seqs, graphs)),
+            Item(
+                "decode graphs",
+                decode_graph_bytes(
+                    fp,
+                    tp,
+                    min(widest or kv_tokens, kv_tokens),
+                    running_seqs,
+                    graphs,
+                    kv_tokens // block,
+                ),
+            ),
         )
     return Usage(f"{role} device (TP={tp}, {fp.name})", items, capacity, "cluster.gpu_memory_gb")
 
 
 def decode_graph_bytes(
-    fp: ModelFootprint, tp: int, widest: int, running_seqs: int, kernel: str
+    fp: ModelFootprint, tp: int, widest: int, running_seqs: int, kernel: str, blocks: int = 0
 ) -> int:
     """The "decode graphs" term of the module docstring."""
     b = fp.dtype_bytes
@@ -142,6 +158,8 @@ def decode_graph_bytes(
     logits = running_seqs * fp.vocab * 4 * 2
     if kernel == "flash":
         return logits
+    if kernel == "flex":
+        return logits + running_seqs * (blocks + 2) * 4
     heads = _ceil_div(fp.hidden // max(fp.head_dim, 1), tp)
     per_token = 2 * _ceil_div(fp.kv_heads, tp) * fp.head_dim + heads
     return logits + running_seqs * widest * per_token * b
@@ -157,7 +175,7 @@ def graphs_kernel(cfg: PivotConfig, engine: EngineConfig, fp: ModelFootprint) ->
         or not fp.graphable
     ):
         return None
-    return cfg.model.attention
+    return engine.paged_kernel(cfg.model.attention)
 
 
 def training_usage(
@@ -205,6 +223,7 @@ def plan_memory(
     host = int(cfg.cluster.host_memory_gb * GB)
     train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.devices
     devices = []
+    role_bound = cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens
     for role, fp, rc in (("rollout", policy, cfg.rollout), ("reward", genrm, cfg.reward)):
         e = rc.engine
         devices.append(
@@ -217,6 +236,8 @@ def plan_memory(
                 e.max_running_seqs,
                 gpu,
                 graphs_kernel(cfg, e, fp),
+                e.max_seq_len or (role_bound if role == "rollout" else 0),
+                e.kv_block_size(cfg.model.attention),
             )  # fmt: skip
         )
     if train_devices:

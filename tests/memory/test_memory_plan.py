@@ -62,9 +62,9 @@ def test_device_lines(qwen2_folder: Path) -> None:
         "weights": 22976,
         "KV cache": 128 * 2 * 2 * 1 * 8 * 2,
         "activations": 64 * (4 * 32 + 3 * 32) * 2 + 4 * 64 * 4,
-        # 4 sequences x 64 vocab fp32, twice; SDPA: 4 x 128 tokens x (K and V of 1 KV head of 8 +
-        # the scores of 2 query heads) in bf16
-        "decode graphs": 4 * 64 * 4 * 2 + 4 * 128 * (2 * 1 * 8 + 2) * 2,
+        # 4 sequences x 64 vocab fp32, twice; flex (a GPU's default): 4 rows of block tables
+        # over 128 / 64 blocks + 2, int32
+        "decode graphs": 4 * 64 * 4 * 2 + 4 * (128 // 64 + 2) * 4,
     }
     assert reward["KV cache"] == 128 * 2 * 2 * 2 * 8 * 2 and reward["weights"] == 2 * PARAMS
     assert train == {
@@ -81,6 +81,23 @@ def test_device_lines(qwen2_folder: Path) -> None:
         "trainer offload (2 devices)": 2 * 12 * 11408,
     }
     assert plan.host_pinned == 2 * 2 * 2 * PARAMS + 2 * 12 * 11408  # CUDA: GPS pinned too
+
+
+def test_the_gather_references_graphs_gather_the_roles_longest_sequence(
+    qwen2_folder: Path,
+) -> None:
+    """The gather reference's largest graph gathers K/V as wide as the role's longest sequence
+    (`engine.max_seq_len`), not the KV capacity: 4 x 100 tokens x (K and V of 1 KV head of 8 +
+    the scores of 2 query heads) in bf16."""
+    fp = from_folder(qwen2_folder, "bfloat16")
+    cfg = _cfg(gpu_memory_gb=1.0)
+    engine = EngineConfig(
+        kv_capacity_tokens=128, max_prefill_tokens=64, max_running_seqs=4, attention="gather",
+        max_seq_len=100,
+    )  # fmt: skip
+    cfg = cfg.replace(rollout=RolloutConfig(tp=2, engine=engine))
+    rollout = {i.what: i.nbytes for i in plan_memory(cfg, fp, fp, 1, 4).devices[0].items}
+    assert rollout["decode graphs"] == 4 * 64 * 4 * 2 + 4 * 100 * (2 * 1 * 8 + 2) * 2
 
 
 def test_training_activations_with_recompute(qwen2_folder: Path) -> None:
@@ -164,7 +181,7 @@ def test_decode_graphs_are_counted_only_where_the_engine_captures_them(qwen2_fol
         return {i.what: i.nbytes for i in rollout.items}.get("decode graphs")
 
     base = _cfg(gpu_memory_gb=1.0)
-    assert graphs(base) == 4 * 64 * 4 * 2 + 4 * 128 * 18 * 2
+    assert graphs(base) == 4 * 64 * 4 * 2 + 4 * (128 // 64 + 2) * 4  # flex: its block tables
     flash = base.replace(model=ModelConfig(dtype="bfloat16", attention="flash"))
     assert graphs(flash) == 4 * 64 * 4 * 2  # flash-attn reads the paged cache in place
     off = base.replace(

@@ -8,6 +8,7 @@ by `rollout.max_new_tokens` (policy tokens; the GenRM's tokenizer may count a fe
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from pivot.config import PivotConfig
@@ -49,3 +50,15 @@ def check_context(cfg: PivotConfig, policy_path: Path, genrm_path: Path) -> list
         if need.problem:
             raise ValueError(need.problem)
     return list(needs)
+
+
+def sized_to_roles(cfg: PivotConfig, needs: list[ContextNeed]) -> PivotConfig:
+    """`cfg` with each role's `engine.max_seq_len` set to its longest sequence where it is 0 (the
+    widest decode graph then covers the role's sequences, not the model's whole length)."""
+    sections = {}
+    for need in needs:
+        section = getattr(cfg, need.role)
+        if section.engine.max_seq_len == 0:
+            engine = dataclasses.replace(section.engine, max_seq_len=min(need.total, need.limit))
+            sections[need.role] = dataclasses.replace(section, engine=engine)
+    return cfg.replace(**sections) if sections else cfg

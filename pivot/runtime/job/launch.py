@@ -32,7 +32,7 @@ from pivot.model.hf_folder import check_folder
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
 from pivot.runtime.control.control_plane import WorkerEndpoint
-from pivot.runtime.flow.context_check import check_context
+from pivot.runtime.flow.context_check import check_context, sized_to_roles
 from pivot.runtime.job.backend import DeviceBackend
 from pivot.runtime.job.controller_thread import ControllerThread, start_controller
 from pivot.runtime.job.dist_init import init_distributed, start_heartbeat
@@ -211,8 +211,10 @@ def checked_inputs(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> RunInput
     check_folder(inputs.policy_weights)  # the trainer builds the policy with Pivot's model classes
     # also when sglang or vLLM serves it: GPS holds the GenRM in Pivot's names and shapes, read from this folder
     check_folder(genrm)
-    # a role whose longest sequence overruns its model stops here
-    check_context(cfg, inputs.policy_weights, genrm)
+    # a role whose longest sequence overruns its model stops here; the others' engines are
+    # sized to it (their widest decode graph)
+    needs = check_context(cfg, inputs.policy_weights, genrm)
+    inputs = dataclasses.replace(inputs, cfg=sized_to_roles(cfg, needs))
     if cfg.data.chat_template and TextTokenizer.from_pretrained(policy).chat_template is None:
         raise ValueError(
             f"data.chat_template=True: {policy} has no chat template "
