@@ -89,6 +89,20 @@ class EngineConfig:
             return "flash"
         return "flex" if on_gpu else "gather"
 
+    def timing_key(self, model_attention: str, on_gpu: bool) -> str:
+        """The settings a decode step's time depends on, resolved for this device: part of the
+        throughput profile's cache key (`pivot.sched.profile.ReplicaShape.engine`), so a profile
+        measured on one path is never read for another."""
+        graphs = self.decode_graphs
+        if graphs == "auto":
+            graphs = "cuda" if on_gpu else "off"
+        kernel = self.paged_kernel(model_attention, on_gpu)
+        block = self.kv_block_size(model_attention, on_gpu)
+        return (
+            f"{self.backend} kernel={kernel} block={block} graphs={graphs}"
+            f" max_graphs={self.max_decode_graphs} prefill={self.max_prefill_tokens}"
+        )
+
     def kv_block_size(self, model_attention: str, on_gpu: bool = True) -> int:
         """The block size this engine uses for a model whose attention is `model_attention`."""
         kernel = self.paged_kernel(model_attention, on_gpu)

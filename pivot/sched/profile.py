@@ -51,6 +51,9 @@ class ReplicaShape:
     dtype: str
     attention: str
     backend: str = "embedded"
+    engine: str = ""
+    """The engine's timing settings (`EngineConfig.timing_key`: paged kernel, block size, decode
+    graphs, prefill chunk); '' for a shape named without them (a profile file given by hand)."""
 
     def key(self) -> str:
         """`<folder name>-<digest>`: the digest covers the folder's config.json (so a folder
@@ -65,6 +68,7 @@ class ReplicaShape:
             self.dtype,
             self.attention,
             self.backend,
+            *([self.engine] if self.engine else []),
         ]
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
         return f"{folder.name or 'model'}-{digest}"

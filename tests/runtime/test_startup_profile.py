@@ -11,7 +11,7 @@ import pytest
 import pivot.runtime.job.controller_thread as controller_thread
 from configs.presets import get_preset
 from pivot.config import EngineConfig
-from pivot.runtime.job.startup_profile import startup_grid
+from pivot.runtime.job.startup_profile import profiled_config, startup_grid
 from pivot.sched.profile import TINY_PROFILE, ReplicaShape, read_profile
 from tests.engine.conftest import make_model
 
@@ -25,6 +25,45 @@ def test_grid_follows_the_role_and_the_model() -> None:
     assert startup_grid(EngineConfig(max_running_seqs=1), 40) == ([1], [34])
 
 
+@pytest.mark.parametrize(
+    "served",
+    [
+        EngineConfig(attention="flex", decode_graphs="eager", block_size=64, max_seq_len=9000),
+        EngineConfig(attention="gather", decode_graphs="off", max_prefill_tokens=512),
+        EngineConfig(backend="vllm", max_decode_graphs=8),
+    ],
+)
+def test_the_profiled_engine_is_the_served_one_field_for_field(served: EngineConfig) -> None:
+    """Only the KV capacity and the running-sequence cap are sized to the grid."""
+    profiled = profiled_config(served, [1, 4, 16], [64, 256])
+    grid_sized = {"kv_capacity_tokens", "max_running_seqs"}
+    for name in served.__dataclass_fields__:
+        if name not in grid_sized:
+            assert getattr(profiled, name) == getattr(served, name), name
+    assert profiled.max_running_seqs == 16 and profiled.kv_capacity_tokens >= 16 * 256
+
+
+def test_a_profile_is_keyed_by_the_engine_path_that_served_it(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    keys = set()
+    for engine in (
+        EngineConfig(),
+        EngineConfig(attention="gather"),
+        EngineConfig(decode_graphs="off"),
+        EngineConfig(block_size=128),
+        EngineConfig(max_prefill_tokens=512),
+    ):
+        timing = engine.timing_key("sdpa", on_gpu=True)
+        keys.add(
+            ReplicaShape(str(tmp_path / "m"), "H100", 1, "bfloat16", "sdpa", engine=timing).key()
+        )
+    assert len(keys) == 5
+    # on CPU 'auto' resolves to the gather kernel and no graphs: the same as naming them
+    cpu = EngineConfig().timing_key("sdpa", on_gpu=False)
+    assert cpu == EngineConfig(attention="gather", decode_graphs="off").timing_key("sdpa", False)
+
+
 def test_given_genrm_is_profiled_once_then_read_from_the_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -34,7 +73,10 @@ def test_given_genrm_is_profiled_once_then_read_from_the_cache(
     cfg = get_preset("tiny-cpu")
     cfg.model.genrm = str(folder)
     got = controller_thread.role_profiles(cfg, tmp_path / "policy", folder, "cpu")
-    cached = ReplicaShape(str(folder), "cpu", 1, "float32", "sdpa").cache_file(tmp_path / "cache")
+    engine = cfg.reward.engine.timing_key("sdpa", on_gpu=False)
+    cached = ReplicaShape(str(folder), "cpu", 1, "float32", "sdpa", engine=engine).cache_file(
+        tmp_path / "cache"
+    )
     body = json.loads(cached.read_text())
     assert (
         body["source"] == "start-up profile"

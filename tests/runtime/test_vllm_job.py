@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pivot.cli import parse
 from pivot.runtime.job.controller_thread import PROFILE_CACHE
 from pivot.runtime.records.audit import exactly_once
 from pivot.sched.profile import ReplicaShape, read_profile
@@ -39,8 +40,17 @@ def test_main_job_on_vllm_with_shifts(tmp_path: Path, vllm_python: Path) -> None
            str(genrm), "--log.dir", str(run), *SMALL, "--train.steps", str(STEPS),
            "--rollout.engine.backend", "vllm"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+    job_cfg = parse([*cmd[cmd.index("--model.policy") :]], 4, 4)
     shapes = {
-        role: ReplicaShape(str(folder), "cpu", 1, "float32", "sdpa", backend)
+        role: ReplicaShape(
+            str(folder),
+            "cpu",
+            1,
+            "float32",
+            "sdpa",
+            backend,
+            getattr(job_cfg, role).engine.timing_key("sdpa", on_gpu=False),
+        )  # fmt: skip
         for role, folder, backend in (("rollout", policy, "vllm"), ("reward", genrm, "embedded"))
     }
     for shape in shapes.values():  # measured in this run, not read from an earlier one

@@ -56,6 +56,7 @@ def role_profiles(
                 cfg.model.dtype,
                 cfg.model.attention,
                 rcfg.engine.backend,
+                rcfg.engine.timing_key(cfg.model.attention, device.startswith("cuda")),
             )
             if given
             else None

@@ -12,6 +12,7 @@ weights).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 from pathlib import Path
@@ -43,6 +44,18 @@ def startup_grid(engine_cfg: EngineConfig, max_len: int) -> tuple[list[int], lis
     return seqs, ctxs
 
 
+def profiled_config(engine_cfg: EngineConfig, seqs: list[int], ctxs: list[int]) -> EngineConfig:
+    """The role's engine as it serves (backend, paged kernel, block size, decode graphs, prefill
+    chunk, every other field), with only its KV capacity and running-sequence cap sized to the
+    grid: the constants the planner reads must describe the path that serves."""
+    return dataclasses.replace(
+        engine_cfg,
+        kv_capacity_tokens=max(seqs) * (max(ctxs) + 256)
+        + 1024,  # room for blocks of 128 (vLLM, CPU)
+        max_running_seqs=max(seqs),
+    )
+
+
 def profile_at_startup(
     role: str,
     shape: ReplicaShape,
@@ -61,14 +74,7 @@ def profile_at_startup(
     )
     if len(seqs) * len(ctxs) < 4:
         return None
-    cfg = EngineConfig(
-        backend=shape.backend,
-        kv_capacity_tokens=max(seqs) * (max(ctxs) + 256)
-        + 1024,  # room for blocks of 128 (vLLM on CPU)
-        block_size=engine_cfg.block_size,
-        max_running_seqs=max(seqs),
-        max_prefill_tokens=engine_cfg.max_prefill_tokens,
-    )
+    cfg = profiled_config(engine_cfg, seqs, ctxs)
     try:
         engine = _engine(shape, cfg, model_cfg, device)
     except (RuntimeError, ValueError) as e:
