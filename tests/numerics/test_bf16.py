@@ -15,6 +15,7 @@ transformers' on Qwen2.5 and Qwen3, 7x on GLM-4, 1.9x on Qwen3.5 (partial rotary
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,23 @@ class Run:
         self.prompt = long_prompt(seed=1)
         engine = Engine.from_pretrained(self.path, ENGINE, dtype="bfloat16")
         self.table_dtype = engine.runner.model.model.rotary.inv_freq.dtype
+        self.tokens, self.engine_lp = self._generate(engine)
+        self.fp32 = reference_logprobs(hf32, self.prompt, self.tokens)
+        self.noise = transformers_bf16_error(self.path, family, self.prompt, self.tokens, self.fp32)
+        # the flex kernel (a GPU's default), generating on its own; its references are those
+        # of its own tokens (the same as above unless a near-tie fell the other way in bf16)
+        flex = Engine.from_pretrained(
+            self.path, replace(ENGINE, attention="flex"), dtype="bfloat16"
+        )
+        self.flex_tokens, self.flex_lp = self._generate(flex)
+        self.flex_fp32, self.flex_noise = self.fp32, self.noise
+        if self.flex_tokens != self.tokens:
+            self.flex_fp32 = reference_logprobs(hf32, self.prompt, self.flex_tokens)
+            self.flex_noise = transformers_bf16_error(
+                self.path, family, self.prompt, self.flex_tokens, self.flex_fp32
+            )
+
+    def _generate(self, engine: Engine) -> tuple[list[int], list[float]]:
         engine.add(
             Request(
                 0, self.prompt, SamplingParams(temperature=0, max_new_tokens=NEW, ignore_eos=True)
@@ -59,9 +77,7 @@ class Run:
         done = {}
         while engine.has_work():
             done.update({o.id: o for o in engine.step()})
-        self.tokens, self.engine_lp = done[0].output_ids, done[0].output_logprobs
-        self.fp32 = reference_logprobs(hf32, self.prompt, self.tokens)
-        self.noise = transformers_bf16_error(self.path, family, self.prompt, self.tokens, self.fp32)
+        return done[0].output_ids, done[0].output_logprobs
 
     def ratio(self, logprobs: list[float]) -> float:
         return mean_abs(logprobs, self.fp32) / self.noise
@@ -85,6 +101,23 @@ def test_engine_in_bf16_is_within_transformers_own_error_at_4k_positions(
     assert ratio <= BOUND, (
         f"{family}: engine mean |dlogp| {mean_abs(run.engine_lp, run.fp32):.4f} is "
         f"{ratio:.2f}x transformers' own bf16 error {run.noise:.4f}"
+    )
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_flex_kernel_in_bf16_is_within_the_same_bound(
+    runs: dict[str, Run], family: str
+) -> None:
+    """The flex paged kernel: chunked prefill of the 4K-token prompt in 128-query tiles, then
+    decode steps over the paged cache, against the same references as the gather path."""
+    run = runs[family]
+    ratio = mean_abs(run.flex_lp, run.flex_fp32) / run.flex_noise
+    assert len(run.flex_tokens) == NEW and ratio <= BOUND, (
+        f"{family}: flex mean |dlogp| {mean_abs(run.flex_lp, run.flex_fp32):.4f} is "
+        f"{ratio:.2f}x transformers' own bf16 error {run.flex_noise:.4f}"
+    )
+    print(
+        f"{family}: flex {ratio:.2f}x, gather {run.ratio(run.engine_lp):.2f}x transformers' error"
     )
 
 
