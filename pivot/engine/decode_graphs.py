@@ -159,8 +159,12 @@ class DecodeAttention:
 
 @dataclass
 class StaticDecodeInput:
-    """The buffers every graph reads, sized for the largest bucket and the widest context."""
+    """The buffers every graph reads, sized for the largest bucket and the widest context.
+    `tokens`, `slots` and `ctx` are rows of one buffer (`rows`), so a step's inputs reach the
+    device in one copy, from pinned memory on CUDA."""
 
+    rows: torch.Tensor
+    """[3, batch]: tokens, slots, ctx."""
     tokens: torch.Tensor
     slots: torch.Tensor
     ctx: torch.Tensor
@@ -177,8 +181,9 @@ class StaticDecodeInput:
             return torch.zeros(shape, dtype=torch.long, device=cache.k.device)
 
         logits = torch.zeros(batch, vocab, dtype=torch.float32, device=cache.k.device)
+        rows = zeros(3, batch)
         bufs = cls(
-            zeros(batch), zeros(batch), zeros(batch), zeros(batch, width), logits,
+            rows, rows[0], rows[1], rows[2], zeros(batch, width), logits,
             cache.scratch_block, cache.block_size,
         )  # fmt: skip
         bufs.pad()
@@ -204,14 +209,14 @@ class StaticDecodeInput:
         table = torch.full((batch, width), scratch, dtype=torch.long)
         table[:n] = block_tables(ctx, step.block_ids.cpu(), bs, width, scratch)
         last = ctx - 1
-        slots = torch.full((batch,), scratch * bs, dtype=torch.long)
-        slots[:n] = table[torch.arange(n), last // bs] * bs + last % bs
-        lens = torch.ones(batch, dtype=torch.long)
-        lens[:n] = ctx
-        tokens = torch.zeros(batch, dtype=torch.long)
-        tokens[:n] = step.token_ids.cpu()
-        for buf, host in ((self.tokens, tokens), (self.slots, slots), (self.ctx, lens)):
-            buf[:batch].copy_(host, non_blocking=True)
+        host = torch.empty(3, batch, dtype=torch.long)
+        host[0, :n], host[0, n:] = step.token_ids.cpu(), 0  # padding: token 0 ...
+        host[1, :n] = table[torch.arange(n), last // bs] * bs + last % bs
+        host[1, n:] = scratch * bs  # ... written to the scratch block ...
+        host[2, :n], host[2, n:] = ctx, 1  # ... attending one key
+        if self.rows.device.type == "cuda":
+            host = host.pin_memory()
+        self.rows[:, :batch].copy_(host, non_blocking=True)
         if flex is not None:
             flex.fill(ctx, table[:n], batch)
         else:

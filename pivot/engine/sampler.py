@@ -32,16 +32,30 @@ def sample(
     num_generated: list[int],
     generator: torch.Generator,
 ) -> tuple[list[int], list[float]]:
-    """One token per row of `logits` [S, V]; returns (token ids, log-probs)."""
+    """One token per row of `logits` [S, V]; returns (token ids, log-probs).
+
+    One read of device values a step (the tokens and their log-probs, together): every choice
+    that depends only on the requests is made on the host, and the requests' parameters reach the
+    device in one copy."""
     logits = logits.float()
-    device = logits.device
+    device, vocab = logits.device, logits.shape[1]
     temps = [p.temperature for p in params]
     if not any(temps):  # all greedy
         lp = torch.log_softmax(logits, dim=-1)
         tokens = lp.argmax(-1)
     else:
-        greedy = torch.tensor([t == 0 for t in temps], device=device)
-        scale = torch.tensor([t or 1.0 for t in temps], device=device)
+        top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
+        host = torch.tensor(
+            [
+                [float(t == 0) for t in temps],
+                [t or 1.0 for t in temps],
+                top_k,
+                [p.top_p for p in params],
+            ],
+            dtype=torch.float32,
+        )
+        table = host.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else host
+        greedy, scale = table[0].bool(), table[1]
         lp = torch.log_softmax(logits / scale[:, None], dim=-1)
         u = torch.rand(len(params), generator=generator, device=device)
         seeded = [
@@ -51,18 +65,22 @@ def sample(
         ]
         if seeded:
             rows, values = zip(*seeded)
-            u[list(rows)] = torch.tensor(values, dtype=u.dtype, device=device)
-        tokens = torch.where(greedy, lp.argmax(-1), _draw(lp, params, u))
+            u[list(rows)] = torch.tensor(values, dtype=u.dtype).to(device)
+        filtered = any(k < vocab for k in top_k) or any(p.top_p < 1 for p in params)
+        tokens = torch.where(greedy, lp.argmax(-1), _draw(lp, table[2], table[3], u, filtered))
     picked = lp.gather(1, tokens[:, None])[:, 0]
-    return tokens.tolist(), picked.tolist()
+    # token ids are exact in float64 (below 2**53): one copy to the host for both
+    both = torch.stack((tokens.to(torch.float64), picked.to(torch.float64))).tolist()
+    return [int(t) for t in both[0]], both[1]
 
 
-def _draw(lp: torch.Tensor, params: list[SamplingParams], u: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draw per row of log-probs `lp` after each row's top-k / top-p filter."""
+def _draw(
+    lp: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, u: torch.Tensor, filtered: bool
+) -> torch.Tensor:
+    """Inverse-CDF draw per row of log-probs `lp` after each row's top-k / top-p filter (none
+    when no row has one: `filtered`, decided on the host)."""
     vocab, device = lp.shape[1], lp.device
-    top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], device=device)
-    top_p = torch.tensor([p.top_p for p in params], device=device)
-    if bool((top_k == vocab).all()) and bool((top_p >= 1).all()):
+    if not filtered:
         probs, order = lp.exp(), None
     else:
         sorted_lp, order = lp.sort(dim=-1, descending=True)

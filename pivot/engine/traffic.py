@@ -14,6 +14,8 @@ Rules (per operator; a view or alias moves nothing and launches nothing):
   and `copy_` read their source; any other operator reads each distinct input it is given, over
   the elements its strides reach (a broadcast input once);
 - written: each output's bytes (an in-place operator: the bytes it stores);
+- host syncs: `item` of a device tensor and copies from a device to the CPU; host-to-device
+  bytes: copies the other way;
 - FlexAttention (the higher-order operator) by its kernel's contract: the queries, and each K/V
   block its block mask lists, once per K/V head (torch's flex decoding kernel serves the query
   heads sharing a K/V head together: torch/_inductor/kernel/flex/flex_decoding.py reshapes the
@@ -62,6 +64,9 @@ class Traffic:
     written: int = 0
     launches: int = 0
     h2d: int = 0
+    syncs: int = 0
+    """Reads of device values by the host (`item`, a copy to the CPU): each waits for the device.
+    Seen only where the device is not the CPU (CUDA, or meta in a count)."""
     flex_kv_read: int = 0
     """Of `read`, the K/V bytes FlexAttention's block masks send it to (0 for masks on the meta
     device, whose values are unknown: a caller that built them adds `flex_calls` x the blocks it
@@ -151,9 +156,15 @@ class TrafficCounter(TorchDispatchMode):
                 if key not in seen:
                     seen.add(key)
                     read += reach(a)
-        if name == "_to_copy" and inputs and inputs[0].device.type == "cpu" and outputs:
-            if outputs[0].device.type != "cpu":
+        if name == "_to_copy" and inputs and outputs:
+            src, dst = inputs[0].device.type, outputs[0].device.type
+            if src == "cpu" and dst != "cpu":
                 t.h2d += reach(inputs[0])
+            t.syncs += src != "cpu" and dst == "cpu"
+        if name == "_local_scalar_dense" and inputs and inputs[0].device.type != "cpu":
+            t.syncs += 1
+        if name == "copy" and len(inputs) > 1:
+            t.syncs += inputs[0].device.type == "cpu" and inputs[1].device.type != "cpu"
         t.read += read
         t.read_by_op[name] += read
         mutated = outputs if fresh else outputs[:1]

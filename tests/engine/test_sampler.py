@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from pivot.engine.sampler import sample
@@ -72,3 +73,27 @@ def test_mixed_rows_draw_as_if_alone() -> None:
     draws = {sample(logits[2:3], [params[2]], [k], gen)[0][0] for k in range(20)}
     assert len(draws) > 1  # the generated index moves the draw
     assert len(sample(logits[:0], [], [], gen)[0]) == 0
+
+
+def test_one_read_of_device_values_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Greedy, seeded, top-k and top-p rows together: the tokens and their log-probs come back in
+    one host read (each would wait for the GPU), every other choice is made from the requests."""
+    reads = []
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__"):
+        method = getattr(torch.Tensor, name)
+
+        def counted(self: torch.Tensor, *a: object, _m: object = method, _n: str = name) -> object:
+            reads.append(_n)
+            return _m(self, *a)  # type: ignore[operator]
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    params = [
+        SamplingParams(temperature=0),
+        SamplingParams(temperature=1.0, seed=5),
+        SamplingParams(temperature=0.7, top_k=3),
+        SamplingParams(temperature=1.0, top_p=0.5),
+    ]
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    tokens, logprobs = sample(logits, params, [0, 3, 1, 2], torch.Generator().manual_seed(1))
+    assert reads == ["tolist"]
+    assert all(isinstance(t, int) for t in tokens) and len(logprobs) == 4

@@ -44,6 +44,25 @@ SLOW = pytest.mark.slow
 # tool -> (arguments, {tmp} for a fresh folder; a regex its output must match; marks)
 SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
     "bench_control.py": (["--round-trips", "20", "--repeats", "1"], r"^new/old", (SLOW,)),
+    "bench_step.py": (
+        # a decode step on flex reads the floor and no more than 1.3x it (issue 69's bar)
+        [
+            "--models",
+            "Qwen2.5-1.5B",
+            "--batches",
+            "64",
+            "--contexts",
+            "4096",
+            "--chunk",
+            "512",
+            "--kernels",
+            "flex",
+            "--json",
+            "{tmp}/rows.json",
+        ],
+        r"Qwen2\.5-1\.5B +flex +decode +64 +4096 +[\d.]+ +1\.[0-2]\dx[\s\S]*prefill",
+        (),
+    ),
     "bench_launches.py": (
         ["--models", "Qwen2.5-1.5B", "--batches", "1", "--plot", "{tmp}/launches.png"],
         r"Qwen2\.5-1\.5B +1 +1,\d{3} [\s\S]*qwen2\.5-7b\+qwen3-30b-a3b: reward[\s\S]*plot: ",
