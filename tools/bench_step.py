@@ -88,14 +88,16 @@ def args_of(name: str) -> ModelArgs:
 
 
 def runner_on_meta(
-    args: ModelArgs, kernel: str, graphs: str, batch: int, tokens: int
+    args: ModelArgs, kernel: str, graphs: str, batch: int, tokens: int, longest: int
 ) -> ModelRunner:
+    """A runner whose cache holds `tokens` and whose widest decode graph is `longest` (the role's
+    longest sequence, as a run sizes it)."""
     with params_on_meta():
         model = CausalLM(args).to(torch.bfloat16)
     bs = BLOCK[kernel]
     blocks = -(-tokens // bs) + batch
     return ModelRunner(
-        model, blocks, bs, kernel, None, "meta", graphs, max(batch, 1), tokens, max_graphs=64
+        model, blocks, bs, kernel, None, "meta", graphs, max(batch, 1), longest, max_graphs=64
     )
 
 
@@ -171,14 +173,14 @@ def measure(
 ) -> Row:
     args = args_of(name)
     if phase == "decode":
-        runner = runner_on_meta(args, kernel, graphs, batch, batch * ctx)
+        runner = runner_on_meta(args, kernel, graphs, batch, batch * ctx, ctx)
         if graphs != "off":
             runner.capture_graphs()
         step = decode_input(batch, ctx, runner.block_size)
         live = batch * ctx * kv_bytes_per_token(args)
         floor = weight_bytes(args, batch) + live
     else:
-        runner = runner_on_meta(args, kernel, "off", 1, ctx)
+        runner = runner_on_meta(args, kernel, "off", 1, ctx, ctx)
         step = prefill_input(chunk, ctx - chunk, runner.block_size)
         live = ctx * kv_bytes_per_token(args)
         # each weight once, the whole context's K/V read once and the chunk's written once

@@ -15,6 +15,16 @@ batch 256 (C * 256 + D = 86.7 ms); batch 64 then comes out at 69.7 ms (-2.8%). T
 replaces those two constants on any hardware (the H20's are extrapolated: the overhead is the
 host's launches, the same on both) and at the band's corners, which vary the rest: what is
 measured has no range.
+
+`embedded-flex-graphs` is a projection, not a measurement: the embedded engine on the path the
+presets now serve (FlexAttention reading the K/V in place, decode steps replayed from CUDA
+graphs). Counted on CPU at hub shapes (tools/bench_step.py, docs/gpu.md), its decode step reads
+1.00-1.05x the HBM floor (weights and live K/V once) at batch 1-256 and 4K-16K positions,
+replays as one launch, and reads the device once (the sampled tokens); its host bookkeeping was
+0.07 / 0.53 / 1.96 ms a step at batch 1 / 64 / 256 on this project's CPU. That is the shape of
+the sglang-class step the cost model is fitted to (the same HBM efficiency, a 2 ms overhead), so
+the projection prices it with those constants until a GPU times it (`tools/gpu_check.sh`'s
+`decode` check).
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ def _fit_eager() -> dict[str, float]:
 ENGINE_PROFILES: dict[str, dict[str, float]] = {
     "sglang": {},  # the hardware profile's own (fitted) decode constants
     "embedded-eager": _fit_eager(),
+    "embedded-flex-graphs": {},  # a projection by count: the sglang-class constants (above)
 }
 
 
@@ -51,6 +62,6 @@ def with_engine(hw: HardwareProfile, engine: str) -> HardwareProfile:
     if engine not in ENGINE_PROFILES:
         raise ValueError(f"engine profile {engine!r}: expected one of {', '.join(ENGINE_PROFILES)}")
     values = ENGINE_PROFILES[engine]
-    if not values:
+    if not values and engine == "sglang":
         return hw
     return dataclasses.replace(hw, name=f"{hw.name}+{engine}", **values)  # type: ignore[arg-type]

@@ -30,7 +30,15 @@ def test_the_default_engine_is_the_fitted_sglang_class_one() -> None:
     assert (b + d) * 1e3 == pytest.approx(15.24e9 / (0.35 * 4.8e12) * 1e3 + 2.0, rel=1e-3)
     with pytest.raises(ValueError, match="engine profile 'vllm'"):
         with_engine(H200, "vllm")
-    assert set(ENGINE_PROFILES) == {"sglang", "embedded-eager"}
+    assert set(ENGINE_PROFILES) == {"sglang", "embedded-eager", "embedded-flex-graphs"}
+
+
+def test_the_flex_graphs_projection_is_priced_as_the_sglang_class_step() -> None:
+    """A projection by count (reads at the floor, one launch, one host read a step): the same
+    constants, under its own name so a table says which engine it priced."""
+    hw = with_engine(H200, "embedded-flex-graphs")
+    assert hw.name.endswith("+embedded-flex-graphs")
+    assert decode_constants(SEVEN_B, hw, 1) == decode_constants(SEVEN_B, H200, 1)
 
 
 @pytest.mark.parametrize("which", CORNERS)
