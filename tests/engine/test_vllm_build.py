@@ -85,6 +85,41 @@ def test_the_weight_file_carries_the_checkpoints_own_names(
     shm.close()
 
 
+def test_workers_read_their_slices_of_the_weight_file_in_place(tmp_path: Path) -> None:
+    """What a vLLM worker hands its loaders (`map_safetensors`): views of one mapping of the file,
+    equal to what the Read wrote, of which a TP rank's loader (narrow, then copy to its device:
+    vllm/model_executor/layers/linear.py:576-593) reads only its slice, counted at the dispatcher;
+    the old way (`safe_open(...).get_tensor`) made a whole copy of every tensor in every worker.
+    A write through a view never reaches the file."""
+    from safetensors import safe_open
+
+    from pivot.engine.backends.vllm_weights import ShmSafetensors, map_safetensors
+    from pivot.engine.traffic import TrafficCounter
+
+    specs = {"a.weight": ((64, 32), torch.bfloat16), "b.bias": ((64,), torch.float32)}
+    shm = ShmSafetensors(tmp_path / "w.safetensors", specs)
+    g = torch.Generator().manual_seed(0)
+    for t in shm.tensors.values():
+        t.copy_(torch.randn(t.shape, generator=g).to(t.dtype))
+    mapping, views = map_safetensors(shm.path)
+    with safe_open(str(shm.path), framework="pt") as f:
+        for name, view in views.items():
+            assert torch.equal(view, f.get_tensor(name)) and view.dtype == specs[name][1]
+    storages = {v.untyped_storage().data_ptr() for v in views.values()}
+    assert len(storages) == 1  # one mapping, no copies
+    tp, rank = 4, 1
+    device_slice = torch.empty(16, 32, dtype=torch.bfloat16)
+    with TrafficCounter() as c:
+        device_slice.copy_(views["a.weight"].narrow(0, rank * 16, 16))
+    assert c.traffic.read == 16 * 32 * 2 == views["a.weight"].numel() * 2 // tp
+    assert c.traffic.created == 0
+    views["b.bias"].fill_(7.0)  # private: the file keeps what the Read wrote
+    assert not bool((shm.tensors["b.bias"] == 7.0).any())
+    del views
+    mapping.close()
+    shm.close()
+
+
 def test_engine_fields_of_a_replica(tmp_path: Path) -> None:
     """What Pivot asks vLLM for: graphs on CUDA unless the flag says off, the auto-fit context
     length, a per-worker KV cache, and no vision tower for a vision-language judge."""

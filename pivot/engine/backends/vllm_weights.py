@@ -1,5 +1,6 @@
 """How a GPS Read reaches a vLLM engine's worker processes: a safetensors file in host shared
-memory that the Read fills in place, opened by vLLM's workers with `safe_open`.
+memory that the Read fills in place, mapped by vLLM's workers, whose loaders read their TP
+slices of it in place (`map_safetensors`).
 
 vLLM runs its model in its own processes (one engine core per replica; under TP one worker per
 device). Its `collective_rpc` would pickle tensors through ZMQ; instead the replica's leader
@@ -116,16 +117,24 @@ class PivotWorkerExtension:
     """Mixed into every vLLM worker (`worker_extension_cls`); called by `collective_rpc` name."""
 
     def pivot_load_weights(self, path: str, repair: bool = True) -> int:
-        """Reload every weight from the safetensors file at `path`; returns how many."""
-        from safetensors import safe_open
+        """Reload every weight from the safetensors file at `path`; returns how many.
 
-        with safe_open(path, framework="pt", device="cpu") as f:
-            names = list(f.keys())
-            # streamed: each worker copies one tensor at a time out of the file (vLLM's loaders
-            # take whole tensors and keep their TP slice); a list would hold the whole model in
-            # every worker at once, TP x the model in host memory (8 x 244 GB for Qwen3.5-122B)
-            weights = ((name, f.get_tensor(name)) for name in names)
-            self.reload_weights(weights_iterator=weights)  # type: ignore[attr-defined]
+        The tensors handed to vLLM's loaders are views of the file's mapping, not copies: each
+        loader narrows its TP slice and copies that to the device (vllm/model_executor/layers/
+        linear.py:576-593, ColumnParallelLinear.weight_loader; :1735-1743 for row-parallel), so a
+        worker reads its slice of the host bytes, and a replica the model once, where copying each
+        tensor out of the file (`safe_open(...).get_tensor`) made every worker read all of it
+        (72B at TP 8: 8 x 145 GB)."""
+        mapping, views = map_safetensors(path)
+        try:
+            self.reload_weights(weights_iterator=iter(views.items()))  # type: ignore[attr-defined]
+        finally:
+            count = len(views)
+            del views
+            try:
+                mapping.close()
+            except BufferError:  # a loader kept a view: the mapping goes with its last one
+                pass
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
         head = getattr(model, "lm_head", None)
         tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
@@ -133,7 +142,26 @@ class PivotWorkerExtension:
             head.quant_method.process_weights_after_loading(head)
         if repair:
             repack_cpu_experts(model)
-        return len(names)
+        return count
+
+
+def map_safetensors(path: str | Path) -> tuple[mmap.mmap, dict[str, torch.Tensor]]:
+    """Every tensor of the safetensors file at `path` as a view of one private mapping of it
+    (copy-on-write: a write through a view never reaches the file); nothing is read until a view
+    is. The caller closes the mapping once the views are gone."""
+    with open(path, "rb") as f:
+        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    (length,) = struct.unpack("<Q", mapping[:8])
+    header = json.loads(mapping[8 : 8 + length])
+    header.pop("__metadata__", None)
+    start = 8 + length
+    data = torch.frombuffer(mapping, dtype=torch.uint8, offset=start, count=len(mapping) - start)
+    views = {
+        name: data[lo:hi].view(SAFETENSORS_DTYPES[h["dtype"]]).view(h["shape"])
+        for name, h in header.items()
+        for lo, hi in [h["data_offsets"]]
+    }
+    return mapping, views
 
 
 def repack_cpu_experts(model: torch.nn.Module) -> int:
