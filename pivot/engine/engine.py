@@ -253,6 +253,12 @@ class Engine:
         """Seconds this rank has spent capturing decode graphs."""
         return self.runner.graphs.capture_s
 
+    @property
+    def graphs_captured(self) -> int:
+        """Decode graphs this rank has captured (again after each shift up: a release frees
+        the storage they read)."""
+        return self.runner.graphs.captures
+
     def progress(self) -> dict[int, int]:
         """Tokens generated so far by each unfinished sequence (the monitor's progress feed)."""
         return {rid: seq.num_generated for rid, seq in self._seqs.items()}

@@ -80,6 +80,8 @@ def test_an_embedded_replica_captures_its_graphs_while_it_shifts_up(tmp_path: Pa
     graphs = role.engine.runner.graphs
     assert version == 3 and graphs.captures == len(graphs.graphs) > 0  # before any step
     assert phases["graphs"] == graphs.capture_s > 0
+    assert role.last_graphs_captured == len(graphs.graphs)  # the shift event's count
     role.shift_down()
     _, phases = role.shift_up(0, None, read)  # a resume: captured again, timed again
     assert graphs.captures == 2 * len(graphs.graphs) and phases["graphs"] > 0
+    assert role.last_graphs_captured == len(graphs.graphs)  # each bucket once, none it kept
