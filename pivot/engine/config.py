@@ -55,10 +55,11 @@ class EngineConfig:
     reward = the judge prompt's bound + reward.max_new_tokens). A longer sequence is still served,
     its decode steps eagerly."""
     max_decode_graphs: int = 64
-    """Most decode graphs one engine rank captures (batch buckets x context-width buckets; with
-    SDPA the width ladder is thinned on a log scale to fit, with flash-attn one width serves
-    all). All are captured when the replica starts or shifts up, and their memory is in the
-    memory plan (`--dry-run`): pivot/engine/decode_graphs.py."""
+    """Most decode graphs one engine rank captures (batch buckets x context-width buckets; on the
+    gather reference the width ladder is thinned on a log scale to fit, with flex and flash-attn
+    one width serves all). A replica shifted up captures each bucket when its first batch of
+    that size comes; their memory is in the memory plan (`--dry-run`):
+    pivot/engine/decode_graphs.py."""
 
     def __post_init__(self) -> None:
         for name in (

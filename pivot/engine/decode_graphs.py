@@ -18,13 +18,15 @@ at most `max_graphs` graphs, the width ladder (then the batch ladder) thinned on
 fit; all share one pool and are captured largest first, so the pool holds one graph's peak, the
 largest's (with SDPA, its K/V gather: batch x width x block tokens of one layer).
 
-Capture happens when the replica starts or shifts up (`capture_all`: when an engine is built
-with its weights, else with its first `load_weights` after a build or a resume, on every TP
-rank in the same order), all buckets at once, never in the
-middle of a rollout: a first capture synchronises the device and empties the allocator's cache
-(torch/cuda/graphs.py, `graph.__enter__`). Weights loaded in place later (`ModelRunner.load`, a
-GPS Read into `Engine.weight_buffers`) keep every graph valid: a graph reads the parameters'
-storage, not their values. A release frees that storage, so it drops the graphs.
+Capture: an engine built with its weights captures every graph at once (`capture_all`, largest
+first); a replica a role shifts up (built empty, or resumed after a release) captures each
+bucket the first time a decode step of that size comes (`run`), on every TP rank at the same
+step, so a shift up pays only for the buckets its batches reach and none of it on the shift's
+critical path (the GPS Read); each such capture synchronises the device and empties the
+allocator's cache once (torch/cuda/graphs.py, `graph.__enter__`). Weights loaded in place later
+(`ModelRunner.load`, a GPS Read into `Engine.weight_buffers`) keep every graph valid: a graph
+reads the parameters' storage, not their values. A release frees that storage, so it drops the
+graphs. Graphs captured and seconds spent: `captures`, `capture_s` (the engine's stats).
 
 Modes: "cuda" captures `torch.cuda.CUDAGraph`s; "eager" runs the very same path (buckets,
 padding, static buffers, the fixed-width attention) without capturing, so CPU tests check it.

@@ -89,8 +89,8 @@ class Engine:
             model, num_blocks, block_size, kernel, tp_group, device,
             config.decode_graphs, config.max_running_seqs, graph_len, config.max_decode_graphs,
         )  # fmt: skip
-        if weighted:  # the replica starts: its graphs now (else with its first `load_weights`)
-            self.runner.capture_graphs()
+        if weighted:  # built with its weights, before any work: every graph now (a replica a
+            self.runner.capture_graphs()  # role shifts up captures the buckets it reaches)
         self.blocks = BlockManager(
             num_blocks, block_size, share_prefixes=not self.args.has_linear_attention
         )
@@ -253,12 +253,6 @@ class Engine:
         """Seconds this rank has spent capturing decode graphs."""
         return self.runner.graphs.capture_s
 
-    @property
-    def graphs_captured(self) -> int:
-        """Decode graphs this rank has captured (again after each shift up: a release frees
-        the storage they read)."""
-        return self.runner.graphs.captures
-
     def progress(self) -> dict[int, int]:
         """Tokens generated so far by each unfinished sequence (the monitor's progress feed)."""
         return {rid: seq.num_generated for rid, seq in self._seqs.items()}
@@ -347,6 +341,8 @@ class Engine:
             prefill_tokens=self.scheduler.prefill_tokens,
             prefix_hit_tokens=self.scheduler.prefix_hit_tokens,
             reprefill_tokens=self.scheduler.reprefill_tokens,
+            graphs_captured=self.runner.graphs.captures,
+            graphs_capture_s=self.runner.graphs.capture_s,
             **(self.kv.counters.stats() if self.kv is not None else {}),
         )
 
@@ -367,9 +363,9 @@ class Engine:
         self.blocks.reset_cache()  # cached K/V were computed with the old weights
         self._version = version
         self._weights_ready = True
-        # the replica starts or shifts up: its graphs now, not in its first rollout steps (an
-        # update in place keeps the ones it has and captures nothing)
-        self.runner.capture_graphs()
+        # nothing captured here: an update in place keeps the graphs it has, and a shift up (new
+        # storage) captures each bucket when its first batch of that size comes, only the ones
+        # its batches reach, off the shift's critical path (the Read)
 
     def weight_buffers(self) -> dict[str, torch.Tensor]:
         """This rank's parameter tensors by HF name (TP slices), to be filled in place, e.g. by a

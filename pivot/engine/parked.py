@@ -39,10 +39,6 @@ class ParkedEngine:
     def graphs_capture_s(self) -> float:
         return 0.0
 
-    @property
-    def graphs_captured(self) -> int:
-        return 0
-
     def add(self, request: Request) -> None:
         raise RuntimeError(f"request {request.id}: a parked rank serves nothing (its leader does)")
 

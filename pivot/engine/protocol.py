@@ -46,11 +46,6 @@ class InferenceEngine(Protocol):
         """Seconds spent capturing Pivot's decode graphs so far (0 for a backend that captures none)."""
         ...
 
-    @property
-    def graphs_captured(self) -> int:
-        """Pivot's decode graphs captured so far (0 for a backend that captures none)."""
-        ...
-
     # ---- requests --------------------------------------------------------------------------
     def add(self, request: Request) -> None:
         """Queue a request, or a partial from `abort`, which continues where it stopped."""

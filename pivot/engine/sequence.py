@@ -169,6 +169,11 @@ class EngineStats:
     """Of those, tokens computed again: sequences resumed without their KV, or preempted."""
     prefix_hit_tokens: int = 0
     """Prompt tokens whose cached K/V were reused instead of computed."""
+    graphs_captured: int = 0
+    """Decode graphs captured since the engine was built (each shift up captures the buckets
+    its batches reach again: a release frees the storage they read)."""
+    graphs_capture_s: float = 0.0
+    """Seconds those captures took."""
     kv_imported: int = 0
     """Migrated sequences that arrived with their KV (nothing re-prefilled)."""
     kv_imported_tokens: int = 0

@@ -168,18 +168,25 @@ def run_all_of(e: Engine, n: int, new: int) -> dict:
     return {i: o.output_ids for i, o in run_all(e).items()}
 
 
-def test_release_drops_the_graphs_and_resume_captures_again(tiny_path: Path) -> None:
+def test_release_drops_the_graphs_and_a_shift_up_captures_what_its_batches_reach(
+    tiny_path: Path,
+) -> None:
+    """A shift up's Read captures nothing; each bucket is captured when its first batch comes,
+    once, and only the buckets the batches reach (here 2 sequences: buckets 2 and 1)."""
     e = engine(tiny_path, "eager")
-    ref = generate(e)
+    g = e.runner.graphs
+    ref = generate(e, n=2)
+    grid = g.captures
     weights = e.named_parameters_hf()
     e.release()
-    assert not e.runner.graphs.graphs and e.runner.graphs.bufs is None
+    assert not g.graphs and g.bufs is None
     e.resume()
     e.load_weights(weights, version=1)
-    assert len(e.runner.graphs.graphs) == e.runner.graphs.captures // 2  # all again, at shift up
-    again = generate(e)
+    assert g.captures == grid and not g.graphs  # nothing on the shift's critical path
+    again = generate(e, n=2)
     assert {i: o.output_ids for i, o in again.items()} == {i: o.output_ids for i, o in ref.items()}
-    assert e.runner.graphs.graphs  # captured again on the new storage
+    assert {b for b, _ in g.graphs} == {1, 2} and g.captures == grid + len(g.graphs)
+    assert e.stats().graphs_captured == g.captures
 
 
 @pytest.mark.parametrize("family", ["qwen3_moe"])

@@ -166,22 +166,28 @@ def test_the_compiled_kernel_allocates_only_its_output() -> None:
     assert out.shape == (batch, hq, d)
 
 
-def test_one_width_of_graphs_and_a_shift_up_captures_each_once(tiny_path: Path) -> None:
+def test_one_width_of_graphs_and_a_shift_up_captures_only_what_it_reaches(tiny_path: Path) -> None:
     """Flex reads each row's own blocks, so its graphs are one per batch bucket, where the gather
-    reference needs one per (batch, context width); a shift up (release, resume, the Read) captures
-    each bucket once more, and an update in place none."""
+    reference needs one per (batch, context width); after a shift up (release, resume, the Read)
+    a decode step captures its own bucket, once, and an update in place captures nothing."""
     cfg = replace(CHUNKED, decode_graphs="eager", max_running_seqs=8, max_seq_len=128)
     flex = Engine.from_pretrained(tiny_path, replace(cfg, attention="flex"))
     gather = Engine.from_pretrained(tiny_path, replace(cfg, attention="gather"))
     g = flex.runner.graphs
     assert g.captures == len(g.graphs) == len(g.batch_sizes) and len(g.widths) == 1
     assert gather.runner.graphs.captures > 2 * g.captures
+    grid = g.captures
     weights = flex.named_parameters_hf()
     flex.release()
     flex.resume()
     flex.load_weights(weights, version=1)
-    assert g.captures == 2 * len(g.graphs)
+    assert g.captures == grid
+    for i, p in enumerate(prompts(3, seed=2)):
+        flex.add(Request(i, p, SamplingParams(temperature=0, max_new_tokens=3, ignore_eos=True)))
+    run_all(flex)  # decode steps of at most three sequences: buckets 3 and below, each once
+    reached = {b for b, _ in g.graphs}
+    assert 3 in reached and reached <= {1, 2, 3} and g.captures == grid + len(reached)
     flex.load_weights(flex.weight_buffers(), version=2)  # in place: nothing captured
-    assert g.captures == 2 * len(g.graphs)
+    assert g.captures == grid + len(reached)
     # the widest graph is the role's longest sequence (engine.max_seq_len), not the capacity
     assert gather.runner.graphs.widths[-1] * 4 == 128 < flex.max_len

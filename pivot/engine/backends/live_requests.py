@@ -112,10 +112,6 @@ class LiveRequests(Generic[L]):
     def graphs_capture_s(self) -> float:
         return 0.0  # a production engine captures its own graphs, as part of its start
 
-    @property
-    def graphs_captured(self) -> int:
-        return 0
-
     def stats(self) -> EngineStats:
         n_tok = self.n_tok()
         return EngineStats(

@@ -117,7 +117,6 @@ class ShiftDone:
     partials: list[Request] = field(default_factory=list)  # sequences still held at shift down
     read_bytes: int = 0  # bytes this rank Read from GPS (shift up): its share of the model
     remote_bytes: int = 0  # of those, bytes read from another host's copy
-    graphs_captured: int = 0  # decode graphs this rank captured in the shift up
 
 
 @dataclass

@@ -20,12 +20,15 @@ if TYPE_CHECKING:  # annotations only
     from pivot.runtime.records.progress import StepProgress
 
 
-def kv_metrics(stats: Iterable[EngineStats]) -> dict[str, int]:
-    """Prefill and KV migration counters summed over the replicas' engines (cumulative)."""
+def kv_metrics(stats: Iterable[EngineStats]) -> dict[str, float]:
+    """Prefill, KV migration and decode-graph counters summed over the replicas' engines
+    (cumulative)."""
     st = list(stats)
     return {
         "count/prefill_tokens": sum(s.prefill_tokens for s in st),
         "count/reprefill_tokens": sum(s.reprefill_tokens for s in st),
+        "count/graphs_captured": sum(s.graphs_captured for s in st),
+        "time/graphs_capture_s": sum(s.graphs_capture_s for s in st),
         "count/kv_imported": sum(s.kv_imported for s in st),
         "count/kv_imported_tokens": sum(s.kv_imported_tokens for s in st),
         "count/kv_fallbacks": sum(s.kv_fallbacks for s in st),

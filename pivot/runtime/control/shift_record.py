@@ -24,8 +24,6 @@ class ShiftRecord:
     """rank -> bytes of those it read from another host's copy."""
     versions: dict[int, int] = field(default_factory=dict)
     """rank -> the weights version it read (shift up)."""
-    graphs_captured: int = 0
-    """Decode graphs the slot's ranks captured, the most any one did (each captures the same)."""
 
     def add(self, msg: m.ShiftDone) -> bool:
         """Fold one rank's report in; True once every rank has reported."""
@@ -35,7 +33,6 @@ class ShiftRecord:
         self.read_bytes[msg.rank] = msg.read_bytes
         self.remote_bytes[msg.rank] = msg.remote_bytes
         self.versions[msg.rank] = msg.version
-        self.graphs_captured = max(self.graphs_captured, msg.graphs_captured)
         if not self.ranks:
             self.phases["total"] = time.monotonic() - self.start
         return not self.ranks
@@ -53,5 +50,4 @@ class ShiftRecord:
             event["version"], event["checksum"] = min(self.versions.values()), last.checksum
             event["gps_read_bytes"] = [self.read_bytes[d] for d in devices]
             event["gps_remote_bytes"] = [self.remote_bytes[d] for d in devices]
-            event["graphs_captured"] = self.graphs_captured
         return event

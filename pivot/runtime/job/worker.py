@@ -275,14 +275,13 @@ class Worker:
             )
             phases = {"gps_read": time.perf_counter() - t0, **self.trainer.shift_up(tensors)}
             version = self.trainer.version if version < 0 else version
-            checksum, graphs_captured = 0.0, 0
+            checksum = 0.0
         else:
             told = msg.version if model == "policy" else None  # the GenRM is never written
             version, phases = self.inference[msg.role].shift_up(
                 msg.slot, group, lambda out: self._read_told(model, slot, told, out)
             )
             checksum = self.inference[msg.role].checksum() if self.weights.verify else 0.0
-            graphs_captured = self.inference[msg.role].last_graphs_captured
             self.trainer.prewarm()  # a rank of the training pool: its first shift up, prepared
         self.role, self.slot = msg.role, msg.slot  # join the slot's sub-communicator
         self.endpoint.send(
@@ -296,7 +295,6 @@ class Worker:
                 checksum=checksum,
                 read_bytes=self.weights.last_read_bytes,
                 remote_bytes=self.weights.last_remote_bytes,
-                graphs_captured=graphs_captured,
             )
         )
         self._maybe_stats(force=True)
