@@ -18,7 +18,7 @@ import pytest
 from pivot.gps.shm_sweep import dead_gps_files
 from pivot.runtime.records.manifest import problem
 from tests.runtime.models import random_models
-from tests.runtime.test_runtime import rows, torchrun
+from tests.runtime.test_runtime import check_exactly_once, rows, torchrun
 
 pytestmark = pytest.mark.slow
 
@@ -139,3 +139,77 @@ def test_ctrl_c_is_one_line_with_the_way_back_and_frees_host_memory(
     )
     assert not [line for line in lines if line.startswith("[rank")], out[-3000:]
     assert not [p for p in dead_gps_files() if os.stat(p).st_mtime >= t0]
+
+
+def _children(pid: int) -> list[int]:
+    """Live processes whose parent is `pid` (from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended (this container's init may never reap it)
+
+
+def test_a_killed_torchrun_takes_its_ranks_with_it(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """SIGKILL torchrun's agent alone (the OOM killer's pick): every rank notices its launcher is
+    gone and ends within seconds, rank 0 says so in one line, and no GPS file is left behind."""
+    t0 = time.time()
+    run_dir = tmp_path / "run"
+    proc = torchrun(models, run_dir, "--train.steps", "200", wait=False)
+    assert isinstance(proc, subprocess.Popen)
+    metrics = run_dir / "metrics.jsonl"
+    while not (metrics.is_file() and metrics.read_text().strip()):
+        assert proc.poll() is None and time.time() - t0 < 180, "no step trained in 180 s"
+        time.sleep(0.5)
+    ranks = _children(proc.pid)
+    assert len(ranks) == 4, ranks
+    os.kill(proc.pid, signal.SIGKILL)
+    killed = time.time()
+    while any(_alive(r) for r in ranks) and time.time() - killed < 15:
+        time.sleep(0.25)
+    assert not [r for r in ranks if _alive(r)], "ranks outlived their launcher by 15 s"
+    out, _ = proc.communicate(timeout=30)  # the ranks held torchrun's stdout: closed now
+    assert "pivot: its launcher (torchrun) is gone" in out, out[-3000:]
+    steps = len(metrics.read_text().splitlines())
+    time.sleep(2)
+    assert len(metrics.read_text().splitlines()) == steps  # nothing trains on
+    assert not [p for p in dead_gps_files() if os.stat(p).st_mtime >= t0]
+
+
+def test_a_second_job_into_a_busy_run_folder_stops_in_one_line(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Two jobs into one --log.dir (the second with --checkpoint.resume auto, as a careless
+    relaunch would): the second stops with one line naming the first, exit 2, and the first's
+    records audit exactly once."""
+    run_dir, steps = tmp_path / "run", 400  # long enough to outlive the second's start-up
+    first = torchrun(models, run_dir, "--train.steps", str(steps), wait=False)
+    assert isinstance(first, subprocess.Popen)
+    t0 = time.time()
+    while not (run_dir / "metrics.jsonl").is_file():
+        assert first.poll() is None and time.time() - t0 < 180, "the first job never started"
+        time.sleep(0.5)
+    second, out = run(models, run_dir, "--train.steps", str(steps), "--checkpoint.resume", "auto")
+    refused = [  # (torchrun's summary quotes the line again as the root cause)
+        line for line in out.splitlines() if line.startswith("pivot: cannot start: run folder")
+    ]
+    assert second != 0 and len(refused) == 1, out[-3000:]  # torchrun: its ranks exited 2
+    assert refused[0].startswith(f"pivot: cannot start: run folder {run_dir} is in use")
+    assert first.poll() is None  # refused while the first ran, not after it ended
+    out, _ = first.communicate(timeout=400)
+    assert first.returncode == 0, out[-3000:]
+    check_exactly_once(run_dir, steps)

@@ -36,12 +36,14 @@ from pivot.runtime.flow.context_check import check_context, sized_to_roles
 from pivot.runtime.job.backend import DeviceBackend
 from pivot.runtime.job.controller_thread import ControllerThread, start_controller
 from pivot.runtime.job.dist_init import init_distributed, start_heartbeat
+from pivot.runtime.job.launcher_watch import launcher_gone, under_torchrun, watch_launcher
 from pivot.runtime.job.rank0_wait import Rank0Failed, run_on_rank0
 from pivot.runtime.job.sigterm import on_sigterm
 from pivot.runtime.job.worker import Worker
 from pivot.runtime.records.checkpoint import Checkpointer, StartPoint
 from pivot.runtime.records.manifest import problem as manifest_problem
 from pivot.runtime.records.run_folder import launch_id, make, record_launch, resolve
+from pivot.runtime.records.run_lock import RunLock
 from pivot.runtime.records.shared_dir import check_shared
 from pivot.runtime.records.summary import run_summary
 from pivot.runtime.weights.service import WeightService
@@ -60,6 +62,8 @@ class RunInputs:
     """The initial policy's folder: its tokenizer and chat template, the KL loss's reference."""
     genrm: Path
     start: StartPoint
+    lock: RunLock | None = None
+    """Rank 0's hold on the run folder (one job per folder), kept for the job's life."""
 
     @property
     def policy_weights(self) -> Path:
@@ -115,11 +119,17 @@ def resume_hint(ckpt: Checkpointer) -> str:
     return f"pivot: {where}; relaunch with {again} --checkpoint.resume auto to continue"
 
 
-def with_run_folder(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> PivotConfig:
+def with_run_folder(
+    cfg: PivotConfig, spec: ClusterSpec, launch: str
+) -> tuple[PivotConfig, RunLock | None]:
     """`cfg` with the folder this run writes into (pivot/runtime/records/run_folder.py) as its log.dir:
-    rank 0 decides and makes it, every rank gets its answer (collective), so the folder is the
-    same on every rank and host; ValueError on every rank where the job must not start."""
+    rank 0 decides and makes it, and holds its lock (pivot/runtime/records/run_lock.py: one job
+    per folder) from before anything is written into it; every rank gets its answer
+    (collective), so the folder is the same on every rank and host; ValueError on every rank
+    where the job must not start. Returns the lock too (rank 0's; None elsewhere): the job keeps
+    it for as long as it runs."""
     answer = [("", "")]  # (folder, why the job must not start)
+    lock: RunLock | None = None
     if spec.rank == 0:
         now = datetime.now(UTC)
         try:
@@ -131,7 +141,11 @@ def with_run_folder(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> PivotCo
                 cfg.preset,
                 now,
             )
+            if not chosen.new:  # an existing folder: nothing is written before the lock is held
+                lock = RunLock.acquire(chosen.path, launch)
             made, lines = make(chosen, cfg.checkpoint.dir, launch, cfg.preset, now, sys.argv)
+            if lock is None:  # made just now, under a name no other job can take (mkdir)
+                lock = RunLock.acquire(made, launch)
             if lines:
                 print(lines, flush=True)
             answer[0] = (str(made), "")
@@ -140,21 +154,34 @@ def with_run_folder(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> PivotCo
     dist.broadcast_object_list(answer, src=0)
     folder, why = answer[0]
     if why:
+        if lock is not None:
+            lock.release()
         raise ValueError(why)
-    return cfg.replace(log=dataclasses.replace(cfg.log, dir=folder))
+    return cfg.replace(log=dataclasses.replace(cfg.log, dir=folder)), lock
 
 
-def _stopped_by_torchrun(ckpt: Checkpointer, gps: GPSStore, rank0: bool) -> None:
-    """torchrun SIGTERMs every rank when one fails: free this host's GPS files (local rank 0),
-    and (rank 0) say what happened and how to go on (pivot/runtime/job/sigterm.py ends the process)."""
+def _stopped(ckpt: Checkpointer, gps: GPSStore, rank0: bool) -> None:
+    """A SIGTERM (torchrun's when a rank fails, a cancelled job's, or this rank's own when its
+    launcher died): free this host's GPS files (local rank 0), and (rank 0) say what happened
+    and how to go on (pivot/runtime/job/sigterm.py ends the process)."""
     gps.remove_files()
-    if rank0:
-        tell(
-            "\npivot: stopped by torchrun: another rank failed (torchrun names it: 'rank: N ... "
-            "exitcode'), or the job was cancelled.\n"
-            f"{resume_hint(ckpt)} "
-            "(with torchrun --max-restarts N and --checkpoint.resume auto this happens automatically)."
+    if not rank0:
+        return
+    if launcher_gone():
+        why = "its launcher (torchrun) is gone, killed or crashed; every rank ends with it."
+    elif under_torchrun():
+        why = (
+            "stopped by torchrun: another rank failed (torchrun names it: 'rank: N ... "
+            "exitcode'), or the job was cancelled."
         )
+    else:
+        why = "stopped by a SIGTERM (the job was cancelled)."
+    restart = (
+        " (with torchrun --max-restarts N and --checkpoint.resume auto this happens automatically)"
+        if under_torchrun() and not launcher_gone()
+        else ""
+    )
+    tell(f"\npivot: {why}\n{resume_hint(ckpt)}{restart}.")
 
 
 def resume_point(
@@ -202,12 +229,13 @@ def checked_inputs(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> RunInput
     """The run folder, the checkpoint to resume from and the models' folders, checked (headers
     only) the same way on every rank (collective); OSError or ValueError on every rank where the
     job must not start."""
-    cfg = with_run_folder(cfg, spec, launch)  # before anything reads or writes log.dir
+    cfg, lock = with_run_folder(cfg, spec, launch)  # before anything reads or writes log.dir
     ckpt = Checkpointer(cfg.checkpoint, Path(cfg.log.dir), launch)
     policy, genrm = model_paths(cfg)
     check_shared(ckpt.dir, spec)  # before a run that could never resume trains for hours
     resume = resume_point(cfg, ckpt, spec)
-    inputs = RunInputs(cfg, ckpt, policy, genrm, StartPoint(*resume) if resume else StartPoint())
+    start = StartPoint(*resume) if resume else StartPoint()
+    inputs = RunInputs(cfg, ckpt, policy, genrm, start, lock)
     check_folder(inputs.policy_weights)  # the trainer builds the policy with Pivot's model classes
     # also when sglang or vLLM serves it: GPS holds the GenRM in Pivot's names and shapes, read from this folder
     check_folder(genrm)
@@ -321,6 +349,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         raise ValueError(
             "cluster.device=emulated needs the emulation backend (pivot/main.py hands it to run)"
         )
+    watch_launcher()  # a rank torchrun started ends when torchrun does, whatever killed it
     spec = ClusterSpec.from_env()
     device = resolve_device(cfg)
     cfg = job_config(cfg, spec, backend)
@@ -413,7 +442,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights
         )
         if spec.local_rank == 0:  # the other ranks own nothing to free: SIGTERM ends them
-            on_sigterm(lambda: _stopped_by_torchrun(ckpt, gps, spec.rank == 0))
+            on_sigterm(lambda: _stopped(ckpt, gps, spec.rank == 0))
         try:
             worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
         finally:  # production engines run processes (and shm files) of their own

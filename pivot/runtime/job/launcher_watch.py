@@ -1,0 +1,59 @@
+"""Ranks end with their launcher.
+
+torchrun's agent watches its ranks, but nothing watches the agent: SIGKILL it (the OOM killer's
+usual pick, or `kill -9`) and its ranks, each in a session of their own, would go on training
+and writing into the run folder with no one left to stop or restart them. On several hosts the
+heartbeat (pivot/runtime/job/liveness.py) ends a job whose rank stops answering, but ranks whose
+agent died still answer.
+
+So every rank torchrun starts watches the process that started it: when its parent changes (the
+agent died and the rank was re-parented), the rank SIGTERMs itself, which runs its last act
+where it has one (local rank 0 frees the host's GPS files and rank 0 says why:
+pivot/runtime/job/sigterm.py), and if it is still alive `GRACE_S` later (blocked in a
+collective whose peers are gone), it ends itself. A rank not started by torchrun (`python
+pivot/main.py`) has no launcher to outlive and is not watched.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+POLL_S = 1.0
+"""How often a rank looks at its parent."""
+GRACE_S = 5.0
+"""How long its SIGTERM has to end it before it ends itself."""
+EXIT_CODE = 128 + signal.SIGTERM
+
+_gone = threading.Event()
+
+
+def under_torchrun() -> bool:
+    """Whether torchrun's agent started this process (it sets TORCHELASTIC_RUN_ID for its workers)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def launcher_gone() -> bool:
+    """Whether this rank is ending because its launcher died (what its last words should say)."""
+    return _gone.is_set()
+
+
+def watch_launcher(poll_s: float = POLL_S, grace_s: float = GRACE_S) -> threading.Thread | None:
+    """Start watching the parent process under torchrun; None (nothing watched) otherwise."""
+    if not under_torchrun():
+        return None
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        _gone.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(EXIT_CODE)
+
+    thread = threading.Thread(target=watch, name="pivot-launcher-watch", daemon=True)
+    thread.start()
+    return thread
