@@ -213,3 +213,33 @@ def test_a_second_job_into_a_busy_run_folder_stops_in_one_line(
     out, _ = first.communicate(timeout=400)
     assert first.returncode == 0, out[-3000:]
     check_exactly_once(run_dir, steps)
+
+
+def test_auto_over_only_damaged_checkpoints_refuses_and_changes_nothing(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Every checkpoint damaged: `auto` (what a torchrun restart passes) used to start over from
+    step 0 in the same folder, emptying its records and pruning the damaged checkpoints. Now it
+    stops in one line naming them and the choices, and every record is as it was, byte for byte."""
+    run_dir = tmp_path / "run"
+    code, out = run(models, run_dir, "--train.steps", "4", "--checkpoint.every", "2")
+    assert code == 0, out[-3000:]
+    for step in ("step_000002", "step_000004"):
+        shard = run_dir / "checkpoints" / step / "rank00000-of-00001.safetensors"
+        shard.write_bytes(shard.read_bytes()[:-1] + bytes([shard.read_bytes()[-1] ^ 1]))
+    before = {
+        p.relative_to(run_dir): p.read_bytes()
+        for p in run_dir.rglob("*")
+        if p.is_file() and p.name != "run.lock"
+    }
+    code, out = run(models, run_dir, "--train.steps", "6", "--checkpoint.resume", "auto")
+    said = [line for line in out.splitlines() if line.startswith("pivot: cannot start")]
+    assert code != 0 and len(said) == 1, out[-3000:]
+    assert "--checkpoint.resume auto: 2 checkpoints in " in said[0] and "damaged" in said[0]
+    assert "step_000004" in said[0] and "nothing was changed" in said[0]
+    after = {
+        p.relative_to(run_dir): p.read_bytes()
+        for p in run_dir.rglob("*")
+        if p.is_file() and p.name != "run.lock"
+    }
+    assert after == before

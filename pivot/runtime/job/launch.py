@@ -41,6 +41,7 @@ from pivot.runtime.job.rank0_wait import Rank0Failed, run_on_rank0
 from pivot.runtime.job.sigterm import on_sigterm
 from pivot.runtime.job.worker import Worker
 from pivot.runtime.records.checkpoint import Checkpointer, StartPoint
+from pivot.runtime.records.manifest import MANIFEST
 from pivot.runtime.records.manifest import problem as manifest_problem
 from pivot.runtime.records.run_folder import launch_id, make, record_launch, resolve
 from pivot.runtime.records.run_lock import RunLock
@@ -195,11 +196,16 @@ def resume_point(
         if spec.rank == 0:
             print(line, flush=True)
 
+    damaged: list[tuple[Path, str]] = []  # sealed (a manifest) but failing its check
+
     def problem(path: Path) -> str | None:
         found: list[str | None] = [None] * spec.world_size
         share = manifest_problem(path, (spec.rank, spec.world_size), known[1])
         dist.all_gather_object(found, share)
-        return next((p for p in found if p is not None), None)
+        why = next((p for p in found if p is not None), None)
+        if why is not None and not why.startswith(f"no {MANIFEST}"):
+            damaged.append((path, why))
+        return why
 
     # one list: `problem` is collective; with rank 0's launch id, a restart's own checkpoints
     # are not hashed again (pivot/runtime/records/manifest.py)
@@ -210,6 +216,14 @@ def resume_point(
         return path, ckpt.load(path)
     if mode == "yes":
         raise FileNotFoundError(f"--checkpoint.resume yes: no complete checkpoint in {ckpt.dir}")
+    if damaged:  # starting over would empty this run's records and prune its checkpoints
+        (newest, why), n = damaged[0], len(damaged)
+        raise ValueError(
+            f"--checkpoint.resume auto: {n} checkpoint{'s' * (n != 1)} in {ckpt.dir} "
+            f"{'are' if n != 1 else 'is'} damaged and none is complete (newest {newest.name}: "
+            f"{why}); nothing was changed. Restore one, or start this run over with "
+            "--checkpoint.resume no after moving its records away, or give another --log.dir"
+        )
     return None
 
 
