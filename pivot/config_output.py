@@ -39,8 +39,9 @@ class CheckpointConfig:
     --checkpoint.dir holding a run's checkpoints is refused), yes (fail without one; a bare
     --checkpoint.resume means yes), auto (resume if there is one, else start fresh: what the launch
     scripts pass, so torchrun --max-restarts recovers from a dead rank). Without --log.dir, yes and
-    auto continue this job's run folder (same torchrun run id); yes else the newest run folder
-    with a complete checkpoint. Damaged checkpoints are skipped."""
+    auto continue this job's run folder (same torchrun run id); yes else the run runs/latest
+    names (started last), never another. Damaged checkpoints are skipped; auto with only
+    damaged ones stops, changing nothing."""
     keep: int = 0
     """Keep the newest N complete checkpoints, removing older ones once a new one is complete
     (0 = keep all)."""

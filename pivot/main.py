@@ -54,12 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         return run(cfg, backend)
     except KeyboardInterrupt:  # Ctrl-C reaches every rank: one line from rank 0, no tracebacks
         if os.environ.get("RANK", "0") == "0":
-            from pivot.runtime.job.launch import resume_hint, tell
+            from pivot.runtime.job.launch import chosen_run_dir, resume_hint, tell
             from pivot.runtime.records.checkpoint import Checkpointer
             from pivot.runtime.records.latest import latest_run
 
-            # without --log.dir rank 0 pointed runs/latest at this run's folder when it started
-            run_dir = Path(cfg.log.dir) if cfg.log.dir else latest_run()
+            # without --log.dir: the folder rank 0 chose (runs/latest names it once it started)
+            run_dir = Path(cfg.log.dir) if cfg.log.dir else (chosen_run_dir() or latest_run())
             tell(f"\npivot: interrupted.\n{resume_hint(Checkpointer(cfg.checkpoint, run_dir))}")
         return 130
 

@@ -17,7 +17,14 @@ from pivot.config import PivotConfig
 from pivot.runtime.records.checkpoint import Checkpointer
 from pivot.runtime.records.latest import latest_run, point_latest
 from pivot.runtime.records.manifest import MANIFEST, write_manifest
-from pivot.runtime.records.run_folder import RECORD, launch_id, make, record_launch, resolve
+from pivot.runtime.records.run_folder import (
+    RECORD,
+    launch_id,
+    make,
+    mark_started,
+    record_launch,
+    resolve,
+)
 from tests.conftest import torchrun_main
 from tests.runtime.models import random_models
 from tests.runtime.test_runtime import SMALL, rows
@@ -30,9 +37,12 @@ def at(minutes: int) -> datetime:
 
 
 def start(root: Path, resume: str, launch: str, when: datetime = T0, log_dir: str = "") -> Path:
-    """What rank 0 does at start-up: choose the folder, make it."""
+    """What rank 0 does at a start-up that succeeds: choose the folder, make it, and (started)
+    point runs/latest at it."""
     chosen = resolve(log_dir, "", resume, launch, "tiny-cpu", when, root)
-    return make(chosen, "", launch, "tiny-cpu", when, ["main.py"], root)[0]
+    folder = make(chosen, "", launch, "tiny-cpu", when, ["main.py"], root)[0]
+    mark_started(folder, chosen.given, root)
+    return folder
 
 
 def checkpoint(folder: Path, step: int, complete: bool = True) -> Path:
@@ -79,41 +89,69 @@ def test_auto_continues_this_launchs_folder_else_a_new_one(tmp_path: Path) -> No
     assert start(root, "no", "L1", at(3)) not in (mine, other)  # no: always a new one
 
 
-def test_yes_continues_the_newest_run_folder_with_a_complete_checkpoint(tmp_path: Path) -> None:
-    root = tmp_path / "runs"
-    with_one = start(root, "no", "L1")
-    checkpoint(with_one / "checkpoints", 4)
-    broken = start(root, "no", "L2", at(1))
-    checkpoint(broken / "checkpoints", 6, complete=False)
-    start(root, "no", "L3", at(2))  # the newest: no checkpoint at all
-    chosen = resolve("", "", "yes", "L4", "tiny-cpu", at(3), root)
-    assert (chosen.path, chosen.new) == (with_one, False)
-    assert chosen.note == (
-        f"pivot: --checkpoint.resume: continuing {with_one}, the newest run folder with a "
-        "complete checkpoint (step 4)"
-    )
-    before = tree(with_one)
-    assert make(chosen, "", "L4", "tiny-cpu", at(3), ["main.py"], root)[0] == with_one
-    assert latest_run(root) == with_one
-    assert tree(with_one) == before  # the launch is recorded once its start succeeded
-    record_launch(with_one, "L4", at(3), ["main.py"])
-    record_launch(with_one, "L4", at(4), ["main.py"])  # a restart of L4: already there
-    launches = json.loads((with_one / RECORD).read_text())["launches"]
-    assert [launch["id"] for launch in launches] == ["L1", "L4"]
-    assert resolve("", "", "auto", "L4", "tiny-cpu", at(5), root).path == with_one
-
-
-def test_yes_without_any_checkpoint_stops_naming_where_it_looked(tmp_path: Path) -> None:
+def test_yes_continues_the_run_latest_names(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     start(root, "no", "L1")
+    checkpoint(root / "20260102-030405-tiny-cpu" / "checkpoints", 2)  # an older run's
+    mine = start(root, "no", "L2", at(1))
+    checkpoint(mine / "checkpoints", 4)
+    chosen = resolve("", "", "yes", "L3", "tiny-cpu", at(2), root)
+    assert (chosen.path, chosen.new) == (mine, False)
+    assert chosen.note == (
+        f"pivot: --checkpoint.resume: continuing {mine}, the run {root / 'latest'} names (step 4)"
+    )
+    before = tree(mine)
+    assert make(chosen, "", "L3", "tiny-cpu", at(2), ["main.py"], root)[0] == mine
+    assert tree(mine) == before  # the launch is recorded once its start succeeded
+    record_launch(mine, "L3", at(2), ["main.py"])
+    record_launch(mine, "L3", at(3), ["main.py"])  # a restart of L3: already there
+    launches = json.loads((mine / RECORD).read_text())["launches"]
+    assert [launch["id"] for launch in launches] == ["L2", "L3"]
+    assert resolve("", "", "auto", "L3", "tiny-cpu", at(5), root).path == mine
+
+
+def test_yes_after_a_run_stopped_before_its_first_checkpoint_never_names_another(
+    tmp_path: Path,
+) -> None:
+    """A Ctrl-C before the first checkpoint, then `--checkpoint.resume`: it used to continue the
+    newest older run with a checkpoint (another run, on other data). Now it says this one has
+    none and how to start it again, and changes nothing."""
+    root = tmp_path / "runs"
+    older = start(root, "no", "L1")
+    checkpoint(older / "checkpoints", 4)
+    stopped = start(root, "no", "L2", at(1))  # no checkpoint: Ctrl-C'd early
+    before = tree(tmp_path)
+    with pytest.raises(ValueError) as e:
+        resolve("", "", "yes", "L3", "tiny-cpu", at(2), root)
+    assert str(e.value) == (
+        f"--checkpoint.resume yes: {root / 'latest'} is {stopped}, which has no complete "
+        f"checkpoint (it stopped before its first): start it again with --log.dir {stopped}, "
+        "or continue another run with --log.dir FOLDER --checkpoint.resume"
+    )
+    assert str(older) not in str(e.value) and tree(tmp_path) == before
+
+
+def test_yes_without_any_run_stops_naming_where_it_looked(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
     before = tree(tmp_path)
     with pytest.raises(ValueError) as e:
         resolve("", "", "yes", "L2", "tiny-cpu", at(1), root)
     assert str(e.value) == (
-        f"--checkpoint.resume yes: no run folder in {root}/ holds a complete checkpoint "
-        "(looked in 1 run folder)"
+        f"--checkpoint.resume yes: no run to continue ({root / 'latest'} names none; looked in 0 "
+        "run folders): give the run's folder with --log.dir FOLDER --checkpoint.resume"
     )
     assert tree(tmp_path) == before
+
+
+def test_latest_moves_only_once_a_run_started(tmp_path: Path) -> None:
+    """A start that fails (after its folder was made) leaves runs/latest naming the run before."""
+    root = tmp_path / "runs"
+    first = start(root, "no", "L1")
+    chosen = resolve("", "", "no", "L2", "tiny-cpu", at(1), root)
+    failed = make(chosen, "", "L2", "tiny-cpu", at(1), ["main.py"], root)[0]
+    assert failed != first and latest_run(root) == first
+    mark_started(failed, chosen.given, root)
+    assert latest_run(root) == failed
 
 
 def test_a_given_folder_with_checkpoints_is_refused_a_fresh_start(tmp_path: Path) -> None:

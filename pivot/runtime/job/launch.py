@@ -43,7 +43,13 @@ from pivot.runtime.job.worker import Worker
 from pivot.runtime.records.checkpoint import Checkpointer, StartPoint
 from pivot.runtime.records.manifest import MANIFEST
 from pivot.runtime.records.manifest import problem as manifest_problem
-from pivot.runtime.records.run_folder import launch_id, make, record_launch, resolve
+from pivot.runtime.records.run_folder import (
+    launch_id,
+    make,
+    mark_started,
+    record_launch,
+    resolve,
+)
 from pivot.runtime.records.run_lock import RunLock
 from pivot.runtime.records.shared_dir import check_shared
 from pivot.runtime.records.summary import run_summary
@@ -65,6 +71,8 @@ class RunInputs:
     start: StartPoint
     lock: RunLock | None = None
     """Rank 0's hold on the run folder (one job per folder), kept for the job's life."""
+    log_dir_given: bool = False
+    """The folder came from --log.dir: `runs/latest` never names it."""
 
     @property
     def policy_weights(self) -> Path:
@@ -239,17 +247,28 @@ def job_config(cfg: PivotConfig, spec: ClusterSpec, backend: DeviceBackend | Non
     return cfg
 
 
+_CHOSEN: dict[str, Path] = {}
+"""This process's run folder once chosen: what a Ctrl-C's hint names (runs/latest moves to it
+only once the start succeeded)."""
+
+
+def chosen_run_dir() -> Path | None:
+    return _CHOSEN.get("run_dir")
+
+
 def checked_inputs(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> RunInputs:
     """The run folder, the checkpoint to resume from and the models' folders, checked (headers
     only) the same way on every rank (collective); OSError or ValueError on every rank where the
     job must not start."""
+    given_dir = cfg.log.dir
     cfg, lock = with_run_folder(cfg, spec, launch)  # before anything reads or writes log.dir
+    _CHOSEN["run_dir"] = Path(cfg.log.dir)
     ckpt = Checkpointer(cfg.checkpoint, Path(cfg.log.dir), launch)
     policy, genrm = model_paths(cfg)
     check_shared(ckpt.dir, spec)  # before a run that could never resume trains for hours
     resume = resume_point(cfg, ckpt, spec)
     start = StartPoint(*resume) if resume else StartPoint()
-    inputs = RunInputs(cfg, ckpt, policy, genrm, start, lock)
+    inputs = RunInputs(cfg, ckpt, policy, genrm, start, lock, bool(given_dir))
     check_folder(inputs.policy_weights)  # the trainer builds the policy with Pivot's model classes
     # also when sglang or vLLM serves it: GPS holds the GenRM in Pivot's names and shapes, read from this folder
     check_folder(genrm)
@@ -420,8 +439,11 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
                 device=device,
                 backend=backend,
             )
-            # a folder continued from another launch records this one now that it started
+            # a folder continued from another launch records this one now that it started, and
+            # runs/latest names it from now on (a start that failed left both as they were)
             record_launch(Path(cfg.log.dir), launch, datetime.now(UTC), sys.argv)
+            if (why := mark_started(Path(cfg.log.dir), inputs.log_dir_given)) is not None:
+                print(why, flush=True)
             return controller
 
         try:  # afterwards the controller's address is in the store and GPS holds both models

@@ -7,9 +7,13 @@ launches that wrote it (torchrun's run id, start time, argv): a torchrun restart
 launch finds its folder again by that id. By `--checkpoint.resume`:
 
 - `auto`: this launch's folder (a restart continues it), else a new one;
-- `yes`: this launch's folder, else the newest run folder holding a complete checkpoint, else
-  the job stops with one line naming where it looked;
+- `yes`: this launch's folder, else the run `runs/latest` names, which must hold a complete
+  checkpoint: where it holds none (it stopped before its first), the job stops with one line
+  saying so and how to start it again, never continuing some older run;
 - `no`: a new folder.
+
+`runs/latest` moves to a run's folder once its start succeeded (`point_latest`, called by the
+job), not when the folder is chosen: a start that fails leaves it naming the run it named.
 
 A `--log.dir X` given is used as it is (`yes` and `auto` resume from its checkpoints); with `no`
 a folder holding a run's checkpoints is refused, as is a `--checkpoint.dir` holding some.
@@ -30,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pivot.runtime.records.checkpoint import newest_complete, step_of
-from pivot.runtime.records.latest import LATEST, RUNS, point_latest
+from pivot.runtime.records.latest import LATEST, RUNS, latest_run, point_latest
 
 RECORD = "run.json"
 STORE_KEY = "pivot/launch-id"
@@ -150,23 +154,32 @@ def resolve(
             return fresh
         note = f"pivot: --checkpoint.resume: continuing {same.path}, the run folder that wrote them"
         return RunFolder(same.path, new=False, note=note)
-    for run in runs:
-        newest = newest_complete(run.checkpoints)
-        if newest is not None:
-            note = (
-                f"pivot: --checkpoint.resume: continuing {run.path}, the newest run folder with a "
-                f"complete checkpoint (step {step_of(newest)})"
-            )
-            return RunFolder(run.path, new=False, note=note)
-    older = root / LATEST
-    if older.is_dir() and not older.is_symlink() and newest_complete(older / "checkpoints"):
-        hint = f"; {older} is an earlier Pivot's run: --log.dir {older} --checkpoint.resume"
-    else:
+    latest = root / LATEST
+    if not latest.is_symlink():
         hint = ""
-    raise ValueError(
-        f"--checkpoint.resume yes: no run folder in {root}/ holds a complete checkpoint "
-        f"(looked in {len(runs)} run folder{'s' * (len(runs) != 1)}){hint}"
+        if latest.is_dir() and newest_complete(latest / "checkpoints"):
+            hint = f"; {latest} is an earlier Pivot's run: --log.dir {latest} --checkpoint.resume"
+        raise ValueError(
+            f"--checkpoint.resume yes: no run to continue ({latest} names none; looked in "
+            f"{len(runs)} run folder{'s' * (len(runs) != 1)}): give the run's folder with "
+            f"--log.dir FOLDER --checkpoint.resume{hint}"
+        )
+    last = latest_run(root)
+    newest = newest_complete(last / "checkpoints")
+    run = next((r for r in runs if r.path.resolve() == last.resolve()), None)
+    if run is not None:
+        newest = newest_complete(run.checkpoints)
+    if newest is None:
+        raise ValueError(
+            f"--checkpoint.resume yes: {latest} is {last}, which has no complete checkpoint (it "
+            f"stopped before its first): start it again with --log.dir {last}, or continue "
+            "another run with --log.dir FOLDER --checkpoint.resume"
+        )
+    note = (
+        f"pivot: --checkpoint.resume: continuing {last}, the run {latest} names "
+        f"(step {step_of(newest)})"
     )
+    return RunFolder(last, new=False, note=note)
 
 
 def _write_record(folder: Path, record: dict[str, Any]) -> None:
@@ -189,8 +202,8 @@ def make(
     root: Path = RUNS,
 ) -> tuple[Path, str]:
     """Rank 0 makes a new run folder (the next free name where another job took this one in the
-    meantime) with its `run.json`, and points `root/latest` at the folder this run writes into;
-    an explicit `--log.dir` leaves `latest` alone. Returns the folder and the lines to print."""
+    meantime) with its `run.json`. Returns the folder and the lines to print; `runs/latest`
+    moves once the start succeeded (`mark_started`)."""
     lines = [folder.note] if folder.note else []
     path = folder.path
     if folder.new:
@@ -208,10 +221,13 @@ def make(
         }
         _write_record(path, record)  # before anything else: a restart finds the folder by it
         lines.append(f"pivot: run folder {path}")
-    if not folder.given:
-        if (why := point_latest(root, path)) is not None:
-            lines.append(why)
     return path, "\n".join(lines)
+
+
+def mark_started(folder: Path, given: bool, root: Path = RUNS) -> str | None:
+    """A run's start succeeded: `root/latest` names its folder from now on (a `--log.dir` given
+    leaves it alone). Returns a line to print where it cannot (`point_latest`)."""
+    return None if given else point_latest(root, folder)
 
 
 def record_launch(folder: Path, launch: str, now: datetime, argv: list[str]) -> None:
