@@ -1,4 +1,13 @@
-"""Command line: `--preset NAME` picks the starting config, every other flag overrides it (tyro)."""
+"""Command line: `--preset NAME` or `--config FILE` picks the starting config, every other flag
+overrides it (tyro).
+
+A config file is YAML or JSON (by its suffix; a run folder's `config.json` is one) holding any
+part of the config tree, `preset` among its keys: its values apply over that preset's (tiny-cpu
+without one), then the flags over them. It is turned into the typed tree by msgspec, which names
+the field of a value of the wrong type; a key the tree has not is refused by name. A file never
+chooses where a run writes: its `log.dir` is ignored (a run's `config.json` names its own folder,
+and a relaunch is a new run). `--print-config` prints the resolved config as such a file.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,7 @@ import dataclasses
 import functools
 import importlib.util
 import inspect
+import json
 import os
 import re
 import shutil
@@ -30,8 +40,9 @@ from pivot.rl.plugins import check_plugins  # noqa: E402
 
 DESCRIPTION = (
     "Pivot: resource-shiftable RL post-training with a generative reward model. "
-    f"Start from a preset with --preset NAME (one of: {', '.join(PRESETS)}; default tiny-cpu), "
-    "then override any field."
+    f"Start from a preset with --preset NAME (one of: {', '.join(PRESETS)}; default tiny-cpu) "
+    "or from a YAML or JSON file with --config FILE (a run folder's config.json is one; "
+    "--print-config writes one), then override any field."
 )
 
 _LIST_ITEM = re.compile(r"([-*•]|\d+[.)])\s")
@@ -96,6 +107,85 @@ def _split_preset(argv: list[str]) -> tuple[str, list[str]]:
     return name, rest
 
 
+def _split_config(argv: list[str]) -> tuple[str, list[str]]:
+    """(the --config FILE given or "", the other arguments)."""
+    path, rest, i = "", [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--config":
+            if i + 1 >= len(argv):
+                raise ConfigError("config: --config needs a file")
+            path, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    return path, rest
+
+
+def _unknown_keys(data: dict, cls: type, where: str = "") -> list[str]:
+    """Keys of `data` (nested) that `cls`'s dataclass tree has no field for."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    out = []
+    for key, value in data.items():
+        name = f"{where}{key}"
+        if key not in fields:
+            out.append(name)
+        elif isinstance(value, dict) and dataclasses.is_dataclass(hints[key]):
+            out += _unknown_keys(value, hints[key], name + ".")
+    return out
+
+
+def _merged(base: dict, over: dict) -> dict:
+    return {
+        k: _merged(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+        for k, v in {**base, **over}.items()
+    }
+
+
+def load_config(path: str) -> PivotConfig:
+    """The config a YAML or JSON file describes (module docstring); ConfigError in one line."""
+    import msgspec
+    import yaml
+
+    file = Path(path)
+    try:
+        text = file.read_text()
+        data = yaml.safe_load(text) if file.suffix in (".yaml", ".yml") else json.loads(text)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        raise ConfigError(f"config: {path}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {path} holds no mapping of config sections")
+    if unknown := _unknown_keys(data, PivotConfig):
+        raise ConfigError(
+            f"config: {path}: {unknown[0]!r} is no config field ({len(unknown)} unknown in all; "
+            "--print-config shows every one)"
+        )
+    preset = str(data.get("preset", "tiny-cpu"))
+    if preset not in PRESETS:
+        raise ConfigError(f"config: {path}: preset {preset!r} is not one of {', '.join(PRESETS)}")
+    data.get("log", {}).pop("dir", None)  # where a run writes is never the file's choice
+    base = json.loads(json.dumps(dataclasses.asdict(get_preset(preset))))
+    try:
+        with deferred_checks():
+            return msgspec.convert(_merged(base, data), PivotConfig)
+    except msgspec.ValidationError as e:
+        raise ConfigError(f"config: {path}: {e}") from None
+
+
+def config_text(cfg: PivotConfig) -> str:
+    """`cfg` as the YAML `--config` takes (`--print-config`): every field, no run folder."""
+    import yaml
+
+    data = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    data["print_config"] = False
+    data["log"]["dir"] = ""
+    return yaml.safe_dump(data, sort_keys=False)
+
+
 def _bare_resume(argv: list[str]) -> list[str]:
     """`--checkpoint.resume` with no value (before another flag or at the end) means `yes`."""
     out = []
@@ -115,14 +205,20 @@ def parse(
     argv: list[str], world_size: int | None = None, local_world_size: int | None = None
 ) -> PivotConfig:
     """Parse and validate; raises ConfigError (naming field and value) on bad input."""
-    name, rest = _split_preset(_bare_resume(argv))
-    default = get_preset(name)
+    file, rest = _split_config(_bare_resume(argv))
+    name, rest = _split_preset(rest)
+    if file and _given(argv, "--preset"):
+        raise ConfigError("config: give --preset or --config, not both (a file names its preset)")
+    default = load_config(file) if file else get_preset(name)
+    name = default.preset if file else name
     _flowing_help(PivotConfig)
     with deferred_checks():
         cfg = tyro.cli(PivotConfig, default=default, args=rest, description=_description())
     cfg.preset = name
     if _given(rest, "--reward.judge-template") and not _given(rest, "--reward.judge-template-file"):
         cfg.reward.judge_template_file = ""  # a template typed here replaces the preset's file
+    if cfg.print_config:  # as given, for any world: a launch fits and validates it
+        return cfg
     if cfg.dry_run:  # no torchrun: the cluster is the one the dry run plans (pivot/memory/fit.py)
         from pivot.memory.report import dry_run_shape
 

@@ -53,6 +53,9 @@ class PivotConfig:
     """Print the memory plan (per role and device, per host) against cluster.gpu_memory_gb and
     cluster.host_memory_gb, then exit (2 if something does not fit). No torchrun, no GPU: the
     cluster is cluster.nnodes x cluster.devices_per_node."""
+    print_config: bool = False
+    """Print the resolved config (preset or --config file, then the flags) as YAML, a file
+    --config FILE takes, and exit."""
     model: ModelConfig = field(default_factory=ModelConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)

@@ -25,6 +25,11 @@ from pivot.cli import parse_or_exit  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_or_exit(sys.argv[1:] if argv is None else argv)
+    if cfg.print_config:
+        from pivot.cli import config_text
+
+        print(config_text(cfg), end="")
+        return 0
     from pivot.bad_input import stop
     from pivot.preflight import preflight_problems
 

@@ -235,8 +235,10 @@ def test_keep_prunes_older_checkpoints_once_a_newer_one_is_complete(tmp_path: Pa
 
 @pytest.mark.slow  # two torchrun jobs of 2 ranks: 13-18 s
 def test_two_runs_without_log_dir_leave_each_other_alone(tmp_path: Path) -> None:
-    """The tiny job twice from one folder: the second gets a new run folder, runs/latest links
-    to it, and the first's records and checkpoints are byte for byte what it left."""
+    """The tiny job twice from one folder, the second relaunching the first's config.json with
+    --config (and one flag over it): the second gets a new run folder and the first's config
+    but that flag, runs/latest links to it, and the first's records and checkpoints are byte for
+    byte what it left."""
     models = random_models(tmp_path / "models")
     cmd = torchrun_main(
         2,
@@ -253,17 +255,22 @@ def test_two_runs_without_log_dir_leave_each_other_alone(tmp_path: Path) -> None
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     work = tmp_path / "work"
     work.mkdir()
-    folders, before = [], {}
-    for _ in range(2):
-        out = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=240, env=env)
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        folders.append(latest_run(work / "runs"))
-        before = before or tree(folders[0])
-    first, second = folders
+    out = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    first = latest_run(work / "runs")
+    before = tree(first)
+    again = torchrun_main(2, "--config", str(first / "config.json"), "--train.steps", "2")
+    out = subprocess.run(again, cwd=work, capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    second = latest_run(work / "runs")
     assert second != first and sorted(p.name for p in (work / "runs").iterdir()) == sorted(
         ["latest", first.name, second.name]
     )
     assert tree(first) == before and len(rows(first, "metrics.jsonl")) == 1
     assert [r["step"] for r in rows(first, "eval.jsonl")] == [0, 1]
     assert (first / "checkpoints" / "step_000001" / MANIFEST).is_file()
-    assert len(rows(second, "metrics.jsonl")) == 1
+    assert len(rows(second, "metrics.jsonl")) == 2
+    configs = [json.loads((f / "config.json").read_text()) for f in (first, second)]
+    for c in configs:
+        c["log"]["dir"], c["train"]["steps"] = "", 0
+    assert configs[0] == configs[1]  # the first's config, but the flag given over it
