@@ -237,14 +237,33 @@ def resume_point(
 
 def job_config(cfg: PivotConfig, spec: ClusterSpec, backend: DeviceBackend | None) -> PivotConfig:
     """The config every rank runs: the backend's (in its units), and in colocated mode every role
-    on every device with on-policy phases (a copy: the caller's config stays)."""
+    on every device with on-policy phases (a copy: the caller's config stays). A world too small
+    to hold one replica of each inference role and a training device at once (one GPU, `python
+    pivot/main.py`) runs colocated: shifting there would strand the job with its only devices in
+    one role (`too_small_to_shift`)."""
     if backend is not None:
         cfg = backend.runtime_config(cfg)
+    if too_small_to_shift(cfg, spec.world_size):
+        cfg = cfg.replace(cluster=dataclasses.replace(cfg.cluster, mode="colocated"))
     if cfg.cluster.mode == "colocated":
         cfg = cfg.replace(
             train=dataclasses.replace(cfg.train, devices=spec.world_size, staleness=0)
         )
     return cfg
+
+
+def too_small_to_shift(cfg: PivotConfig, world: int) -> str:
+    """Why a world of `world` devices runs colocated whatever mode was asked ("" when it does
+    not): fewer devices than one replica of each inference role and one for training."""
+    need = cfg.rollout.tp + cfg.reward.tp + 1
+    if cfg.cluster.mode == "colocated" or world >= need:
+        return ""
+    return (
+        f"pivot: {world} device{'s' * (world != 1)} cannot hold a rollout replica (TP "
+        f"{cfg.rollout.tp}), a reward replica (TP {cfg.reward.tp}) and a training device at once: "
+        f"running colocated (every role on every device, in turn) instead of "
+        f"--cluster.mode {cfg.cluster.mode}"
+    )
 
 
 _CHOSEN: dict[str, Path] = {}
@@ -385,6 +404,8 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     watch_launcher()  # a rank torchrun started ends when torchrun does, whatever killed it
     spec = ClusterSpec.from_env()
     device = resolve_device(cfg)
+    if spec.rank == 0 and (why := too_small_to_shift(cfg, spec.world_size)):
+        tell(why)
     cfg = job_config(cfg, spec, backend)
     table = SlotTable.build(spec, cfg.rollout.tp, cfg.reward.tp, cfg.train.devices)
     try:  # before any model is loaded: a multi-node run without PIVOT_JOB_SECRET stops here

@@ -1,0 +1,47 @@
+"""One device, no torchrun (`python pivot/main.py`: how a user tries Pivot on one GPU): the job
+says it runs colocated, trains every step and audits exactly once. It used to train step 1, then
+the planner moved its only device to training and nothing moved it back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pivot.runtime.job.launch import too_small_to_shift
+from pivot.runtime.records.audit import exactly_once
+from tests.conftest import ROOT
+from tests.runtime.models import random_models
+from tests.runtime.test_runtime import SMALL, B, G, rows
+
+
+def test_which_worlds_are_too_small_to_shift() -> None:
+    from configs.presets import get_preset
+
+    cfg = get_preset("tiny-cpu")
+    assert too_small_to_shift(cfg, 1) and too_small_to_shift(cfg, 2)
+    assert not too_small_to_shift(cfg, 3)
+    cfg.cluster.mode = "colocated"
+    assert not too_small_to_shift(cfg, 1)  # asked for already
+
+
+@pytest.mark.slow
+def test_one_rank_without_torchrun_trains_every_step(tmp_path: Path) -> None:
+    models = random_models(tmp_path / "models")
+    run_dir, steps = tmp_path / "run", 3
+    cmd = [sys.executable, str(ROOT / "pivot" / "main.py"), "--model.policy", str(models[0]),
+           "--model.genrm", str(models[1]), "--log.dir", str(run_dir), *SMALL,
+           "--train.steps", str(steps)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "RANK"))}
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env={**env, "OMP_NUM_THREADS": "1"}
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    said = (out.stdout + out.stderr).replace(str(tmp_path), "")
+    assert "running colocated (every role on every device, in turn)" in said
+    assert "torchrun" not in said
+    assert [r["step"] for r in rows(run_dir, "metrics.jsonl")] == list(range(steps))
+    assert exactly_once(run_dir, steps, B, G).violations == []
