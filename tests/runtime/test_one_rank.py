@@ -45,3 +45,11 @@ def test_one_rank_without_torchrun_trains_every_step(tmp_path: Path) -> None:
     assert "torchrun" not in said
     assert [r["step"] for r in rows(run_dir, "metrics.jsonl")] == list(range(steps))
     assert exactly_once(run_dir, steps, B, G).violations == []
+    # a sample row reads back on its own: its prompt, ground truth, response, the judge's output
+    # and the score parsed from it, which with the verifier's makes its reward (weights 1, 1)
+    samples = rows(run_dir, "samples.jsonl")
+    assert len(samples) == steps * B * G
+    for r in samples:
+        assert r["prompt_text"] and r["ground_truth"] and isinstance(r["response"], str)
+        assert isinstance(r["judge_output"], str) and r["judge_output"]
+        assert r["reward"] == pytest.approx(r["verifiable"] + r["judge_score"])

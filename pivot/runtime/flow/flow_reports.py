@@ -36,13 +36,16 @@ def step_batch(
     judgings: dict[Key, int],
     reward_extra: dict[Key, dict],
     sampled: dict[int, list[float]],
+    judge_outputs: dict[Key, tuple[str, float]],
     encode: Callable[[str], list[int]],
 ) -> tuple[TrainBatch, dict[str, float], list[dict]]:
     """Step `step`'s B x G samples, taken from `buffer`, as a training batch with GRPO advantages
     (`encode`: the policy's tokenizer), what they say about the policy that made them, and one
-    record per sample (samples.jsonl). The per-sample notes (`verifiable`, `judgings`,
-    `reward_extra`) and the step's tally of every rollout (`sampled`: [right, responses]) are
-    used up: the step's entries are removed, its surplus groups' too."""
+    record per sample (samples.jsonl: its prompt, ground truth, response, the judge's output and
+    the score parsed from it, beside the rewards). The per-sample notes (`verifiable`,
+    `judgings`, `reward_extra`, `judge_outputs`) and the step's tally of every rollout
+    (`sampled`: [right, responses]) are used up: the step's entries are removed, its surplus
+    groups' too."""
     groups = buffer.take_batch(step)
     flat = [s for g in groups for s in g]
     n = max(len(flat), 1)
@@ -58,7 +61,10 @@ def step_batch(
             "verifiable": verifiable.get(s.key, 0.0),
             "judgings": judgings.pop(s.key, 0),
             "response_tokens": len(s.response_ids or ()),
+            "prompt_text": s.prompt.text,
+            "ground_truth": s.prompt.ground_truth,
             "response": s.text,
+            **_judged(judge_outputs.pop(s.key, None)),
         }
         | ({"reward_extra": reward_extra[s.key]} if s.key in reward_extra else {})
         for s in flat
@@ -74,10 +80,17 @@ def step_batch(
         "rollout/staleness": sum(step - s.version for s in flat) / n,
         **extra_means([reward_extra.pop(s.key, {}) for s in flat]),
     }
-    for per_key in (verifiable, judgings, reward_extra):  # surplus groups'
+    for per_key in (verifiable, judgings, reward_extra, judge_outputs):  # surplus groups'
         for k in [k for k in per_key if k[0] == step]:
             del per_key[k]
     return batch_from_groups(groups, encode), summary, records
+
+
+def _judged(output: tuple[str, float] | None) -> dict:
+    """The judge's words and the score parsed from them (None: judged before a restart, or not
+    judged: a reward from the verifier alone)."""
+    text, score = output if output is not None else (None, None)
+    return {"judge_output": text, "judge_score": score}
 
 
 def flow_metrics(

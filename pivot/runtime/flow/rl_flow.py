@@ -81,6 +81,9 @@ class RLFlow:
     # a dict verifier result's other keys (not checkpointed)
     reward_extra: dict[Key, dict] = field(default_factory=dict)
     judgings: dict[Key, int] = field(default_factory=dict)  # GenRM verdicts received per sample
+    # the judge's last output and the score parsed from it, per sample, for samples.jsonl (not
+    # checkpointed: a sample judged before a restart has its reward, not the judge's words)
+    judge_outputs: dict[Key, tuple[str, float]] = field(default_factory=dict)
     stats: FlowStats = field(default_factory=FlowStats)
     evals: dict[int, EvalRun] = field(default_factory=dict)  # in flight, by step
     eval_results: list[EvalResult] = field(default_factory=list)  # finished, not yet logged
@@ -258,6 +261,7 @@ class RLFlow:
         for g in range(self.buffer.group_size):
             self.verifiable.pop((step, prompt_id, g), None)
             self.judgings.pop((step, prompt_id, g), None)
+            self.judge_outputs.pop((step, prompt_id, g), None)
             self.reward_extra.pop((step, prompt_id, g), None)
         self.buffer.drop_group(step, prompt_id)
         if self.buffer.live_groups(step) >= self.buffer.keep(step):
@@ -298,7 +302,7 @@ class RLFlow:
         if info.attempt == 0 and self.cfg.reward.retry_unparsable and parse_verdict(text) is None:
             self.scorer.stats.verdict_retries += 1
             return [self._retry_judge(info)]
-        return self._judged(info, self.scorer.score(text))
+        return self._judged(info, self.scorer.score(text), text)
 
     def _retry_judge(self, info: SeqInfo) -> SeqInfo:
         """The same judge prompt again, sampled (a greedy judge would repeat itself)."""
@@ -316,11 +320,12 @@ class RLFlow:
     def on_timeout(self, seq_id: int) -> list[SeqInfo]:
         """A judging ran past `reward.timeout_s` (the controller stopped it): the fallback score."""
         info = self.seqs.pop(seq_id)
-        return self._judged(info, self.scorer.timed_out())
+        return self._judged(info, self.scorer.timed_out(), "(timed out: reward.timeout_s)")
 
-    def _judged(self, info: SeqInfo, r_g: float) -> list[SeqInfo]:
+    def _judged(self, info: SeqInfo, r_g: float, text: str) -> list[SeqInfo]:
         self.stats.rewards_finished += 1
         self.judgings[info.key] = self.judgings.get(info.key, 0) + 1
+        self.judge_outputs[info.key] = (text, r_g)
         self.stats.genrm_sum += r_g
         return self._rewarded(info.key, total_reward(info.r_verifiable, r_g, self.cfg.reward))
 
@@ -380,6 +385,7 @@ class RLFlow:
             self.judgings,
             self.reward_extra,
             self.sampled,
+            self.judge_outputs,
             self.policy_tok.encode,
         )
 
