@@ -255,7 +255,7 @@ def check_plugins(config: RewardConfig) -> None:
             judge_prompt("q", "r", template)
         except ValueError as e:
             field = (
-                "reward.judge_template_file"
+                f"reward.judge_template_file {config.judge_template_file}"
                 if config.judge_template_file
                 else "reward.judge_template"
             )

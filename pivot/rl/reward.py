@@ -180,7 +180,11 @@ def judge_prompt(question: str, response: str, template: str) -> str:
     """The GenRM's input: `template` with `{question}` and `{response}` filled in."""
     for field in ("{question}", "{response}"):
         if field not in template:
-            raise ValueError(f"judge template must contain {field}: {template!r}")
+            start = template[:60] + ("..." if len(template) > 60 else "")
+            raise ValueError(
+                f"judge template must contain {field} (it has {len(template)} characters, "
+                f"starting {start!r})"
+            )
     return template.replace("{question}", question.strip()).replace("{response}", response.strip())
 
 

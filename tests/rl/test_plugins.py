@@ -82,7 +82,7 @@ def test_judge_template_from_file(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="judge_template_file.*missing.txt"):
         judge_template(RewardConfig(judge_template_file=str(tmp_path / "missing.txt")))
-    with pytest.raises(ConfigError, match=r"judge_template_file: .*\{response\}"):
+    with pytest.raises(ConfigError, match=r"judge_template_file .*bad\.txt: .*\{response\}"):
         check_plugins(
             RewardConfig(judge_template_file=str(_file(tmp_path / "bad.txt", "Q: {question}")))
         )
@@ -149,3 +149,21 @@ def test_runlog_sends_steps_and_evals_to_wandb_offline(
     assert calls[2] == ("log", 4, {"eval/accuracy": 0.25, "eval/response_len": 9.0})
     assert calls[-1] == ("finish",)
     assert '"accuracy": 0.25' in (tmp_path / "eval.jsonl").read_text()
+
+
+def test_a_judge_template_file_without_a_field_names_the_file_not_the_template(
+    tmp_path: Path,
+) -> None:
+    """A 1,139-character template without {question} used to be echoed whole; now the line names
+    the file, the field, the length and how it starts."""
+    file = tmp_path / "judge.txt"
+    file.write_text("Judge this.\n" + "x" * 1100 + "\nResponse: {response}\n")
+    cfg = RewardConfig(judge_template_file=str(file))
+    with pytest.raises(ConfigError) as e:
+        check_plugins(cfg)
+    text = str(e.value)
+    assert text.startswith(
+        f"reward.judge_template_file {file}: judge template must contain {{question}}"
+    )
+    assert f"(it has {len(file.read_text())} characters, starting 'Judge this." in text
+    assert len(text) < 300
