@@ -107,11 +107,17 @@ def parse_row(
         return "bad_type", f"{where}: not an object"
     prompt = _get(row, config.prompt_key)
     if prompt is None:
-        return "missing_prompt", f"{where}: no field {config.prompt_key!r}"
+        return "missing_prompt", (
+            f"{where}: no field {config.prompt_key!r} (its fields: {_fields(row)}; "
+            "--data.prompt-key NAME reads another)"
+        )
     keys = [config.answer_key] + [k for k in _ANSWER_FALLBACKS if k != config.answer_key]
     answer = next((a for a in (_get(row, k) for k in keys) if a is not None), None)
     if answer is None:
-        return "missing_answer", f"{where}: no field {config.answer_key!r}"
+        return "missing_answer", (
+            f"{where}: no field {config.answer_key!r} (its fields: {_fields(row)}; "
+            "--data.answer-key NAME reads another)"
+        )
     if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
         return "bad_type", f"{where}: answer has type {type(answer).__name__}"
     messages = None
@@ -146,6 +152,12 @@ def parse_row(
         data_source="" if source is None else str(source),
         extra_info=json.loads(json.dumps(extra, default=str)) if isinstance(extra, dict) else None,
     )
+
+
+def _fields(row: dict) -> str:
+    """A row's top-level field names, for a message (at most 12)."""
+    names = [str(k) for k in row][:12]
+    return ", ".join(names) + (", ..." if len(row) > 12 else "") if names else "none"
 
 
 def rows_to_dataset(

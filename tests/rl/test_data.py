@@ -68,6 +68,20 @@ def test_no_valid_rows_is_an_error(tmp_path: Path) -> None:
         load_dataset(DataConfig(path=str(path)))
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         load_dataset(DataConfig(path=str(tmp_path / "missing.jsonl")))
+
+
+def test_rows_without_the_prompt_field_list_the_fields_they_have(tmp_path: Path) -> None:
+    """A dataset whose prompt column is named otherwise: the line lists the row's fields and
+    the flag that reads another."""
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"question": "1+1?", "answer": "2", "id": 7}) + "\n")
+    with pytest.raises(ValueError) as e:
+        load_dataset(DataConfig(path=str(path)))
+    assert (
+        "line 1: no field 'prompt' (its fields: question, answer, id; --data.prompt-key NAME"
+        in str(e.value)
+    )
+    assert "\n" not in str(e.value)
     (tmp_path / "d.csv").write_text("a,b")
     with pytest.raises(ValueError, match="unknown format"):
         load_dataset(DataConfig(path=str(tmp_path / "d.csv")))
