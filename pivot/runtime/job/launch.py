@@ -238,9 +238,9 @@ def resume_point(
 def job_config(cfg: PivotConfig, spec: ClusterSpec, backend: DeviceBackend | None) -> PivotConfig:
     """The config every rank runs: the backend's (in its units), and in colocated mode every role
     on every device with on-policy phases (a copy: the caller's config stays). A world too small
-    to hold one replica of each inference role and a training device at once (one GPU, `python
-    pivot/main.py`) runs colocated: shifting there would strand the job with its only devices in
-    one role (`too_small_to_shift`)."""
+    to hold one replica of each inference role at once (one GPU, `python pivot/main.py`) runs
+    colocated: shifting there stranded the job with its only device in one role
+    (`too_small_to_shift`)."""
     if backend is not None:
         cfg = backend.runtime_config(cfg)
     if too_small_to_shift(cfg, spec.world_size):
@@ -254,15 +254,17 @@ def job_config(cfg: PivotConfig, spec: ClusterSpec, backend: DeviceBackend | Non
 
 def too_small_to_shift(cfg: PivotConfig, world: int) -> str:
     """Why a world of `world` devices runs colocated whatever mode was asked ("" when it does
-    not): fewer devices than one replica of each inference role and one for training."""
-    need = cfg.rollout.tp + cfg.reward.tp + 1
+    not): fewer devices than one replica of each inference role (training takes its devices
+    from them by shifting, which a world of one replica's devices cannot do without stranding
+    them in one role)."""
+    need = cfg.rollout.tp + cfg.reward.tp
     if cfg.cluster.mode == "colocated" or world >= need:
         return ""
     return (
         f"pivot: {world} device{'s' * (world != 1)} cannot hold a rollout replica (TP "
-        f"{cfg.rollout.tp}), a reward replica (TP {cfg.reward.tp}) and a training device at once: "
-        f"running colocated (every role on every device, in turn) instead of "
-        f"--cluster.mode {cfg.cluster.mode}"
+        f"{cfg.rollout.tp}) and a reward replica (TP {cfg.reward.tp}) at once: running "
+        f"colocated (every role on every device, in turn) instead of --cluster.mode "
+        f"{cfg.cluster.mode}"
     )
 
 
