@@ -57,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         backend = EmulatedDevices()
     try:
         return run(cfg, backend)
+    except Exception:
+        from pivot.runtime.job.launcher_watch import EXIT_CODE, launcher_gone
+
+        if launcher_gone():  # torchrun died: the errors of peers ending with it are no news
+            os._exit(EXIT_CODE)
+        raise
     except KeyboardInterrupt:  # Ctrl-C reaches every rank: one line from rank 0, no tracebacks
         if os.environ.get("RANK", "0") == "0":
             from pivot.runtime.job.launch import chosen_run_dir, resume_hint, tell

@@ -42,17 +42,18 @@ Q_TILE = 128
 64 or 128, and needs the mask's query block to be a multiple of its tile)."""
 
 
-# A compiled function that meets more shapes than dynamo's recompile limit would otherwise run
-# flex_attention eagerly from then on (its unfused reference, which materialises every score):
-# that must be an error, never a silent fallback. Each layout compiles once per model shape
-# (heads, head size, dtype, block size), then once more when a size first changes (dynamo then
-# makes it symbolic; `dynamic=True` from the start miscompiles the CPU kernel in torch 2.13).
-torch._dynamo.config.fail_on_recompile_limit_hit = True
-torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-
-
 @functools.cache
 def _compiled(layout: str) -> Callable[..., torch.Tensor]:
+    # A compiled function that meets more shapes than dynamo's recompile limit would otherwise
+    # run flex_attention eagerly from then on (its unfused reference, which materialises every
+    # score): that must be an error, never a silent fallback. Each layout compiles once per model
+    # shape (heads, head size, dtype, block size), then once more when a size first changes
+    # (dynamo then makes it symbolic; `dynamic=True` from the start miscompiles the CPU kernel in
+    # torch 2.13). Set here, at the first use, so a rank that never runs flex never imports dynamo.
+    import torch._dynamo
+
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     return torch.compile(flex_attention, dynamic=None)
 
 

@@ -81,7 +81,8 @@ def test_eval_path_is_read_with_the_data_keys(tmp_path: Path) -> None:
     cfg = parse(["--eval.path", str(held_out)], 4, 4)
     assert dataset_problems(cfg) == [
         f"dataset {held_out}: no valid row among 1 (prompt_key='prompt', answer_key="
-        "'reward_model.ground_truth'); first problem: line 1: no field 'prompt' (--eval.path)"
+        "'reward_model.ground_truth'); first problem: line 1: no field 'prompt' (its fields: "
+        "question, answer; --data.prompt-key NAME reads another) (--eval.path)"
     ]
     cfg = parse(
         [
@@ -111,7 +112,8 @@ def test_a_large_parquet_is_checked_from_its_first_rows(tmp_path: Path) -> None:
     assert wrong_key == [
         f"dataset {data} (its first {HEAD_ROWS} rows): no valid row among {HEAD_ROWS} "
         "(prompt_key='q', answer_key='reward_model.ground_truth'); first problem: row 0: no "
-        "field 'q' (--data.path)"
+        "field 'q' (its fields: prompt, reward_model; --data.prompt-key NAME reads another) "
+        "(--data.path)"
     ]
     data.write_bytes(data.read_bytes()[:100])  # truncated: the run's own words for it
     (problem,) = dataset_problems(parse(["--data.path", str(data)], 4, 4))

@@ -10,8 +10,11 @@ So every rank torchrun starts watches the process that started it: when its pare
 agent died and the rank was re-parented), the rank SIGTERMs itself, which runs its last act
 where it has one (local rank 0 frees the host's GPS files and rank 0 says why:
 pivot/runtime/job/sigterm.py), and if it is still alive `GRACE_S` later (blocked in a
-collective whose peers are gone), it ends itself. A rank not started by torchrun (`python
-pivot/main.py`) has no launcher to outlive and is not watched.
+collective whose peers are gone), it ends itself. Rank 0 acts at once and the others
+`FOLLOW_S` later, so rank 0 says why before it sees its peers go (it would take that for a
+failure of theirs); a rank whose peers' errors reach it meanwhile ends quietly (pivot/main.py
+asks `launcher_gone`). A rank not started by torchrun (`python pivot/main.py`) has no launcher
+to outlive and is not watched.
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ POLL_S = 1.0
 """How often a rank looks at its parent."""
 GRACE_S = 5.0
 """How long its SIGTERM has to end it before it ends itself."""
+FOLLOW_S = 2.0
+"""How much later than rank 0 the other ranks act."""
 EXIT_CODE = 128 + signal.SIGTERM
 
 _gone = threading.Event()
+_parent: list[int] = []  # the launcher's pid, once watched
 
 
 def under_torchrun() -> bool:
@@ -36,8 +42,9 @@ def under_torchrun() -> bool:
 
 
 def launcher_gone() -> bool:
-    """Whether this rank is ending because its launcher died (what its last words should say)."""
-    return _gone.is_set()
+    """Whether this rank's launcher died (what its last words should say; an error its peers'
+    ends cause is no news then)."""
+    return _gone.is_set() or bool(_parent and os.getppid() != _parent[0])
 
 
 def watch_launcher(poll_s: float = POLL_S, grace_s: float = GRACE_S) -> threading.Thread | None:
@@ -45,11 +52,14 @@ def watch_launcher(poll_s: float = POLL_S, grace_s: float = GRACE_S) -> threadin
     if not under_torchrun():
         return None
     parent = os.getppid()
+    _parent[:] = [parent]
+    follow = 0.0 if os.environ.get("RANK", "0") == "0" else FOLLOW_S
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(poll_s)
         _gone.set()
+        time.sleep(follow)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(grace_s)
         os._exit(EXIT_CODE)
