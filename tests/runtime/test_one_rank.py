@@ -14,8 +14,7 @@ import pytest
 from pivot.runtime.job.launch import too_small_to_shift
 from pivot.runtime.records.audit import exactly_once
 from tests.conftest import ROOT
-from tests.runtime.models import random_models
-from tests.runtime.test_runtime import SMALL, B, G, rows
+from tests.runtime.test_runtime import rows
 
 
 def test_which_worlds_are_too_small_to_shift() -> None:
@@ -30,27 +29,31 @@ def test_which_worlds_are_too_small_to_shift() -> None:
     assert not too_small_to_shift(cfg, 1)  # asked for already
 
 
-@pytest.mark.slow
-def test_one_rank_without_torchrun_trains_every_step(tmp_path: Path) -> None:
-    models = random_models(tmp_path / "models")
-    run_dir, steps = tmp_path / "run", 3
-    cmd = [sys.executable, str(ROOT / "pivot" / "main.py"), "--model.policy", str(models[0]),
-           "--model.genrm", str(models[1]), "--log.dir", str(run_dir), *SMALL,
-           "--train.steps", str(steps)]  # fmt: skip
+@pytest.mark.slow  # the tiny preset's 40 steps on one rank: about 70 s
+def test_one_rank_without_torchrun_trains_the_tiny_preset_and_learns(tmp_path: Path) -> None:
+    from configs.presets import get_preset
+
+    preset = get_preset("tiny-cpu")
+    run_dir, steps = tmp_path / "run", preset.train.steps
+    b, g = preset.train.batch_prompts, preset.train.group_size
+    cmd = [sys.executable, str(ROOT / "pivot" / "main.py"), "--log.dir", str(run_dir),
+           "--log.no-progress"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "RANK"))}
     out = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=300, env={**env, "OMP_NUM_THREADS": "1"}
+        cmd, capture_output=True, text=True, timeout=600, env={**env, "OMP_NUM_THREADS": "1"}
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     said = (out.stdout + out.stderr).replace(str(tmp_path), "")
     assert "running colocated (every role on every device, in turn)" in said
     assert "torchrun" not in said
+    learned = [line for line in out.stdout.splitlines() if "held-out accuracy (greedy" in line]
+    assert learned and learned[-1].endswith(": learned"), out.stdout[-2000:]
     assert [r["step"] for r in rows(run_dir, "metrics.jsonl")] == list(range(steps))
-    assert exactly_once(run_dir, steps, B, G).violations == []
+    assert exactly_once(run_dir, steps, b, g).violations == []
     # a sample row reads back on its own: its prompt, ground truth, response, the judge's output
     # and the score parsed from it, which with the verifier's makes its reward (weights 1, 1)
     samples = rows(run_dir, "samples.jsonl")
-    assert len(samples) == steps * B * G
+    assert len(samples) == steps * b * g
     for r in samples:
         assert r["prompt_text"] and r["ground_truth"] and isinstance(r["response"], str)
         assert isinstance(r["judge_output"], str) and r["judge_output"]
