@@ -12,11 +12,13 @@ from pathlib import Path
 
 
 def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie has ended: this container's init may never reap it)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (ProcessLookupError, OSError):
         return False
-    return True
+    return state != "Z"
 
 
 def engine_cores(root: int) -> list[int]:

@@ -17,6 +17,7 @@ import pytest
 
 from pivot.gps.shm_sweep import dead_gps_files
 from pivot.runtime.records.manifest import problem
+from tests.runtime.engine_cores import alive
 from tests.runtime.models import random_models
 from tests.runtime.test_runtime import check_exactly_once, rows, torchrun
 
@@ -154,14 +155,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has ended (this container's init may never reap it)
-
-
 def test_a_killed_torchrun_takes_its_ranks_with_it(
     models: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -179,9 +172,9 @@ def test_a_killed_torchrun_takes_its_ranks_with_it(
     assert len(ranks) == 4, ranks
     os.kill(proc.pid, signal.SIGKILL)
     killed = time.time()
-    while any(_alive(r) for r in ranks) and time.time() - killed < 15:
+    while any(alive(r) for r in ranks) and time.time() - killed < 15:
         time.sleep(0.25)
-    assert not [r for r in ranks if _alive(r)], "ranks outlived their launcher by 15 s"
+    assert not [r for r in ranks if alive(r)], "ranks outlived their launcher by 15 s"
     out, _ = proc.communicate(timeout=30)  # the ranks held torchrun's stdout: closed now
     assert "pivot: its launcher (torchrun) is gone" in out, out[-3000:]
     steps = len(metrics.read_text().splitlines())

@@ -8,12 +8,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from pivot.runtime.job.launcher_watch import watch_launcher
 from tests.conftest import ROOT
+from tests.runtime.engine_cores import alive
 
 RANK = (
     "import time\n"
@@ -30,14 +30,6 @@ LAUNCHER = (
 )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_a_rank_ends_within_seconds_of_its_launchers_death() -> None:
     env = {**os.environ, "TORCHELASTIC_RUN_ID": "test", "PYTHONPATH": str(ROOT)}
     launcher = subprocess.Popen(
@@ -46,13 +38,13 @@ def test_a_rank_ends_within_seconds_of_its_launchers_death() -> None:
     assert launcher.stdout is not None
     rank = int(launcher.stdout.readline())
     time.sleep(1.5)  # the rank is watching (its import and start take a moment)
-    assert _alive(rank)
+    assert alive(rank)
     launcher.kill()
     launcher.wait()
     t0 = time.time()
-    while _alive(rank) and time.time() - t0 < 10:
+    while alive(rank) and time.time() - t0 < 10:
         time.sleep(0.1)
-    assert not _alive(rank), "the rank outlived its launcher by 10 s"
+    assert not alive(rank), "the rank outlived its launcher by 10 s"
 
 
 def test_a_rank_not_started_by_torchrun_is_not_watched(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,6 +66,6 @@ def test_the_watch_ends_its_rank_even_when_sigterm_is_ignored() -> None:
     os.kill(launcher.pid, signal.SIGKILL)
     launcher.wait()
     t0 = time.time()
-    while _alive(pid) and time.time() - t0 < 10:
+    while alive(pid) and time.time() - t0 < 10:
         time.sleep(0.1)
-    assert not _alive(pid) and time.time() - t0 >= 0.9  # the grace, then the end
+    assert not alive(pid) and time.time() - t0 >= 0.9  # the grace, then the end
