@@ -90,39 +90,23 @@ def _description() -> str:
     )
 
 
-def _split_preset(argv: list[str]) -> tuple[str, list[str]]:
-    name, rest, i = "tiny-cpu", [], 0
+def _split_flag(argv: list[str], flag: str, default: str, what: str) -> tuple[str, list[str]]:
+    """(the value of `flag` given as `--flag VALUE` or `--flag=VALUE`, else `default`; the other
+    arguments). `what` names the value in the error for a flag given without one."""
+    value, rest, i = default, [], 0
     while i < len(argv):
         arg = argv[i]
-        if arg == "--preset":
+        if arg == flag:
             if i + 1 >= len(argv):
-                raise ConfigError("preset: --preset needs a name")
-            name, i = argv[i + 1], i + 2
+                raise ConfigError(f"{flag.lstrip('-')}: {flag} needs {what}")
+            value, i = argv[i + 1], i + 2
             continue
-        if arg.startswith("--preset="):
-            name = arg.split("=", 1)[1]
+        if arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
         else:
             rest.append(arg)
         i += 1
-    return name, rest
-
-
-def _split_config(argv: list[str]) -> tuple[str, list[str]]:
-    """(the --config FILE given or "", the other arguments)."""
-    path, rest, i = "", [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--config":
-            if i + 1 >= len(argv):
-                raise ConfigError("config: --config needs a file")
-            path, i = argv[i + 1], i + 2
-            continue
-        if arg.startswith("--config="):
-            path = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-        i += 1
-    return path, rest
+    return value, rest
 
 
 def _unknown_keys(data: dict, cls: type, where: str = "") -> list[str]:
@@ -205,8 +189,8 @@ def parse(
     argv: list[str], world_size: int | None = None, local_world_size: int | None = None
 ) -> PivotConfig:
     """Parse and validate; raises ConfigError (naming field and value) on bad input."""
-    file, rest = _split_config(_bare_resume(argv))
-    name, rest = _split_preset(rest)
+    file, rest = _split_flag(_bare_resume(argv), "--config", "", "a file")
+    name, rest = _split_flag(rest, "--preset", "tiny-cpu", "a name")
     if file and _given(argv, "--preset"):
         raise ConfigError("config: give --preset or --config, not both (a file names its preset)")
     default = load_config(file) if file else get_preset(name)
