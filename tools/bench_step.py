@@ -43,6 +43,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_decode import step_bytes
 from bench_launches import SHAPES
 
 from pivot.engine.attention import StepInput
@@ -103,15 +104,6 @@ def runner_on_meta(
 
 def kv_bytes_per_token(args: ModelArgs) -> int:
     return args.num_hidden_layers * 2 * args.num_key_value_heads * args.head_dim * 2
-
-
-def weight_bytes(args: ModelArgs, batch: int) -> int:
-    with params_on_meta():
-        model = CausalLM(args)
-    total = sum(p.numel() for p in model.parameters()) * 2
-    if not args.tie_word_embeddings:  # the input embedding: only the batch's rows are read
-        total -= (args.vocab_size - min(batch, args.vocab_size)) * args.hidden_size * 2
-    return total
 
 
 def decode_input(batch: int, ctx: int, bs: int) -> StepInput:
@@ -178,13 +170,13 @@ def measure(
             runner.capture_graphs()
         step = decode_input(batch, ctx, runner.block_size)
         live = batch * ctx * kv_bytes_per_token(args)
-        floor = weight_bytes(args, batch) + live
+        floor = step_bytes(runner.model, batch, ctx)  # the weights and the live K/V, once
     else:
         runner = runner_on_meta(args, kernel, "off", 1, ctx, ctx)
         step = prefill_input(chunk, ctx - chunk, runner.block_size)
         live = ctx * kv_bytes_per_token(args)
         # each weight once, the whole context's K/V read once and the chunk's written once
-        floor = weight_bytes(args, chunk) + live + chunk * kv_bytes_per_token(args)
+        floor = step_bytes(runner.model, chunk, 0) + live + chunk * kv_bytes_per_token(args)
     t = count(runner, step, kernel)
     gb = 1e9
     return Row(
