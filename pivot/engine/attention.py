@@ -216,10 +216,8 @@ class PagedAttention:
             flex.fill(ctx[dec], tables[dec], len(dec))
             self.dec_mask = flex.mask(len(dec), self.cache.k.shape[1])
         if len(pre):
-            self.prefill = PrefillPlan(q_lens[pre], ctx[pre], tables[pre], cu_q[pre], flex)
-            first, ql = cu_q[pre], q_lens[pre]
-            rows = torch.repeat_interleave(first - (torch.cumsum(ql, 0) - ql), ql)
-            self.pre_rows = (rows + torch.arange(int(ql.sum()))).to(device)
+            self.prefill = plan = PrefillPlan(q_lens[pre], ctx[pre], tables[pre], cu_q[pre], flex)
+            self.pre_rows = plan.rows.index_select(0, plan.real)  # where its outputs go
 
     def _gather_plan(
         self,
