@@ -86,7 +86,7 @@ def check(
     torch.set_num_threads(1)  # as the job's ranks (OMP_NUM_THREADS=1): the same reduction order
     steps = [
         k
-        for k in range(args.steps - 1, -1, -1)
+        for k in range(args.steps, 0, -1)
         if replayable(checkpoints, k, train.group_size, train.staleness)
     ]
     replays = []
@@ -101,7 +101,7 @@ def check(
         replays.append(r)
         if r.max_abs_diff != 0.0:
             problems.append(
-                f"replaying step {k} from its checkpoint differs from checkpoint {k + 1} by {r.max_abs_diff:g}"
+                f"replaying step {k} from checkpoint {k - 1} differs from checkpoint {k} by {r.max_abs_diff:g}"
             )
     if not replays:
         problems.append("no checkpoint held its step's whole batch: nothing could be replayed")

@@ -74,7 +74,9 @@ def test_resized_at_step_boundaries_exactly_once(tmp_path: Path) -> None:
     assert "training slot re-sized" in out.stdout and "emulated device time" in out.stdout
     workload = Workload(prompts_per_step=B, group_size=G)
     for r in rows(run, "samples.jsonl"):  # EOS ignored until the length drawn for that very sample
-        drawn = step_samples(workload, 0, r["step"], 8)[r["prompt"] * G + r["sample"]].response_len
+        drawn = step_samples(workload, 0, r["step"] - 1, 8)[
+            r["prompt"] * G + r["sample"]
+        ].response_len
         assert r["response_tokens"] == max(1, round(drawn / L)), r
 
 

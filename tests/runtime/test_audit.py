@@ -25,14 +25,14 @@ def write(run: Path, samples: list[dict], steps: list[int]) -> Path:
 def clean_samples() -> list[dict]:
     return [
         {"step": s, "prompt": p, "sample": g, "judgings": 1}
-        for s in range(STEPS)
+        for s in range(1, STEPS + 1)  # the step trained, from 1, as metrics.jsonl numbers it
         for p in range(B)
         for g in range(G)
     ]
 
 
 def test_a_clean_run_passes(tmp_path: Path) -> None:
-    acc = exactly_once(write(tmp_path, clean_samples(), [0, 1, 2]), STEPS, B, G)
+    acc = exactly_once(write(tmp_path, clean_samples(), [1, 2, 3]), STEPS, B, G)
     assert (acc.lost, acc.duplicated, acc.misjudged, acc.violations) == (0, 0, 0, [])
 
 
@@ -43,7 +43,7 @@ def test_lost_duplicated_misjudged_and_a_missing_step_are_counted(tmp_path: Path
     samples.append({"step": 9, "prompt": 0, "sample": 0, "judgings": 1})  # not of this run
     samples[1]["judgings"] = 2
     samples[2]["judgings"] = 0
-    acc = exactly_once(write(tmp_path, samples, [0, 2]), STEPS, B, G)
+    acc = exactly_once(write(tmp_path, samples, [1, 3]), STEPS, B, G)
     assert (acc.lost, acc.duplicated, acc.misjudged) == (1, 2, 2)
     assert (
         len(acc.violations) == 4

@@ -85,8 +85,8 @@ def test_nan_steps_are_skipped_then_abort_with_checkpoints_intact(
     ), out[-3000:]
     metrics = rows(tmp_path / "run", "metrics.jsonl")
     assert [(r["step"], r["train/skipped"]) for r in metrics] == [
-        (0, 0.0),
-        (1, 1.0),
+        (1, 0.0),
+        (2, 1.0),
     ]  # the skipped step is counted
     assert [r["policy_version"] for r in metrics] == [
         1,

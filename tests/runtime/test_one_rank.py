@@ -48,8 +48,8 @@ def test_one_rank_without_torchrun_trains_the_tiny_preset_and_learns(tmp_path: P
     assert "torchrun" not in said
     learned = [line for line in out.stdout.splitlines() if "held-out accuracy (greedy" in line]
     assert learned and learned[-1].endswith(": learned"), out.stdout[-2000:]
-    assert [r["step"] for r in rows(run_dir, "metrics.jsonl")] == list(range(steps))
     assert exactly_once(run_dir, steps, b, g).violations == []
+    assert_one_step_numbering(run_dir, out.stdout, steps)
     # a sample row reads back on its own: its prompt, ground truth, response, the judge's output
     # and the score parsed from it, which with the verifier's makes its reward (weights 1, 1)
     samples = rows(run_dir, "samples.jsonl")
@@ -58,3 +58,28 @@ def test_one_rank_without_torchrun_trains_the_tiny_preset_and_learns(tmp_path: P
         assert r["prompt_text"] and r["ground_truth"] and isinstance(r["response"], str)
         assert isinstance(r["judge_output"], str) and r["judge_output"]
         assert r["reward"] == pytest.approx(r["verifiable"] + r["judge_score"])
+
+
+def assert_one_step_numbering(run_dir: Path, console: str, steps: int) -> None:
+    """Step k is the k-th step trained (1 to `steps`) in the console, metrics.jsonl, TensorBoard
+    and samples.jsonl; an eval or a checkpoint at k comes after k steps (0: before training)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trained = list(range(1, steps + 1))
+    said = [int(line.split(":")[0].split()[1]) for line in console.splitlines()
+            if line.startswith("step ")]  # fmt: skip
+    assert said == trained, console[-2000:]
+    assert [r["step"] for r in rows(run_dir, "metrics.jsonl")] == trained
+    tb = EventAccumulator(str(run_dir / "tb"))
+    tb.Reload()
+    assert [e.step for e in tb.Scalars("reward/mean")] == trained
+    assert sorted({r["step"] for r in rows(run_dir, "samples.jsonl")}) == trained
+    evals = [r["step"] for r in rows(run_dir, "eval.jsonl")]
+    assert evals[0] == 0 and evals[-1] == steps, evals
+    eval_lines = [line for line in console.splitlines() if line.startswith("eval after step ")]
+    assert [int(line.split()[3].rstrip(":")) for line in eval_lines] == evals
+    committed = [
+        r["step"] for r in rows(run_dir, "timeline.jsonl") if r.get("event") == "checkpoint"
+    ]
+    kept = sorted(int(p.name[len("step_") :]) for p in (run_dir / "checkpoints").glob("step_*"))
+    assert committed[-1] == kept[-1] == steps and set(kept) <= set(committed), (committed, kept)

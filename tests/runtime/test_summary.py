@@ -17,7 +17,7 @@ def test_summary_of_a_run(tmp_path: Path) -> None:
         tmp_path / "metrics.jsonl",
         [
             {
-                "step": 0,
+                "step": 1,
                 "time": 2.0,
                 "time/step_s": 2.0,
                 "tokens/rollout": 100,
@@ -26,7 +26,7 @@ def test_summary_of_a_run(tmp_path: Path) -> None:
                 "reward/accuracy": 0.25,
             },
             {
-                "step": 1,
+                "step": 2,
                 "time": 10.0,
                 "time/step_s": 8.0,
                 "tokens/rollout": 300,
@@ -51,7 +51,7 @@ def test_summary_of_a_run(tmp_path: Path) -> None:
     )
     text = run_summary(tmp_path, tmp_path / "checkpoints", "done")
     assert text.splitlines()[0] == "pivot: done"
-    assert "steps 0..1 (2 trained) in 10 s: 40 tokens/s" in text  # 400 tokens from t=0 to t=10
+    assert "steps 1..2 (2 trained) in 10 s: 40 tokens/s" in text  # 400 tokens from t=0 to t=10
     assert "batch reward 0.500 -> 1.000, batch accuracy 0.250 -> 0.500" in text
     assert "0.200 at step 0 -> 0.400 at step 2" in text
     assert "rollout +1/-1, reward +0/-0, train +1/-0" in text
@@ -64,7 +64,7 @@ def test_summary_averages_the_first_and_last_steps_of_a_longer_run(tmp_path: Pat
         tmp_path / "metrics.jsonl",
         [
             {
-                "step": i,
+                "step": i + 1,
                 "time": float(i + 1),
                 "time/step_s": 1.0,
                 "reward/mean": i / 10,

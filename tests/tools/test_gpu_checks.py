@@ -45,7 +45,7 @@ def test_gpu_checks_skip_without_cuda(check: str, capsys: pytest.CaptureFixture[
 def _run_folder(path: Path, steps: int, roles: list[str]) -> Path:
     path.mkdir()
     (path / "metrics.jsonl").write_text(
-        "".join(json.dumps({"step": s}) + "\n" for s in range(steps))
+        "".join(json.dumps({"step": s}) + "\n" for s in range(1, steps + 1))
     )
     events = [
         {"kind": "shift", "event": "shift_up", "role": r, "phases": {"total": 0.5 + i}}

@@ -448,14 +448,14 @@ class Controller(ClusterHost):
         secs = time.monotonic() - self._train_t0
         self.train_tokens_per_s = lead.metrics.get("tokens", 0.0) / max(secs, 1e-9)
         self.version, self.training = lead.version, None
-        self.step += 1
+        self.step += 1  # records number a step by the steps done after it: 1 for the first
         if splits := int(lead.metrics.get("oom_splits", 0)):  # pivot/roles/oom_guard.py
             self.train_splits += splits
             budget = int(lead.metrics["micro_batch_tokens"])
-            self.log.shift(event="train_split", step=lead.step, micro_batch_tokens=budget)
+            self.log.shift(event="train_split", step=self.step, micro_batch_tokens=budget)
         for rid in (r for r in self.up_slots() if self.role_of(r) == "rollout"):
             self.update(rid)
-        self.report_step(lead.step, lead.metrics, secs)
+        self.report_step(self.step, lead.metrics, secs)
         if eval_due(self.step, self.cfg.train.steps, self.cfg.eval.every):
             self.submit(self.flow.start_eval(self.step))
         if self.sizer is not None:

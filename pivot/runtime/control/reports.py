@@ -56,8 +56,9 @@ class ControllerReports:
         devices: dict[str, int],
         counters: Mapping[str, float],
     ) -> None:
-        """Step `step`'s metrics row: its training metrics, its wall time and training time, then
-        `counters` (devices per role among them); the progress line gets `devices`."""
+        """Step `step`'s metrics row (1 for the first step trained, as checkpoints and evals
+        count): its training metrics, its wall time and training time, then `counters` (devices
+        per role among them); the progress line gets `devices`."""
         now = time.monotonic()
         metrics = {
             **{f"train/{k}": v for k, v in train_metrics.items()},
@@ -67,7 +68,7 @@ class ControllerReports:
         }
         self.step_t0 = now
         self.log.step(step, metrics)
-        self.progress.update(step + 1, metrics, devices)
+        self.progress.update(step, metrics, devices)
 
     def sample(
         self,

@@ -52,7 +52,7 @@ def step_batch(
     right, total = sampled.pop(step, [0.0, 0.0])  # dropped groups' rollouts included
     records = [
         {
-            "step": s.step,
+            "step": s.step + 1,  # the step that trained it, as metrics.jsonl numbers it (from 1)
             "prompt": s.prompt_id,
             "sample": s.sample_idx,
             "prompt_row": s.prompt.id,

@@ -57,7 +57,7 @@ def exactly_once(run_dir: Path, steps: int, prompts: int, group: int) -> Account
     acc = Accounting()
     samples = read_rows(run_dir / "samples.jsonl")
     keys = Counter((r["step"], r["prompt"], r["sample"]) for r in samples)
-    foreign = {k for k in keys if not (0 <= k[0] < steps and 0 <= k[2] < group)}
+    foreign = {k for k in keys if not (1 <= k[0] <= steps and 0 <= k[2] < group)}
     # a step trains `prompts` whole groups; which prompt ids they have depends on the groups that
     # dynamic sampling (train.filter_groups) replaced
     groups: dict[tuple[int, int], set[int]] = {}
@@ -67,7 +67,7 @@ def exactly_once(run_dir: Path, steps: int, prompts: int, group: int) -> Account
     missing = [(s, p, g) for (s, p), got in groups.items() for g in range(group) if g not in got]
     missing += [
         (s, -1, -1)
-        for s in range(steps)
+        for s in range(1, steps + 1)
         for _ in range(max(0, prompts - per_step[s]))
         for _ in range(group)
     ]
@@ -75,7 +75,7 @@ def exactly_once(run_dir: Path, steps: int, prompts: int, group: int) -> Account
     acc.duplicated = (
         sum(n - 1 for n in keys.values())
         + sum(keys[k] for k in foreign)
-        + group * sum(max(0, per_step[s] - prompts) for s in range(steps))
+        + group * sum(max(0, per_step[s] - prompts) for s in range(1, steps + 1))
     )
     acc.misjudged = sum(1 for r in samples if r["judgings"] != 1)
     if acc.lost:
@@ -94,10 +94,8 @@ def exactly_once(run_dir: Path, steps: int, prompts: int, group: int) -> Account
             f"{acc.misjudged} samples judged other than once (step, prompt, sample, judgings): {bad[:3]}"
         )
     logged = [r["step"] for r in read_rows(run_dir / "metrics.jsonl")]
-    if logged != list(range(steps)):
-        acc.violations.append(
-            f"metrics.jsonl steps are not 0..{steps - 1} in order: {logged[:10]}..."
-        )
+    if logged != list(range(1, steps + 1)):
+        acc.violations.append(f"metrics.jsonl steps are not 1..{steps} in order: {logged[:10]}...")
     return acc
 
 

@@ -1,6 +1,8 @@
 """Run records on rank 0: per-step metrics (JSONL + TensorBoard) and the timeline (JSONL).
 
 `metrics.jsonl`: one row per RL step. `eval.jsonl`: one row per held-out evaluation.
+Every record numbers steps as the console and the checkpoints do: a step is the count of steps
+done after it (1 for the first trained), an eval's and a checkpoint's the steps done before them.
 `timeline.jsonl`: rows of kind "sample" (time, devices per role, tokens/s per role) every
 monitor tick, and kind "shift" (a shift's roles, devices and phase timings).
 `tools/plot_timeline.py` renders the timeline like the paper's Figure 10.
@@ -32,13 +34,17 @@ class RunLog:
         `wandb_project`: also log to Weights & Biases (offline unless WANDB_MODE is set)."""
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        for name in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):
+        # a metrics or sample row's step is the step trained (1 for the first), an eval's the steps
+        # done before it: the checkpoint after `resume_step` steps keeps the rows of steps up to
+        # it, and the eval at it runs again
+        for name, kept in (("metrics.jsonl", 1), ("samples.jsonl", 1), ("eval.jsonl", 0)):
             file = self.dir / name
             if file.is_file():
-                rows = read_jsonl(file) if resume_step is not None else []
-                file.write_text(
-                    "".join(json.dumps(r) + "\n" for r in rows if r["step"] < resume_step)
-                )
+                rows = [] if resume_step is None else read_jsonl(file)
+                done = [
+                    r for r in rows if resume_step is not None and r["step"] < resume_step + kept
+                ]
+                file.write_text("".join(json.dumps(r) + "\n" for r in done))
         self.t0 = time.monotonic()
         self._metrics = (self.dir / "metrics.jsonl").open("a")
         self._timeline = (self.dir / "timeline.jsonl").open("a" if resume_step is not None else "w")

@@ -1,11 +1,12 @@
 """Replays one training step from a checkpoint and compares it with the next checkpoint.
 
 Checkpoint K holds the trainer's state after K steps and the sample buffer as it was then. When
-that buffer already held every reward of step K's batch (the rollouts of the next steps run
-ahead of training, within the staleness bound), training step K is fully determined by the
-checkpoint: this rebuilds the trainer from checkpoint K, takes step K's batch from the buffer as
+that buffer already held every reward of step K+1's batch (the rollouts of the next steps run
+ahead of training, within the staleness bound), training step K+1 is fully determined by the
+checkpoint: this rebuilds the trainer from checkpoint K, takes step K+1's batch from the buffer as
 the controller does, checks it is the batch the run logged (samples.jsonl: the same samples with
 the same rewards), trains one step and compares every weight with checkpoint K+1's policy.
+Steps count from 1, as every record does: step K+1 is the one that checkpoint K+1 follows.
 One training rank only (the replay runs in this process, as a group of one); runs whose training
 pool is larger are not replayed.
 """
@@ -26,25 +27,25 @@ from pivot.runtime.records.checkpoint import PREFIX, STATE_FILE
 @dataclass
 class Replay:
     step: int
-    """The step replayed: from checkpoint `step` to checkpoint `step + 1`."""
+    """The step replayed (from 1): from checkpoint `step - 1` to checkpoint `step`."""
     max_abs_diff: float
     """Largest |replayed - checkpointed| over every weight (0.0: bit-identical)."""
     tensors: int
 
 
 def replayable(checkpoints: Path, step: int, group_size: int, staleness: int) -> bool:
-    """Checkpoint `step` holds step `step`'s whole batch, and checkpoint `step + 1` exists."""
+    """Checkpoint `step - 1` holds step `step`'s whole batch, and checkpoint `step` exists."""
     from pivot.rl.buffer import SampleBuffer
 
     here, after = (
-        checkpoints / f"{PREFIX}{step:06d}",
-        checkpoints / f"{PREFIX}{step + 1:06d}" / "policy",
+        checkpoints / f"{PREFIX}{step - 1:06d}",
+        checkpoints / f"{PREFIX}{step:06d}" / "policy",
     )
     if not (here / STATE_FILE).is_file() or not after.is_dir():
         return False
     buffer = SampleBuffer(group_size, staleness)
     buffer.load_state_dict(json.loads((here / STATE_FILE).read_text())["buffer"])
-    return step in buffer.open_steps() and buffer.ready(step)
+    return step - 1 in buffer.open_steps() and buffer.ready(step - 1)  # the buffer counts from 0
 
 
 def replay_step(
@@ -67,11 +68,13 @@ def replay_step(
         raise ValueError(
             f"replay runs one training rank; this run trained on train.devices={train.devices}"
         )
-    here = checkpoints / f"{PREFIX}{step:06d}"
+    here = checkpoints / f"{PREFIX}{step - 1:06d}"
     buffer = SampleBuffer(train.group_size, train.staleness)
     buffer.load_state_dict(json.loads((here / STATE_FILE).read_text())["buffer"])
-    groups = buffer.take_batch(step)
-    got = sorted((s.step, s.prompt_id, s.sample_idx, s.reward, s.text) for g in groups for s in g)
+    groups = buffer.take_batch(step - 1)
+    got = sorted(
+        (s.step + 1, s.prompt_id, s.sample_idx, s.reward, s.text) for g in groups for s in g
+    )
     want = sorted(
         (r["step"], r["prompt"], r["sample"], r["reward"], r["response"])
         for r in logged
@@ -99,10 +102,10 @@ def replay_step(
         if own_group:
             dist.destroy_process_group()
     saved: dict[str, torch.Tensor] = {}
-    for f in sorted((checkpoints / f"{PREFIX}{step + 1:06d}" / "policy").glob("*.safetensors")):
+    for f in sorted((checkpoints / f"{PREFIX}{step:06d}" / "policy").glob("*.safetensors")):
         saved.update(load_file(str(f)))
     missing = sorted(set(replayed) - set(saved))  # the folder may add aliases (a tied lm_head)
     if missing:
-        raise ValueError(f"checkpoint {step + 1}'s policy lacks {missing[:3]}")
+        raise ValueError(f"checkpoint {step}'s policy lacks {missing[:3]}")
     diff = max(float((t - saved[k].float()).abs().max()) for k, t in replayed.items())
     return Replay(step, diff, len(replayed))
