@@ -6,7 +6,8 @@ The environment variable PIVOT_FAULTS lists them, comma-separated, each `where:r
   `STALL_S` (a replica that stops answering for a while); `judge_garbage`, a judge's output is
   replaced by a thinking block that never closes (a judge that rambled to its token budget);
   `train_oom`, a training rank answers that its next micro-batch will not fit in device memory
-  (`pivot.roles.oom_guard`);
+  (`pivot.roles.oom_guard`); `disk_full`, a training rank's checkpoint write fails as on a full
+  disk (ENOSPC; `pivot.roles.collective_write`);
 - role: `rollout`, `reward`, `train` or `*`;
 - when: a probability per call (`0.01`, drawn from a generator seeded by the rank), or `@N`,
   the N-th call on this rank, once;

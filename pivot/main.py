@@ -44,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         return stop([f"pivot: cannot start: {line}" for line in problems])
     if cfg.dry_run:
         from pivot.memory.report import dry_run
+        from pivot.preflight import dataset_warnings
 
+        for line in dataset_warnings(cfg):
+            print(line, file=sys.stderr, flush=True)
         return dry_run(cfg)
     from pivot.runtime.job.launch import run
 

@@ -67,6 +67,25 @@ def head_problem(path: Path, config: DataConfig) -> str | None:
     return None
 
 
+def dataset_warnings(cfg: PivotConfig) -> list[str]:
+    """The line the run will print for rows it skips (a malformed JSON line, a row without the
+    prompt), for the rows `--dry-run` reads: a usable dataset with bad rows starts, so a dry run
+    says so rather than passing in silence."""
+    from pivot.rl.data import rows_to_dataset, skipped_rows_line
+
+    out = []
+    for path in filter(None, (cfg.data.path, cfg.eval.path)):
+        try:
+            rows, where = _head_rows(Path(path))
+            config = dataclasses.replace(cfg.data, path=path)
+            cut = f" (its first {HEAD_ROWS} rows)" if len(rows) == HEAD_ROWS else ""
+            dataset = rows_to_dataset(rows, config, f"{path}{cut}", where)
+        except (OSError, ValueError):
+            continue  # a problem, reported as one (dataset_problems)
+        out += filter(None, [skipped_rows_line(dataset)])
+    return out
+
+
 def _head_rows(path: Path) -> tuple[list[Any], list[str] | None]:
     """The first HEAD_ROWS rows and, for JSONL, their line numbers: `pivot.rl.data._read_rows`
     on the file's top only (it reads the whole file)."""

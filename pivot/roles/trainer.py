@@ -61,6 +61,7 @@ from pivot.rl.mismatch import (
     rs_bounds,
     zero_sums,
 )
+from pivot.roles.collective_write import CollectiveWrite
 from pivot.roles.oom_guard import MicroBatchGuard
 from pivot.roles.parallelize import parallelize
 from pivot.roles.trainer_checkpoint import STATE_FILE, TrainerCheckpoint
@@ -526,13 +527,14 @@ class Trainer:
         """Write the policy in Hugging Face layout, with the tokenizer, chat template and
         generation files of the `source` folder it was trained from (rank 0 writes; collective)."""
         state = self.full_state_dict()
-        if self.rank == 0:
-            model = CausalLM(self.args)
-            model.load_state_dict(state, strict=False)
-            save_pretrained(model, path)
-            if source is not None:
-                copy_side_files(source, path)
-        dist.barrier(group=self.group)
+        with CollectiveWrite(path) as write:
+            if self.rank == 0:
+                model = CausalLM(self.args)
+                model.load_state_dict(state, strict=False)
+                save_pretrained(model, path)
+                if source is not None:
+                    copy_side_files(source, path)
+        write.agree(self.group)  # the barrier: a failed write stops every rank here, none hangs
 
     # ---- checkpoint ----------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from pivot.config import TrainConfig
+from pivot.roles.collective_write import CollectiveWrite, injected_disk_full
 
 if TYPE_CHECKING:  # FSDP's DTensor costs start-up time on ranks that never train (parallelize.py)
     from torch.distributed.tensor import DTensor
@@ -67,7 +68,6 @@ class TrainerCheckpoint:
         (version, counters, shapes, JSON-able `extra` such as the data cursor). Collective;
         returns the files this rank wrote."""
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         tensors, steps = {}, {}
         for name, p in self.params.items():
             tensors[f"param/{name}"] = p.to_local().detach().contiguous().cpu()
@@ -77,22 +77,26 @@ class TrainerCheckpoint:
                     tensors[f"{key}/{name}"] = state[key].to_local().detach().contiguous().cpu()
             if "step" in state:
                 steps[name] = float(state["step"])
-        written = [self._rank_file(path, self.rank)]
-        save_file(tensors, str(written[0]))
-        if self.rank == 0:
-            meta = {
-                "world": self.world,
-                "version": version,
-                "bad_steps": bad_steps,
-                "micro_batch_tokens": micro_batch_tokens or config.micro_batch_tokens,
-                "optimizer_steps": steps,
-                "shapes": {n: list(p.shape) for n, p in self.params.items()},
-                "config": asdict(config),
-                "extra": extra or {},
-            }
-            (path / STATE_FILE).write_text(json.dumps(meta, indent=1))
-            written.append(path / STATE_FILE)
-        dist.barrier(group=self.group)
+        meta = {
+            "world": self.world,
+            "version": version,
+            "bad_steps": bad_steps,
+            "micro_batch_tokens": micro_batch_tokens or config.micro_batch_tokens,
+            "optimizer_steps": steps,
+            "shapes": {n: list(p.shape) for n, p in self.params.items()},
+            "config": asdict(config),
+            "extra": extra or {},
+        }
+        written = [self._rank_file(path, self.rank)] + (
+            [path / STATE_FILE] if self.rank == 0 else []
+        )
+        with CollectiveWrite(path) as write:
+            injected_disk_full(written[0])
+            path.mkdir(parents=True, exist_ok=True)
+            save_file(tensors, str(written[0]))
+            if self.rank == 0:
+                (path / STATE_FILE).write_text(json.dumps(meta, indent=1))
+        write.agree(self.group)  # the barrier: no rank leaves before every rank wrote or failed
         return written
 
     def load(self, path: str | Path) -> Restored:

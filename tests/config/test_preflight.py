@@ -69,11 +69,19 @@ def test_a_data_file_whose_first_rows_are_malformed(
     ]
 
 
-def test_a_bad_first_row_among_good_ones_is_the_runs_to_skip(tmp_path: Path) -> None:
+def test_a_bad_first_row_among_good_ones_is_the_runs_to_skip(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # the run skips and counts bad rows: preflight asks for one usable row, as the run does
-    data = jsonl(tmp_path / "d.jsonl", ["{broken", json.dumps(GOOD_ROW)])
+    data = jsonl(tmp_path / "d.jsonl", [json.dumps(GOOD_ROW), "{broken", json.dumps(GOOD_ROW)])
     cfg = parse(["--data.path", str(data), "--eval.path", str(data)], 4, 4)
     assert dataset_problems(cfg) == []
+    # and a dry run says what the run will skip, in the run's words, and goes on
+    assert main(["--dry-run", "--data.path", str(data), "--log.dir", str(tmp_path / "run")]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("pivot: data")]
+    assert said == [
+        f"pivot: data {data}: skipped 1 of 3 rows (bad_json 1); first: line 2: not valid JSON"
+    ]
 
 
 def test_eval_path_is_read_with_the_data_keys(tmp_path: Path) -> None:

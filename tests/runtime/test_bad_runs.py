@@ -99,6 +99,36 @@ def test_nan_steps_are_skipped_then_abort_with_checkpoints_intact(
     assert not [p for p in dead_gps_files() if os.stat(p).st_mtime >= t0]
 
 
+def test_a_full_disk_at_a_checkpoint_stops_in_one_line_with_the_way_back(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The second checkpoint's write fails as on a full disk: every training rank leaves the
+    save together (none hangs in its barrier), the job stops with one line naming the folder
+    and what to change and one line saying where to resume, no traceback, the first checkpoint
+    intact and the second never vouched for."""
+    run_dir = tmp_path / "run"
+    proc = torchrun(models, run_dir, "--train.steps", "4", "--checkpoint.every", "1", wait=False,
+                    env={"PIVOT_FAULTS": "disk_full:train:@2"})  # fmt: skip
+    assert isinstance(proc, subprocess.Popen)
+    out, _ = proc.communicate(timeout=240)
+    lines = out.splitlines()
+    step2 = run_dir / "checkpoints" / "step_000002"
+    failed = [line for line in lines if line.startswith("pivot: rank ") and " failed: " in line]
+    assert proc.returncode != 0 and len(failed) == 1, out[-3000:]
+    assert failed[0].split(": ", 2)[2].startswith(
+        f"SaveCheckpoint: cannot write checkpoint {step2}: No space left on device ("
+    ) and failed[0].endswith("keep fewer with --checkpoint.keep N"), failed
+    assert (
+        f"pivot: the newest checkpoint is {run_dir / 'checkpoints' / 'step_000001'}; relaunch "
+        f"with --log.dir {run_dir} --checkpoint.resume auto to continue"
+    ) in lines, out[-3000:]
+    # torchrun reports the exit code with its own traceback; none comes from Pivot's code
+    assert not [
+        line for line in lines if line.strip().startswith('File "') and "/pivot/" in line
+    ], out[-3000:]
+    assert problem(run_dir / "checkpoints" / "step_000001") is None and problem(step2) is not None
+
+
 def test_context_overrun_is_refused_at_startup(models: tuple[Path, Path], tmp_path: Path) -> None:
     """A judge sequence longer than the GenRM's context stops every rank before anything loads."""
     from pivot.model import ModelArgs

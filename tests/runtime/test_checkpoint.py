@@ -124,6 +124,24 @@ def test_rewriting_a_step_first_removes_its_manifest(tmp_path: Path) -> None:
     assert problem(path) is not None and ckpt.newest() is None
 
 
+def test_a_dead_attempts_files_do_not_outlive_the_step_written_again(tmp_path: Path) -> None:
+    ckpt = Checkpointer(config(tmp_path, "no").checkpoint, tmp_path)
+    dead = ckpt.path(2)
+    (dead / "policy").mkdir(parents=True)
+    for stray in (
+        "rank00003-of-00004.safetensors",
+        ".tmp8f2e",
+        "policy/model-00002-of-00002.safetensors",
+    ):
+        (dead / stray).write_bytes(b"half")
+    path = write_checkpoint(ckpt, 2)  # this run gets to step 2 and saves it
+    written = {str(f.relative_to(path)) for f in path.rglob("*") if f.is_file()}
+    assert written == {e["path"] for e in json.loads((path / MANIFEST).read_text())["files"]} | {
+        MANIFEST
+    }
+    assert problem(path) is None
+
+
 def test_auto_without_checkpoint_starts_fresh(tmp_path: Path, one_rank: None) -> None:
     assert (
         resume_point(

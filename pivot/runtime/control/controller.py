@@ -242,8 +242,9 @@ class Controller(ClusterHost):
         elif isinstance(msg, m.EngineFailed):
             self.on_engine_failed(msg)
         elif isinstance(msg, m.Failed):
-            self.failed = f"rank {msg.rank} failed: {msg.error.splitlines()[0]}"
-            print(f"pivot: {self.failed}\n{msg.error}", flush=True)
+            first, _, trace = msg.error.partition("\n")  # a bug's traceback follows its line
+            self.failed = f"rank {msg.rank} failed: {first}"
+            print(f"pivot: {self.failed}" + (f"\n{trace}" if trace else ""), flush=True)
 
     def on_finished(self, msg: m.Finished) -> None:
         for out in msg.outputs:

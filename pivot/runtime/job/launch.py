@@ -516,6 +516,8 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             status = f"failed: {controller.failed}" if controller.failed else "done"
             extra = backend.summary_lines(cfg.log.dir) if backend is not None else []
             print(run_summary(cfg.log.dir, ckpt.dir, status, extra), flush=True)
+            if controller.failed:
+                print(resume_hint(ckpt), flush=True)
         dist.barrier()
         if heartbeat is not None:  # past the last barrier every rank leaves when it is done
             heartbeat.stop()

@@ -15,10 +15,12 @@ import torch
 from pivot.dist import ClusterSpec, Slot, SlotTable, fence_name, train_group_name
 from pivot.faults import ACTIVE as FAULTS_ACTIVE
 from pivot.faults import STALL_S, happens, inject
+from pivot.roles.collective_write import PeerWriteFailed
 from pivot.roles.inference import InferenceRole
 from pivot.runtime.control import messages as m
 from pivot.runtime.control import wire
 from pivot.runtime.control.control_plane import WorkerEndpoint
+from pivot.runtime.records.checkpoint import unwritable
 from pivot.runtime.records.manifest import seal
 
 STATS_EVERY_S = 0.1  # the monitor wants stats at least every 200 ms
@@ -202,7 +204,13 @@ class Worker:
             metrics.update(compute_s=t1 - t0, gps_write_s=time.perf_counter() - t1)
             self.endpoint.send(m.Trained(rank, msg.step, version, metrics))
         elif isinstance(msg, m.SaveCheckpoint):
-            files = seal(self.trainer.save(msg.path), Path(msg.path))  # the manifest lists them
+            try:
+                files = seal(self.trainer.save(msg.path), Path(msg.path))  # the manifest lists them
+            except PeerWriteFailed:
+                return  # the rank that could not write says why; the controller stops the job
+            except OSError as e:  # a full disk or a lost mount: the user's to fix, not a bug
+                self.endpoint.send(m.Failed(rank, f"SaveCheckpoint: {unwritable(msg.path, e)}"))
+                return
             self.endpoint.send(m.Saved(rank, msg.step, files))
         elif isinstance(msg, m.ResizeTraining):
             self._resize_training(msg)

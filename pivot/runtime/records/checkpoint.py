@@ -59,11 +59,14 @@ class Checkpointer:
         return self.dir / f"{PREFIX}{step:06d}"
 
     def snapshot(self, step: int, state: dict[str, Any]) -> Path:
-        """Controller state at the moment step `step` finished, written once the trainer saved;
-        the folder it goes to loses any stale manifest before the trainer writes into it."""
+        """Controller state at the moment step `step` finished, written once the trainer saved.
+        A folder already there is a dead attempt's (a resume starts after the newest complete
+        one): it goes, its manifest first, so that none of its files (a half-written shard, a
+        shard of another world size, a policy of another shard count) outlives this save."""
         self._pending[step] = state
         path = self.path(step)
         discard(path)
+        shutil.rmtree(path, ignore_errors=True)
         return path
 
     def commit(self, step: int, files: list[FileDigest]) -> Path:
@@ -135,3 +138,19 @@ def newest_complete(folder: Path) -> Path | None:
     """The newest step folder with a manifest (not read back: for choices and messages; a
     resume reads it back, pivot/runtime/job/launch.py's `resume_point`)."""
     return next((p for p in step_folders(folder) if (p / MANIFEST).is_file()), None)
+
+
+def unwritable(path: str | Path, error: OSError) -> str:
+    """One line for a checkpoint the disk refused (full, read-only, a lost mount): what, where,
+    how much room is left there, and what the user can change."""
+    folder = Path(path)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        room = f"{shutil.disk_usage(folder).free / 1e9:.1f} GB free on its file system"
+    except OSError:
+        room = "its file system cannot be read"
+    return (
+        f"cannot write checkpoint {path}: {error.strerror or error} ({room}); free space there, "
+        "point --checkpoint.dir at another disk or keep fewer with --checkpoint.keep N"
+    )
