@@ -146,3 +146,15 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     )
     pytest_lines = [ln.strip() for ln in ci if "pytest" in ln and not ln.lstrip().startswith("#")]
     assert pytest_lines == [cmd], f".ci/run runs pytest as {pytest_lines}, the README as {cmd!r}"
+
+
+def test_the_readmes_venv_is_ignored_by_git() -> None:
+    """The README makes `.venv/` in the clone: `git status` must not list it (nor `git add -A`
+    commit a torch)."""
+    import subprocess
+
+    if not (ROOT / ".git").exists():
+        return  # an exported tree: nothing to ignore for
+    assert "python3.11 -m venv .venv" in README.read_text(encoding="utf-8")
+    out = subprocess.run(["git", "check-ignore", "-q", ".venv/bin/python"], cwd=ROOT, check=False)
+    assert out.returncode == 0, ".venv/ is not in .gitignore"
