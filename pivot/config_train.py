@@ -47,7 +47,11 @@ class TrainConfig:
     grad_clip: float = 1.0
     """Gradient-norm clip."""
     micro_batch_tokens: int = 4096
-    """Token budget of one micro-batch (gradient accumulation splits by it)."""
+    """Real tokens in one micro-batch (gradient accumulation splits by it): its rows are packed
+    end to end, so padding costs nothing and counts nothing."""
+    logprob_chunk_tokens: int = 1024
+    """Response tokens whose logits are made at once (pivot/rl/logprobs.py): the trainer's
+    logits peak at this many rows of the vocabulary, whatever the micro-batch's size."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of keeping them:
     the micro-batch then holds only every layer's input plus one layer's activations (about one
@@ -136,7 +140,8 @@ class TrainConfig:
         )
         _check(self.staleness >= 0, "train.staleness", self.staleness, "must be >= 0")
         _check(self.filter_groups >= 0, "train.filter_groups", self.filter_groups, "must be >= 0")
-        for name in ("steps", "batch_prompts", "group_size", "micro_batch_tokens", "max_bad_steps"):
+        for name in ("steps", "batch_prompts", "group_size", "micro_batch_tokens",
+                     "logprob_chunk_tokens", "max_bad_steps"):  # fmt: skip
             _check(getattr(self, name) > 0, f"train.{name}", getattr(self, name), "must be > 0")
         _check(
             self.group_size >= 2,

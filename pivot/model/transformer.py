@@ -55,11 +55,8 @@ def dense_causal_attention(
         from flash_attn import flash_attn_func  # type: ignore[import-not-found]  # GPU only, built from source
 
         return flash_attn_func(q, k, v, causal=True)
-    rep = q.shape[2] // k.shape[2]
-    if rep > 1:
-        k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
-    out = F.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+    out = F.scaled_dot_product_attention(  # GQA native: K/V are never repeated to Hq heads
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True
     )
     return out.transpose(1, 2)
 
@@ -183,9 +180,18 @@ class DecoderModel(nn.Module):
         return self.norm(x)
 
 
+class LMHead(Protocol):
+    def __call__(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        """What the caller wants of the final hidden states [B, T, H], given the LM head
+        (pivot/rl/logprobs.py: log-probs of chosen positions, logits a chunk at a time)."""
+        ...
+
+
 class CausalLM(nn.Module):
     """`model(input_ids[B, T]) -> logits[B, T, vocab]`; `positions` default to 0..T-1.
-    `attention`: the whole-sequence kernel (the engine passes its own paged one instead)."""
+    `attention`: the whole-sequence kernel (the engine passes its own paged one instead).
+    `head`: in place of the whole logits, `head(hidden, lm_head)`, called inside forward so
+    that FSDP has the LM head's weight gathered (and gathers it again for backward)."""
 
     def __init__(self, args: ModelArgs, linear: str = "torch", attention: str = "sdpa") -> None:
         super().__init__()
@@ -193,7 +199,7 @@ class CausalLM(nn.Module):
             raise ValueError(
                 f"attention: {attention!r} is not one of {', '.join(ATTENTION_KERNELS)}"
             )
-        self.args = args
+        self.args, self.attention = args, attention
         self.model = DecoderModel(args, linear, attention)
         self.lm_head = make_linear(args.hidden_size, args.vocab_size, False, linear)
         if args.tie_word_embeddings:
@@ -204,9 +210,11 @@ class CausalLM(nn.Module):
         input_ids: torch.Tensor,
         positions: torch.Tensor | None = None,
         attn: AttentionBackend | None = None,
+        head: LMHead | None = None,
     ) -> torch.Tensor:
         if positions is None:
             positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(
                 input_ids
             )
-        return self.lm_head(self.model(input_ids, positions, attn))
+        hidden = self.model(input_ids, positions, attn)
+        return self.lm_head(hidden) if head is None else head(hidden, self.lm_head)

@@ -15,7 +15,7 @@ run, and in the checkpoint), re-plans and runs the step again: the loss is norma
 whole batch, so a smaller split changes only the order of the floating-point sums.
 
 The need is measured, never assumed: after each micro-batch of at least half the budget the
-guard reads torch's peak allocation over it and keeps the largest bytes per padded token seen.
+guard reads torch's peak allocation over it and keeps the largest bytes per real token seen.
 That figure holds a layer's all-gathered parameters too, so it over-states the need of a larger
 micro-batch, never under-states it. Until one is measured (the first step after start) there is
 nothing to ask with, and an OOM there, or one past an estimate that fell short, still restarts
@@ -45,18 +45,18 @@ class OutOfMemoryForOneSequence(RuntimeError):
 class MicroBatchGuard:
     def __init__(self, budget: int, device: torch.device, group: dist.ProcessGroup) -> None:
         self.budget = budget
-        """Padded tokens per micro-batch (`train.micro_batch_tokens`, halved by each split)."""
+        """Real (packed) tokens per micro-batch (`train.micro_batch_tokens`, halved by each split)."""
         self.splits = 0
         """Steps split so far in this run."""
         self.device, self.group = device, group
         # the same on every rank (the device type, the environment): the all-reduce is collective
         self.asks = device.type == "cuda" or faults.ACTIVE
         self.bytes_per_token = 0.0
-        """The largest peak allocation per padded token measured over a micro-batch (0: none yet)."""
+        """The largest peak allocation per real token measured over a micro-batch (0: none yet)."""
         self._start = 0
 
     def fits(self, tokens: int) -> bool:
-        """Whether every rank can run its next micro-batch of `tokens` padded tokens (0: a
+        """Whether every rank can run its next micro-batch of `tokens` real tokens (0: a
         dummy pass). Collective over the group when the guard asks at all."""
         if not self.asks:
             return True
@@ -75,7 +75,7 @@ class MicroBatchGuard:
         return bool(flag.item())
 
     def measured(self, tokens: int) -> None:
-        """A micro-batch of `tokens` padded tokens finished its backward: keep its need."""
+        """A micro-batch of `tokens` real tokens finished its backward: keep its need."""
         if self.device.type != "cuda" or tokens < self.budget // 2:
             return  # a small one's fixed part (a layer's all-gather) would inflate the rate
         peak = torch.cuda.max_memory_allocated(self.device) - self._start

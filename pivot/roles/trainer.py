@@ -11,10 +11,11 @@ A model built on the meta device (`pivot.model.meta_init`) gets storage for this
 only, after `fully_shard`; `from_pretrained` then reads just those rows from safetensors.
 
 Data split: `train_step(batch)` is collective and takes the WHOLE batch on every rank; rank r
-trains rows r, r+W, ... Micro-batches are packed per rank under `micro_batch_tokens` (padded
-tokens) and every rank runs the same number of them (empty ones run a zero-loss forward), so
-FSDP's collectives line up. Losses are normalised by the whole batch's token (or sequence)
-count, so the result does not depend on the split. Before each micro-batch the ranks agree that
+trains rows r, r+W, ... Micro-batches are packed per rank under `micro_batch_tokens` (real
+tokens: rows laid end to end, attention kept within each, only response positions through the
+LM head a chunk at a time; pivot/rl/logprobs.py) and every rank runs the same number of them
+(empty ones run a zero-loss forward), so FSDP's collectives line up. Losses are normalised by
+the whole batch's token (or sequence) count, so the result does not depend on the split. Before each micro-batch the ranks agree that
 it fits in device memory (`pivot.roles.oom_guard`); if it does not on some rank, the step runs
 again with half the token budget, kept for the rest of the run.
 
@@ -280,7 +281,14 @@ class Trainer:
     def _logprobs(
         self, prompts: list[list[int]], responses: list[list[int]]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return response_logprobs(self.model, prompts, responses, self.temperature, self.device)
+        return response_logprobs(
+            self.model,
+            prompts,
+            responses,
+            self.temperature,
+            self.device,
+            self.config.logprob_chunk_tokens,
+        )
 
     def _plans(self, batch: TrainBatch) -> tuple[list[list[list[int]]], list[int]]:
         """Every rank's micro-batches (row indices) under the guard's budget, and the rows'
@@ -407,8 +415,8 @@ class Trainer:
         )  # computed here, per micro-batch
         for m in range(count):
             rows = mine[m] if m < len(mine) else []
-            padded = len(rows) * max((lengths[i] for i in rows), default=0)
-            if not self.guard.fits(padded):
+            tokens = sum(lengths[i] for i in rows)  # packed: no padding computed
+            if not self.guard.fits(tokens):
                 self.guard.split(any(len(mb) > 1 for plan in plans for mb in plan), max(lengths))
                 return None
             if not rows:
@@ -424,7 +432,12 @@ class Trainer:
             if need_ref:  # before the policy's forward, as on a rank with no rows left
                 with torch.no_grad():
                     ref_lp, _ = response_logprobs(
-                        self.reference, prompts, responses, self.temperature, self.device
+                        self.reference,
+                        prompts,
+                        responses,
+                        self.temperature,
+                        self.device,
+                        cfg.logprob_chunk_tokens,
                     )
                 self.reference.reshard()  # FSDP keeps the root gathered after a forward
             lp, mask = self._logprobs(prompts, responses)
@@ -475,7 +488,7 @@ class Trainer:
             )
             # FSDP averages gradients over ranks; the loss is already a share of the global one
             (loss * self.world).backward()
-            self.guard.measured(padded)
+            self.guard.measured(tokens)
             t = st.tokens
             sums += torch.tensor(
                 [loss.item(), t, st.clip_frac * t, st.approx_kl_behaviour * t, st.kl_ref * t],

@@ -1,0 +1,109 @@
+"""Attention over packed sequences: several rows laid end to end in one [1, T] batch, each row
+attending causally to itself only (the trainer's packed micro-batches, pivot/rl/logprobs.py).
+
+`VarlenAttention` is an `AttentionBackend` (pivot/model/transformer.py) built from the rows'
+boundaries (`cu_seqlens`: 0, len0, len0 + len1, ..., T); the kernel is chosen by capability, as
+the engine chooses its own (pivot/engine/config.py):
+- `flash` (`--model.attention flash`): flash-attn's varlen kernel, the layout it is made for;
+- `flex` (a GPU without flash-attn): torch's FlexAttention with a document mask, compiled, so
+  blocks across two rows are skipped, never computed and masked;
+- `sdpa` (CPU): SDPA on each row's slice, which costs a launch per row and layer, nothing else.
+Each keeps GQA native: K/V are never repeated to the query heads. Linear-attention layers
+(Qwen3.5's Gated DeltaNet) run each row from a zero state, as the row alone would.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from pivot.model.deltanet import GatedDeltaNet
+
+VARLEN_KERNELS = ("sdpa", "flex", "flash")
+
+
+def varlen_kernel(model_attention: str, device: torch.device) -> str:
+    """The kernel for packed rows: flash-attn's where the model asks for flash, FlexAttention
+    on a GPU, SDPA per row on CPU (compiling flex's CPU kernel costs each rank seconds)."""
+    if model_attention == "flash":
+        return "flash"
+    return "flex" if device.type == "cuda" else "sdpa"
+
+
+class VarlenAttention:
+    def __init__(self, lengths: list[int], kernel: str, device: torch.device | str) -> None:
+        """`lengths`: each packed row's token count, in order (their sum is T)."""
+        if kernel not in VARLEN_KERNELS:
+            raise ValueError(f"varlen kernel {kernel!r} is not one of {', '.join(VARLEN_KERNELS)}")
+        self.kernel, self.lengths = kernel, lengths
+        bounds = [0]
+        for n in lengths:
+            bounds.append(bounds[-1] + n)
+        self.bounds = bounds
+        self.cu_seqlens = torch.tensor(bounds, dtype=torch.int32, device=device)
+        self._mask: Any = None
+
+    def __call__(
+        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        """q [1, T, Hq, D], k/v [1, T, Hkv, D] -> [1, T, Hq, D]."""
+        if self.kernel == "flash":
+            from flash_attn import flash_attn_varlen_func  # type: ignore[import-not-found]  # GPU only
+
+            top = max(self.lengths)
+            out = flash_attn_varlen_func(
+                q[0], k[0], v[0], self.cu_seqlens, self.cu_seqlens, top, top, causal=True
+            )
+            return out[None]
+        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [1, H, T, D]
+        if self.kernel == "flex":
+            out = _compiled_flex()(qt, kt, vt, block_mask=self._document_mask(q.shape[1]),
+                                   enable_gqa=True)  # fmt: skip
+        else:
+            out = torch.cat(
+                [
+                    F.scaled_dot_product_attention(
+                        qt[:, :, s:e], kt[:, :, s:e], vt[:, :, s:e], is_causal=True, enable_gqa=True
+                    )
+                    for s, e in zip(self.bounds, self.bounds[1:])
+                ],
+                dim=2,
+            )
+        return out.transpose(1, 2)
+
+    def linear_attention(
+        self, layer_idx: int, layer: GatedDeltaNet, x: torch.Tensor
+    ) -> torch.Tensor:
+        """Each row's slice from a zero state: a packed row must not see its predecessor's."""
+        return torch.cat([layer(x[:, s:e])[0] for s, e in zip(self.bounds, self.bounds[1:])], dim=1)
+
+    def _document_mask(self, total: int) -> Any:
+        """FlexAttention's block mask: causal within a row, nothing across rows (built once per
+        micro-batch, shared by every layer)."""
+        if self._mask is None:
+            from torch.nn.attention.flex_attention import create_block_mask
+
+            row = torch.repeat_interleave(
+                torch.arange(len(self.lengths), device=self.cu_seqlens.device),
+                torch.tensor(self.lengths, device=self.cu_seqlens.device),
+            )
+
+            def same_row_causal(b: Any, h: Any, q: Any, kv: Any) -> Any:
+                return (row[q] == row[kv]) & (kv <= q)
+
+            self._mask = create_block_mask(
+                same_row_causal, None, None, total, total, device=self.cu_seqlens.device
+            )
+        return self._mask
+
+
+@cache
+def _compiled_flex() -> Any:
+    """flex_attention compiled once per process (eager flex is its unfused reference)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=True)
