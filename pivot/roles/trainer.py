@@ -15,9 +15,10 @@ trains rows r, r+W, ... Micro-batches are packed per rank under `micro_batch_tok
 tokens: rows laid end to end, attention kept within each, only response positions through the
 LM head a chunk at a time; pivot/rl/logprobs.py) and every rank runs the same number of them
 (empty ones run a zero-loss forward), so FSDP's collectives line up. Losses are normalised by
-the whole batch's token (or sequence) count, so the result does not depend on the split. Before each micro-batch the ranks agree that
-it fits in device memory (`pivot.roles.oom_guard`); if it does not on some rank, the step runs
-again with half the token budget, kept for the rest of the run.
+the whole batch's token (or sequence) count, so the result does not depend on the split.
+Before each micro-batch the ranks agree that it fits in device memory (`pivot.roles.oom_guard`);
+if it does not on some rank, the step runs again with half the token budget, kept for the rest
+of the run.
 
 Shift down offloads the optimizer state, the fp32 master shards and the KL loss's reference
 shards (`attach_reference`) to host memory (pinned on CUDA) byte for byte and frees their device
