@@ -4,8 +4,8 @@ packs them by real tokens.
 A micro-batch lays its rows end to end in one [1, T] sequence, positions restarting at each row
 and attention confined to it (pivot/model/varlen.py): no padding is computed. Only the positions
 that predict a response token go through the LM head, a chunk of `chunk_tokens` at a time; each
-chunk's fp32 logits are freed before the next and recomputed in backward (activation
-checkpointing of the head alone), so the logits' peak is one chunk's, not the micro-batch's: at
+chunk's fp32 logits are freed before the next and made again in backward (`TokenLogprobs`), so
+the logits' peak is one chunk's buffer, not the micro-batch's several: at
 Qwen2.5's 152K vocabulary a 16K-token micro-batch's fp32 logits alone are 10 GB, a 1,024-token
 chunk's (`train.logprob_chunk_tokens`) 0.6 GB.
 The result keeps the layout the loss code reads: [rows, longest response], zero past each row.
@@ -14,10 +14,11 @@ The result keeps the layout the loss code reads: [rows, longest response], zero 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from pivot.config import TrainConfig
 from pivot.model.varlen import VarlenAttention, varlen_kernel
@@ -90,24 +91,61 @@ class ChunkedLogprobs:
 
     def __call__(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, self.picks)
-        out = []
-        for s in range(0, len(self.picks), self.chunk):
-            h, t = picked[s : s + self.chunk], self.targets[s : s + self.chunk]
-            if torch.is_grad_enabled():  # the chunk's logits are made again in backward
-                lp = checkpoint(
-                    _token_logprobs, h, t, lm_head, self.temperature, use_reentrant=False
+        weight = lm_head.weight  # the LM head is bias-free in every family served
+        return torch.cat(
+            [
+                TokenLogprobs.apply(
+                    picked[s : s + self.chunk],
+                    weight,
+                    self.targets[s : s + self.chunk],
+                    self.temperature,
                 )
-            else:
-                lp = _token_logprobs(h, t, lm_head, self.temperature)
-            out.append(lp)
-        return torch.cat(out) if out else picked.new_zeros(0, dtype=torch.float32)
+                for s in range(0, len(self.picks), self.chunk)
+            ]
+            or [picked.new_zeros(0, dtype=torch.float32)]
+        )
 
 
-def _token_logprobs(
-    hidden: torch.Tensor, targets: torch.Tensor, lm_head: nn.Module, temperature: float
-) -> torch.Tensor:
-    logits = lm_head(hidden).float() / temperature
-    return logits.gather(1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+class TokenLogprobs(torch.autograd.Function):
+    """log softmax(hidden @ weight.T / temperature)[target] for a chunk of tokens, in fp32, with
+    the logits made again in backward rather than kept: the chunk's one fp32 [tokens, vocab]
+    buffer becomes the softmax, then the logits' gradient, in place (d lp / d logits = onehot -
+    softmax), where autograd through the same formula would hold three or four such buffers."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]  # autograd.Function's signature is variadic
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        targets: torch.Tensor,
+        temperature: float,
+    ) -> torch.Tensor:
+        logits = _scaled_logits(hidden, weight, temperature)
+        lse = torch.logsumexp(logits, dim=-1)
+        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.temperature = temperature
+        return logits.gather(1, targets[:, None])[:, 0] - lse
+
+    @staticmethod
+    def backward(ctx: Any, grad_lp: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        hidden, weight, targets, lse = ctx.saved_tensors
+        grad = _scaled_logits(hidden, weight, ctx.temperature)
+        grad.sub_(lse[:, None]).exp_().mul_(-grad_lp[:, None])  # - g x softmax
+        grad.scatter_add_(1, targets[:, None], grad_lp[:, None])  # + g at the target
+        if ctx.temperature != 1.0:
+            grad.div_(ctx.temperature)
+        grad = grad.to(hidden.dtype)
+        grad_hidden = grad @ weight if ctx.needs_input_grad[0] else None
+        grad_weight = grad.t() @ hidden if ctx.needs_input_grad[1] else None
+        return grad_hidden, grad_weight, None, None
+
+
+def _scaled_logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / temperature in fp32, as the engine samples from them: in the model's dtype from
+    the matmul, then fp32 (one new buffer, scaled in place)."""
+    logits = F.linear(hidden, weight)
+    logits = logits.float() if logits.dtype != torch.float32 else logits
+    return logits.div_(temperature) if temperature != 1.0 else logits
 
 
 def response_logprobs(

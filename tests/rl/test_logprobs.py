@@ -15,18 +15,22 @@ from tests.rl.padded_reference import padded_logprobs
 
 
 class Bigram(torch.nn.Module):
-    """logits[t] depend only on token t: easy to compute by hand (its hidden states are its
-    logits, its LM head the identity)."""
+    """logits[t] depend only on token t: easy to compute by hand (its hidden states are one-hot
+    tokens, its LM head's weight the transposed table)."""
 
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.table = torch.nn.Parameter(torch.randn(5, 5))
+        self.lm_head = torch.nn.Linear(5, 5, bias=False)
+
+    @property
+    def table(self) -> torch.Tensor:
+        return self.lm_head.weight.t()
 
     def forward(
         self, ids: torch.Tensor, positions: torch.Tensor, attn: object, head: object
     ) -> torch.Tensor:
-        return head(self.table[ids], torch.nn.Identity())  # type: ignore[operator]
+        return head(torch.nn.functional.one_hot(ids, 5).float(), self.lm_head)  # type: ignore[operator]
 
 
 def test_response_logprobs_by_hand() -> None:
