@@ -40,10 +40,10 @@ class NodeShape:
 PAPER_NODE = NodeShape("H20", 8, 96.0, 1800.0)
 
 PROMPT_TOKENS, RESPONSE_TOKENS = 2048, 15360
-# A micro-batch never holds less than one sample, so a budget of at least the longest sample keeps
-# the memory plan's bound true. Train-device totals of `--dry-run` (96 GB H20, checkpointing on):
-# 1.5B 48.9 GB and 7B 72.1 GB at 32768 tokens; 32B 59.5 GB and 72B 74.4 GB at 17408 (one longest
-# sample: at 32768 the 32B would leave 0.2 GB and the 72B would need 121 GB).
+# The training micro-batch is the memory plan's (train.micro_batch_tokens auto, pivot/memory/plan.py):
+# packed real tokens, logits a 1,024-token chunk at a time. `--dry-run` on the paper's 96 GB H20,
+# checkpointing on: 1.5B and 7B at 65,536 tokens (21.9 and 64.5 GB a device); 32B and 72B at one
+# longest sample (17,408 tokens: 88.5 and 84.4 GB), which trains alone whatever the budget.
 LONGEST_SAMPLE = PROMPT_TOKENS + RESPONSE_TOKENS
 GENRM_TOKENS = 20480  # the paper's GenRM cap
 # GLM-Z1-9B-0414's context is 32768 (max_position_embeddings; Qwen3-30B-A3B's is 40960, Qwen3.5's
@@ -104,7 +104,6 @@ def _paper_group(
     policy: tuple[str, float, int],
     genrm: tuple[str, float, float, int, bool],
     train_share: float,
-    micro_batch_tokens: int,
     genrm_tokens: int = GENRM_TOKENS,
     *,
     judge: str,
@@ -165,7 +164,6 @@ def _paper_group(
             batch_prompts=512 // 16,
             group_size=16,
             lr=1e-6,
-            micro_batch_tokens=micro_batch_tokens,
             activation_checkpointing=True,
         ),
         # nodes, devices per node and device memory come from the launcher and the devices
@@ -185,7 +183,6 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
         ("Qwen2.5-1.5B", 1.5, 1),
         ("GLM-Z1-9B-0414", 9.0, 9.0, 1, False),
         0.5,  # the paper's 16/32 devices
-        32768,
         genrm_tokens=GLM_GENRM_TOKENS,
         judge="glm_z1.txt",
     ),
@@ -194,7 +191,6 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
         ("Qwen2.5-7B", 7.6, 1),
         ("Qwen3-30B-A3B", 30.5, 3.3, 4, True),
         0.25,  # the paper's 8/32 devices
-        32768,
         judge="qwen3.txt",
     ),
     "qwen2.5-32b+qwen3-30b-a3b": lambda: _paper_group(
@@ -202,7 +198,6 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
         ("Qwen2.5-32B", 32.8, 4),
         ("Qwen3-30B-A3B", 30.5, 3.3, 4, True),
         0.5,  # the paper's 32/64 devices
-        LONGEST_SAMPLE,
         judge="qwen3.txt",
     ),
     "qwen2.5-72b+qwen3.5-122b-a10b": lambda: _paper_group(
@@ -210,7 +205,6 @@ PRESETS: dict[str, Callable[[], PivotConfig]] = {
         ("Qwen2.5-72B", 72.7, 8),
         ("Qwen3.5-122B-A10B", 122.0, 10.0, 8, True),
         0.5,  # the paper's 64/128 devices
-        LONGEST_SAMPLE,
         judge="qwen3_5.txt",
     ),
 }

@@ -10,6 +10,9 @@ from typing import Literal
 
 from pivot.config_check import check as _check
 
+UNKNOWN_DEVICE_MICRO_BATCH = 4096
+"""train.micro_batch_tokens auto where the device memory is unknown (CPU)."""
+
 
 @dataclass
 class TrainConfig:
@@ -46,9 +49,11 @@ class TrainConfig:
     """AdamW weight decay."""
     grad_clip: float = 1.0
     """Gradient-norm clip."""
-    micro_batch_tokens: int = 4096
+    micro_batch_tokens: int = 0
     """Real tokens in one micro-batch (gradient accumulation splits by it): its rows are packed
-    end to end, so padding costs nothing and counts nothing."""
+    end to end, so padding costs nothing and counts nothing. 0 (auto): the memory plan's largest
+    power of two up to 65,536 that fits a training device (pivot/memory/plan.py, shown by
+    --dry-run); 4,096 where the device memory is unknown (CPU)."""
     logprob_chunk_tokens: int = 1024
     """Response tokens whose logits are made at once (pivot/rl/logprobs.py): the trainer's
     logits peak at this many rows of the vocabulary, whatever the micro-batch's size."""
@@ -140,8 +145,14 @@ class TrainConfig:
         )
         _check(self.staleness >= 0, "train.staleness", self.staleness, "must be >= 0")
         _check(self.filter_groups >= 0, "train.filter_groups", self.filter_groups, "must be >= 0")
-        for name in ("steps", "batch_prompts", "group_size", "micro_batch_tokens",
-                     "logprob_chunk_tokens", "max_bad_steps"):  # fmt: skip
+        _check(
+            self.micro_batch_tokens >= 0,
+            "train.micro_batch_tokens",
+            self.micro_batch_tokens,
+            "must be >= 0 (0: auto, the memory plan's)",
+        )
+        for name in ("steps", "batch_prompts", "group_size", "logprob_chunk_tokens",
+                     "max_bad_steps"):  # fmt: skip
             _check(getattr(self, name) > 0, f"train.{name}", getattr(self, name), "must be > 0")
         _check(
             self.group_size >= 2,

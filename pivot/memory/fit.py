@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pivot.config import ConfigError, PivotConfig
@@ -99,3 +100,25 @@ def fewest_nodes(
         ):
             return nnodes
     return None
+
+
+def with_micro_batch_budget(cfg: PivotConfig, policy: Path, world: int) -> PivotConfig:
+    """`cfg` with `train.micro_batch_tokens` 0 (auto) made the memory plan's budget for this
+    job's training devices (pivot/memory/plan.py `fitting_budget`): the policy folder's shapes,
+    the training pool it starts with, the device memory from --cluster.gpu-memory-gb or this
+    rank's GPU (the ranks' GPUs are alike; the guard splits a step that would not fit after
+    all). Any other value is kept."""
+    from pivot.memory.footprint import from_folder
+    from pivot.memory.plan import GB, fitting_budget
+
+    t = cfg.train
+    if t.micro_batch_tokens:
+        return cfg
+    memory = cfg.cluster.gpu_memory_gb or (
+        device_memory_gb() if cfg.cluster.device in ("auto", "cuda") else None
+    )
+    devices = world if cfg.cluster.mode == "colocated" else t.pool
+    longest = cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens
+    footprint = from_folder(policy, cfg.model.dtype)
+    budget = fitting_budget(footprint, devices, t, int((memory or 0) * GB), longest)
+    return cfg.replace(train=dataclasses.replace(t, micro_batch_tokens=budget))

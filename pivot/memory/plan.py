@@ -27,13 +27,20 @@ Per device of the training pool of D devices (FSDP2, fp32 master parameters, Ada
     optimizer    8 * ceil(P / D)       Adam's two fp32 moments
     KL reference 4 * ceil(P / D)       the initial policy's fp32 shards, with train.kl_coef > 0
     all-gather   2 * largest layer * b  (the layer computing and the one prefetched)
-    activations  micro_batch_tokens * (layers * (8 * hidden + 4 * intermediate) * b + vocab * 8)
-                 (saved tensors of every layer without recomputation; fp32 logits and log-softmax)
-                 or, with train.activation_checkpointing,
-                 micro_batch_tokens * ((layers * hidden + 8 * hidden + 4 * intermediate) * b + vocab * 8)
+    activations  micro_batch_tokens * layers * (8 * hidden + 4 * intermediate) * b
+                 (saved tensors of every layer without recomputation) or, with
+                 train.activation_checkpointing,
+                 micro_batch_tokens * (layers * hidden + 8 * hidden + 4 * intermediate) * b
                  (every layer's input kept for the recompute, one layer's saved tensors while it
-                 is recomputed, and the same logits: the trainer takes log-probs of the whole
-                 micro-batch's fp32 logits at once)
+                 is recomputed); micro-batches are packed, so these are real tokens
+    LM-head chunk  min(logprob_chunk_tokens, micro_batch_tokens) * vocab * (4 + b)
+                 (one chunk's logits in the model dtype and its fp32 buffer, which becomes the
+                 softmax and then the logits' gradient in place: pivot/rl/logprobs.py; measured
+                 by tools/bench_train.py)
+    (a row longer than the budget trains alone: the activations count max(budget, the
+                 longest sample) tokens). micro_batch_tokens 0 (auto) is the largest power of two
+                 from 1,024 to 65,536 tokens whose usage fits the device with TRAIN_HEADROOM to
+                 spare (`fitting_budget`); 4,096 where the device memory is unknown
 Per host:
     GPS          2 buffers of every model at the model dtype, replicated on each host or, when the
                  budget is short, sharded over groups of k hosts (`gps_group_size`, the runtime's rule)
@@ -49,7 +56,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pivot.config import EngineConfig, PivotConfig
+from pivot.config import EngineConfig, PivotConfig, TrainConfig
+from pivot.config_train import UNKNOWN_DEVICE_MICRO_BATCH
 from pivot.engine import capabilities
 from pivot.gps.layout import gps_group_size, gps_host_bytes
 from pivot.memory.footprint import ModelFootprint
@@ -185,23 +193,63 @@ def training_usage(
     recompute: bool,
     capacity: int,
     kl_reference: bool = False,
+    logprob_chunk_tokens: int = TrainConfig.logprob_chunk_tokens,
+    longest_row: int = 0,
 ) -> Usage:
+    """`longest_row`: the longest sample's tokens, which trains alone when over the budget: a
+    micro-batch's activations are of max(micro_batch_tokens, longest_row) tokens."""
     b = fp.dtype_bytes
     shard = _ceil_div(fp.params, devices)
     layer_act = (8 * fp.hidden + 4 * fp.intermediate) * b
     kept = fp.layers * fp.hidden * b + layer_act if recompute else fp.layers * layer_act
-    act = micro_batch_tokens * (kept + fp.vocab * 8)
+    tokens = max(micro_batch_tokens, longest_row)
+    chunk = min(logprob_chunk_tokens, tokens)
     items = (
         Item("master weights fp32", 4 * shard),
         Item("gradients fp32", 4 * shard),
         Item("optimizer fp32", 8 * shard),
         *((Item("KL reference fp32", 4 * shard),) if kl_reference else ()),
         Item("FSDP all-gather", 2 * fp.layer_params() * b),
-        Item("activations", act),
+        Item("activations", tokens * kept),
+        Item("LM-head chunk", chunk * fp.vocab * (4 + b)),
     )
-    return Usage(
-        f"train device (FSDP over {devices}, {fp.name})", items, capacity, "cluster.gpu_memory_gb"
-    )
+    where = f"train device (FSDP over {devices}, {fp.name}, micro-batches of {micro_batch_tokens:,} tokens)"
+    return Usage(where, items, capacity, "cluster.gpu_memory_gb")
+
+
+TRAIN_HEADROOM = 0.1
+"""The share of a training device `fitting_budget` leaves free: the allocator's fragmentation
+and what the plan does not count (the guard, pivot/roles/oom_guard.py, splits a step whose
+micro-batch would not fit after all)."""
+
+
+def fitting_budget(
+    fp: ModelFootprint, devices: int, train: TrainConfig, capacity: int, longest_row: int = 0
+) -> int:
+    """`train.micro_batch_tokens`, or where it is 0 (auto) the largest power of two from 1,024 to
+    65,536 tokens whose training usage (with rows of up to `longest_row` tokens) fits `capacity`
+    bytes less TRAIN_HEADROOM (1,024 when none does: the plan then says it does not fit)."""
+    if train.micro_batch_tokens:
+        return train.micro_batch_tokens
+    if not capacity:
+        return UNKNOWN_DEVICE_MICRO_BATCH
+    room = capacity * (1 - TRAIN_HEADROOM)
+    fits = [
+        n
+        for n in (1 << k for k in range(10, 17))
+        if training_usage(
+            fp,
+            devices,
+            n,
+            train.activation_checkpointing,
+            capacity,
+            train.kl_coef > 0,
+            train.logprob_chunk_tokens,
+            longest_row,
+        ).total  # fmt: skip
+        <= room
+    ]
+    return max(fits, default=1024)
 
 
 def offload_bytes(train: Usage) -> int:
@@ -246,10 +294,12 @@ def plan_memory(
             training_usage(
                 policy,
                 train_devices,
-                t.micro_batch_tokens,
+                fitting_budget(policy, train_devices, t, gpu, role_bound),
                 t.activation_checkpointing,
                 gpu,
-                kl_reference=t.kl_coef > 0,
+                t.kl_coef > 0,
+                t.logprob_chunk_tokens,
+                role_bound,
             )
         )
     problems = [_problem(u, cfg.cluster.gpu_memory_gb) for u in devices if u.over]

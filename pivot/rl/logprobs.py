@@ -113,7 +113,7 @@ class TokenLogprobs(torch.autograd.Function):
     softmax), where autograd through the same formula would hold three or four such buffers."""
 
     @staticmethod
-    def forward(  # type: ignore[override]  # autograd.Function's signature is variadic
+    def forward(
         ctx: Any,
         hidden: torch.Tensor,
         weight: torch.Tensor,
@@ -127,7 +127,7 @@ class TokenLogprobs(torch.autograd.Function):
         return logits.gather(1, targets[:, None])[:, 0] - lse
 
     @staticmethod
-    def backward(ctx: Any, grad_lp: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad_lp: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         hidden, weight, targets, lse = ctx.saved_tensors
         grad = _scaled_logits(hidden, weight, ctx.temperature)
         grad.sub_(lse[:, None]).exp_().mul_(-grad_lp[:, None])  # - g x softmax

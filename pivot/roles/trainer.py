@@ -48,6 +48,7 @@ import torch
 import torch.distributed as dist
 
 from pivot.config import TrainConfig
+from pivot.config_train import UNKNOWN_DEVICE_MICRO_BATCH
 from pivot.model import CausalLM, ModelArgs, save_pretrained
 from pivot.model.hf_folder import copy_side_files
 from pivot.model.meta_init import params_on_meta
@@ -145,7 +146,10 @@ class Trainer:
         self.bad_steps = 0  # consecutive skipped steps
         self._offloaded: Offloaded | None = None  # set while shifted down
         self.checkpoint = TrainerCheckpoint(self.params, self.optimizer, group)
-        self.guard = MicroBatchGuard(config.micro_batch_tokens, self.device, group)
+        # 0 (auto) is resolved at launch by the memory plan (pivot/memory/fit.py); a trainer
+        # built without a launch takes the unknown device's budget
+        budget = config.micro_batch_tokens or UNKNOWN_DEVICE_MICRO_BATCH
+        self.guard = MicroBatchGuard(budget, self.device, group)
 
     @classmethod
     def from_pretrained(

@@ -72,7 +72,10 @@ def test_device_lines(qwen2_folder: Path) -> None:
         "gradients fp32": 4 * 11408,
         "optimizer fp32": 8 * 11408,
         "FSDP all-gather": 2 * LAYER * 2,
-        "activations": 100 * (2 * (8 * 32 + 4 * 64) * 2 + 64 * 8),
+        # packed real tokens: the budget (100) or the rollout's longest sample (160), which
+        # trains alone; logits of one chunk (at most those tokens) in bf16 and its fp32 buffer
+        "activations": 160 * 2 * (8 * 32 + 4 * 64) * 2,
+        "LM-head chunk": 160 * 64 * (4 + 2),
     }
     assert plan.problems == ()
     host = {i.what: i.nbytes for i in plan.hosts[0].items}
@@ -101,8 +104,8 @@ def test_the_gather_references_graphs_gather_the_roles_longest_sequence(
 
 
 def test_training_activations_with_recompute(qwen2_folder: Path) -> None:
-    """Layer inputs 100 x 2 x 32 x 2 B, one layer's saved tensors 100 x (8 x 32 + 4 x 64) x 2 B,
-    fp32 logits 100 x 64 x 8 B."""
+    """Layer inputs 160 x 2 x 32 x 2 B, one layer's saved tensors 160 x (8 x 32 + 4 x 64) x 2 B
+    (160: the longest sample, over the budget of 100)."""
     fp = from_folder(qwen2_folder, "bfloat16")
     cfg = _cfg(gpu_memory_gb=1.0)
     cfg = cfg.replace(
@@ -112,7 +115,7 @@ def test_training_activations_with_recompute(qwen2_folder: Path) -> None:
         i.what: i.nbytes
         for i in plan_memory(cfg, fp, fp, nnodes=1, devices_per_node=4).devices[-1].items
     }
-    assert train["activations"] == 12800 + 102400 + 51200
+    assert train["activations"] == 160 * 2 * 32 * 2 + 160 * (8 * 32 + 4 * 64) * 2
     assert train["master weights fp32"] == 4 * 11408  # only the activations change
 
 
@@ -193,3 +196,22 @@ def test_decode_graphs_are_counted_only_where_the_engine_captures_them(qwen2_fol
     assert graphs(base.replace(cluster=ClusterConfig(device="cpu", gpu_memory_gb=1.0))) is None
     vllm = base.replace(rollout=RolloutConfig(tp=2, engine=EngineConfig(backend="vllm")))
     assert graphs(vllm) is None
+
+
+def test_an_auto_micro_batch_is_the_largest_power_of_two_that_fits(qwen2_folder: Path) -> None:
+    from pivot.config_train import UNKNOWN_DEVICE_MICRO_BATCH
+    from pivot.memory.plan import TRAIN_HEADROOM, fitting_budget, training_usage
+
+    fp = from_folder(qwen2_folder, "bfloat16")
+    auto = TrainConfig(devices=2, activation_checkpointing=True)
+    assert fitting_budget(fp, 2, auto, capacity=0) == UNKNOWN_DEVICE_MICRO_BATCH  # CPU
+    assert fitting_budget(fp, 2, TrainConfig(devices=2, micro_batch_tokens=300), 10**6) == 300
+
+    def usage(n: int) -> int:
+        return training_usage(fp, 2, n, True, 0).total
+
+    capacity = int(usage(8192) / (1 - TRAIN_HEADROOM)) + 1  # 8K fits with the headroom, 16K not
+    assert fitting_budget(fp, 2, auto, capacity) == 8192
+    assert fitting_budget(fp, 2, auto, capacity=1) == 1024  # nothing fits: the plan says so
+    plan = plan_memory(_cfg(gpu_memory_gb=capacity / 1e9).replace(train=auto), fp, fp, 1, 4)
+    assert plan.devices[-1].where.endswith("micro-batches of 8,192 tokens)")

@@ -27,6 +27,7 @@ from pivot.gps.shm_sweep import remove_dead_namespaces
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.gps.transfer_plan import LinkProfile
+from pivot.memory.fit import with_micro_batch_budget
 from pivot.model import ModelArgs, TextTokenizer, load_state_dict
 from pivot.model.hf_folder import check_folder
 from pivot.roles.inference import InferenceRole
@@ -296,7 +297,10 @@ def checked_inputs(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> RunInput
     # a role whose longest sequence overruns its model stops here; the others' engines are
     # sized to it (their widest decode graph)
     needs = check_context(cfg, inputs.policy_weights, genrm)
-    inputs = dataclasses.replace(inputs, cfg=sized_to_roles(cfg, needs))
+    cfg = with_micro_batch_budget(
+        sized_to_roles(cfg, needs), inputs.policy_weights, spec.world_size
+    )
+    inputs = dataclasses.replace(inputs, cfg=cfg)
     if cfg.data.chat_template and TextTokenizer.from_pretrained(policy).chat_template is None:
         raise ValueError(
             f"data.chat_template=True: {policy} has no chat template "
