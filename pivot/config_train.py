@@ -54,6 +54,11 @@ class TrainConfig:
     end to end, so padding costs nothing and counts nothing. 0 (auto): the memory plan's largest
     power of two up to 65,536 that fits a training device (pivot/memory/plan.py, shown by
     --dry-run); 4,096 where the device memory is unknown (CPU)."""
+    compile: bool = False
+    """torch.compile each decoder layer of the policy (pivot/roles/parallelize.py): RMSNorm,
+    rotary, projections and MLP fused, the packed attention between graphs. Equal to eager
+    (tests/roles/test_trainer_compile.py); off until a GPU measures what it gains (each rank
+    compiles its first steps' shapes: tens of seconds on CPU, where it gains nothing)."""
     logprob_chunk_tokens: int = 1024
     """Response tokens whose logits are made at once (pivot/rl/logprobs.py): the trainer's
     logits peak at this many rows of the vocabulary, whatever the micro-batch's size."""

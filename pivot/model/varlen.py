@@ -47,7 +47,8 @@ class VarlenAttention:
         self.cu_seqlens = torch.tensor(bounds, dtype=torch.int32, device=device)
         self._mask: Any = None
 
-    def __call__(
+    @torch.compiler.disable  # a compiled layer (train.compile) calls the kernel between graphs:
+    def __call__(  # traced, the per-row loop would recompile for every set of row lengths
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
         """q [1, T, Hq, D], k/v [1, T, Hkv, D] -> [1, T, Hq, D]."""
@@ -75,6 +76,7 @@ class VarlenAttention:
             )
         return out.transpose(1, 2)
 
+    @torch.compiler.disable
     def linear_attention(
         self, layer_idx: int, layer: GatedDeltaNet, x: torch.Tensor
     ) -> torch.Tensor:

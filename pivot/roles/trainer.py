@@ -128,7 +128,12 @@ class Trainer:
         self.temperature = temperature if temperature > 0 else 1.0
         self.args = model.args
         self.model = model = parallelize(
-            model, group, self.device, config.activation_checkpointing, compute_dtype
+            model,
+            group,
+            self.device,
+            config.activation_checkpointing,
+            compute_dtype,
+            config.compile,
         )
         self.params = dict(
             model.named_parameters()
