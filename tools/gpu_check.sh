@@ -15,6 +15,9 @@
 #   vllm-greedy       the same two for a vLLM replica (the paper presets' MoE judges): a release is
 #   vllm-shift        vLLM's sleep(level=2), a resume its wake_up and the GPS Read reloaded
 #   fsdp-bf16         FSDP2 bf16 train steps over an NCCL group, shift down / up bit-exact
+#   train-pace-*      Qwen2.5-1.5B and 7B shapes (random weights, checkpointed layers, one GPU): a
+#                     packed micro-batch of the 7B preset's lengths, real tokens/s, MFU against the
+#                     GPU's bf16 peak, peak memory (the `train` check runs it after fsdp-bf16)
 #   nccl-shift        the main job on min(GPUs, 2) ranks over NCCL: roles shift on the devices
 #   main-job          a 3-step main job with --cluster.device cuda on min(GPUs, 4) ranks
 # plus `PASS|FAIL|SKIP python|torch|cuda: ...` for the environment itself. A check whose library
@@ -138,6 +141,7 @@ run_check numerics "$PY" tools/gpu_checks.py numerics
 run_check decode "$PY" tools/bench_decode.py --device cuda --json "$LOG_DIR/decode.json"
 run_check sglang "$PY" tools/gpu_checks.py sglang
 run_check vllm "$PY" tools/gpu_checks.py vllm
+# fsdp-bf16, then train-pace-Qwen2.5-1.5B and -7B (`gpu_checks.py train-pace` runs those alone)
 run_check train "$PY" tools/gpu_checks.py train
 
 # main_job NAME NPROC STEPS MIN_ROLES: the real program over NCCL, then its run folder checked

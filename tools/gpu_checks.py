@@ -10,7 +10,10 @@ folder and works anywhere.
     python tools/gpu_checks.py sglang   # an sglang replica vs the embedded engine (greedy tokens),
                                         # abort + release / resume + GPS weight update, GPS Read GB/s
     python tools/gpu_checks.py vllm     # the same for a vLLM replica (sleep level 2 / wake up)
-    python tools/gpu_checks.py train    # FSDP2 bf16 train steps, shift down / up bit-exact
+    python tools/gpu_checks.py train    # FSDP2 bf16 train steps, shift down / up bit-exact, then
+                                        # train-pace for the Qwen2.5-1.5B and 7B shapes
+    python tools/gpu_checks.py train-pace  # a packed training micro-batch of the 7B preset's
+                                        # lengths at hub shapes: real tokens/s, MFU, peak memory
     python tools/gpu_checks.py numerics # the embedded engine in bf16 at 4,096 positions per family
                                         # against transformers fp32, beside transformers' own bf16
                                         # error, and the engine against the trainer's forward
@@ -382,6 +385,150 @@ def check_train(a: argparse.Namespace) -> None:
 
     guarded("fsdp-bf16", run)
     dist.destroy_process_group()
+    torch.cuda.empty_cache()
+    if a.pace_models:
+        check_train_pace(
+            # 2 timed micro-batches a model after the warm-up one: the check's time limit holds
+            # flex's compile and two 65K-token micro-batches of the 7B shape
+            argparse.Namespace(**{**PACE_DEFAULTS, "models": a.pace_models, "steps": 2})
+        )
+
+
+# The pace of one training micro-batch at the hub's shapes: the trainer's forward and backward
+# (pivot/rl/logprobs.py: rows packed end to end, the LM head a chunk at a time; every layer
+# checkpointed, as train.activation_checkpointing does) on one GPU, random bf16 weights and bf16
+# gradients. No FSDP and no optimizer: a 7B model's fp32 master and AdamW state alone (91 GB) do
+# not fit one 80 GB device, and on one rank FSDP adds only the casts. The micro-batch is rank 0's
+# first of the 7B preset's first drawn step at the preset's budget (tools/bench_train.py: the
+# simulator's lengths, the preset's share of its paper world, the memory plan's budget), so its
+# rows are as uneven as training's.
+BF16_PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+"""Dense bf16 tensor-core FLOP/s of each GPU's data sheet (SXM; no sparsity): MFU's denominator."""
+PACE_DEFAULTS: dict[str, Any] = {
+    "models": "Qwen2.5-1.5B,Qwen2.5-7B",
+    "steps": 3,
+    "layers": 0,
+    "budget": 0,
+    "chunk": 0,
+    "preset": "qwen2.5-7b+qwen3-30b-a3b",
+    "device": "cuda",
+    "small": False,
+}
+
+
+def bf16_peak(device_name: str) -> float | None:
+    return next((v for k, v in BF16_PEAK_FLOPS.items() if k in device_name), None)
+
+
+def check_train_pace(a: argparse.Namespace) -> None:
+    """`train-pace-<model>` lines: real tokens/s, MFU (useful FLOPs a second over the GPU's bf16
+    peak; useful as tools/bench_train.py counts them: 6 x the layers' weights a real token, the
+    LM head at response tokens, causal attention) and peak allocated memory over `a.steps`
+    micro-batches after a warm-up one. `--device cpu --small` runs the same path on the CPU at
+    bench_launches' small widths, so it cannot rot unseen (no MFU, no peak there)."""
+    import dataclasses
+    import gc
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from bench_launches import small_args
+    from bench_train import (
+        model_args,
+        preset_budget,
+        preset_workload,
+        step_rows,
+        train_devices,
+        useful_flops,
+    )
+    from torch.distributed._composable import checkpoint
+
+    from configs.presets import get_preset
+    from pivot.model.meta_init import materialize, params_on_meta
+    from pivot.model.varlen import varlen_kernel
+    from pivot.rl.logprobs import plan_micro_batches, response_logprobs
+
+    cfg = get_preset(a.preset)
+    budget = a.budget or preset_budget(a.preset, cfg)[0]
+    chunk = a.chunk or cfg.train.logprob_chunk_tokens
+    devices, _ = train_devices(a.preset, cfg, 0)
+    drawn = step_rows(preset_workload(cfg), 0, 0)
+    lengths = [p + r for p, r in drawn]
+    rows = [drawn[i] for i in plan_micro_batches(lengths, devices, budget)[0][0]]
+    real, response = sum(p + r for p, r in rows), sum(r for _, r in rows)
+    device = torch.device(a.device)
+    cuda = device.type == "cuda"
+    attention = "flash" if cuda and not missing("flash_attn") else "sdpa"
+    kernel = varlen_kernel(attention, device)
+    gpu = torch.cuda.get_device_name(device) if cuda else "CPU"
+    peak_flops = bf16_peak(gpu) if cuda else None
+
+    def pace(name: str, layers: int) -> tuple[float, float, int, float]:
+        """(seconds a micro-batch, useful FLOPs of one, layers, peak GB) at `layers` layers."""
+        args = small_args(name) if a.small else model_args(name)
+        args = dataclasses.replace(args, num_hidden_layers=layers)
+        with params_on_meta():
+            model = CausalLM(args, attention=attention).to(torch.bfloat16)
+        materialize(model, device)
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0.0, 0.02)
+        for layer in model.model.layers:  # as pivot/roles/parallelize.py does
+            checkpoint(layer)
+        rng = random.Random(0)
+        prompt_ids = [[rng.randrange(args.vocab_size) for _ in range(p)] for p, _ in rows]
+        responses = [[rng.randrange(args.vocab_size) for _ in range(r)] for _, r in rows]
+
+        def micro_batch() -> None:
+            lp, mask = response_logprobs(model, prompt_ids, responses, 1.0, device, chunk)
+            (lp * mask).sum().backward()  # gradients accumulate, as over a step's micro-batches
+
+        micro_batch()  # warm-up: flex compiles, the gradients are allocated
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        t0 = time.perf_counter()
+        for _ in range(a.steps):
+            micro_batch()
+        if cuda:
+            torch.cuda.synchronize(device)
+        seconds = (time.perf_counter() - t0) / a.steps
+        peak = torch.cuda.max_memory_allocated(device) / 1e9 if cuda else float("nan")
+        useful, _ = useful_flops(model, rows)
+        return seconds, useful, layers, peak
+
+    for name in [n for n in a.models.split(",") if n]:
+
+        def run(name: str = name) -> str:
+            hub = (small_args(name) if a.small else model_args(name)).num_hidden_layers
+            layers = a.layers or hub
+            while True:  # a model too big for the device runs with half its layers, and says so
+                try:
+                    seconds, useful, layers, peak = pace(name, layers)
+                    break
+                except torch.cuda.OutOfMemoryError:
+                    if layers == 1:
+                        raise
+                layers //= 2  # out of the handler: its traceback no longer holds the model
+                gc.collect()
+                torch.cuda.empty_cache()
+            mfu = (
+                f"MFU {useful / seconds / peak_flops:.1%} of {gpu}'s {peak_flops / 1e12:,.0f} TF/s bf16"
+                if peak_flops
+                else f"MFU n/a (no bf16 peak known for {gpu})"
+            )
+            memory = f"peak {peak:.1f} GB allocated" if cuda else "peak n/a on CPU"
+            return (
+                f"{layers}/{hub} layers{' (small widths)' if a.small else ''}, {kernel} attention, "
+                f"{len(rows)} row{'s' if len(rows) > 1 else ''} = {real:,} real tokens "
+                f"({response:,} response; {budget:,}-token budget), {seconds:.3f} s a "
+                f"micro-batch (forward + backward, {a.steps} timed): "
+                f"{real / seconds:,.0f} real tokens/s, {useful / real / 1e9:.3g} useful GF a token, "
+                f"{mfu}; {memory}"
+            )
+
+        guarded(f"train-pace-{name}", run)
+        if cuda:
+            torch.cuda.empty_cache()
 
 
 # ---- numerics -------------------------------------------------------------------------------
@@ -501,8 +648,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     num.add_argument("--new-tokens", type=int, default=24)
     num.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    train = sub.add_parser("train", help="FSDP2 bf16 train steps and a shift down/up")
+    train = sub.add_parser(
+        "train", help="FSDP2 bf16 train steps and a shift down/up, then train-pace"
+    )
     train.add_argument("--steps", type=int, default=3)
+    train.add_argument(
+        "--pace-models", default=PACE_DEFAULTS["models"], help="train-pace's ('' for none)"
+    )
+    pace = sub.add_parser(
+        "train-pace",
+        help="a packed training micro-batch at hub shapes: real tokens/s, MFU, peak memory",
+    )
+    pace.add_argument("--models", default=PACE_DEFAULTS["models"], help="bench_launches SHAPES")
+    pace.add_argument("--steps", type=int, default=3, help="micro-batches timed")
+    pace.add_argument("--layers", type=int, default=0, help="0: the hub's (halved on OOM)")
+    pace.add_argument("--budget", type=int, default=0, help="micro-batch tokens (0: preset's)")
+    pace.add_argument("--chunk", type=int, default=0, help="logprob_chunk_tokens (0: preset's)")
+    pace.add_argument("--preset", default=PACE_DEFAULTS["preset"], help="the lengths' preset")
+    pace.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    pace.add_argument("--small", action="store_true", help="bench_launches' small widths")
     job = sub.add_parser("job", help="a finished main job's run folder")
     job.add_argument("dir")
     job.add_argument("--steps", type=int, required=True, help="steps the job was asked for")
@@ -514,6 +678,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("seqs", "prompt_tokens", "new_tokens", "steps"):
         if getattr(a, name, 1) < 1:
             ap.error(f"--{name.replace('_', '-')} {getattr(a, name)}: must be >= 1")
+    for name in ("layers", "budget", "chunk"):
+        if getattr(a, name, 0) < 0:
+            ap.error(f"--{name} {getattr(a, name)}: must be >= 0")
     return a
 
 
@@ -524,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"SKIP {a.check}: no CUDA device visible to torch", flush=True)
         return 0
     checks = {"engine": check_engine, "train": check_train, "job": check_job}
+    checks["train-pace"] = check_train_pace
     checks["numerics"] = check_numerics
     checks |= dict.fromkeys(REPLICAS, check_production)
     checks[a.check](a)

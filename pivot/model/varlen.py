@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from pivot.model.deltanet import GatedDeltaNet
 
 VARLEN_KERNELS = ("sdpa", "flex", "flash")
+FLEX_BLOCK = 128
+"""FlexAttention's block: query and KV tiles of the document mask."""
 
 
 def varlen_kernel(model_attention: str, device: torch.device) -> str:
@@ -84,22 +86,47 @@ class VarlenAttention:
         return torch.cat([layer(x[:, s:e])[0] for s, e in zip(self.bounds, self.bounds[1:])], dim=1)
 
     def _document_mask(self, total: int) -> Any:
-        """FlexAttention's block mask: causal within a row, nothing across rows (built once per
-        micro-batch, shared by every layer)."""
+        """FlexAttention's block mask (built once per micro-batch, shared by every layer): causal
+        within a row, nothing across rows, from block-level tables, never a [T, T] mask. A KV
+        block is visited by a query block from the block of its first query's row start up to the
+        diagonal; it is full (no mask evaluated) when both blocks lie in one row below it."""
         if self._mask is None:
-            from torch.nn.attention.flex_attention import create_block_mask
+            from torch.nn.attention.flex_attention import BlockMask
 
-            row = torch.repeat_interleave(
-                torch.arange(len(self.lengths), device=self.cu_seqlens.device),
-                torch.tensor(self.lengths, device=self.cu_seqlens.device),
+            device = self.cu_seqlens.device
+            lengths = torch.tensor(self.lengths, device=device)
+            row = torch.repeat_interleave(torch.arange(len(self.lengths), device=device), lengths)
+            n = -(-total // FLEX_BLOCK)
+            first = torch.arange(n, device=device) * FLEX_BLOCK  # each block's first token
+            last = torch.clamp(first + FLEX_BLOCK - 1, max=total - 1)
+            start = self.cu_seqlens[:-1].long()[row[first]]  # the row start of each first token
+            lo = start // FLEX_BLOCK  # [n] the first KV block each query block visits
+            j = torch.arange(n, device=device)
+            visited = (j[None, :] >= lo[:, None]) & (
+                j[None, :] <= j[:, None]
+            )  # [q block, kv block]
+            one_row = row[first] == row[last]  # [n] a block inside one row
+            full = (
+                visited
+                & (j[None, :] < j[:, None])
+                & one_row[:, None]
+                & one_row[None, :]
+                & (row[first][:, None] == row[first][None, :])
             )
+            partial = visited & ~full
 
             def same_row_causal(b: Any, h: Any, q: Any, kv: Any) -> Any:
                 return (row[q] == row[kv]) & (kv <= q)
 
-            self._mask = create_block_mask(
-                same_row_causal, None, None, total, total, device=self.cu_seqlens.device
-            )
+            def table(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                # each query block's KV blocks, listed first (the order flex reads them in)
+                order = torch.sort(~blocks, dim=1, stable=True).indices
+                return blocks.sum(1).to(torch.int32)[None, None], order.to(torch.int32)[None, None]
+
+            self._mask = BlockMask.from_kv_blocks(
+                *table(partial), *table(full), BLOCK_SIZE=FLEX_BLOCK, mask_mod=same_row_causal,
+                seq_lengths=(total, total),
+            )  # fmt: skip
         return self._mask
 
 

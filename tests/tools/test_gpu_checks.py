@@ -4,6 +4,7 @@ GPU check with exit 0, and its `job` check reads a main job's run folder (a real
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +23,22 @@ def test_help_lists_every_check() -> None:
         [sys.executable, str(TOOL), "--help"], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0 and all(
-        c in out.stdout for c in ("engine", "sglang", "vllm", "train", "numerics", "job")
+        c in out.stdout
+        for c in ("engine", "sglang", "vllm", "train", "train-pace", "numerics", "job")
     )
 
 
 @pytest.mark.parametrize(
-    "argv", [[], ["nope"], ["engine", "--seqs", "0"], ["train", "--steps", "-1"], ["job", "d"]]
+    "argv",
+    [
+        [],
+        ["nope"],
+        ["engine", "--seqs", "0"],
+        ["train", "--steps", "-1"],
+        ["train-pace", "--steps", "0"],
+        ["train-pace", "--layers", "-1"],
+        ["job", "d"],
+    ],
 )
 def test_bad_arguments_exit_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
@@ -36,7 +47,7 @@ def test_bad_arguments_exit_2(argv: list[str]) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the checks would run")
-@pytest.mark.parametrize("check", ["engine", "sglang", "vllm", "train", "numerics"])
+@pytest.mark.parametrize("check", ["engine", "sglang", "vllm", "train", "train-pace", "numerics"])
 def test_gpu_checks_skip_without_cuda(check: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert gpu_checks.main([check]) == 0
     assert capsys.readouterr().out == f"SKIP {check}: no CUDA device visible to torch\n"
@@ -117,3 +128,29 @@ def test_the_numerics_check_runs_on_cpu() -> None:
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     passed = [line for line in out.stdout.splitlines() if line.startswith("PASS numerics-")]
     assert len(passed) == 4, out.stdout
+
+
+def test_the_train_pace_check_runs_on_cpu() -> None:
+    """The GPU's train-pace check on the CPU at bench_launches' small widths (2 layers, a
+    2,048-token micro-batch of the tiny preset's lengths), so its path cannot rot unseen."""
+    out = subprocess.run(
+        [sys.executable, str(TOOL), "train-pace", "--device", "cpu", "--small", "--layers", "2",
+         "--steps", "1", "--budget", "2048", "--preset", "tiny-cpu", "--models", "Qwen2.5-1.5B"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    assert re.search(
+        r"^PASS train-pace-Qwen2\.5-1\.5B: 2/28 layers \(small widths\), sdpa attention, \d+ rows = "
+        r"[\d,]+ real tokens .* [\d,]+ real tokens/s, .*MFU n/a",
+        out.stdout,
+        re.M,
+    ), out.stdout
+
+
+def test_bf16_peaks() -> None:
+    assert gpu_checks.bf16_peak("NVIDIA H100 80GB HBM3") == 989e12
+    assert gpu_checks.bf16_peak("NVIDIA H200") == 989e12
+    assert gpu_checks.bf16_peak("Tesla T4") is None
