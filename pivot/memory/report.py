@@ -121,7 +121,7 @@ def _judge_overhead(cfg: PivotConfig) -> tuple[int, str]:
 
     genrm = Path(cfg.model.genrm) if cfg.model.genrm else None
     if genrm is not None and (genrm / "tokenizer.json").is_file():
-        from pivot.runtime.flow.context_check import judge_overhead
+        from pivot.memory.context_check import judge_overhead
 
         return judge_overhead(cfg, genrm), "measured with the GenRM's tokenizer"
     return len(

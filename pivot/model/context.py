@@ -1,6 +1,6 @@
 """Context limits: what a role's longest sequence needs against its model's max_position_embeddings.
 
-Pure arithmetic, shared by the start-up check (`pivot.runtime.flow.context_check`, real tokenizers)
+Pure arithmetic, shared by the start-up check (`pivot.memory.context_check`, real tokenizers)
 and `--dry-run` (`pivot.memory.report`). A rollout sequence is the longest prompt the data
 filter lets through (`rollout.max_prompt_tokens`) plus `rollout.max_new_tokens`. A judge
 sequence is the judge prompt, which must hold the template, the question and the longest

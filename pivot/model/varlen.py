@@ -49,8 +49,11 @@ class VarlenAttention:
         self.cu_seqlens = torch.tensor(bounds, dtype=torch.int32, device=device)
         self._mask: Any = None
 
-    @torch.compiler.disable  # a compiled layer (train.compile) calls the kernel between graphs:
-    def __call__(  # traced, the per-row loop would recompile for every set of row lengths
+    # A compiled layer (train.compile) calls the kernel between graphs: traced, the per-row loop
+    # would recompile for every set of row lengths. torch's lazy form of torch.compiler.disable:
+    # the public one imports torch._dynamo when this class is defined, seconds on every rank.
+    @torch._disable_dynamo
+    def __call__(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
         """q [1, T, Hq, D], k/v [1, T, Hkv, D] -> [1, T, Hq, D]."""
@@ -78,7 +81,7 @@ class VarlenAttention:
             )
         return out.transpose(1, 2)
 
-    @torch.compiler.disable
+    @torch._disable_dynamo  # lazy, as __call__
     def linear_attention(
         self, layer_idx: int, layer: GatedDeltaNet, x: torch.Tensor
     ) -> torch.Tensor:

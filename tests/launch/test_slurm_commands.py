@@ -38,12 +38,12 @@ MODEL_FLAGS = ("--model.policy", "--model.genrm")
 FEWEST = {
     ("qwen2.5-1.5b+glm-z1-9b", 80): 1,
     ("qwen2.5-1.5b+glm-z1-9b", 96): 1,
-    ("qwen2.5-7b+qwen3-30b-a3b", 80): 4,
+    ("qwen2.5-7b+qwen3-30b-a3b", 80): 2,
     ("qwen2.5-7b+qwen3-30b-a3b", 96): 2,
-    ("qwen2.5-32b+qwen3-30b-a3b", 80): 4,
-    ("qwen2.5-32b+qwen3-30b-a3b", 96): 3,
-    ("qwen2.5-72b+qwen3.5-122b-a10b", 80): 12,
-    ("qwen2.5-72b+qwen3.5-122b-a10b", 96): 8,
+    ("qwen2.5-32b+qwen3-30b-a3b", 80): 3,
+    ("qwen2.5-32b+qwen3-30b-a3b", 96): 2,
+    ("qwen2.5-72b+qwen3.5-122b-a10b", 80): 8,
+    ("qwen2.5-72b+qwen3.5-122b-a10b", 96): 6,
 }
 
 

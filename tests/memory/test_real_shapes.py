@@ -11,7 +11,7 @@ import pytest
 
 from configs.presets import PRESETS, get_preset
 from pivot.main import main
-from pivot.runtime.flow.context_check import check_context
+from pivot.memory.context_check import check_context
 from tests.model.fixtures.hub_layouts import write_header_only, write_tokenizer
 from tests.model.fixtures.hub_models import MODELS
 

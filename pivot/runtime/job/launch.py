@@ -27,13 +27,13 @@ from pivot.gps.shm_sweep import remove_dead_namespaces
 from pivot.gps.store import GPSStore, HostInfo
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.gps.transfer_plan import LinkProfile
+from pivot.memory.context_check import check_context, sized_to_roles
 from pivot.memory.fit import with_micro_batch_budget
 from pivot.model import ModelArgs, TextTokenizer, load_state_dict
 from pivot.model.hf_folder import check_folder
 from pivot.roles.inference import InferenceRole
 from pivot.roles.training import TrainingRole
 from pivot.runtime.control.control_plane import WorkerEndpoint
-from pivot.runtime.flow.context_check import check_context, sized_to_roles
 from pivot.runtime.job.backend import DeviceBackend
 from pivot.runtime.job.controller_thread import ControllerThread, start_controller
 from pivot.runtime.job.dist_init import init_distributed, start_heartbeat
