@@ -9,15 +9,21 @@ the others as soon as one rank ends. So every rank that stops here writes its li
 silent rank after lingering a moment, so that rank 0 (which has said them on stderr) is the one
 torchrun sees end, and names as the root cause. Nothing here imports torch: cli.py uses it
 before torch is loaded.
+
+The config tree's error (`ConfigError`) and its one check live here too: every config section
+(`pivot/config/`, and `pivot/engine/config.py`, which the tree imports) raises it, so it lies
+below both.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 EXIT_CODE = 2
 """What every rank exits with on bad input (`python pivot/main.py` and `--dry-run` return it to
@@ -84,3 +90,27 @@ def stop(lines: Sequence[str], rank: int | None = None, speak: bool | None = Non
         time.sleep(LINGER_S)
     record_for_torchrun(lines)
     return EXIT_CODE
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the field (dotted path) and the value."""
+
+
+_deferred = contextvars.ContextVar("pivot_config_deferred", default=False)
+
+
+@contextlib.contextmanager
+def deferred_checks() -> Iterator[None]:
+    """Skip `__post_init__` checks while tyro builds the tree (it would wrap our one-line
+    errors in a box); `PivotConfig.validate` runs them all afterwards."""
+    token = _deferred.set(True)
+    try:
+        yield
+    finally:
+        _deferred.reset(token)
+
+
+def check(ok: bool, name: str, value: object, why: str) -> None:
+    """Raise ConfigError "name=value: why" unless `ok` (or while checks are deferred)."""
+    if not ok and not _deferred.get():
+        raise ConfigError(f"{name}={value!r}: {why}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pivot.config_check import check
+from pivot.bad_input import check
 
 DEFAULT_BLOCK_SIZE = {"flex": 64, "gather": 16, "flash": 256}
 """KV-cache block size per paged attention kernel when `EngineConfig.block_size` is 0. Flex's is

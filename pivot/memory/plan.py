@@ -57,7 +57,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pivot.config import EngineConfig, PivotConfig, TrainConfig
-from pivot.config_train import UNKNOWN_DEVICE_MICRO_BATCH
+from pivot.config.train import UNKNOWN_DEVICE_MICRO_BATCH
 from pivot.engine import capabilities
 from pivot.gps.layout import gps_group_size, gps_host_bytes
 from pivot.memory.footprint import ModelFootprint

@@ -48,7 +48,7 @@ import torch
 import torch.distributed as dist
 
 from pivot.config import TrainConfig
-from pivot.config_train import UNKNOWN_DEVICE_MICRO_BATCH
+from pivot.config.train import UNKNOWN_DEVICE_MICRO_BATCH
 from pivot.model import CausalLM, ModelArgs, save_pretrained
 from pivot.model.hf_folder import copy_side_files
 from pivot.model.meta_init import params_on_meta

@@ -16,7 +16,7 @@ import pytest
 
 from pivot.cli import parse
 from pivot.config import PivotConfig
-from pivot.config_cluster import ClusterConfig, PlannerConfig
+from pivot.config.cluster import ClusterConfig, PlannerConfig
 
 WIDTHS = (80, 160)
 

@@ -199,7 +199,7 @@ def test_decode_graphs_are_counted_only_where_the_engine_captures_them(qwen2_fol
 
 
 def test_an_auto_micro_batch_is_the_largest_power_of_two_that_fits(qwen2_folder: Path) -> None:
-    from pivot.config_train import UNKNOWN_DEVICE_MICRO_BATCH
+    from pivot.config.train import UNKNOWN_DEVICE_MICRO_BATCH
     from pivot.memory.plan import TRAIN_HEADROOM, fitting_budget, training_usage
 
     fp = from_folder(qwen2_folder, "bfloat16")

@@ -1,6 +1,6 @@
 """Configuration sections of where roles run and how devices shift between them: the deployment
 and its hosts (`ClusterConfig`), the shift planner (`PlannerConfig`) and emulated devices
-(`EmulateConfig`). Part of the tree of `pivot/config.py`, which re-exports every name here.
+(`EmulateConfig`). Part of the tree of `pivot.config`, which re-exports every name here.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pivot.config_check import check as _check
+from pivot.bad_input import check as _check
 
 Mode = Literal["pivot", "colocated", "disaggregated", "rr_colocated"]
 Strategy = Literal["pivot", "static", "rule_based", "chaos"]

@@ -1,14 +1,6 @@
-"""Pivot's configuration: a tree of typed dataclasses exposed on the command line through tyro.
-
-Each field's docstring is its `--help` text. `__post_init__` checks one section on its own;
-`PivotConfig.validate(world_size)` checks what needs the whole tree and the world size. Both
-raise `ConfigError` naming the field and its value, before any process group exists. Each
-component receives only its own section. Named presets live in `configs/presets.py`.
-
-The root `PivotConfig` is here; its sections live beside it, one concern a module, and are
-re-exported from here: `pivot/config_roles.py` (model, rollout, reward), `pivot/config_train.py`
-(train, data, eval), `pivot/config_cluster.py` (cluster, planner, emulate, recovery) and
-`pivot/config_output.py` (log, checkpoint).
+"""The root of the config tree (`PivotConfig`): the run's own fields, one field per section, and
+the checks that need more than one section or the job's size (`validate`, `check_shape`). The
+sections are the modules beside it; `pivot.config` re-exports them all.
 """
 
 from __future__ import annotations
@@ -17,26 +9,13 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from pivot.config_check import ConfigError as ConfigError  # re-exported: the tree's error
-from pivot.config_check import check as _check
-from pivot.config_check import deferred_checks as deferred_checks
-from pivot.config_cluster import ClusterConfig as ClusterConfig
-from pivot.config_cluster import EmulateConfig as EmulateConfig
-from pivot.config_cluster import Mode as Mode
-from pivot.config_cluster import PlannerConfig as PlannerConfig
-from pivot.config_cluster import RecoveryConfig as RecoveryConfig
-from pivot.config_cluster import Strategy as Strategy
-from pivot.config_output import CheckpointConfig as CheckpointConfig
-from pivot.config_output import LogConfig as LogConfig
-from pivot.config_roles import ModelConfig as ModelConfig
-from pivot.config_roles import RewardConfig as RewardConfig
-from pivot.config_roles import RolloutConfig as RolloutConfig
-from pivot.config_train import DataConfig as DataConfig
-from pivot.config_train import EvalConfig as EvalConfig
-from pivot.config_train import TrainConfig as TrainConfig
+from pivot.bad_input import check as _check
+from pivot.config.cluster import ClusterConfig, EmulateConfig, PlannerConfig, RecoveryConfig
+from pivot.config.output import CheckpointConfig, LogConfig
+from pivot.config.roles import ModelConfig, RewardConfig, RolloutConfig
+from pivot.config.train import DataConfig, EvalConfig, TrainConfig
 from pivot.engine.capabilities import capabilities
 from pivot.engine.config import FLASH_BLOCK_MULTIPLE
-from pivot.engine.config import EngineConfig as EngineConfig  # the engine's section
 
 AUTO_SHARE = 0.25
 """Where `--train.devices auto` starts without a share: a quarter of the world, one of the
@@ -71,9 +50,9 @@ class PivotConfig:
 
     def __post_init__(self) -> None:
         served = [
-            f"{r} served by {c.engine.backend}"
-            for r, c in (("rollout", self.rollout), ("reward", self.reward))
-            if not capabilities(c.engine.backend).returns_whole_weights
+            f"{r.role} served by {r.engine.backend}"
+            for r in self.inference_roles()
+            if not capabilities(r.engine.backend).returns_whole_weights
         ]
         _check(
             not (self.log.verify_weights and served),
@@ -81,15 +60,20 @@ class PivotConfig:
             self.log.verify_weights,
             f"{' and '.join(served)}, which cannot hand back whole weights to checksum",
         )
-        for role, engine in (("rollout", self.rollout.engine), ("reward", self.reward.engine)):
-            size = engine.kv_block_size(self.model.attention)
+        for r in self.inference_roles():
+            size = r.engine.kv_block_size(self.model.attention)
             _check(
-                engine.paged_kernel(self.model.attention) != "flash"
+                r.engine.paged_kernel(self.model.attention) != "flash"
                 or size % FLASH_BLOCK_MULTIPLE == 0,
-                f"{role}.engine.block_size",
+                f"{r.role}.engine.block_size",
                 size,
                 f"flash attention's paged KV needs a multiple of {FLASH_BLOCK_MULTIPLE} (or 0 for the default)",
             )
+
+    def inference_roles(self) -> tuple[RolloutConfig, RewardConfig]:
+        """The sections of the two inference roles, rollout first, for the checks that are alike
+        for both (each names its own flags through its `role`)."""
+        return self.rollout, self.reward
 
     def validate(self, world_size: int, local_world_size: int) -> None:
         """Every section's checks, then whole-tree checks against the job's size (torchrun's
@@ -169,14 +153,21 @@ class PivotConfig:
 
     def check_shape(self, world_size: int, devices_per_node: int) -> None:
         """Role sizes against a cluster of `world_size` devices, `devices_per_node` per host."""
-        for role, tp in (("rollout", self.rollout.tp), ("reward", self.reward.tp)):
+        for r in self.inference_roles():
             # a replica either fits inside a host or spans whole hosts
             fits = (
-                devices_per_node % tp == 0 if tp <= devices_per_node else tp % devices_per_node == 0
+                devices_per_node % r.tp == 0
+                if r.tp <= devices_per_node
+                else r.tp % devices_per_node == 0
             )
-            _check(fits, f"{role}.tp", tp, f"does not divide {devices_per_node} devices per node")
             _check(
-                tp <= world_size, f"{role}.tp", tp, f"larger than the world ({world_size} devices)"
+                fits, f"{r.role}.tp", r.tp, f"does not divide {devices_per_node} devices per node"
+            )
+            _check(
+                r.tp <= world_size,
+                f"{r.role}.tp",
+                r.tp,
+                f"larger than the world ({world_size} devices)",
             )
         _check(
             self.train.devices <= world_size,
@@ -197,18 +188,13 @@ class PivotConfig:
                 f"pools need {used} devices, world has {world_size}",
             )
         if self.cluster.mode in ("disaggregated", "pivot"):
-            _check(
-                self.rollout.replicas >= 1,
-                "rollout.replicas",
-                self.rollout.replicas,
-                f"mode {self.cluster.mode} needs at least one",
-            )
-            _check(
-                self.reward.replicas >= 1,
-                "reward.replicas",
-                self.reward.replicas,
-                f"mode {self.cluster.mode} needs at least one",
-            )
+            for r in self.inference_roles():
+                _check(
+                    r.replicas >= 1,
+                    f"{r.role}.replicas",
+                    r.replicas,
+                    f"mode {self.cluster.mode} needs at least one",
+                )
         if self.cluster.mode == "pivot":
             self._check_reserves(world_size)
         _check(

@@ -1,6 +1,6 @@
 """Configuration sections of training: the RL update (`TrainConfig`), the prompts it trains on
 (`DataConfig`) and the held-out accuracy measured along the way (`EvalConfig`). Part of the tree
-of `pivot/config.py`, which re-exports every class here.
+of `pivot.config`, which re-exports every class here.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pivot.config_check import check as _check
+from pivot.bad_input import check as _check
 
 UNKNOWN_DEVICE_MICRO_BATCH = 4096
 """train.micro_batch_tokens auto where the device memory is unknown (CPU)."""

@@ -1,5 +1,5 @@
 """Configuration sections of what a run writes: its logs and metrics (`LogConfig`) and its
-checkpoints (`CheckpointConfig`). Part of the tree of `pivot/config.py`, which re-exports both.
+checkpoints (`CheckpointConfig`). Part of the tree of `pivot.config`, which re-exports both.
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pivot.config_check import check as _check
+from pivot.bad_input import check as _check
 
 
 @dataclass

@@ -1,15 +1,16 @@
 """Configuration sections of the models and of the two inference roles that serve them: which
 checkpoints (`ModelConfig`), how the policy samples responses (`RolloutConfig`) and how the GenRM
-judges them (`RewardConfig`), each role with its engine section. Part of the tree of
-`pivot/config.py`, which re-exports every class here.
+judges them (`RewardConfig`), each role with its engine section; what the two roles have alike is
+their base, `InferenceRoleConfig`. Part of the tree of `pivot.config`, which re-exports every
+class here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pivot.config_check import check as _check
+from pivot.bad_input import check as _check
 from pivot.engine.config import EngineConfig
 
 
@@ -44,8 +45,39 @@ class ModelConfig:
         )
 
 
+class InferenceRoleConfig:
+    """What the sections of the two inference roles (rollout, reward) have alike, for the code that
+    treats either role the same way: the section's name in the tree, the size and count of the
+    role's replicas, its longest response, its throughput profile and its engine, and their checks.
+
+    Not a dataclass: each role's section declares these fields itself, because each flag's help is
+    its role's own (a rollout replica is tensor-parallel, a GenRM replica TP/EP; each names its own
+    tiny throughput profile), and because a base dataclass's fields would come before the role's
+    own ones in --help and in --print-config's YAML, where the throughput profile and the engine
+    come last (tests/config/test_help_unchanged.py)."""
+
+    role: ClassVar[str]
+    """The section's name in the tree: its flags are `--{role}.*`, its errors name `{role}.*`."""
+    tp: int
+    replicas: int
+    max_new_tokens: int
+    throughput_profile: str
+    engine: EngineConfig
+
+    def __post_init__(self) -> None:
+        _check(self.tp >= 1, f"{self.role}.tp", self.tp, "must be >= 1")
+        _check(self.replicas >= 0, f"{self.role}.replicas", self.replicas, "must be >= 0")
+        _check(
+            self.max_new_tokens > 0,
+            f"{self.role}.max_new_tokens",
+            self.max_new_tokens,
+            "must be > 0",
+        )
+
+
 @dataclass
-class RolloutConfig:
+class RolloutConfig(InferenceRoleConfig):
+    role: ClassVar[str] = "rollout"
     tp: int = 1
     """Tensor-parallel size of one rollout replica (devices per replica)."""
     replicas: int = 1
@@ -67,16 +99,14 @@ class RolloutConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
-        _check_role("rollout", self.tp, self.replicas)
+        super().__post_init__()
         _check(self.temperature >= 0, "rollout.temperature", self.temperature, "must be >= 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", self.top_p, "must be in (0, 1]")
-        _check(
-            self.max_new_tokens > 0, "rollout.max_new_tokens", self.max_new_tokens, "must be > 0"
-        )
 
 
 @dataclass
-class RewardConfig:
+class RewardConfig(InferenceRoleConfig):
+    role: ClassVar[str] = "reward"
     tp: int = 1
     """Tensor-parallel (or TP/EP) size of one GenRM replica."""
     replicas: int = 1
@@ -123,14 +153,13 @@ class RewardConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
-        _check_role("reward", self.tp, self.replicas)
+        super().__post_init__()
         _check(
             0 <= self.fallback_score <= 1,
             "reward.fallback_score",
             self.fallback_score,
             "must be in [0, 1]",
         )
-        _check(self.max_new_tokens > 0, "reward.max_new_tokens", self.max_new_tokens, "must be > 0")
         _check(self.timeout_s >= 0, "reward.timeout_s", self.timeout_s, "must be >= 0 (0 = none)")
         _check(
             not (self.judge_template and self.judge_template_file),
@@ -138,8 +167,3 @@ class RewardConfig:
             self.judge_template_file,
             "give either --reward.judge-template or --reward.judge-template-file, not both",
         )
-
-
-def _check_role(role: str, tp: int, replicas: int) -> None:
-    _check(tp >= 1, f"{role}.tp", tp, "must be >= 1")
-    _check(replicas >= 0, f"{role}.replicas", replicas, "must be >= 0")
