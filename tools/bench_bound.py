@@ -39,7 +39,7 @@ from bench_sim import add_band_args  # the band's flags, alike in every tool
 
 from configs.presets import paper_preset
 from pivot.config import PivotConfig
-from pivot.sched import Abort, Command, Role
+from pivot.sched import Role
 from pivot.sim import HARDWARE, SimOptions, SimResult, Workload
 from pivot.sim.band import CORNERS, options_at
 from pivot.sim.costs import RoleCosts
@@ -56,6 +56,7 @@ from pivot.sim.report import (
 )
 from pivot.sim.simulator import Simulator
 from pivot.sim.window import DEFAULT_SEEDS, Spread, aligned_window
+from pivot.sim.workload import SimSample
 
 
 # The diagnostics beside the bounds, neither a bound: `crowded path` (every chain decoded at a
@@ -120,42 +121,32 @@ def kv_work_bound_s(res: SimResult, headroom: float = 0.1) -> float:
     return max(train, (sum(work.values()) + t_dev * train) / res.table.world)
 
 
-# --tails: a simulator that also records when each step's prompts were released and when each
-# rollout and judge ran and finished, and the per-step lines it prints from them (diagnostics only).
-class Probe(Simulator):
-    """The simulator, also recording when each step's prompts were released and when each of its
-    rollouts and judges finished (diagnostics only)."""
+# --tails: what the simulator's sequences do, recorded as they go (a `SequenceWatch`), and the
+# per-step lines printed from it (diagnostics only).
+class Probe:
+    """When each step's prompts were released and when each of its rollouts and judges first ran
+    and finished (pivot/sim/sequences.py `SequenceWatch`; diagnostics only)."""
 
-    def __init__(self, cfg: PivotConfig, opts: SimOptions) -> None:
-        super().__init__(cfg, opts)
+    def __init__(self) -> None:
         self.released_at: dict[int, float] = {}
         self.first_run: dict[int, float] = {}  # sid -> first dispatch
         self.sample_t: dict[tuple[str, int, int], tuple[float, float]] = {}  # first run, finish
         self.done_at: dict[tuple[str, int], list[float]] = {}
 
-    def _fill(self) -> None:
-        before = self.next_step
-        super()._fill()
-        for st in range(before, self.next_step):
-            self.released_at[st] = self.now
+    def released(self, step: int, now: float) -> None:
+        self.released_at[step] = now
 
-    def _apply(self, role: str, cmds: list[Command]) -> None:
-        for c in cmds:
-            if not isinstance(c, Abort):
-                self.first_run.setdefault(c.seq_id, self.now)
-        super()._apply(role, cmds)
+    def dispatched(self, sid: int, now: float) -> None:
+        self.first_run.setdefault(sid, now)
 
-    def _on_finish(self, role: str, sid: int) -> None:
-        s = self.seqs[sid].sample
-        self.sample_t[(str(role), s.step, s.index)] = (self.first_run.pop(sid, self.now), self.now)
-        step = self.seqs[sid].sample.step
-        self.done_at.setdefault((str(role), step), []).append(self.now)
-        super()._on_finish(role, sid)
+    def finished(self, role: str, sample: SimSample, sid: int, now: float) -> None:
+        self.sample_t[(str(role), sample.step, sample.index)] = (self.first_run.pop(sid, now), now)
+        self.done_at.setdefault((str(role), sample.step), []).append(now)
 
 
 def run(cfg: PivotConfig, opts: SimOptions) -> tuple[SimResult, Probe]:
-    sim = Probe(cfg, opts)
-    return sim.run(), sim
+    probe = Probe()
+    return Simulator(cfg, opts, watch=probe).run(), probe
 
 
 def tails(res: SimResult, sim: Probe) -> None:

@@ -171,7 +171,7 @@ def scenario_tp_load(rank: int, world: int, group: dist.ProcessGroup, folder: Pa
 def scenario_fsdp_load(rank: int, world: int, group: dist.ProcessGroup, folder: Path) -> dict:
     specs = specs_from_checkpoint(folder)
     with Peak() as peak:
-        trainer = Trainer.from_pretrained(folder, group, TrainConfig(), "cpu")
+        trainer = Trainer.from_pretrained(folder, group, TrainConfig(), device="cpu")
     assert trainer.version == 0
     return {"base": peak.base, "grew": peak.grew, "share": fsdp_share(specs, rank, world)}
 
@@ -193,12 +193,12 @@ def scenario_gps_up(rank: int, world: int, group: dist.ProcessGroup, folder: Pat
     dist.barrier(group)
     gc.collect()
     role = InferenceRole(
-        "rollout",
-        folder,
-        EngineConfig(kv_capacity_tokens=64, block_size=16),
-        ModelConfig(),
-        "cpu",
-        0,
+        role="rollout",
+        model_path=folder,
+        engine_cfg=EngineConfig(kv_capacity_tokens=64, block_size=16),
+        model_cfg=ModelConfig(),
+        device="cpu",
+        seed=0,
     )
     slot = Slot("rollout", 0, tuple(range(world)))
     read = {}

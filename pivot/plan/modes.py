@@ -1,5 +1,6 @@
 """Deployment modes: where roles start and when devices change hands. One implementation serves
-the runtime's `Controller` and the simulator's `Simulator`; both satisfy `ModeHost` as a `pivot.shift.ClusterHost`.
+the runtime's `Controller` and the simulator's `Simulator`: each holds a `pivot.shift.Cluster`,
+which is the modes' `ModeHost`.
 
 - pivot: shiftable; the planner (`make_planner(cfg.planner)`: pivot, static or rule_based, plus
   ablation flags) decides on a `ClusterSnapshot`; starts with every device on inference.
@@ -33,9 +34,6 @@ OnPlanned = Callable[[ClusterSnapshot, ShiftPlan | None, float], None]
 
 class ModeHost(Protocol):
     """What a mode reads from the cluster it drives (runtime controller or simulator)."""
-
-    @property
-    def cfg(self) -> PivotConfig: ...
 
     @property
     def world(self) -> int:
@@ -93,11 +91,11 @@ def pick_slots(host: ModeHost, role: str, free: set[int], count: int | None) -> 
     return out
 
 
-def split_inference(host: ModeHost, free: set[int]) -> list[int]:
-    """Each inference role's configured replicas, then spare devices split evenly (rollout first)."""
-    cfg = host.cfg
-    up = pick_slots(host, Role.ROLLOUT, free, cfg.rollout.replicas) + pick_slots(
-        host, Role.REWARD, free, cfg.reward.replicas
+def split_inference(host: ModeHost, free: set[int], start: tuple[int, int]) -> list[int]:
+    """Each inference role's configured replicas (`start`: rollout's, reward's), then spare
+    devices split evenly (rollout first)."""
+    up = pick_slots(host, Role.ROLLOUT, free, start[0]) + pick_slots(
+        host, Role.REWARD, free, start[1]
     )
     while True:
         more = pick_slots(host, Role.ROLLOUT, free, 1) + pick_slots(host, Role.REWARD, free, 1)
@@ -111,12 +109,21 @@ def inference_pool(host: ModeHost) -> set[int]:
     return set(range(host.world)) - {d for slot in host.slots(Role.TRAIN) for d in slot.devices}
 
 
+def start_replicas(cfg: PivotConfig) -> tuple[int, int]:
+    """Rollout's and reward's replicas at start (`rollout.replicas`, `reward.replicas`)."""
+    return cfg.rollout.replicas, cfg.reward.replicas
+
+
 class Disaggregated:
     name = "disaggregated"
     interval_s = 1.0  # plan() is constant; checking it rarely is enough
 
+    def __init__(self, cfg: PivotConfig) -> None:
+        self.start = start_replicas(cfg)
+
     def initial(self, host: ModeHost) -> ShiftPlan:
-        return _plan(split_inference(host, inference_pool(host)) + [host.train_rid], [])
+        pool = inference_pool(host)
+        return _plan(split_inference(host, pool, self.start) + [host.train_rid], [])
 
     def plan(self, host: ModeHost) -> ShiftPlan | None:
         return None
@@ -131,9 +138,10 @@ class Shiftable:
         self.planner = make_planner(cfg.planner)
         self.interval_s = cfg.planner.interval_s
         self.on_planned = on_planned
+        self.start = start_replicas(cfg)
 
     def initial(self, host: ModeHost) -> ShiftPlan:
-        return _plan(split_inference(host, set(range(host.world))), [])
+        return _plan(split_inference(host, set(range(host.world)), self.start), [])
 
     def reserve(self, rollout: int, reward: int) -> None:
         """The planner's reserved split from now on (`planner.reserve_*`; 0, 0: none), as the
@@ -218,7 +226,7 @@ def make_mode(cfg: PivotConfig, on_planned: OnPlanned | None = None) -> Mode:
     if mode == "pivot":
         return Shiftable(cfg, on_planned)
     if mode == "disaggregated":
-        return Disaggregated()
+        return Disaggregated(cfg)
     if mode == "colocated":
         return Phased("colocated", (Role.ROLLOUT, Role.REWARD, Role.TRAIN))
     if mode == "rr_colocated":

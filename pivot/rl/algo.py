@@ -100,54 +100,78 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: s
     raise ValueError(f"kl estimator {estimator!r} is not one of {KL_ESTIMATORS}")
 
 
-def ppo_clip_loss(
-    logprobs: torch.Tensor,
-    behaviour_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    clip_eps_low: float = 0.2,
-    clip_eps_high: float = 0.28,
-    dual_clip_c: float | None = None,
-    agg: str = "token",
-    normalizer: float | None = None,
-    ref_logprobs: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "low_var_kl",
-    token_weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, LossStats]:
-    """PPO-clip loss against the rollout's (behaviour) log-probs; see the module docstring.
+@dataclass(frozen=True, kw_only=True)
+class LossOptions:
+    """The PPO-clip loss's settings (see the module docstring); `TrainConfig` holds the same names."""
 
-    logprobs / behaviour_logprobs / ref_logprobs / mask: [B, T]; advantages: [B] or [B, T].
-    `token_weights` [B, T] (detached) scale each token's policy-gradient term, not its KL term:
-    the rollout correction's importance weights (pivot/rl/mismatch.py).
-    Returns the scalar loss (differentiable w.r.t. `logprobs`) and detached statistics."""
-    if logprobs.shape != behaviour_logprobs.shape or logprobs.shape != mask.shape:
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.28
+    dual_clip_c: float | None = None
+    """c > 1 bounds a negative advantage's term at -A * c; None: no dual clip."""
+    agg: str = "token"
+    """One of AGGREGATIONS."""
+    kl_coef: float = 0.0
+    kl_estimator: str = "low_var_kl"
+    """One of KL_ESTIMATORS."""
+
+
+DEFAULT_OPTIONS = LossOptions()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossTokens:
+    """One micro-batch's tokens as the loss sees them: token tensors [B, T], `mask` marking the
+    response tokens, advantages [B] or [B, T]."""
+
+    logprobs: torch.Tensor
+    """The policy's, differentiable: what the loss is taken with respect to."""
+    behaviour_logprobs: torch.Tensor
+    """The anchor of PPO's ratio: the rollout's log-probs, or the trainer's own, detached."""
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    ref_logprobs: torch.Tensor | None = None
+    """The KL loss's reference; needed when `LossOptions.kl_coef` > 0."""
+    token_weights: torch.Tensor | None = None
+    """Scale each token's policy-gradient term, not its KL term (detached): the rollout
+    correction's importance weights (pivot/rl/mismatch.py)."""
+
+
+def ppo_clip_loss(
+    tokens: LossTokens, options: LossOptions = DEFAULT_OPTIONS, normalizer: float | None = None
+) -> tuple[torch.Tensor, LossStats]:
+    """PPO-clip loss against the behaviour log-probs; see the module docstring. `normalizer`:
+    the whole batch's count (`aggregate`), so micro-batches sum to the batch's loss.
+    Returns the scalar loss (differentiable w.r.t. `tokens.logprobs`) and detached statistics."""
+    logprobs, mask, c = tokens.logprobs, tokens.mask, options.dual_clip_c
+    if logprobs.shape != tokens.behaviour_logprobs.shape or logprobs.shape != mask.shape:
         raise ValueError(
             f"shape mismatch: logprobs {tuple(logprobs.shape)}, behaviour_logprobs "
-            f"{tuple(behaviour_logprobs.shape)}, mask {tuple(mask.shape)}"
+            f"{tuple(tokens.behaviour_logprobs.shape)}, mask {tuple(mask.shape)}"
         )
-    if dual_clip_c is not None and dual_clip_c <= 1.0:
-        raise ValueError(f"dual_clip_c must be > 1, got {dual_clip_c}")
-    if kl_coef and ref_logprobs is None:
+    if c is not None and c <= 1.0:
+        raise ValueError(f"dual_clip_c must be > 1, got {c}")
+    if options.kl_coef and tokens.ref_logprobs is None:
         raise ValueError("kl_coef > 0 needs ref_logprobs")
-    adv = advantages[:, None] if advantages.dim() == 1 else advantages
+    adv = tokens.advantages[:, None] if tokens.advantages.dim() == 1 else tokens.advantages
     adv = adv.to(logprobs.dtype).expand_as(logprobs)
-    log_ratio = (logprobs - behaviour_logprobs.to(logprobs.dtype)).clamp(-20.0, 20.0)
+    log_ratio = (logprobs - tokens.behaviour_logprobs.to(logprobs.dtype)).clamp(-20.0, 20.0)
     ratio = torch.exp(log_ratio)
     pg_unclipped = -adv * ratio
-    pg_clipped = -adv * ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    pg_clipped = -adv * ratio.clamp(1.0 - options.clip_eps_low, 1.0 + options.clip_eps_high)
     pg = torch.maximum(pg_unclipped, pg_clipped)
     dual = torch.zeros_like(pg, dtype=torch.bool)
-    if dual_clip_c is not None:
-        bound = -adv * dual_clip_c
+    if c is not None:
+        bound = -adv * c
         dual = (adv < 0) & (pg > bound)
         pg = torch.where(adv < 0, torch.minimum(pg, bound), pg)
-    loss_tok = pg if token_weights is None else pg * token_weights.detach().to(pg.dtype)
+    weights = tokens.token_weights
+    loss_tok = pg if weights is None else pg * weights.detach().to(pg.dtype)
     kl_ref = torch.zeros_like(pg)
-    if ref_logprobs is not None:
-        kl_ref = kl_estimate(logprobs, ref_logprobs.to(logprobs.dtype), kl_estimator)
-        loss_tok = loss_tok + kl_coef * kl_ref
-    loss = aggregate(loss_tok, mask, agg, normalizer)
+    if tokens.ref_logprobs is not None:
+        ref = tokens.ref_logprobs.to(logprobs.dtype)
+        kl_ref = kl_estimate(logprobs, ref, options.kl_estimator)
+        loss_tok = loss_tok + options.kl_coef * kl_ref
+    loss = aggregate(loss_tok, mask, options.agg, normalizer)
     with torch.no_grad():
         m = mask.bool()
         n = int(m.sum())

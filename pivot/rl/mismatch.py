@@ -29,6 +29,8 @@ whole batch's, fixed before its micro-batches run on every rank.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 LEVELS = ("token", "sequence")
@@ -114,33 +116,50 @@ def _rho(log_ratio: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tenso
     raise ValueError(f"rollout correction level {level!r} is not one of {LEVELS}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class Correction:
+    """The rollout correction's settings, veRL's names (see the module docstring)."""
+
+    rollout_is: str | None = None
+    """Truncated IS at this level (one of LEVELS); None: off."""
+    is_threshold: float = 2.0
+    """The truncated weights' upper bound (`rollout_is_threshold`)."""
+    rollout_rs: str | None = None
+    """Masked IS (rejection) at this level; None: off."""
+    rs_upper: float = 2.0
+    rs_lower: float = 0.5
+    """rho outside [rs_lower, rs_upper] is rejected (`rs_bounds` gives veRL's defaults)."""
+
+    @property
+    def active(self) -> bool:
+        """Either correction is on: the PPO ratio is then anchored at the trainer's own
+        log-probs (decoupled mode), the rollout -> trainer gap carried by the weights."""
+        return self.rollout_is is not None or self.rollout_rs is not None
+
+
 def correction_weights(
     logprobs: torch.Tensor,
     rollout_logprobs: torch.Tensor,
     mask: torch.Tensor,
-    rollout_is: str | None,
-    is_threshold: float,
-    rollout_rs: str | None,
-    rs_upper: float,
-    rs_lower: float,
+    correction: Correction,
     sums: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """Detached per-token weights [B, T] of the policy-gradient term (see the module docstring),
     or None with both off. `sums` (from `mismatch_sums`) gets the tokens truncated and rejected."""
-    if rollout_is is None and rollout_rs is None:
+    if not correction.active:
         return None
     m = mask.to(logprobs.dtype)
     log_ratio = (logprobs.detach() - rollout_logprobs.detach().to(logprobs.dtype)) * m
     weights = m.clone()
-    if rollout_is is not None:
-        rho = _rho(log_ratio, m, rollout_is)
-        truncated = (rho > is_threshold) & mask.bool()
-        weights = weights * rho.clamp(max=is_threshold)
+    if correction.rollout_is is not None:
+        rho = _rho(log_ratio, m, correction.rollout_is)
+        truncated = (rho > correction.is_threshold) & mask.bool()
+        weights = weights * rho.clamp(max=correction.is_threshold)
         if sums is not None:
             sums[-2] += truncated.sum().double()
-    if rollout_rs is not None:
-        rho = _rho(log_ratio, m, rollout_rs)
-        rejected = ((rho > rs_upper) | (rho < rs_lower)) & mask.bool()
+    if correction.rollout_rs is not None:
+        rho = _rho(log_ratio, m, correction.rollout_rs)
+        rejected = ((rho > correction.rs_upper) | (rho < correction.rs_lower)) & mask.bool()
         weights = weights * (~rejected).to(weights.dtype)
         if sums is not None:
             sums[-1] += rejected.sum().double()

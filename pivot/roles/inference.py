@@ -47,6 +47,7 @@ Read = Callable[[dict[str, torch.Tensor]], tuple[dict[str, torch.Tensor], int]]
 class InferenceRole:
     def __init__(
         self,
+        *,
         role: str,
         model_path: Path,
         engine_cfg: EngineConfig,

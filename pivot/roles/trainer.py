@@ -54,17 +54,12 @@ from pivot.model.hf_folder import copy_side_files
 from pivot.model.meta_init import params_on_meta
 from pivot.model.sliced_load import iter_boxes
 from pivot.model.tp_plan import fsdp_range
-from pivot.rl.algo import ppo_clip_loss
+from pivot.rl.algo import LossStats, LossTokens, ppo_clip_loss
 from pivot.rl.batch import TrainBatch
 from pivot.rl.logprobs import plan_micro_batches, response_logprobs
-from pivot.rl.mismatch import (
-    correction_weights,
-    mismatch_metrics,
-    mismatch_sums,
-    rs_bounds,
-    zero_sums,
-)
+from pivot.rl.mismatch import correction_weights, mismatch_metrics, mismatch_sums
 from pivot.roles.collective_write import CollectiveWrite
+from pivot.roles.micro_batch import MicroBatch, StepLoss, StepSums, micro_batches
 from pivot.roles.oom_guard import MicroBatchGuard
 from pivot.roles.parallelize import parallelize
 from pivot.roles.trainer_checkpoint import STATE_FILE, TrainerCheckpoint
@@ -73,7 +68,7 @@ log = logging.getLogger(__name__)
 __all__ = ["STATE_FILE", "StepMetrics", "Trainer"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepMetrics:
     loss: float
     grad_norm: float
@@ -117,6 +112,7 @@ class Trainer:
         model: CausalLM,
         group: dist.ProcessGroup,
         config: TrainConfig,
+        *,
         device: str = "cpu",
         temperature: float = 1.0,
         compute_dtype: torch.dtype = torch.float32,
@@ -162,6 +158,7 @@ class Trainer:
         path: str | Path,
         group: dist.ProcessGroup,
         config: TrainConfig,
+        *,
         device: str = "cpu",
         temperature: float = 1.0,
         compute_dtype: torch.dtype = torch.float32,
@@ -170,7 +167,14 @@ class Trainer:
         safetensors files. Collective (FSDP set-up)."""
         with torch.device(device), params_on_meta():
             model = CausalLM(ModelArgs.load(path))
-        trainer = cls(model, group, config, device, temperature, compute_dtype)
+        trainer = cls(
+            model,
+            group,
+            config,
+            device=device,
+            temperature=temperature,
+            compute_dtype=compute_dtype,
+        )
         trainer._load_rows(trainer.params, path)
         return trainer
 
@@ -354,7 +358,7 @@ class Trainer:
         splits = self.guard.splits
         while (done := self._accumulate(batch)) is None:
             self.optimizer.zero_grad(set_to_none=True)  # the split step starts from nothing
-        sums, gap, peaks, count = done
+        sums, gap, peaks = done.totals, done.gap, done.peaks
         max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(list(self.params.values()), max_norm)
         norm_value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
@@ -391,7 +395,7 @@ class Trainer:
             approx_kl=float(sums[3]) / tokens,
             kl_ref=float(sums[4]) / tokens,
             tokens=int(sums[1]),
-            micro_batches=count,
+            micro_batches=done.count,
             skipped=bad,
             version=self.version,
             mismatch=mismatch_metrics(gap.cpu(), peaks.cpu()),
@@ -399,113 +403,82 @@ class Trainer:
             micro_batch_tokens=self.guard.budget,
         )
 
-    def _accumulate(
-        self, batch: TrainBatch
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None:
-        """Forward and backward of this rank's micro-batches, gradients accumulated: the sums
-        (loss, tokens, clipped, approx_kl, kl_ref), the mismatch sums and peaks, and the
-        micro-batch count. None: a micro-batch would not fit on some rank and the guard halved
-        the budget (the gradients so far are to be dropped)."""
-        cfg = self.config
-        normalizer = float(
-            batch.response_tokens if cfg.loss_agg == "token" else batch.rows_with_tokens
-        )
+    def _accumulate(self, batch: TrainBatch) -> StepSums | None:
+        """Forward and backward of this rank's micro-batches, gradients accumulated, and what
+        they add up to. None: a micro-batch would not fit on some rank and the guard halved the
+        budget (the gradients so far are to be dropped)."""
+        loss = StepLoss.of(self.config, batch)
         plans, lengths = self._plans(batch)
-        mine, count = plans[self.rank], max(len(p) for p in plans)
-        gap, peaks = zero_sums(self.device)
-        correcting = cfg.rollout_is is not None or cfg.rollout_rs is not None
-        rs_upper, rs_lower = rs_bounds(
-            cfg.rollout_rs_threshold, cfg.rollout_rs_threshold_lower, cfg.rollout_is_threshold
-        )
-        # loss, tokens, clipped, approx_kl, kl_ref (token-weighted); on the trainer's device: an
-        # NCCL-only group has no backend for CPU tensors ("No backend type associated with device type cpu")
-        sums = torch.zeros(5, dtype=torch.float64, device=self.device)
-        need_ref = (
-            bool(cfg.kl_coef) and batch.ref_logprobs is None
-        )  # computed here, per micro-batch
-        for m in range(count):
-            rows = mine[m] if m < len(mine) else []
-            tokens = sum(lengths[i] for i in rows)  # packed: no padding computed
-            if not self.guard.fits(tokens):
-                self.guard.split(any(len(mb) > 1 for plan in plans for mb in plan), max(lengths))
+        sums = StepSums(self.device, max(len(p) for p in plans))
+        for mb in micro_batches(batch, plans[self.rank], sums.count, lengths):
+            if not self.guard.fits(mb.tokens):
+                self.guard.split(any(len(m) > 1 for plan in plans for m in plan), max(lengths))
                 return None
-            if not rows:
-                if need_ref:  # the reference's all-gathers must line up too
-                    with torch.no_grad():
-                        self.reference(torch.zeros(1, 1, dtype=torch.long, device=self.device))
-                    self.reference.reshard()
-                self._dummy_backward()
+            if not mb.rows:
+                self._idle_micro_batch(loss.reference_forward)
                 continue
-            prompts = [batch.prompt_ids[i] for i in rows]
-            responses = [batch.response_ids[i] for i in rows]
-            ref_lp = None
-            if need_ref:  # before the policy's forward, as on a rank with no rows left
-                with torch.no_grad():
-                    ref_lp, _ = response_logprobs(
-                        self.reference,
-                        prompts,
-                        responses,
-                        self.temperature,
-                        self.device,
-                        cfg.logprob_chunk_tokens,
-                    )
-                self.reference.reshard()  # FSDP keeps the root gathered after a forward
-            lp, mask = self._logprobs(prompts, responses)
-            behaviour = (
-                self._pad(batch.behaviour_logprobs, rows, lp)
-                if batch.behaviour_logprobs is not None
-                else lp.detach()
-            )
-            current = self._token_versions(batch, rows, lp) == self.version
-            part, part_peaks = mismatch_sums(lp, behaviour, mask, current)
-            gap, peaks = gap + part, torch.maximum(peaks, part_peaks)
-            weights = correction_weights(
-                lp,
-                behaviour,
-                mask,
-                cfg.rollout_is,
-                cfg.rollout_is_threshold,
-                cfg.rollout_rs,
-                rs_upper,
-                rs_lower,
-                gap,
-            )
+            value, stats = self._train_micro_batch(batch, mb, loss, sums)
+            self.guard.measured(mb.tokens)
+            sums.add_loss(value, stats)
+        return sums
+
+    def _idle_micro_batch(self, reference_forward: bool) -> None:
+        """A rank with no rows left joins the micro-batch's collectives: FSDP's all-gathers of
+        the policy (a zero-loss pass) and, where it runs, of the reference."""
+        if reference_forward:
+            assert self.reference is not None  # train_step refuses kl_coef > 0 without one
+            with torch.no_grad():
+                self.reference(torch.zeros(1, 1, dtype=torch.long, device=self.device))
+            self.reference.reshard()
+        self._dummy_backward()
+
+    def _train_micro_batch(
+        self, batch: TrainBatch, mb: MicroBatch, loss: StepLoss, sums: StepSums
+    ) -> tuple[torch.Tensor, LossStats]:
+        """One micro-batch's forward and backward, its mismatch added to `sums`; returns its
+        loss and the loss's statistics."""
+        # before the policy's forward, as on a rank with no rows left
+        ref_lp = self._reference_logprobs(mb) if loss.reference_forward else None
+        lp, mask = self._logprobs(mb.prompts, mb.responses)
+        behaviour = (
+            self._pad(batch.behaviour_logprobs, mb.rows, lp)
+            if batch.behaviour_logprobs is not None
+            else lp.detach()
+        )
+        current = self._token_versions(batch, mb.rows, lp) == self.version
+        sums.add_mismatch(*mismatch_sums(lp, behaviour, mask, current))
+        weights = correction_weights(lp, behaviour, mask, loss.correction, sums.gap)
+        if ref_lp is None and batch.ref_logprobs is not None:
+            ref_lp = self._pad(batch.ref_logprobs, mb.rows, lp)
+        tokens = LossTokens(
+            logprobs=lp,
             # corrected: the IS weight carries the rollout -> trainer gap, PPO's ratio is taken
             # against the trainer's own log-probs (veRL's decoupled mode; pivot/rl/mismatch.py)
-            old = lp.detach() if correcting else behaviour
-            ref = (
-                ref_lp
-                if need_ref
-                else self._pad(batch.ref_logprobs, rows, lp)
-                if batch.ref_logprobs is not None
-                else None
+            behaviour_logprobs=lp.detach() if loss.correction.active else behaviour,
+            advantages=torch.tensor([batch.advantages[i] for i in mb.rows], device=self.device),
+            mask=mask,
+            ref_logprobs=ref_lp,
+            token_weights=weights,
+        )
+        value, stats = ppo_clip_loss(tokens, loss.options, loss.normalizer)
+        # FSDP averages gradients over ranks; the loss is already a share of the global one
+        (value * self.world).backward()
+        return value, stats
+
+    def _reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
+        """The KL loss's reference log-probs of the micro-batch's responses."""
+        assert self.reference is not None  # train_step refuses kl_coef > 0 without one
+        with torch.no_grad():
+            ref_lp, _ = response_logprobs(
+                self.reference,
+                mb.prompts,
+                mb.responses,
+                self.temperature,
+                self.device,
+                self.config.logprob_chunk_tokens,
             )
-            adv = torch.tensor([batch.advantages[i] for i in rows], device=self.device)
-            loss, st = ppo_clip_loss(
-                lp,
-                old,
-                adv,
-                mask,
-                cfg.clip_eps_low,
-                cfg.clip_eps_high,
-                cfg.dual_clip_c or None,
-                cfg.loss_agg,
-                normalizer,
-                ref,
-                cfg.kl_coef,
-                cfg.kl_estimator,
-                weights,
-            )
-            # FSDP averages gradients over ranks; the loss is already a share of the global one
-            (loss * self.world).backward()
-            self.guard.measured(tokens)
-            t = st.tokens
-            sums += torch.tensor(
-                [loss.item(), t, st.clip_frac * t, st.approx_kl_behaviour * t, st.kl_ref * t],
-                dtype=torch.float64,
-                device=self.device,
-            )
-        return sums, gap, peaks, count
+        self.reference.reshard()  # FSDP keeps the root gathered after a forward
+        return ref_lp
 
     def _token_versions(
         self, batch: TrainBatch, rows: list[int], like: torch.Tensor
@@ -567,7 +540,12 @@ class Trainer:
         returns the files this rank wrote."""
         self._check_up()
         return self.checkpoint.save(
-            path, self.version, self.bad_steps, self.config, extra, self.guard.budget
+            path,
+            version=self.version,
+            bad_steps=self.bad_steps,
+            config=self.config,
+            extra=extra,
+            micro_batch_tokens=self.guard.budget,
         )
 
     def load(self, path: str | Path) -> dict[str, Any]:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # FSDP's DTensor costs start-up time on ranks that never trai
 STATE_FILE = "trainer.json"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Restored:
     """What `TrainerCheckpoint.load` hands back: the trainer's counters and the caller's `extra`."""
 
@@ -58,6 +58,7 @@ class TrainerCheckpoint:
     def save(
         self,
         path: str | Path,
+        *,
         version: int,
         bad_steps: int,
         config: TrainConfig,
@@ -141,10 +142,10 @@ class TrainerCheckpoint:
                         self.optimizer.state.pop(p, None)
         dist.barrier(group=self.group)
         return Restored(
-            int(meta["version"]),
-            int(meta["bad_steps"]),
-            meta["extra"],
-            meta.get("micro_batch_tokens"),
+            version=int(meta["version"]),
+            bad_steps=int(meta["bad_steps"]),
+            extra=meta["extra"],
+            micro_batch_tokens=meta.get("micro_batch_tokens"),
         )
 
     def _own_file(

@@ -1,6 +1,8 @@
 """The training role as the worker sees it: a `Trainer` created on the first shift up, then
 shifted down (optimizer state and fp32 master offloaded to host) and up (restored; parameters
-checked against the GPS Read) as the planner moves the training pool."""
+checked against the GPS Read) as the planner moves the training pool. `TrainingRoleLike` is what
+the worker loop calls of it: `TrainingRole` itself, or a device backend's wrapper around it
+(`pivot.runtime.job.backend.DeviceBackend.install`)."""
 
 from __future__ import annotations
 
@@ -8,49 +10,68 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 
-from pivot.config import TrainConfig
+from pivot.config import ModelConfig, TrainConfig
 from pivot.model import CausalLM, ModelArgs
 from pivot.model.meta_init import params_on_meta
 from pivot.rl.batch import TrainBatch
 from pivot.roles.trainer import Trainer
 
 
+class TrainingRoleLike(Protocol):
+    """What the worker loop calls of the training role (`TrainingRole` says what each does)."""
+
+    @property
+    def needs_weights(self) -> bool: ...
+
+    @property
+    def version(self) -> int: ...
+
+    def prewarm(self) -> None: ...
+
+    def join(self, group: dist.ProcessGroup) -> None: ...
+
+    def resize(self, checkpoint: Path | None) -> None: ...
+
+    def shift_up(self, shards: dict[str, torch.Tensor] | None) -> dict[str, float]: ...
+
+    def shift_down(self) -> dict[str, float]: ...
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]: ...
+
+    def shards(self) -> dict[str, torch.Tensor]: ...
+
+    def save(self, path: str) -> list[Path]: ...
+
+
 class TrainingRole:
     def __init__(
         self,
+        *,
         args: ModelArgs,
         group: dist.ProcessGroup | None,
-        cfg: TrainConfig,
+        train: TrainConfig,
+        model: ModelConfig,
         device: str,
         temperature: float,
-        resume_from: Path | None,
-        policy_folder: Path | None,
-        compute_dtype: str = "float32",
-        attention: str = "sdpa",
-        linear: str = "torch",
-        reference_path: Path | None = None,
+        policy: Path | None,
+        resume_from: Path | None = None,
     ) -> None:
-        """`policy_folder`: the folder the policy was loaded from, whose tokenizer, chat template
-        and generation files the exported policy carries; `reference_path`: the initial policy's
-        folder, the KL loss's reference (train.kl_coef > 0)."""
-        self.args, self.group, self.cfg, self.device, self.temperature = (
-            args,
-            group,
-            cfg,
-            device,
-            temperature,
-        )
-        self.attention = attention  # --model.attention: the trainer's whole-sequence kernel too
-        self.linear = linear  # --model.linear: the trainer's layers are the inference roles' kind
-        self.compute_dtype = getattr(
-            torch, compute_dtype
-        )  # --model.dtype: FSDP2 mixed precision below fp32
-        self.resume_from, self.policy_folder = resume_from, policy_folder
-        self.reference_path = reference_path
+        """`group`: the training slot's (None on a rank outside it); `model`: the dtype the
+        trainer computes in (FSDP2 mixed precision below fp32) and the kernels of its layers
+        (the inference roles' too); `temperature`: the rollout's, whose log-probs the trainer's
+        are compared with; `policy`: the initial policy's folder, the KL loss's reference
+        (train.kl_coef > 0), whose tokenizer, chat template and generation files every exported
+        policy carries; `resume_from`: the checkpoint the first shift up loads."""
+        self.args, self.group, self.cfg, self.device = args, group, train, device
+        self.temperature = temperature
+        self.attention, self.linear = model.attention, model.linear
+        self.compute_dtype = getattr(torch, model.dtype)
+        self.policy, self.resume_from = policy, resume_from
         self.trainer: Trainer | None = None
         self._prewarm: threading.Thread | None = None
 
@@ -97,12 +118,17 @@ class TrainingRole:
             with torch.device(self.device), params_on_meta():  # storage comes with the FSDP shard
                 model = CausalLM(self.args, linear=self.linear, attention=self.attention)
             self.trainer = Trainer(
-                model, self.group, self.cfg, self.device, self.temperature, self.compute_dtype
+                model,
+                self.group,
+                self.cfg,
+                device=self.device,
+                temperature=self.temperature,
+                compute_dtype=self.compute_dtype,
             )
             if self.cfg.kl_coef:  # the initial policy, also when resuming from a checkpoint
                 with torch.device(self.device), params_on_meta():
                     ref = CausalLM(self.args, linear=self.linear, attention=self.attention)
-                self.trainer.attach_reference(ref, self.reference_path)
+                self.trainer.attach_reference(ref, self.policy)
             if self.resume_from is not None:
                 self.trainer.load(self.resume_from)
             else:
@@ -130,7 +156,7 @@ class TrainingRole:
         Collective over the training group."""
         root, policy = Path(path), Path(path) / "policy"
         written = self.trainer.save(root)
-        self.trainer.export_hf(policy, self.policy_folder)
+        self.trainer.export_hf(policy, self.policy)
         if self.trainer.rank == 0:
             written += sorted(f for f in policy.iterdir() if f.is_file())
         return written

@@ -19,8 +19,9 @@ replicas to shift up. `plan_actions` orders what happens, phase by phase:
 Every shift down is issued before any shift up, so on a device that changes role the release
 precedes the acquire. Training shifts as a whole: it is one slot covering the training pool.
 
-The host supplies the effects (`ShiftHost`): the runtime controller (pivot/runtime/control/controller.py)
-sends ShiftDown/ShiftUp to the workers (pivot/runtime/job/worker.py, which calls the roles in
+The host supplies the effects (`ShiftHost`, the holder of the `Cluster`, pivot/shift/cluster.py):
+the runtime controller (pivot/runtime/control/controller.py, through its `WorkerShifts` part) sends
+ShiftDown/ShiftUp to the workers (pivot/runtime/job/worker.py, which calls the roles in
 pivot/roles/ and GPS through pivot/runtime/weights/service.py) and reports completion when every rank's
 ShiftDone is in; the simulator (pivot/sim/simulator.py) schedules timed events at the shift
 costs of pivot/sim/costs.py. Either way the host calls `ShiftExecutor.complete`, which moves
@@ -104,9 +105,14 @@ class ShiftExecutor:
     def __init__(
         self, table: ReplicaTable, host: ShiftHost, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.table, self.host, self.clock = table, host, clock
+        self.host, self.clock = host, clock
         self.states = ReplicaStates(table)
         self.timer = ShiftTimer()
+
+    @property
+    def table(self) -> ReplicaTable:
+        """The replica table, the states' (its one place: a re-size replaces it there)."""
+        return self.states.table
 
     def execute(self, plan: ShiftPlan) -> list[ShiftAction]:
         """Check the whole plan against the states, then start it; raises `ShiftError` (and

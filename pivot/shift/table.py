@@ -16,6 +16,7 @@ Anything else raises `ShiftError` naming the replica, its state and the device.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -172,6 +173,19 @@ class ReplicaStates:
                 if self.holder.get(d) == rid:
                     del self.holder[d]
         return up
+
+    def resize(self, rid: int, devices: tuple[int, ...]) -> None:
+        """Give replica `rid` `devices` (the training slot re-sized): only while it is down and
+        nothing shifts, so no device changes holder; every other replica keeps its id, devices
+        and state. The table is replaced here, its one place. Raises `ShiftError` otherwise."""
+        if self.in_flight or self.state[rid] != State.DOWN:
+            raise ShiftError(
+                f"{self.table.name(rid)}: cannot be re-sized while {self.state[rid]} "
+                f"with {self.in_flight} shift(s) in flight (needs down, none)"
+            )
+        replicas = list(self.table.replicas)
+        replicas[rid] = dataclasses.replace(replicas[rid], devices=devices)
+        self.table = dataclasses.replace(self.table, replicas=tuple(replicas))
 
     def up(self) -> list[int]:
         """Replica ids whose shift up has completed and that are not shifting down."""

@@ -3,9 +3,11 @@
     res = simulate(paper_preset("qwen2.5-7b+qwen3-30b-a3b"), SimOptions(steps=4))
     res.throughput, res.step_end_s, res.timeline
 
-It drives the same cluster as the runtime controller (pivot/runtime/control/controller.py): both are a
-`ClusterHost` (pivot/shift/host.py), with the same replica table, replica states, shift
-executor, schedulers and deployment mode; the simulator's shift effects are timed events.
+It drives the same cluster as the runtime controller (pivot/runtime/control/controller.py): both
+hold a `Cluster` (pivot/shift/cluster.py), with the same replica table, replica states, shift
+executor and schedulers, and drive the same deployment mode; the simulator supplies the shift
+effects as timed events and says how training stands, and its `SimSequences` part
+(pivot/sim/sequences.py) moves the sequences on the simulated replicas.
 Prompts of step s are submitted once `s - version <= staleness` (0 in colocated mode); every
 finished rollout becomes a GenRM sequence (its prompt holds the response); the scheduler's
 Dispatch/Abort commands move sequences between simulated replicas (an abort keeps the
@@ -31,30 +33,102 @@ step (`pivot.sched.records.step_major_id`), so the schedulers, which queue by id
 
 from __future__ import annotations
 
+import copy
 import time
 
 from pivot.config import PivotConfig
-from pivot.plan import ClusterSnapshot, overall_throughput
-from pivot.plan.modes import reserve
+from pivot.plan import ClusterSnapshot, ShiftPlan, overall_throughput
+from pivot.plan.modes import Shiftable, make_mode, reserve
 from pivot.sched import INFERENCE_ROLES, Role
-from pivot.sim.cluster import SimCluster
-from pivot.sim.cluster import _Seq as _Seq  # re-exported: tests submit sequences by hand
+from pivot.shift import Cluster
+from pivot.sim.costs import build_cluster
+from pivot.sim.engine_profile import with_engine
+from pivot.sim.events import EventQueue
 from pivot.sim.options import Resize, SimOptions
 from pivot.sim.result import ShiftEvent, SimResult, TimelinePoint
+from pivot.sim.sequences import SequenceWatch, SimSequences
+from pivot.sim.sequences import _Seq as _Seq  # re-exported: tests submit sequences by hand
 
 
-class Simulator(SimCluster):
-    """The event loop over the simulated cluster (see the module docstring)."""
+class Simulator:
+    """The event loop over the simulated cluster (see the module docstring). It holds the
+    `Cluster`, supplies its protocols (`ShiftHost`: each shift a timed event; `TrainingStatus`:
+    the simulated trainer's), and trains, plans and re-sizes; `work` moves the sequences."""
+
+    def __init__(
+        self, cfg: PivotConfig, opts: SimOptions = SimOptions(), watch: SequenceWatch | None = None
+    ) -> None:
+        """`watch`: what a diagnostic run records of the sequences (None: nothing)."""
+        self.cfg, self.opts = copy.deepcopy(cfg), opts
+        self.cfg.planner.budget_s = 0.0  # simulated time: the search must not vary with the CPU
+        self.steps = opts.steps if opts.steps is not None else cfg.train.steps
+        if opts.warmup_steps >= self.steps:
+            raise ValueError(
+                f"SimOptions.warmup_steps={opts.warmup_steps}: need < steps={self.steps}"
+            )
+        hw = with_engine(opts.hardware, opts.engine)  # decode as the chosen engine runs it
+        table, self.costs = build_cluster(self.cfg, hw, opts.kv_from_engine, opts.calibration)
+        self.now = 0.0
+        self.events = EventQueue()
+        self.cluster = Cluster(
+            table,
+            effects=self,
+            training=self,
+            migrate=self.cfg.planner.migration,
+            clock=lambda: self.now,
+            refresh=self._report_progress,
+        )
+        self.dev_free_at = [0.0] * table.world
+        self.training = False
+        self._decisions: list[tuple[float, int]] = []  # sizing decisions: (made at, devices)
+        self._resize_to: int | None = None  # a decision being carried out
+        self.train_tps = 0.0
+        self.step = self.version = 0
+        staleness = 0 if self.cfg.cluster.mode == "colocated" else self.cfg.train.staleness
+        self.mode = make_mode(self.cfg, on_planned=self.on_planned)
+        self._cheap_mode = not isinstance(self.mode, Shiftable)
+        self._plan_due, self._last_plan = True, float("-inf")
+        self.res = SimResult(
+            self.cfg.cluster.mode,
+            self.cfg.planner.strategy,
+            self.cfg.preset,
+            hw.name,
+            self.steps,
+            table,
+            self.costs,
+            staleness,
+            warmup_steps=opts.warmup_steps,
+            workload=opts.workload,
+        )
+        self.work = SimSequences(
+            cluster=self.cluster,
+            cfg=self.cfg,
+            opts=opts,
+            costs=self.costs,
+            events=self.events,
+            res=self.res,
+            clock=lambda: self.now,
+            steps=self.steps,
+            staleness=staleness,
+            watch=watch,
+        )
+
+    # the planner's record: the mode calls it after every plan
+    def on_planned(self, snap: ClusterSnapshot, plan: ShiftPlan | None, wall_s: float) -> None:
+        self.res.planner_calls += 1
+        self.res.planner_wall_s += wall_s
+        if self.opts.record_plans:
+            self.res.plans.append((snap, plan))
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> SimResult:
         t0 = time.perf_counter()
-        initial = self.mode.initial(self).up
+        initial = self.mode.initial(self.cluster).up
         for r in self.opts.resizes:  # start-up decisions: made `delay_s` into the run
             if r.after_step == 0:
                 self._decided(r.delay_s, r)
         self.res.initial_up = tuple(initial)
-        self.shifts.bring_up(initial)
+        self.cluster.shifts.bring_up(initial)
         self.events.push(0.0, "tick", ())
         while self.step < self.steps:
             if not self.events:
@@ -68,7 +142,9 @@ class Simulator(SimCluster):
                 )
             self.now = t
             if kind == "rep":
-                self._on_replica(*payload)
+                rid, ver = payload
+                if self.work.on_replica(rid, ver, self.step):
+                    self._plan_due = True  # the batch the trainer waits for is complete
             elif kind == "shift":
                 self._on_shifts_done([payload] + self.events.pop_same("shift", t))
             elif kind == "train":
@@ -78,42 +154,47 @@ class Simulator(SimCluster):
             elif kind == "resize":  # a sizing's decision arrived: its reserves hold from now
                 self._reserve(payload[0])
             self._after_event()
-        self.res.table, self.res.costs = self.table, self.costs  # re-sized, if it was
-        self.res.finish(self.now, self.samples, self.reps, self.train_rid, time.perf_counter() - t0)
+        self.res.table, self.res.costs = self.cluster.table, self.costs  # re-sized, if it was
+        self.res.finish(
+            self.now,
+            self.work.samples,
+            self.work.reps,
+            self.cluster.train_rid,
+            time.perf_counter() - t0,
+        )
         return self.res
 
     def _after_event(self) -> None:
-        self._fill()
-        for role in INFERENCE_ROLES:
-            if self._stale[role] and self._queued(role):
-                self._sync_stale(role)
-            self._apply(role, self.sched[role].dispatch())
+        self.work.fill(self.version)
+        self.work.dispatch()
         self._maybe_train()
         blocked = self.training and (self._cheap_mode or not self.opts.plan_during_training)
-        if self.shifts.states.in_flight or blocked or not (self._plan_due or self._cheap_mode):
+        if self.cluster.in_flight or blocked or not (self._plan_due or self._cheap_mode):
             return
         if self.now - self._last_plan < self.cfg.planner.interval_s and not self._cheap_mode:
             return
         self._plan_due, self._last_plan = False, self.now
-        plan = self.mode.plan(self)
+        plan = self.mode.plan(self.cluster)
         if plan is not None and (plan.up or plan.down):
             self.res.num_plans += 1
-            self.shifts.execute(plan)
+            self.cluster.shifts.execute(plan)
 
     def _on_tick(self) -> None:
         self._plan_due = True
         self._sample()
         self.events.push(self.now + self.opts.plan_every_s, "tick", ())
 
-    # ------------------------------------------------------------------ training
+    def _report_progress(self) -> None:
+        """Before a planner's snapshot: every replica's progress reaches its scheduler."""
+        self.work.sync_all()
+
+    # ------------------------------------------------------------------ training (TrainingStatus)
     @property
     def training_in_flight(self) -> bool:
         return self.training
 
     def train_ready(self) -> bool:
-        return (
-            not self.training and self.step < self.steps and self.rewarded[self.step] == self.group
-        )
+        return not self.training and self.step < self.steps and self.work.batch_ready(self.step)
 
     def train_throughput(self) -> float:
         return self.train_tps
@@ -124,10 +205,9 @@ class Simulator(SimCluster):
         if self._resize_to is not None:
             self._maybe_resize()
             return  # the slot trains again once it is re-sized
-        if self.train_ready() and self.is_up(self.train_rid):
-            tokens = sum(s.train_tokens for s in self.samples[self.step])
-            devices = len(self.table.replicas[self.train_rid].devices)
-            dur = self.costs.train_s(devices, tokens)
+        if self.train_ready() and self.cluster.is_up(self.cluster.train_rid):
+            tokens = sum(s.train_tokens for s in self.work.samples[self.step])
+            dur = self.costs.train_s(self.cluster.train_devices, tokens)
             self.training, self.train_tps = True, tokens / dur
             self.res.train_s.append(dur)
             self.events.push(self.now + dur, "train", ())
@@ -148,9 +228,9 @@ class Simulator(SimCluster):
         self.events.push(at, "resize", (r,))
 
     def _reserve(self, r: Resize) -> None:
-        """The planner's reserved split of a decision (pivot/runtime/control/controller.py
-        `poll_sizing` sets it as the decision arrives, as here)."""
-        reserve(self.mode, self.world, r.train_devices, r.rollout_reserve)
+        """The planner's reserved split of a decision (the runtime's `SlotResizer.poll`,
+        pivot/runtime/control/slot_resizer.py, sets it as the decision arrives, as here)."""
+        reserve(self.mode, self.cluster.world, r.train_devices, r.rollout_reserve)
         self._plan_due = True
 
     def _take_decisions(self) -> None:
@@ -161,12 +241,12 @@ class Simulator(SimCluster):
             self._decisions = [d for d in self._decisions if d[0] > self.now]
 
     def _maybe_resize(self) -> None:
-        """The pending re-size, as the runtime carries it out (`ClusterHost.move_training_slot`):
+        """The pending re-size, as the runtime carries it out (`Cluster.move_training_slot`):
         the trainer's state goes through host memory at its shift down's cost, and its next
         shift up, on the new pool, costs the new size's."""
-        devices, was = self._resize_to, self.train_devices
+        devices, was = self._resize_to, self.cluster.train_devices
         assert devices is not None
-        if not self.move_training_slot(devices):
+        if not self.cluster.move_training_slot(devices):
             return
         if devices != was:
             self.costs = self.costs.resized(devices)
@@ -174,50 +254,44 @@ class Simulator(SimCluster):
         self._resize_to = None
         self._plan_due = True
 
-    # ------------------------------------------------------------------ planning and shifts
-    def snapshot(self) -> ClusterSnapshot:
-        for role in INFERENCE_ROLES:
-            self._sync(role)
-        return super().snapshot()
-
-    # ShiftHost (pivot/shift/executor.py): each shift is a timed event
+    # ------------------------------------------------------------------ shifts (ShiftHost)
+    # pivot/shift/executor.py: each shift is a timed event
     def migrate_off(self, role: str, rids: list[int]) -> None:
-        self._sync_stale(role)
-        self._apply(role, self.sched[role].shift_down(rids))
+        self.work.migrate_off(role, rids)
 
     def release(self, rid: int) -> None:
         self._start_shift(rid, False, self.now)
 
     def acquire(self, rid: int) -> None:
-        devs = self.table.replicas[rid].devices
+        devs = self.cluster.table.replicas[rid].devices
         self._start_shift(rid, True, max([self.now] + [self.dev_free_at[d] for d in devs]))
 
     def migrate_on(self, role: str, rids: list[int]) -> None:
-        self._sync(role)
-        self._apply(role, self.sched[role].shift_up(rids))
+        self.work.migrate_on(role, rids)
 
     def _start_shift(self, rid: int, up: bool, start: float) -> None:
-        role = self.role_of(rid)
+        role = self.cluster.role_of(rid)
         end = start + self.costs.shift_s(role, up)
-        for d in self.table.replicas[rid].devices:
+        for d in self.cluster.table.replicas[rid].devices:
             self.dev_free_at[d] = max(self.dev_free_at[d], end)
         self.res.shifts.append(ShiftEvent(start, end, rid, role, up))
         self.events.push(end, "shift", (rid, up))
 
     def _on_shifts_done(self, done: list[tuple[int, bool]]) -> None:
         """Shifts that complete at the same instant complete together (see `ShiftExecutor.complete`)."""
-        self.shifts.complete([rid for rid, _ in done])
+        self.cluster.shifts.complete([rid for rid, _ in done])
         self._plan_due = True
 
     # ------------------------------------------------------------------ timeline
     def _sample(self) -> None:
-        devices = self.shifts.states.devices_per_role()
+        devices = self.cluster.shifts.states.devices_per_role()
         tps: dict[str, float] = {Role.ROLLOUT: 0.0, Role.REWARD: 0.0}
-        for rid in self.up_slots():
-            if rid in self.reps:
-                rep = self.reps[rid]
-                tps[self.role_of(rid)] += rep.m.throughput(rep.n, rep.tok)
-        n_ro, n_rm = (self.sched[r].num_sequences() for r in INFERENCE_ROLES)
+        reps = self.work.reps
+        for rid in self.cluster.up_slots():
+            if rid in reps:
+                rep = reps[rid]
+                tps[self.cluster.role_of(rid)] += rep.m.throughput(rep.n, rep.tok)
+        n_ro, n_rm = (self.cluster.sched[r].num_sequences() for r in INFERENCE_ROLES)
         overall = overall_throughput(n_ro, tps[Role.ROLLOUT], n_rm, tps[Role.REWARD])
         self.res.timeline.append(
             TimelinePoint(

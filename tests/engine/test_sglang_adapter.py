@@ -308,12 +308,12 @@ def test_role_leader_serves_sglang_from_its_slots_first_device(
         factory, "group_position", lambda group: (0, 4)
     )  # leader of a 4-device slot
     role = InferenceRole(
-        "rollout",
-        tiny_path,
-        EngineConfig(backend="sglang"),
-        ModelConfig(dtype="bfloat16"),
-        "cuda",
-        0,
+        role="rollout",
+        model_path=tiny_path,
+        engine_cfg=EngineConfig(backend="sglang"),
+        model_cfg=ModelConfig(dtype="bfloat16"),
+        device="cuda",
+        seed=0,
         local_device=4,
     )
     version, phases = role.shift_up(1, object(), gps_read(tiny_path, 7))
@@ -348,12 +348,12 @@ def test_role_follower_is_parked(
 ) -> None:
     monkeypatch.setattr(factory, "group_position", lambda group: (2, 4))
     role = InferenceRole(
-        "reward",
-        tiny_path,
-        EngineConfig(backend="sglang"),
-        ModelConfig(),
-        "cuda",
-        0,
+        role="reward",
+        model_path=tiny_path,
+        engine_cfg=EngineConfig(backend="sglang"),
+        model_cfg=ModelConfig(),
+        device="cuda",
+        seed=0,
         local_device=6,
     )
     version, _ = role.shift_up(
@@ -377,7 +377,12 @@ def test_sglang_genrm_needs_no_pivot_model_class(
     with pytest.raises(ValueError, match="rope_type"):
         ModelArgs.load(tmp_path)
     role = InferenceRole(
-        "reward", tmp_path, EngineConfig(backend="sglang"), ModelConfig(), "cpu", 0
+        role="reward",
+        model_path=tmp_path,
+        engine_cfg=EngineConfig(backend="sglang"),
+        model_cfg=ModelConfig(),
+        device="cpu",
+        seed=0,
     )
     version, _ = role.shift_up(0, None, gps_read(tmp_path, 2))
     names = {n for names, _ in fake_sglang.built[0].updates for n in names}

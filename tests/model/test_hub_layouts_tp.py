@@ -92,7 +92,7 @@ def _trainer_worker(rank: int, port: int, root: str) -> None:
     from pivot.roles.trainer import Trainer
 
     trainer = Trainer.from_pretrained(
-        Path(root) / "a", dist.group.WORLD, TrainConfig(), "cpu"
+        Path(root) / "a", dist.group.WORLD, TrainConfig(), device="cpu"
     )  # dim-0 sliced reads
     ref = from_pretrained(Path(root) / "a").state_dict()
     ok = all(torch.equal(p.full_tensor(), ref[n]) for n, p in trainer.params.items())

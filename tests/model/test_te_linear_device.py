@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from pivot.config import TrainConfig
+from pivot.config import ModelConfig, TrainConfig
 from pivot.model import ModelArgs
 from pivot.model.layers import make_linear
 from pivot.model.meta_init import params_on_meta
@@ -79,5 +79,13 @@ def test_the_training_role_builds_te_layers_when_asked(monkeypatch: pytest.Monke
         head_dim=8,
     )
     with pytest.raises(Stop):
-        TrainingRole(args, None, TrainConfig(), "cpu", 1.0, None, None, linear="te").shift_up({})
+        TrainingRole(
+            args=args,
+            group=None,
+            train=TrainConfig(),
+            model=ModelConfig(linear="te"),
+            device="cpu",
+            temperature=1.0,
+            policy=None,
+        ).shift_up({})
     assert built == [{"linear": "te", "attention": "sdpa"}]

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pivot.rl.algo import aggregate, grpo_advantages, kl_k3, ppo_clip_loss
+from pivot.rl.algo import LossOptions, LossTokens, aggregate, grpo_advantages, kl_k3, ppo_clip_loss
 
 
 def test_grpo_advantages_hand_values() -> None:
@@ -36,7 +36,8 @@ def test_ppo_clip_hand_values() -> None:
     mask = torch.ones(1, 3)
     # per-token advantages
     adv = torch.tensor([[1.0, -1.0, 2.0]])
-    loss, st = ppo_clip_loss(logp, old, adv, mask, clip_eps_low=0.2, clip_eps_high=0.28)
+    tokens = LossTokens(logprobs=logp, behaviour_logprobs=old, advantages=adv, mask=mask)
+    loss, st = ppo_clip_loss(tokens, LossOptions(clip_eps_low=0.2, clip_eps_high=0.28))
     # token 0: max(-1.5, -1.28) = -1.28; token 1: max(0.5, 0.8) = 0.8; token 2: -2
     assert loss.item() == pytest.approx((-1.28 + 0.8 - 2.0) / 3, abs=1e-6)
     assert st.clip_frac == pytest.approx(2 / 3)
@@ -47,12 +48,15 @@ def test_dual_clip_bounds_negative_advantage() -> None:
     logp = torch.log(torch.tensor([[5.0, 5.0]]))
     old = torch.zeros(1, 2)
     adv = torch.tensor([[-1.0, 1.0]])
-    loss, st = ppo_clip_loss(logp, old, adv, torch.ones(1, 2), dual_clip_c=3.0)
+    tokens = LossTokens(
+        logprobs=logp, behaviour_logprobs=old, advantages=adv, mask=torch.ones(1, 2)
+    )
+    loss, st = ppo_clip_loss(tokens, LossOptions(dual_clip_c=3.0))
     # token 0: pg = max(5, 1.28) = 5 -> min(5, 3) = 3; token 1: max(-5, -1.28) = -1.28 (no dual clip for A>0)
     assert loss.item() == pytest.approx((3.0 - 1.28) / 2, abs=1e-6)
     assert st.dual_clip_frac == pytest.approx(0.5)
     with pytest.raises(ValueError, match="dual_clip_c"):
-        ppo_clip_loss(logp, old, adv, torch.ones(1, 2), dual_clip_c=0.5)
+        ppo_clip_loss(tokens, LossOptions(dual_clip_c=0.5))
 
 
 def test_aggregation_token_vs_sequence() -> None:
@@ -75,7 +79,11 @@ def test_aggregation_token_vs_sequence() -> None:
 
 def test_sequence_advantages_broadcast_and_mask() -> None:
     logp = torch.zeros(2, 2)
-    loss, _ = ppo_clip_loss(logp, logp, torch.tensor([1.0, -3.0]), torch.tensor([[1, 1], [1, 0]]))
+    mask = torch.tensor([[1, 1], [1, 0]])
+    adv = torch.tensor([1.0, -3.0])
+    loss, _ = ppo_clip_loss(
+        LossTokens(logprobs=logp, behaviour_logprobs=logp, advantages=adv, mask=mask)
+    )
     # ratio 1 everywhere: token losses -1, -1, 3 (masked token ignored)
     assert loss.item() == pytest.approx((-1 - 1 + 3) / 3)
 
@@ -86,21 +94,38 @@ def test_kl_term_and_gradient() -> None:
     k3 = kl_k3(logp.detach(), ref)
     # exp(ref - logp) - (ref - logp) - 1 = 0.5 - log(0.5) - 1
     assert k3.item() == pytest.approx(0.5 - math.log(0.5) - 1)
-    loss, st = ppo_clip_loss(
-        logp, logp.detach(), torch.tensor([0.0]), torch.ones(1, 1), ref_logprobs=ref, kl_coef=0.1
+    tokens = LossTokens(
+        logprobs=logp,
+        behaviour_logprobs=logp.detach(),
+        advantages=torch.tensor([0.0]),
+        mask=torch.ones(1, 1),
+        ref_logprobs=ref,
     )
+    loss, st = ppo_clip_loss(tokens, LossOptions(kl_coef=0.1))
     assert loss.item() == pytest.approx(0.1 * k3.item())
     assert st.kl_ref == pytest.approx(k3.item())
     loss.backward()
     # d/dlogp of 0.1 * (exp(ref - logp) - (ref - logp) - 1) = 0.1 * (1 - exp(ref - logp)) = 0.05
     assert logp.grad.item() == pytest.approx(0.05)
     with pytest.raises(ValueError, match="ref_logprobs"):
-        ppo_clip_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 1), kl_coef=0.1)
+        no_ref = LossTokens(
+            logprobs=logp,
+            behaviour_logprobs=logp,
+            advantages=torch.tensor([1.0]),
+            mask=torch.ones(1, 1),
+        )
+        ppo_clip_loss(no_ref, LossOptions(kl_coef=0.1))
 
 
 def test_policy_gradient_sign() -> None:
     logp = torch.zeros(1, 1, requires_grad=True)
-    loss, _ = ppo_clip_loss(logp, torch.zeros(1, 1), torch.tensor([2.0]), torch.ones(1, 1))
+    tokens = LossTokens(
+        logprobs=logp,
+        behaviour_logprobs=torch.zeros(1, 1),
+        advantages=torch.tensor([2.0]),
+        mask=torch.ones(1, 1),
+    )
+    loss, _ = ppo_clip_loss(tokens)
     loss.backward()
     # ratio = 1 inside the clip range: d(-A * exp(logp - old))/dlogp = -A
     assert logp.grad.item() == pytest.approx(-2.0)
@@ -119,9 +144,9 @@ def test_sequence_aggregation_skips_fully_masked_rows() -> None:
         )
         assert parts.item() == pytest.approx(3.0)
     assert aggregate(v[1:2], m[1:2], "sequence").item() == 0.0  # nothing to average: zero, not NaN
-    loss, st = ppo_clip_loss(
-        torch.zeros(3, 3), torch.zeros(3, 3), torch.tensor([1.0, 7.0, -3.0]), m, agg="sequence"
-    )
+    zeros, adv = torch.zeros(3, 3), torch.tensor([1.0, 7.0, -3.0])
+    tokens = LossTokens(logprobs=zeros, behaviour_logprobs=zeros, advantages=adv, mask=m)
+    loss, st = ppo_clip_loss(tokens, LossOptions(agg="sequence"))
     assert loss.item() == pytest.approx((-1.0 + 3.0) / 2) and st.tokens == 4
 
 

@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from pivot.rl.algo import ppo_clip_loss
+from pivot.rl.algo import LossTokens, ppo_clip_loss
 from pivot.rl.mismatch import (
+    Correction,
     correction_weights,
     mismatch_metrics,
     mismatch_sums,
@@ -67,11 +68,15 @@ def test_identical_log_probs_give_zero_everywhere() -> None:
 
 def test_truncated_token_and_sequence_weights() -> None:
     sums, _ = zero_sums("cpu")
-    w = correction_weights(TRAINER, ROLLOUT, MASK, "token", 1.5, None, 0, 0, sums)
+    w = correction_weights(
+        TRAINER, ROLLOUT, MASK, Correction(rollout_is="token", is_threshold=1.5), sums
+    )
     want = torch.tensor([[1.5, 1.0, math.exp(-0.4)], [1.0, math.exp(-2.0), 0.0]])
     torch.testing.assert_close(w, want)  # exp(0.5) = 1.65 truncated to 1.5; padding weighs 0
     assert int(sums[-2]) == 1
-    w = correction_weights(TRAINER, ROLLOUT, MASK, "sequence", 2.0, None, 0, 0)
+    w = correction_weights(
+        TRAINER, ROLLOUT, MASK, Correction(rollout_is="sequence", is_threshold=2.0)
+    )
     seq = [math.exp(0.5 + 0.0 - 0.4), math.exp(-2.0)]
     torch.testing.assert_close(w, torch.tensor([[seq[0]] * 3, [seq[1]] * 2 + [0.0]]))
 
@@ -80,25 +85,30 @@ def test_masked_token_and_sequence_weights_reject_outside_the_bounds() -> None:
     upper, lower = rs_bounds(None, None, 1.5)
     assert (upper, lower) == (1.5, pytest.approx(1 / 1.5))
     sums, _ = zero_sums("cpu")
-    w = correction_weights(TRAINER, ROLLOUT, MASK, None, 2.0, "token", upper, lower, sums)
+    token = Correction(rollout_rs="token", rs_upper=upper, rs_lower=lower)
+    w = correction_weights(TRAINER, ROLLOUT, MASK, token, sums)
     # rho: 1.65 (out), 1, 0.67 (in: above 1/1.5), 1, 0.135 (out)
     torch.testing.assert_close(w, torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]]))
     assert int(sums[-1]) == 2
-    w = correction_weights(TRAINER, ROLLOUT, MASK, None, 2.0, "sequence", upper, lower)
+    sequence = Correction(rollout_rs="sequence", rs_upper=upper, rs_lower=lower)
+    w = correction_weights(TRAINER, ROLLOUT, MASK, sequence)
     torch.testing.assert_close(w, torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))
 
 
 def test_both_off_is_no_weight_at_all() -> None:
-    assert correction_weights(TRAINER, ROLLOUT, MASK, None, 2.0, None, 2.0, 0.5) is None
+    assert correction_weights(TRAINER, ROLLOUT, MASK, Correction()) is None
 
 
 def test_weights_scale_each_tokens_policy_gradient() -> None:
     """Decoupled mode: anchored at the trainer's own log-probs the ratio is 1, so the gradient of
     each token's term is -A * w / N (veRL's truncated IS policy gradient)."""
     lp = TRAINER.clone().requires_grad_(True)
-    w = correction_weights(TRAINER, ROLLOUT, MASK, "token", 1.5, None, 0, 0)
+    w = correction_weights(TRAINER, ROLLOUT, MASK, Correction(rollout_is="token", is_threshold=1.5))
     adv = torch.tensor([1.0, -2.0])
-    loss, _ = ppo_clip_loss(lp, lp.detach(), adv, MASK, token_weights=w)
+    tokens = LossTokens(
+        logprobs=lp, behaviour_logprobs=lp.detach(), advantages=adv, mask=MASK, token_weights=w
+    )
+    loss, _ = ppo_clip_loss(tokens)
     loss.backward()
     want = -adv[:, None] * w * MASK / MASK.sum()
     torch.testing.assert_close(lp.grad, want)

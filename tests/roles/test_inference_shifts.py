@@ -34,7 +34,12 @@ class SlowRelease:
 
 def _shift_down(rank: int, world: int, group: dist.ProcessGroup, folder: str) -> None:
     role = InferenceRole(
-        "reward", Path(folder), EngineConfig(backend="vllm"), ModelConfig(), "cpu", 0
+        role="reward",
+        model_path=Path(folder),
+        engine_cfg=EngineConfig(backend="vllm"),
+        model_cfg=ModelConfig(),
+        device="cpu",
+        seed=0,
     )
     role.engines, role.slot = {0: SlowRelease() if rank == 0 else ParkedEngine()}, 0
     dist.barrier(group=group)
@@ -75,7 +80,14 @@ def test_an_embedded_replica_captures_its_graphs_after_it_shifts_up(tmp_path: Pa
         return {}, 3
 
     engine = EngineConfig(kv_capacity_tokens=256, block_size=4, decode_graphs="eager")
-    role = InferenceRole("rollout", tmp_path, engine, ModelConfig(), "cpu", 0)
+    role = InferenceRole(
+        role="rollout",
+        model_path=tmp_path,
+        engine_cfg=engine,
+        model_cfg=ModelConfig(),
+        device="cpu",
+        seed=0,
+    )
     version, phases = role.shift_up(0, None, read)
     graphs = role.engine.runner.graphs
     assert version == 3 and graphs.captures == 0 and phases["graphs"] == 0.0  # off the Read

@@ -76,7 +76,7 @@ def _ranks(rank: int, world: int, group: dist.ProcessGroup, path: Path) -> None:
     for name, t in full.items():
         assert torch.equal(got[name], t), name
     # training: FSDP over 2 ranks, each reads its dim-0 rows
-    trainer = Trainer.from_pretrained(path, group, TrainConfig(), "cpu")
+    trainer = Trainer.from_pretrained(path, group, TrainConfig(), device="cpu")
     for name, p in trainer.params.items():
         assert torch.equal(p.full_tensor(), full[name]), name
 

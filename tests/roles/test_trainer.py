@@ -17,7 +17,7 @@ from trainer_harness import spawn, tiny_model
 from pivot.config import TrainConfig
 from pivot.model import from_pretrained
 from pivot.model.tp_plan import fsdp_range
-from pivot.rl.algo import ppo_clip_loss
+from pivot.rl.algo import LossOptions, LossTokens, ppo_clip_loss
 from pivot.rl.batch import TrainBatch
 from pivot.roles.trainer import Trainer
 
@@ -125,14 +125,14 @@ def _shards_and_reference(rank: int, world: int, group: dist.ProcessGroup, famil
         lp_rows.append(torch.cat([row, torch.zeros(width - len(r))]))
         masks.append(torch.tensor([1.0] * len(r) + [0.0] * (width - len(r))))
         olds.append(torch.tensor(old + [0.0] * (width - len(r))))
-    loss, _ = ppo_clip_loss(
-        torch.stack(lp_rows),
-        torch.stack(olds),
-        torch.tensor(batch.advantages),
-        torch.stack(masks),
-        cfg.clip_eps_low,
-        cfg.clip_eps_high,
+    tokens = LossTokens(
+        logprobs=torch.stack(lp_rows),
+        behaviour_logprobs=torch.stack(olds),
+        advantages=torch.tensor(batch.advantages),
+        mask=torch.stack(masks),
     )
+    options = LossOptions(clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high)
+    loss, _ = ppo_clip_loss(tokens, options)
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), cfg.grad_clip)
     opt.step()

@@ -48,9 +48,9 @@ def test_a_silent_rank_is_named_within_seconds(server: dist.TCPStore) -> None:
     beats = [
         Heartbeat(
             lambda: dist.PrefixStore("a0", client(server)),
-            r,
-            3,
-            3.0,
+            rank=r,
+            world_size=3,
+            timeout_s=3.0,
             on_dead=lambda line: verdicts.append((time.monotonic() - t0, line)),
         )
         for r in range(3)
@@ -76,7 +76,11 @@ def test_a_vanished_store_ends_the_watcher(server: dist.TCPStore) -> None:
     said = threading.Event()
     lines: list[str] = []
     beat = Heartbeat(
-        lambda: client(server), 1, 2, 3.0, on_dead=lambda line: (lines.append(line), said.set())
+        lambda: client(server),
+        rank=1,
+        world_size=2,
+        timeout_s=3.0,
+        on_dead=lambda line: (lines.append(line), said.set()),
     )
     beat.start()
     assert said.wait(20)  # rank 0 never beats: its silence is the verdict

@@ -1,7 +1,8 @@
-"""The runtime controller as the shift executor's host: a plan becomes ShiftDown/ShiftUp messages
-in the executor's order (on every rank, the shift down it leaves precedes the shift up it takes),
-and a shift completes only when every rank of the slot has sent its ShiftDone. No workers: a
-recording endpoint stands in for the control plane."""
+"""The runtime controller supplying the shift executor's effects: a plan becomes ShiftDown/ShiftUp
+messages in the executor's order (on every rank, the shift down it leaves precedes the shift up it
+takes), and a shift completes only when every rank of the slot has sent its ShiftDone; the
+training slot's sizing as the controller's `SlotResizer` carries it out. No workers: a recording
+endpoint stands in for the control plane."""
 
 from __future__ import annotations
 
@@ -47,23 +48,33 @@ def plan(up: tuple[int, ...] = (), down: tuple[int, ...] = ()) -> ShiftPlan:
     return ShiftPlan(None, up, down, 0.0, 0.0, PlanTimings())
 
 
-@pytest.fixture
-def ctrl() -> Controller:
+def controller(table: SlotTable, sizer: object = None) -> Controller:
+    """A controller on 4 ranks of one host in pivot mode, with no flow, progress or checkpoints
+    (the tests here never reach them), its messages recorded."""
     cfg = get_preset("tiny-cpu")
-    table = SlotTable.build(ClusterSpec(4, 0, 4), 1, 1, 2)
     return Controller(
         cfg,
-        table,
-        4,
-        Endpoint(),
-        None,
-        None,
-        Log(),
-        dict.fromkeys(("rollout", "reward"), ThroughputModel(1e-8, 1e-3, 1e-4, 1e-2)),
-        0,
-        None,
-        None,
+        table=table,
+        world_size=4,
+        endpoint=Endpoint(),  # records what is sent
+        flow=None,
+        mode=make_mode(cfg),
+        log=Log(),
+        profiles=dict.fromkeys(("rollout", "reward"), ThroughputModel(1e-8, 1e-3, 1e-4, 1e-2)),
+        start_step=0,
+        progress=None,
+        checkpointer=None,
+        sizer=sizer,  # a stand-in: what the resizer uses of SlotSizer
     )
+
+
+@pytest.fixture
+def ctrl() -> Controller:
+    return controller(SlotTable.build(ClusterSpec(4, 0, 4), 1, 1, 2))
+
+
+def sized(sizer: Sizer) -> Controller:
+    return controller(SlotTable.build(ClusterSpec(4, 0, 4), 1, 1, 2), sizer)
 
 
 def done(ctrl: Controller, rank: int, role: str, slot: int, up: bool) -> None:
@@ -83,10 +94,11 @@ def test_a_plan_becomes_messages_and_completes_on_the_last_rank(ctrl: Controller
     done(ctrl, 0, "rollout", 0, True)
     done(ctrl, 1, "reward", 1, True)
     done(ctrl, 2, "train", 0, True)
-    assert ctrl.shifts.states[8] == State.GOING_UP  # rank 3 has not reported yet
+    assert ctrl.cluster.shifts.states[8] == State.GOING_UP  # rank 3 has not reported yet
     done(ctrl, 3, "train", 0, True)
-    assert ctrl.up_slots() == [0, 5, 8] and ctrl.pending == {}
-    assert ctrl.sched["rollout"].active_ids == [0] and ctrl.sched["reward"].active_ids == [5]
+    assert ctrl.cluster.up_slots() == [0, 5, 8] and ctrl.shifting.pending == {}
+    sched = ctrl.cluster.sched
+    assert sched["rollout"].active_ids == [0] and sched["reward"].active_ids == [5]
     train = ctrl.log.events[-1]
     assert (
         train["event"] == "shift_up"
@@ -110,12 +122,13 @@ def test_each_rank_leaves_its_role_before_it_takes_the_next(ctrl: Controller) ->
     ]
     done(ctrl, 2, "train", 0, False)  # each rank reports in the order it handled the messages
     done(ctrl, 2, "rollout", 2, True)
-    assert ctrl.shifts.states[2] == State.UP and ctrl.sched["rollout"].active_ids == [0, 2]
-    assert ctrl.shifts.states[8] == State.GOING_DOWN  # rank 3 still leaving training
+    states = ctrl.cluster.shifts.states
+    assert states[2] == State.UP and ctrl.cluster.sched["rollout"].active_ids == [0, 2]
+    assert states[8] == State.GOING_DOWN  # rank 3 still leaving training
     done(ctrl, 3, "train", 0, False)
-    assert ctrl.shifts.states[8] == State.DOWN and ctrl.log.events[-1]["event"] == "shift_down"
+    assert states[8] == State.DOWN and ctrl.log.events[-1]["event"] == "shift_down"
     done(ctrl, 3, "reward", 3, True)
-    assert ctrl.up_slots() == [0, 2, 5, 7] and ctrl.shifts.states.devices_per_role() == {
+    assert ctrl.cluster.up_slots() == [0, 2, 5, 7] and states.devices_per_role() == {
         "rollout": 2,
         "reward": 2,
         "train": 0,
@@ -139,9 +152,9 @@ def test_a_late_weights_ack_updates_no_replica_that_is_shifting_down(ctrl: Contr
     ctrl.execute(plan(up=(0,)))
     done(ctrl, 0, "rollout", 0, True)
     ctrl.ep.sent.clear()
-    ctrl.version = 1
+    ctrl.training.version = 1
     ctrl.update(0)  # a training step finished: rollout0 is told to read version 1
-    ctrl.version = 2  # ... and another one, before rollout0 answers
+    ctrl.training.version = 2  # ... and another one, before rollout0 answers
     ctrl.execute(plan(down=(0,)))
     assert [(r, type(x).__name__) for r, x in ctrl.ep.sent] == [
         (0, "UpdateWeights"),
@@ -170,35 +183,33 @@ class Sizer:  # a finished sizing, as SlotSizer.poll (or .wait, at the run's end
         self.running = False
 
 
-def test_a_picked_reserve_holds_at_once_and_a_new_slot_waits(ctrl: Controller) -> None:
-    ctrl.mode = make_mode(ctrl.cfg)
-    ctrl.sizer = Sizer(Allocation(2, 1))  # type: ignore[assignment]  (poll is all it uses)
-    ctrl.poll_sizing()  # the same slot, 1 device reserved for rollout: the planner's from now
+def test_a_picked_reserve_holds_at_once_and_a_new_slot_waits() -> None:
+    ctrl = sized(Sizer(Allocation(2, 1)))  # poll is all it uses
+    ctrl.resizer.poll()  # the same slot, 1 device reserved for rollout: the planner's from now
     planner = ctrl.mode.planner  # type: ignore[attr-defined]  (pivot mode: Shiftable)
     assert (planner.cfg.reserve_rollout, planner.cfg.reserve_reward) == (1, 4 - 2 - 1)
-    assert ctrl.resize_to is None and ctrl.allocation == Allocation(2, 1)
+    assert ctrl.resizer.resize_to is None and ctrl.resizer.allocation == Allocation(2, 1)
     row = ctrl.log.events[-1]  # type: ignore[attr-defined]
     assert row["event"] == "train_sizing" and row["pick"] == "T2/R1" and row["reserve"] == 0
     assert row["predicted"] == {"T2": 100, "T2/R1": 120}
-    ctrl.sizer = Sizer(Allocation(1))  # type: ignore[assignment]
-    ctrl.poll_sizing()  # another slot, no reserve: the reserve goes now, the slot at a boundary
+    ctrl.resizer.sizer = Sizer(Allocation(1))  # type: ignore[assignment]
+    ctrl.resizer.poll()  # another slot, no reserve: the reserve goes now, the slot at a boundary
     assert (planner.cfg.reserve_rollout, planner.cfg.reserve_reward) == (0, 0)
-    assert ctrl.resize_to == 1 and ctrl.train_devices == 2
+    assert ctrl.resizer.resize_to == 1 and ctrl.cluster.train_devices == 2
 
 
-def test_a_sizing_owed_starts_as_one_lands_until_the_last_step(ctrl: Controller) -> None:
-    ctrl.mode = make_mode(ctrl.cfg)
-    sizer = ctrl.sizer = Sizer(Allocation(2, 1), owed=True)  # type: ignore[assignment]
-    ctrl.poll_sizing()  # one came due while it ran: it starts now, with the reserve just picked
+def test_a_sizing_owed_starts_as_one_lands_until_the_last_step() -> None:
+    sizer = Sizer(Allocation(2, 1), owed=True)
+    ctrl = sized(sizer)
+    ctrl.resizer.poll()  # one came due while it ran: it starts now, with the reserve just picked
     assert sizer.started == [Allocation(2, 1)]
-    ctrl.step = ctrl.cfg.train.steps
-    ctrl.poll_sizing()  # the last step has trained: nothing left to size
+    ctrl.training.step = ctrl.cfg.train.steps
+    ctrl.resizer.poll()  # the last step has trained: nothing left to size
     assert sizer.started == [Allocation(2, 1)]
 
 
-def test_the_run_end_awaits_the_sizing_in_flight_for_the_next_launch(ctrl: Controller) -> None:
-    ctrl.mode = make_mode(ctrl.cfg)
-    ctrl.sizer = Sizer(Allocation(1, 2))  # type: ignore[assignment]
+def test_the_run_end_awaits_the_sizing_in_flight_for_the_next_launch() -> None:
+    ctrl = sized(Sizer(Allocation(1, 2)))
     ctrl.finish()  # the ranks are told to stop first; rank 0 then awaits the search alone
     assert type(ctrl.ep.sent[-1][1]).__name__ == "Stop"
     row = ctrl.log.events[-1]  # type: ignore[attr-defined]
@@ -206,7 +217,7 @@ def test_the_run_end_awaits_the_sizing_in_flight_for_the_next_launch(ctrl: Contr
     assert row["next_launch"] == (
         "--train.devices 1 --planner.reserve-rollout 2 --planner.reserve-reward 1"
     )
-    ctrl.sizer = Sizer(Allocation(1))  # type: ignore[assignment]
+    ctrl.resizer.sizer = Sizer(Allocation(1))  # type: ignore[assignment]
     ctrl.failed = "rank 3 gone"  # a failed run does not wait: torchrun restarts it
     ctrl.finish()
     assert ctrl.log.events[-1]["event"] == "stop"  # type: ignore[attr-defined]

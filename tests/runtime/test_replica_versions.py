@@ -6,22 +6,17 @@ version; counted and logged. The controller with a recording endpoint, no worker
 from __future__ import annotations
 
 import pytest
-from test_controller_shifts import Endpoint, Log, plan
+from test_controller_shifts import controller, plan
 
-from configs.presets import get_preset
 from pivot.dist import ClusterSpec, SlotTable
 from pivot.runtime.control import messages as m
 from pivot.runtime.control.controller import Controller
-from pivot.sched import ThroughputModel
 
 
 @pytest.fixture
 def ctrl() -> Controller:
     """4 ranks: rollout TP2 replicas 0 (ranks 0-1) and 1 (ranks 2-3); reward TP1 replicas 2-5."""
-    cfg = get_preset("tiny-cpu")
-    table = SlotTable.build(ClusterSpec(4, 0, 4), 2, 1, 2)
-    profiles = dict.fromkeys(("rollout", "reward"), ThroughputModel(1e-8, 1e-3, 1e-4, 1e-2))
-    return Controller(cfg, table, 4, Endpoint(), None, None, Log(), profiles, 0, None, None)
+    return controller(SlotTable.build(ClusterSpec(4, 0, 4), 2, 1, 2))
 
 
 def up(ctrl: Controller, versions: dict[int, int]) -> None:
@@ -36,7 +31,7 @@ def updates(ctrl: Controller) -> list[tuple[int, int]]:
 
 
 def test_a_replica_up_with_mixed_versions_is_updated_whole(ctrl: Controller) -> None:
-    ctrl.version = 4
+    ctrl.training.version = 4
     ctrl.execute(plan(up=(0,)))
     assert [msg.version for _, msg in ctrl.ep.sent] == [4, 4]  # every rank is told which
     ctrl.ep.sent.clear()
@@ -47,16 +42,16 @@ def test_a_replica_up_with_mixed_versions_is_updated_whole(ctrl: Controller) -> 
     for rank, version in ((0, 5), (1, 6)):
         ctrl.handle(rank, m.WeightsUpdated(rank, 0, version, 0.1))
     assert updates(ctrl) == [(0, 4)] and ctrl.versions.mixed == 2
-    ctrl.version = 6
+    ctrl.training.version = 6
     for rank in (0, 1):
         ctrl.handle(rank, m.WeightsUpdated(rank, 0, 6, 0.1))
     assert updates(ctrl) == [] and ctrl.versions.get(0, -1) == 6
 
 
 def test_a_replica_up_behind_the_newest_policy_catches_up(ctrl: Controller) -> None:
-    ctrl.version = 2
+    ctrl.training.version = 2
     ctrl.execute(plan(up=(0,)))
     ctrl.ep.sent.clear()
-    ctrl.version = 3  # a training step finished while the replica shifted up
+    ctrl.training.version = 3  # a training step finished while the replica shifted up
     up(ctrl, {0: 2, 1: 2})
     assert updates(ctrl) == [(0, 3)] and ctrl.versions.caught_up == 1 and ctrl.versions.mixed == 0

@@ -55,12 +55,15 @@ def test_checked_shapes_are_the_models() -> None:
 
 PREWARM = """
 import sys
-from pivot.config import TrainConfig
+from pivot.config import ModelConfig, TrainConfig
 from pivot.model import ModelArgs
 from pivot.roles.training import TrainingRole
 from pivot.tiny.shipped import ensure_tiny_models
 args = ModelArgs.load(ensure_tiny_models().policy)
-role = TrainingRole(args, {group}, TrainConfig(), "cpu", 1.0, None, None)
+role = TrainingRole(
+    args=args, group={group}, train=TrainConfig(), model=ModelConfig(), device="cpu",
+    temperature=1.0, policy=None,
+)
 role.prewarm()
 role.prewarm()  # once
 if role._prewarm is not None:

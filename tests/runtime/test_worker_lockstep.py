@@ -77,7 +77,14 @@ class LockstepWorker(Worker):
         table = SlotTable.build(spec, rollout_tp=2, reward_tp=2, train_devices=1)
         roles = {"rollout": Role(), "reward": Role()}
         groups = {slot.name: object() for slot in table.all()}
-        super().__init__(spec, table, groups, Endpoint(batches), roles, Trainer(), Weights())  # type: ignore[arg-type]
+        fakes: dict[str, Any] = {  # stand-ins for what the loop touches
+            "groups": groups,
+            "endpoint": Endpoint(batches),
+            "inference": roles,
+            "trainer": Trainer(),
+            "weights": Weights(),
+        }
+        super().__init__(spec=spec, table=table, **fakes)
         self.forwarded: list[list[object]] = []
         self.leader_sends = leader_sends
 

@@ -89,16 +89,17 @@ def test_a_decision_with_a_reserved_split_sets_the_planners_reserves(opts: SimOp
 
 
 def test_the_slot_moves_only_while_the_trainer_is_down(opts: SimOptions) -> None:
-    sim = Simulator(deployment(small_cfg(train_devices=2), "pivot"), opts)
-    sim.shifts.bring_up([sim.train_rid])
+    cluster = Simulator(deployment(small_cfg(train_devices=2), "pivot"), opts).cluster
+    cluster.shifts.bring_up([cluster.train_rid])
     with pytest.raises(ShiftError, match="cannot be re-sized while up"):
-        sim.resize_training(range(4, 8))
-    others = sim.table.replicas[: sim.train_rid]
-    sim.shifts.states.start(sim.train_rid, up=False)
-    sim.shifts.states.finish(sim.train_rid)
-    sim.resize_training(range(4, 8))
-    assert sim.table.replicas[: sim.train_rid] == others  # every other replica as it was
-    assert sim.shifts.table is sim.table and sim.shifts.states.table is sim.table
+        cluster.resize_training(range(4, 8))
+    others = cluster.table.replicas[: cluster.train_rid]
+    cluster.shifts.states.start(cluster.train_rid, up=False)
+    cluster.shifts.states.finish(cluster.train_rid)
+    cluster.resize_training(range(4, 8))
+    assert cluster.table.replicas[: cluster.train_rid] == others  # every other replica as it was
+    assert cluster.table.replicas[cluster.train_rid].devices == (4, 5, 6, 7)
+    assert cluster.shifts.table is cluster.table and cluster.shifts.states.table is cluster.table
 
 
 def test_the_search_keeps_to_its_budget_and_scores_the_current_slot_first(

@@ -15,6 +15,6 @@ def test_a_late_judge_of_an_old_step_queues_before_younger_steps(opts: SimOption
     young = [SimSample(2, i, 0, 100, 50, 40, 350) for i in range(3)]
     old = SimSample(0, 7, 0, 100, 3000, 40, 3300)  # its long rollout finished after step 2's
     for s in young + [old]:
-        sim._submit(_Seq(Role.REWARD, s, s.judge_prompt_len, s.judge_len))
-    order = [sim.seqs[q.seq_id].sample for q in sim.sched[Role.REWARD].queued()]
+        sim.work.submit(_Seq(Role.REWARD, s, s.judge_prompt_len, s.judge_len))
+    order = [sim.work.seqs[q.seq_id].sample for q in sim.cluster.sched[Role.REWARD].queued()]
     assert order == [old] + young

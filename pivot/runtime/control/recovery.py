@@ -3,8 +3,9 @@
 A failure is a forced shift down of the replica (its sequences go back through the abort path
 with their tokens and continue elsewhere) followed by a shift up of the same replica, whose
 engine the worker builds anew from GPS (docs/reliability.md). This part only decides and counts:
-which replicas come back, which stay out (`max_failures` within `window_s`; the host keeps those
-in `ClusterHost.retired`), and how long each recovery took; the controller sends the messages.
+which replicas come back, which stay out (`max_failures` within `window_s`; the cluster keeps
+those in `Cluster.retired`), and how long each recovery took; `EngineFailures`
+(pivot/runtime/control/engine_failures.py) sends the shifts.
 Pure Python, no clock of its own.
 """
 

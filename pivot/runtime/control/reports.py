@@ -1,9 +1,9 @@
 """What the controller writes about the run (`ControllerReports`, a part that
 `pivot.runtime.control.controller.Controller` holds and passes what each report needs): one metrics row
 per training step (training, timing, and the counters the controller gathers: devices per role,
-the flow's counters, the engines' prefill and KV-migration counters (`kv_metrics`), rejected
-frames, replica version repairs) and the monitor's timeline sample of devices and tokens/s per
-role."""
+the flow's counters, the engines' prefill and KV-migration counters (`kv_metrics`, over each
+replica's latest `Stats`, kept here), rejected frames, replica version repairs) and the monitor's
+timeline sample of devices and tokens/s per role."""
 
 from __future__ import annotations
 
@@ -47,6 +47,15 @@ class ControllerReports:
     step_t0: float = field(default_factory=time.monotonic)  # when the step being reported began
     # rid -> (report time, tokens generated so far) at the previous monitor sample
     tokens_seen: dict[int, tuple[float, int]] = field(default_factory=dict)
+    stats: dict[int, m.Stats] = field(default_factory=dict)  # rid -> its latest report
+
+    def seen(self, rid: int, msg: m.Stats) -> None:
+        """Replica `rid`'s latest report."""
+        self.stats[rid] = msg
+
+    def engine_counters(self) -> dict[str, float]:
+        """`kv_metrics` over every replica's latest report."""
+        return kv_metrics(s.stats for s in self.stats.values())
 
     def step(
         self,
@@ -72,16 +81,15 @@ class ControllerReports:
 
     def sample(
         self,
-        stats: Mapping[int, m.Stats],
         role_of: Callable[[int], str],
         is_up: Callable[[int], bool],
         devices: dict[str, int],
         **extra: int,
     ) -> None:
         """The timeline's sample: `devices` per role and each role's tokens/s since the previous
-        sample, over the replicas up now (`stats`: each replica's latest report)."""
+        sample, over the replicas up now (from each replica's latest report)."""
         rates = {"rollout": 0.0, "reward": 0.0}
-        for rid, st in stats.items():
+        for rid, st in self.stats.items():
             role = role_of(rid)
             prev = self.tokens_seen.get(rid)
             self.tokens_seen[rid] = (st.time, st.stats.tokens_generated)

@@ -6,8 +6,8 @@ training as the cost model says), after step 1 (a training step measured) and ev
 slot (pivot/sim/autosize.py) on the costs measured so far, in a process of its own (a search is
 seconds to minutes of CPU: the controller's thread must keep its 200 ms pace), within
 `--train.sizing-budget-s` of CPU. A pick that beats the current slot by `--train.resize-gain`
-is handed to the controller, which moves the slot at a step boundary
-(pivot/runtime/control/controller.py `maybe_resize`). One runs at a time: one due meanwhile
+is handed to the controller, whose `SlotResizer` moves the slot at a step boundary
+(pivot/runtime/control/slot_resizer.py). One runs at a time: one due meanwhile
 starts when it lands; none starts once the last step has trained, and the run's end awaits
 the one in flight, so every sizing started is logged (its pick, if the run ended first, is
 the summary's advice for the next launch).

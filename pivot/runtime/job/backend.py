@@ -10,13 +10,17 @@ the ranks run on their real devices.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec
 from pivot.runtime.flow.rl_flow import RLFlow
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.autosize import CostModel
+
+if TYPE_CHECKING:  # annotations only
+    from pivot.roles.inference import InferenceRole
+    from pivot.roles.training import TrainingRole, TrainingRoleLike
 
 
 class DeviceBackend(Protocol):
@@ -37,9 +41,14 @@ class DeviceBackend(Protocol):
         ...
 
     def install(
-        self, cfg: PivotConfig, spec: ClusterSpec, inference: dict[str, Any], trainer: Any
-    ) -> tuple[dict[str, Any], Any]:
-        """This rank's roles as the worker loop drives them (wrappers around the real ones)."""
+        self,
+        cfg: PivotConfig,
+        spec: ClusterSpec,
+        inference: dict[str, InferenceRole],
+        trainer: TrainingRole,
+    ) -> tuple[dict[str, Any], TrainingRoleLike]:
+        """This rank's roles as the worker loop drives them (wrappers around the real ones, each
+        doing what the role it wraps does)."""
         ...
 
     def finish(self, run_dir: str, rank: int) -> None:

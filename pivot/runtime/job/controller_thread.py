@@ -199,22 +199,21 @@ def start_controller(
     sizer = slot_sizer(cfg, spec, device, backend, profiles)
     ctrl = Controller(
         cfg,
-        table,
-        spec.world_size,
-        endpoint,
-        flow,
-        make_mode(cfg),
-        log,
-        profiles,
-        start.step,
-        progress,
-        checkpointer,
-        sizer,
+        table=table,
+        world_size=spec.world_size,
+        endpoint=endpoint,
+        flow=flow,
+        mode=make_mode(cfg),
+        log=log,
+        profiles=profiles,
+        start_step=start.step,
+        progress=progress,
+        checkpointer=checkpointer,
+        sizer=sizer,
     )
     if start.checkpoint is not None:
-        ctrl.version = start.state["version"]
-        for info in flow.load_state_dict(start.state):
-            ctrl.sched[info.role].submit(info.state())
+        ctrl.training.version = start.state["version"]
+        ctrl.router.submit(flow.load_state_dict(start.state))
         log.shift(event="resume", step=start.step, path=str(start.checkpoint))
     thread = ControllerThread(ctrl, progress, log)
     thread.start()

@@ -1,13 +1,16 @@
 """Distributed start-up: the job's store, the attempt every rank agrees on, the default group
-and, across hosts, the heartbeats that end the job when a rank stops answering."""
+and, across hosts, the heartbeats that end the job when a rank stops answering; and the groups'
+end, clean or after a failure (pivot/runtime/job/resources.py says which runs when)."""
 
 from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import _abort_process_group
 
 from pivot.config import ClusterConfig
 from pivot.dist import ClusterSpec
@@ -53,15 +56,34 @@ def init_distributed(device: str, spec: ClusterSpec) -> int:
     return attempt
 
 
-def start_heartbeat(cfg: ClusterConfig, spec: ClusterSpec, attempt: int) -> Heartbeat | None:
-    """Across hosts (on one, torchrun's agent sees every exit itself), unless turned off."""
+def start_heartbeat(
+    cfg: ClusterConfig, spec: ClusterSpec, attempt: int, on_dead: Callable[[str], None]
+) -> Heartbeat | None:
+    """Across hosts (on one, torchrun's agent sees every exit itself), unless turned off;
+    `on_dead` ends this process with the verdict's line."""
     if spec.nnodes <= 1 or spec.world_size <= 1 or cfg.heartbeat_timeout_s <= 0:
         return None
     beat = Heartbeat(
         store_connector(attempt_prefix(attempt), cfg.heartbeat_timeout_s),
-        spec.rank,
-        spec.world_size,
-        cfg.heartbeat_timeout_s,
+        rank=spec.rank,
+        world_size=spec.world_size,
+        timeout_s=cfg.heartbeat_timeout_s,
+        on_dead=on_dead,
     )
     beat.start()
     return beat
+
+
+def destroy_groups() -> None:
+    """A clean end: the default group and every group made from it destroyed (every rank has
+    passed the last barrier)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def abort_groups() -> None:
+    """After a failure: every group dropped without waiting on a peer. NCCL's destroy waits for
+    the work in flight, which a dead peer never finishes; an abort does not (torch has no public
+    name for it yet: it is `destroy_process_group`'s failure-time sibling)."""
+    if dist.is_initialized():
+        _abort_process_group()

@@ -1,7 +1,8 @@
 """A rank's start-up, shared by every rank, in the order `run` goes through it: the job's config,
 distributed init, slots and groups; the inputs every rank agrees on (run folder, checkpoints,
 model folders); GPS and the weight service; rank 0's controller; this rank's roles; the worker
-loop; the way out."""
+loop; the way out. Each resource is held, from the moment it is taken, by one `JobResources`
+that lets go of it however the job ends (pivot/runtime/job/resources.py)."""
 
 from __future__ import annotations
 
@@ -32,14 +33,20 @@ from pivot.memory.fit import with_micro_batch_budget
 from pivot.model import ModelArgs, TextTokenizer, load_state_dict
 from pivot.model.hf_folder import check_folder
 from pivot.roles.inference import InferenceRole
-from pivot.roles.training import TrainingRole
+from pivot.roles.training import TrainingRole, TrainingRoleLike
 from pivot.runtime.control.control_plane import WorkerEndpoint
 from pivot.runtime.job.backend import DeviceBackend
 from pivot.runtime.job.controller_thread import ControllerThread, start_controller
-from pivot.runtime.job.dist_init import init_distributed, start_heartbeat
+from pivot.runtime.job.dist_init import (
+    abort_groups,
+    destroy_groups,
+    init_distributed,
+    start_heartbeat,
+)
 from pivot.runtime.job.launcher_watch import launcher_gone, under_torchrun, watch_launcher
+from pivot.runtime.job.liveness import Heartbeat
 from pivot.runtime.job.rank0_wait import Rank0Failed, run_on_rank0
-from pivot.runtime.job.sigterm import on_sigterm
+from pivot.runtime.job.resources import JobResources
 from pivot.runtime.job.worker import Worker
 from pivot.runtime.records.checkpoint import Checkpointer, StartPoint
 from pivot.runtime.records.manifest import MANIFEST
@@ -59,7 +66,7 @@ from pivot.tiny.shipped import ensure_tiny_models
 from pivot.tiny.task import judge_template_warning
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class RunInputs:
     """What every rank agreed on before any model is loaded (`checked_inputs`)."""
 
@@ -70,8 +77,6 @@ class RunInputs:
     """The initial policy's folder: its tokenizer and chat template, the KL loss's reference."""
     genrm: Path
     start: StartPoint
-    lock: RunLock | None = None
-    """Rank 0's hold on the run folder (one job per folder), kept for the job's life."""
     log_dir_given: bool = False
     """The folder came from --log.dir: `runs/latest` never names it."""
 
@@ -170,13 +175,10 @@ def with_run_folder(
     return cfg.replace(log=dataclasses.replace(cfg.log, dir=folder)), lock
 
 
-def _stopped(ckpt: Checkpointer, gps: GPSStore, rank0: bool) -> None:
-    """A SIGTERM (torchrun's when a rank fails, a cancelled job's, or this rank's own when its
-    launcher died): free this host's GPS files (local rank 0), and (rank 0) say what happened
-    and how to go on (pivot/runtime/job/sigterm.py ends the process)."""
-    gps.remove_files()
-    if not rank0:
-        return
+def _stopped(ckpt: Checkpointer) -> None:
+    """Rank 0's last word on a SIGTERM (torchrun's when a rank fails, a cancelled job's, or its
+    own when its launcher died), once the job's resources are let go of: what happened and how
+    to go on (pivot/runtime/job/sigterm.py ends the process)."""
     if launcher_gone():
         why = "its launcher (torchrun) is gone, killed or crashed; every rank ends with it."
     elif under_torchrun():
@@ -278,19 +280,31 @@ def chosen_run_dir() -> Path | None:
     return _CHOSEN.get("run_dir")
 
 
-def checked_inputs(cfg: PivotConfig, spec: ClusterSpec, launch: str) -> RunInputs:
+def checked_inputs(
+    cfg: PivotConfig, spec: ClusterSpec, launch: str, job: JobResources
+) -> RunInputs:
     """The run folder, the checkpoint to resume from and the models' folders, checked (headers
     only) the same way on every rank (collective); OSError or ValueError on every rank where the
-    job must not start."""
+    job must not start. Rank 0's lock on the run folder (one job per folder) is `job`'s from the
+    moment it is taken."""
     given_dir = cfg.log.dir
     cfg, lock = with_run_folder(cfg, spec, launch)  # before anything reads or writes log.dir
+    if lock is not None:
+        job.hold("the run folder's lock", clean=lock.release, failed=lock.release)
     _CHOSEN["run_dir"] = Path(cfg.log.dir)
     ckpt = Checkpointer(cfg.checkpoint, Path(cfg.log.dir), launch)
     policy, genrm = model_paths(cfg)
     check_shared(ckpt.dir, spec)  # before a run that could never resume trains for hours
     resume = resume_point(cfg, ckpt, spec)
     start = StartPoint(*resume) if resume else StartPoint()
-    inputs = RunInputs(cfg, ckpt, policy, genrm, start, lock, bool(given_dir))
+    inputs = RunInputs(
+        cfg=cfg,
+        checkpointer=ckpt,
+        policy=policy,
+        genrm=genrm,
+        start=start,
+        log_dir_given=bool(given_dir),
+    )
     check_folder(inputs.policy_weights)  # the trainer builds the policy with Pivot's model classes
     # also when sglang or vLLM serves it: GPS holds the GenRM in Pivot's names and shapes, read from this folder
     check_folder(genrm)
@@ -361,15 +375,15 @@ def inference_roles(
     cfg = inputs.cfg
     return {
         role: InferenceRole(
-            role,
-            path,
-            rcfg.engine,
-            cfg.model,
-            device,
-            cfg.seed + spec.rank,
-            spec.local_rank,
-            kv_prefix,
-            kv_place,
+            role=role,
+            model_path=path,
+            engine_cfg=rcfg.engine,
+            model_cfg=cfg.model,
+            device=device,
+            seed=cfg.seed + spec.rank,
+            local_device=spec.local_rank,
+            kv_prefix=kv_prefix,
+            kv_place=kv_place,
         )
         for role, path, rcfg in (
             ("rollout", inputs.policy, cfg.rollout),
@@ -379,30 +393,27 @@ def inference_roles(
 
 
 def training_role(
-    inputs: RunInputs,
-    spec: ClusterSpec,
-    table: SlotTable,
-    groups: dict[str, Any],
-    device: str,
+    inputs: RunInputs, spec: ClusterSpec, table: SlotTable, groups: dict[str, Any], device: str
 ) -> TrainingRole:
     cfg = inputs.cfg
     return TrainingRole(
-        ModelArgs.load(inputs.policy),
-        groups[table.train.name] if spec.rank in table.train.ranks else None,
-        cfg.train,
-        device,
-        cfg.rollout.temperature,
-        inputs.start.checkpoint,
-        inputs.policy,  # the exported policy carries its tokenizer and chat template
-        cfg.model.dtype,
-        cfg.model.attention,
-        cfg.model.linear,
-        inputs.policy,  # the KL loss's reference: the initial policy, not a resumed checkpoint
+        args=ModelArgs.load(inputs.policy),
+        group=groups[table.train.name] if spec.rank in table.train.ranks else None,
+        train=cfg.train,
+        model=cfg.model,
+        device=device,
+        temperature=cfg.rollout.temperature,
+        # the initial policy, not a resumed checkpoint: the KL loss's reference, and the folder
+        # whose tokenizer and chat template each exported policy carries
+        policy=inputs.policy,
+        resume_from=inputs.start.checkpoint,
     )
 
 
 def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
-    """Every rank's job; `backend` stands in for the devices (pivot/main.py picks it), None = real ones."""
+    """Every rank's job; `backend` stands in for the devices (pivot/main.py picks it), None = real
+    ones. What the job takes, `job` holds from the moment it is taken, and lets go of however
+    the job ends (pivot/runtime/job/resources.py)."""
     if cfg.cluster.device == "emulated" and backend is None:
         raise ValueError(
             "cluster.device=emulated needs the emulation backend (pivot/main.py hands it to run)"
@@ -418,39 +429,42 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
         job_secret.require_for(spec.nnodes)
     except ValueError as e:  # one line per host
         return stop([f"pivot: cannot start: {e}"], spec.rank, speak=spec.local_rank == 0)
-    attempt = init_distributed(device, spec)
-    heartbeat = start_heartbeat(cfg.cluster, spec, attempt)
-    # a training slot sized by measurement may take any pool size: each has its group
-    sized = cfg.train.resize_every > 0 and cfg.cluster.mode == "pivot"
-    sizes = pool_sizes(spec.world_size, spec.local_world_size, cfg.rollout.tp) if sized else []
-    groups = create_groups(table, sizes)
-    if spec.rank == 0:
-        print(summary(cfg, spec, table, device, attempt), flush=True)
-        if warning := judge_template_warning(cfg):
-            tell(warning)
-    store = dist.distributed_c10d._get_default_store()
-    launch = launch_id(store) if spec.rank == 0 else ""  # only rank 0 chooses the folder
-    try:  # the same answer on every rank: all stop, rank 0 says why
-        inputs = checked_inputs(cfg, spec, launch)
-    except (OSError, ValueError) as e:
-        line = f"pivot: cannot start: {e}"
-        if spec.rank == 0:  # at once; the others linger for it (pivot/bad_input.py) once cleaned up
-            stop([line], spec.rank)
-        if heartbeat is not None:  # every rank stops here: none may take another's exit for death
-            heartbeat.stop()
-        dist.destroy_process_group()
-        return stop([line], spec.rank, speak=False) if spec.rank else EXIT_CODE
-    cfg, ckpt = inputs.cfg, inputs.checkpointer
-    run_id = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}-{attempt}"
-    gps = gps_store(cfg, spec, store, run_id)
-    # a failing job (an exception here, on any rank) unlinks the GPS files this rank created:
-    # two copies of each model in host memory would otherwise outlive it
-    with gps.removed_on_failure():
+    with JobResources() as job:
+        attempt = init_distributed(device, spec)
+        job.hold("process groups", clean=destroy_groups, failed=abort_groups)
+        heartbeat = start_heartbeat(cfg.cluster, spec, attempt, on_dead=job.end_now)
+        if heartbeat is not None:  # none may take another's exit for death once the job ends
+            job.hold("heartbeat", clean=heartbeat.stop, failed=heartbeat.stop)
+        # a training slot sized by measurement may take any pool size: each has its group
+        sized = cfg.train.resize_every > 0 and cfg.cluster.mode == "pivot"
+        sizes = pool_sizes(spec.world_size, spec.local_world_size, cfg.rollout.tp) if sized else []
+        groups = create_groups(table, sizes)
+        if spec.rank == 0:
+            print(summary(cfg, spec, table, device, attempt), flush=True)
+            if warning := judge_template_warning(cfg):
+                tell(warning)
+        store = dist.distributed_c10d._get_default_store()
+        launch = launch_id(store) if spec.rank == 0 else ""  # only rank 0 chooses the folder
+        try:  # the same answer on every rank: all stop, rank 0 says why
+            inputs = checked_inputs(cfg, spec, launch, job)
+        except (OSError, ValueError) as e:
+            return _cannot_start(f"pivot: cannot start: {e}", spec.rank, job, said=False)
+        cfg, ckpt = inputs.cfg, inputs.checkpointer
+        if spec.rank == 0:
+            job.say_on_sigterm(lambda: _stopped(ckpt))
+        run_id = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}-{attempt}"
+        gps = gps_store(cfg, spec, store, run_id)
+        # two copies of each model in host memory: a failing or stopped job unlinks this
+        # attempt's files on this host (local rank 0), K/V exports of migrating sequences too
+        job.hold("GPS", clean=gps.close, failed=lambda: _drop(gps), ending=gps.remove_files)
+        # migrated sequences' KV waits in host shm beside GPS's buffers (cleaned with them on restart)
+        kv_prefix = shm_path(f"pivot-{run_id}", spec.host, "kv") if cfg.planner.kv_migration else ""
+        if kv_prefix and spec.local_rank == 0:
+            # K/V of sequences nobody resumed (the job ended first); on a failure GPS's go with it
+            job.hold("K/V exports", clean=lambda: sweep(kv_prefix))
         weights = weight_service(inputs, gps, table, device)
 
-        def rank0_startup() -> (
-            ControllerThread
-        ):  # minutes for a large model: waited for without a timeout
+        def rank0_startup() -> ControllerThread:  # minutes for a large model: no timeout
             weights.publish("policy", load_state_dict(inputs.policy_weights))
             weights.publish("genrm", load_state_dict(inputs.genrm))
             # the dataset is read here: a bad one stops every rank in one line
@@ -482,13 +496,12 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
                 rank0_startup,
             )
         except Rank0Failed as e:  # rank 0 has said why (pivot/runtime/job/rank0_wait.py)
-            if heartbeat is not None:
-                heartbeat.stop()
-            gps.close()
-            dist.destroy_process_group()
-            return stop([f"pivot: cannot start: {e}"], spec.rank, speak=False)
-        # migrated sequences' KV waits in host shm beside GPS's buffers (cleaned with them on restart)
-        kv_prefix = shm_path(f"pivot-{run_id}", spec.host, "kv") if cfg.planner.kv_migration else ""
+            return _cannot_start(f"pivot: cannot start: {e}", spec.rank, job, said=True)
+        # from here every rank runs the worker loop: a clean end meets at this barrier, the last
+        # collective; past it GPS's files and the groups go
+        job.hold("the last barrier", clean=lambda: _last_barrier(heartbeat))
+        if controller is not None:  # joined on a clean end: it has sent every rank Stop
+            job.hold("the controller thread", clean=controller.join)
         # where this rank's exports can be read from (pivot/engine/kv_transport.py): its host's shm,
         # GPS's NIXL agent when the job spans hosts, CUDA IPC on a GPU
         multi_host = len(set(gps.info.host_of)) > 1
@@ -498,38 +511,73 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
             gps.link if kv_prefix and multi_host else None,
         )
         inference = inference_roles(inputs, spec, device, kv_prefix, kv_place)
+        for role in inference.values():  # production engines run processes (and shm) of their own
+            job.hold(f"the {role.role} engines", clean=role.close, failed=role.close)
         trainer = training_role(inputs, spec, table, groups, device)
-        if backend is not None:
-            inference, trainer = backend.install(cfg, spec, inference, trainer)
+        driven: TrainingRoleLike = trainer
+        if backend is not None:  # wrapped: the roles as the backend's devices run them
+            inference, driven = backend.install(cfg, spec, inference, trainer)
+        endpoint = WorkerEndpoint(store, spec.rank)
+        job.hold("the control plane", clean=endpoint.close, failed=endpoint.close)
         worker = Worker(
-            spec, table, groups, WorkerEndpoint(store, spec.rank), inference, trainer, weights
+            spec=spec,
+            table=table,
+            groups=groups,
+            endpoint=endpoint,
+            inference=inference,
+            trainer=driven,
+            weights=weights,
         )
-        if spec.local_rank == 0:  # the other ranks own nothing to free: SIGTERM ends them
-            on_sigterm(lambda: _stopped(ckpt, gps, spec.rank == 0))
-        try:
-            worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
-        finally:  # production engines run processes (and shm files) of their own
-            for role in inference.values():
-                role.close()
-        # the way out
-        if backend is not None:  # every rank's records are on disk before rank 0 sums them up
-            backend.finish(cfg.log.dir, spec.rank)
-            dist.barrier()
-        if controller is not None:
-            controller.join()
-            status = f"failed: {controller.failed}" if controller.failed else "done"
-            extra = backend.summary_lines(cfg.log.dir) if backend is not None else []
-            print(run_summary(cfg.log.dir, ckpt.dir, status, extra), flush=True)
-            if controller.failed:
-                print(resume_hint(ckpt), flush=True)
+        worker.run()  # a failure propagates: torchrun stops the other ranks, no barrier to hang in
+        return _way_out(cfg, spec, ckpt, controller, backend)
+
+
+def _last_barrier(heartbeat: Heartbeat | None) -> None:
+    """The job's last collective. Past it every rank leaves when it is done, so the heartbeat
+    stops at once: a peer gone first is no death."""
+    dist.barrier()
+    if heartbeat is not None:
+        heartbeat.stop()
+
+
+def _drop(gps: GPSStore) -> None:
+    """GPS after a failure: this attempt's files on this host unlinked (local rank 0), then this
+    rank's mappings and registrations released."""
+    gps.remove_files()
+    gps.close()
+
+
+def _cannot_start(line: str, rank: int, job: JobResources, said: bool) -> int:
+    """Bad input every rank agreed on: rank 0 says `line` (at once, unless it `said` it), every
+    rank lets go of the job before any ends (none may take another's exit for death), then the
+    others linger for rank 0 (pivot/bad_input.py). Returns the exit code."""
+    if rank == 0 and not said:
+        stop([line], rank)
+    job.close()
+    if rank == 0 and not said:
+        return EXIT_CODE
+    return stop([line], rank, speak=False)
+
+
+def _way_out(
+    cfg: PivotConfig,
+    spec: ClusterSpec,
+    ckpt: Checkpointer,
+    controller: ControllerThread | None,
+    backend: DeviceBackend | None,
+) -> int:
+    """After the worker loop's Stop: rank 0 sums the run up; the exit code (1: the controller
+    failed). What the job holds is let go of next, on leaving `run`'s `with` block."""
+    if backend is not None:  # every rank's records are on disk before rank 0 sums them up
+        backend.finish(cfg.log.dir, spec.rank)
         dist.barrier()
-        if heartbeat is not None:  # past the last barrier every rank leaves when it is done
-            heartbeat.stop()
-        if (
-            kv_prefix and spec.local_rank == 0
-        ):  # KV of sequences nobody resumed (the job ended first)
-            sweep(kv_prefix)
-        gps.close()
-        dist.destroy_process_group()
-        failed = controller.failed if controller is not None else None
-        return 1 if failed else 0
+    if controller is None:
+        return 0
+    controller.join()
+    status = f"failed: {controller.failed}" if controller.failed else "done"
+    extra = backend.summary_lines(cfg.log.dir) if backend is not None else []
+    print(run_summary(cfg.log.dir, ckpt.dir, status, extra), flush=True)
+    if controller.failed:
+        print(resume_hint(ckpt), flush=True)
+        return 1
+    return 0

@@ -8,8 +8,8 @@ agent died still answer.
 
 So every rank torchrun starts watches the process that started it: when its parent changes (the
 agent died and the rank was re-parented), the rank SIGTERMs itself, which runs its last act
-where it has one (local rank 0 frees the host's GPS files and rank 0 says why:
-pivot/runtime/job/sigterm.py), and if it is still alive `GRACE_S` later (blocked in a
+(local rank 0 frees the host's GPS files and rank 0 says why: pivot/runtime/job/resources.py,
+sigterm.py), and if it is still alive `GRACE_S` later (blocked in a
 collective whose peers are gone), it ends itself. Rank 0 acts at once and the others
 `FOLLOW_S` later, so rank 0 says why before it sees its peers go (it would take that for a
 failure of theirs); a rank whose peers' errors reach it meanwhile ends quietly (pivot/main.py

@@ -46,6 +46,7 @@ class Heartbeat(threading.Thread):
     def __init__(
         self,
         connect: Callable[[], dist.Store],
+        *,
         rank: int,
         world_size: int,
         timeout_s: float,

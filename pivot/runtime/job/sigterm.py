@@ -18,9 +18,11 @@ from collections.abc import Callable
 EXIT_CODE = 128 + signal.SIGTERM
 
 
-def on_sigterm(last_act: Callable[[], None]) -> None:
+def on_sigterm(last_act: Callable[[], None]) -> Callable[[], None]:
     """From now on a SIGTERM runs `last_act` (once, from whichever thread sees it first) and
-    ends the process with exit code 143. Call from the main thread."""
+    ends the process with exit code 143. Call from the main thread. Returns what undoes it
+    (the previous handler and wakeup fd back, the watching thread ended), also from the main
+    thread."""
     once = threading.Lock()
 
     def act() -> None:
@@ -39,9 +41,25 @@ def on_sigterm(last_act: Callable[[], None]) -> None:
             woken = os.read(read_end, 64)
             if not woken or signal.SIGTERM in woken:
                 break
+        os.close(read_end)
         if woken:
             act()
 
-    signal.signal(signal.SIGTERM, lambda *_: act())
-    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    threading.Thread(target=watch, name="pivot-sigterm", daemon=True).start()
+    def on_signal(*_: object) -> None:
+        # not `act()` here: the handler runs in the main thread between two of its bytecodes,
+        # maybe inside a write to stdout or stderr, where the last act's own write would raise
+        # "reentrant call"; a thread of its own writes after the main thread's write ends
+        threading.Thread(target=act, name="pivot-sigterm-act", daemon=True).start()
+
+    handler = signal.signal(signal.SIGTERM, on_signal)
+    wakeup_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    watcher = threading.Thread(target=watch, name="pivot-sigterm", daemon=True)
+    watcher.start()
+
+    def undo() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if handler is None else handler)
+        signal.set_wakeup_fd(wakeup_fd)
+        os.close(write_end)  # the watcher reads the end of the pipe and returns
+        watcher.join()
+
+    return undo

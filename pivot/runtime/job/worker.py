@@ -8,9 +8,10 @@ import logging
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 
 from pivot.dist import ClusterSpec, Slot, SlotTable, fence_name, train_group_name
 from pivot.faults import ACTIVE as FAULTS_ACTIVE
@@ -23,6 +24,10 @@ from pivot.runtime.control.control_plane import WorkerEndpoint
 from pivot.runtime.records.checkpoint import unwritable
 from pivot.runtime.records.manifest import seal
 
+if TYPE_CHECKING:  # annotations only
+    from pivot.roles.training import TrainingRoleLike
+    from pivot.runtime.weights.service import WeightService
+
 STATS_EVERY_S = 0.1  # the monitor wants stats at least every 200 ms
 # messages that call the inference engine: a failure in one is recovered in place
 ENGINE_CALLS = (m.Generate, m.AbortSequences, m.UpdateWeights)
@@ -33,14 +38,18 @@ log = logging.getLogger(__name__)
 class Worker:
     def __init__(
         self,
+        *,
         spec: ClusterSpec,
         table: SlotTable,
         groups: dict[str, Any],
         endpoint: WorkerEndpoint,
         inference: dict[str, InferenceRole],
-        trainer: Any,
-        weights: Any,
+        trainer: TrainingRoleLike,
+        weights: WeightService,
     ) -> None:
+        """`groups`: every slot's process group by name, made at start-up (`pivot.dist.create_groups`);
+        `inference`: this rank's rollout and reward replicas; `trainer`: its training role (each
+        maybe a device backend's wrapper); `weights`: its view of GPS."""
         self.spec, self.table, self.groups, self.endpoint = spec, table, groups, endpoint
         self.inference, self.trainer, self.weights = inference, trainer, weights
         self.role: str | None = None  # role held now (None: idle); "train" for the trainer
@@ -130,9 +139,6 @@ class Worker:
         return self.role in self.inference and len(self.table.get(self.role, self.slot).ranks) > 1
 
     def _forward(self, msgs: list[object]) -> list[object]:
-        import torch
-        import torch.distributed as dist
-
         slot_wide: tuple[type, ...] = (m.ShiftDown, m.UpdateWeights, m.Stop)
         if self.inference[self.role].kv_migration:  # every rank exports / imports its own KV slice
             slot_wide += (m.Generate, m.AbortSequences)
@@ -228,7 +234,7 @@ class Worker:
         self.weights.resize_training(self.table.train)
         self.trainer.resize(Path(msg.checkpoint) if msg.checkpoint else None)
 
-    def _train_group(self, slot: Slot) -> Any:
+    def _train_group(self, slot: Slot) -> dist.ProcessGroup:
         """The training slot's process group: made at start-up for every size it may take
         (`pivot.dist.create_groups`), since a group made later by its ranks alone hangs unless
         each made the same groups before."""

@@ -93,7 +93,7 @@ def replay_step(
         dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
         trainer = Trainer.from_pretrained(
-            here / "policy", dist.group.WORLD, train, "cpu", temperature
+            here / "policy", dist.group.WORLD, train, device="cpu", temperature=temperature
         )
         trainer.load(here)
         trainer.train_step(batch)
