@@ -44,7 +44,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if hasattr(config, "workerinput") or config.args_source == pytest.Config.ArgsSource.ARGS:
         return
-    if (config.option.markexpr or "").strip() in ("gpu", "not slow"):
+    if (config.option.markexpr or "").strip() in ("gpu", "not slow", "quick"):
         return
     from tools.vllm_venv import venv_dir
 
@@ -92,6 +92,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if (group := shared_record(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        # the quick tier is every test that is neither slow nor for a GPU: one rule, so a new
+        # test is quick until it is marked slow (docs/development.md, "Test tiers")
+        if item.get_closest_marker("slow") is None and item.get_closest_marker("gpu") is None:
+            item.add_marker(pytest.mark.quick)
     try:
         import torch
 

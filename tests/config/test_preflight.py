@@ -285,6 +285,7 @@ def test_tyros_usage_error_leaves_a_line_too(
     )
 
 
+@pytest.mark.slow
 def test_under_torchrun_the_root_cause_is_pivots_line(tmp_path: Path) -> None:
     data = tmp_path / "nope.jsonl"
     out = subprocess.run(

@@ -15,6 +15,7 @@ BS, HQ, HKV, D = 4, 4, 2, 8
 
 
 @pytest.mark.parametrize("kernel", ["gather", "flex"])
+@pytest.mark.slow
 def test_packed_steps_equal_dense_per_sequence(kernel: str) -> None:
     """Each kernel, against attention written out per query (an oracle of its own)."""
     g = torch.Generator().manual_seed(0)

@@ -45,6 +45,7 @@ def test_cpu_build_refuses_head_sizes_it_has_no_kernel_for(
     assert problems(monkeypatch, ("vllm", "0.32.0")) == []  # the CUDA build: its kernels take 16
 
 
+@pytest.mark.slow
 def test_main_exits_2_with_one_line_when_vllm_is_missing() -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "pivot" / "main.py"), "--rollout.engine.backend", "vllm"],

@@ -72,6 +72,7 @@ def test_every_family_gives_the_gather_references_tokens(
     _same(_greedy(path, replace(CHUNKED, attention="flex", decode_graphs="eager")), want)
 
 
+@pytest.mark.slow
 def test_tiny_policy_with_graphs_gives_the_gather_references_tokens(tiny_path: Path) -> None:
     want = _greedy(tiny_path, replace(CHUNKED, attention="gather", decode_graphs="off"), n=7)
     flex = Engine.from_pretrained(

@@ -330,6 +330,7 @@ def _served_classes(src: Source) -> dict[str, tuple[list[str], bool]]:
     return out
 
 
+@pytest.mark.slow
 def test_whole_weights_by_name_is_what_sglang_has(src: Source) -> None:
     classes = _served_classes(src)
 

@@ -66,6 +66,7 @@ def _defaults(fn: ast.FunctionDef) -> dict[str, object]:
     }
 
 
+@pytest.mark.slow
 def test_te_linear_is_the_class_pivot_imports(te: Source) -> None:
     # transformer_engine/pytorch/__init__.py:28 and module/__init__.py:7 re-export module/linear.py's Linear
     assert "from transformer_engine.pytorch.module import Linear" in te.text(
@@ -82,6 +83,7 @@ def test_te_linear_is_the_class_pivot_imports(te: Source) -> None:
     assert "import transformer_engine_torch as tex" in te.text(LINEAR)
 
 
+@pytest.mark.slow
 def test_pivot_calls_match_the_constructor(te: Source) -> None:
     fn = _init(te)
     names, has_kwargs = params(fn)

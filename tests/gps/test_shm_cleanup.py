@@ -68,6 +68,7 @@ def swept(prefix: str) -> list[str]:
     return sorted(p for p in remove_dead_namespaces() if p.startswith(f"/dev/shm/{prefix}"))
 
 
+@pytest.mark.slow
 def test_a_dead_creators_namespace_goes_a_live_ones_stays() -> None:
     job = f"pivot-test-{uuid.uuid4().hex[:8]}"
     dead_gps = [Path(shm_path(f"{job}-0", h, m)) for h in (0, 1) for m in ("policy", "genrm")]

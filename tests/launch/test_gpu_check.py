@@ -76,6 +76,7 @@ def test_never_installs_from_the_network() -> None:
 @pytest.mark.skipif(
     torch.cuda.is_available(), reason="CUDA present: the script would run the real check"
 )
+@pytest.mark.slow
 def test_without_a_gpu_says_so_and_exits_0() -> None:
     res = _run({"PYTHON": sys.executable})
     assert res.returncode == 0, res.stdout + res.stderr
@@ -104,6 +105,7 @@ def test_a_torch_that_does_not_import_fails(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present")
+@pytest.mark.slow
 def test_a_gpu_torch_cannot_use_fails(tmp_path: Path) -> None:
     """nvidia-smi lists a GPU, torch sees none: a CPU-only torch, or a driver too old for torch's
     CUDA build (torch warns and answers False), is a FAIL, not 'nothing to check'."""
@@ -130,6 +132,7 @@ def test_a_gpu_torch_cannot_use_fails(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_torch_older_than_2_11_fails(tmp_path: Path) -> None:
     res = _run({**_site(tmp_path, "import torch\ntorch.__version__ = '2.10.0+cu128'\n")})
     assert res.returncode == 1 and "FAIL torch: 2.10.0+cu128 is older than 2.11" in res.stdout
@@ -172,6 +175,7 @@ def _lines(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith(("PASS ", "FAIL ", "SKIP "))]
 
 
+@pytest.mark.slow
 def test_every_check_reports_one_line_and_a_failed_test_fails(tmp_path: Path) -> None:
     res = _run(_fake_cuda(tmp_path, pytest_rc=1, torchrun_rc=0))
     assert res.returncode == 1, res.stdout + res.stderr
@@ -195,12 +199,14 @@ def test_every_check_reports_one_line_and_a_failed_test_fails(tmp_path: Path) ->
     assert "--nproc-per-node 2 pivot/main.py --cluster.device cuda --train.steps 3" in res.stdout
 
 
+@pytest.mark.slow
 def test_all_pass_exits_0(tmp_path: Path) -> None:
     res = _run(_fake_cuda(tmp_path, pytest_rc=0, torchrun_rc=0))
     assert res.returncode == 0, res.stdout + res.stderr
     assert all(line.startswith("PASS") for line in _lines(res.stdout))
 
 
+@pytest.mark.slow
 def test_failed_check_or_job_fails_the_run(tmp_path: Path) -> None:
     res = _run(_fake_cuda(tmp_path, pytest_rc=0, torchrun_rc=0, failing="sglang"))
     assert (
@@ -245,6 +251,7 @@ def _gpu_collected(markexpr: str, env: dict[str, str]) -> tuple[int, set[str], s
     return out.returncode, ids | files, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_the_gpu_tests_collect_on_an_image_without_the_dev_packages(tmp_path: Path) -> None:
     """`pytest -o addopts= -m gpu` (gpu_check.sh's gpu-tests line) on an image with only torch,
     transformers and pytest: pytest-xdist (which pyproject.toml's addopts name), hypothesis,

@@ -224,6 +224,7 @@ def test_every_paper_preset_has_a_documented_command() -> None:
 
 
 @pytest.mark.parametrize(("where", "argv"), COMMANDS, ids=[w for w, _ in COMMANDS])
+@pytest.mark.slow
 def test_documented_command_as_written(
     where: str, argv: list[str], cluster: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -233,6 +234,7 @@ def test_documented_command_as_written(
 
 
 @pytest.mark.parametrize("preset", list(PAPER_WORLD))
+@pytest.mark.slow
 def test_documented_command_on_2_4_8_nodes_of_80_and_96_gb(
     preset: str, cluster: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -244,6 +246,7 @@ def test_documented_command_on_2_4_8_nodes_of_80_and_96_gb(
 
 
 @pytest.mark.parametrize(("nodes", "starts"), [(1, False), (2, True)])
+@pytest.mark.slow
 def test_real_path_preflight_then_torchrun(
     nodes: int, starts: bool, cluster: Path, tmp_path: Path
 ) -> None:

@@ -37,6 +37,7 @@ def _flags(preset: str, root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("preset", PAPER)
+@pytest.mark.slow
 def test_preset_fits_on_real_shapes(
     preset: str, real: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

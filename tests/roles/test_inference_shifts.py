@@ -10,6 +10,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 import torch.distributed as dist
 from trainer_harness import spawn
 
@@ -48,6 +49,7 @@ def _shift_down(rank: int, world: int, group: dist.ProcessGroup, folder: str) ->
     Path(folder, f"rank{rank}.json").write_text(json.dumps({"left_after": time.monotonic() - t0}))
 
 
+@pytest.mark.slow
 def test_a_parked_rank_leaves_only_after_the_leaders_release(tmp_path: Path) -> None:
     spawn(_shift_down, 2, str(tmp_path))
     parked = json.loads((tmp_path / "rank1.json").read_text())["left_after"]
@@ -64,6 +66,7 @@ def _groups(rank: int, world: int, group: dist.ProcessGroup, folder: str) -> Non
     assert fence is groups[table.rollout[0].name]  # gloo already: no second group
 
 
+@pytest.mark.slow
 def test_a_fence_group_for_every_multi_rank_inference_slot(tmp_path: Path) -> None:
     spawn(_groups, 2, str(tmp_path))
     names = json.loads((tmp_path / "rank0.json").read_text())

@@ -5,6 +5,7 @@ tests/roles/test_trainer.py::test_cuda_bf16_step_and_shift and `tools/gpu_checks
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.distributed as dist
 from trainer_harness import spawn, tiny_model
@@ -34,5 +35,6 @@ def _collectives_on_the_trainer_device(rank: int, world: int, group: dist.Proces
     assert m.tokens == 3
 
 
+@pytest.mark.slow
 def test_train_step_reduces_on_the_trainer_device() -> None:
     spawn(_collectives_on_the_trainer_device, 1)

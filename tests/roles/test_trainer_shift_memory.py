@@ -6,6 +6,7 @@ depends on the device but the host copies' pinning, which is switched off here."
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.distributed as dist
 from trainer_harness import spawn, tiny_model
@@ -44,5 +45,6 @@ def _shift_down_releases_cache(rank: int, world: int, group: dist.ProcessGroup) 
     assert calls == [0], calls  # once, and after every storage was freed
 
 
+@pytest.mark.slow
 def test_shift_down_on_cuda_empties_the_allocator_cache() -> None:
     spawn(_shift_down_releases_cache, 1)

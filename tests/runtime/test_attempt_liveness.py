@@ -42,6 +42,7 @@ def test_every_attempt_agrees_and_never_reuses_a_dead_ones_id(server: dist.TCPSt
     assert agree(server, [0, 1, 2, 3], 4) == [3, 3, 3, 3]
 
 
+@pytest.mark.slow
 def test_a_silent_rank_is_named_within_seconds(server: dist.TCPStore) -> None:
     verdicts: list[tuple[float, str]] = []
     t0 = time.monotonic()

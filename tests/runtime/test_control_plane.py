@@ -184,6 +184,7 @@ def test_rogue_client_is_dropped_counted_and_logged_once(
     rogue.close()
 
 
+@pytest.mark.slow
 def test_worker_drops_frames_from_an_impostor_controller(env: pytest.MonkeyPatch) -> None:
     # someone who can write the store points the worker at their own ROUTER
     env.setenv(ENV, SECRET)

@@ -87,6 +87,7 @@ def test_shifts_become_the_shifts_calibration() -> None:
     assert calibration.reward.shift == 1.0 and calibration.rollout.shift == pytest.approx(2.0)
 
 
+@pytest.mark.slow
 def test_a_sizing_runs_in_its_own_process_and_decides() -> None:
     model, costs = _emulated()
     train = dataclasses.replace(model.paper.train, resize_every=1, resize_gain=0.0)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
@@ -26,6 +28,7 @@ print(sorted(m for m in ("torch.distributed.fsdp", "torch._dynamo") if m in sys.
 """
 
 
+@pytest.mark.slow
 def test_start_up_imports_neither_fsdp_nor_dynamo() -> None:
     out = subprocess.run(
         [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True
@@ -72,6 +75,7 @@ print(sorted(m for m in ("torch.distributed.fsdp", "torch._dynamo") if m in sys.
 """
 
 
+@pytest.mark.slow
 def test_only_a_training_rank_prewarms_its_first_shift_up() -> None:
     """A rank of the training pool imports FSDP and torch._dynamo on a background thread once its
     engine is up; any other rank never does."""

@@ -217,6 +217,7 @@ def test_fuzz_random_bytes_are_rejected_cleanly(frame: bytes) -> None:
     code=st.integers(0, 255),
     payload=st.one_of(st.binary(max_size=200), message_like.map(msgspec.msgpack.encode)),
 )
+@pytest.mark.slow
 def test_fuzz_authenticated_payloads_decode_to_a_typed_message_or_a_rejection(
     code: int, payload: bytes
 ) -> None:

@@ -66,6 +66,7 @@ SMALL = TinyRecipe(
 )
 
 
+@pytest.mark.slow
 def test_build_is_deterministic_and_its_manifest_names_every_file(tmp_path: Path) -> None:
     first = build_tiny_models(tmp_path / "a", seed=0, recipe=SMALL)
     second = build_tiny_models(tmp_path / "b", seed=0, recipe=SMALL)

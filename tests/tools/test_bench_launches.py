@@ -49,6 +49,7 @@ def test_moe_syncs_once_a_layer_and_is_not_graphed() -> None:
         ("Qwen3-30B-A3B", 1, 3.3),  # one token: its 8 of 128 experts, the 3.3B active
     ],
 )
+@pytest.mark.slow
 def test_floor_bytes_are_the_published_parameters_in_bf16(
     name: str, batch: int, published_b: float
 ) -> None:

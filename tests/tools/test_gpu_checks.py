@@ -116,6 +116,7 @@ def test_a_missing_library_is_a_skip_line_not_a_failure(
     )
 
 
+@pytest.mark.slow
 def test_the_numerics_check_runs_on_cpu() -> None:
     """The GPU's numerics check, run here on the CPU's bf16 kernels so it cannot rot unseen."""
     out = subprocess.run(
@@ -130,6 +131,7 @@ def test_the_numerics_check_runs_on_cpu() -> None:
     assert len(passed) == 4, out.stdout
 
 
+@pytest.mark.slow
 def test_the_train_pace_check_runs_on_cpu() -> None:
     """The GPU's train-pace check on the CPU at bench_launches' small widths (2 layers, a
     2,048-token micro-batch of the tiny preset's lengths), so its path cannot rot unseen."""

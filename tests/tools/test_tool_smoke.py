@@ -61,7 +61,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
             "{tmp}/rows.json",
         ],
         r"Qwen2\.5-1\.5B +flex +decode +64 +4096 +[\d.]+ +1\.[0-2]\dx[\s\S]*prefill",
-        (),
+        (SLOW,),
     ),
     "bench_train.py": (
         # the 7B preset's lengths packed at <= 1.05 tokens computed per real token (issue's bar),
@@ -69,12 +69,12 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         ["--quick", "--json", "{tmp}/rows.json"],
         r"^bar: packed <= 1\.05 .*: met \(1\.0\d\d[\s\S]*^Qwen2\.5-1\.5B +padded / packed per real "
         r"token: FLOPs [\d.]+x[\s\S]*fake within 1% of real at 512: yes",
-        (),
+        (SLOW,),
     ),
     "bench_launches.py": (
         ["--models", "Qwen2.5-1.5B", "--batches", "1", "--plot", "{tmp}/launches.png"],
         r"Qwen2\.5-1\.5B +1 +1,\d{3} [\s\S]*qwen2\.5-7b\+qwen3-30b-a3b: reward[\s\S]*plot: ",
-        (),
+        (SLOW,),
     ),
     "bench_decode.py": (
         # 3 x 1500 prompt tokens take 3 prefill steps, in which the first sequences decode too
@@ -93,7 +93,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
             "gather,flex",
         ],
         r"goal batch 1 within 3x the floor: (met|MISSED)\nPASS decode-step: tiny.* flex b3 ",
-        (),
+        (SLOW,),
     ),
     "bench_planner.py": (
         ["--sizes", "16", "--repeats", "1", "--check-max", "16"],
@@ -132,7 +132,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         r"no-kv\s+over base: x[\d.]+(.|\n)*shift-ups \d+ \(\d+ within 30 s(.|\n)*"
         r"no-kv\+paper-phi over base: x[\d.]+(.|\n)*kv-device\s+over base: x[\d.]+(.|\n)*"
         r"band: no-kv over base at slow x[\d.]+",
-        (),
+        (SLOW,),
     ),
     "bench_sim.py": (
         [
@@ -159,7 +159,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         ],
         r"Figure 9[\s\S]*pivot\s+[\d,]+ \|[\s\S]*Figure 11[\s\S]*static .* slow x[\d.]+ fast x[\d.]+"
         r"[\s\S]*Figure 14[\s\S]*H=   600: .*fast x[\d.]+\)[\s\S]*timeline: .*timeline.png",
-        (),
+        (SLOW,),
     ),
     "profile_engine.py": (
         [
@@ -179,7 +179,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
             "{tmp}/profile.json",
         ],
         r"R\^2|R2",
-        (),
+        (SLOW,),
     ),
     "bench_engine.py": (
         [
@@ -197,7 +197,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
             "4",
         ],
         r"^long-tail\s+1\s+4\s+\d+",
-        (),
+        (SLOW,),
     ),
     # vLLM's CPU build for real, in its venv (built on first use: tests/engine/test_vllm.py)
     "bench_engine_vllm.py": (
@@ -209,7 +209,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
     "resolve_gpu_requirements.py": (
         ["--requirements", os.devnull],
         r"(PASS|FAIL) gpu-requirements",
-        (),
+        (SLOW,),
     ),
     "bench_e2e_emulated.py": (
         [
@@ -229,7 +229,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
             "--band",
         ],
         r"pivot: sim [\d,]+ tok/s(.|\n)*corners(.|\n)*pivot\s+slow x[\d.]+\s+fast x[\d.]+",
-        (),
+        (SLOW,),
     ),
     "make_tiny_models.py": (["--smoke", "--out", "{tmp}/tiny"], r"built in \d+ s", (SLOW,)),
     "bench_memory.py": (
@@ -256,7 +256,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         "--group-size 2 --band".split(),
         r"mean over seeds \[0\]: throughput x[\d.]+(.|\n)*band: throughput on/off slow x[\d.]+, "
         r"fast x[\d.]+",
-        (),
+        (SLOW,),
     ),
     "bench_e2e.py": (["--steps", "1", "--modes", "pivot", *TINY_JOB], r"pivot\s+\d+", (SLOW,)),
     "bench_correction.py": (
