@@ -73,7 +73,7 @@ def dataset_warnings(cfg: PivotConfig) -> list[str]:
     says so rather than passing in silence."""
     from pivot.rl.data import rows_to_dataset, skipped_rows_line
 
-    out = []
+    out: list[str] = []
     for path in filter(None, (cfg.data.path, cfg.eval.path)):
         try:
             rows, where = _head_rows(Path(path))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from pivot.bad_input import check as _check
 from pivot.config.cluster import ClusterConfig, EmulateConfig, PlannerConfig, RecoveryConfig
@@ -142,7 +143,7 @@ class PivotConfig:
         inference role (what a shiftable or disaggregated job needs to run a step), or None."""
         if self.cluster.mode == "colocated":
             return None
-        need = self.train.devices + self.rollout.tp + self.reward.tp
+        need = self.train.pool + self.rollout.tp + self.reward.tp
         if world_size >= need:
             return None
         return (
@@ -170,14 +171,14 @@ class PivotConfig:
                 f"larger than the world ({world_size} devices)",
             )
         _check(
-            self.train.devices <= world_size,
+            self.train.pool <= world_size,
             "train.devices",
             self.train.devices,
             f"training pool larger than the world ({world_size} devices)",
         )
         if self.cluster.mode == "disaggregated":
             used = (
-                self.train.devices
+                self.train.pool
                 + self.rollout.replicas * self.rollout.tp
                 + self.reward.replicas * self.reward.tp
             )
@@ -227,5 +228,5 @@ class PivotConfig:
                 "training pool, or be 0",
             )
 
-    def replace(self, **sections: object) -> PivotConfig:
+    def replace(self, **sections: Any) -> PivotConfig:
         return dataclasses.replace(self, **sections)

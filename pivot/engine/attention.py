@@ -27,7 +27,7 @@ from pivot.engine.flex_paged import FlexTables, PrefillPlan, decode
 from pivot.engine.linear_state import LinearLayer, LinearStates
 
 try:  # optional GPU kernel, never required on CPU
-    from flash_attn import flash_attn_varlen_func  # type: ignore[import-not-found]
+    from flash_attn import flash_attn_varlen_func
 except ImportError:
     flash_attn_varlen_func = None
 
@@ -300,7 +300,11 @@ class PagedAttention:
                 return o[None]
             if g.out_pick is not None:
                 o = o.index_select(0, g.out_pick)
+            if out is None:  # None only where the first group is every row, returned above
+                raise RuntimeError("attention: a group of packed rows after a whole-step group")
             out.index_copy_(0, g.out_rows, o)
+        if out is None:
+            raise RuntimeError("attention: no group of rows in the step")
         return out[None]
 
     def _flex(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:

@@ -92,10 +92,12 @@ class BlockManager:
     def match(self, seq: Sequence) -> PrefixMatch | None:
         """The cached prefix `seq` (not yet placed) can reuse; None while it is being computed."""
         tokens, bs = seq.token_ids, self.block_size
-        n, pos, parent = len(tokens), 0, ROOT
+        n, pos = len(tokens), 0
+        # a block's chain is None until its key is known; no key has a None parent (`_add_key`)
+        parent: int | None = ROOT
         blocks: list[int] = []
         while pos + bs <= n:
-            b = self.index.get((parent, tuple(tokens[pos : pos + bs])))
+            b = None if parent is None else self.index.get((parent, tuple(tokens[pos : pos + bs])))
             if b is None:
                 break
             if self.filled[b] < bs:
@@ -103,7 +105,7 @@ class BlockManager:
             blocks.append(b)
             parent, pos = self.chain[b], pos + bs
         for r in range(min(bs - 1, n - pos), 0, -1):
-            b = self.index.get((parent, tuple(tokens[pos : pos + r])))
+            b = None if parent is None else self.index.get((parent, tuple(tokens[pos : pos + r])))
             if b is not None:
                 if self.filled[b] < r:
                     return None
@@ -137,7 +139,7 @@ class BlockManager:
         for b in shared:
             self._hold(b)
         table.extend(shared[:kept])
-        if divergent:
+        if divergent and match is not None:
             src = shared[-1]
             dst = self._take_free()
             self._pinned.append(src)

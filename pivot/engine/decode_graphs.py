@@ -50,7 +50,7 @@ from pivot.engine.attention import KVCache, StepInput, block_tables
 from pivot.engine.flex_paged import FlexTables, decode
 
 try:  # optional GPU kernel, never required on CPU
-    from flash_attn import flash_attn_with_kvcache  # type: ignore[import-not-found]
+    from flash_attn import flash_attn_with_kvcache
 except ImportError:
     flash_attn_with_kvcache = None
 
@@ -240,7 +240,7 @@ class CudaGraph:
     """`fn` captured once (after a warm-up outside the capture, where lazy initialisation such as
     cuBLAS handles and kernel choice happens); `replay()` re-launches it, rewriting `output`."""
 
-    def __init__(self, fn: Callable[[], torch.Tensor], pool: object) -> None:
+    def __init__(self, fn: Callable[[], torch.Tensor], pool: torch.cuda._POOL_HANDLE) -> None:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -283,7 +283,7 @@ class DecodeGraphs:
         self.bufs: StaticDecodeInput | None = None
         self.batch_sizes: list[int] = []  # the grid (`graph_grid`), set with `bufs`
         self.widths: list[int] = []
-        self.pool: object = None
+        self.pool: torch.cuda._POOL_HANDLE | None = None  # graph_pool_handle()'s type
         self.replays = self.captures = 0
         self.capture_s = 0.0  # spent capturing (what a start or a shift up pays)
 

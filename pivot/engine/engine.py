@@ -159,17 +159,18 @@ class Engine:
         """`add` each. With KV migration on and a request carrying a KV handle, a collective of
         the TP group: followers pass the same requests and copy the leader's accepted slices."""
         collective = self.kv is not None and any(r.kv is not None for r in requests)
+        porter = self.kv if collective else None
         if not self.runner.is_leader:
-            if collective:
-                self.kv.load([])
+            if porter is not None:
+                porter.load([])
             return
         ops: list[SliceOp] = []
         try:
             for request in requests:
                 self._add(request, ops)
         finally:
-            if collective:
-                self.kv.load(ops)
+            if porter is not None:
+                porter.load(ops)
 
     def _add(self, request: Request, ops: list[SliceOp]) -> None:
         rid = request.id
@@ -189,7 +190,11 @@ class Engine:
         seq.recompute = bool(request.output_ids)  # a partial: unless its KV came along, recomputed
         if request.kv is not None and self.kv is None:
             discard(request.kv)
-        elif request.kv is not None and self.kv.arrive(seq, request.kv, self._version, ops):
+        elif (
+            request.kv is not None
+            and self.kv is not None
+            and self.kv.arrive(seq, request.kv, self._version, ops)
+        ):
             seq.recompute = False
             if rid in self._dropped:  # its old state here must not drop the imported one
                 self._dropped.remove(rid)
@@ -200,10 +205,10 @@ class Engine:
         """Stop sequences; each partial re-added anywhere continues where it stopped: from its
         exported K/V (KV migration on and `export`) or by re-prefill. With KV export under TP,
         a collective (followers pass the same ids and write their slices)."""
-        export = export and self.kv is not None
+        porter = self.kv if export else None
         if not self.runner.is_leader:
-            if export:
-                self.kv.export([], self._version)
+            if porter is not None:
+                porter.export([], self._version)
             return AbortResult([], [])
         partials, unknown, seqs = [], [], []
         for rid in dict.fromkeys(ids):  # each once
@@ -212,7 +217,7 @@ class Engine:
                 unknown.append(rid)
             else:
                 seqs.append(seq)
-        handles = self.kv.export(seqs, self._version) if export else {}
+        handles = porter.export(seqs, self._version) if porter is not None else {}
         for seq in seqs:  # held until the export is done: a failure in it salvages them
             del self._seqs[seq.id]
             self.scheduler.remove(seq)

@@ -137,8 +137,10 @@ class FlexTables:
         )  # fmt: skip
 
 
-def decode(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, mask: BlockMask) -> torch.Tensor:
-    """q [B, Hq, D], one query per sequence -> [B, Hq, D]."""
+def decode(
+    q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, mask: BlockMask | None
+) -> torch.Tensor:
+    """q [B, Hq, D], one query per sequence -> [B, Hq, D] (`mask` None: unmasked)."""
     k, v = cache_views(kc, vc)
     out = compiled_flex("decode")(q.unsqueeze(2), k, v, block_mask=mask, enable_gqa=True)
     return out.squeeze(2)

@@ -118,7 +118,11 @@ def share_plan(plan: KVPlan | None, group: dist.ProcessGroup | None) -> KVPlan:
         else torch.empty(int(size), dtype=torch.uint8)
     )
     dist.broadcast(buf, group_src=0, group=group)
-    return plan if leader else _plan_codec()[1].decode(buf.numpy().tobytes())
+    if not leader:
+        return _plan_codec()[1].decode(buf.numpy().tobytes())
+    if plan is None:
+        raise ValueError("KV plan: the group's leader has none to share")
+    return plan
 
 
 def write_slices(

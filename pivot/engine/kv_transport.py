@@ -116,7 +116,7 @@ def fetch(
         finally:
             here.link.unregister(buf)
             here.link.forget(key)
-        here.link.kv.set(key + "/done", b"1")
+        here.link.kv.set(key + "/done", "1")  # the store keeps b"1" either way
         return load(buf.numpy().tobytes())
     raise RuntimeError(f"KV slice {file}: no transport reaches it from host {here.host}")
 
@@ -129,7 +129,7 @@ def release(handle: KVHandle, here: KVPlace) -> None:
             _unlink(file)
             _unlink(file + ".cuda")
         elif handle.nixl_key and here.link is not None:
-            here.link.kv.set(rank_path(handle.nixl_key, r) + "/done", b"1")
+            here.link.kv.set(rank_path(handle.nixl_key, r) + "/done", "1")
 
 
 def _unlink(path: str) -> None:

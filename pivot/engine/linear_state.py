@@ -68,8 +68,13 @@ class LinearStates:
             self._states.setdefault(sid, {})[layer_idx] = (new[0][0], new[1][0])
             outs[i] = out[0]
         if decode:
-            prev = [self._previous(seq_ids[i], layer_idx, starts[i]) for i in decode]
-            state = (torch.stack([p[0] for p in prev]), torch.stack([p[1] for p in prev]))  # type: ignore[index]
+            held: list[State] = []
+            for i in decode:
+                p = self._previous(seq_ids[i], layer_idx, starts[i])
+                if p is None:  # a decode step (start > 0) continues a state this cache holds
+                    raise RuntimeError(f"linear attention: no state for sequence {seq_ids[i]}")
+                held.append(p)
+            state = (torch.stack([p[0] for p in held]), torch.stack([p[1] for p in held]))
             out, new = layer(torch.stack([segments[i] for i in decode]), state)
             for j, i in enumerate(decode):
                 self._states[seq_ids[i]][layer_idx] = (new[0][j], new[1][j])

@@ -158,8 +158,8 @@ def profile_engine(
     prompts = max(1, min(max(seqs), PREFILL_TOKENS // max(ctxs)))
     prefill_s = measure_prefill(engine, prompts, max(ctxs), passes, rng)
     rows: list[Row] = [(n_seq, n_tok, lat) for (n_seq, _), (n_tok, lat) in sorted(best.items())]
-    for n_seq, n_tok, lat in rows:
-        say(f"N_seq={n_seq:>4} N_tok={n_tok:>8.0f} latency={lat * 1e3:8.2f} ms")
+    for row_seqs, row_tok, row_lat in rows:
+        say(f"N_seq={row_seqs:>4} N_tok={row_tok:>8.0f} latency={row_lat * 1e3:8.2f} ms")
     order = list(range(len(rows)))
     random.Random(seed + 1).shuffle(order)
     held = set(order[: max(len(rows) // 4, 1)])

@@ -19,6 +19,7 @@ from torch import nn
 
 from pivot.model import CausalLM, ModelArgs
 from pivot.model.tp_plan import merge_view, shard_range, split_view, tp_split
+from pivot.model.transformer import DecoderLayer
 
 
 def fused_sections(name: str, args: ModelArgs) -> tuple[int, ...] | None:
@@ -122,6 +123,8 @@ def shard_model(model: CausalLM, group: dist.ProcessGroup) -> None:
                     module, pname, nn.Parameter(shard.contiguous().clone(), requires_grad=False)
                 )
     for layer in model.model.layers:
+        if not isinstance(layer, DecoderLayer):
+            raise TypeError(f"TP sharding: {type(layer).__name__} is not a DecoderLayer")
         layer.mlp.register_forward_hook(_all_reduce_hook(group))
         if hasattr(layer, "linear_attn"):  # split by heads like attention
             layer.linear_attn.n_k_heads = args.linear_num_key_heads // world
@@ -132,9 +135,12 @@ def shard_model(model: CausalLM, group: dist.ProcessGroup) -> None:
         layer.self_attn.n_kv_heads = args.num_key_value_heads // world
         layer.self_attn.o_proj.register_forward_hook(_all_reduce_hook(group))
     emb = model.model.embed_tokens.weight
+    head = emb if tied else model.lm_head.weight
+    if not isinstance(emb, nn.Parameter) or not isinstance(head, nn.Parameter):
+        raise TypeError("TP sharding: the embedding and LM head weights must be Parameters")
     start, _ = shard_range(args.vocab_size, rank, world)
     model.model.embed_tokens = VocabParallelEmbedding(emb, start, group)
-    model.lm_head = VocabParallelHead(emb if tied else model.lm_head.weight, group)
+    model.lm_head = VocabParallelHead(head, group)
 
 
 def gather_tensor(

@@ -144,12 +144,12 @@ class TrafficCounter(TorchDispatchMode):
             read = sum(o.numel() * o.element_size() for o in outputs)
             read += sum(reach(a) for a in inputs if not a.is_floating_point())
         elif name in INDEX_WRITES:
-            src = [a for a in inputs[1:]]  # the destination is the first
-            read = sum(reach(a) for a in src)
+            sources = [a for a in inputs[1:]]  # the destination is the first
+            read = sum(reach(a) for a in sources)
             if name == "copy" and inputs and inputs[0].device != inputs[-1].device:
                 t.h2d += reach(inputs[-1]) if inputs[-1].device.type == "cpu" else 0
         else:
-            seen: set[tuple[int, str, int]] = set()
+            seen: set[tuple[int, str, int | torch.SymInt]] = set()
             read = 0
             for a in inputs:
                 key = (*_storage_key(a), a.storage_offset())

@@ -19,6 +19,7 @@ import importlib
 import time
 from dataclasses import dataclass
 from types import ModuleType
+from typing import cast
 
 import msgspec
 import torch
@@ -133,7 +134,8 @@ class NixlLink:
             buf.data_ptr(),
             buf.numel() * buf.element_size(),
         )
-        self.kv.set(key, pack_remote(key, info, self.secret))
+        # torch's stub types Store.set's value as str; the binding takes bytes and stores them as is
+        self.kv.set(key, cast(str, pack_remote(key, info, self.secret)))
 
     def remote(self, key: str) -> RemoteBuffer:
         info = self._remote.get(key)

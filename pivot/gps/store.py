@@ -242,11 +242,11 @@ class GPSStore(StoreBase):
                 )
         for host, pieces in pending.items():
             self.link.transfer("WRITE", next(iter(staged.values())), self._key(model, host), pieces)
-        for t in staged.values():
+        for buf in staged.values():
             if pending:
-                self.link.unregister(t)
-            if t.is_cuda:
-                torch.cuda.synchronize(t.device)
+                self.link.unregister(buf)
+            if buf.is_cuda:
+                torch.cuda.synchronize(buf.device)
 
     @staticmethod
     def _barrier(group: dist.ProcessGroup | None) -> None:

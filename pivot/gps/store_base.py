@@ -11,6 +11,7 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -28,6 +29,9 @@ from pivot.gps.shm import (
 from pivot.gps.shm_sweep import remove_namespaces
 from pivot.gps.torch_specs import TORCH_DTYPES
 from pivot.gps.transfer_plan import LinkProfile, PlanCache
+
+if TYPE_CHECKING:
+    from pivot.gps.nixl_link import NixlLink
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,7 @@ class StoreBase:
         self.buffers: dict[str, SharedBuffer] = {}
         self._offsets: dict[tuple[str, int], dict[tuple[str, int], int]] = {}
         self._slot_bytes: dict[tuple[str, int], int] = {}
-        self._link = None
+        self._link: NixlLink | None = None
         self._hdr = torch.zeros(HEADER_WORDS, dtype=torch.int64)  # staging for remote headers
 
     # setup ----------------------------------------------------------------------------------
@@ -91,12 +95,13 @@ class StoreBase:
         return f"{self.namespace}/{model}/h{host}"
 
     @property
-    def link(self):
+    def link(self) -> NixlLink:
         if self._link is None:
             from pivot.gps.nixl_link import NixlLink
 
-            self._link = NixlLink(f"{self.namespace}-r{self.info.rank}", self.kv)
-            self._link.register(self._hdr)
+            link = self._link = NixlLink(f"{self.namespace}-r{self.info.rank}", self.kv)
+            link.register(self._hdr)
+            return link
         return self._link
 
     def register(self, layout: Layout) -> None:
@@ -120,7 +125,7 @@ class StoreBase:
             buf = SharedBuffer(path, size, create=True)
             if len(set(self.info.host_of)) > 1:  # other hosts may read it over NIXL
                 self.link.serve(self._key(model, host), buf.raw)
-            self.kv.set(self._key(model, host) + "/ready", b"1")
+            self.kv.set(self._key(model, host) + "/ready", "1")  # the store keeps b"1" either way
         else:
             self.kv.wait([self._key(model, host) + "/ready"])
             buf = SharedBuffer(path, size, create=False)

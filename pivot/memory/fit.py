@@ -42,9 +42,7 @@ def assumed_node(preset: str) -> NodeShape | None:
 def pools(cfg: PivotConfig) -> int:
     """Devices of the training pool and one replica of each inference role."""
     return (
-        cfg.train.devices
-        + cfg.rollout.replicas * cfg.rollout.tp
-        + cfg.reward.replicas * cfg.reward.tp
+        cfg.train.pool + cfg.rollout.replicas * cfg.rollout.tp + cfg.reward.replicas * cfg.reward.tp
     )
 
 

@@ -138,7 +138,11 @@ def inference_usage(
         prefill_tokens * (4 * fp.hidden + 3 * _ceil_div(fp.intermediate, tp)) * b
         + running_seqs * fp.vocab * 4
     )
-    items = (Item("weights", fp.tp_bytes(tp)), Item("KV cache", kv), Item("activations", act))
+    items: tuple[Item, ...] = (
+        Item("weights", fp.tp_bytes(tp)),
+        Item("KV cache", kv),
+        Item("activations", act),
+    )
     if graphs is not None:
         items += (
             Item(
@@ -269,7 +273,7 @@ def plan_memory(
     world = nnodes * devices_per_node
     gpu = int(cfg.cluster.gpu_memory_gb * GB)
     host = int(cfg.cluster.host_memory_gb * GB)
-    train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.devices
+    train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.pool
     devices = []
     role_bound = cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens
     for role, fp, rc in (("rollout", policy, cfg.rollout), ("reward", genrm, cfg.reward)):

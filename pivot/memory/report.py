@@ -132,15 +132,16 @@ def _judge_overhead(cfg: PivotConfig) -> tuple[int, str]:
 def context_lines(cfg: PivotConfig) -> tuple[list[str], list[str]]:
     """Lines of the context check and one line per role that overruns its model's limit."""
     limits = {w: _max_positions(getattr(cfg.model, w)) for w in ("policy", "genrm")}
-    if None in limits.values():
+    policy_limit, genrm_limit = limits["policy"], limits["genrm"]
+    if policy_limit is None or genrm_limit is None:
         missing = [w for w, v in limits.items() if v is None]
         return [f"context: not checked for {', '.join(missing)} (no config.json)"], []
     overhead, how = _judge_overhead(cfg)
     needs: tuple[ContextNeed, ...] = context_needs(
         Path(cfg.model.policy).name,
-        limits["policy"],
+        policy_limit,
         Path(cfg.model.genrm).name,
-        limits["genrm"],
+        genrm_limit,
         cfg.rollout.max_prompt_tokens,
         cfg.rollout.max_new_tokens,
         cfg.reward.max_new_tokens,

@@ -11,7 +11,7 @@ from pivot.model.meta_init import building_on_meta
 def make_linear(in_features: int, out_features: int, bias: bool, kind: str) -> nn.Module:
     """torch Linear, or transformer-engine's (GPU, same parameter names) when asked for."""
     if kind == "te":
-        import transformer_engine.pytorch as te  # type: ignore[import-not-found]
+        import transformer_engine.pytorch as te
 
         # TE's `device` defaults to "cuda" whatever torch.device context is active: a model built
         # on meta (`params_on_meta`) would first allocate and initialise every whole weight on the GPU
@@ -51,6 +51,8 @@ class RotaryEmbedding(nn.Module):
     table's new device: upcasting the rounded one would not give the precision back.
     """
 
+    inv_freq: torch.Tensor  # a buffer (register_buffer)
+
     def __init__(self, rotary_dim: int, theta: float, interleaved: bool = False) -> None:
         super().__init__()
         self.rotary_dim, self.theta = rotary_dim, theta
@@ -61,7 +63,7 @@ class RotaryEmbedding(nn.Module):
         exponents = torch.arange(0, self.rotary_dim, 2, dtype=torch.float32, device=device)
         return 1.0 / (self.theta ** (exponents / self.rotary_dim))
 
-    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]  # nn.Module's signature
+    def _apply(self, fn, recurse=True):  # nn.Module's signature
         super()._apply(fn, recurse)
         self.inv_freq = self._table(self.inv_freq.device)
         return self

@@ -27,7 +27,7 @@ def meta_normal_skipped() -> Iterator[None]:
     def normal_(tensor: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
         return tensor if tensor.is_meta else normal(tensor, *args, **kwargs)  # type: ignore[arg-type]
 
-    nn.init.normal_ = normal_  # type: ignore[assignment]
+    nn.init.normal_ = normal_
     try:
         yield
     finally:
@@ -49,7 +49,8 @@ def params_on_meta() -> Iterator[None]:
                 param.to("meta"), requires_grad=param.requires_grad
             )
 
-    nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    # patched for the block and restored below; the plain function's signature is the method's
+    nn.Module.register_parameter = on_meta  # type: ignore[method-assign,assignment]
     _depth += 1
     try:
         with meta_normal_skipped():

@@ -52,7 +52,7 @@ class SparseMoeBlock(nn.Module):
         self.top_k, self.norm_topk_prob = args.num_experts_per_tok, args.norm_topk_prob
         self.gate = make_linear(args.hidden_size, args.num_experts, False, linear)
         if args.fused_experts:
-            self.experts: nn.Module = FusedExperts(
+            self.experts: FusedExperts | nn.ModuleList = FusedExperts(
                 args.num_experts, args.hidden_size, args.moe_intermediate_size
             )
         else:
@@ -86,12 +86,16 @@ class SparseMoeBlock(nn.Module):
         # under autograd every expert runs, even on no tokens, so each has a (zero) gradient and
         # FSDP's reduce-scatter sees the same parameters on every rank
         keep_empty = torch.is_grad_enabled()
-        fused = isinstance(self.experts, FusedExperts)
+        bank = self.experts
         for e, chosen in enumerate(slots.split(counts)):
             if not len(chosen) and not keep_empty:
                 continue
             tokens = chosen // self.top_k
-            y = self.experts.run(e, flat[tokens]) if fused else self.experts[e](flat[tokens])
+            y = (
+                bank.run(e, flat[tokens])
+                if isinstance(bank, FusedExperts)
+                else bank[e](flat[tokens])
+            )
             y = y * flat_weights[chosen, None]
             out.index_add_(0, tokens, y)
         if hasattr(self, "shared_expert"):

@@ -150,7 +150,9 @@ def _chat_template(path: Path, cfg: dict[str, Any]) -> str | None:
         return file.read_text(encoding="utf-8")
     template = cfg.get("chat_template")
     if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        named: dict[Any, Any] = {
+            t.get("name"): t.get("template") for t in template if isinstance(t, dict)
+        }
         if "default" not in named:
             raise ValueError(
                 f"{path / 'tokenizer_config.json'}: chat_template has no 'default' among {sorted(named)}"

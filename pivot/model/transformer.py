@@ -52,7 +52,7 @@ def dense_causal_attention(
     `kernel="flash"` always calls flash-attn (its own errors say what it cannot run: no silent
     fall back to SDPA); pivot.kernels checks at start-up that it imports."""
     if kernel == "flash":
-        from flash_attn import flash_attn_func  # type: ignore[import-not-found]  # GPU only, built from source
+        from flash_attn import flash_attn_func  # GPU only, built from source
 
         return flash_attn_func(q, k, v, causal=True)
     out = F.scaled_dot_product_attention(  # GQA native: K/V are never repeated to Hq heads
@@ -163,7 +163,8 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     def __init__(self, args: ModelArgs, linear: str, attention: str = "sdpa") -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        # nn.Module: engine TP swaps in its VocabParallelEmbedding (pivot/engine/tp.py)
+        self.embed_tokens: nn.Module = nn.Embedding(args.vocab_size, args.hidden_size)
         self.layers = nn.ModuleList(
             DecoderLayer(args, i, linear, attention) for i in range(args.num_hidden_layers)
         )

@@ -42,7 +42,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -63,6 +63,25 @@ from pivot.roles.micro_batch import MicroBatch, StepLoss, StepSums, micro_batche
 from pivot.roles.oom_guard import MicroBatchGuard
 from pivot.roles.parallelize import parallelize
 from pivot.roles.trainer_checkpoint import STATE_FILE, TrainerCheckpoint
+
+if TYPE_CHECKING:  # FSDP's DTensor costs start-up time on ranks that never train (parallelize.py)
+    from torch.distributed.tensor import DTensor
+
+
+def _sharded(model: CausalLM) -> dict[str, DTensor]:
+    """`model`'s parameters by name, tied ones once: after `parallelize` (FSDP2's fully_shard)
+    each is a DTensor, which nn.Module's stub types as a plain Parameter."""
+    return cast("dict[str, DTensor]", dict(model.named_parameters()))
+
+
+def _reshard(model: CausalLM) -> None:
+    """Free `model`'s gathered parameters: `parallelize` made it an FSDPModule."""
+    from torch.distributed.fsdp import FSDPModule  # loaded already: the model is sharded
+
+    if not isinstance(model, FSDPModule):
+        raise TypeError(f"trainer: {type(model).__name__} is not FSDP-sharded (parallelize)")
+    model.reshard()
+
 
 log = logging.getLogger(__name__)
 __all__ = ["STATE_FILE", "StepMetrics", "Trainer"]
@@ -131,9 +150,7 @@ class Trainer:
             compute_dtype,
             config.compile,
         )
-        self.params = dict(
-            model.named_parameters()
-        )  # tied weights appear once, under the embedding
+        self.params = _sharded(model)  # tied weights appear once, under the embedding
         self.aliases = set(model.state_dict()) - set(self.params)
         self.optimizer = torch.optim.AdamW(
             model.parameters(),
@@ -178,7 +195,7 @@ class Trainer:
         trainer._load_rows(trainer.params, path)
         return trainer
 
-    def _load_rows(self, params: dict[str, torch.Tensor], path: str | Path) -> None:
+    def _load_rows(self, params: dict[str, DTensor], path: str | Path) -> None:
         """Read this rank's dim-0 rows of every tensor of `params` from the folder's safetensors,
         one slice at a time (the rank holds its shard plus one tensor's rows)."""
         boxes = {}
@@ -194,7 +211,7 @@ class Trainer:
         the same way, frozen, with `path`'s weights (the initial policy). Collective."""
         self.reference = parallelize(model, self.group, self.device, False, self.compute_dtype)
         self.reference.eval().requires_grad_(False)
-        self._load_rows(dict(self.reference.named_parameters()), path)
+        self._load_rows(_sharded(self.reference), path)
 
     # ---- shift down / up ------------------------------------------------------------------
 
@@ -203,7 +220,7 @@ class Trainer:
         if which == "master":
             tensors = [p.to_local() for p in self.params.values()]
         elif which == "reference":
-            params = self.reference.parameters() if self.reference is not None else []
+            params = _sharded(self.reference).values() if self.reference is not None else []
             tensors = [p.to_local() for p in params]
         else:
             tensors = [
@@ -429,7 +446,7 @@ class Trainer:
             assert self.reference is not None  # train_step refuses kl_coef > 0 without one
             with torch.no_grad():
                 self.reference(torch.zeros(1, 1, dtype=torch.long, device=self.device))
-            self.reference.reshard()
+            _reshard(self.reference)
         self._dummy_backward()
 
     def _train_micro_batch(
@@ -477,7 +494,7 @@ class Trainer:
                 self.device,
                 self.config.logprob_chunk_tokens,
             )
-        self.reference.reshard()  # FSDP keeps the root gathered after a forward
+        _reshard(self.reference)  # FSDP keeps the root gathered after a forward
         return ref_lp
 
     def _token_versions(

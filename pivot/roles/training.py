@@ -117,6 +117,8 @@ class TrainingRole:
         if self.trainer is None:
             with torch.device(self.device), params_on_meta():  # storage comes with the FSDP shard
                 model = CausalLM(self.args, linear=self.linear, attention=self.attention)
+            if self.group is None:
+                raise RuntimeError("training role: shift up on a rank outside the training slot")
             self.trainer = Trainer(
                 model,
                 self.group,
@@ -126,6 +128,8 @@ class TrainingRole:
                 compute_dtype=self.compute_dtype,
             )
             if self.cfg.kl_coef:  # the initial policy, also when resuming from a checkpoint
+                if self.policy is None:
+                    raise ValueError("train.kl_coef > 0 needs the initial policy's folder")
                 with torch.device(self.device), params_on_meta():
                     ref = CausalLM(self.args, linear=self.linear, attention=self.attention)
                 self.trainer.attach_reference(ref, self.policy)
@@ -138,26 +142,33 @@ class TrainingRole:
             self.trainer.shift_up(shards)  # None: the master kept on host
         return {"reload": time.perf_counter() - t0}
 
+    def _held(self) -> Trainer:
+        """The trainer this rank holds; asked only after a shift up built it."""
+        if self.trainer is None:
+            raise RuntimeError("training role: no trainer on this rank (not shifted up)")
+        return self.trainer
+
     def shift_down(self) -> dict[str, float]:
         t0 = time.perf_counter()
-        self.trainer.shift_down()
+        self._held().shift_down()
         return {"offload": time.perf_counter() - t0}
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
-        metrics = asdict(self.trainer.train_step(batch))
+        metrics = asdict(self._held().train_step(batch))
         mismatch = metrics.pop("mismatch")
         return {k: float(v) for k, v in metrics.items()} | mismatch
 
     def shards(self) -> dict[str, torch.Tensor]:
-        return self.trainer.policy_shards()
+        return self._held().policy_shards()
 
     def save(self, path: str) -> list[Path]:
         """Shards, optimizer and (rank 0) the HF policy; returns the files this rank wrote.
         Collective over the training group."""
         root, policy = Path(path), Path(path) / "policy"
-        written = self.trainer.save(root)
-        self.trainer.export_hf(policy, self.policy)
-        if self.trainer.rank == 0:
+        trainer = self._held()
+        written = trainer.save(root)
+        trainer.export_hf(policy, self.policy)
+        if trainer.rank == 0:
             written += sorted(f for f in policy.iterdir() if f.is_file())
         return written
 

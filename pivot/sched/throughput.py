@@ -23,7 +23,7 @@ MIGRATION_MIN_GAIN = 1e-12
 """A migration step is kept only if it raises Σ T_i by more than this (relative): float noise."""
 
 
-def step_latency(a: float, b: float, c: float, d: float, n: int, tok: int) -> float:
+def step_latency(a: float, b: float, c: float, d: float, n: float, tok: float) -> float:
     """Seconds of one decode step with `n` running sequences holding `tok` tokens: the model's
     `A * N_tok + max(B, C * N_seq) + D`, for callers that hold the constants, not a model."""
     return a * tok + max(b, c * n) + d
@@ -61,7 +61,7 @@ class ThroughputModel:
         if self.B + self.D <= 0 and self.C <= 0:
             raise ValueError("ThroughputModel needs B + D > 0 or C > 0 (latency would be 0)")
 
-    def latency(self, n_seq: int, n_tok: int) -> float:
+    def latency(self, n_seq: float, n_tok: float) -> float:
         """Seconds per decode step with `n_seq` running sequences holding `n_tok` tokens."""
         return step_latency(self.A, self.B, self.C, self.D, n_seq, n_tok)
 

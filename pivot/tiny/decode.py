@@ -57,7 +57,7 @@ def generate(
     pos = (valid.long().cumsum(1) - 1).clamp(min=0)
     cache = _KVCache(model.args.num_hidden_layers, valid)
     logits = model(ids, positions=pos, attn=cache)[:, -1]
-    out = [[] for _ in prompts]
+    out: list[list[int]] = [[] for _ in prompts]
     done = torch.zeros(len(prompts), dtype=torch.bool)
     next_pos = pos[:, -1:] + 1
     for _ in range(max_new):

@@ -131,7 +131,9 @@ class SglangEngine(LiveRequests[_Live]):
             getattr(engine, "loop", None) or asyncio.get_event_loop()
         )
         self._stale_prefixes = False  # the prefix cache holds K/V of weights since replaced
-        self.tp_size, self.architectures = 1, ()  # from_pretrained fills them from the checkpoint
+        # from_pretrained fills these two from the checkpoint
+        self.tp_size = 1
+        self.architectures: tuple[str, ...] = ()
         self.vocab_size = 0  # from_pretrained: the model's (the profiler draws prompts below it)
         info = self._server_info()
         self.kv_total = int(info.get("max_total_num_tokens", config.kv_capacity_tokens))

@@ -45,7 +45,7 @@ def paused(engine: Any, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
     side of (tokenizer_control_mixin.py:470-483, 580-586), and new requests wait for the
     continue (tokenizer_manager.py:938-939). sglang's offline Engine has no pause method: its
     tokenizer manager's, run on the engine's loop (tokenizer_manager.py:2267-2286)."""
-    from sglang.srt.managers.io_struct import (  # type: ignore[import-not-found]  # GPU only
+    from sglang.srt.managers.io_struct import (  # GPU only
         ContinueGenerationReqInput,
         PauseGenerationReqInput,
     )

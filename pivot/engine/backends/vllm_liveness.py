@@ -28,7 +28,7 @@ def watch_engine_core(llm_engine: Any) -> threading.Event | None:
     client = llm_engine.engine_core
     resources = getattr(client, "resources", None)
     manager = getattr(resources, "engine_manager", None)
-    if manager is None:
+    if resources is None or manager is None:
         return None
     sentinels = list(manager.sentinels())
     stop = threading.Event()

@@ -16,10 +16,16 @@ import os
 import re
 import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from pivot.dist import ClusterSpec
 from pivot.runtime.control import frames
 from pivot.secret import ENV, KeyFile, from_env, require_for
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
+
+    from pivot.runtime.control.messages import Message
 
 CONTROL_KEY = "pivot/control"
 HOST_ENV = "PIVOT_CONTROL_HOST"
@@ -115,7 +121,7 @@ def _peer(frame: object, route: bytes) -> str:
 
 
 class ControllerEndpoint:
-    def __init__(self, store: object, spec: ClusterSpec | None = None) -> None:
+    def __init__(self, store: dist.Store, spec: ClusterSpec | None = None) -> None:
         import zmq
 
         spec = spec or ClusterSpec.from_env()
@@ -133,7 +139,7 @@ class ControllerEndpoint:
         self.gone: set[int] = set()
         self._unreachable = (zmq.ZMQError, zmq.EHOSTUNREACH)
         self.rejections = Rejections()
-        self.sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.ROUTER)
         self.sock.setsockopt(
             zmq.ROUTER_MANDATORY, 1
         )  # a message to a vanished rank raises, not vanishes
@@ -142,14 +148,13 @@ class ControllerEndpoint:
         if ":" in host:
             self.sock.setsockopt(zmq.IPV6, 1)
             host = f"[{host}]"
-        port = self.sock.bind_to_random_port(f"tcp://{host}")
+        port: int = self.sock.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
-        store.set(
-            CONTROL_KEY,
-            ControlRecord(
-                self.address, nonce.hex(), self._key_file.name if self._key_file else ""
-            ).encode(),
+        record = ControlRecord(
+            self.address, nonce.hex(), self._key_file.name if self._key_file else ""
         )
+        # torch's stub types Store.set's value as str; the binding takes bytes and stores them as is
+        store.set(CONTROL_KEY, cast(str, record.encode()))
 
     @property
     def rejected(self) -> int:
@@ -175,7 +180,7 @@ class ControllerEndpoint:
                 "its control connection is closed (its process exited or its host is unreachable)"
             ) from None
 
-    def recv(self, timeout_ms: int) -> tuple[int, object] | None:
+    def recv(self, timeout_ms: int) -> tuple[int, Message] | None:
         """The next accepted message (source rank, message), waiting up to `timeout_ms` for one
         to arrive; rejected frames are dropped on the way."""
         if not self.sock.poll(timeout_ms):
@@ -197,7 +202,7 @@ class ControllerEndpoint:
             if not self.sock.poll(0):
                 return None
 
-    def _accepted(self, route: bytes, rank: int, msg: object) -> tuple[int, object]:
+    def _accepted(self, route: bytes, rank: int, msg: Message) -> tuple[int, Message]:
         self.routes[rank] = route
         if self._key_file is not None and len(self.routes) == self._world:
             self._key_file.remove()  # every rank has read it (each said Hello): no copy left to steal
@@ -211,7 +216,7 @@ class ControllerEndpoint:
 
 
 class WorkerEndpoint:
-    def __init__(self, store: object, rank: int) -> None:
+    def __init__(self, store: dist.Store, rank: int) -> None:
         import zmq
 
         rec = ControlRecord.parse(store.get(CONTROL_KEY))
@@ -228,7 +233,7 @@ class WorkerEndpoint:
         )  # only rank 0 speaks to workers
         self._rejected, self._peer = frames.Rejected, rec.addr
         self.rejections = Rejections()
-        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 2000)
         self.sock.connect(rec.addr)
 

@@ -59,7 +59,7 @@ class Hmac:
 class Opened:
     src: int
     seq: int
-    msg: object
+    msg: Message
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Sealer:
         self.mac, self.direction, self.src = Hmac(key), direction, src
         self.seq = 0
 
-    def seal(self, dst: int, msg: Message) -> bytes:
+    def seal(self, dst: int, msg: object) -> bytes:
         code, payload = wire.encode(msg)
         body = HEADER.pack(MAGIC, self.direction, code, self.src, dst, self.seq) + payload
         self.seq += 1

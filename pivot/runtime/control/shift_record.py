@@ -39,7 +39,7 @@ class ShiftRecord:
 
     def event(self, last: m.ShiftDone, devices: tuple[int, ...]) -> dict:
         """The run log's shift event; `last` is the slot's last ShiftDone (version, checksum)."""
-        event = {
+        event: dict[str, object] = {
             "event": "shift_up" if self.up else "shift_down",
             "role": self.role,
             "slot": self.slot,

@@ -21,13 +21,15 @@ class WireError(ValueError):
 
 
 _ENCODER = msgspec.msgpack.Encoder()
-_DECODERS = tuple(msgspec.msgpack.Decoder(t) for t in MESSAGE_TYPES)
+_DECODERS: tuple[msgspec.msgpack.Decoder[Message], ...] = tuple(
+    msgspec.msgpack.Decoder(t) for t in MESSAGE_TYPES
+)
 _CODES = {t: i for i, t in enumerate(MESSAGE_TYPES)}
 _BATCH = msgspec.msgpack.Decoder(list[tuple[int, bytes]])
 
 
-def encode(msg: Message) -> tuple[int, bytes]:
-    """(type code, MessagePack payload) of a control message."""
+def encode(msg: object) -> tuple[int, bytes]:
+    """(type code, MessagePack payload) of a control message; anything else raises TypeError."""
     code = _CODES.get(type(msg))
     if code is None:
         raise TypeError(

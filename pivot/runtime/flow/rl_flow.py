@@ -21,6 +21,7 @@ import dataclasses
 import time
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from pivot.config import PivotConfig
 from pivot.engine import Output, Request, SamplingParams
@@ -125,7 +126,7 @@ class RLFlow:
         self._rm_params = dict(temperature=rm.temperature, max_new_tokens=rm.max_new_tokens)
 
     def _new_seq(
-        self, role: str, key: Key, prompt_ids: list[int], params: dict, **extra: float
+        self, role: str, key: Key, prompt_ids: list[int], params: dict, **extra: Any
     ) -> SeqInfo:
         # an evaluation's sequences queue after every rollout of their step, its dynamic
         # sampling's replacements included (the step's training waits for both)

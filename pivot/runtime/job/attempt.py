@@ -66,9 +66,9 @@ def agree_attempt(store: dist.Store, rank: int, world_size: int, timeout_s: floa
                 )
             time.sleep(0.05)
         return attempt
-    nonce = uuid.uuid4().hex
-    store.set(_ask(rank), nonce)
-    store.wait([_answer(nonce)], left())
-    attempt = int(store.get(_answer(nonce)))
+    ask = uuid.uuid4().hex
+    store.set(_ask(rank), ask)
+    store.wait([_answer(ask)], left())
+    attempt = int(store.get(_answer(ask)))
     store.set(_joined(attempt, rank), "1")
     return attempt

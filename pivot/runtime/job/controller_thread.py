@@ -62,25 +62,27 @@ def role_profiles(
             else None
         )
         prof = resolve_profile(role, rcfg.throughput_profile, shape, PROFILE_CACHE)
+        # resolve_profile falls back to the tiny constants only for a replica shape
+        unprofiled = shape if prof.fallback else None
         fitted = (
-            profile_at_startup(role, shape, rcfg.engine, cfg.model, device, PROFILE_CACHE)
-            if prof.fallback
+            profile_at_startup(role, unprofiled, rcfg.engine, cfg.model, device, PROFILE_CACHE)
+            if unprofiled is not None
             else None
         )
-        if prof.fallback and fitted is None and device.startswith("cuda"):
+        if unprofiled is not None and fitted is None and device.startswith("cuda"):
             raise ValueError(  # the tiny CPU constants would make the planner's benefits fiction
-                f"{role}: no throughput profile for {folder} on {shape.hardware} (tp={rcfg.tp}, "
+                f"{role}: no throughput profile for {folder} on {unprofiled.hardware} (tp={rcfg.tp}, "
                 f"{rcfg.engine.backend}) and none could be measured at start-up; give one: "
                 f"--{role}.throughput-profile PATH (tools/profile_engine.py writes it)"
             )
-        if prof.fallback and fitted is None:
+        if unprofiled is not None and fitted is None:
             log.warning(
                 "%s: no throughput profile for %s on %s (tp=%d, %s); planning with the tiny CPU constants, so "
                 "T_i and the planner's benefit are only relative. Give one: --%s.throughput-profile PATH "
                 "(tools/profile_engine.py writes it)",
                 role,
                 folder,
-                shape.hardware,
+                unprofiled.hardware,
                 rcfg.tp,
                 rcfg.engine.backend,
                 role,

@@ -220,7 +220,8 @@ def resume_point(
 
     # one list: `problem` is collective; with rank 0's launch id, a restart's own checkpoints
     # are not hashed again (pivot/runtime/records/manifest.py)
-    known = [ckpt.folders() if spec.rank == 0 and mode != "no" else [], ckpt.launch]
+    # [folders, launch id]: what broadcast_object_list fills in is untyped
+    known: list[Any] = [ckpt.folders() if spec.rank == 0 and mode != "no" else [], ckpt.launch]
     dist.broadcast_object_list(known, src=0)
     path = ckpt.first_complete(known[0], problem, say)
     if path is not None:
@@ -424,7 +425,7 @@ def run(cfg: PivotConfig, backend: DeviceBackend | None = None) -> int:
     if spec.rank == 0 and (why := too_small_to_shift(cfg, spec.world_size)):
         tell(why)
     cfg = job_config(cfg, spec, backend)
-    table = SlotTable.build(spec, cfg.rollout.tp, cfg.reward.tp, cfg.train.devices)
+    table = SlotTable.build(spec, cfg.rollout.tp, cfg.reward.tp, cfg.train.pool)
     try:  # before any model is loaded: a multi-node run without PIVOT_JOB_SECRET stops here
         job_secret.require_for(spec.nnodes)
     except ValueError as e:  # one line per host

@@ -102,18 +102,19 @@ class Worker:
             # for its next loop, where it steps with the rest of the slot
             mirror = lockstep and (self.role, self.slot) == held
             if mirror or (not self._lockstep() and self._engine_busy()):
+                role = self._held_role()  # both need a held inference replica
                 try:
                     if FAULTS_ACTIVE and self._leader():  # the recovery tests and the soak
-                        inject("engine_step", self.role)
-                        if happens("engine_stall", self.role):
+                        inject("engine_step", role)
+                        if happens("engine_stall", role):
                             time.sleep(STALL_S)
-                    outputs = self.inference[self.role].step()
+                    outputs = self.inference[role].step()
                 except Exception as e:
                     if not self._recover(e):
                         raise
                     outputs = []
                 if outputs:
-                    self.endpoint.send(m.Finished(self.spec.rank, self.role, self.slot, outputs))
+                    self.endpoint.send(m.Finished(self.spec.rank, role, self.slot, outputs))
             self._maybe_stats()
 
     def _recover(self, error: Exception) -> bool:
@@ -132,6 +133,12 @@ class Worker:
         self.endpoint.send(m.EngineFailed(self.spec.rank, role.role, role.slot, text, salvaged))
         return True
 
+    def _held_role(self) -> str:
+        """The inference role this rank holds a replica of; only asked where it holds one."""
+        if self.role is None:
+            raise RuntimeError(f"rank {self.spec.rank} holds no inference replica")
+        return self.role
+
     def _lockstep(self) -> bool:
         """A replica over several ranks runs in lockstep: each loop the leader broadcasts the
         slot-wide control messages (shift down, weight update, stop) it received, then every
@@ -140,9 +147,10 @@ class Worker:
 
     def _forward(self, msgs: list[object]) -> list[object]:
         slot_wide: tuple[type, ...] = (m.ShiftDown, m.UpdateWeights, m.Stop)
-        if self.inference[self.role].kv_migration:  # every rank exports / imports its own KV slice
+        role = self._held_role()
+        if self.inference[role].kv_migration:  # every rank exports / imports its own KV slice
             slot_wide += (m.Generate, m.AbortSequences)
-        group = self.groups[self.table.get(self.role, self.slot).name]
+        group = self.groups[self.table.get(role, self.slot).name]
         if self._leader():
             data = torch.frombuffer(
                 bytearray(wire.encode_many([msg for msg in msgs if isinstance(msg, slot_wide)])),
@@ -160,7 +168,9 @@ class Worker:
         if not self._leader():
             data = torch.empty(int(size), dtype=torch.uint8)
         dist.broadcast(data, group_src=0, group=group)
-        return msgs if self._leader() else wire.decode_many(data.numpy().tobytes())
+        if self._leader():
+            return msgs
+        return list(wire.decode_many(data.numpy().tobytes()))
 
     def _engine_busy(self) -> bool:
         return self.role in self.inference and self.inference[self.role].has_work()
@@ -184,11 +194,12 @@ class Worker:
     def handle(self, msg: object) -> None:
         rank = self.spec.rank
         if isinstance(msg, m.Generate):
-            self.inference[self.role].add(msg.requests)
+            self.inference[self._held_role()].add(msg.requests)
         elif isinstance(msg, m.AbortSequences):
-            result = self.inference[self.role].abort(msg.ids)
+            role = self._held_role()
+            result = self.inference[role].abort(msg.ids)
             if self._leader():  # a follower (KV migration forwards aborts) only wrote its KV slice
-                self.endpoint.send(m.Aborted(rank, self.role, self.slot, list(result)))
+                self.endpoint.send(m.Aborted(rank, role, self.slot, list(result)))
         elif isinstance(msg, m.ShiftDown):
             self._shift_down(msg)
         elif isinstance(msg, m.ShiftUp):

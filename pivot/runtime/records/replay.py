@@ -92,8 +92,11 @@ def replay_step(
         store = dist.FileStore(os.path.join(tempfile.mkdtemp(prefix="pivot-replay-"), "store"), 1)
         dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
+        world = dist.group.WORLD
+        if world is None:  # initialized above, or by the caller
+            raise RuntimeError("replay: no default process group")
         trainer = Trainer.from_pretrained(
-            here / "policy", dist.group.WORLD, train, device="cpu", temperature=temperature
+            here / "policy", world, train, device="cpu", temperature=temperature
         )
         trainer.load(here)
         trainer.train_step(batch)

@@ -45,14 +45,14 @@ class RunLock:
                 f"run folder {folder} is in use by another job ({holder}): wait for it to end, "
                 "or give another --log.dir"
             ) from None
-        holder = {
+        mine = {
             "launch": launch,
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "since": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        os.pwrite(fd, json.dumps(mine).encode(), 0)
         return cls(folder, fd)
 
     def release(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 
@@ -21,11 +22,11 @@ def unshared_hosts(folder: Path, spec: ClusterSpec) -> list[str]:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / probe[0]).write_bytes(b"")
     dist.broadcast_object_list(probe, src=0)
-    seen = [False] * spec.world_size
+    seen: list[Any] = [False] * spec.world_size  # then (sees the file, host name) per rank
     dist.all_gather_object(seen, ((folder / probe[0]).is_file(), socket.gethostname()))
     if spec.rank == 0:
         (folder / probe[0]).unlink()
-    return sorted({host for ok, host in seen if not ok})  # type: ignore[misc]
+    return sorted({host for ok, host in seen if not ok})
 
 
 def check_shared(folder: Path, spec: ClusterSpec) -> None:

@@ -74,6 +74,12 @@ class WeightService:
         )
         self._replica_layouts: dict[tuple[str, str], Layout] = {}
 
+    def _policy_shards(self) -> Layout:
+        """The training pool's FSDP layout of the policy; only asked where there is a pool."""
+        if self._train_layout is None:
+            raise RuntimeError("GPS weights: no training pool, so no FSDP layout of the policy")
+        return self._train_layout
+
     def resize_training(self, train: Slot) -> None:
         """The training slot moved (pivot/runtime/control/sizing.py): its ranks Write the policy
         in their FSDP shards from now on."""
@@ -98,7 +104,7 @@ class WeightService:
         """The layout `slot` reads `model` in: FSDP shards for the trainer, TP slices for a replica
         (group rank t = position t in `slot.ranks`, as `dist.new_group` orders them)."""
         if slot.role == "train":
-            return self._train_layout
+            return self._policy_shards()
         key = (model, slot.name)
         if key not in self._replica_layouts:
             whole = slot.role in self.whole
@@ -138,7 +144,9 @@ class WeightService:
                     given is not None and tuple(given.shape) == piece.shape and given.dtype == dtype
                 )
                 targets[name] = (
-                    given if fits else torch.empty(piece.shape, dtype=dtype, device=device)
+                    given
+                    if fits and given is not None
+                    else torch.empty(piece.shape, dtype=dtype, device=device)
                 )
         tensors, got = self.store.read(model, layout, version, out=targets, device=device)
         self.last_read_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
@@ -160,4 +168,6 @@ class WeightService:
     ) -> int:
         """The trainer's fp32 shards, cast to the stored dtype (bf16 on GPU clusters), as the next
         policy version (returned); collective."""
-        return self.store.write("policy", self._train_layout, self._cast("policy", shards), group)
+        return self.store.write(
+            "policy", self._policy_shards(), self._cast("policy", shards), group
+        )
