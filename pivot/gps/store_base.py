@@ -6,10 +6,8 @@ Read and Write on it.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -137,15 +135,6 @@ class StoreBase:
         handler. What other processes mapped stays theirs until they exit."""
         if self.info.local_rank == 0:
             remove_namespaces([self.namespace], self.info.host)
-
-    @contextlib.contextmanager
-    def removed_on_failure(self) -> Iterator[None]:
-        """Unlink this attempt's shm files on this host when the block raises: the job is ending."""
-        try:
-            yield
-        except BaseException:
-            self.remove_files()
-            raise
 
     def close(self) -> None:
         """Release memory registrations; local rank 0 removes its shm files."""

@@ -76,8 +76,7 @@ def test_a_failure_removes_this_attempts_files_on_this_host_and_nothing_else() -
     for path in (kv, other):
         open(path, "wb").close()
     try:
-        with pytest.raises(RuntimeError, match="boom"), store.removed_on_failure():
-            raise RuntimeError("boom")
+        store.remove_files()  # what a failed job's teardown calls (pivot/runtime/job/launch.py)
         assert leftovers(ns) == [f"{ns}x_h0_m"]
         store.close()  # the files are gone already: closing is still clean
     finally:
