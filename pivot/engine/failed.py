@@ -16,22 +16,64 @@ from typing import TYPE_CHECKING
 
 from pivot.engine.config import EngineConfig
 from pivot.engine.parked import ParkedEngine
-from pivot.engine.sequence import AbortResult, EngineStats, Request
+from pivot.engine.sequence import AbortResult, EngineStats, Output, Request
 
 if TYPE_CHECKING:
     import torch
 
 
-class FailedEngine(ParkedEngine):
-    """A parked engine (it serves nothing, reads and releases no device) that holds requests."""
+class FailedEngine:
+    """An `InferenceEngine` that serves nothing, reads and releases no device (as a parked rank's
+    engine, which it holds for those answers) and holds requests."""
 
     def __init__(self, config: EngineConfig, held: list[Request], version: int, error: str) -> None:
-        super().__init__(config)
-        self.error, self._version = error, version
+        self.config, self.error = config, error
+        self.parked = ParkedEngine(config)
+        self.parked.load_weights({}, version)  # a parked engine keeps only the version it is given
         self.held: dict[int, Request] = {r.id: r for r in held}
 
+    # what a parked rank answers: no capacity, no output, no weights ---------------------------
+    @property
+    def max_len(self) -> int:
+        return self.parked.max_len
+
+    @property
+    def vocab_size(self) -> int:
+        return self.parked.vocab_size
+
+    @property
+    def weights_version(self) -> int:
+        return self.parked.weights_version
+
+    @property
+    def graphs_capture_s(self) -> float:
+        return self.parked.graphs_capture_s
+
+    def step(self) -> list[Output]:
+        return self.parked.step()
+
+    def has_work(self) -> bool:
+        return self.parked.has_work()
+
+    def can_admit(self, num_tokens: int) -> bool:
+        return self.parked.can_admit(num_tokens)
+
+    def weight_buffers(self) -> dict[str, torch.Tensor]:
+        return self.parked.weight_buffers()
+
+    def named_parameters_hf(self) -> dict[str, torch.Tensor]:
+        return self.parked.named_parameters_hf()
+
+    def shutdown(self) -> None:
+        self.parked.shutdown()
+
+    # what it holds: the salvaged requests and any sent since, handed back as partials ---------
     def add(self, request: Request) -> None:
         self.held.setdefault(request.id, request)  # sent before the controller knew: kept as is
+
+    def add_all(self, requests: list[Request]) -> None:
+        for request in requests:
+            self.add(request)
 
     def progress(self) -> dict[int, int]:
         return {rid: len(r.output_ids) for rid, r in self.held.items()}
@@ -48,7 +90,7 @@ class FailedEngine(ParkedEngine):
 
     def stats(self) -> EngineStats:
         return dataclasses.replace(
-            super().stats(),
+            self.parked.stats(),
             n_seq=len(self.held),
             n_tok=sum(len(r.prompt_ids) + len(r.output_ids) for r in self.held.values()),
         )

@@ -10,28 +10,90 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
+from pivot.gps.host_buffers import HostBuffers, narrow
+from pivot.gps.host_buffers import HostInfo as HostInfo  # re-exported: GPSStore users build one
 from pivot.gps.layout import Layout, Place
 from pivot.gps.shm import (
     W_PUB_SLOT,
     W_PUB_VERSION,
     W_SEQ,
+    SharedBuffer,
     header_values_after_begin,
     header_values_after_publish,
     readable,
 )
-from pivot.gps.store_base import HostInfo as HostInfo  # re-exported: every GPSStore user builds one
-from pivot.gps.store_base import StoreBase, narrow
 from pivot.gps.torch_specs import DTYPE_NAMES, TORCH_DTYPES
+from pivot.gps.transfer_plan import LinkProfile, PlanCache
+
+if TYPE_CHECKING:
+    from pivot.gps.nixl_link import NixlLink
 
 
-class GPSStore(StoreBase):
+class GPSStore:
     """This process's handle on GPS. All ranks of a job construct one (same kv store, same
     namespace) and `register` every model; Reads are per rank, Writes collective over the
-    writers' process group."""
+    writers' process group. The buffers, headers and slice addresses are its `host_buffers`;
+    it adds the transfer plans and the Read and Write protocols over them."""
+
+    def __init__(
+        self,
+        kv: dist.Store,
+        info: HostInfo,
+        namespace: str = "pivot_gps",
+        profile: LinkProfile = LinkProfile(),
+        retry_timeout_s: float = 30.0,
+        local_first: bool = True,
+    ) -> None:
+        self.host_buffers = HostBuffers(kv, info, namespace)
+        self.plans = PlanCache(profile, local_first)
+        self.last_remote_bytes = 0  # of the latest `read`: what crossed hosts (the shift-up record)
+        self.retry_timeout_s = retry_timeout_s
+
+    # the host buffers' parts every GPS user reaches: forwarded, so callers hold the store alone
+    @property
+    def kv(self) -> dist.Store:
+        return self.host_buffers.kv
+
+    @property
+    def info(self) -> HostInfo:
+        return self.host_buffers.info
+
+    @property
+    def namespace(self) -> str:
+        return self.host_buffers.namespace
+
+    @property
+    def layouts(self) -> dict[str, Layout]:
+        return self.host_buffers.layouts
+
+    @property
+    def buffers(self) -> dict[str, SharedBuffer]:
+        return self.host_buffers.buffers
+
+    @property
+    def link(self) -> NixlLink:
+        return self.host_buffers.link
+
+    def register(self, layout: Layout) -> None:
+        """`HostBuffers.register`: adopt `layout` for its model, once per model."""
+        self.host_buffers.register(layout)
+
+    def remove_files(self) -> None:
+        """`HostBuffers.remove_files`: local rank 0 unlinks this attempt's files on its host."""
+        self.host_buffers.remove_files()
+
+    def close(self) -> None:
+        """`HostBuffers.close`: release memory registrations and this host's shm files."""
+        self.host_buffers.close()
+
+    def latest(self, model: str) -> int | None:
+        """The newest version published on this host, or None before the first Write."""
+        return self.host_buffers.latest(model)
 
     # Read -------------------------------------------------------------------------------------
     def read(
@@ -87,7 +149,7 @@ class GPSStore(StoreBase):
         """Seqlock loop: copy, and keep the copy only if no involved slot changed meanwhile."""
         deadline = time.monotonic() + self.retry_timeout_s
         while True:
-            before = {h: self._words(model, h) for h in hosts}
+            before = {h: self.host_buffers.words(model, h) for h in hosts}
             if not hosts:
                 return outputs, version if version is not None else (self.latest(model) or 0)
             published = [w[W_PUB_VERSION] for w in before.values() if w[W_PUB_SLOT] >= 0]
@@ -102,7 +164,7 @@ class GPSStore(StoreBase):
             slot = ver % 2
             if all(readable(w, slot, ver) for w in before.values()):
                 self._copy_in(model, slot, plan, transfers, outputs, layout)
-                after = {h: self._words(model, h) for h in hosts}
+                after = {h: self.host_buffers.words(model, h) for h in hosts}
                 if all(after[h][W_SEQ[slot]] == before[h][W_SEQ[slot]] for h in hosts):
                     return outputs, ver
             if time.monotonic() > deadline:
@@ -122,19 +184,19 @@ class GPSStore(StoreBase):
             if t.src.host == self.info.host:
                 src_piece = self.layouts[model].pieces[s.tensor][s.src_piece]
                 src = narrow(
-                    self._host_view(model, t.src.host, slot, s.tensor, s.src_piece),
+                    self.host_buffers.host_view(model, t.src.host, slot, s.tensor, s.src_piece),
                     s.box,
                     src_piece.box,
                 )
                 narrow(out, s.box, dst_piece.box).copy_(src, non_blocking=out.is_cuda)
             else:
                 pending.setdefault(t.src.host, []).extend(
-                    self._remote_runs(
+                    self.host_buffers.remote_runs(
                         model, t.src.host, slot, s.tensor, s.src_piece, s.box, out, dst_piece.box
                     )
                 )
         for host, pieces in pending.items():
-            self.link.transfer("READ", any_out, self._key(model, host), pieces)
+            self.link.transfer("READ", any_out, self.host_buffers.key(model, host), pieces)
         if any_out.is_cuda:
             torch.cuda.synchronize(any_out.device)
 
@@ -155,7 +217,7 @@ class GPSStore(StoreBase):
         me = self.info.place
         gps = self.layouts[model]
         problem = self._check_shards(model, layout, shards)
-        words = self._words(model, min(p.host for p in gps.places))
+        words = self.host_buffers.words(model, min(p.host for p in gps.places))
         flags = torch.tensor(
             [1 if problem else 0, words[W_PUB_VERSION], words[W_PUB_SLOT]], dtype=torch.int64
         )
@@ -181,8 +243,8 @@ class GPSStore(StoreBase):
                 if h == self.info.host:
                     self.buffers[model].begin(slot)
                 else:
-                    self._set_words(
-                        model, h, header_values_after_begin(self._words(model, h), slot)
+                    self.host_buffers.set_words(
+                        model, h, header_values_after_begin(self.host_buffers.words(model, h), slot)
                     )
         self._barrier(group)
         self._push(model, layout, shards, slot, me)
@@ -192,8 +254,12 @@ class GPSStore(StoreBase):
                 if h == self.info.host:
                     self.buffers[model].publish(slot, version)
                 else:
-                    self._set_words(
-                        model, h, header_values_after_publish(self._words(model, h), slot, version)
+                    self.host_buffers.set_words(
+                        model,
+                        h,
+                        header_values_after_publish(
+                            self.host_buffers.words(model, h), slot, version
+                        ),
                     )
         self._barrier(group)
         return version
@@ -223,13 +289,15 @@ class GPSStore(StoreBase):
             if t.dst.host == self.info.host:
                 dst_box = self.layouts[model].pieces[s.tensor][s.dst_piece].box
                 dst = narrow(
-                    self._host_view(model, t.dst.host, slot, s.tensor, s.dst_piece), s.box, dst_box
+                    self.host_buffers.host_view(model, t.dst.host, slot, s.tensor, s.dst_piece),
+                    s.box,
+                    dst_box,
                 )
                 dst.copy_(narrow(staged[s.tensor], s.box, src_box))
             else:
                 self.link.register(staged[s.tensor])
                 pending.setdefault(t.dst.host, []).extend(
-                    self._remote_runs(
+                    self.host_buffers.remote_runs(
                         model,
                         t.dst.host,
                         slot,
@@ -241,7 +309,9 @@ class GPSStore(StoreBase):
                     )
                 )
         for host, pieces in pending.items():
-            self.link.transfer("WRITE", next(iter(staged.values())), self._key(model, host), pieces)
+            self.link.transfer(
+                "WRITE", next(iter(staged.values())), self.host_buffers.key(model, host), pieces
+            )
         for buf in staged.values():
             if pending:
                 self.link.unregister(buf)

@@ -34,7 +34,7 @@ import time
 from collections.abc import Sequence
 
 from pivot.config import PlannerConfig
-from pivot.plan.planner import Planner, PlanTimings, ShiftPlan
+from pivot.plan.planner import PlanTimings, ShiftPlan
 from pivot.plan.snapshot import ClusterSnapshot
 from pivot.sched.records import INFERENCE_ROLES, Replica, Role
 
@@ -42,9 +42,9 @@ MAX_ANCHOR_TRIES = 10_000
 """Bound on the anchor search (pairs of slots tried), so huge clusters stay cheap."""
 
 
-class ChaosPlanner(Planner):
+class ChaosPlanner:
     def __init__(self, cfg: PlannerConfig) -> None:
-        self.cfg = cfg
+        self.cfg, self.last_timings = cfg, PlanTimings()
         self.rng = random.Random(cfg.chaos_seed)
         self.targeted: set[int] = set()  # sequences a plan shifted down on purpose
 

@@ -22,7 +22,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pivot.config import PlannerConfig
 from pivot.plan.candidates import Candidate, CandidateTable
@@ -79,21 +79,23 @@ class ShiftPlan:
     """Candidates whose migration was simulated (all of them within the planning budget)."""
 
 
-class Planner:
+class Planner(Protocol):
     """Interface: `plan(snapshot)` returns a `ShiftPlan`, or None to keep the allocation."""
 
     cfg: PlannerConfig
-    last_timings: PlanTimings = PlanTimings()
+    """Settable: the deployment mode narrows the reserves once a sizing decided them."""
+    last_timings: PlanTimings
+    """The phase timings of the last `plan` call (zeros before the first)."""
 
-    def plan(self, snap: ClusterSnapshot) -> ShiftPlan | None:
-        raise NotImplementedError
+    def plan(self, snap: ClusterSnapshot) -> ShiftPlan | None: ...
 
 
-class PivotPlanner(Planner):
+class PivotPlanner:
     def __init__(
         self, cfg: PlannerConfig, priority: Callable[[SeqState], Any] | None = None
     ) -> None:
         self.cfg, self.priority = cfg, priority
+        self.last_timings = PlanTimings()
         self.last_candidates: list[
             tuple[Candidate, float]
         ] = []  # evaluated (candidate, benefit), ascending k

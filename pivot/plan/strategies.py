@@ -44,9 +44,9 @@ def _timed(plan: ShiftPlan | None, t0: float) -> tuple[ShiftPlan | None, PlanTim
     return plan, timings
 
 
-class StaticPlanner(Planner):
+class StaticPlanner:
     def __init__(self, cfg: PlannerConfig) -> None:
-        self.cfg = cfg
+        self.cfg, self.last_timings = cfg, PlanTimings()
 
     def plan(self, snap: ClusterSnapshot) -> ShiftPlan | None:
         t0 = time.perf_counter()
@@ -75,9 +75,9 @@ class StaticPlanner(Planner):
         return ShiftPlan(None, tuple(up), (slot.replica_id,), 0.0, 0.0, PlanTimings())
 
 
-class RuleBasedPlanner(Planner):
+class RuleBasedPlanner:
     def __init__(self, cfg: PlannerConfig) -> None:
-        self.cfg = cfg
+        self.cfg, self.last_timings = cfg, PlanTimings()
 
     def plan(self, snap: ClusterSnapshot) -> ShiftPlan | None:
         t0 = time.perf_counter()

@@ -78,7 +78,9 @@ def test_random_operation_series_match_reference(seed: int) -> None:
         assert got == want, op
         assert state(fast) == state(slow), op
         # queued() and what_if() skip the liveness scan when this count says nothing is stale
-        assert fast._stale == sum(not fast._live(e) for e in fast._queue), op
+        assert fast.placement.stale == sum(
+            not fast.placement._live(e) for e in fast.placement.queue
+        ), op
 
 
 @pytest.mark.parametrize("seed", range(10))

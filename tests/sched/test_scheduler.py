@@ -170,7 +170,7 @@ def run_ops(s: ShiftAwareScheduler, steps: list[tuple[str, int]], progress: bool
             s.on_finish(arg)
             del mirror[arg]
         elif op == "progress" and arg in mirror and progress:
-            s.on_progress(arg, s.location(arg) is not None and 7 or 0)
+            s.on_progress(arg, s.placement.location(arg) is not None and 7 or 0)
         for c in cmds:
             if isinstance(c, Abort):
                 assert mirror[c.seq_id] == c.replica_id
@@ -179,7 +179,7 @@ def run_ops(s: ShiftAwareScheduler, steps: list[tuple[str, int]], progress: bool
                 assert mirror[c.seq_id] is None and c.replica_id in s.active_ids
                 mirror[c.seq_id] = c.replica_id
         # no loss, no duplicate: every known sequence is in exactly one place
-        assert mirror == {sid: s.location(sid) for sid in mirror}
+        assert mirror == {sid: s.placement.location(sid) for sid in mirror}
         placed = [q.seq_id for r in s.replica_ids for q in s.running(r)] + [
             q.seq_id for q in s.queued()
         ]
@@ -187,13 +187,13 @@ def run_ops(s: ShiftAwareScheduler, steps: list[tuple[str, int]], progress: bool
         for r in s.replica_ids:
             n, tok = s.load(r)
             assert n == len(s.running(r)) and tok == sum(q.length for q in s.running(r))
-            assert s.replica_throughput(r) == s.spec(r).model.throughput(
+            assert s.replica_throughput(r) == s.placement.spec(r).model.throughput(
                 n, tok
             )  # one T_i, bit for bit
             if r not in s.active_ids:
                 assert n == 0
             if not progress:
-                assert tok <= s.spec(r).kv_capacity
+                assert tok <= s.placement.spec(r).kv_capacity
 
 
 @settings(max_examples=80, deadline=None)

@@ -1,7 +1,7 @@
-"""GPS store's base: which host this process is on, the per-host shm buffers of every registered
+"""`HostBuffers`: which host this process is on, the per-host shm buffers of every registered
 model (created by each host's local rank 0, served to other hosts over NIXL), their version
-headers, and where a slice of a tensor lies in them. `GPSStore` (`pivot/gps/store.py`) builds its
-Read and Write on it.
+headers, and where a slice of a tensor lies in them. `GPSStore` (`pivot/gps/store.py`) holds one
+and builds its Read and Write on it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from pivot.gps.shm import (
 )
 from pivot.gps.shm_sweep import remove_namespaces
 from pivot.gps.torch_specs import TORCH_DTYPES
-from pivot.gps.transfer_plan import LinkProfile, PlanCache
 
 if TYPE_CHECKING:
     from pivot.gps.nixl_link import NixlLink
@@ -65,22 +64,11 @@ def narrow(t: torch.Tensor, box: Box, origin: Box) -> torch.Tensor:
     return t
 
 
-class StoreBase:
+class HostBuffers:
     """The buffers, headers and slice addresses under `GPSStore`'s Read and Write."""
 
-    def __init__(
-        self,
-        kv: dist.Store,
-        info: HostInfo,
-        namespace: str = "pivot_gps",
-        profile: LinkProfile = LinkProfile(),
-        retry_timeout_s: float = 30.0,
-        local_first: bool = True,
-    ) -> None:
+    def __init__(self, kv: dist.Store, info: HostInfo, namespace: str) -> None:
         self.kv, self.info, self.namespace = kv, info, namespace
-        self.plans = PlanCache(profile, local_first)
-        self.last_remote_bytes = 0  # of the latest `read`: what crossed hosts (the shift-up record)
-        self.retry_timeout_s = retry_timeout_s
         self.layouts: dict[str, Layout] = {}
         self.buffers: dict[str, SharedBuffer] = {}
         self._offsets: dict[tuple[str, int], dict[tuple[str, int], int]] = {}
@@ -89,11 +77,13 @@ class StoreBase:
         self._hdr = torch.zeros(HEADER_WORDS, dtype=torch.int64)  # staging for remote headers
 
     # setup ----------------------------------------------------------------------------------
-    def _key(self, model: str, host: int) -> str:
+    def key(self, model: str, host: int) -> str:
+        """The name `host`'s buffer of `model` is served (and its readiness announced) under."""
         return f"{self.namespace}/{model}/h{host}"
 
     @property
     def link(self) -> NixlLink:
+        """This rank's NIXL agent, made on first use (a single-host job never needs one)."""
         if self._link is None:
             from pivot.gps.nixl_link import NixlLink
 
@@ -122,10 +112,10 @@ class StoreBase:
         if self.info.local_rank == 0:
             buf = SharedBuffer(path, size, create=True)
             if len(set(self.info.host_of)) > 1:  # other hosts may read it over NIXL
-                self.link.serve(self._key(model, host), buf.raw)
-            self.kv.set(self._key(model, host) + "/ready", "1")  # the store keeps b"1" either way
+                self.link.serve(self.key(model, host), buf.raw)
+            self.kv.set(self.key(model, host) + "/ready", "1")  # the store keeps b"1" either way
         else:
-            self.kv.wait([self._key(model, host) + "/ready"])
+            self.kv.wait([self.key(model, host) + "/ready"])
             buf = SharedBuffer(path, size, create=False)
         self.buffers[model] = buf
 
@@ -145,30 +135,33 @@ class StoreBase:
             self._link.close()
 
     # headers -----------------------------------------------------------------------------------
-    def _words(self, model: str, host: int) -> list[int]:
+    def words(self, model: str, host: int) -> list[int]:
+        """The version header of `host`'s buffer of `model` (a NIXL READ for another host)."""
         if host == self.info.host:
             return self.buffers[model].words()
         self.link.transfer(
-            "READ", self._hdr, self._key(model, host), [(self._hdr.data_ptr(), 0, HEADER_WORDS * 8)]
+            "READ", self._hdr, self.key(model, host), [(self._hdr.data_ptr(), 0, HEADER_WORDS * 8)]
         )
         return self._hdr.tolist()
 
-    def _set_words(self, model: str, host: int, words: list[int]) -> None:
+    def set_words(self, model: str, host: int, words: list[int]) -> None:
+        """Overwrite another host's version header of `model` (a NIXL WRITE)."""
         self._hdr.copy_(torch.tensor(words, dtype=torch.int64))
         self.link.transfer(
             "WRITE",
             self._hdr,
-            self._key(model, host),
+            self.key(model, host),
             [(self._hdr.data_ptr(), 0, HEADER_WORDS * 8)],
         )
 
     def latest(self, model: str) -> int | None:
         """The newest version published on this host, or None before the first Write."""
-        words = self._words(model, min(p.host for p in self.layouts[model].places))
+        words = self.words(model, min(p.host for p in self.layouts[model].places))
         return None if words[W_PUB_SLOT] < 0 else words[W_PUB_VERSION]
 
     # slice addressing -------------------------------------------------------------------------
-    def _host_view(self, model: str, host: int, slot: int, tensor: str, piece: int) -> torch.Tensor:
+    def host_view(self, model: str, host: int, slot: int, tensor: str, piece: int) -> torch.Tensor:
+        """Piece `piece` of `tensor` in `slot` of this host's buffer of `model`: a view."""
         gps = self.layouts[model]
         spec, p = gps.spec(tensor), gps.pieces[tensor][piece]
         off = self._offsets[(model, host)][(tensor, piece)]
@@ -176,7 +169,7 @@ class StoreBase:
         raw = self.buffers[model].slot(slot)[off : off + nbytes]
         return raw.view(TORCH_DTYPES[spec.dtype]).view(p.shape)
 
-    def _remote_runs(
+    def remote_runs(
         self,
         model: str,
         host: int,
