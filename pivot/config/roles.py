@@ -1,14 +1,14 @@
 """Configuration sections of the models and of the two inference roles that serve them: which
 checkpoints (`ModelConfig`), how the policy samples responses (`RolloutConfig`) and how the GenRM
 judges them (`RewardConfig`), each role with its engine section; what the two roles have alike is
-their base, `InferenceRoleConfig`. Part of the tree of `pivot.config`, which re-exports every
-class here.
+the Protocol `InferenceRoleConfig`, and their shared checks `check_inference_role`. Part of the
+tree of `pivot.config`, which re-exports every class here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Protocol
 
 from pivot.bad_input import check as _check
 from pivot.engine.config import EngineConfig
@@ -45,16 +45,17 @@ class ModelConfig:
         )
 
 
-class InferenceRoleConfig:
+class InferenceRoleConfig(Protocol):
     """What the sections of the two inference roles (rollout, reward) have alike, for the code that
     treats either role the same way: the section's name in the tree, the size and count of the
-    role's replicas, its longest response, its throughput profile and its engine, and their checks.
+    role's replicas, its longest response, its throughput profile and its engine.
 
-    Not a dataclass: each role's section declares these fields itself, because each flag's help is
-    its role's own (a rollout replica is tensor-parallel, a GenRM replica TP/EP; each names its own
-    tiny throughput profile), and because a base dataclass's fields would come before the role's
-    own ones in --help and in --print-config's YAML, where the throughput profile and the engine
-    come last (tests/config/test_help_unchanged.py)."""
+    A Protocol, not a base: each role's section declares these fields itself, because each flag's
+    help is its role's own (a rollout replica is tensor-parallel, a GenRM replica TP/EP; each names
+    its own tiny throughput profile), and because a base dataclass's fields would come before the
+    role's own ones in --help and in --print-config's YAML, where the throughput profile and the
+    engine come last (tests/config/test_help_unchanged.py). Their shared checks are
+    `check_inference_role`, which each section's `__post_init__` calls first."""
 
     role: ClassVar[str]
     """The section's name in the tree: its flags are `--{role}.*`, its errors name `{role}.*`."""
@@ -64,19 +65,21 @@ class InferenceRoleConfig:
     throughput_profile: str
     engine: EngineConfig
 
-    def __post_init__(self) -> None:
-        _check(self.tp >= 1, f"{self.role}.tp", self.tp, "must be >= 1")
-        _check(self.replicas >= 0, f"{self.role}.replicas", self.replicas, "must be >= 0")
-        _check(
-            self.max_new_tokens > 0,
-            f"{self.role}.max_new_tokens",
-            self.max_new_tokens,
-            "must be > 0",
-        )
+
+def check_inference_role(section: InferenceRoleConfig) -> None:
+    """The checks both inference roles' sections share, their errors named after `section.role`."""
+    _check(section.tp >= 1, f"{section.role}.tp", section.tp, "must be >= 1")
+    _check(section.replicas >= 0, f"{section.role}.replicas", section.replicas, "must be >= 0")
+    _check(
+        section.max_new_tokens > 0,
+        f"{section.role}.max_new_tokens",
+        section.max_new_tokens,
+        "must be > 0",
+    )
 
 
 @dataclass
-class RolloutConfig(InferenceRoleConfig):
+class RolloutConfig:
     role: ClassVar[str] = "rollout"
     tp: int = 1
     """Tensor-parallel size of one rollout replica (devices per replica)."""
@@ -99,13 +102,13 @@ class RolloutConfig(InferenceRoleConfig):
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        check_inference_role(self)
         _check(self.temperature >= 0, "rollout.temperature", self.temperature, "must be >= 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", self.top_p, "must be in (0, 1]")
 
 
 @dataclass
-class RewardConfig(InferenceRoleConfig):
+class RewardConfig:
     role: ClassVar[str] = "reward"
     tp: int = 1
     """Tensor-parallel (or TP/EP) size of one GenRM replica."""
@@ -153,7 +156,7 @@ class RewardConfig(InferenceRoleConfig):
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        check_inference_role(self)
         _check(
             0 <= self.fallback_score <= 1,
             "reward.fallback_score",

@@ -23,7 +23,7 @@ def main(model: Path, new_weights: Path) -> dict:
     cfg = EngineConfig(backend="vllm", kv_capacity_tokens=4096, max_running_seqs=8)
     t0 = time.perf_counter()
     engine = build_engine(model, cfg, dtype="float32")
-    out: dict = {"build_s": time.perf_counter() - t0, "kv_total": engine.kv_total}
+    out: dict = {"build_s": time.perf_counter() - t0, "kv_total": engine.requests.kv_total}
     w0, w1 = (
         load_file(str(model / "model.safetensors")),
         load_file(str(new_weights / "model.safetensors")),

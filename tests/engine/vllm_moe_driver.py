@@ -47,7 +47,7 @@ def main(folder: Path, tp: int) -> dict:
         return {
             "repaired": repaired,
             "unrepaired": unrepaired,
-            "kv_total": engine.kv_total,
+            "kv_total": engine.requests.kv_total,
             "max_len": engine.max_len,
         }
     finally:

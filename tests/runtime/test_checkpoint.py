@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec
-from pivot.runtime.job.launch import resume_point
+from pivot.runtime.job.inputs import resume_point
 from pivot.runtime.records.checkpoint import Checkpointer
 from pivot.runtime.records.manifest import MANIFEST, problem, seal
 

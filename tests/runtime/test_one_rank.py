@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pivot.runtime.job.launch import too_small_to_shift
+from pivot.runtime.job.inputs import too_small_to_shift
 from pivot.runtime.records.audit import exactly_once
 from tests.conftest import ROOT
 from tests.runtime.test_runtime import rows

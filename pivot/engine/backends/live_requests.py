@@ -1,8 +1,9 @@
 """What a production engine's adapter (vLLM, sglang) knows of the requests it has sent in: each
-one's tokens and log-probs as streamed back (`LiveRequest`), and the half of the protocol every
-adapter answers the same way from them (work, progress, admission against the KV capacity, stats,
-the weights version, the checks on a new request): `LiveRequests`, the base each adapter builds
-on. The engine itself holds the K/V."""
+one's tokens and log-probs as streamed back, with the backend's own hold on it (`LiveRequest`),
+and the half of the protocol every adapter answers the same way from them (work, progress,
+admission against the KV capacity, stats, the weights version, the checks on a new request):
+`LiveRequests`, which each adapter holds and forwards those calls to. The engine itself holds
+the K/V."""
 
 from __future__ import annotations
 
@@ -11,17 +12,26 @@ from typing import Generic, TypeVar
 
 from pivot.engine.sequence import EngineStats, Request, VersionRanges
 
+H = TypeVar("H")
+
 
 @dataclass
-class LiveRequest:
+class LiveRequest(Generic[H]):
     request: Request
-    output_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    added_version: int = 0
+    handle: H
+    """The backend's own hold on the request (vLLM: its request key; sglang: its stream)."""
+    added_version: int
     """The engine's weights version when it was added: no token made here is older."""
+    output_ids: list[int] = field(init=False)
+    """The request's tokens so far, then those streamed back since it was added."""
+    logprobs: list[float] = field(init=False)
     marks: list[tuple[int, int]] = field(default_factory=list, kw_only=True)
     """(version, index in `output_ids`) of each update the request ran through in place: the
     tokens from the index on came from that version or a newer one."""
+
+    def __post_init__(self) -> None:
+        self.output_ids = list(self.request.output_ids)
+        self.logprobs = list(self.request.output_logprobs)
 
     def mark(self, version: int) -> None:
         self.marks.append((version, len(self.output_ids)))
@@ -46,29 +56,21 @@ class LiveRequest:
         )
 
 
-L = TypeVar("L", bound=LiveRequest)
-
-
-class LiveRequests(Generic[L]):
+class LiveRequests(Generic[H]):
     """An adapter's requests in flight (`live`: id -> its `LiveRequest`) and the counters over
     them, with the engine's KV capacity and max length (set by the adapter once its engine is up)
-    and the weights version it serves. The adapter adds `add`, `step`, `abort` and the weights
-    and memory operations; everything answered from the requests alone is here, once."""
+    and the weights version it serves (set by its `load_weights`). The adapter sends requests,
+    steps, aborts and moves weights and memory its engine's way, and keeps this bookkeeping up
+    to date as it does; everything the protocol answers from the requests alone is here, once,
+    and the adapter forwards it."""
 
     def __init__(self) -> None:
-        self.live: dict[int, L] = {}
+        self.live: dict[int, LiveRequest[H]] = {}
         self.tokens_generated = 0
         self.last_latency = 0.0
         self.kv_total = 0
         self.max_len = 0
-        self._version = 0
-
-    def add(self, request: Request) -> None:
-        raise NotImplementedError  # each adapter sends a request to its engine its own way
-
-    def add_all(self, requests: list[Request]) -> None:
-        for request in requests:
-            self.add(request)
+        self.version = 0
 
     def check_new(self, request: Request, max_len: int) -> int:
         """The request's token count, or ValueError naming why this engine cannot take it."""
@@ -104,14 +106,6 @@ class LiveRequests(Generic[L]):
     def can_admit(self, num_tokens: int) -> bool:
         return num_tokens < self.max_len and self.n_tok() + num_tokens <= self.kv_total
 
-    @property
-    def weights_version(self) -> int:
-        return self._version
-
-    @property
-    def graphs_capture_s(self) -> float:
-        return 0.0  # a production engine captures its own graphs, as part of its start
-
     def stats(self) -> EngineStats:
         n_tok = self.n_tok()
         return EngineStats(
@@ -121,5 +115,5 @@ class LiveRequests(Generic[L]):
             kv_total_tokens=self.kv_total,
             tokens_generated=self.tokens_generated,
             last_step_latency_s=self.last_latency,
-            weights_version=self._version,
+            weights_version=self.version,
         )

@@ -79,7 +79,7 @@ from pivot.engine.backends.sglang_weights import (
 )
 from pivot.engine.config import EngineConfig
 from pivot.engine.model_runner import validate_weights
-from pivot.engine.sequence import AbortResult, Output, Request, SamplingParams
+from pivot.engine.sequence import AbortResult, EngineStats, Output, Request, SamplingParams
 from pivot.gps.torch_specs import specs_from_checkpoint
 from pivot.model.hf_folder import text_config
 
@@ -102,13 +102,16 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Live(LiveRequest):
+class _Stream:
+    """sglang's side of a request (its `LiveRequest.handle`): the task reading the stream of its
+    tokens, how that stream ended, and whether Pivot aborted it."""
+
+    task: asyncio.Task | None = None
     finish_reason: str | None = None
     aborted: bool = False
-    task: asyncio.Task | None = None
 
 
-class SglangEngine(LiveRequests[_Live]):
+class SglangEngine:
     def __init__(
         self,
         engine: Any,
@@ -120,7 +123,7 @@ class SglangEngine(LiveRequests[_Live]):
         bucket_bytes: int = BUCKET_BYTES,
     ) -> None:
         """`full_shapes`: HF name -> shape of every tensor a weight update must bring (the checkpoint's)."""
-        super().__init__()
+        self.requests: LiveRequests[_Stream] = LiveRequests()
         self.engine, self.config, self.tokenizer, self.poll_s = engine, config, tokenizer, poll_s
         self.full_shapes, self.staging_device, self.bucket_bytes = (
             full_shapes,
@@ -136,9 +139,10 @@ class SglangEngine(LiveRequests[_Live]):
         self.architectures: tuple[str, ...] = ()
         self.vocab_size = 0  # from_pretrained: the model's (the profiler draws prompts below it)
         info = self._server_info()
-        self.kv_total = int(info.get("max_total_num_tokens", config.kv_capacity_tokens))
-        self.max_len = int(
-            info.get("context_length") or info.get("max_req_input_len") or self.kv_total
+        kv_total = int(info.get("max_total_num_tokens", config.kv_capacity_tokens))
+        self.requests.kv_total = kv_total
+        self.requests.max_len = int(
+            info.get("context_length") or info.get("max_req_input_len") or kv_total
         )
 
     @classmethod
@@ -191,13 +195,45 @@ class SglangEngine(LiveRequests[_Live]):
             )
         return info
 
+    # ---- answered from the requests alone -------------------------------------------------
+    @property
+    def max_len(self) -> int:
+        return self.requests.max_len
+
+    @property
+    def weights_version(self) -> int:
+        return self.requests.version
+
+    @property
+    def graphs_capture_s(self) -> float:
+        return 0.0  # sglang captures its own graphs, as part of its start
+
+    def has_work(self) -> bool:
+        return self.requests.has_work()
+
+    def progress(self) -> dict[int, int]:
+        return self.requests.progress()
+
+    def can_admit(self, num_tokens: int) -> bool:
+        return self.requests.can_admit(num_tokens)
+
+    def stats(self) -> EngineStats:
+        return self.requests.stats()
+
+    def salvage(self) -> list[Request]:
+        return self.requests.salvage()
+
     # ---- requests --------------------------------------------------------------------------
+    def add_all(self, requests: list[Request]) -> None:
+        for request in requests:
+            self.add(request)
+
     def add(self, request: Request) -> None:
-        self.check_new(request, min(self.max_len, self.kv_total))
-        live = _Live(request, list(request.output_ids), list(request.output_logprobs))
-        live.added_version = self._version
-        live.task = self.loop.create_task(self._generate(live))
-        self.live[request.id] = live
+        self.requests.check_new(request, min(self.max_len, self.requests.kv_total))
+        stream = _Stream()
+        live = LiveRequest(request, stream, self.requests.version)
+        stream.task = self.loop.create_task(self._generate(live))
+        self.requests.live[request.id] = live
 
     def _sampling(self, p: SamplingParams, done: int) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -212,7 +248,7 @@ class SglangEngine(LiveRequests[_Live]):
             out["sampling_seed"] = p.seed + done
         return out
 
-    async def _generate(self, live: _Live) -> None:
+    async def _generate(self, live: LiveRequest[_Stream]) -> None:
         req = live.request
         base = len(live.output_ids)
         stream = await self.engine.async_generate(
@@ -232,23 +268,25 @@ class SglangEngine(LiveRequests[_Live]):
             for lp, tok, *_ in pairs[len(pairs) - new :] if new > 0 else []:
                 live.output_ids.append(int(tok))
                 live.logprobs.append(float(lp))
-                self.tokens_generated += 1
+                self.requests.tokens_generated += 1
             reason = meta.get("finish_reason")
             if reason:
                 kind = reason.get("type") if isinstance(reason, dict) else str(reason)
-                live.finish_reason = (
+                live.handle.finish_reason = (
                     "length" if kind == "length" else ("abort" if kind == "abort" else "stop")
                 )
 
     def step(self) -> list[Output]:
         t0 = time.perf_counter()
-        if self.live:
+        running = self.requests.live
+        if running:
             self.loop.run_until_complete(asyncio.sleep(self.poll_s))
         outputs = []
-        for rid, live in list(self.live.items()):
-            if live.task is not None and live.task.done() and not live.aborted:
-                live.task.result()  # surface errors
-                del self.live[rid]
+        for rid, live in list(running.items()):
+            stream = live.handle
+            if stream.task is not None and stream.task.done() and not stream.aborted:
+                stream.task.result()  # surface errors
+                del running[rid]
                 versions = live.so_far().versions
                 outputs.append(
                     Output(
@@ -256,29 +294,30 @@ class SglangEngine(LiveRequests[_Live]):
                         prompt_ids=list(live.request.prompt_ids),
                         output_ids=live.output_ids,
                         output_logprobs=live.logprobs,
-                        finish_reason=live.finish_reason or "stop",
-                        weights_version=versions.oldest(self._version),
+                        finish_reason=stream.finish_reason or "stop",
+                        weights_version=versions.oldest(self.requests.version),
                         versions=versions,
                     )
                 )
-        if self._stale_prefixes and not self.live:
+        if self._stale_prefixes and not running:
             self._wait_idle("flush the prefix cache")  # it flushes once idle (flush_wrapper.py)
             self._stale_prefixes = False
-        self.last_latency = time.perf_counter() - t0
+        self.requests.last_latency = time.perf_counter() - t0
         return outputs
 
     def abort(self, ids: Iterable[int]) -> AbortResult:
         partials, unknown = [], []
+        running = self.requests.live
         for rid in ids:
-            live = self.live.get(rid)
-            if live is None or live.aborted:
+            live = running.get(rid)
+            if live is None or live.handle.aborted:
                 unknown.append(rid)
                 continue
-            live.aborted = True
+            live.handle.aborted = True
             self.engine.tokenizer_manager.abort_request(rid=str(rid))
-            if live.task is not None:
-                self.loop.run_until_complete(asyncio.wait([live.task], timeout=5.0))
-            del self.live[rid]  # only now: a scheduler that fails above has it salvaged
+            if live.handle.task is not None:
+                self.loop.run_until_complete(asyncio.wait([live.handle.task], timeout=5.0))
+            del running[rid]  # only now: a scheduler that fails above has it salvaged
             partials.append(live.so_far())
         if unknown:
             log.warning("abort: unknown request ids %s ignored", unknown)
@@ -295,14 +334,18 @@ class SglangEngine(LiveRequests[_Live]):
         by the old weights: the load waits for it, `sglang_weights.load_after_inflight`; never
         before the mark, so a request's oldest version, which the staleness bound uses, is exact)."""
         tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
-        running = [lv for lv in self.live.values() if lv.task is not None and not lv.task.done()]
+        running = [
+            lv
+            for lv in self.requests.live.values()
+            if lv.handle.task is not None and not lv.handle.task.done()
+        ]
         if not running:  # the last bucket's flush needs the in-flight batch done too
             self._wait_idle("load_weights")
         with paused(self.engine, self.loop) if running else contextlib.nullcontext():
             push_weights(self.engine, tensors, self.bucket_bytes, self.staging_device, not running)
             for lv in running:
                 lv.mark(version)
-        self._version = version
+        self.requests.version = version
         self._stale_prefixes = self._stale_prefixes or bool(running)
 
     def _wait_idle(self, what: str) -> None:
@@ -327,7 +370,7 @@ class SglangEngine(LiveRequests[_Live]):
         return whole_weights(self.engine, self.full_shapes, self.architectures, self.tp_size)
 
     def release(self) -> AbortResult:
-        partials = self.abort(list(self.live))
+        partials = self.abort(list(self.requests.live))
         self._wait_idle(
             "release"
         )  # release asserts an idle scheduler; aborted streams end before it is

@@ -48,7 +48,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,21 +59,14 @@ from pivot.engine.backends.vllm_liveness import watch_engine_core
 from pivot.engine.backends.vllm_weights import ShmSafetensors, shm_file
 from pivot.engine.config import EngineConfig
 from pivot.engine.model_runner import validate_weights
-from pivot.engine.sequence import AbortResult, Output, Request
+from pivot.engine.sequence import AbortResult, EngineStats, Output, Request
 from pivot.gps.torch_specs import TORCH_DTYPES, specs_from_checkpoint
 from pivot.model.hf_folder import checkpoint_names, text_config
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class _Live(LiveRequest):
-    key: str = ""
-    """vLLM's request id: Pivot's id and a count of adds, unique, so a request re-added after an
-    abort never receives an output the core made for the aborted one."""
-
-
-class VllmEngine(LiveRequests[_Live]):
+class VllmEngine:
     def __init__(
         self,
         build: Any,
@@ -86,7 +78,10 @@ class VllmEngine(LiveRequests[_Live]):
     ) -> None:
         """`build()` starts a vLLM `LLMEngine` (again after a CPU release); `weights` is the shm
         file the GPS Read fills; `full_shapes` every tensor a weight update must bring."""
-        super().__init__()
+        # each request's handle is vLLM's request id for it: Pivot's id and a count of adds,
+        # unique, so a request re-added after an abort never receives an output the core made
+        # for the aborted one
+        self.requests: LiveRequests[str] = LiveRequests()
         self._build, self.config, self.full_shapes = build, config, full_shapes
         self.vocab_size = 0  # from_pretrained: the model's (the profiler draws prompts below it)
         self.weights, self.eos, self.on_cuda = weights, eos, on_cuda
@@ -100,11 +95,11 @@ class VllmEngine(LiveRequests[_Live]):
         t0 = time.perf_counter()
         self.engine = self._build()
         self._watch = watch_engine_core(self.engine)
-        self.engine.set_weight_version(str(self._version))  # vLLM starts at "default"
+        self.engine.set_weight_version(str(self.requests.version))  # vLLM starts at "default"
         cache = self.engine.vllm_config.cache_config
         # less the null block vLLM's block pool holds back (v1/core/block_pool.py:187)
-        self.kv_total = (int(cache.num_gpu_blocks) - 1) * int(cache.block_size)
-        self.max_len = int(self.engine.vllm_config.model_config.max_model_len)
+        self.requests.kv_total = (int(cache.num_gpu_blocks) - 1) * int(cache.block_size)
+        self.requests.max_len = int(self.engine.vllm_config.model_config.max_model_len)
         self.last_build_s = time.perf_counter() - t0
 
     @classmethod
@@ -155,13 +150,45 @@ class VllmEngine(LiveRequests[_Live]):
         out.vocab_size = int(text_config(path)["vocab_size"])
         return out
 
+    # ---- answered from the requests alone -------------------------------------------------
+    @property
+    def max_len(self) -> int:
+        return self.requests.max_len
+
+    @property
+    def weights_version(self) -> int:
+        return self.requests.version
+
+    @property
+    def graphs_capture_s(self) -> float:
+        return 0.0  # vLLM captures its own graphs, as part of its start
+
+    def has_work(self) -> bool:
+        return self.requests.has_work()
+
+    def progress(self) -> dict[int, int]:
+        return self.requests.progress()
+
+    def can_admit(self, num_tokens: int) -> bool:
+        return self.requests.can_admit(num_tokens)
+
+    def stats(self) -> EngineStats:
+        return self.requests.stats()
+
+    def salvage(self) -> list[Request]:
+        return self.requests.salvage()
+
     # ---- requests --------------------------------------------------------------------------
+    def add_all(self, requests: list[Request]) -> None:
+        for request in requests:
+            self.add(request)
+
     def add(self, request: Request) -> None:
         from vllm import SamplingParams as VllmParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        n = self.check_new(request, self.max_len)
+        n = self.requests.check_new(request, self.max_len)
         p, done = request.params, len(request.output_ids)
         if p.stop:
             raise ValueError(
@@ -183,35 +210,31 @@ class VllmEngine(LiveRequests[_Live]):
             output_kind=RequestOutputKind.DELTA,
         )
         ids = list(request.prompt_ids) + list(request.output_ids)
-        prompt = TokensPrompt(prompt_token_ids=ids, cache_salt=f"v{self._version}")
+        version = self.requests.version
+        prompt = TokensPrompt(prompt_token_ids=ids, cache_salt=f"v{version}")
         self._adds += 1
         key = f"{request.id}.{self._adds}"
         self.engine.add_request(key, prompt, params)
-        self.live[request.id] = _Live(
-            request,
-            list(request.output_ids),
-            list(request.output_logprobs),
-            added_version=self._version,
-            key=key,
-        )
+        self.requests.live[request.id] = LiveRequest(request, key, version)
 
     def step(self) -> list[Output]:
-        if not self.live:  # an idle core never answers: step() would block
+        running = self.requests.live
+        if not running:  # an idle core never answers: step() would block
             return []
         t0 = time.perf_counter()
         outputs = []
         for out in self.engine.step():
-            live = self.live.get(int(out.request_id.split(".")[0]))
-            if live is None or live.key != out.request_id:  # aborted after the core made it
+            live = running.get(int(out.request_id.split(".")[0]))
+            if live is None or live.handle != out.request_id:  # aborted after the core made it
                 continue
             co = out.outputs[0]
             for tok, lp in zip(co.token_ids, co.logprobs or []):
                 live.output_ids.append(int(tok))
                 live.logprobs.append(float(lp[tok].logprob))
-            self.tokens_generated += len(co.token_ids)
+            self.requests.tokens_generated += len(co.token_ids)
             if not out.finished:
                 continue
-            del self.live[live.request.id]
+            del running[live.request.id]
             done = len(live.request.output_ids)  # a resumed partial's tokens came before
             versions = live.request.versions.extended(
                 (int(s.version), done + s.start)
@@ -225,22 +248,23 @@ class VllmEngine(LiveRequests[_Live]):
                     output_ids=live.output_ids,
                     output_logprobs=live.logprobs,
                     finish_reason="length" if co.finish_reason == "length" else "stop",
-                    weights_version=versions.oldest(self._version),
+                    weights_version=versions.oldest(self.requests.version),
                     versions=versions,
                 )
             )
-        self.last_latency = time.perf_counter() - t0
+        self.requests.last_latency = time.perf_counter() - t0
         return outputs
 
     def abort(self, ids: Iterable[int]) -> AbortResult:
         ids = list(dict.fromkeys(ids))  # each once
-        unknown = [rid for rid in ids if rid not in self.live]
-        found = [self.live[rid] for rid in ids if rid in self.live]
+        running = self.requests.live
+        unknown = [rid for rid in ids if rid not in running]
+        found = [running[rid] for rid in ids if rid in running]
         if found:  # before they leave `live`: a core that fails here has them salvaged
-            self.engine.abort_request([live.key for live in found])
+            self.engine.abort_request([live.handle for live in found])
         partials = []
         for live in found:
-            del self.live[live.request.id]
+            del running[live.request.id]
             partials.append(live.so_far())  # tokens since the add: the add's version
         if unknown:
             log.warning("abort: unknown request ids %s ignored", unknown)
@@ -262,7 +286,7 @@ class VllmEngine(LiveRequests[_Live]):
         the repair is needed."""
         tensors = validate_weights(named_tensors, self.full_shapes, tied=False)
         self.weights.fill(tensors)
-        running = bool(self.live)
+        running = self.requests.has_work()
         if running:
             self.engine.sleep(level=0, mode="keep")  # returns once the core's step is done
         self.engine.collective_rpc(
@@ -270,7 +294,7 @@ class VllmEngine(LiveRequests[_Live]):
             args=(str(self.weights.path),),
             kwargs={"repair": repair},
         )
-        self._version = version
+        self.requests.version = version
         self.engine.set_weight_version(str(version))
         if running:
             self.engine.wake_up(["scheduling"])
@@ -283,7 +307,7 @@ class VllmEngine(LiveRequests[_Live]):
         )
 
     def release(self) -> AbortResult:
-        partials = self.abort(list(self.live))
+        partials = self.abort(list(self.requests.live))
         if self.on_cuda:
             self.engine.sleep(level=2)
         else:
