@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_decode import hbm_gbps, qwen2_fields
 
-from configs.presets import PRESETS
+from configs.presets import PAPER_WORLD, PRESETS
 from pivot.engine import Engine, EngineConfig, Request, SamplingParams
 from pivot.model import CausalLM, ModelArgs
 from pivot.model.meta_init import params_on_meta
@@ -228,7 +228,7 @@ def roles() -> list[tuple[str, str, int]]:
     """('preset: role (backend, TP)', model, TP) of every paper preset's rollout and reward."""
     out = []
     for preset, make in PRESETS.items():
-        if preset == "tiny-cpu":
+        if preset not in PAPER_WORLD:  # the tiny presets run no paper roles
             continue
         cfg = make()
         for role, path, section in (

@@ -7,11 +7,11 @@ component receives only its own section. Named presets live in `configs/presets.
 
 One concern a module, every public name re-exported here (`from pivot.config import ...`):
 `tree.py` (the root `PivotConfig` and its whole-tree checks), `roles.py` (model, rollout,
-reward), `train.py` (train, data, eval), `cluster.py` (cluster, planner, emulate, recovery) and
-`output.py` (log, checkpoint). The engine's section is `pivot/engine/config.py`'s. The error and
-its check are `pivot/bad_input.py`'s (the error a user sees): the engine's section imports
-them, and the tree imports the engine (`pivot.config` <-> `pivot.engine` would be an import
-circle, tests/tools/test_import_graph.py).
+reward), `tools.py` (multi-turn tools), `train.py` (train, data, eval), `cluster.py` (cluster,
+planner, emulate, recovery) and `output.py` (log, checkpoint). The engine's section is
+`pivot/engine/config.py`'s. The error and its check are `pivot/bad_input.py`'s (the error a user
+sees): the engine's section imports them, and the tree imports the engine (`pivot.config` <->
+`pivot.engine` would be an import circle, tests/tools/test_import_graph.py).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pivot.config.roles import InferenceRoleConfig as InferenceRoleConfig
 from pivot.config.roles import ModelConfig as ModelConfig
 from pivot.config.roles import RewardConfig as RewardConfig
 from pivot.config.roles import RolloutConfig as RolloutConfig
+from pivot.config.tools import ToolsConfig as ToolsConfig
 from pivot.config.train import DataConfig as DataConfig
 from pivot.config.train import EvalConfig as EvalConfig
 from pivot.config.train import TrainConfig as TrainConfig

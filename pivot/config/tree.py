@@ -14,6 +14,7 @@ from pivot.bad_input import check as _check
 from pivot.config.cluster import ClusterConfig, EmulateConfig, PlannerConfig, RecoveryConfig
 from pivot.config.output import CheckpointConfig, LogConfig
 from pivot.config.roles import ModelConfig, RewardConfig, RolloutConfig
+from pivot.config.tools import ToolsConfig
 from pivot.config.train import DataConfig, EvalConfig, TrainConfig
 from pivot.engine.capabilities import capabilities
 from pivot.engine.config import FLASH_BLOCK_MULTIPLE
@@ -39,6 +40,7 @@ class PivotConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -85,6 +87,7 @@ class PivotConfig:
             self.rollout.engine,
             self.reward,
             self.reward.engine,
+            self.tools,
             self.train,
             self.planner,
             self.data,

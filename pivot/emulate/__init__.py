@@ -18,15 +18,16 @@ from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec
 from pivot.emulate.clock import EmulatedClock, WorkTally
 from pivot.emulate.costs import EmulatedCosts, paper_config, runtime_config
-from pivot.emulate.flow import EmulatedFlow, PromptShape, emulated_workload
+from pivot.emulate.flow import EmulatedLengths, PromptShape, emulated_workload
 from pivot.emulate.roles import EmulatedInference, EmulatedTrainer
+from pivot.model import TextTokenizer
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.workload import Workload
 
 __all__ = [
     "EmulatedClock",
     "EmulatedCosts",
-    "EmulatedFlow",
+    "EmulatedLengths",
     "PromptShape",
     "controller_parts",
     "emulated_workload",
@@ -52,18 +53,20 @@ def install(
 
 
 def controller_parts(
-    cfg: PivotConfig, spec: ClusterSpec
-) -> tuple[dict[str, Any], dict[str, ThroughputModel]]:
-    """EmulatedFlow's fields (the workload's lengths) and each inference role's throughput model
-    in the runtime's units."""
+    cfg: PivotConfig, spec: ClusterSpec, policy_tok: TextTokenizer
+) -> tuple[EmulatedLengths, dict[str, ThroughputModel]]:
+    """The flow's drawn lengths (the simulator's workload) and each inference role's throughput
+    model in the runtime's units."""
     costs = EmulatedCosts(cfg, spec.world_size, spec.local_world_size)
     workload = Workload(prompts_per_step=cfg.train.batch_prompts, group_size=cfg.train.group_size)
-    fields = {
-        "workload": workload,
-        "length_scale": cfg.emulate.length_scale,
-        "devices": spec.world_size,
-    }
-    return fields, {role: costs.runtime_profile(role) for role in ("rollout", "reward")}
+    lengths = EmulatedLengths(
+        policy_tok,
+        workload=workload,
+        length_scale=cfg.emulate.length_scale,
+        devices=spec.world_size,
+        seed=cfg.seed,
+    )
+    return lengths, {role: costs.runtime_profile(role) for role in ("rollout", "reward")}
 
 
 def write_tally(run_dir: str, rank: int, clock: EmulatedClock) -> None:

@@ -11,7 +11,8 @@ from pivot.dist import ClusterSpec
 from pivot.emulate import controller_parts, install, runtime_config, tally_lines, write_tally
 from pivot.emulate.clock import EmulatedClock
 from pivot.emulate.costs import emulated_hardware, paper_config
-from pivot.emulate.flow import EmulatedFlow
+from pivot.emulate.flow import EmulatedLengths
+from pivot.model import TextTokenizer
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.autosize import CostModel
 
@@ -26,11 +27,10 @@ class EmulatedDevices:
         return runtime_config(cfg)
 
     def controller_parts(
-        self, cfg: PivotConfig, spec: ClusterSpec
-    ) -> tuple[type[EmulatedFlow], dict[str, Any], dict[str, ThroughputModel]]:
-        """Drawn response lengths (EmulatedFlow's fields) and the emulated devices' speeds."""
-        fields, profiles = controller_parts(cfg, spec)
-        return EmulatedFlow, fields, profiles
+        self, cfg: PivotConfig, spec: ClusterSpec, policy_tok: TextTokenizer
+    ) -> tuple[EmulatedLengths, dict[str, ThroughputModel]]:
+        """Drawn response lengths (the flow's shaper) and the emulated devices' speeds."""
+        return controller_parts(cfg, spec, policy_tok)
 
     def cost_model(self, cfg: PivotConfig, spec: ClusterSpec) -> CostModel:
         """The paper-scale job on the emulated hardware, in the emulation's units."""

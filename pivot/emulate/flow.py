@@ -7,44 +7,48 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pivot.model import TextTokenizer
 from pivot.rl.buffer import Key
-from pivot.runtime.flow.rl_flow import RLFlow, SeqInfo
 from pivot.sim.workload import SimSample, Workload, step_samples
 
 
 @dataclass
-class EmulatedFlow(RLFlow):
+class EmulatedLengths:
+    """The emulated run's sequence shapes, held by its `RLFlow` (`SequenceShaper`): each training
+    sample's rollout and judge lengths drawn from the simulator's workload."""
+
+    tok: TextTokenizer
+    """The policy's tokenizer (the judge reads the response with its EOS tokens)."""
     workload: Workload = field(default_factory=Workload)
     length_scale: int = 100
     devices: int = 1
+    seed: int = 0
+    """The run's seed: a step's lengths are the simulator's draw for it."""
     _drawn: dict[int, list[SimSample]] = field(default_factory=dict)
 
     def sample_of(self, key: Key) -> SimSample:
         step, prompt, g = key
         if step not in self._drawn:
-            self._drawn[step] = step_samples(self.workload, self.cfg.seed, step, self.devices)
+            self._drawn[step] = step_samples(self.workload, self.seed, step, self.devices)
         return self._drawn[step][prompt * self.workload.group_size + g]
 
     def real_length(self, paper_tokens: int) -> int:
         return max(1, round(paper_tokens / self.length_scale))
 
-    def _new_seq(
-        self, role: str, key: Key, prompt_ids: list[int], params: dict, **extra: float
-    ) -> SeqInfo:
-        if key[2] >= 0:  # a training sample (held-out evaluation keeps its own lengths)
-            s = self.sample_of(key)
-            drawn = s.response_len if role == "rollout" else s.judge_len
-            params = {**params, "max_new_tokens": self.real_length(drawn), "ignore_eos": True}
-        return super()._new_seq(role, key, prompt_ids, params, **extra)
+    def params(self, role: str, key: Key, params: dict) -> dict:
+        if key[2] < 0:  # held-out evaluation keeps its own lengths
+            return params
+        s = self.sample_of(key)
+        drawn = s.response_len if role == "rollout" else s.judge_len
+        return {**params, "max_new_tokens": self.real_length(drawn), "ignore_eos": True}
 
-    def judge_seq(self, key: Key, response: str, r_verifiable: float) -> SeqInfo:
+    def judged(self, key: Key, response: str, response_ids: list[int] | None) -> str:
         """The judge reads every token of the drawn response, as the simulator's GenRM prompt
         holds it: with EOS ignored, the tiny policy writes EOS tokens inside its drawn length,
         which the usual decoding drops (22% of the response tokens on the tiny task)."""
-        ids = self.buffer.sample(key).response_ids
-        if key[2] >= 0 and ids is not None:
-            response = self.policy_tok.decode(ids, keep_special=True)
-        return super().judge_seq(key, response, r_verifiable)
+        if key[2] >= 0 and response_ids is not None:
+            return self.tok.decode(response_ids, keep_special=True)
+        return response
 
 
 @dataclass(frozen=True)

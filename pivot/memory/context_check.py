@@ -36,15 +36,22 @@ def judge_overhead(cfg: PivotConfig, genrm_path: Path) -> int:
 def check_context(cfg: PivotConfig, policy_path: Path, genrm_path: Path) -> list[ContextNeed]:
     """Both roles' needs; raises ValueError (one line naming both numbers) when one overruns."""
     policy, genrm = ModelArgs.load(policy_path), ModelArgs.load(genrm_path)
+    # an episode's response holds its turns and the tools' responses between them
+    response, flag = (
+        (cfg.tools.max_episode_tokens, "tools.max_episode_tokens")
+        if cfg.tools.enabled
+        else (cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
+    )
     needs = context_needs(
         policy_path.name,
         policy.max_position_embeddings,
         genrm_path.name,
         genrm.max_position_embeddings,
         cfg.rollout.max_prompt_tokens,
-        cfg.rollout.max_new_tokens,
+        response,
         cfg.reward.max_new_tokens,
         judge_overhead(cfg, genrm_path),
+        flag,
     )
     for need in needs:
         if need.problem:

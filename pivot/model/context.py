@@ -50,9 +50,11 @@ def context_needs(
     rollout_new: int,
     reward_new: int,
     judge_overhead: int,
+    rollout_new_flag: str = "rollout.max_new_tokens",
 ) -> tuple[ContextNeed, ContextNeed]:
     """The rollout's and the reward's needs; `judge_overhead` = tokens of the judge prompt with an
-    empty question and response (the template, inside the GenRM's chat template when used)."""
+    empty question and response (the template, inside the GenRM's chat template when used);
+    `rollout_new_flag` the flag bounding a response (a multi-turn episode's: tools.max_episode_tokens)."""
     rollout = ContextNeed(
         "rollout",
         policy,
@@ -60,7 +62,7 @@ def context_needs(
         max_prompt_tokens,
         "rollout.max_prompt_tokens",
         rollout_new,
-        "rollout.max_new_tokens",
+        rollout_new_flag,
     )
     judge = judge_overhead + max_prompt_tokens + rollout_new
     reward = ContextNeed(

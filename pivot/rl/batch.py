@@ -25,6 +25,10 @@ class TrainBatch:
     """Per row, (policy version, index of the first response token it made), as the engine
     reports them (`Output.version_starts`); [] or None: not known. The trainer splits the
     rollout/trainer mismatch by it (pivot/rl/mismatch.py)."""
+    response_mask: list[list[int]] | None = None
+    """Per row, 1 for each response token the policy made, 0 for a tool's response or the chat
+    template's text around it (multi-turn episodes); None: every response token is the policy's.
+    Only the 1s enter the loss, its normalizer, the mismatch figures and the correction."""
 
     def __post_init__(self) -> None:
         n = len(self.prompt_ids)
@@ -34,6 +38,7 @@ class TrainBatch:
             "behaviour_logprobs",
             "ref_logprobs",
             "version_starts",
+            "response_mask",
         ):
             value = getattr(self, name)
             if value is not None and len(value) != n:
@@ -41,24 +46,35 @@ class TrainBatch:
         for i, (p, r) in enumerate(zip(self.prompt_ids, self.response_ids)):
             if not p:
                 raise ValueError(f"TrainBatch row {i}: empty prompt")
-            for name in ("behaviour_logprobs", "ref_logprobs"):
+            for name in ("behaviour_logprobs", "ref_logprobs", "response_mask"):
                 rows = getattr(self, name)
                 if rows is not None and len(rows[i]) != len(r):
                     raise ValueError(
                         f"TrainBatch.{name} row {i}: {len(rows[i])} values for {len(r)} response tokens"
                     )
 
+    def loss_mask(self, row: int) -> list[int]:
+        """Row `row`'s response tokens that enter the loss (1) or not (0)."""
+        if self.response_mask is None:
+            return [1] * len(self.response_ids[row])
+        return self.response_mask[row]
+
     def __len__(self) -> int:
         return len(self.prompt_ids)
 
     @property
     def response_tokens(self) -> int:
-        return sum(len(r) for r in self.response_ids)
+        """Response tokens the loss counts: the policy's own (tools' responses are not)."""
+        if self.response_mask is None:
+            return sum(len(r) for r in self.response_ids)
+        return sum(sum(m) for m in self.response_mask)
 
     @property
     def rows_with_tokens(self) -> int:
-        """Rows whose response is not empty: the "sequence" loss normalizer (`algo.aggregate`)."""
-        return sum(1 for r in self.response_ids if r)
+        """Rows with a token the loss counts: the "sequence" loss normalizer (`algo.aggregate`)."""
+        if self.response_mask is None:
+            return sum(1 for r in self.response_ids if r)
+        return sum(1 for m in self.response_mask if any(m))
 
 
 def batch_from_groups(
@@ -81,12 +97,21 @@ def batch_from_groups(
             raise ValueError(f"sample {s.key} has no prompt_ids and no tokenizer was given")
         prompts.append(s.prompt_ids if s.prompt_ids is not None else tokenize(s.prompt.text))  # type: ignore[misc]
     has_lp = all(s.logprobs is not None for s in flat)
+    masked = any(s.response_mask is not None for s in flat)
     return TrainBatch(
         prompt_ids=prompts,
         response_ids=[list(s.response_ids or []) for s in flat],
         advantages=_advantages(groups, normalize_std),
         behaviour_logprobs=[list(s.logprobs) for s in flat] if has_lp else None,  # type: ignore[arg-type]
         version_starts=[[tuple(v) for v in s.version_starts or ()] for s in flat],  # type: ignore[misc]
+        response_mask=[
+            list(s.response_mask)
+            if s.response_mask is not None
+            else [1] * len(s.response_ids or ())
+            for s in flat
+        ]
+        if masked
+        else None,
     )
 
 

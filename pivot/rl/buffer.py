@@ -74,6 +74,14 @@ class Sample:
     """The prompt's token ids as the rollout saw them (None: tokenize `prompt.text`)."""
     version_starts: list[tuple[int, int]] | None = None
     """(policy version, index of the first response token it made), as `Output.version_starts`."""
+    response_mask: list[int] | None = None
+    """1 where the policy made the response token, 0 where a tool's response or the chat
+    template's text around it sits (a multi-turn episode); None: every token is the policy's."""
+    turns: int = 1
+    """The policy's turns in the response (a multi-turn episode's), and its tool calls and the
+    ones that failed."""
+    tool_calls: int = 0
+    tool_errors: int = 0
 
     @property
     def key(self) -> Key:
@@ -208,7 +216,11 @@ class SampleBuffer:
         version: int,
         prompt_ids: list[int] | None = None,
         version_starts: list[tuple[int, int]] | None = None,
+        response_mask: list[int] | None = None,
+        episode: tuple[int, int, int] = (1, 0, 0),
     ) -> Outcome:
+        """`response_mask`: as `Sample.response_mask`; `episode`: (turns, tool calls, failed
+        tool calls)."""
         if key in self._surplus:
             self.stats.surplus_outputs += 1
             return Outcome.SURPLUS
@@ -224,9 +236,15 @@ class SampleBuffer:
             raise ValueError(
                 f"sample {key}: {len(logprobs)} log-probs for {len(response_ids)} response tokens"
             )
+        if response_mask is not None and len(response_mask) != len(response_ids):
+            raise ValueError(
+                f"sample {key}: {len(response_mask)} mask values for {len(response_ids)} response tokens"
+            )
         s.response_ids, s.logprobs, s.text, s.version = list(response_ids), logprobs, text, version
         s.prompt_ids = None if prompt_ids is None else list(prompt_ids)
         s.version_starts = None if version_starts is None else [tuple(v) for v in version_starts]  # type: ignore[misc]
+        s.response_mask = None if response_mask is None else list(response_mask)
+        s.turns, s.tool_calls, s.tool_errors = episode
         self.stats.responses += 1
         return Outcome.ACCEPTED
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -457,6 +458,8 @@ class Trainer:
         # before the policy's forward, as on a rank with no rows left
         ref_lp = self._reference_logprobs(mb) if loss.reference_forward else None
         lp, mask = self._logprobs(mb.prompts, mb.responses)
+        if batch.response_mask is not None:  # tools' responses: never in the loss or the figures
+            mask = mask * self._pad(batch.response_mask, mb.rows, lp)
         behaviour = (
             self._pad(batch.behaviour_logprobs, mb.rows, lp)
             if batch.behaviour_logprobs is not None
@@ -515,7 +518,7 @@ class Trainer:
         return out
 
     def _pad(
-        self, rows_values: list[list[float]], rows: list[int], like: torch.Tensor
+        self, rows_values: Sequence[Sequence[float]], rows: list[int], like: torch.Tensor
     ) -> torch.Tensor:
         out = torch.zeros_like(like)
         for k, i in enumerate(rows):

@@ -24,6 +24,10 @@ from pivot.tiny import synthetic
 from pivot.tiny.recipe import sft_problems
 from pivot.tiny.shipped import WEIGHTS
 
+TOOLS_WEIGHTS = (
+    WEIGHTS.parent / "weights_tools"
+)  # the tiny tools models (pivot/tiny/tools_build.py)
+
 RL_SEED = 0x5EED_DA7A
 HELDOUT_SEED = 0x5EED_E7A1  # keeps the synthetic held-out draw apart from any training seed
 
@@ -85,7 +89,8 @@ def judge_template_warning(cfg: PivotConfig) -> str | None:
     r = cfg.reward
     if not cfg.model.genrm or r.judge_template or r.judge_template_file:
         return None
-    if Path(cfg.model.genrm).resolve().is_relative_to(WEIGHTS):  # the tiny GenRM, named explicitly
+    genrm = Path(cfg.model.genrm).resolve()
+    if genrm.is_relative_to(WEIGHTS) or genrm.is_relative_to(TOOLS_WEIGHTS):  # a tiny GenRM
         return None
     return (
         f"pivot: warning: GenRM {cfg.model.genrm} judges with the tiny task's prompt "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from configs.presets import PRESETS
+from configs.presets import PAPER_WORLD, PRESETS
 from pivot.cli import config_text, parse
 from pivot.config import ConfigError
 from tests.conftest import ROOT
@@ -21,7 +21,7 @@ from tests.conftest import ROOT
 def test_every_preset_printed_as_a_file_gives_the_presets_config(tmp_path: Path, name: str) -> None:
     file = tmp_path / f"{name}.yaml"
     file.write_text(config_text(parse(["--preset", name, "--print-config"])))
-    world = 32 if name != "tiny-cpu" else 4
+    world = 32 if name in PAPER_WORLD else 4
     assert parse(["--config", str(file)], world, min(world, 8)) == parse(
         ["--preset", name], world, min(world, 8)
     )

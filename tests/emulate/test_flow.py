@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pivot.config import DataConfig, PivotConfig, RewardConfig
-from pivot.emulate import EmulatedFlow
+from pivot.emulate import EmulatedLengths
 from pivot.engine import Output
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
@@ -43,7 +43,8 @@ def test_the_judge_reads_the_eos_tokens_written_inside_the_drawn_length(
         judge_template(cfg.reward),
     )
     workload = Workload(prompts_per_step=cfg.train.batch_prompts, group_size=cfg.train.group_size)
-    flow = EmulatedFlow(*parts, workload=workload) if emulated else RLFlow(*parts)
+    shaper = EmulatedLengths(tok, workload=workload) if emulated else None
+    flow = RLFlow(*parts, shaper=shaper)
     rollout = flow.fill(version=0, total_steps=1)[0]
     eos = tok.encode("<|im_end|>")
     response = tok.encode("Answer: 4") + eos + tok.encode("fox") + eos * 2

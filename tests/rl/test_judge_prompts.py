@@ -18,7 +18,7 @@ from configs.presets import (
     GLM_Z1_CONTEXT,
     JUDGES,
     LONGEST_SAMPLE,
-    PRESETS,
+    PAPER_WORLD,
     get_preset,
 )
 from pivot.config import PivotConfig
@@ -56,7 +56,7 @@ REASONING = "The problem asks for f(1/2). I get 1/4 + 1 = 5/4, and the solution 
 
 
 def test_every_paper_preset_names_its_family_prompt() -> None:
-    assert set(FAMILIES) == set(PRESETS) - {"tiny-cpu"}
+    assert set(FAMILIES) == set(PAPER_WORLD)
     assert get_preset("tiny-cpu").reward.judge_template_file == ""
     for name, (_, file, _) in FAMILIES.items():
         path = Path(get_preset(name).reward.judge_template_file)

@@ -11,14 +11,14 @@ import dataclasses
 
 import pytest
 
-from configs.presets import PRESETS, paper_preset
+from configs.presets import PAPER_WORLD, paper_preset
 from pivot.dist import ClusterSpec, SlotTable
 from pivot.shift import ReplicaStates, ReplicaTable, ShiftError, State
 from pivot.sim import H20
 from pivot.sim.costs import build_cluster
 from tests.shift.conftest import MODEL, table
 
-PAPER = [name for name in PRESETS if name != "tiny-cpu"]
+PAPER = list(PAPER_WORLD)
 
 
 def expected(

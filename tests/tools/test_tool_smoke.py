@@ -232,6 +232,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         (SLOW,),
     ),
     "make_tiny_models.py": (["--smoke", "--out", "{tmp}/tiny"], r"built in \d+ s", (SLOW,)),
+    "make_tiny_tools_models.py": (["--smoke", "--out", "{tmp}/tools"], r"built in \d+ s", (SLOW,)),
     "bench_memory.py": (
         ["--smoke", "--gb", "0.001", "--ranks", "2", "--dir", "{tmp}"],
         r"worst peak/share",

@@ -132,6 +132,7 @@ class Controller:
 
     def tick(self) -> None:
         self.router.submit(self.flow.fill(self.training.version, self.cfg.train.steps))
+        self.router.submit(self.flow.poll_episodes())  # tools answered: next turns, judgings
         self.router.dispatch()
         self.router.time_out_judges()
         if not self.resizer.due():  # else the slot moves at this step boundary first

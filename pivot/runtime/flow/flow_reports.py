@@ -9,9 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pivot.rl.batch import TrainBatch, batch_from_groups
-from pivot.rl.buffer import BufferStats, Key, SampleBuffer
+from pivot.rl.buffer import BufferStats, Key, Sample, SampleBuffer
 from pivot.rl.plugins import accuracy, extra_means
 from pivot.rl.reward import RewardStats
+from pivot.runtime.flow.episodes import EpisodeCounts
 
 
 @dataclass
@@ -61,6 +62,11 @@ def step_batch(
             "verifiable": verifiable.get(s.key, 0.0),
             "judgings": judgings.pop(s.key, 0),
             "response_tokens": len(s.response_ids or ()),
+            **(
+                {"turns": s.turns, "tool_calls": s.tool_calls}
+                if s.response_mask is not None
+                else {}
+            ),
             "prompt_text": s.prompt.text,
             "ground_truth": s.prompt.ground_truth,
             "response": s.text,
@@ -78,12 +84,29 @@ def step_batch(
         "rollout/accuracy_sampled": right / max(total, 1.0),
         "rollout/response_len": sum(len(s.response_ids or ()) for s in flat) / n,
         "rollout/staleness": sum(step - s.version for s in flat) / n,
+        **(_episode_means(flat, n) if any(s.response_mask is not None for s in flat) else {}),
         **extra_means([reward_extra.pop(s.key, {}) for s in flat]),
     }
     for per_key in (verifiable, judgings, reward_extra, judge_outputs):  # surplus groups'
         for k in [k for k in per_key if k[0] == step]:
             del per_key[k]
     return batch_from_groups(groups, encode), summary, records
+
+
+def _episode_means(flat: list[Sample], n: int) -> dict[str, float]:
+    """A multi-turn step's episodes: turns, tool calls and failed calls per episode, and the
+    share of response tokens the policy made (the rest are tools' responses, not trained on)."""
+    tokens = sum(len(s.response_ids or ()) for s in flat)
+    policy = sum(
+        sum(s.response_mask) if s.response_mask is not None else len(s.response_ids or ())
+        for s in flat
+    )
+    return {
+        "rollout/turns": sum(s.turns for s in flat) / n,
+        "rollout/tool_calls": sum(s.tool_calls for s in flat) / n,
+        "rollout/tool_errors": sum(s.tool_errors for s in flat) / n,
+        "rollout/policy_token_share": policy / max(tokens, 1),
+    }
 
 
 def _judged(output: tuple[str, float] | None) -> dict:
@@ -99,6 +122,7 @@ def flow_metrics(
     verdicts: RewardStats,
     verifier_errors: int,
     bad_rows_skipped: int,
+    episodes: EpisodeCounts | None = None,
 ) -> dict[str, float]:
     """The flow's counters (`st`), its buffer's (`buf`), the GenRM scorer's, the verifier's and
     the dataset's, as the run's metrics name them."""
@@ -119,4 +143,14 @@ def flow_metrics(
         "count/prompts_skipped_too_long": st.prompts_skipped_too_long,
         "count/bad_rows_skipped": bad_rows_skipped,
         "reward/genrm_mean": st.genrm_sum / max(st.rewards_finished, 1),
+    } | (_episode_counts(episodes) if episodes is not None else {})
+
+
+def _episode_counts(c: EpisodeCounts) -> dict[str, float]:
+    return {
+        "count/episodes": c.episodes,
+        "count/turns": c.turns,
+        "count/tool_calls": c.tool_calls,
+        "count/tool_errors": c.tool_errors,
+        "count/episodes_truncated": c.truncated,
     }

@@ -10,6 +10,10 @@ range of output tokens with the version that made it (`Output.versions`, a parti
 `Request.versions`: a `VersionRanges`); an Output's `weights_version` is the oldest over all its
 tokens (`VersionRanges.oldest`), and a sequence's version here the oldest over its attempts.
 
+With `--tools.config`, a rollout is an episode of turns with tool calls between them: `Episodes`
+(pivot/runtime/flow/episodes.py) keeps them, each turn is a rollout sequence, and `poll_episodes`
+(the controller's tick) hands back the next turns and the finished episodes' judgings.
+
 `RLFlow` holds DAPO's dynamic sampling as a part (`DynamicSampling`,
 pivot/runtime/flow/dynamic_sampling.py) and acts on its answers; what it hands the trainer and the logs
 is computed in pivot/runtime/flow/flow_reports.py over the inputs the flow passes in.
@@ -21,7 +25,7 @@ import dataclasses
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pivot.config import PivotConfig
 from pivot.engine import Output, Request, SamplingParams
@@ -34,6 +38,7 @@ from pivot.rl.evaluation import EvalResult, EvalRun
 from pivot.rl.plugins import CheckedVerifier, accuracy, load_verifier
 from pivot.rl.reward import GenRMScorer, parse_verdict, total_reward
 from pivot.runtime.flow.dynamic_sampling import DynamicSampling
+from pivot.runtime.flow.episodes import Episode, Episodes, ToolRunnerLike
 from pivot.runtime.flow.flow_reports import FlowStats, flow_metrics, step_batch
 from pivot.sched.records import SeqState, step_major_id
 
@@ -66,6 +71,38 @@ class SeqInfo:
         return version if self.version < 0 else min(self.version, version)
 
 
+class SequenceShaper(Protocol):
+    """What a device backend may change in the flow's sequences (the emulated devices' drawn
+    lengths, pivot/emulate/flow.py): held by the flow, not a subclass of it."""
+
+    def params(self, role: str, key: Key, params: dict) -> dict:
+        """The sampling parameters of a new `role` sequence for sample `key`."""
+        ...
+
+    def judged(self, key: Key, response: str, response_ids: list[int] | None) -> str:
+        """The response text a judge of sample `key` reads (`response_ids`: its tokens)."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Response:
+    """A sample's whole response as the buffer records it: one rollout's output, or an episode's
+    turns with the tools' responses between them (`mask` 0 on those)."""
+
+    ids: list[int]
+    logprobs: list[float]
+    version: int
+    prompt_ids: list[int]
+    version_starts: list[tuple[int, int]]
+    mask: list[int] | None = None
+    turns: int = 1
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_reward: float = 0.0
+    judged_text: str | None = None
+    """What the judge reads instead of the whole text (tools.judge_sees=answer)."""
+
+
 @dataclass
 class RLFlow:
     cfg: PivotConfig
@@ -90,15 +127,45 @@ class RLFlow:
     eval_results: list[EvalResult] = field(default_factory=list)  # finished, not yet logged
     # step -> [right, responses] over every rollout, dropped groups' too (not checkpointed)
     sampled: dict[int, list[float]] = field(default_factory=dict)
+    # an episode's tools' own reward and, with tools.judge_sees=answer, its last turn, per sample
+    # until it is rewarded or judged (not checkpointed: a restart regenerates open episodes)
+    tool_rewards: dict[Key, float] = field(default_factory=dict)
+    answers: dict[Key, str] = field(default_factory=dict)
     # built from the config (__post_init__)
     scorer: GenRMScorer = field(init=False, repr=False)
     verify: CheckedVerifier = field(init=False, repr=False)
     sampling: DynamicSampling = field(init=False, repr=False)  # DAPO's, `train.filter_groups`
+    # multi-turn episodes (`tools.config`); the runner is built from the config unless given
+    tool_runner: ToolRunnerLike | None = field(default=None, repr=False)
+    shaper: SequenceShaper | None = field(default=None, repr=False)
+    episodes: Episodes | None = field(init=False, default=None, repr=False)
     _next_id: int = 0
     # tokenized prompts by text and messages
     _policy_ids: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._tool_schemas: list[dict] | None = None
+        if self.cfg.tools.enabled:
+            from pivot.tools.registry import load_tools, tool_schemas
+            from pivot.tools.runner import ToolRunner
+
+            t = self.cfg.tools
+            tools = load_tools(t.config)
+            self._tool_schemas = tool_schemas(tools)
+            if self.tool_runner is None:
+                self.tool_runner = ToolRunner(
+                    tools,
+                    timeout_s=t.timeout_s,
+                    max_in_flight=t.max_in_flight,
+                    max_response_chars=t.max_response_chars,
+                )
+            self.episodes = Episodes(
+                t,
+                self.policy_tok,
+                self.tool_runner,
+                self._tool_schemas,
+                self.cfg.rollout.max_new_tokens,
+            )
         reward = self.cfg.reward
         self.scorer = GenRMScorer(
             dataclasses.replace(reward, judge_template=self.judge_template, judge_template_file="")
@@ -134,6 +201,8 @@ class RLFlow:
             key[0], self._next_id + (EVAL_ID_OFFSET if extra.get("eval_step", -1) >= 0 else 0)
         )
         self._next_id += 1
+        if self.shaper is not None:
+            params = self.shaper.params(role, key, params)
         seed = zlib.crc32(repr((self.cfg.seed, role, key, sid)).encode())  # stable across processes
         info = SeqInfo(
             sid, role, key, Request(sid, prompt_ids, SamplingParams(seed=seed, **params)), **extra
@@ -158,10 +227,15 @@ class RLFlow:
             if data.raw_prompts or not templated:
                 ids = self.policy_tok.encode(prompt.text)
             else:
-                messages = prompt.messages or [{"role": "user", "content": prompt.text}]
-                ids = self.policy_tok.apply_chat_template(messages, add_generation_prompt=True)
+                ids = self.policy_tok.apply_chat_template(
+                    self._messages(prompt), add_generation_prompt=True, tools=self._tool_schemas
+                )
             self._policy_ids[key] = ids
         return list(ids)
+
+    @staticmethod
+    def _messages(prompt: Prompt) -> list[dict]:
+        return list(prompt.messages or [{"role": "user", "content": prompt.text}])
 
     def judge_ids(self, judge_text: str) -> list[int]:
         """The GenRM's input: the filled judge template, inside the GenRM's chat template when it
@@ -206,39 +280,122 @@ class RLFlow:
 
     def rollout_seq(self, key: Key) -> SeqInfo:
         sample = self.buffer.sample(key)
-        return self._new_seq("rollout", key, self.policy_ids(sample.prompt), self._ro_params)
+        ids = self.policy_ids(sample.prompt)
+        if self.episodes is not None:
+            self._open_episode(key, sample.prompt, ids)
+        return self._new_seq("rollout", key, ids, self._ro_params)
+
+    def _open_episode(self, key: Key, prompt: Prompt, ids: list[int], eval_step: int = -1) -> None:
+        assert self.episodes is not None
+        kwargs = (prompt.extra_info or {}).get("tools_kwargs") or {}
+        self.episodes.open(key, ids, self._messages(prompt), kwargs, eval_step)
+
+    # ---- episodes (tools.config) -------------------------------------------------------------
+    def poll_episodes(self) -> list[SeqInfo]:
+        """The next turns of episodes whose tool responses came back, and what follows the
+        episodes that ended (a judging, a regeneration); nothing without tools."""
+        if self.episodes is None:
+            return []
+        going, ended = self.episodes.poll()
+        out = [self._next_turn(ep) for ep in going]
+        for ep in ended:
+            if ep.eval_step >= 0:
+                self._eval_scored(ep.key, ep.eval_step, ep.response_ids, ep.version)
+            else:
+                out += self._responded(ep.key, self._episode_response(ep))
+        return out
+
+    def _next_turn(self, ep: Episode) -> SeqInfo:
+        assert self.episodes is not None
+        params = {**self._ro_params, "max_new_tokens": self.episodes.budget(ep)}
+        if ep.eval_step >= 0:
+            params["temperature"] = 0.0
+        info = self._new_seq(
+            "rollout", ep.key, ep.prompt_and_response, params, eval_step=ep.eval_step
+        )
+        info.version = ep.version
+        return info
+
+    def _episode_response(self, ep: Episode) -> Response:
+        judged = ep.last_turn if self.cfg.tools.judge_sees == "answer" else None
+        return Response(
+            ids=ep.response_ids,
+            logprobs=ep.logprobs,
+            version=ep.version,
+            prompt_ids=ep.prompt_ids,
+            version_starts=ep.version_starts,
+            mask=ep.mask,
+            turns=ep.turns,
+            tool_calls=ep.tool_calls,
+            tool_errors=ep.tool_errors,
+            tool_reward=ep.tool_reward,
+            judged_text=judged,
+        )
 
     def on_rollout(self, out: Output) -> list[SeqInfo]:
-        """A finished rollout: record it; returns the judge sequence (or a regeneration)."""
+        """A finished rollout: record it; returns the judge sequence (or a regeneration). A turn
+        of an episode goes to `Episodes`, and its sample is recorded when the episode ends."""
         info = self.seqs.pop(out.id)
         version = info.oldest(out.weights_version)
-        text = self.policy_tok.decode(out.output_ids)
-        outcome = self.buffer.on_response(
-            info.key,
-            list(out.output_ids),
-            list(out.output_logprobs),
-            text,
-            version,
+        self.stats.tokens_rollout += len(out.prompt_ids) + len(out.output_ids)
+        if self.episodes is not None:
+            self.episodes.on_turn(info.key, out, version)
+            return []
+        response = Response(
+            ids=list(out.output_ids),
+            logprobs=list(out.output_logprobs),
+            version=version,
             prompt_ids=list(out.prompt_ids),
             version_starts=list(out.versions.starts),
+        )
+        return self._responded(info.key, response)
+
+    def _responded(self, key: Key, r: Response) -> list[SeqInfo]:
+        """A sample's whole response (one rollout, or an episode's turns): the buffer's, then
+        its verifiable reward and its judging."""
+        text = self.policy_tok.decode(r.ids)
+        outcome = self.buffer.on_response(
+            key,
+            r.ids,
+            r.logprobs,
+            text,
+            r.version,
+            prompt_ids=r.prompt_ids,
+            version_starts=r.version_starts,
+            response_mask=r.mask,
+            episode=(r.turns, r.tool_calls, r.tool_errors),
         )
         if outcome in (Outcome.DUPLICATE, Outcome.SURPLUS):  # counted by the buffer
             return []
         if outcome == Outcome.STALE:
             self.stats.stale_regenerated += 1
-            return [self.rollout_seq(info.key)]
+            return [self.rollout_seq(key)]
         self.stats.rollouts_finished += 1
-        self.stats.tokens_rollout += len(out.prompt_ids) + len(out.output_ids)
-        sample = self.buffer.sample(info.key)
-        r_v = self._verify(info.key, text, sample.prompt)
-        tally = self.sampled.setdefault(info.key[0], [0.0, 0.0])
-        tally[0] += accuracy(r_v, self.reward_extra.get(info.key, {}))
+        sample = self.buffer.sample(key)
+        r_v = self._verify(key, text, sample.prompt)
+        if r.tool_reward:
+            self.tool_rewards[key] = r.tool_reward
+        if r.judged_text is not None:
+            self.answers[key] = r.judged_text
+        tally = self.sampled.setdefault(key[0], [0.0, 0.0])
+        tally[0] += accuracy(r_v, self.reward_extra.get(key, {}))
         tally[1] += 1
         if self.cfg.reward.w_genrm == 0:  # no judge: the verifiable reward is the reward
-            return self._rewarded(info.key, total_reward(r_v, None, self.cfg.reward))
+            return self._rewarded(key, self._total(key, r_v, None))
         if not self.sampling.filters_before_judging():
-            return [self.judge_seq(info.key, text, r_v)]
-        return self._judge_group_once_verified(info.key[0], info.key[1])
+            return [self.judge_seq(key, self._judged_text(key), r_v)]
+        return self._judge_group_once_verified(key[0], key[1])
+
+    def _judged_text(self, key: Key) -> str:
+        """What the judge reads of sample `key`'s response: its text, or with tools.judge_sees
+        =answer its episode's last turn (the whole text after a restart, which kept no turns)."""
+        return self.answers.pop(key, None) or self.buffer.sample(key).text
+
+    def _total(self, key: Key, r_v: float, r_g: float | None) -> float:
+        """The sample's reward: the reward options' mix, plus the tools' own reward weighted by
+        tools.reward_weight."""
+        tools = self.cfg.tools.reward_weight * self.tool_rewards.pop(key, 0.0)
+        return total_reward(r_v, r_g, self.cfg.reward) + tools
 
     def _verify(self, key: Key, response: str, prompt: Prompt) -> float:
         score = self.verify.check(response, prompt)
@@ -260,6 +417,8 @@ class RLFlow:
         """Drop a uniform group; a fresh prompt's group takes its place when the step's
         remaining groups (spares included) fall short of its batch."""
         for g in range(self.buffer.group_size):
+            self.tool_rewards.pop((step, prompt_id, g), None)
+            self.answers.pop((step, prompt_id, g), None)
             self.verifiable.pop((step, prompt_id, g), None)
             self.judgings.pop((step, prompt_id, g), None)
             self.judge_outputs.pop((step, prompt_id, g), None)
@@ -281,13 +440,15 @@ class RLFlow:
         if self.sampling.drops(step, [self.verifiable.get(k, 0.0) for k in keys]):
             return self._replace(step, prompt_id)
         return [
-            self.judge_seq(s.key, s.text, self.verifiable.get(s.key, 0.0))
+            self.judge_seq(s.key, self._judged_text(s.key), self.verifiable.get(s.key, 0.0))
             for s in samples
             if s.reward is None
         ]
 
     def judge_seq(self, key: Key, response: str, r_verifiable: float) -> SeqInfo:
         """The GenRM sequence judging `response` to sample `key`'s prompt."""
+        if self.shaper is not None:
+            response = self.shaper.judged(key, response, self.buffer.sample(key).response_ids)
         judge = self.scorer.prompt(self.buffer.sample(key).prompt.text, response)
         return self._new_seq(
             "reward", key, self.judge_ids(judge), self._rm_params, r_verifiable=r_verifiable
@@ -328,7 +489,7 @@ class RLFlow:
         self.judgings[info.key] = self.judgings.get(info.key, 0) + 1
         self.judge_outputs[info.key] = (text, r_g)
         self.stats.genrm_sum += r_g
-        return self._rewarded(info.key, total_reward(info.r_verifiable, r_g, self.cfg.reward))
+        return self._rewarded(info.key, self._total(info.key, info.r_verifiable, r_g))
 
     def on_output(self, out: Output) -> list[SeqInfo]:
         info = self.seqs.get(out.id)
@@ -349,17 +510,26 @@ class RLFlow:
             return []
         self.evals[step] = EvalRun(step, len(self.heldout), time.monotonic())
         params = {**self._ro_params, "temperature": 0.0}
-        return [
-            self._new_seq("rollout", (step, i, -1), self.policy_ids(p), params, eval_step=step)
-            for i, p in enumerate(self.heldout)
-        ]
+        seqs = []
+        for i, p in enumerate(self.heldout):
+            key, ids = (step, i, -1), self.policy_ids(p)
+            if self.episodes is not None:
+                self._open_episode(key, p, ids, eval_step=step)
+            seqs.append(self._new_seq("rollout", key, ids, params, eval_step=step))
+        return seqs
 
     def on_eval(self, out: Output) -> None:
         info = self.seqs.pop(out.id)
-        run = self.evals[info.eval_step]
-        prompt = self.heldout[info.key[1]]
-        score = self.verify.check(self.policy_tok.decode(out.output_ids), prompt).accuracy
-        run.add(info.key[1], score, len(out.output_ids), out.weights_version)
+        if self.episodes is not None:
+            self.episodes.on_turn(info.key, out, info.oldest(out.weights_version))
+            return
+        self._eval_scored(info.key, info.eval_step, list(out.output_ids), out.weights_version)
+
+    def _eval_scored(self, key: Key, step: int, response_ids: list[int], version: int) -> None:
+        run = self.evals[step]
+        prompt = self.heldout[key[1]]
+        score = self.verify.check(self.policy_tok.decode(response_ids), prompt).accuracy
+        run.add(key[1], score, len(response_ids), version)
         if run.finished:
             self.eval_results.append(self.evals.pop(run.step).result(time.monotonic()))
 
@@ -397,7 +567,13 @@ class RLFlow:
             self.scorer.stats,
             self.verify.errors,
             self.cursor.dataset.stats.skipped,
+            self.episodes.counts if self.episodes is not None else None,
         )
+
+    def close(self) -> None:
+        """Stop the tools' thread (a no-op without tools)."""
+        if self.tool_runner is not None:
+            self.tool_runner.close()
 
     # ---- checkpoint ------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -3,7 +3,7 @@
 `pivot/emulate/` is one: CPU ranks that run the real runtime and tiny models but take the device
 time of paper-scale models. `pivot/main.py` picks the backend from the config and hands it to
 `pivot.runtime.job.launch.run`; the runtime only calls this protocol and never imports a backend,
-so the backend may build on the runtime (the emulated flow is an `RLFlow`). Without one (None)
+so the backend may build on the runtime (the emulated lengths are the flow's `SequenceShaper`). Without one (None)
 the ranks run on their real devices.
 """
 
@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec
-from pivot.runtime.flow.rl_flow import RLFlow
+from pivot.model import TextTokenizer
+from pivot.runtime.flow.rl_flow import SequenceShaper
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.autosize import CostModel
 
@@ -30,10 +31,10 @@ class DeviceBackend(Protocol):
         ...
 
     def controller_parts(
-        self, cfg: PivotConfig, spec: ClusterSpec
-    ) -> tuple[type[RLFlow], dict[str, Any], dict[str, ThroughputModel]]:
-        """Rank 0: the flow class, the fields it takes beyond `RLFlow`'s, and each inference
-        role's throughput model (instead of the profiled one)."""
+        self, cfg: PivotConfig, spec: ClusterSpec, policy_tok: TextTokenizer
+    ) -> tuple[SequenceShaper, dict[str, ThroughputModel]]:
+        """Rank 0: what the backend changes in the flow's sequences (`policy_tok`: the policy's
+        tokenizer) and each inference role's throughput model (instead of the profiled one)."""
         ...
 
     def cost_model(self, cfg: PivotConfig, spec: ClusterSpec) -> CostModel:

@@ -21,7 +21,7 @@ from pivot.rl.data import PromptCursor, skipped_rows_line
 from pivot.runtime.control.control_plane import ControllerEndpoint, RankGone
 from pivot.runtime.control.controller import Controller
 from pivot.runtime.control.sizing import SlotSizer, gpu_cost_model
-from pivot.runtime.flow.rl_flow import RLFlow
+from pivot.runtime.flow.rl_flow import RLFlow, SequenceShaper
 from pivot.runtime.job.backend import DeviceBackend
 from pivot.runtime.job.startup_profile import profile_at_startup
 from pivot.runtime.records.checkpoint import Checkpointer, StartPoint
@@ -112,6 +112,7 @@ class ControllerThread(threading.Thread):
             self.controller.failed = self.failed
             self.controller.finish()
         finally:
+            self.controller.flow.close()  # the tools' thread, if the run has tools
             self.progress.close()
             self.log.close()
 
@@ -169,24 +170,22 @@ def start_controller(
     if (skipped := skipped_rows_line(train)) is not None:  # said once, not only counted
         print(skipped, file=sys.stderr, flush=True)
     dataset, heldout = task.heldout_split(cfg.data, cfg.eval, train, cfg.seed)
+    policy_tok = TextTokenizer.from_pretrained(policy)
+    shaper: SequenceShaper | None = None
     if backend is not None:  # e.g. emulated: drawn response lengths, the emulated devices' speeds
-        flow_cls, flow_fields, profiles = backend.controller_parts(cfg, spec)
+        shaper, profiles = backend.controller_parts(cfg, spec, policy_tok)
     else:
-        flow_cls, flow_fields, profiles = (
-            RLFlow,
-            {},
-            role_profiles(cfg, policy, genrm, device),
-        )
-    flow = flow_cls(
+        profiles = role_profiles(cfg, policy, genrm, device)
+    flow = RLFlow(
         cfg,
         PromptCursor(dataset, seed=cfg.data.shuffle_seed),
-        TextTokenizer.from_pretrained(policy),
+        policy_tok,
         TextTokenizer.from_pretrained(genrm),
         SampleBuffer(cfg.train.group_size, cfg.train.staleness),
         cfg.train.staleness,
         task.judge_template(cfg.reward),
         heldout,
-        **flow_fields,
+        shaper=shaper,
     )
     config = dataclasses.asdict(cfg)
     log = RunLog(

@@ -45,6 +45,14 @@ def run_summary(
                 f"{_mean(head, 'rollout/accuracy_sampled'):.3f}"
                 f" -> {_mean(tail, 'rollout/accuracy_sampled'):.3f}"
             )
+        if "count/tool_calls" in last:  # a multi-turn run (tools.config)
+            lines.append(
+                f"  tool calls per episode {_mean(head, 'rollout/tool_calls'):.2f} -> "
+                f"{_mean(tail, 'rollout/tool_calls'):.2f}, turns {_mean(head, 'rollout/turns'):.2f}"
+                f" -> {_mean(tail, 'rollout/turns'):.2f}; {last['count/tool_errors']:,} of "
+                f"{last['count/tool_calls']:,} calls failed, {last['count/episodes_truncated']:,} of "
+                f"{last['count/episodes']:,} episodes ended at a limit"
+            )
     if evals:
         lines.append(
             f"  held-out accuracy (greedy, {evals[-1]['prompts']} prompts) "
