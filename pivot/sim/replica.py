@@ -27,6 +27,15 @@ that a sequence running on this replica already holds: the engine computes a sha
 (radix cache, keyed blocks). Its last token is always computed. KV is still counted per sequence
 (as the shift-aware scheduler counts it), and a prefix held only by finished sequences is not
 reused (under load, an engine evicts those blocks first).
+
+An agentic episode's turn that ends for a tool call leaves the replica (its decode slot and its
+KV count free) and its context stays *parked* (`park`): cached blocks no running sequence holds,
+not counted against the KV the admission checks, evicted oldest first once the running KV and
+the parked contexts together exceed `cap` (checked at each admission and each park), and all
+dropped when the replica shifts down (`drop_parked`: its KV is discarded). The episode's next
+turn, dispatched by the scheduler wherever it places it, prefills only what its parked context
+does not cover (the tool's response) if it lands on this replica while its context is still
+parked (`resume`), else its whole context, as an engine with prefix caching does.
 """
 
 from __future__ import annotations
@@ -64,6 +73,12 @@ class SimReplica:
         "kv_moved",
         "reprefilled",
         "_kept",
+        "_parked",
+        "parked_tok",
+        "_resume",
+        "resumes",
+        "resume_hits",
+        "context_hits",
     )
 
     def __init__(
@@ -110,6 +125,13 @@ class SimReplica:
         self.kv_moved = 0  # tokens whose KV arrived with a migrated sequence
         self.reprefilled = 0  # of `prefilled`, tokens of resumed sequences computed again
         self._kept: dict[int, int] = {}  # waiting: sid -> tokens of KV it brought
+        # episode key -> tokens of its parked context, oldest first
+        self._parked: dict[object, int] = {}
+        self.parked_tok = 0
+        self._resume: dict[int, tuple[object, int]] = {}  # waiting: sid -> (episode key, tokens)
+        self.resumes = 0  # turns admitted after a tool call
+        self.resume_hits = 0  # of them, those whose context was still parked here
+        self.context_hits = 0  # tokens of parked contexts reused instead of prefilled
 
     @property
     def n(self) -> int:
@@ -204,12 +226,17 @@ class SimReplica:
         now: float,
         prefixes: tuple[tuple[object, int], ...] = (),
         kept: int = 0,
+        resume: tuple[object, int] | None = None,
     ) -> None:
         """A dispatched sequence joins the waiting list (call `advance(now)` first); `prefixes`:
         the (key, tokens) prefixes of its prompt that other sequences share; `kept`: tokens of
-        KV it brings from the replica it was aborted on (with `kv_per_tok`)."""
+        KV it brings from the replica it was aborted on (with `kv_per_tok`); `resume`: (episode
+        key, tokens) of the context its episode's previous turn left (`park`), here or elsewhere:
+        what it does not find parked here is computed again."""
         if kept and self.kv_per_tok is not None:
             self._kept[sid] = min(kept, prompt_len + generated - 1)
+        if resume is not None:
+            self._resume[sid] = resume
         if not self.seqs:
             self.clock = max(self.clock, now)
         self._arrivals += 1
@@ -229,6 +256,7 @@ class SimReplica:
         """Take a sequence off (running or waiting); returns its generated count."""
         self.ver += 1
         self._kept.pop(sid, None)
+        self._resume.pop(sid, None)
         prefixes = self._prefixes.pop(sid)
         if sid in self.waiting:
             return self.waiting.pop(sid)[1]
@@ -251,7 +279,14 @@ class SimReplica:
         return gen
 
     def _admit(self) -> None:
+        self._admit_waiting()
+        if self._parked:
+            self._evict()  # the running KV grew
+
+    def _admit_waiting(self) -> None:
         while self.waiting and len(self.seqs) < self.max_running:
+            if self._parked:
+                self._evict()  # before a turn looks for its context
             sid = next(iter(self.waiting))
             prompt, gen, target, arrival = self.waiting[sid]
             length = prompt + gen
@@ -269,6 +304,18 @@ class SimReplica:
                 if self._holders.get(key, 0) > 0:
                     shared = max(shared, min(tokens, length - 1))
                 self._holders[key] = self._holders.get(key, 0) + 1
+            resume = self._resume.pop(sid, None)
+            again = 0  # an earlier turn's context computed again (its episode's turn landed here)
+            if resume is not None:  # an episode's next turn: is its context still parked here?
+                parked = self._parked.pop(resume[0], 0)
+                self.parked_tok -= parked
+                self.resumes += 1
+                if parked:
+                    hit = min(parked, resume[1], length - 1)
+                    self.resume_hits += 1
+                    self.context_hits += max(hit - shared, 0)
+                    shared = max(shared, hit)
+                again = max(min(resume[1], length - 1) - shared, 0)  # the rest is the tool's
             kept = self._kept.pop(sid, 0)
             if kept:  # its KV came along: only what it had not computed yet is prefilled
                 fresh = max(length - kept - 1, 0)  # the last token is the next decode step
@@ -281,8 +328,27 @@ class SimReplica:
             self.clock += self.prefill_per_tok * (length - shared)
             self.busy_s += self.prefill_per_tok * (length - shared)
             self.prefilled += length - shared
-            self.reprefilled += (length - shared) * (gen > 0)
+            self.reprefilled += (length - shared) * (gen > 0) + again
             self.prefix_hits += shared
+
+    def park(self, key: object, tokens: int) -> None:
+        """An episode's turn left for a tool call: its context (`tokens`) stays cached under
+        `key` until evicted, dropped, or reused by the episode's next turn (see the module
+        docstring)."""
+        self.parked_tok -= self._parked.pop(key, 0)
+        self._parked[key] = tokens
+        self.parked_tok += tokens
+        self._evict()
+
+    def drop_parked(self) -> None:
+        """The replica shifts down: its cached contexts go with its KV."""
+        self._parked.clear()
+        self.parked_tok = 0
+
+    def _evict(self) -> None:
+        """Oldest parked contexts out while they and the running KV exceed `cap`."""
+        while self._parked and self.tok + self.parked_tok > self.cap:
+            self.parked_tok -= self._parked.pop(next(iter(self._parked)))
 
     def _preempt(self) -> None:
         while len(self.seqs) > 1 and self.tok + len(self.seqs) > self.cap:

@@ -6,7 +6,9 @@ sequence), after its prefill. So a sample's rollout + judge chain takes at least
 
     chain = prefill_ro(p) + sum_{k<r} L_ro(p + k) + prefill_rm(q) + sum_{k<j} L_rm(q + k)
 
-(p, r: prompt and response; q, j: the judge's prompt and response). Step s's prompts are
+(p, r: prompt and response; q, j: the judge's prompt and response; an agentic episode's rollout
+is its turns one after another, each decoding at its grown context, its tool calls' latencies
+between them and only the tools' responses prefilled, its earlier context held). Step s's prompts are
 released when step s - staleness - 1 has trained (at 0 for the first steps), its batch trains
 once its longest chain is done, and steps train one after another for `train_s` each:
 
@@ -27,7 +29,8 @@ decode costs at least
     A * sum of every generated token's context + generated tokens * (max(B, C * N) + D) / N
 
 replica-seconds (times `tp` devices), and its prefill at least the prefill of every distinct
-shared prefix once plus each prompt's own rest. Training costs its steps' `train_s` on the
+shared prefix once plus each prompt's own rest (an agentic episode: each turn a sequence at its
+grown context, and its tools' responses prefilled once). Training costs its steps' `train_s` on the
 training devices. Each set S of roles needs its work's device-seconds on the devices that could
 run a role of S (Pivot and colocated: the whole cluster; a static pool: its devices), so the
 window lasts at least max over S of work(S) / devices(S). The two bounds miss different losses:
@@ -59,10 +62,37 @@ from pivot.sim.result import SimResult
 from pivot.sim.workload import SimSample, Workload
 
 
-def chain_s(c: RoleCosts, prompt: int, out: int) -> float:
-    """Least time to prefill `prompt` tokens and decode `out` tokens alone on one replica."""
+def chain_s(c: RoleCosts, prompt: int, out: int, prefill: int | None = None) -> float:
+    """Least time to prefill `prompt` tokens (or `prefill` of them, the rest held) and decode
+    `out` tokens after them alone on one replica."""
     m = c.throughput
-    return c.prefill_s_per_token * prompt + out * m.latency(1, prompt) + m.A * out * (out - 1) / 2
+    new = prompt if prefill is None else prefill
+    return c.prefill_s_per_token * new + out * m.latency(1, prompt) + m.A * out * (out - 1) / 2
+
+
+def rollout_chain_s(c: RoleCosts, s: SimSample) -> float:
+    """Least time of `s`'s rollout alone: one answer, or an agentic episode's turns one after
+    another with its tool calls between them (each turn prefills only the tool's response)."""
+    ep = s.episode
+    if ep is None:
+        return chain_s(c, s.prompt_len, s.response_len)
+    t, context, new = 0.0, s.prompt_len, s.prompt_len
+    for k, out in enumerate(ep.turns):
+        t += chain_s(c, context, out, new)
+        context += out
+        if k < len(ep.tools):
+            t += ep.tool_s[k]
+            context += ep.tools[k]
+            new = ep.tools[k]
+    return t
+
+
+def rollout_chains(s: SimSample) -> list[tuple[int, int]]:
+    """(context, generated) of each rollout sequence of `s`: its answer, or its episode's turns."""
+    ep = s.episode
+    if ep is None:
+        return [(s.prompt_len, s.response_len)]
+    return [(s.prompt_len + ep.context_before(k), out) for k, out in enumerate(ep.turns)]
 
 
 def critical_path_s(res: SimResult) -> float:
@@ -72,7 +102,7 @@ def critical_path_s(res: SimResult) -> float:
     end: list[float] = list(res.step_end_s[: res.warmup_steps])
     for st in range(res.warmup_steps, res.steps):
         longest = max(
-            chain_s(ro, s.prompt_len, s.response_len) + chain_s(rm, s.judge_prompt_len, s.judge_len)
+            rollout_chain_s(ro, s) + chain_s(rm, s.judge_prompt_len, s.judge_len)
             for s in res.samples[st]
         )
         release = end[st - res.staleness - 1] if st - res.staleness - 1 >= 0 else 0.0
@@ -112,11 +142,12 @@ def measured_chains(
     steps = range(res.warmup_steps, res.steps)
     samples: list[SimSample] = [s for st in steps for s in res.samples[st]]
     if role == Role.ROLLOUT:
-        chains = [(s.prompt_len, s.response_len) for s in samples]
+        chains = [c for s in samples for c in rollout_chains(s)]
         prompts = [(workload.rollout_prefixes(s), s.prompt_len) for s in samples]
-    else:
-        chains = [(s.judge_prompt_len, s.judge_len) for s in samples]
-        prompts = [(workload.judge_prefixes(s), s.judge_prompt_len) for s in samples]
+        tools = sum(s.tool_tokens for s in samples)  # appended to held contexts: prefilled once
+        return chains, prefill_tokens_lower(prompts) + tools
+    chains = [(s.judge_prompt_len, s.judge_len) for s in samples]
+    prompts = [(workload.judge_prefixes(s), s.judge_prompt_len) for s in samples]
     return chains, prefill_tokens_lower(prompts)
 
 

@@ -82,7 +82,18 @@ class SimResult:
     last size's (the measured window's, when the re-sizes fall in the warm-up)."""
     reprefill_tokens: int = 0
     """Of `prefill_tokens`, those of sequences resumed with generated tokens (aborted without
-    their KV, or preempted) computed again."""
+    their KV, or preempted) computed again, and an agentic episode's earlier turns computed again
+    when its next turn found its context no longer cached where it landed."""
+    tool_calls: int = 0
+    """Tool calls of agentic episodes (all steps run)."""
+    tool_s: float = 0.0
+    """Their summed latency (host time: no device works for them)."""
+    resumed_turns: int = 0
+    """Agentic turns admitted after a tool call."""
+    resume_hits: int = 0
+    """Of them, those whose earlier context was still cached on the replica they landed on."""
+    context_hit_tokens: int = 0
+    """Tokens of those cached contexts reused instead of prefilled."""
 
     def finish(
         self,
@@ -102,6 +113,9 @@ class SimResult:
         self.prefix_hit_tokens = sum(r.prefix_hits for r in reps.values())
         self.kv_moved_tokens = sum(r.kv_moved for r in reps.values())
         self.reprefill_tokens = sum(r.reprefilled for r in reps.values())
+        self.resumed_turns = sum(r.resumes for r in reps.values())
+        self.resume_hits = sum(r.resume_hits for r in reps.values())
+        self.context_hit_tokens = sum(r.context_hits for r in reps.values())
         self.busy_s = {rid: r.busy_s for rid, r in reps.items()}
         self.busy_s[train_rid] = sum(self.train_s)
 

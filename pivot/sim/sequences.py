@@ -5,6 +5,14 @@ tokens, and with `planner.kv_migration` their KV), each replica's next event sch
 rollout turned into a GenRM sequence (its prompt holds the response), and the replicas' progress
 reported to the schedulers: lazily, like the runtime's monitor, so dispatch sees slightly stale
 loads (never staler than the replica's last event).
+
+An agentic sample (`Workload.agentic`) is an episode of turns, each an ordinary rollout sequence
+with its own id, as the runtime's turns are (pivot/runtime/flow/episodes.py): a turn that ends
+before the episode's last leaves its replica (the scheduler forgets it: no replica, no queue, so
+the planner does not see it) and its context stays parked there (pivot/sim/replica.py); its
+tool runs for the drawn latency (a "tool" event, no device work) and then the next turn is
+submitted with the grown context (prompt + every turn and tool response so far) as its prompt,
+for the same scheduler to place. Only the last turn's end makes the GenRM sequence.
 """
 
 from __future__ import annotations
@@ -34,6 +42,29 @@ class _Seq:
     prompt_len: int
     target: int
     generated: int = 0
+    turn: int = 0
+    """Its policy turn within an agentic episode (0: the first, or a single answer)."""
+
+
+def rollout_turn(s: SimSample, turn: int = 0) -> _Seq:
+    """The rollout sequence of `s`'s policy turn `turn`: its prompt is the prompt and everything
+    after it so far (earlier turns and tool responses), its target that turn's tokens."""
+    if s.episode is None:
+        return _Seq(Role.ROLLOUT, s, s.prompt_len, s.response_len)
+    ep = s.episode
+    return _Seq(Role.ROLLOUT, s, s.prompt_len + ep.context_before(turn), ep.turns[turn], turn=turn)
+
+
+def episode_key(s: SimSample) -> tuple[str, int, int]:
+    """The key of `s`'s parked context on a replica."""
+    return ("episode", s.step, s.index)
+
+
+def parked_tokens(s: SimSample, turn: int) -> int:
+    """Tokens of KV `s`'s episode leaves parked when policy turn `turn` ends for a tool call: its
+    context then, but its last token (sampled, not yet computed)."""
+    assert s.episode is not None
+    return s.prompt_len + s.episode.context_before(turn) + s.episode.turns[turn] - 1
 
 
 class SequenceWatch(Protocol):
@@ -123,7 +154,7 @@ class SimSequences:
             if self.watch is not None:
                 self.watch.released(st, self.clock())
             for s in self.samples[st]:
-                self.submit(_Seq(Role.ROLLOUT, s, s.prompt_len, s.response_len))
+                self.submit(rollout_turn(s))
             self.next_step += 1
 
     def submit(self, seq: _Seq) -> None:
@@ -172,6 +203,11 @@ class SimSequences:
                     if role == Role.ROLLOUT
                     else w.judge_prefixes(seq.sample)
                 )
+                resume = (  # an episode's next turn, not yet started: its context may be parked
+                    (episode_key(seq.sample), parked_tokens(seq.sample, seq.turn - 1))
+                    if seq.turn > 0 and seq.generated == 0
+                    else None
+                )
                 rep.add(
                     sid,
                     seq.prompt_len,
@@ -180,6 +216,7 @@ class SimSequences:
                     now,
                     prefixes,
                     self._kv_kept.pop(sid, 0),
+                    resume,
                 )
         for rid in touched:
             self._schedule(rid)
@@ -204,16 +241,24 @@ class SimSequences:
         role = self.cluster.role_of(rid)
         completed = False
         for sid in rep.finished():
-            completed = self._on_finish(role, sid, step) or completed
+            completed = self._on_finish(role, sid, step, rep) or completed
         self._stale[role].add(rid)  # its progress reaches the scheduler before the next dispatch
         self._schedule(rid)
         return completed
 
-    def _on_finish(self, role: str, sid: int, step: int) -> bool:
-        if self.watch is not None:
-            self.watch.finished(role, self.seqs[sid].sample, sid, self.clock())
+    def _on_finish(self, role: str, sid: int, step: int, rep: SimReplica) -> bool:
         seq = self.seqs.pop(sid)
         self.cluster.sched[role].on_finish(sid)
+        ep = seq.sample.episode
+        if role == Role.ROLLOUT and ep is not None and seq.turn + 1 < len(ep.turns):
+            # a tool call: the turn leaves the replica, its context stays parked there
+            rep.park(episode_key(seq.sample), parked_tokens(seq.sample, seq.turn))
+            self.res.tool_calls += 1
+            self.res.tool_s += ep.tool_s[seq.turn]
+            self.events.push(self.clock() + ep.tool_s[seq.turn], "tool", (seq.sample, seq.turn + 1))
+            return False
+        if self.watch is not None:
+            self.watch.finished(role, seq.sample, sid, self.clock())
         key = (seq.sample.step, seq.sample.index)
         if role == Role.ROLLOUT:
             self.res.rollout_done[key] += 1
@@ -223,6 +268,16 @@ class SimSequences:
         self.res.reward_done[key] += 1
         self.rewarded[seq.sample.step] += 1
         return seq.sample.step == step and self.batch_ready(step)
+
+    def on_tool(self, sample: SimSample, turn: int) -> None:
+        """A tool call of `sample`'s episode returned: its policy turn `turn` joins the rollout
+        queue with the grown context."""
+        self.submit(rollout_turn(sample, turn))
+
+    def on_release(self, rid: int) -> None:
+        """Replica `rid` shifts down: the contexts parked on it go with its KV."""
+        if rid in self.reps:
+            self.reps[rid].drop_parked()
 
     def _queued(self, role: str) -> int:
         """Sequences of `role` waiting in the scheduler's queue (not on any replica)."""

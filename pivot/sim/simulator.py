@@ -24,8 +24,11 @@ shift or a training step finished, a batch became ready), never twice within
 replicas that finished a sequence since, before a dispatch with sequences waiting, like the
 runtime's monitor: dispatch sees slightly stale loads (never staler than the replica's last event).
 
-Throughput = tokens of the trained samples (rollout prompt + response, judge prompt +
-response) / time until the last training step ends, or with `SimOptions.warmup_steps` over
+An agentic workload's tool calls are timed events too ("tool": no device work; the episode's
+next turn is submitted when its tool returns), see pivot/sim/sequences.py.
+
+Throughput = tokens of the trained samples (rollout prompt + response and tool responses, judge
+prompt + response) / time until the last training step ends, or with `SimOptions.warmup_steps` over
 the steady-state window after the warm-up steps; the same seed gives every deployment the
 same samples, so throughput ratios are inverse time ratios. Sequence ids lead with their
 step (`pivot.sched.records.step_major_id`), so the schedulers, which queue by id, serve the oldest step first.
@@ -149,6 +152,8 @@ class Simulator:
                 self._on_shifts_done([payload] + self.events.pop_same("shift", t))
             elif kind == "train":
                 self._on_trained()
+            elif kind == "tool":  # an agentic episode's tool call returned
+                self.work.on_tool(*payload)
             elif kind == "tick":
                 self._on_tick()
             elif kind == "resize":  # a sizing's decision arrived: its reserves hold from now
@@ -260,6 +265,7 @@ class Simulator:
         self.work.migrate_off(role, rids)
 
     def release(self, rid: int) -> None:
+        self.work.on_release(rid)  # its KV is discarded, parked contexts included
         self._start_shift(rid, False, self.now)
 
     def acquire(self, rid: int) -> None:

@@ -134,6 +134,15 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         r"band: no-kv over base at slow x[\d.]+",
         (SLOW,),
     ),
+    "bench_agentic.py": (
+        # tiny steps on one hardware, the Table 4 allocations: both workloads and the lead ratio
+        "--hardware h20 --seeds 0 --steps 2 --warmup 1 --prompts 4 --group-size 2 "
+        "--alloc table4".split(),
+        r"single-answer: PivotRL over disaggregated x[\d.]+[\s\S]*agentic: PivotRL over "
+        r"disaggregated x[\d.]+[\s\S]*tool calls/episode [\d.]+[\s\S]*agentic lead over "
+        r"single-answer lead: disaggregated x[\d.]+",
+        (),
+    ),
     "bench_sim.py": (
         [
             "--groups",
