@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         raise
     except KeyboardInterrupt:  # Ctrl-C reaches every rank: one line from rank 0, no tracebacks
         if os.environ.get("RANK", "0") == "0":
-            from pivot.runtime.job.launch import chosen_run_dir, resume_hint, tell
+            from pivot.runtime.job.inputs import chosen_run_dir
+            from pivot.runtime.job.launch import resume_hint, tell
             from pivot.runtime.records.checkpoint import Checkpointer
             from pivot.runtime.records.latest import latest_run
 

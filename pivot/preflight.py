@@ -6,7 +6,7 @@ ConfigError does; pivot/main.py prints them from rank 0 and exits 2 (pivot/bad_i
 
 Each check reads little (a dataset's first rows, safetensors headers), so a 17K-row parquet or a
 72B checkpoint costs well under a second. The runtime checks again after the process group is
-up (pivot/runtime/job/launch.py), against what it really loads: a resumed checkpoint's policy.
+up (pivot/runtime/job/inputs.py), against what it really loads: a resumed checkpoint's policy.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def _head_rows(path: Path) -> tuple[list[Any], list[str] | None]:
 def model_problems(cfg: PivotConfig) -> list[str]:
     """--model.policy and --model.genrm: Hugging Face folders whose config.json and safetensors
     headers agree (`check_folder`, no tensor data read). Resuming, the policy's weights come from
-    the checkpoint (launch.py checks those): its folder needs only its config.json."""
+    the checkpoint (runtime/job/inputs.py checks those): its folder needs only its config.json."""
     from pivot.model import ModelArgs
     from pivot.model.hf_folder import check_folder
 
@@ -130,7 +130,7 @@ def model_problems(cfg: PivotConfig) -> list[str]:
         ("model.policy", cfg.model.policy, cfg.checkpoint.resume == "no"),
         ("model.genrm", cfg.model.genrm, True),
     ):
-        if not folder:  # the embedded tiny model: launch.py checks it against its manifest
+        if not folder:  # the embedded tiny model: inputs.py checks it against its manifest
             continue
         path = Path(folder)
         if not path.exists():

@@ -41,7 +41,6 @@ from pivot.runtime.job.dist_init import (
     start_heartbeat,
 )
 from pivot.runtime.job.inputs import RunInputs, checked_inputs, job_config, too_small_to_shift
-from pivot.runtime.job.inputs import chosen_run_dir as chosen_run_dir  # pivot/main.py's Ctrl-C hint
 from pivot.runtime.job.launcher_watch import launcher_gone, under_torchrun, watch_launcher
 from pivot.runtime.job.liveness import Heartbeat
 from pivot.runtime.job.rank0_wait import Rank0Failed, run_on_rank0

@@ -136,7 +136,7 @@ def step_folders(folder: Path) -> list[Path]:
 
 def newest_complete(folder: Path) -> Path | None:
     """The newest step folder with a manifest (not read back: for choices and messages; a
-    resume reads it back, pivot/runtime/job/launch.py's `resume_point`)."""
+    resume reads it back, pivot/runtime/job/inputs.py's `resume_point`)."""
     return next((p for p in step_folders(folder) if (p / MANIFEST).is_file()), None)
 
 

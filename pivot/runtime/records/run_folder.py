@@ -19,7 +19,7 @@ A `--log.dir X` given is used as it is (`yes` and `auto` resume from its checkpo
 a folder holding a run's checkpoints is refused, as is a `--checkpoint.dir` holding some.
 Nothing here moves or deletes anything: a start that fails leaves every earlier run as it was.
 Rank 0 decides (`resolve`, `make`) and the job hands its answer to every rank
-(pivot/runtime/job/launch.py), so the folder is the same on every rank and every host.
+(pivot/runtime/job/inputs.py), so the folder is the same on every rank and every host.
 """
 
 from __future__ import annotations
