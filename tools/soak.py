@@ -137,6 +137,11 @@ def check(
     print(
         f"  samples             lost {acc.lost}, duplicated {acc.duplicated}, judged other than once {acc.misjudged}"
     )
+    if acc.episodes:
+        print(
+            f"  episodes            {acc.episodes} trained once each, {acc.turns} turns, "
+            f"{acc.tool_calls} tool calls"
+        )
     print(
         f"  shift-up weights    {weights.verified} equal to their GPS version, {len(weights.mismatched)} differ, "
         f"{weights.unverifiable} unverifiable (a version that died with a killed attempt)"
@@ -296,6 +301,20 @@ SMALL = [
 ]  # random models: every group is uniform
 
 
+# multi-turn episodes (--tools): the tiny tools models' calculator task, turns long enough for a
+# call (about 70 tokens) and the answer after it
+TOOLS = [
+    "--tools.config",
+    str(ROOT / "configs" / "tools" / "calculator.yaml"),
+    "--rollout.max-new-tokens",
+    "96",
+    "--tools.max-episode-tokens",
+    "192",
+    "--tools.max-turns",
+    "3",
+]
+
+
 def launch(args: argparse.Namespace, policy: Path, genrm: Path, log: Path) -> subprocess.Popen:
     cmd = torchrun_main(
         args.nproc,
@@ -329,6 +348,7 @@ def launch(args: argparse.Namespace, policy: Path, genrm: Path, log: Path) -> su
         "--train.group-size",
         str(args.group_size),
         *SMALL,
+        *(TOOLS if args.tools else []),
         # faults at random recur on every replica: keep each one coming back (a replica kept
         # down is tests/runtime/test_recovery.py's)
         *(["--recovery.max-engine-failures", "1000000"] if args.faults else []),
@@ -388,6 +408,11 @@ def main() -> int:
     ap.add_argument(
         "--min-faults", type=int, default=0, help="fail unless this many engine failures happened"
     )
+    ap.add_argument(
+        "--tools",
+        action="store_true",
+        help="multi-turn episodes: the tiny tools models (--preset tiny-tools's) call a calculator",
+    )
     ap.add_argument("extra", nargs="*", help="more flags for pivot/main.py (after --)")
     args = ap.parse_args()
     if args.kills < 0 or args.steps < 2:
@@ -403,6 +428,10 @@ def main() -> int:
 
     tiny = ensure_tiny_models()
     policy, genrm = Path(tiny.policy), Path(tiny.genrm)
+    if args.tools:
+        from pivot.tiny.tools_build import TOOLS_WEIGHTS
+
+        policy, genrm = TOOLS_WEIGHTS / "policy", TOOLS_WEIGHTS / "genrm"
     proc = launch(args, policy, genrm, args.run_dir / "soak.log")
     timeline = Timeline(args.run_dir / "timeline.jsonl")
     try:

@@ -17,7 +17,8 @@ from pivot.engine import Output
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import Prompt, PromptCursor, load_dataset
-from pivot.runtime.flow.rl_flow import RLFlow, SeqInfo
+from pivot.runtime.flow.rl_flow import RLFlow
+from pivot.runtime.flow.sequences import SeqInfo
 from pivot.tiny.task import judge_template
 from tests.model.test_tokenizer import QWEN3_TEMPLATE, _write_folder
 

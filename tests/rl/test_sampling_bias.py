@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from pivot.model import TextTokenizer
-from pivot.runtime.flow.rl_flow import RLFlow, SeqInfo
+from pivot.runtime.flow.rl_flow import RLFlow
+from pivot.runtime.flow.sequences import SeqInfo
 from tests.rl.test_dynamic_sampling import G, answer, make_flow, tok  # noqa: F401 (fixture)
 
 B = 2  # make_flow's batch

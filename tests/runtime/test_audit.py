@@ -36,6 +36,21 @@ def test_a_clean_run_passes(tmp_path: Path) -> None:
     assert (acc.lost, acc.duplicated, acc.misjudged, acc.violations) == (0, 0, 0, [])
 
 
+def test_a_multi_turn_runs_episodes_are_counted_and_each_sample_must_be_one(tmp_path: Path) -> None:
+    samples = [
+        {**r, "turns": 1 + i % 2, "tool_calls": i % 2} for i, r in enumerate(clean_samples())
+    ]
+    acc = exactly_once(write(tmp_path / "clean", samples, [1, 2, 3]), STEPS, B, G)
+    n = STEPS * B * G
+    assert (acc.episodes, acc.turns, acc.tool_calls, acc.violations) == (n, n + n // 2, n // 2, [])
+    del samples[0]["turns"]  # a sample of a multi-turn run without its episode's record
+    samples[1]["turns"] = 0
+    acc = exactly_once(write(tmp_path / "bad", samples, [1, 2, 3]), STEPS, B, G)
+    assert acc.violations == [
+        "1 samples of a multi-turn run without their episode, 1 episodes without a turn"
+    ]
+
+
 def test_lost_duplicated_misjudged_and_a_missing_step_are_counted(tmp_path: Path) -> None:
     samples = clean_samples()
     lost = samples.pop(3)

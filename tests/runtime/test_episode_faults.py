@@ -18,7 +18,8 @@ from pivot.engine import Engine, EngineConfig, Request
 from pivot.model import TextTokenizer
 from pivot.rl.buffer import SampleBuffer
 from pivot.rl.data import PromptCursor
-from pivot.runtime.flow.rl_flow import RLFlow, SeqInfo
+from pivot.runtime.flow.rl_flow import RLFlow
+from pivot.runtime.flow.sequences import SeqInfo
 from pivot.tiny.task import judge_template, training_set
 from pivot.tiny.tools_build import TOOLS_WEIGHTS
 

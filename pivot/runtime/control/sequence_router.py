@@ -22,7 +22,8 @@ from pivot.sched.records import Abort, Command, Dispatch
 if TYPE_CHECKING:  # annotations only
     from pivot.engine import Request
     from pivot.runtime.control.outbox import Outbox
-    from pivot.runtime.flow.rl_flow import RLFlow, SeqInfo
+    from pivot.runtime.flow.rl_flow import RLFlow
+    from pivot.runtime.flow.sequences import SeqInfo
     from pivot.shift import Cluster
 
 

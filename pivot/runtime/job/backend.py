@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pivot.config import PivotConfig
 from pivot.dist import ClusterSpec
 from pivot.model import TextTokenizer
-from pivot.runtime.flow.rl_flow import SequenceShaper
+from pivot.runtime.flow.sequences import SequenceShaper
 from pivot.sched.throughput import ThroughputModel
 from pivot.sim.autosize import CostModel
 

@@ -21,7 +21,8 @@ from pivot.rl.data import PromptCursor, skipped_rows_line
 from pivot.runtime.control.control_plane import ControllerEndpoint, RankGone
 from pivot.runtime.control.controller import Controller
 from pivot.runtime.control.sizing import SlotSizer, gpu_cost_model
-from pivot.runtime.flow.rl_flow import RLFlow, SequenceShaper
+from pivot.runtime.flow.rl_flow import RLFlow
+from pivot.runtime.flow.sequences import SequenceShaper
 from pivot.runtime.job.backend import DeviceBackend
 from pivot.runtime.job.startup_profile import profile_at_startup
 from pivot.runtime.records.checkpoint import Checkpointer, StartPoint

@@ -7,7 +7,9 @@ that checkpoint were removed from metrics.jsonl and samples.jsonl by the resumed
 those two files hold exactly the lineage that produced the final policy.
 
 - `exactly_once`: every prompt of every step has exactly G samples, each trained once and
-  judged once; metrics has one row per step, in order.
+  judged once; metrics has one row per step, in order. A multi-turn run's sample is one episode
+  (`tools.config`): each trained one is counted with its turns and tool calls, and one without
+  its episode's record, or with no turn, is a violation.
 - `resumes`: every attempt resumed from the newest checkpoint any attempt before it committed,
   and each attempt's checkpoints follow on from there without a gap.
 - `shift_up_weights`: a shift up's checksum (`--log.verify-weights`) equals the checksum of the
@@ -50,6 +52,10 @@ class Accounting:
     """Extra trainings of a key, plus keys that do not belong to the run."""
     misjudged: int = 0
     """Trained samples judged other than exactly once."""
+    episodes: int = 0
+    """Trained samples that were multi-turn episodes, their turns and their tool calls."""
+    turns: int = 0
+    tool_calls: int = 0
     violations: list[str] = field(default_factory=list)
 
 
@@ -92,6 +98,15 @@ def exactly_once(run_dir: Path, steps: int, prompts: int, group: int) -> Account
         ]
         acc.violations.append(
             f"{acc.misjudged} samples judged other than once (step, prompt, sample, judgings): {bad[:3]}"
+        )
+    episodes = [r for r in samples if "turns" in r]
+    acc.episodes = len(episodes)
+    acc.turns = sum(r["turns"] for r in episodes)
+    acc.tool_calls = sum(r["tool_calls"] for r in episodes)
+    if episodes and (len(episodes) != len(samples) or any(r["turns"] < 1 for r in episodes)):
+        acc.violations.append(
+            f"{len(samples) - len(episodes)} samples of a multi-turn run without their episode, "
+            f"{sum(r['turns'] < 1 for r in episodes)} episodes without a turn"
         )
     logged = [r["step"] for r in read_rows(run_dir / "metrics.jsonl")]
     if logged != list(range(1, steps + 1)):
