@@ -73,6 +73,13 @@ class PivotConfig:
                 f"flash attention's paged KV needs a multiple of {FLASH_BLOCK_MULTIPLE} (or 0 for the default)",
             )
 
+    def longest_response(self) -> tuple[int, str]:
+        """The most tokens after a rollout's prompt, and the flag that bounds them: a multi-turn
+        episode's turns and tool responses (`tools.max_episode_tokens`), else one answer's."""
+        if self.tools.enabled:
+            return self.tools.max_episode_tokens, "tools.max_episode_tokens"
+        return self.rollout.max_new_tokens, "rollout.max_new_tokens"
+
     def inference_roles(self) -> tuple[RolloutConfig, RewardConfig]:
         """The sections of the two inference roles, rollout first, for the checks that are alike
         for both (each names its own flags through its `role`)."""

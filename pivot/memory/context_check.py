@@ -3,7 +3,9 @@
 The judge template's own length is measured as the run will build it: the template with an
 empty question and response, inside the GenRM's chat template when `reward.chat_template` is on
 and the folder has one. The question is bounded by `rollout.max_prompt_tokens` and the response
-by `rollout.max_new_tokens` (policy tokens; the GenRM's tokenizer may count a few more or fewer).
+by `rollout.max_new_tokens`, a multi-turn episode's by `tools.max_episode_tokens`
+(`PivotConfig.longest_response`; policy tokens, the GenRM's tokenizer may count a few more or
+fewer).
 """
 
 from __future__ import annotations
@@ -36,12 +38,7 @@ def judge_overhead(cfg: PivotConfig, genrm_path: Path) -> int:
 def check_context(cfg: PivotConfig, policy_path: Path, genrm_path: Path) -> list[ContextNeed]:
     """Both roles' needs; raises ValueError (one line naming both numbers) when one overruns."""
     policy, genrm = ModelArgs.load(policy_path), ModelArgs.load(genrm_path)
-    # an episode's response holds its turns and the tools' responses between them
-    response, flag = (
-        (cfg.tools.max_episode_tokens, "tools.max_episode_tokens")
-        if cfg.tools.enabled
-        else (cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
-    )
+    response, flag = cfg.longest_response()
     needs = context_needs(
         policy_path.name,
         policy.max_position_embeddings,

@@ -116,7 +116,7 @@ def with_micro_batch_budget(cfg: PivotConfig, policy: Path, world: int) -> Pivot
         device_memory_gb() if cfg.cluster.device in ("auto", "cuda") else None
     )
     devices = world if cfg.cluster.mode == "colocated" else t.pool
-    longest = cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens
+    longest = cfg.rollout.max_prompt_tokens + cfg.longest_response()[0]
     footprint = from_folder(policy, cfg.model.dtype)
     budget = fitting_budget(footprint, devices, t, int((memory or 0) * GB), longest)
     return cfg.replace(train=dataclasses.replace(t, micro_batch_tokens=budget))

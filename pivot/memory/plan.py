@@ -11,7 +11,7 @@ Per device of an inference replica of TP = t (b = bytes of the model dtype):
                  graphs (full attention, dense): every graph copies its logits into one buffer and
                  all share one pool captured largest first, so (S = max_running_seqs, W the
                  widest context: the role's longest sequence (`engine.max_seq_len`, else the
-                 rollout's max_prompt_tokens + max_new_tokens; the judge's bound needs its
+                 rollout's max_prompt_tokens + its longest response; the judge's bound needs its
                  tokenizer, so the reward's is the model's max_position_embeddings), at most
                  kv_capacity_tokens; pivot/engine/decode_graphs.py)
                  S * vocab * 4 * 2                     the shared logits and the largest graph's
@@ -275,7 +275,7 @@ def plan_memory(
     host = int(cfg.cluster.host_memory_gb * GB)
     train_devices = world if cfg.cluster.mode == "colocated" else cfg.train.pool
     devices = []
-    role_bound = cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens
+    role_bound = cfg.rollout.max_prompt_tokens + cfg.longest_response()[0]
     for role, fp, rc in (("rollout", policy, cfg.rollout), ("reward", genrm, cfg.reward)):
         e = rc.engine
         devices.append(

@@ -137,15 +137,17 @@ def context_lines(cfg: PivotConfig) -> tuple[list[str], list[str]]:
         missing = [w for w, v in limits.items() if v is None]
         return [f"context: not checked for {', '.join(missing)} (no config.json)"], []
     overhead, how = _judge_overhead(cfg)
+    response, flag = cfg.longest_response()
     needs: tuple[ContextNeed, ...] = context_needs(
         Path(cfg.model.policy).name,
         policy_limit,
         Path(cfg.model.genrm).name,
         genrm_limit,
         cfg.rollout.max_prompt_tokens,
-        cfg.rollout.max_new_tokens,
+        response,
         cfg.reward.max_new_tokens,
         overhead,
+        flag,
     )
     lines = [f"context (judge template {how})"]
     lines += [
