@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from configs.presets import PRESETS, get_preset
+from configs.presets import PAPER_WORLD, get_preset
 from pivot.main import main
 from pivot.memory.context_check import check_context
 from tests.model.fixtures.hub_layouts import write_header_only, write_tokenizer
 from tests.model.fixtures.hub_models import MODELS
 
-PAPER = [p for p in PRESETS if p != "tiny-cpu"]
+PAPER = list(PAPER_WORLD)
 
 
 @pytest.fixture(scope="module")
