@@ -185,6 +185,23 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _signal_tree(root: int, sig: int) -> list[int]:
+    """Send `sig` to `root`, then to every process below it (torchrun starts each rank in a
+    session of its own: a signal to torchrun's group reaches none of them); the pids signalled,
+    root first."""
+    done: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop(0)
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            continue
+        done.append(pid)
+        todo += [c for c in _children(pid) if c not in done]
+    return done
+
+
 def test_a_killed_torchrun_takes_its_ranks_with_it(
     models: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -218,21 +235,40 @@ def test_a_second_job_into_a_busy_run_folder_stops_in_one_line(
 ) -> None:
     """Two jobs into one --log.dir (the second with --checkpoint.resume auto, as a careless
     relaunch would): the second stops with one line naming the first, exit 2, and the first's
-    records audit exactly once."""
-    run_dir, steps = tmp_path / "run", 400  # long enough to outlive the second's start-up
+    records audit exactly once.
+
+    The first job is held while the second starts: once it has trained a step (its records
+    written), torchrun and every process below it are stopped (SIGSTOP: each alive, rank 0's
+    flock on run.lock held, nothing trained) and continued once the second was refused. It used
+    to be kept busy by 400 steps instead, trained beside the second's start-up for no other
+    purpose (a minute of the suite's CPU); stopped, it outlives any start-up, however slow."""
+    run_dir, steps = tmp_path / "run", 40  # steps left after the first: time to stop it in
     first = torchrun(models, run_dir, "--train.steps", str(steps), wait=False)
     assert isinstance(first, subprocess.Popen)
+    metrics = run_dir / "metrics.jsonl"
     t0 = time.time()
-    while not (run_dir / "metrics.jsonl").is_file():
-        assert first.poll() is None and time.time() - t0 < 180, "the first job never started"
-        time.sleep(0.5)
-    second, out = run(models, run_dir, "--train.steps", str(steps), "--checkpoint.resume", "auto")
-    refused = [  # (torchrun's summary quotes the line again as the root cause)
-        line for line in out.splitlines() if line.startswith("pivot: cannot start: run folder")
-    ]
-    assert second != 0 and len(refused) == 1, out[-3000:]  # torchrun: its ranks exited 2
-    assert refused[0].startswith(f"pivot: cannot start: run folder {run_dir} is in use")
-    assert first.poll() is None  # refused while the first ran, not after it ended
+    while not (metrics.is_file() and metrics.read_text().strip()):
+        assert first.poll() is None and time.time() - t0 < 180, "the first job never trained"
+        time.sleep(0.02)
+    held = _signal_tree(first.pid, signal.SIGSTOP)
+    try:
+        assert first.poll() is None, "the first job ended before it could be held"
+        trained = len(metrics.read_text().splitlines())
+        assert trained < steps, "the first job trained every step before it could be held"
+        second, out = run(
+            models, run_dir, "--train.steps", str(steps), "--checkpoint.resume", "auto"
+        )
+        refused = [  # (torchrun's summary quotes the line again as the root cause)
+            line for line in out.splitlines() if line.startswith("pivot: cannot start: run folder")
+        ]
+        assert second != 0 and len(refused) == 1, out[-3000:]  # torchrun: its ranks exited 2
+        assert refused[0].startswith(f"pivot: cannot start: run folder {run_dir} is in use")
+        assert first.poll() is None  # refused while the first ran, not after it ended
+        # the second wrote nothing into the first's records while it started and stopped
+        assert len(metrics.read_text().splitlines()) == trained
+    finally:
+        for pid in held:
+            os.kill(pid, signal.SIGCONT)
     out, _ = first.communicate(timeout=400)
     assert first.returncode == 0, out[-3000:]
     check_exactly_once(run_dir, steps)
