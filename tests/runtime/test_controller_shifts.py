@@ -221,3 +221,20 @@ def test_the_run_end_awaits_the_sizing_in_flight_for_the_next_launch() -> None:
     ctrl.failed = "rank 3 gone"  # a failed run does not wait: torchrun restarts it
     ctrl.finish()
     assert ctrl.log.events[-1]["event"] == "stop"  # type: ignore[attr-defined]
+
+
+def test_a_new_slots_reserve_holds_once_the_slot_moves() -> None:
+    """A pick for another slot with a split: the split is of the devices the new slot leaves, so
+    it holds only once the slot moves (on 8 ranks a 7-device slot with a T4/R1 pick held rollout
+    1 and reward 3 of its 1 inference device, and the owed sizing from T7/R1 failed the run)."""
+    sizer = Sizer(Allocation(1, 2), owed=True)
+    ctrl = sized(sizer)
+    planner = ctrl.mode.planner  # type: ignore[attr-defined]  (pivot mode: Shiftable)
+    ctrl.resizer.poll()
+    assert (planner.cfg.reserve_rollout, planner.cfg.reserve_reward) == (0, 0)
+    assert sizer.started == [Allocation(2)]  # the slot as it is: no split yet
+    assert ctrl.resizer.resize_to == 1
+    ctrl.resizer.maybe_resize()  # nothing trained yet: the slot moves now
+    assert ctrl.cluster.train_devices == 1
+    assert (planner.cfg.reserve_rollout, planner.cfg.reserve_reward) == (2, 1)
+    assert ctrl.resizer.allocation == Allocation(1, 2)

@@ -4,13 +4,15 @@ auto`, `--train.resize-every`; the sizing itself is `SlotSizer`'s, pivot/runtime
 It feeds the sizer what the run measures (training steps, shifts), starts a sizing at start-up,
 after step 1 and every `resize-every` steps after (one due while another runs is owed: it
 starts as that one lands, unless the last step has trained), and logs each that lands (every
-candidate's prediction, the pick). A pick's reserved split holds at once (it moves no state); a
-new slot size (`resize_to`) waits for a step boundary: nothing trained in this attempt yet
-(GPS, or the checkpoint the launch resumed from, rebuilds the trainer anywhere), or the
-checkpoint of the step the decision met (`resize_step`, committed as `resize_checkpoint`),
-through which the trainer's state moves. Once nothing trains or saves, the trainer shifts down,
-the slot takes the last `resize_to` devices, and every rank is told (`ResizeTraining`); the
-planner brings the trainer up there like any shift up. The run's end awaits the sizing in
+candidate's prediction, the pick). A pick for the same slot holds its reserved split at once
+(it moves no state). A new slot size (`resize_to`) and its split wait for a step boundary (the
+slot's reserve is dropped meanwhile: a split of the new slot's inference devices may not fit
+the old slot's): nothing trained in this attempt yet (GPS, or the checkpoint the launch
+resumed from, rebuilds the trainer anywhere), or the checkpoint of the step the decision met
+(`resize_step`, committed as `resize_checkpoint`), through which the trainer's state moves.
+Once nothing trains or saves, the trainer shifts down, the slot takes the last `resize_to`
+devices, its split holds, and every rank is told (`ResizeTraining`); the planner brings the
+trainer up there like any shift up. The run's end awaits the sizing in
 flight, so its pick is the next launch's advice.
 """
 
@@ -55,6 +57,7 @@ class SlotResizer:
         self.training, self.shifting, self.outbox, self.log = training, shifting, outbox, log
         self.budget_s = train.sizing_budget_s
         self.resize_to: int | None = None  # the training slot's next size, decided by the sizer
+        self.resize_reserve = 0  # ... and rollout's reserved devices beside it (0: none)
         self.resize_step: int | None = None  # the step boundary whose checkpoint it waits for
         self.resize_checkpoint: str | None = None  # ... once committed
         self.resizes = 0
@@ -93,12 +96,16 @@ class SlotResizer:
         assert self.sizer is not None
         sizing, pick = done
         self.log_sizing(sizing, pick)
-        if pick is not None:  # its reserved split holds at once: it moves no state
-            reserve(self.mode, self.cluster.world, pick.train_devices, pick.rollout_devices)
-        if pick is not None and pick.train_devices != self.cluster.train_devices:
-            self.resize_to = pick.train_devices
+        world, devices = self.cluster.world, self.cluster.train_devices
+        if pick is not None and pick.train_devices != devices:
+            # its split is of the devices the new slot leaves: it holds once the slot moves (on
+            # this slot's, rollout's share may be all of them); until then, none is reserved
+            reserve(self.mode, world, devices, 0)
+            self.resize_to, self.resize_reserve = pick.train_devices, pick.rollout_devices
         elif self.resize_step is None:  # the newest sizing says stay: an earlier pick not begun
             self.resize_to = None
+            if pick is not None:  # the same slot: its reserved split holds at once (no state moves)
+                reserve(self.mode, world, devices, pick.rollout_devices)
         if self.sizer.owed:  # from the slot as it is now
             self.start_sizing()
 
@@ -178,6 +185,7 @@ class SlotResizer:
         if not self.cluster.move_training_slot(self.resize_to, self.shifting.execute):
             return
         ranks = list(range(world - self.resize_to, world))
+        reserve(self.mode, world, self.resize_to, self.resize_reserve)
         checkpoint = self.resize_checkpoint or ""
         self.outbox.to_all(m.ResizeTraining(ranks, checkpoint))
         self.resizes += 1
