@@ -81,25 +81,25 @@ def test_resized_at_step_boundaries_exactly_once(tmp_path: Path) -> None:
 
 
 def test_startup_sizing_picks_the_offline_search_slot(tmp_path: Path) -> None:
-    # 16 emulated devices: the start-up sizing runs on the engines' profiles, which on emulated
+    # 8 emulated devices: the start-up sizing runs on the engines' profiles, which on emulated
     # devices are the cost model's own, so it must score every slot as the offline search does
     policy, genrm = random_models(tmp_path / "models")
     run = tmp_path / "run"
     args = job_args(policy, genrm, run, "--emulate.time-scale", "0.005", "--train.steps", "3")
     args += ["--train.devices", "auto", "--checkpoint.every", "0"]
-    torchrun(16, args)
+    torchrun(8, args)
     check_exactly_once(run, 3)
     first = events(run, "train_sizing")[0]
-    cfg = parse(args, 16, 16)
+    cfg = parse(args, 8, 8)
     backend = EmulatedDevices()
-    model = backend.cost_model(backend.runtime_config(cfg), ClusterSpec(16, 0, 16))
+    model = backend.cost_model(backend.runtime_config(cfg), ClusterSpec(8, 0, 8))
     start = cfg.train.pool
     offline = size_slot(
         deployment(model.paper, "pivot", Allocation(start)),
         model.options(Calibration()),
         float("inf"),
     )
-    assert first["devices"] == start == 4  # a quarter of the world
+    assert first["devices"] == start == 2  # a quarter of the world
     predicted = {label(p.alloc): round(p.throughput) for p in offline.points}
     assert first["predicted"] == predicted
     best = offline.best
