@@ -242,7 +242,9 @@ def test_a_second_job_into_a_busy_run_folder_stops_in_one_line(
     flock on run.lock held, nothing trained) and continued once the second was refused. It used
     to be kept busy by 400 steps instead, trained beside the second's start-up for no other
     purpose (a minute of the suite's CPU); stopped, it outlives any start-up, however slow."""
-    run_dir, steps = tmp_path / "run", 40  # steps left after the first: time to stop it in
+    # steps left after the first: time to stop it in (it is polled every 20 ms; a step takes
+    # tenths of a second), few to finish once it is continued
+    run_dir, steps = tmp_path / "run", 6
     first = torchrun(models, run_dir, "--train.steps", str(steps), wait=False)
     assert isinstance(first, subprocess.Popen)
     metrics = run_dir / "metrics.jsonl"
