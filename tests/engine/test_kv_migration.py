@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from pivot.engine import Engine, EngineConfig, Request, SamplingParams
 from pivot.model import ModelArgs
+from tests import forked_ranks
 from tests.engine.conftest import make_model, prompts, run_all
 
 CONFIG = EngineConfig(
@@ -213,7 +213,7 @@ def _free_port() -> int:
 @pytest.mark.parametrize("family", ["qwen2", "qwen3_5_moe"])
 def test_tp2_moves_each_ranks_head_slice(tmp_path: Path, family: str) -> None:
     _model(tmp_path, family)
-    mp.spawn(_tp_worker, args=(_free_port(), str(tmp_path), family), nprocs=2, join=True)
+    forked_ranks.spawn(_tp_worker, args=(_free_port(), str(tmp_path), family), nprocs=2)
     result = json.loads((tmp_path / "tp2.json").read_text())
     heads = ModelArgs.load(tmp_path / family).num_key_value_heads
     assert result["slice_heads"] == [heads // 2, heads // 2] and result["slices_differ"]

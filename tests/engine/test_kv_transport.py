@@ -16,11 +16,11 @@ from pathlib import Path
 import msgspec
 import pytest
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from pivot.engine import Engine, Request
 from pivot.engine.kv_transport import KVPlace, choose, rank_path
 from pivot.engine.sequence import KVHandle
+from tests import forked_ranks
 from tests.engine.conftest import make_model, prompts, run_all
 from tests.engine.test_kv_migration import CONFIG, GREEDY, N
 
@@ -115,7 +115,7 @@ def _destination(port: int, model: str, root: str) -> None:
 def test_kv_over_nixl_between_two_processes_continues_exactly(tmp_path: Path) -> None:
     model = tmp_path / "qwen2"
     make_model(model)
-    port, ctx = _free_port(), mp.get_context("spawn")
+    port, ctx = _free_port(), forked_ranks.context()
     args = (port, str(model), str(tmp_path))
     procs = [ctx.Process(target=f, args=args) for f in (_source, _destination)]
     for p in procs:

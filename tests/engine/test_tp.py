@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from pivot.engine import Engine, EngineConfig, Request, SamplingParams
 from pivot.model import load_state_dict
+from tests import forked_ranks
 from tests.engine.conftest import make_model, prompts, run_all
 
 CONFIG = EngineConfig(
@@ -96,7 +96,7 @@ def test_tp2_equals_tp1(tmp_path: Path, family: str, graphs: str) -> None:
             from tests.engine.hf_models import save_hf_model
 
             save_hf_model(tmp_path / folder, family, seed)
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path), graphs), nprocs=2, join=True)
+    forked_ranks.spawn(_worker, args=(_free_port(), str(tmp_path), graphs), nprocs=2)
     got = json.loads((tmp_path / "tp2.json").read_text())
     assert got["readback_ok"] and (got["replays"] > 0) == (graphs == "eager")
     for phase, version in (("a", 0), ("b", 2)):

@@ -10,11 +10,11 @@ from datetime import timedelta
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from pivot.gps.layout import fsdp_layout, grouped_layout, parallel_layout, replicated_layout
 from pivot.gps.spec import qwen2_specs
 from pivot.gps.store import GPSStore, HostInfo
+from tests import forked_ranks
 
 SPECS = qwen2_specs(2, 16, 32, 4, 2, 4, 64, dtype="float32")
 
@@ -178,12 +178,12 @@ def two_hosts(rank: int, port: int, ns: str, scenario: str, grouped: bool) -> No
 @pytest.mark.parametrize("grouped", [False, True])
 def test_fsdp_write_then_tp_and_dp_reads_across_two_hosts(grouped):
     ns = "gpst" + uuid.uuid4().hex[:8]
-    mp.spawn(two_hosts, args=(free_port(), ns, "roundtrip", grouped), nprocs=2)
+    forked_ranks.spawn(two_hosts, args=(free_port(), ns, "roundtrip", grouped), nprocs=2)
     assert leftovers(ns) == []
 
 
 @pytest.mark.slow
 def test_reader_never_sees_a_torn_version_across_hosts():
     ns = "gpst" + uuid.uuid4().hex[:8]
-    mp.spawn(two_hosts, args=(free_port(), ns, "torn", True), nprocs=2)
+    forked_ranks.spawn(two_hosts, args=(free_port(), ns, "torn", True), nprocs=2)
     assert leftovers(ns) == []

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from pivot.engine import Engine, EngineConfig, Request, SamplingParams
 from pivot.model import load_state_dict
+from tests import forked_ranks
 from tests.model.fixtures.hub_layouts import write_tiny
 
 CONFIG = EngineConfig(
@@ -71,7 +71,7 @@ def test_fused_experts_tp2_equals_tp1(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
+    forked_ranks.spawn(_worker, args=(port, str(tmp_path)), nprocs=2)
     got = json.loads((tmp_path / "tp2.json").read_text())
     assert got["readback_ok"]
     for phase in ("a", "b"):
@@ -118,7 +118,7 @@ def test_trainer_reads_fused_experts_by_fsdp_rows(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_trainer_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
+    forked_ranks.spawn(_trainer_worker, args=(port, str(tmp_path)), nprocs=2)
     got = json.loads((tmp_path / "trainer.json").read_text())
     assert got["ok"] and "model.layers.0.mlp.experts.gate_up_proj" in got["names"]
 
@@ -185,7 +185,7 @@ def test_shift_up_from_gps_at_tp2_equals_tp1(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_shift_up_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
+    forked_ranks.spawn(_shift_up_worker, args=(port, str(tmp_path)), nprocs=2)
     got = json.loads((tmp_path / "shift.json").read_text())
     # every slice landed in the engine's own parameters, fused experts included; only the linear
     # attention's q|k|v tensors (unequal sections, kept whole by GPS) come whole for the engine to cut

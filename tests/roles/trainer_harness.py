@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from pivot.model import CausalLM, ModelArgs
+from tests import forked_ranks
 
 
 def free_port() -> int:
@@ -43,7 +43,7 @@ def _entry(
 
 def spawn(fn: Callable[..., None], world: int, *args: Any, backend: str = "gloo") -> None:
     """Run `fn(rank, world, group, *args)` on `world` ranks; a rank's exception fails the test."""
-    mp.spawn(_entry, args=(world, free_port(), backend, fn, args), nprocs=world, join=True)
+    forked_ranks.spawn(_entry, (world, free_port(), backend, fn, args), world)
 
 
 def tiny_model(seed: int = 0, vocab: int = 37, tie: bool = True, family: str = "qwen2") -> CausalLM:

@@ -24,6 +24,7 @@ from pivot.secret import ENV, KeyFile, from_env, require_for
 
 if TYPE_CHECKING:
     import torch.distributed as dist
+    import zmq
 
     from pivot.runtime.control.messages import Message
 
@@ -113,9 +114,9 @@ class Rejections:
             )
 
 
-def _peer(frame: object, route: bytes) -> str:
+def _peer(frame: zmq.Frame, route: bytes) -> str:
     try:
-        return frame.get("Peer-Address")  # type: ignore[attr-defined]
+        return str(frame.get("Peer-Address"))
     except Exception:  # not every transport knows the address
         return f"connection {route.hex()}"
 
@@ -126,9 +127,12 @@ class ControllerEndpoint:
 
         spec = spec or ClusterSpec.from_env()
         secret = require_for(spec.nnodes)
-        self._key_file = KeyFile.create() if secret is None else None
+        self._key_file: KeyFile | None = None
+        if secret is None:  # one host: a fresh secret, handed to the ranks through a private file
+            self._key_file = KeyFile.create()
+            secret = self._key_file.secret
         nonce = os.urandom(16)
-        key = frames.session_key(secret or self._key_file.secret, nonce)  # type: ignore[union-attr]
+        key = frames.session_key(secret, nonce)
         self._sealer = frames.Sealer(key, frames.TO_WORKER, 0)
         self._opener = frames.Opener(key, frames.TO_CONTROLLER, None, spec.world_size)
         self._rejected, self._world = frames.Rejected, spec.world_size
