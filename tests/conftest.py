@@ -14,6 +14,11 @@ from pathlib import Path
 # torch threads on 2 cores spun on each other's time: the quick tier took 120 s of CPU, 70 s
 # wall, against 83 s and 52 s with it. Only how idle threads wait changes, no result.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# inductor compiles its C++ kernels in the process that asks, not in a pool of worker processes
+# it starts first (each a new interpreter importing torch): on 2 busy cores the pool only adds
+# its start-up (the flex attention test and the decode bench's smoke, cold cache: 48.4 -> 45.0
+# CPU-s). The kernels are the same.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import pytest  # noqa: E402
 
