@@ -17,6 +17,7 @@ vLLM's engines, the tools) start as users start them; only the tests' harnesses 
 from __future__ import annotations
 
 import multiprocessing
+import resource
 from collections.abc import Callable
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -35,6 +36,10 @@ PRELOAD = [
 ]
 """What the server imports before it forks a rank; a module that fails to import is skipped."""
 
+cpu_s = 0.0
+"""CPU seconds of the ranks this process forked and joined, with their own children's: their parent
+is the server, not the test, so the per-test CPU of PIVOT_TEST_CPU (tests/conftest.py) adds this."""
+
 
 def context() -> BaseContext:
     """The forkserver context, its preload set before the server starts (a no-op after)."""
@@ -45,5 +50,22 @@ def context() -> BaseContext:
 def spawn(fn: Callable[..., None], args: tuple[Any, ...] = (), nprocs: int = 1) -> None:
     """`torch.multiprocessing.spawn`'s contract, ranks forked from the server: `fn(i, *args)` for
     i in 0..nprocs-1, joined; a rank's exception (or death) fails the caller with its traceback."""
-    context()
-    mp.start_processes(fn, args=args, nprocs=nprocs, join=True, start_method="forkserver")
+    global cpu_s
+    spent = context().SimpleQueue()
+    try:
+        mp.start_processes(
+            _counted, args=(fn, spent, *args), nprocs=nprocs, join=True, start_method="forkserver"
+        )
+    finally:
+        while not spent.empty():
+            cpu_s += spent.get()
+
+
+def _counted(i: int, fn: Callable[..., None], spent: Any, *args: Any) -> None:
+    try:
+        fn(i, *args)
+    finally:
+        own, kids = (
+            resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+        )
+        spent.put(own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime)
