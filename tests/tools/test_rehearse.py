@@ -2,10 +2,8 @@
 hub's layouts, its engines (vLLM's CPU build for the Qwen3-MoE judges), bf16, its judge prompt,
 through the sbatch template with stand-in srun/scontrol, on 4 CPU ranks; each ends clean:
 exactly once, inference replicas shifted, the rollout/trainer mismatch within its bound, every
-unparsable verdict counted and scored by the fallback. `--kill-engine-core` (a judge's vLLM engine
-core SIGKILLed once the judge serves) is run by hand, not here: the suite kills a vLLM core in
-tests/runtime/test_vllm_job.py (one adapter serves both roles) and fails judges in place in
-tests/runtime/test_recovery.py; here it took about 60 s of a worker's time."""
+unparsable verdict counted and scored by the fallback. In the 7B rehearsal a judge's vLLM engine
+core is SIGKILLed once the judge serves and its replica comes back without a restart."""
 
 from __future__ import annotations
 
@@ -30,7 +28,10 @@ def test_preset_rehearses_clean(
 ) -> None:
     if get_preset(preset).reward.engine.backend == "vllm":
         request.getfixturevalue("vllm_python")  # built once per session, or skipped offline
-    rc = rehearse.main(["--preset", preset, "--out", str(tmp_path)])
+    # the 7B rehearsal also loses a judge's vLLM engine core mid-run: the reward replica is
+    # rebuilt in place (docs/reliability.md); the judge is the only role on vLLM there
+    kill = ["--kill-engine-core"] if preset == "qwen2.5-7b+qwen3-30b-a3b" else []
+    rc = rehearse.main(["--preset", preset, "--out", str(tmp_path), *kill])
     out = capsys.readouterr().out
     assert rc == 0, out[-4000:] + (tmp_path / preset / "job.out").read_text()[-4000:]
     assert f"rehearse: {preset}: clean" in out
@@ -40,3 +41,5 @@ def test_preset_rehearses_clean(
     lines = [line for line in job.splitlines() if line.startswith("+ srun")]
     assert "--dry-run" in lines[0] and "torch.distributed.run" in lines[1]
     assert "pivot: done" in job
+    if kill:
+        assert "engine failures: [('reward'," in out and "Restarting" not in job
