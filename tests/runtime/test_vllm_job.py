@@ -3,7 +3,7 @@ venv tools/vllm_venv.py builds): the planner shifts replicas between roles, each
 a vLLM engine and each shift up starts one and fills it from GPS, and every sample is trained
 exactly once, though a vLLM engine-core process is SIGKILLed mid-run: the replica is rebuilt in
 place and the job finishes without a restart (docs/reliability.md). A Qwen3-MoE judge on vLLM,
-as the paper presets serve it, is the dress rehearsal of the 7B and 32B presets
+as the paper presets serve it, is the 7B preset's dress rehearsal
 (tests/tools/test_rehearse.py); here the judge is embedded, which keeps the job to the rollout
 engines' start-ups (226 s with both roles on vLLM)."""
 

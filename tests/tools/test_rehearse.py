@@ -1,9 +1,16 @@
-"""The dress rehearsal of every paper preset (tools/rehearse.py): the preset's families in the
+"""The dress rehearsal of the paper presets (tools/rehearse.py): the preset's families in the
 hub's layouts, its engines (vLLM's CPU build for the Qwen3-MoE judges), bf16, its judge prompt,
 through the sbatch template with stand-in srun/scontrol, on 4 CPU ranks; each ends clean:
 exactly once, inference replicas shifted, the rollout/trainer mismatch within its bound, every
 unparsable verdict counted and scored by the fallback. In the 7B rehearsal a judge's vLLM engine
-core is SIGKILLed once the judge serves and its replica comes back without a restart."""
+core is SIGKILLed once the judge serves and its replica comes back without a restart.
+
+The 32B preset is rehearsed by hand (`python tools/rehearse.py --preset qwen2.5-32b+qwen3-30b-a3b`),
+not here: at rehearsal scale nothing in it is not in another rehearsal. Its judge (Qwen3-30B-A3B
+on vLLM, its template) is the 7B's; its policy is Qwen2.5 in a hub layout of many shards with rms
+eps 1e-5, as the 72B's (17 and 37 shards); its training share, 2 of the 4 devices, is the 72B's
+and the 1.5B's; the rehearsal sets every TP to 1. Its two vLLM judges cost the 2-core suite about
+80 CPU-s (68 s of a worker's time) of its 15 minutes."""
 
 from __future__ import annotations
 
@@ -20,9 +27,10 @@ sys.path.insert(0, str(ROOT / "tools"))
 import rehearse  # noqa: E402
 
 pytestmark = pytest.mark.slow  # 16-77 s each on 2 cores
+IN_SUITE = [p for p in PAPER_WORLD if p != "qwen2.5-32b+qwen3-30b-a3b"]  # the docstring says why
 
 
-@pytest.mark.parametrize("preset", list(PAPER_WORLD))
+@pytest.mark.parametrize("preset", IN_SUITE)
 def test_preset_rehearses_clean(
     preset: str, tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
