@@ -92,17 +92,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def shared_record(item: pytest.Item) -> str | None:
-    """The record computed once per test run (tests/engine/conftest.py `once_per_run`) the test
-    reads, if any. The tests that read one run on one xdist worker (`--dist loadgroup`,
-    pyproject.toml), so the other worker never waits on the record's lock (it waited 64-69 s for
-    each of the two)."""
+    """ "vllm" for a test that runs vLLM's CPU build: they all run on one xdist worker, one after
+    another (`--dist loadgroup`, pyproject.toml). Those that read a record computed once per test
+    run (tests/engine/conftest.py `once_per_run`) so never wait on its lock on the other worker
+    (it waited 64-69 s for each of the two), and no two vLLM jobs share the 2 cores (a clean
+    clone's run that happened to overlap the vLLM job and the 7B rehearsal took 161 s and 160 s for
+    them, one that did not 86 s and 123 s)."""
     names = getattr(item, "fixturenames", ())
     if "vllm_record" in names or (  # the conformance suite asks for it by name, for vLLM only
         item.path.name == "test_conformance.py" and item.name.endswith("[vllm]")
     ):
-        return "vllm_record"
-    if item.path.name == "test_vllm_bf16.py" and "runs" in names:
-        return "vllm_bf16"
+        return "vllm"
+    if "vllm_python" in names or (
+        "vllm" in item.nodeid.lower() and item.get_closest_marker("slow") is not None
+    ):  # a dress rehearsal with a vLLM judge says so itself (tests/tools/test_rehearse.py)
+        return "vllm"
     return None
 
 
@@ -174,8 +178,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         )  # the ranks tests/forked_ranks.py forks are its server's children: counted there
         return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime + forked_ranks.cpu_s
 
-    (own0, kids0), t0 = cpu(), time.perf_counter()
+    (own0, kids0), t0 = cpu(), time.time()
     yield
-    (own1, kids1), wall = cpu(), time.perf_counter() - t0
+    (own1, kids1), wall = cpu(), time.time() - t0
     with open(path, "a") as out:
-        out.write(f"{item.nodeid}\t{own1 - own0:.2f}\t{kids1 - kids0:.2f}\t{wall:.2f}\n")
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
+        out.write(
+            f"{item.nodeid}\t{own1 - own0:.2f}\t{kids1 - kids0:.2f}\t{wall:.2f}\t{worker}\t{t0:.1f}\n"
+        )

@@ -27,7 +27,16 @@ sys.path.insert(0, str(ROOT / "tools"))
 import rehearse  # noqa: E402
 
 pytestmark = pytest.mark.slow  # 16-77 s each on 2 cores
-IN_SUITE = [p for p in PAPER_WORLD if p != "qwen2.5-32b+qwen3-30b-a3b"]  # the docstring says why
+
+
+def _in_suite(preset: str) -> object:
+    """A preset whose judge is on vLLM (so needs its venv) runs with the vLLM tests: on one xdist
+    worker, one after another (tests/conftest.py shared_record)."""
+    vllm = get_preset(preset).reward.engine.backend == "vllm"
+    return pytest.param(preset, marks=[pytest.mark.xdist_group("vllm")] if vllm else [])
+
+
+IN_SUITE = [_in_suite(p) for p in PAPER_WORLD if p != "qwen2.5-32b+qwen3-30b-a3b"]  # docstring: why
 
 
 @pytest.mark.parametrize("preset", IN_SUITE)
