@@ -161,7 +161,7 @@ class Controller:
             got = self.ep.recv(100)
             if got is not None:
                 self.handle(*got)
-        self.outbox.to_all(m.Stop(self.failed or "done"))
+        self.outbox.stop_all(m.Stop(self.failed or "done"))
         self.log.shift(event="stop", reason=self.failed or "done")
         self.resizer.finish(self.failed)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pivot.runtime.control import messages as m
+from pivot.runtime.control.control_plane import RankGone
 
 if TYPE_CHECKING:  # annotations only
     from pivot.runtime.control.control_plane import ControllerEndpoint
@@ -28,3 +29,13 @@ class Outbox:
         """`msg` to every rank of the job."""
         for rank in range(self.cluster.world):
             self.endpoint.send(rank, msg)
+
+    def stop_all(self, msg: m.Stop) -> None:
+        """The Stop to every rank. A rank whose connection has closed already is not a failure:
+        a replica's follower acts on the Stop its leader forwards (its own copy is dropped), so it
+        can end between the controller's send to the leader and its own."""
+        for rank in range(self.cluster.world):
+            try:
+                self.endpoint.send(rank, msg)
+            except RankGone:
+                continue
