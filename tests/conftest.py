@@ -91,23 +91,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
-def shared_record(item: pytest.Item) -> str | None:
-    """ "vllm" for a test that runs vLLM's CPU build: they all run on one xdist worker, one after
-    another (`--dist loadgroup`, pyproject.toml). Those that read a record computed once per test
-    run (tests/engine/conftest.py `once_per_run`) so never wait on its lock on the other worker
-    (it waited 64-69 s for each of the two), and no two vLLM jobs share the 2 cores (a clean
-    clone's run that happened to overlap the vLLM job and the 7B rehearsal took 161 s and 160 s for
-    them, one that did not 86 s and 123 s)."""
+def vllm_group(item: pytest.Item) -> str | None:
+    """The xdist group "vllm" for a test that runs vLLM's CPU build, else None: they run on one
+    worker, one after another (`--dist loadgroup`, pyproject.toml). Those that read the record
+    computed once per test run (tests/engine/conftest.py `once_per_run`) never wait on its lock on
+    the other worker (it waited 64-69 s for each of two records), and no two vLLM jobs share the 2
+    cores (a clean clone's run that overlapped the vLLM job and the 7B rehearsal took 161 s and
+    160 s for them, one that did not 86 s and 123 s). A dress rehearsal with a vLLM judge marks
+    itself (tests/tools/test_rehearse.py): it asks for the venv only for those presets."""
     names = getattr(item, "fixturenames", ())
-    if "vllm_record" in names or (  # the conformance suite asks for it by name, for vLLM only
-        item.path.name == "test_conformance.py" and item.name.endswith("[vllm]")
-    ):
-        return "vllm"
-    if "vllm_python" in names or (
-        "vllm" in item.nodeid.lower() and item.get_closest_marker("slow") is not None
-    ):  # a dress rehearsal with a vLLM judge says so itself (tests/tools/test_rehearse.py)
-        return "vllm"
-    return None
+    runs_vllm = (
+        "vllm_record" in names
+        or "vllm_python" in names
+        or ("vllm" in item.nodeid.lower() and item.get_closest_marker("slow") is not None)
+    )  # the conformance suite asks for the record by name, for vLLM only: its id says [vllm]
+    return "vllm" if runs_vllm else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
@@ -123,7 +121,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
     )
     for item in items:
-        if (group := shared_record(item)) is not None:
+        if (group := vllm_group(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
         # the quick tier is every test that is neither slow nor for a GPU: one rule, so a new
         # test is quick until it is marked slow (docs/development.md, "Test tiers")
@@ -159,10 +157,11 @@ def vllm_python() -> Path:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
-    """With PIVOT_TEST_CPU=FILE, each test's CPU seconds (this process's and every process it
-    started and waited for, their own children's included: torchrun's ranks, their vLLM engines)
-    and wall seconds are appended to FILE, one tab-separated line per test: where the suite's CPU
-    goes, which its wall time on 2 busy cores follows (docs/development.md)."""
+    """With PIVOT_TEST_CPU=FILE, one tab-separated line per test is appended to FILE: its node id,
+    its CPU seconds (this process's; then every process it started and waited for, their own
+    children's included: torchrun's ranks, their vLLM engines, forked ranks), its wall seconds,
+    its xdist worker and its start time: where the suite's CPU goes, which its wall time on 2 busy
+    cores follows (docs/development.md)."""
     path = os.environ.get("PIVOT_TEST_CPU")
     if not path:
         yield

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow  # 16-77 s each on 2 cores
 
 def _in_suite(preset: str) -> object:
     """A preset whose judge is on vLLM (so needs its venv) runs with the vLLM tests: on one xdist
-    worker, one after another (tests/conftest.py shared_record)."""
+    worker, one after another (tests/conftest.py vllm_group)."""
     vllm = get_preset(preset).reward.engine.backend == "vllm"
     return pytest.param(preset, marks=[pytest.mark.xdist_group("vllm")] if vllm else [])
 
